@@ -1,0 +1,283 @@
+"""Benchmark recipes: TOML files that say what a benchmark is, validated on load.
+
+A recipe names its source kind, version, seed and number of severities, and for each corruption the
+stage that implements it and one parameter set per severity (severity 0 is always the clean frame
+and is not listed). A parameter given as a scalar applies to every severity; a list must have one
+value per severity. For a tuple-valued parameter (e.g. a set of choices) a list of lists is per
+severity, a flat list is shared. Example::
+
+    [benchmark]
+    name = "kitti-c"
+    version = "1.0.0"
+    seed = 20230115
+    source = "kitti"
+    severities = 5
+
+    [corruptions.gaussian_rad]
+    stage = "gaussian_rad"
+    sigma = [0.04, 0.06, 0.08, 0.10, 0.12]   # m, Li et al. Appendix C-A
+
+The fingerprint hashes the canonical JSON of the recipe (stage names, stage versions, every
+parameter of every severity) plus the list of source frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from stages.registry import Stage, get_stage
+
+BENCHMARK_KEYS = {
+    "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
+}
+SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be used; the message names the recipe and the offending entry."""
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """One corruption of a benchmark: its stage and one params instance per severity 1..S."""
+
+    name: str
+    stage: str
+    stage_version: int
+    params: tuple[Any, ...]
+    notes: str = ""
+
+    def params_for(self, severity: int) -> Any:
+        return self.params[severity - 1]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    version: str
+    seed: int
+    source: str
+    severities: int
+    corruptions: tuple[Corruption, ...]
+    split: str | None = None
+    description: str = ""
+    paper: str = ""
+    severity_names: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""  # where it was loaded from (for messages)
+
+    def corruption(self, name: str) -> Corruption:
+        for c in self.corruptions:
+            if c.name == name:
+                return c
+        raise KeyError(f"recipe {self.name}: no corruption {name!r}")
+
+    @property
+    def frames_per_shard(self) -> int:
+        return int(self.options.get("frames_per_shard", SHARD_DEFAULT_FRAMES))
+
+    def canonical(self) -> dict[str, Any]:
+        """Everything that determines the output bytes, as plain JSON-able data."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "seed": self.seed,
+            "source": self.source,
+            "split": self.split,
+            "severities": self.severities,
+            "corruptions": [
+                {
+                    "name": c.name,
+                    "stage": c.stage,
+                    "stage_version": c.stage_version,
+                    "params": [_jsonable(dataclasses.asdict(p)) for p in c.params],
+                }
+                for c in self.corruptions
+            ],
+        }
+
+    def fingerprint(self, frame_ids: Sequence[str]) -> str:
+        payload = {"recipe": self.canonical(), "frames": list(frame_ids)}
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def examples_defined(self, n_frames: int) -> int:
+        """Examples the benchmark defines: every frame × corruption × (severities + clean)."""
+        return n_frames * len(self.corruptions) * (self.severities + 1)
+
+    def examples_stored(self, n_frames: int) -> int:
+        """Examples actually written: the clean frame once, plus each corruption × severity."""
+        return n_frames * (1 + len(self.corruptions) * self.severities)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if isinstance(v, tuple | list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def builtin_recipes() -> dict[str, resources.abc.Traversable]:
+    folder = resources.files("manifests") / "recipes"
+    return {p.name[: -len(".toml")]: p for p in folder.iterdir() if p.name.endswith(".toml")}
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    """Load a built-in recipe by name (``kitti-c``) or a user's TOML file by path."""
+    text_path = Path(name_or_path)
+    builtins = builtin_recipes()
+    if str(name_or_path) in builtins:
+        res = builtins[str(name_or_path)]
+        return parse_recipe(res.read_text(), origin=f"built-in recipe {name_or_path}")
+    if text_path.suffix == ".toml" or text_path.exists():
+        if not text_path.is_file():
+            raise RecipeError(f"recipe file {text_path} does not exist")
+        return parse_recipe(text_path.read_text(), origin=str(text_path))
+    raise RecipeError(
+        f"unknown benchmark {name_or_path!r}: not a built-in ({', '.join(sorted(builtins))}) nor a .toml file"
+    )
+
+
+def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{origin}: not valid TOML: {e}") from None
+    bench = data.get("benchmark")
+    if not isinstance(bench, dict):
+        raise RecipeError(f"{origin}: missing [benchmark] table")
+    unknown = set(bench) - BENCHMARK_KEYS
+    if unknown:
+        raise RecipeError(f"{origin}: [benchmark] has unknown keys {sorted(unknown)}")
+    for key in ("name", "version", "seed", "source", "severities"):
+        if key not in bench:
+            raise RecipeError(f"{origin}: [benchmark] is missing {key!r}")
+    severities = bench["severities"]
+    if not isinstance(severities, int) or isinstance(severities, bool) or severities < 1:
+        raise RecipeError(f"{origin}: [benchmark] severities must be a positive integer, got {severities!r}")
+    if not isinstance(bench["seed"], int):
+        raise RecipeError(f"{origin}: [benchmark] seed must be an integer, got {bench['seed']!r}")
+    sev_names = tuple(bench.get("severity_names", ()))
+    if sev_names and len(sev_names) != severities:
+        raise RecipeError(f"{origin}: severity_names has {len(sev_names)} entries, severities is {severities}")
+    raw = data.get("corruptions")
+    if not isinstance(raw, dict) or not raw:
+        raise RecipeError(f"{origin}: no [corruptions.*] entries")
+    corruptions = tuple(_parse_corruption(origin, name, entry, severities) for name, entry in raw.items())
+    options = data.get("options", {})
+    if not isinstance(options, dict):
+        raise RecipeError(f"{origin}: [options] must be a table")
+    fps = options.get("frames_per_shard", SHARD_DEFAULT_FRAMES)
+    if not isinstance(fps, int) or fps < 1:
+        raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
+    return Recipe(
+        name=str(bench["name"]),
+        version=str(bench["version"]),
+        seed=int(bench["seed"]),
+        source=str(bench["source"]),
+        split=bench.get("split"),
+        severities=severities,
+        corruptions=corruptions,
+        description=str(bench.get("description", "")),
+        paper=str(bench.get("paper", "")),
+        severity_names=sev_names,
+        options=dict(options),
+        origin=origin,
+    )
+
+
+def _parse_corruption(origin: str, name: str, entry: Any, severities: int) -> Corruption:
+    where = f"{origin}: corruption {name!r}"
+    if name == "clean":
+        raise RecipeError(f"{where}: 'clean' is reserved for severity 0")
+    if not isinstance(entry, dict):
+        raise RecipeError(f"{where}: must be a table")
+    entry = dict(entry)
+    stage_name = entry.pop("stage", None)
+    notes = str(entry.pop("notes", ""))
+    if not isinstance(stage_name, str):
+        raise RecipeError(f"{where}: missing 'stage'")
+    try:
+        stage = get_stage(stage_name)
+    except KeyError as e:
+        raise RecipeError(f"{where}: {e.args[0]}") from None
+    fields = stage.param_fields()
+    unknown = set(entry) - set(fields)
+    if unknown:
+        raise RecipeError(f"{where}: unknown parameter(s) {sorted(unknown)} for stage {stage_name} "
+                          f"(it takes {sorted(fields)})")
+    per_severity: list[dict[str, Any]] = [{} for _ in range(severities)]
+    for fname, f in fields.items():
+        if fname not in entry:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise RecipeError(f"{where}: missing parameter {fname!r} of stage {stage_name}")
+        values = _per_severity(where, fname, entry[fname], _field_type(stage, fname), severities)
+        for s, v in enumerate(values):
+            per_severity[s][fname] = v
+    try:
+        params = tuple(stage.params(**kw) for kw in per_severity)
+    except (TypeError, ValueError) as e:
+        raise RecipeError(f"{where}: {e}") from None
+    return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+
+
+def _field_type(stage: Stage, fname: str) -> Any:
+    hints = typing.get_type_hints(stage.params)
+    return hints[fname]
+
+
+def _is_tuple_type(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_tuple_type(a) for a in typing.get_args(tp) if a is not type(None))
+    return origin is tuple or tp is tuple
+
+
+def _per_severity(where: str, fname: str, value: Any, tp: Any, severities: int) -> list[Any]:
+    if _is_tuple_type(tp):
+        if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            values = [tuple(_coerce(where, fname, x, float) for x in v) for v in value]
+        elif isinstance(value, list):
+            return [tuple(value)] * severities
+        else:
+            raise RecipeError(f"{where}: parameter {fname!r} must be a list, got {value!r}")
+    elif isinstance(value, list):
+        values = [_coerce(where, fname, v, tp) for v in value]
+    else:
+        return [_coerce(where, fname, value, tp)] * severities
+    if len(values) != severities:
+        raise RecipeError(
+            f"{where}: parameter {fname!r} has {len(values)} values, the recipe has {severities} severities"
+        )
+    return values
+
+
+def _coerce(where: str, fname: str, v: Any, tp: Any) -> Any:
+    if isinstance(v, str) and v in ("inf", "+inf") and tp is float:
+        return math.inf
+    if tp is float and isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    if tp is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if tp is bool and isinstance(v, bool):
+        return v
+    if tp is str and isinstance(v, str):
+        return v
+    if tp in (float, int, bool, str):
+        raise RecipeError(f"{where}: parameter {fname!r} must be {tp.__name__}, got {v!r}")
+    return v

@@ -1,0 +1,124 @@
+"""Vectorised geometry shared by the stages: spherical coordinates and points-in-box tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stages.frame import Boxes, Calib
+
+
+def to_spherical(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(range, azimuth, elevation) of sensor-frame points; azimuth = atan2(y, x), elevation = asin(z/r)."""
+    xyz = np.asarray(xyz, dtype=np.float64)
+    r = np.linalg.norm(xyz, axis=1)
+    az = np.arctan2(xyz[:, 1], xyz[:, 0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        el = np.where(r > 0, np.arcsin(np.clip(xyz[:, 2] / np.where(r > 0, r, 1.0), -1.0, 1.0)), 0.0)
+    return r, az, el
+
+
+def from_spherical(r: np.ndarray, az: np.ndarray, el: np.ndarray) -> np.ndarray:
+    cos_el = np.cos(el)
+    return np.stack([r * cos_el * np.cos(az), r * cos_el * np.sin(az), r * np.sin(el)], axis=1)
+
+
+def scale_range(xyz: np.ndarray, new_range: np.ndarray) -> np.ndarray:
+    """Move each point along its own ray to ``new_range`` (points at the origin stay there).
+
+    Equivalent to converting to spherical coordinates, changing r and converting back, without
+    the trigonometry round trip. A negative new range flips the point through the sensor, as the
+    spherical formula would.
+    """
+    xyz = np.asarray(xyz, dtype=np.float64)
+    r = np.linalg.norm(xyz, axis=1)
+    factor = np.divide(new_range, r, out=np.ones_like(r), where=r > 0)
+    return xyz * factor[:, None]
+
+
+def points_in_box_frame(xyz: np.ndarray, center: np.ndarray, heading: float) -> np.ndarray:
+    """Coordinates of points in a box's local frame (origin at its centre, x along its heading)."""
+    d = np.asarray(xyz, dtype=np.float64) - center
+    c, s = np.cos(heading), np.sin(heading)
+    return np.stack([d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c, d[:, 2]], axis=1)
+
+
+def assign_points_to_boxes(xyz: np.ndarray, boxes: Boxes, margin: float = 0.0) -> np.ndarray:
+    """Index of the first valid (non-DontCare) box containing each point, or -1.
+
+    A point is inside when |local coordinate| ≤ half the box size + ``margin`` on every axis, in
+    the box's own oriented frame (the exact oriented box for margin 0). Points in overlapping boxes
+    belong to the first box, so no point is moved twice by an object-level stage.
+    """
+    xyz = np.asarray(xyz, dtype=np.float64)
+    out = np.full(len(xyz), -1, dtype=np.int64)
+    valid = boxes.valid
+    for j in range(len(boxes)):
+        if not valid[j]:
+            continue
+        half = boxes.dims[j] / 2 + margin
+        radius = float(np.linalg.norm(half))
+        near = np.flatnonzero(np.abs(xyz - boxes.center[j]).max(axis=1) <= radius)
+        if near.size == 0:
+            continue
+        local = points_in_box_frame(xyz[near], boxes.center[j], boxes.heading[j])
+        inside = near[np.all(np.abs(local) <= half, axis=1)]
+        free = inside[out[inside] < 0]
+        out[free] = j
+    return out
+
+
+def wrap_angle(a: np.ndarray) -> np.ndarray:
+    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
+
+
+IMAGE_SIZE = (1242.0, 375.0)  # KITTI image width, height (px), used to clip re-projected 2D boxes
+
+
+def refresh_camera_fields(boxes: Boxes, calib: Calib | None, changed: np.ndarray) -> Boxes:
+    """Recompute KITTI's image-side fields of boxes whose 3D geometry a stage changed.
+
+    ``alpha`` follows from the new location and heading exactly; ``bbox2d`` becomes the image
+    rectangle of the projected 3D box corners, clipped to the image (the original hand-drawn 2D box
+    no longer describes the moved object). Without a calibration the fields are left as they were.
+    """
+    changed = np.asarray(changed, dtype=bool)
+    if calib is None or not changed.any():
+        return boxes
+    idx = np.flatnonzero(changed)
+    sub = boxes.replace(
+        center=boxes.center[idx],
+        dims=boxes.dims[idx],
+        heading=boxes.heading[idx],
+        cls=boxes.cls[idx],
+        truncated=boxes.truncated[idx],
+        occluded=boxes.occluded[idx],
+        alpha=boxes.alpha[idx],
+        bbox2d=boxes.bbox2d[idx],
+    )
+    rect_center = calib.lidar_to_rect(sub.center)
+    rot_y = lidar_heading_to_rot_y(sub.heading, calib)
+    alpha = boxes.alpha.copy()
+    alpha[idx] = wrap_angle(rot_y - np.arctan2(rect_center[:, 0], rect_center[:, 2]))
+    bbox2d = boxes.bbox2d.copy()
+    corners = calib.lidar_to_rect(sub.corners().reshape(-1, 3)).reshape(-1, 8, 3)
+    for k, j in enumerate(idx):
+        if np.all(corners[k, :, 2] > 0.1):
+            uv = calib.project_rect(corners[k])
+            lo = np.clip(uv.min(axis=0), 0, np.array(IMAGE_SIZE) - 1)
+            hi = np.clip(uv.max(axis=0), 0, np.array(IMAGE_SIZE) - 1)
+            bbox2d[j] = [lo[0], lo[1], hi[0], hi[1]]
+    return boxes.replace(alpha=alpha, bbox2d=bbox2d)
+
+
+def lidar_heading_to_rot_y(heading: np.ndarray, calib: Calib) -> np.ndarray:
+    """KITTI rotation_y (about the camera's y axis) of a LiDAR-frame yaw, through the calibration."""
+    d = np.stack([np.cos(heading), np.sin(heading), np.zeros_like(heading)], axis=1)
+    d_rect = d @ calib.velo_to_rect[:3, :3].T
+    return wrap_angle(-np.arctan2(d_rect[:, 2], d_rect[:, 0]))
+
+
+def rot_y_to_lidar_heading(rot_y: np.ndarray, calib: Calib) -> np.ndarray:
+    """Inverse of `lidar_heading_to_rot_y`."""
+    d_rect = np.stack([np.cos(rot_y), np.zeros_like(rot_y), -np.sin(rot_y)], axis=1)
+    d = d_rect @ calib.rect_to_velo[:3, :3].T
+    return np.arctan2(d[:, 1], d[:, 0])

@@ -1,0 +1,90 @@
+"""The stage protocol and registry.
+
+A stage is a pure function ``apply(frame, params, rng) -> Frame`` plus a frozen dataclass of
+parameters. It never mutates its input, never reads files and draws all randomness from ``rng``.
+Stages register themselves with `stage(...)`; the registry discovers every module under the
+``stages`` package on first use, so adding a corruption means adding one file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from stages.frame import Frame
+
+
+class StageFn(Protocol):
+    def __call__(self, frame: Frame, params: Any, rng: np.random.Generator) -> Frame: ...
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A registered corruption: its name, family, version, parameter type and function."""
+
+    name: str
+    family: str
+    version: int
+    params: type
+    fn: StageFn
+    summary: str
+
+    def apply(self, frame: Frame, params: Any, rng: np.random.Generator) -> Frame:
+        if not isinstance(params, self.params):
+            raise TypeError(f"stage {self.name}: expected {self.params.__name__}, got {type(params).__name__}")
+        return self.fn(frame, params, rng)
+
+    def param_fields(self) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(self.params)}
+
+
+_REGISTRY: dict[str, Stage] = {}
+_discovered = False
+
+
+def stage(name: str, *, params: type, version: int = 1) -> Callable[[StageFn], StageFn]:
+    """Register ``fn`` as stage ``name``. Bump ``version`` whenever its output for the same inputs changes:
+    the version is part of every recipe fingerprint, so a resumed build never mixes old and new output."""
+    if not (dataclasses.is_dataclass(params) and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise TypeError(f"stage {name}: params must be a frozen dataclass")
+
+    def register(fn: StageFn) -> StageFn:
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"stage {name!r} is registered twice ({_REGISTRY[name].fn.__module__}, {fn.__module__})")
+        family = fn.__module__.split(".")[1] if fn.__module__.count(".") >= 2 else "misc"
+        summary = (sys.modules[fn.__module__].__doc__ or "").strip().split("\n")[0]
+        _REGISTRY[name] = Stage(name, family, version, params, fn, summary)
+        return fn
+
+    return register
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    import stages
+
+    for mod in pkgutil.walk_packages(stages.__path__, prefix="stages."):
+        importlib.import_module(mod.name)
+    _discovered = True
+
+
+def get_stage(name: str) -> Stage:
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; known stages: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def all_stages() -> dict[str, Stage]:
+    _discover()
+    return dict(sorted(_REGISTRY.items()))
