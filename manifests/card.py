@@ -1,0 +1,75 @@
+"""The dataset card (``README.md`` beside ``manifest.json``), rendered from the manifest and recipe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from manifests.recipe import Recipe
+from stages.registry import get_stage
+
+
+def render_card(manifest: dict[str, Any], recipe: Recipe) -> str:
+    counts = manifest["counts"]
+    src = manifest["source"]
+    lines = [
+        f"# {manifest['dataset']} {manifest['version']}",
+        "",
+        recipe.description or "",
+        "",
+        f"- Specification: {recipe.paper}" if recipe.paper else "",
+        f"- Source: `{src.get('kind')}` ({src.get('split') or 'all frames'}), {manifest['frames']} frames, "
+        f"point fields {', '.join(manifest['fields'])}, intensity scale `{manifest['intensity_scale']}`",
+        f"- Recipe: `{recipe.origin}`, seed {recipe.seed}, fingerprint `{manifest['fingerprint']}`",
+        f"- Built by bench-build {manifest['code_version']} on {manifest['created']}",
+        f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
+        f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
+        "severity 0 = clean)",
+        f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in `clean/`), "
+        f"{counts['bytes'] / 1e6:,.1f} MB in {len(manifest['shards'])} Parquet files",
+        "",
+        "## Corruptions",
+        "",
+        "| corruption | stage | severities 1…S | notes |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in recipe.corruptions:
+        stage = get_stage(c.stage)
+        params = "; ".join(_fmt_params(p) for p in c.params)
+        lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version}: {stage.summary} | {params} | {c.notes} |")
+    lines += ["", "## Counts per corruption × severity", "", "| partition | examples | MB |", "| --- | --- | --- |"]
+    for key, v in sorted(counts["by_partition"].items()):
+        lines.append(f"| {key} | {v['examples']} | {v['bytes'] / 1e6:.1f} |")
+    lines += [
+        "",
+        "## How to load",
+        "",
+        "```python",
+        "from pipeline.reader import open_version",
+        "ds = open_version('.')",
+        "for ex in ds.examples(corruption='" + recipe.corruptions[0].name + "', severity=3):",
+        "    ex.points  # (N, C) float32, columns ex.fields",
+        "```",
+        "",
+        "Without bench-build (plain pyarrow / DuckDB):",
+        "",
+        "```python",
+        "import pyarrow.dataset as pads",
+        "t = pads.dataset('data', format='parquet', partitioning='hive').to_table()",
+        "# duckdb: SELECT corruption, severity, count(*) FROM 'data/**/*.parquet' GROUP BY ALL",
+        "```",
+        "",
+        "`points` is a flat list<float32>, row-major N×C; the field names are in the file metadata key "
+        "`bench_build` (JSON). `point_tag` marks synthetic/scattered points; `boxes` are LiDAR-frame boxes.",
+        "",
+        "## Licence",
+        "",
+        "The corrupted data inherits the licence of the source dataset (KITTI: CC BY-NC-SA 3.0).",
+        "",
+    ]
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _fmt_params(p: Any) -> str:
+    from dataclasses import asdict
+
+    return ", ".join(f"{k}={v}" for k, v in asdict(p).items())

@@ -1,0 +1,114 @@
+"""The manifest of a built dataset version: what it is, how it was built, and every shard's checksum.
+
+``manifest.json`` (schema version 1)::
+
+    {"manifest_version": 1, "dataset": "kitti-c", "version": "1.0.0", "created": "...",
+     "code_version": "0.1.0", "fingerprint": "<sha256>", "recipe": {...canonical recipe...},
+     "source": {...}, "frames": 7481, "frames_per_shard": 64, "fields": [...], "intensity_scale": "unit",
+     "counts": {"examples_defined": 1122150, "examples_stored": 942606, "bytes": ...,
+                "by_partition": {"clean/0": {...}, "fog/3": {"examples": 7481, "bytes": ..., "seconds": ...}}},
+     "shards": [{"path": "data/corruption=fog/severity=3/part-00000-of-00117.parquet",
+                 "corruption": "fog", "severity": 3, "shard": "part-00000-of-00117",
+                 "rows": 64, "bytes": 123, "sha256": "..."}, ...]}
+
+`verify_version` re-checks every listed file: presence, byte size, sha256 and the row count in the
+Parquet footer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def read_manifest(version_dir: str | Path) -> dict[str, Any]:
+    path = Path(version_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{path}: not valid JSON: {e}") from None
+    if data.get("manifest_version") != MANIFEST_VERSION:
+        raise ManifestError(f"{path}: unsupported manifest_version {data.get('manifest_version')!r}")
+    return data
+
+
+def stable_view(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without fields that legitimately differ between identical builds (timestamps, timings)."""
+    out = {k: v for k, v in manifest.items() if k not in VOLATILE_KEYS}
+    counts = dict(out.get("counts", {}))
+    counts["by_partition"] = {k: {kk: vv for kk, vv in v.items() if kk != "seconds"}
+                              for k, v in counts.get("by_partition", {}).items()}
+    out["counts"] = counts
+    return out
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport:
+    """Re-check every shard listed in the manifest (size, sha256, Parquet row count)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    root = Path(version_dir)
+    manifest = read_manifest(root)
+    report = VerifyReport()
+
+    def check(entry: dict[str, Any]) -> str | None:
+        rel = entry["path"]
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"{rel}: path escapes the version directory"
+        path = root / rel
+        if not path.is_file():
+            return f"{rel}: missing"
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"{rel}: {size} bytes, manifest says {entry['bytes']}"
+        if _sha256(path) != entry["sha256"]:
+            return f"{rel}: sha256 mismatch (file altered or corrupt)"
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:  # a file with the right hash can't fail here, but be loud if it does
+            return f"{rel}: unreadable Parquet: {e}"
+        if rows != entry["rows"]:
+            return f"{rel}: {rows} rows, manifest says {entry['rows']}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for problem in pool.map(check, manifest["shards"]):
+            report.checked += 1
+            if problem:
+                report.problems.append(problem)
+    totals = sum(e["rows"] for e in manifest["shards"])
+    if totals != manifest["counts"]["examples_stored"]:
+        report.problems.append(f"manifest lists {totals} rows but counts say {manifest['counts']['examples_stored']}")
+    return report

@@ -1,0 +1,238 @@
+"""`bench-build run`: recipe → plan → ledger filter → Ray shards → manifest + dataset card.
+
+The driver never touches point data: Ray tasks read frames, run the stages and write Parquet
+themselves, and return only their small ledger entries. At most ``2 × workers`` tasks are in
+flight, so the driver's memory stays flat whatever the dataset size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from manifests.card import render_card
+from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
+from manifests.recipe import Recipe, load_recipe
+from pipeline import __version__
+from pipeline.ledger import Ledger, atomic_write_text
+from pipeline.plan import ShardSpec, plan_shards
+from pipeline.progress import BuildProgress
+from pipeline.shard import ShardFailed, build_shard
+from pipeline.sources import open_source
+
+DEMO_FRAMES = 8
+DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
+
+
+@dataclass
+class BuildResult:
+    version_dir: Path
+    shards_total: int
+    shards_skipped: int  # already done in the ledger
+    shards_built: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.manifest is not None
+
+
+def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: str, fingerprint: str, run_id: str) -> dict:
+    """Ray task body: build one shard, or record why it failed. Never raises for bad input."""
+    ledger = Ledger(Path(root))
+    try:
+        entry = build_shard(spec, recipe, source, Path(root), fingerprint, run_id)
+        return {"shard": spec.name, "ok": True, "entry": entry}
+    except ShardFailed as e:
+        ledger.record_failed(spec.name, {"shard": spec.name, "error": e.message, "path": e.path, "run_id": run_id})
+        return {"shard": spec.name, "ok": False, "error": e.message}
+
+
+def init_ray(workers: int | None, address: str | None) -> bool:
+    """Start (or join) Ray; return True if this call started it (so the caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=workers or os.cpu_count() or 1, **kwargs)
+    return True
+
+
+def run_build(
+    benchmark: str,
+    *,
+    source: str | None = None,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    address: str | None = None,
+    max_frames: int | None = None,
+    split: str | None = None,
+    frames_per_shard: int | None = None,
+    overwrite: bool = False,
+    recheck: str = "sha256",
+    progress: bool = True,
+) -> BuildResult:
+    t0 = time.time()
+    recipe = load_recipe(benchmark)
+    demo = source is None
+    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
+    frame_ids = src.list_frames()
+    if max_frames is not None:
+        frame_ids = frame_ids[:max_frames]
+    if not frame_ids:
+        raise ValueError(f"source {src.describe()} has no frames")
+    fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if demo else recipe.frames_per_shard)
+    fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}"])
+    version_dir = Path(out or "bench-out") / recipe.name / recipe.version
+    ledger = Ledger(version_dir)
+    specs = plan_shards(frame_ids, fps)
+    ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
+                  "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
+
+    pending = [s for s in specs if not ledger.check_done(s.name, fingerprint, recheck)[0]]
+    if pending:  # the version is being (re)built: no manifest may point at files that are changing
+        (version_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    result = BuildResult(version_dir, len(specs), len(specs) - len(pending))
+    per_shard = recipe.examples_stored(1)
+    bar = BuildProgress(total=len(frame_ids) * per_shard, enabled=progress)
+    bar.advance(sum(len(s.frame_ids) for s in specs if s not in pending) * per_shard)
+    if pending:
+        started = init_ray(workers, address)
+        try:
+            _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_shard)
+        finally:
+            bar.close()
+            if started:
+                import ray
+
+                ray.shutdown()
+    else:
+        bar.close()
+    result.seconds = time.time() - t0
+    if not result.failures and all(ledger.check_done(s.name, fingerprint, "size")[0] for s in specs):
+        result.manifest = write_manifest(version_dir, recipe, src.describe(), specs, ledger, fingerprint,
+                                         fps, result.seconds)
+    return result
+
+
+def _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_shard) -> None:
+    import ray
+
+    run_id = uuid.uuid4().hex[:12]
+    task = ray.remote(num_cpus=1, max_retries=3)(_run_shard)
+    recipe_ref, src_ref = ray.put(recipe), ray.put(src)
+    max_in_flight = max(2, int(2 * ray.cluster_resources().get("CPU", 1)))
+    queue = list(pending)
+    in_flight: dict[Any, ShardSpec] = {}
+    while queue or in_flight:
+        while queue and len(in_flight) < max_in_flight:
+            spec = queue.pop(0)
+            ref = task.remote(spec, recipe_ref, src_ref, str(version_dir), fingerprint, run_id)
+            in_flight[ref] = spec
+        done, _ = ray.wait(list(in_flight), num_returns=1)
+        for ref in done:
+            spec = in_flight.pop(ref)
+            try:
+                res = ray.get(ref)
+            except Exception as e:  # the task crashed after its retries (e.g. a worker OOM-killed)
+                res = {"shard": spec.name, "ok": False, "error": f"{type(e).__name__}: {e}"}
+                Ledger(version_dir).record_failed(spec.name, {"shard": spec.name, "error": res["error"],
+                                                             "run_id": run_id})
+            if res["ok"]:
+                result.shards_built.append(spec.name)
+                bar.advance(len(spec.frame_ids) * per_shard)
+            else:
+                result.failures[spec.name] = res["error"]
+                bar.fail(spec.name, res["error"])
+
+
+def write_manifest(version_dir: Path, recipe: Recipe, source: dict, specs: list[ShardSpec], ledger: Ledger,
+                   fingerprint: str, fps: int, seconds: float) -> dict[str, Any]:
+    shards, by_part = [], {}
+    fields, scale = None, None
+    for spec in specs:
+        entry = ledger.done_entry(spec.name)
+        assert entry is not None
+        for f in entry["files"]:
+            shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
+                           "shard": spec.name, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"]})
+            part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
+            part["examples"] += f["rows"]
+            part["bytes"] += f["bytes"]
+            part["seconds"] = round(part["seconds"] + f["seconds"], 4)
+    if shards:
+        import pyarrow.parquet as pq
+
+        from pipeline.schema import file_metadata
+
+        meta = file_metadata(pq.read_schema(version_dir / shards[0]["path"]))
+        fields, scale = meta.get("fields"), meta.get("intensity_scale")
+    n_frames = sum(len(s.frame_ids) for s in specs)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "dataset": recipe.name,
+        "version": recipe.version,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "build_seconds": round(seconds, 2),
+        "code_version": __version__,
+        "fingerprint": fingerprint,
+        "recipe": recipe.canonical(),
+        "source": {k: v for k, v in source.items() if k != "root"},
+        "frames": n_frames,
+        "frames_per_shard": fps,
+        "fields": fields,
+        "intensity_scale": scale,
+        "counts": {
+            "examples_defined": recipe.examples_defined(n_frames),
+            "examples_stored": sum(s["rows"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards),
+            "by_partition": by_part,
+        },
+        "shards": shards,
+    }
+    atomic_write_text(version_dir / "README.md", render_card(manifest, recipe))
+    atomic_write_text(version_dir / MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
+    return manifest
+
+
+def build_status(benchmark: str, out: str | Path) -> dict[str, Any]:
+    """Shards done / failed / pending, examples written and an ETA, from the ledger alone."""
+    recipe = load_recipe(benchmark)
+    version_dir = Path(out) / recipe.name / recipe.version
+    ledger = Ledger(version_dir)
+    info = ledger.run_info()
+    if info is None:
+        raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
+    specs = plan_shards(info["frames"], info["frames_per_shard"])
+    done, failed, pending = [], {}, []
+    seconds, examples = 0.0, 0
+    for s in specs:
+        e = ledger.done_entry(s.name)
+        if e and e.get("fingerprint") == info["fingerprint"]:
+            done.append(s.name)
+            seconds += e["seconds"]
+            examples += sum(f["rows"] for f in e["files"])
+        elif (fe := ledger.failed_entry(s.name)) is not None:
+            failed[s.name] = fe["error"]
+        else:
+            pending.append(s.name)
+    remaining = len(specs) - len(done)
+    eta = (seconds / len(done)) * remaining if done else None
+    return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "shards": len(specs),
+            "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
+            "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
+                                                      * info["recipe"]["severities"]),
+            "eta_cpu_seconds": eta, "complete": (version_dir / MANIFEST_NAME).is_file()}

@@ -1,0 +1,64 @@
+"""A live progress bar for builds (examples/s, ETA) that degrades to log lines when not on a TTY."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class BuildProgress:
+    def __init__(self, total: int, *, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self._t0 = time.time()
+        self._start_done: int | None = None
+        self._progress = None
+        self._task = None
+        self._last_log = 0.0
+        if enabled and sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(TextColumn("[bold]examples"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                                      TimeRemainingColumn(), transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("build", total=total, rate="")
+
+    def rate(self) -> float:
+        base = self._start_done or 0
+        elapsed = time.time() - self._t0
+        return (self.done - base) / elapsed if elapsed > 0 else 0.0
+
+    def advance(self, n: int) -> None:
+        if self._start_done is None:
+            self._start_done = n  # work found already done by an earlier run is not this run's rate
+            self._t0 = time.time()
+        self.done += n
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done, rate=f"{self.rate():.1f} ex/s")
+        elif self.enabled and (time.time() - self._last_log > 5 or self.done >= self.total):
+            self._last_log = time.time()
+            r = self.rate()
+            eta = (self.total - self.done) / r if r > 0 else float("nan")
+            print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, ETA {eta:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def fail(self, shard: str, error: str) -> None:
+        if self.enabled:
+            first = error.splitlines()[0] if error else ""
+            msg = f"shard {shard} FAILED: {first}"
+            if self._progress is not None:
+                self._progress.console.print(f"[red]{msg}")
+            else:
+                print(f"[bench-build] {msg}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,127 @@
+"""Building one shard: read its frames once, run every corruption × severity, write Parquet atomically.
+
+This runs inside a Ray task but knows nothing about Ray: it is a plain function of
+(spec, recipe, source, output directory) so it can be tested and profiled on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from manifests.recipe import Recipe, _jsonable
+from pipeline.ledger import Ledger, sha256_file
+from pipeline.plan import CLEAN, ShardSpec, example_key, example_rng
+from pipeline.schema import encode_rows, schema_with_metadata
+from pipeline.sources.base import Source, SourceError
+from stages.frame import Frame
+from stages.registry import get_stage
+
+ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can skip what they filter out
+# Float coordinates compress poorly as-is; BYTE_STREAM_SPLIT + zstd makes files ≈35 % smaller and
+# encodes ≈10× faster than the default dictionary attempt on float columns (measured on demo scans).
+PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "use_dictionary": ["frame_id", "corruption", "boxes.list.element.cls"],
+    "use_byte_stream_split": ["points.list.element"],
+    "write_statistics": ["key", "frame_id", "corruption", "severity", "num_points"],
+}
+
+
+def write_parquet_atomic(path: Path, schema, batches) -> int:
+    """Stream record batches into ``path`` via a temp file + fsync + rename; return the row count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, **PARQUET_OPTIONS) as w:
+            for batch in batches:
+                w.write_batch(batch)
+                rows += batch.num_rows
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return rows
+
+
+def _batches(examples, size: int = ROW_GROUP_EXAMPLES):
+    buf = []
+    for ex in examples:
+        buf.append(ex)
+        if len(buf) == size:
+            yield encode_rows(buf)
+            buf = []
+    if buf:
+        yield encode_rows(buf)
+
+
+class ShardFailed(RuntimeError):
+    def __init__(self, shard: str, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.shard, self.message, self.path = shard, message, path
+
+
+def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: Path, fingerprint: str,
+                run_id: str) -> dict[str, Any]:
+    """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error."""
+    t0 = time.perf_counter()
+    ledger = Ledger(root)
+    frames: list[Frame] = []
+    for fid in spec.frame_ids:
+        try:
+            frames.append(source.read(fid))
+        except SourceError as e:
+            raise ShardFailed(spec.name, f"frame {fid}: {e}", e.path) from None
+    read_seconds = time.perf_counter() - t0
+    fields = frames[0].fields if frames else source.fields
+    base_meta = {
+        "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
+        "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
+    }
+    files = []
+    for corruption, severity, rel in spec.partitions(recipe):
+        t = time.perf_counter()
+        if corruption == CLEAN:
+            meta = {**base_meta, "corruption": CLEAN, "severity": 0, "stage": None}
+
+            def examples(corruption=corruption):
+                for f in frames:
+                    yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
+        else:
+            entry = recipe.corruption(corruption)
+            stage = get_stage(entry.stage)
+            params = entry.params_for(severity)
+            meta = {**base_meta, "corruption": corruption, "severity": severity, "stage": stage.name,
+                    "stage_version": stage.version, "params": _jsonable(asdict(params))}
+
+            def examples(corruption=corruption, severity=severity, stage=stage, params=params):
+                for f in frames:
+                    key = example_key(recipe.name, f.frame_id, corruption, severity)
+                    try:
+                        out = stage.apply(f, params, example_rng(recipe.seed, key))
+                    except Exception as e:
+                        raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
+                                          f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
+                    yield key, corruption, severity, out
+        path = root / rel
+        rows = write_parquet_atomic(path, schema_with_metadata(meta), _batches(examples()))
+        files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
+                      "bytes": path.stat().st_size, "sha256": sha256_file(path),
+                      "seconds": round(time.perf_counter() - t, 4)})
+    entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
+             "files": files, "read_seconds": round(read_seconds, 4),
+             "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}
+    ledger.record_done(spec.name, entry)
+    return entry

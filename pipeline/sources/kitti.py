@@ -1,0 +1,219 @@
+"""KITTI 3D object detection: ``velodyne/*.bin``, ``label_2/*.txt``, ``calib/*.txt``, ``ImageSets``.
+
+Layout (``ROOT`` may be the dataset root or its ``training``/``testing`` folder)::
+
+    ROOT/training/velodyne/000000.bin   float32 little-endian x, y, z, reflectance ∈ [0, 1]
+    ROOT/training/label_2/000000.txt    15 fields per object, camera frame (KITTI devkit)
+    ROOT/training/calib/000000.txt      P0..P3, R0_rect, Tr_velo_to_cam, Tr_imu_to_velo
+    ROOT/ImageSets/{train,val,test}.txt optional frame lists (``split``)
+
+Labels are converted to the LiDAR frame with the frame's own calibration:
+X_rect = R0_rect · Tr_velo_to_cam · X_velo, the label location is the bottom centre of the box.
+The writers here are the exact inverse and are used by the demo source and label export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.sources.base import SourceError
+from stages.frame import DONT_CARE, Boxes, Calib, Frame
+from stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
+
+LABEL_FIELDS = 15  # a 16th (score) is allowed: detection results use the same format
+CALIB_KEYS = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_cam": 12, "Tr_imu_to_velo": 12}
+REQUIRED_CALIB = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam")
+
+
+def read_velodyne(path: Path) -> np.ndarray:
+    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise SourceError(path, "file not found") from None
+    if size % 16:
+        raise SourceError(path, f"size {size} bytes is not a multiple of 16 (4 float32 per point)")
+    pts = np.fromfile(path, dtype="<f4").reshape(-1, 4)
+    bad = ~np.isfinite(pts).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})")
+    return pts
+
+
+def read_calib(path: Path) -> Calib:
+    if not path.is_file():
+        raise SourceError(path, "calibration file not found")
+    values: dict[str, np.ndarray] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, rest = line.partition(":")
+        key = key.strip()
+        if not sep:
+            raise SourceError(path, f"line {lineno}: expected 'KEY: values', got {line[:40]!r}")
+        if key not in CALIB_KEYS:
+            continue  # e.g. Tr_cam_to_road in some tools; not needed
+        try:
+            nums = np.array([float(v) for v in rest.split()], dtype=np.float64)
+        except ValueError:
+            raise SourceError(path, f"line {lineno}: {key} has a non-numeric value") from None
+        if nums.size != CALIB_KEYS[key]:
+            raise SourceError(path, f"line {lineno}: {key} has {nums.size} values, expected {CALIB_KEYS[key]}")
+        if not np.isfinite(nums).all():
+            raise SourceError(path, f"line {lineno}: {key} has NaN/inf values")
+        values[key] = nums
+    missing = [k for k in REQUIRED_CALIB if k not in values]
+    if missing:
+        raise SourceError(path, f"missing calibration entries {missing}")
+    imu = values.get("Tr_imu_to_velo")
+    calib = Calib(
+        P=tuple(values[f"P{i}"].reshape(3, 4) for i in range(4)),
+        R0_rect=values["R0_rect"].reshape(3, 3),
+        Tr_velo_to_cam=values["Tr_velo_to_cam"].reshape(3, 4),
+        Tr_imu_to_velo=None if imu is None else imu.reshape(3, 4),
+    )
+    if abs(np.linalg.det(calib.velo_to_rect)) < 1e-9:
+        raise SourceError(path, "R0_rect · Tr_velo_to_cam is singular")
+    return calib
+
+
+def read_labels(path: Path, calib: Calib | None) -> Boxes:
+    """Boxes of a ``label_2`` file, converted to the LiDAR frame with ``calib``."""
+    rows: list[list[str]] = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) not in (LABEL_FIELDS, LABEL_FIELDS + 1):
+            raise SourceError(path, f"line {lineno}: {len(parts)} fields, expected {LABEL_FIELDS} (or 16 with score)")
+        rows.append(parts)
+    if not rows:
+        return Boxes.empty()
+    if calib is None:
+        raise SourceError(path, "has labels but the frame has no calibration file to convert them to the LiDAR frame")
+    try:
+        num = np.array([[float(v) for v in r[1:LABEL_FIELDS]] for r in rows], dtype=np.float64)
+    except ValueError as e:
+        raise SourceError(path, f"non-numeric label field: {e}") from None
+    if not np.isfinite(num).all():
+        raise SourceError(path, "label has NaN/inf values")
+    cls = np.array([r[0] for r in rows], dtype=object)
+    h, w, length = num[:, 7], num[:, 8], num[:, 9]
+    loc, rot_y = num[:, 10:13], num[:, 13]
+    care = cls != DONT_CARE
+    center = np.full((len(rows), 3), -1000.0)
+    heading = np.full(len(rows), -10.0)
+    dims = np.stack([length, w, h], axis=1)
+    if care.any():
+        bottom = calib.rect_to_lidar(loc[care])
+        up = calib.rect_to_lidar(loc[care] - np.stack([np.zeros(care.sum()), h[care], np.zeros(care.sum())], 1))
+        center[care] = (bottom + up) / 2
+        heading[care] = rot_y_to_lidar_heading(rot_y[care], calib)
+    return Boxes(
+        center=center,
+        dims=dims,
+        heading=heading,
+        cls=cls,
+        truncated=num[:, 0],
+        occluded=num[:, 1].astype(np.int64),
+        alpha=num[:, 2],
+        bbox2d=num[:, 3:7],
+    )
+
+
+def format_labels(boxes: Boxes, calib: Calib) -> str:
+    """KITTI ``label_2`` text for LiDAR-frame boxes (the inverse of `read_labels`)."""
+    lines = []
+    rect_bottom = calib.lidar_to_rect(boxes.center - np.stack([0 * boxes.dims[:, 2], 0 * boxes.dims[:, 2],
+                                                               boxes.dims[:, 2] / 2], axis=1))
+    rot_y = lidar_heading_to_rot_y(boxes.heading, calib)
+    for j in range(len(boxes)):
+        left, top, right, bottom = boxes.bbox2d[j]
+        if boxes.cls[j] == DONT_CARE:
+            lines.append(f"{DONT_CARE} -1 -1 -10 {left:.2f} {top:.2f} {right:.2f} {bottom:.2f} "
+                         "-1 -1 -1 -1000 -1000 -1000 -10")
+            continue
+        length, width, height = boxes.dims[j]
+        x, y, z = rect_bottom[j]
+        lines.append(
+            f"{boxes.cls[j]} {boxes.truncated[j]:.2f} {int(boxes.occluded[j])} {boxes.alpha[j]:.2f} "
+            f"{left:.2f} {top:.2f} {right:.2f} {bottom:.2f} {height:.2f} {width:.2f} {length:.2f} "
+            f"{x:.2f} {y:.2f} {z:.2f} {rot_y[j]:.2f}"
+        )
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def format_calib(calib: Calib) -> str:
+    d = calib.as_dict()
+    return "".join(f"{k}: {' '.join(f'{v:.12e}' for v in d[k])}\n" for k in CALIB_KEYS if k in d)
+
+
+def write_frame(root: Path, frame: Frame, *, split_dir: str = "training") -> None:
+    """Write one frame in KITTI layout (velodyne .bin with x, y, z, intensity; label_2; calib)."""
+    base = Path(root) / split_dir
+    for sub in ("velodyne", "label_2", "calib"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    cols = [frame.fields.index(f) for f in ("x", "y", "z", "intensity")]
+    np.ascontiguousarray(frame.points[:, cols], dtype="<f4").tofile(base / "velodyne" / f"{frame.frame_id}.bin")
+    if frame.calib is not None:
+        (base / "calib" / f"{frame.frame_id}.txt").write_text(format_calib(frame.calib))
+        if frame.boxes is not None:
+            (base / "label_2" / f"{frame.frame_id}.txt").write_text(format_labels(frame.boxes, frame.calib))
+
+
+class KittiSource:
+    """Reads KITTI object-detection frames; ``split`` is ``training``/``testing`` or an ImageSets list name."""
+
+    kind = "kitti"
+    fields = ("x", "y", "z", "intensity")
+    intensity_scale = "unit"
+
+    def __init__(self, root: str | Path, split: str | None = None) -> None:
+        root = Path(root)
+        if not root.is_dir():
+            raise SourceError(root, "KITTI root directory not found")
+        split = split or "training"
+        if root.name in ("training", "testing") and (root / "velodyne").is_dir():
+            self.data_dir, self.root = root, root.parent
+        else:
+            folder = "testing" if split in ("testing", "test") else "training"
+            self.data_dir, self.root = root / folder, root
+        if not (self.data_dir / "velodyne").is_dir():
+            raise SourceError(self.data_dir / "velodyne", "velodyne directory not found (is this a KITTI root?)")
+        self.split = split
+
+    def list_frames(self) -> list[str]:
+        if self.split in ("training", "testing"):
+            return sorted(p.stem for p in (self.data_dir / "velodyne").glob("*.bin"))
+        listing = self.root / "ImageSets" / f"{self.split}.txt"
+        if not listing.is_file():
+            raise SourceError(listing, f"split list for --split {self.split} not found")
+        ids = [ln.strip() for ln in listing.read_text().splitlines() if ln.strip()]
+        return sorted(set(ids))
+
+    def paths(self, frame_id: str) -> dict[str, Path]:
+        return {
+            "velodyne": self.data_dir / "velodyne" / f"{frame_id}.bin",
+            "label": self.data_dir / "label_2" / f"{frame_id}.txt",
+            "calib": self.data_dir / "calib" / f"{frame_id}.txt",
+        }
+
+    def read(self, frame_id: str) -> Frame:
+        p = self.paths(frame_id)
+        points = read_velodyne(p["velodyne"])
+        calib = read_calib(p["calib"]) if p["calib"].is_file() else None
+        boxes = None
+        if p["label"].is_file():
+            if calib is None and p["label"].stat().st_size > 0:
+                raise SourceError(p["calib"], f"calibration missing for frame {frame_id}, which has labels")
+            boxes = read_labels(p["label"], calib)
+        return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
+                     boxes=boxes, calib=calib)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root": str(self.root), "split": self.split,
+                "fields": list(self.fields), "intensity_scale": self.intensity_scale}
