@@ -1,0 +1,68 @@
+"""Object cutout (KITTI-C `cutout_obj`, Li et al. Appendix C-B).
+
+For every annotated object (every box except DontCare), c of its points are chosen uniformly without
+replacement as centres and, for each centre, its k nearest object points (the centre included) are
+erased, with (c, k) = (1, 20), (2, 20), (3, 20), (4, 20), (5, 20) at severities 1–5. Overlapping
+neighbourhoods are erased once, so an object loses between k and c·k points.
+
+Decisions the paper leaves open:
+
+* Object points are the points inside the exact oriented box (`Frame.box_index`, margin 0), and the
+  neighbourhoods are searched among the object's own points only (a per-object KD-tree), so no
+  ground or neighbouring-object point is erased.
+* An object with N < c points uses c' = N centres; an object with N < k points uses k' = N, i.e. a
+  sparse object (N ≤ k) is erased completely, which is what erasing k neighbours means for it.
+  Empty objects are skipped.
+* The boxes are kept (the object is still there, partly unobserved), also for objects erased
+  entirely. Surviving points keep their order and all their columns and labels.
+* c = 0 or k = 0 is identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stages.frame import Frame
+from stages.registry import stage
+
+
+@dataclass(frozen=True)
+class CutoutObjParams:
+    centers: int  # centres per object
+    k: int = 20  # points erased around each centre (k nearest object points)
+
+
+def _object_groups(frame: Frame) -> list[np.ndarray]:
+    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
+    m = 0 if frame.boxes is None else len(frame.boxes)
+    owner = frame.box_index
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(m + 1))
+    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
+
+
+@stage("cutout_obj", params=CutoutObjParams)
+def cutout_obj(frame: Frame, params: CutoutObjParams, rng: np.random.Generator) -> Frame:
+    if params.centers < 0 or params.k < 0:
+        raise ValueError(f"cutout_obj: centers and k must be ≥ 0, got {params}")
+    if params.centers == 0 or params.k == 0:
+        return frame
+    from scipy.spatial import cKDTree
+
+    erased = []
+    for idx in _object_groups(frame):
+        n = len(idx)
+        if n == 0:
+            continue
+        c, k = min(params.centers, n), min(params.k, n)
+        xyz = frame.xyz[idx].astype(np.float64)
+        centres = rng.choice(n, size=c, replace=False)
+        _, nn = cKDTree(xyz).query(xyz[centres], k=k)
+        erased.append(idx[np.asarray(nn).reshape(-1)])
+    if not erased:
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    keep[np.concatenate(erased)] = False
+    return frame.take(keep)

@@ -1,0 +1,54 @@
+"""Local density decrease (KITTI-C `local_dec`, Li et al. Appendix C-A).
+
+Models locally sparser returns (e.g. dark or specular patches): ⌊N / d⌋ centres (d = 300, 250, 200,
+150, 100 at severities 1–5) are drawn uniformly without replacement from the N points; in each
+centre's k = 100 nearest-neighbour neighbourhood (centre included) round(0.75·k) = 75 points, chosen
+uniformly without replacement within that neighbourhood, are deleted.
+Decisions the paper leaves open: all neighbourhoods and draws are made on the original scan and the
+union of the chosen points is removed, so overlapping neighbourhoods delete fewer than centres·75
+points (a point is kept only if no neighbourhood containing it picked it); "round" is round half up;
+survivors keep their order. If N < k a neighbourhood is the whole scan (k is clipped to N and the
+count to delete is computed from the clipped k). k = 0, drop_fraction = 0, count_divisor = inf, or a
+centre count that rounds to 0 return the input frame unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stages.frame import Frame
+from stages.registry import stage
+
+
+@dataclass(frozen=True)
+class LocalDecParams:
+    count_divisor: float  # floor(N / count_divisor) centres; inf deletes nothing
+    k: int = 100  # neighbourhood size (nearest neighbours of the centre, itself included)
+    drop_fraction: float = 0.75  # fraction of each neighbourhood deleted
+
+
+@stage("local_dec", params=LocalDecParams)
+def local_dec(frame: Frame, params: LocalDecParams, rng: np.random.Generator) -> Frame:
+    if not params.count_divisor > 0:
+        raise ValueError(f"local_dec: count_divisor must be > 0, got {params.count_divisor}")
+    if params.k < 0:
+        raise ValueError(f"local_dec: k must be ≥ 0, got {params.k}")
+    if not 0.0 <= params.drop_fraction <= 1.0:
+        raise ValueError(f"local_dec: drop_fraction must be in [0, 1], got {params.drop_fraction}")
+    n = len(frame)
+    n_centres = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
+    k = min(params.k, n)
+    n_drop = math.floor(params.drop_fraction * k + 0.5)
+    if n_centres == 0 or n_drop == 0:
+        return frame
+    centres = rng.choice(n, size=n_centres, replace=False)
+    _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
+    nn = np.asarray(nn).reshape(n_centres, k)
+    # an independent random subset of n_drop of the k neighbours of every centre, all at once
+    pick = np.argsort(rng.random((n_centres, k)), axis=1)[:, :n_drop]
+    keep = np.ones(n, dtype=bool)
+    keep[np.take_along_axis(nn, pick, axis=1).ravel()] = False
+    return frame.take(keep)

@@ -1,0 +1,44 @@
+"""Random upsampling near existing points (KITTI-C `upsample`, Li et al. Appendix C-A).
+
+Models spurious extra returns next to real surfaces: ⌊N / d⌋ parent points (d = 10, 8, 6, 4, 2 at
+severities 1–5) are chosen uniformly without replacement, and for each one new point is added at
+parent + U(−o, o)³ with o = 0.1 m (an independent uniform offset on each Cartesian axis, "random bias
+within [−0.1, 0.1]"). Decisions the paper leaves open: parents are distinct points; each new point
+copies its parent's intensity, every extra column (e.g. ring) and every per-point label column except
+``point_tag``, which is ``SYNTHETIC``; new points are appended after the originals, whose values and
+order are unchanged. count_divisor = inf, or a count that rounds to 0, returns the input frame
+unchanged (offset = 0 with a positive count adds exact duplicates).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stages.frame import Frame, PointTag
+from stages.registry import stage
+
+
+@dataclass(frozen=True)
+class UpsampleParams:
+    count_divisor: float  # add floor(N / count_divisor) points; inf adds none
+    offset: float = 0.1  # o, metres: per-axis offset U(−o, o) from the parent
+
+
+@stage("upsample", params=UpsampleParams)
+def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> Frame:
+    if not params.count_divisor > 0:
+        raise ValueError(f"upsample: count_divisor must be > 0, got {params.count_divisor}")
+    if not (params.offset >= 0 and math.isfinite(params.offset)):
+        raise ValueError(f"upsample: offset must be a finite value ≥ 0, got {params.offset}")
+    n = len(frame)
+    n_add = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
+    if n_add == 0:
+        return frame
+    parents = rng.choice(n, size=n_add, replace=False)
+    new = frame.points[parents].astype(np.float64)
+    new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
+    labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
+    return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)

@@ -1,0 +1,101 @@
+"""cutout: erase the k = 100 nearest neighbours of ⌊N/d⌋ random centres (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.density.cutout import CutoutParams, cutout
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("cutout").params
+
+
+def _indexed(frame):
+    """The frame with a ``src`` label column (row number), which `Frame.take` carries along."""
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def _removed(frame, out) -> np.ndarray:
+    """Boolean mask of the input's removed points; checks survivors are unchanged and in order."""
+    kept = out.labels["src"]
+    assert np.all(np.diff(kept) > 0)
+    assert np.array_equal(out.points, frame.points[kept])
+    mask = np.ones(len(frame), dtype=bool)
+    mask[kept] = False
+    return mask
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.count_divisor for p in SEVERITIES] == [2000, 1500, 1000, 800, 600]
+    assert all(p.k == 100 for p in SEVERITIES)
+
+
+@pytest.mark.parametrize("params", [CutoutParams(math.inf), CutoutParams(600, k=0)])
+def test_zero_strength_is_identity(scene, params):
+    out = cutout(scene, params, rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+
+
+def test_count_rounding_to_zero_is_identity(scene):
+    small = scene.take(np.arange(500))
+    assert np.array_equal(cutout(small, CutoutParams(600), rng_for(0)).points, small.points)
+
+
+def test_fewer_points_than_k_erases_the_whole_scan(scene):
+    small = scene.take(np.arange(50))
+    assert len(cutout(small, CutoutParams(10, k=100), rng_for(0))) == 0
+
+
+@pytest.mark.parametrize("params", [CutoutParams(0), CutoutParams(-1), CutoutParams(600, k=-1)])
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="cutout"):
+        cutout(scene, params, rng_for(0))
+
+
+def test_single_centre_removes_exactly_its_knn(scene):
+    scene = _indexed(scene)
+    n = len(scene)
+    out = cutout(scene, CutoutParams(n, k=100), rng_for(5))  # floor(N / N) = 1 centre
+    removed = _removed(scene, out)
+    assert removed.sum() == 100
+    # some removed point (the centre) has exactly the removed set as its 100 nearest neighbours
+    _, nn = scene.kdtree.query(scene.xyz[removed].astype(np.float64), k=100)
+    assert any(set(row) == set(np.flatnonzero(removed)) for row in nn)
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_removed_points_form_knn_clusters(scene_with_ring, severity):
+    scene_with_ring = _indexed(scene_with_ring)
+    p = SEVERITIES[severity - 1]
+    n = len(scene_with_ring)
+    centres = n // p.count_divisor
+    out = cutout(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32
+    removed = _removed(scene_with_ring, out)
+    assert p.k <= removed.sum() <= centres * p.k
+    assert removed.sum() >= 0.8 * centres * p.k  # few overlaps at these densities
+    # locality: most of a removed point's 10 nearest neighbours are removed too (random deletion of the
+    # same count would give ≈ removed / N ≤ 17 %)
+    _, nn = scene_with_ring.kdtree.query(scene_with_ring.xyz[removed].astype(np.float64), k=11)
+    assert np.median(removed[nn[:, 1:]].mean(axis=1)) >= 0.7
+    assert removed.mean() < 0.2
+
+
+def test_effect_grows_with_severity(scene):
+    removed = [len(scene) - len(cutout(scene, p, rng_for(1))) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(removed))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = cutout(scene, SEVERITIES[2], rng_for(3))
+    b = cutout(scene, SEVERITIES[2], rng_for(3))
+    c = cutout(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert len(a) != len(c) or not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)

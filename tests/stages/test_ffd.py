@@ -1,0 +1,112 @@
+"""ffd: free-form deformation of objects with a 5×5×5 Bernstein lattice on the box (Li et al. Appendix C-B)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from math import comb
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.geometry import lidar_heading_to_rot_y, points_in_box_frame, refresh_camera_fields, wrap_angle
+from stages.transform.ffd import FFDParams, ffd
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("ffd").params
+BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
+
+
+def _expected_alpha(boxes, calib):
+    rect = calib.lidar_to_rect(boxes.center)
+    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
+
+
+def _tensor_basis(unit: np.ndarray, n: int) -> np.ndarray:
+    """Tensor-product Bernstein basis of degree n − 1 (written independently of the stage)."""
+    per_axis = [
+        np.stack([comb(n - 1, i) * unit[:, a] ** i * (1 - unit[:, a]) ** (n - 1 - i) for i in range(n)], axis=1)
+        for a in range(3)
+    ]
+    return np.einsum("pi,pj,pk->pijk", *per_axis).reshape(len(unit), -1)
+
+
+def _local(scene, out, j):
+    obj = scene.box_index == j
+    b = scene.boxes
+    old = points_in_box_frame(scene.xyz[obj], b.center[j], b.heading[j])
+    new = points_in_box_frame(out.xyz[obj], b.center[j], b.heading[j])
+    return old, new
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.max_displacement for p in SEVERITIES] == [0.1, 0.2, 0.3, 0.4, 0.5]
+    assert all(p.lattice == 5 for p in SEVERITIES)
+
+
+def test_zero_is_identity(scene):
+    out = ffd(scene, FFDParams(0.0), rng_for(0))
+    assert np.array_equal(out.points, scene.points) and out.boxes is scene.boxes
+
+
+@pytest.mark.parametrize("params", [FFDParams(-0.1), FFDParams(0.1, lattice=1)])
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="ffd"):
+        ffd(scene, params, rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_bounded_bernstein_deformation_and_refitted_box(scene, severity):
+    p = SEVERITIES[severity - 1]
+    out = ffd(scene, p, rng_for(severity))
+    assert out.points.dtype == np.float32 and len(out) == len(scene)
+    b, nb = scene.boxes, out.boxes
+    for j in range(3):
+        old, new = _local(scene, out, j)
+        size = b.dims[j]
+        disp = new - old
+        assert np.all(np.abs(disp) <= p.max_displacement * size + 1e-5)  # |Δ| ≤ r × box size per axis
+        assert np.abs(disp).max() > 0.2 * p.max_displacement * size.min()
+        # the displacement field is a degree-4 tensor Bernstein polynomial over the box (5×5×5 lattice) ...
+        unit = old / size + 0.5
+        for n, tol in ((5, 1e-4), (3, None)):
+            basis = _tensor_basis(unit, n)
+            coef, *_ = np.linalg.lstsq(basis, disp, rcond=None)
+            resid = np.abs(basis @ coef - disp).max()
+            if tol is not None:
+                assert resid < tol
+            else:  # ... and not a lower-degree one
+                assert resid > 100 * 1e-4
+        # the box keeps its heading, encloses the deformed points and grows at most by r × size per side
+        assert nb.heading[j] == b.heading[j]
+        local = points_in_box_frame(out.xyz[scene.box_index == j], nb.center[j], nb.heading[j])
+        assert np.all(np.abs(local) <= nb.dims[j] / 2 + 1e-5)
+        assert np.all(nb.dims[j] <= size * (1 + 2 * p.max_displacement) + 1e-9)
+        assert np.all(nb.dims[j] >= local.max(axis=0) - local.min(axis=0) - 1e-9)
+    bg = scene.box_index < 0
+    assert np.array_equal(out.points[bg], scene.points[bg])
+    assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
+    for name in BOX_FIELDS:
+        assert np.array_equal(getattr(nb, name)[3], getattr(b, name)[3])
+    assert np.allclose(nb.alpha[:3], _expected_alpha(nb, scene.calib)[:3])
+    assert np.allclose(refresh_camera_fields(nb, scene.calib, nb.valid).bbox2d, nb.bbox2d)
+
+
+def test_effect_grows_with_severity(scene):
+    obj = scene.box_index >= 0
+    moved = [np.abs(ffd(scene, p, rng_for(1)).xyz[obj] - scene.xyz[obj]).mean() for p in SEVERITIES]
+    assert all(b > a for a, b in pairwise(moved))
+    # with one seed the control displacements are the same draws scaled by r: displacement ∝ r
+    ratio = np.array(moved) / np.array([p.max_displacement for p in SEVERITIES])
+    assert np.allclose(ratio, ratio[0], rtol=1e-3)
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before, dims, center = scene.points.copy(), scene.boxes.dims.copy(), scene.boxes.center.copy()
+    a = ffd(scene, SEVERITIES[2], rng_for(3))
+    b = ffd(scene, SEVERITIES[2], rng_for(3))
+    c = ffd(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points) and np.array_equal(a.boxes.dims, b.boxes.dims)
+    assert not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)
+    assert np.array_equal(scene.boxes.dims, dims) and np.array_equal(scene.boxes.center, center)

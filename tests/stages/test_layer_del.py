@@ -1,0 +1,93 @@
+"""layer_del: delete every point of `layers` of 64 equal elevation bins (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.density.layer_del import LayerDelParams, layer_del
+from stages.frame import Frame
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("layer_del").params
+
+
+def _bins(xyz: np.ndarray, num_bins: int) -> np.ndarray:
+    """Reference binning, written independently of the stage: 64 equal bins of asin(z / r) over [min, max]."""
+    xyz = xyz.astype(np.float64)
+    el = np.arcsin(xyz[:, 2] / np.linalg.norm(xyz, axis=1))
+    edges = np.linspace(el.min(), el.max(), num_bins + 1)
+    return np.clip(np.searchsorted(edges, el, side="right") - 1, 0, num_bins - 1)
+
+
+def _indexed(frame):
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.layers for p in SEVERITIES] == [3, 7, 11, 15, 19]
+    assert all(p.num_bins == 64 for p in SEVERITIES)
+
+
+def test_zero_layers_is_identity(scene):
+    assert np.array_equal(layer_del(scene, LayerDelParams(0), rng_for(0)).points, scene.points)
+
+
+@pytest.mark.parametrize(
+    "params", [LayerDelParams(-1), LayerDelParams(65), LayerDelParams(3, num_bins=0), LayerDelParams(3, num_bins=2)]
+)
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="layer_del"):
+        layer_del(scene, params, rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_deletes_exactly_the_chosen_bins(scene_with_ring, severity):
+    scene_with_ring = _indexed(scene_with_ring)
+    p = SEVERITIES[severity - 1]
+    bins = _bins(scene_with_ring.xyz, p.num_bins)
+    assert len(np.unique(bins)) == p.num_bins  # every bin is populated on this scene
+    out = layer_del(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32
+    kept = out.labels["src"]
+    assert np.all(np.diff(kept) > 0) and np.array_equal(out.points, scene_with_ring.points[kept])
+    removed = np.ones(len(scene_with_ring), dtype=bool)
+    removed[kept] = False
+    deleted_bins = np.unique(bins[removed])
+    assert len(deleted_bins) == p.layers
+    assert not np.isin(bins[kept], deleted_bins).any()  # no point of a deleted bin survives
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_expected_fraction_removed(scene, severity):
+    """Each bin is deleted with probability layers / 64, so on average that fraction of points goes."""
+    p = SEVERITIES[severity - 1]
+    frac = [1 - len(layer_del(scene, p, rng_for(100 + i))) / len(scene) for i in range(40)]
+    assert abs(np.mean(frac) - p.layers / p.num_bins) < 4 * np.std(frac) / np.sqrt(len(frac))
+
+
+def test_bins_are_chosen_among_all_bins_even_empty_ones():
+    # two elevations only: 62 of the 64 bins are empty, so one chosen bin usually deletes nothing
+    xyz = np.array([[10.0, 0.0, -1.0], [10.0, 1.0, -1.0], [10.0, 0.0, 1.0], [10.0, 1.0, 1.0]])
+    frame = Frame("two", np.concatenate([xyz, np.zeros((4, 1))], axis=1).astype(np.float32))
+    sizes = [len(layer_del(frame, LayerDelParams(1), rng_for(i))) for i in range(200)]
+    assert set(sizes) == {2, 4}
+    assert 0.9 < np.mean(np.array(sizes) == 4) < 0.99  # 62/64 ≈ 0.97
+
+
+def test_effect_grows_with_severity(scene):
+    removed = [np.mean([len(scene) - len(layer_del(scene, p, rng_for(i))) for i in range(20)]) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(removed))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = layer_del(scene, SEVERITIES[2], rng_for(3))
+    b = layer_del(scene, SEVERITIES[2], rng_for(3))
+    c = layer_del(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert len(a) != len(c) or not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)

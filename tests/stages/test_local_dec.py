@@ -1,0 +1,110 @@
+"""local_dec: delete 75 of the 100 nearest neighbours of ⌊N/d⌋ random centres (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.density.local_dec import LocalDecParams, local_dec
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("local_dec").params
+
+
+def _indexed(frame):
+    """The frame with a ``src`` label column (row number), which `Frame.take` carries along."""
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def _removed(frame, out) -> np.ndarray:
+    kept = out.labels["src"]
+    assert np.all(np.diff(kept) > 0)
+    assert np.array_equal(out.points, frame.points[kept])
+    mask = np.ones(len(frame), dtype=bool)
+    mask[kept] = False
+    return mask
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.count_divisor for p in SEVERITIES] == [300, 250, 200, 150, 100]
+    assert all(p.k == 100 and p.drop_fraction == 0.75 for p in SEVERITIES)
+
+
+@pytest.mark.parametrize(
+    "params", [LocalDecParams(math.inf), LocalDecParams(100, k=0), LocalDecParams(100, drop_fraction=0.0)]
+)
+def test_zero_strength_is_identity(scene, params):
+    out = local_dec(scene, params, rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+
+
+def test_count_rounding_to_zero_is_identity(scene):
+    small = scene.take(np.arange(99))
+    assert np.array_equal(local_dec(small, LocalDecParams(100), rng_for(0)).points, small.points)
+
+
+def test_fewer_points_than_k_uses_the_whole_scan(scene):
+    small = scene.take(np.arange(40))
+    assert len(local_dec(small, LocalDecParams(40, k=100), rng_for(0))) == 10  # 40 − round(0.75 · 40)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [LocalDecParams(0), LocalDecParams(-1), LocalDecParams(100, k=-1), LocalDecParams(100, drop_fraction=1.5),
+     LocalDecParams(100, drop_fraction=-0.1)],
+)
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="local_dec"):
+        local_dec(scene, params, rng_for(0))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_single_centre_deletes_75_of_its_100_neighbours(scene, seed):
+    scene = _indexed(scene)
+    out = local_dec(scene, LocalDecParams(len(scene)), rng_for(seed))  # one centre
+    removed = _removed(scene, out)
+    assert removed.sum() == 75
+    # the 75 lie in one kNN neighbourhood: the 100-NN of some point nearby contains all of them
+    idx = np.flatnonzero(removed)
+    _, cand = scene.kdtree.query(scene.xyz[idx].mean(axis=0).astype(np.float64), k=200)
+    _, nn = scene.kdtree.query(scene.xyz[cand].astype(np.float64), k=100)
+    assert any(np.isin(idx, row).all() for row in nn)
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_removed_count_and_locality(scene_with_ring, severity):
+    scene_with_ring = _indexed(scene_with_ring)
+    p = SEVERITIES[severity - 1]
+    n = len(scene_with_ring)
+    centres = n // p.count_divisor
+    out = local_dec(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32
+    removed = _removed(scene_with_ring, out)
+    # neighbourhoods overlap, so the union is below centres·75; a Poisson-coverage model (each point in
+    # λ = centres·k/N neighbourhoods on average, each deleting it with p = 0.75) predicts the shortfall
+    lam = centres * p.k / n
+    predicted = n * (1 - np.exp(-0.75 * lam))
+    assert 75 <= removed.sum() <= centres * 75
+    assert removed.sum() == pytest.approx(predicted, rel=0.05)
+    # deletions are local: removed points' neighbourhoods are depleted well beyond the global rate
+    _, nn = scene_with_ring.kdtree.query(scene_with_ring.xyz[removed].astype(np.float64), k=11)
+    assert removed[nn[:, 1:]].mean() > removed.mean() + 0.2
+
+
+def test_effect_grows_with_severity(scene):
+    removed = [len(scene) - len(local_dec(scene, p, rng_for(1))) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(removed))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = local_dec(scene, SEVERITIES[2], rng_for(3))
+    b = local_dec(scene, SEVERITIES[2], rng_for(3))
+    c = local_dec(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert len(a) != len(c) or not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)

@@ -1,0 +1,122 @@
+"""local_inc: k = 100 points sampled on a quadratic fitted to each of ⌊N/d⌋ kNN neighbourhoods
+(Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.density.local_inc import LocalIncParams, local_inc
+from stages.frame import Frame, PointTag
+from tests.stages.conftest import make_scene, rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("local_inc").params
+
+
+def _indexed(frame):
+    """The frame with a ``src`` label column (row number); new points copy it from their source point."""
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def _sphere(n: int = 20_000, radius: float = 5.0, centre=(10.0, 0.0, 0.0)) -> Frame:
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(n, 3))
+    v = v / np.linalg.norm(v, axis=1, keepdims=True) * radius + centre
+    return Frame("sphere", np.concatenate([v, rng.uniform(0, 1, (n, 1))], axis=1).astype(np.float32))
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.count_divisor for p in SEVERITIES] == [2000, 1500, 1000, 800, 600]
+    assert all(p.k == 100 for p in SEVERITIES)
+
+
+@pytest.mark.parametrize("params", [LocalIncParams(math.inf), LocalIncParams(600, k=0)])
+def test_zero_strength_is_identity(scene, params):
+    out = local_inc(scene, params, rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+
+
+def test_count_rounding_to_zero_is_identity(scene):
+    small = scene.take(np.arange(599))
+    assert np.array_equal(local_inc(small, LocalIncParams(600), rng_for(0)).points, small.points)
+
+
+def test_fewer_points_than_k_fits_the_whole_scan():
+    ground = make_scene(0, n_ground=1000).take(np.arange(50))  # 50 ground points
+    out = local_inc(ground, LocalIncParams(50, k=100), rng_for(0))  # one centre, k clipped to 50
+    assert len(out) == 100
+    assert np.allclose(out.xyz[50:, 2], -1.73, atol=1e-4)
+
+
+@pytest.mark.parametrize("params", [LocalIncParams(0), LocalIncParams(-3), LocalIncParams(600, k=-1)])
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="local_inc"):
+        local_inc(scene, params, rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_adds_centres_times_k_points_near_the_surface(scene_with_ring, severity):
+    scene_with_ring = _indexed(scene_with_ring)
+    p = SEVERITIES[severity - 1]
+    n = len(scene_with_ring)
+    out = local_inc(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32
+    assert len(out) - n == (n // p.count_divisor) * p.k
+    assert np.array_equal(out.points[:n], scene_with_ring.points)
+    assert np.all(out.point_tag[n:] == PointTag.SYNTHETIC) and np.all(out.point_tag[:n] == PointTag.CLEAN)
+    new = out.xyz[n:].astype(np.float64)
+    d, _ = scene_with_ring.kdtree.query(new)
+    spacing = np.median(scene_with_ring.kdtree.query(scene_with_ring.xyz.astype(np.float64), k=2)[0][:, 1])
+    assert np.median(d) < 1.5 * spacing  # on the scan's surfaces, as dense as the scan itself
+    assert np.percentile(d, 99) < 1.0
+    assert np.mean(d < 1e-6) < 0.01  # not copies of original points
+    # most neighbourhoods are on the (exactly planar) ground or wall: their new points are on the plane
+    on_plane = (np.abs(new[:, 2] + 1.73) < 1e-3) | (np.abs(new[:, 1] - 12.0) < 1e-3)
+    assert on_plane.mean() > 0.6
+    # intensity and ring come from a nearby original point (the nearest of the neighbourhood)
+    src = out.labels["src"][n:]
+    assert np.array_equal(out.points[n:, 3:], scene_with_ring.points[src, 3:])
+    assert np.median(np.linalg.norm(new - scene_with_ring.xyz[src], axis=1)) < 1.5 * spacing
+
+
+def test_points_lie_on_a_curved_surface():
+    sphere = _sphere()
+    out = local_inc(sphere, LocalIncParams(200), rng_for(1))  # 100 centres
+    new = out.xyz[len(sphere):].astype(np.float64)
+    assert len(new) == 100 * 100
+    err = np.abs(np.linalg.norm(new - [10.0, 0.0, 0.0], axis=1) - 5.0)
+    assert np.max(err) < 5e-3  # a plane fit (no quadratic terms) is off by up to ≈ 8 cm here
+
+
+def test_single_neighbourhood_is_filled_over_its_extent():
+    ground = make_scene(0, n_ground=40_000)
+    ground = ground.take(np.abs(ground.xyz[:, 2] + 1.73) < 1e-6)
+    out = local_inc(ground, LocalIncParams(len(ground)), rng_for(2))  # one centre
+    new = out.xyz[len(ground):].astype(np.float64)
+    assert len(new) == 100 and np.allclose(new[:, 2], -1.73, atol=1e-4)
+    _, nn = ground.kdtree.query(new.mean(axis=0), k=100)
+    nbr = ground.xyz[nn].astype(np.float64)
+    mu = nbr.mean(axis=0)
+    rim = np.linalg.norm(nbr[:, :2] - mu[:2], axis=1).max()
+    assert np.linalg.norm(new[:, :2] - mu[:2], axis=1).max() <= np.sqrt(2) * rim + 1e-6
+    ratio = new[:, :2].std(axis=0).mean() / nbr[:, :2].std(axis=0).mean()
+    assert 0.8 < ratio < 1.6  # spread over the neighbourhood, not bunched at its centre
+
+
+def test_effect_grows_with_severity(scene):
+    added = [len(local_inc(scene, p, rng_for(1))) - len(scene) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(added))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = local_inc(scene, SEVERITIES[2], rng_for(3))
+    b = local_inc(scene, SEVERITIES[2], rng_for(3))
+    c = local_inc(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels

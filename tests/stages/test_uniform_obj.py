@@ -1,0 +1,61 @@
+"""uniform_obj: object points += U(−a, a) per axis (Li et al. Appendix C-B)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.noise.uniform_obj import UniformObjParams, uniform_obj
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("uniform_obj").params
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.half_width for p in SEVERITIES] == [0.02, 0.04, 0.06, 0.08, 0.10]
+
+
+def test_zero_is_identity(scene):
+    out = uniform_obj(scene, UniformObjParams(0.0), rng_for(0))
+    assert np.array_equal(out.points, scene.points) and out.boxes is scene.boxes
+
+
+@pytest.mark.parametrize("bad", [-0.01, float("nan")])
+def test_rejects_bad_params(scene, bad):
+    with pytest.raises(ValueError, match="uniform_obj"):
+        uniform_obj(scene, UniformObjParams(bad), rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_object_deltas_are_uniform(scene, severity):
+    a = SEVERITIES[severity - 1].half_width
+    out = uniform_obj(scene, SEVERITIES[severity - 1], rng_for(severity))
+    assert out.points.dtype == np.float32 and len(out) == len(scene)
+    obj = scene.box_index >= 0
+    delta = out.xyz[obj].astype(np.float64) - scene.xyz[obj]
+    assert np.all(np.abs(delta) <= a + 1e-5)
+    assert np.allclose(delta.std(axis=0), a / np.sqrt(3), rtol=0.05)
+    assert np.allclose(delta.mean(axis=0), 0.0, atol=0.05 * a)
+    assert np.abs(np.corrcoef(delta.T) - np.eye(3)).max() < 0.1  # independent axes
+    # everything else untouched: background, attributes, boxes (DontCare row included)
+    assert np.array_equal(out.points[~obj], scene.points[~obj])
+    assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
+    assert out.boxes is scene.boxes
+
+
+def test_effect_grows_with_severity(scene):
+    obj = scene.box_index >= 0
+    spread = [np.abs(uniform_obj(scene, p, rng_for(1)).xyz[obj] - scene.xyz[obj]).mean() for p in SEVERITIES]
+    assert all(b > a for a, b in pairwise(spread))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = uniform_obj(scene, SEVERITIES[2], rng_for(3))
+    b = uniform_obj(scene, SEVERITIES[2], rng_for(3))
+    c = uniform_obj(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)

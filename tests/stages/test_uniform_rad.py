@@ -1,0 +1,66 @@
+"""uniform_rad: r' = r + U(−a, a) along each point's own ray (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.noise.uniform_rad import UniformRadParams, uniform_rad
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("uniform_rad").params
+
+
+def _range(frame):
+    return np.linalg.norm(frame.xyz.astype(np.float64), axis=1)
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.half_width for p in SEVERITIES] == [0.04, 0.08, 0.12, 0.16, 0.20]
+
+
+def test_zero_width_is_identity(scene):
+    out = uniform_rad(scene, UniformRadParams(0.0), rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+
+
+def test_rejects_negative(scene):
+    with pytest.raises(ValueError, match="half_width"):
+        uniform_rad(scene, UniformRadParams(-0.1), rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_range_noise_is_uniform_with_papers_bounds(scene_with_ring, severity):
+    p = SEVERITIES[severity - 1]
+    a = p.half_width
+    out = uniform_rad(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32 and len(out) == len(scene_with_ring)
+    dr = _range(out) - _range(scene_with_ring)
+    assert np.all(np.abs(dr) <= a + 1e-4)
+    assert dr.std() == pytest.approx(a / np.sqrt(3), rel=0.02)
+    assert abs(dr.mean()) < 0.02 * a
+    # fills the whole interval, not just a part of it
+    assert dr.min() < -0.98 * a and dr.max() > 0.98 * a
+    # along the ray: direction unchanged; intensity and ring untouched
+    u0 = scene_with_ring.xyz / np.linalg.norm(scene_with_ring.xyz, axis=1, keepdims=True)
+    u1 = out.xyz / np.linalg.norm(out.xyz, axis=1, keepdims=True)
+    assert np.max(np.abs(u1 - u0)) < 1e-5
+    assert np.array_equal(out.points[:, 3:], scene_with_ring.points[:, 3:])
+
+
+def test_effect_grows_with_severity(scene):
+    stds = [(_range(uniform_rad(scene, p, rng_for(7))) - _range(scene)).std() for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(stds))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = uniform_rad(scene, SEVERITIES[2], rng_for(3))
+    b = uniform_rad(scene, SEVERITIES[2], rng_for(3))
+    c = uniform_rad(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before)

@@ -1,0 +1,90 @@
+"""upsample: ⌊N/d⌋ new points at parent + U(−0.1, 0.1)³ (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.frame import Frame, PointTag
+from stages.noise.upsample import UpsampleParams, upsample
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("upsample").params
+
+
+def _grid_frame() -> Frame:
+    """Points 1 m apart (so the parent of a new point is its nearest original), with a ring column and labels."""
+    g = np.stack(np.meshgrid(np.arange(40.0), np.arange(25.0), np.arange(8.0), indexing="ij"), -1).reshape(-1, 3)
+    n = len(g)
+    rng = np.random.default_rng(0)
+    xyz = g + np.array([5.0, -12.0, -2.0])
+    points = np.concatenate([xyz, rng.uniform(0, 1, (n, 1)), np.arange(n)[:, None] % 64], axis=1)
+    return Frame("grid", points.astype(np.float32), fields=("x", "y", "z", "intensity", "ring"),
+                 labels={"semantic": np.arange(n, dtype=np.int32)})
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.count_divisor for p in SEVERITIES] == [10, 8, 6, 4, 2]
+    assert all(p.offset == 0.1 for p in SEVERITIES)
+
+
+def test_infinite_divisor_is_identity(scene):
+    out = upsample(scene, UpsampleParams(math.inf), rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+
+
+@pytest.mark.parametrize("params", [UpsampleParams(0), UpsampleParams(-2), UpsampleParams(2, offset=-0.1)])
+def test_rejects_bad_params(scene, params):
+    with pytest.raises(ValueError, match="upsample"):
+        upsample(scene, params, rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_count_and_tags_on_scene(scene_with_ring, severity):
+    p = SEVERITIES[severity - 1]
+    n = len(scene_with_ring)
+    out = upsample(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32
+    assert len(out) - n == n // p.count_divisor
+    assert np.array_equal(out.points[:n], scene_with_ring.points)
+    assert np.all(out.point_tag[n:] == PointTag.SYNTHETIC) and np.all(out.point_tag[:n] == PointTag.CLEAN)
+    # every new point is inside the ±0.1 m cube of some original point
+    d, _ = scene_with_ring.kdtree.query(out.xyz[n:].astype(np.float64), p=np.inf)
+    assert np.all(d <= 0.1 + 1e-5)
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_offsets_from_parent_are_uniform_per_axis(severity):
+    frame = _grid_frame()
+    p = SEVERITIES[severity - 1]
+    n = len(frame)
+    out = upsample(frame, p, rng_for(10 + severity))
+    new = out.points[n:]
+    _, parent = frame.kdtree.query(new[:, :3].astype(np.float64))
+    assert len(np.unique(parent)) == len(parent)  # parents drawn without replacement
+    off = new[:, :3].astype(np.float64) - frame.xyz[parent]
+    assert np.all(np.abs(off) <= 0.1 + 1e-5)
+    assert np.allclose(off.std(axis=0), 0.1 / np.sqrt(3), rtol=0.06)
+    assert np.allclose(off.mean(axis=0), 0.0, atol=0.008)
+    # attributes are copied from the parent
+    assert np.array_equal(new[:, 3:], frame.points[parent, 3:])
+    assert np.array_equal(out.labels["semantic"][n:], frame.labels["semantic"][parent])
+
+
+def test_effect_grows_with_severity(scene):
+    added = [len(upsample(scene, p, rng_for(1))) - len(scene) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(added))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before = scene.points.copy()
+    a = upsample(scene, SEVERITIES[2], rng_for(3))
+    b = upsample(scene, SEVERITIES[2], rng_for(3))
+    c = upsample(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels
