@@ -12,8 +12,8 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
-console = Console(stderr=True)
-out_console = Console()
+console = Console(stderr=True, soft_wrap=True)
+out_console = Console(soft_wrap=True)
 
 
 @app.command()

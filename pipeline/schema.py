@@ -5,7 +5,7 @@
 | key         | string                       | ``benchmark/frame_id/corruption/severity``                 |
 | frame_id    | string                       | source frame id                                            |
 | corruption  | string                       | corruption name; ``clean`` for severity 0                  |
-| severity    | int8                         | 0 (clean) … S                                              |
+| severity    | int32                        | 0 (clean) … S                                              |
 | num_points  | int32                        | N                                                          |
 | points      | list<float32>                | row-major N×C; C and the field names in the schema metadata |
 | point_tag   | list<uint8>                  | per-point provenance (`stages.frame.PointTag`), length N   |
@@ -51,7 +51,7 @@ ROW_SCHEMA = pa.schema(
         ("key", pa.string()),
         ("frame_id", pa.string()),
         ("corruption", pa.string()),
-        ("severity", pa.int8()),
+        ("severity", pa.int32()),  # int32: what hive partition discovery infers
         ("num_points", pa.int32()),
         ("points", pa.list_(pa.float32())),
         ("point_tag", pa.list_(pa.uint8())),
@@ -95,7 +95,7 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]]) -> pa.RecordBatch:
             pa.array([e[0] for e in examples], pa.string()),
             pa.array([f.frame_id for f in frames], pa.string()),
             pa.array([e[1] for e in examples], pa.string()),
-            pa.array([e[2] for e in examples], pa.int8()),
+            pa.array([e[2] for e in examples], pa.int32()),
             pa.array(counts.astype(np.int32)),
             points,
             tags,

@@ -39,6 +39,8 @@ PARQUET_OPTIONS = {
 def write_parquet_atomic(path: Path, schema, batches) -> int:
     """Stream record batches into ``path`` via a temp file + fsync + rename; return the row count."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed earlier attempt
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     rows = 0

@@ -128,8 +128,11 @@ def read_labels(path: Path, calib: Calib | None) -> Boxes:
 def format_labels(boxes: Boxes, calib: Calib) -> str:
     """KITTI ``label_2`` text for LiDAR-frame boxes (the inverse of `read_labels`)."""
     lines = []
-    rect_bottom = calib.lidar_to_rect(boxes.center - np.stack([0 * boxes.dims[:, 2], 0 * boxes.dims[:, 2],
-                                                               boxes.dims[:, 2] / 2], axis=1))
+    # KITTI's box height runs along the rectified camera's y axis (read_labels: centre = location −
+    # (0, h/2, 0) in that frame), so go down by h/2 along camera y, not along LiDAR z: with a real,
+    # slightly tilted calibration the two differ by ~1 cm and each write→read cycle would drift.
+    rect_bottom = calib.lidar_to_rect(boxes.center)
+    rect_bottom[:, 1] += boxes.dims[:, 2] / 2
     rot_y = lidar_heading_to_rot_y(boxes.heading, calib)
     for j in range(len(boxes)):
         left, top, right, bottom = boxes.bbox2d[j]

@@ -1,0 +1,66 @@
+"""Suite-wide fixtures: Ray bound to loopback, and small demo datasets in real KITTI layout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Ray on loopback only, no auth, no dashboard (set before any test imports ray).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# Coarse azimuth steps keep the e2e fixtures small (≈15k points per scan) while every other
+# property of the demo generator (rings, objects, labels, calib, file layout) stays the same.
+FIXTURE_AZIMUTH_STEP = 0.72
+
+SMALL_RECIPE = """
+[benchmark]
+name = "mini-c"
+version = "0.1.0"
+seed = 7
+source = "kitti"
+severities = 5
+
+[corruptions.gaussian_rad]
+stage = "gaussian_rad"
+sigma = [0.04, 0.06, 0.08, 0.10, 0.12]
+
+[corruptions.beam_del]
+stage = "beam_del"
+count_divisor = [100, 30, 10, 5, 3]
+
+[corruptions.background]
+stage = "background"
+count_divisor = [45, 40, 35, 30, 20]
+
+[corruptions.translation]
+stage = "translation"
+min_distance = [0.0, 0.3, 0.5, 0.7, 0.9]
+max_distance = [0.2, 0.4, 0.6, 0.8, 1.0]
+"""
+
+
+@pytest.fixture(scope="session")
+def demo_kitti_master(tmp_path_factory) -> Path:
+    from pipeline.sources.demo import write_demo_dataset
+
+    return write_demo_dataset(tmp_path_factory.mktemp("demo") / "kitti", 6, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
+
+
+@pytest.fixture
+def demo_kitti(demo_kitti_master, tmp_path) -> Path:
+    """A private copy of the 6-frame demo dataset (tests may corrupt it)."""
+    dst = tmp_path / "kitti"
+    shutil.copytree(demo_kitti_master, dst)
+    return dst
+
+
+@pytest.fixture
+def small_recipe(tmp_path) -> Path:
+    path = tmp_path / "mini-c.toml"
+    path.write_text(SMALL_RECIPE)
+    return path
