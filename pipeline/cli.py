@@ -116,21 +116,37 @@ def verify(version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<ve
     out_console.print(f"OK: {report.checked} files verified")
 
 
+@app.command()
+def export(
+    version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")],
+    out: Annotated[Path, typer.Argument(help="Directory for the KITTI-layout copy")],
+    *,
+    corruption: Annotated[str, typer.Option(help="Corruption name, or clean")],
+    severity: Annotated[int, typer.Option(help="Severity (0 = clean)")],
+) -> None:
+    """Write one corruption × severity of a built version as KITTI files (velodyne, label_2, calib)."""
+    from pipeline.reader import export_kitti
+
+    try:
+        n = export_kitti(version_dir, out, corruption=corruption, severity=severity)
+    except (KeyError, ValueError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(code=2) from None
+    out_console.print(f"wrote {n} frames to {out}/training")
+
+
 @app.command("list")
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""
     from manifests.recipe import builtin_recipes, load_recipe
 
-    table = Table()
-    cols = ("benchmark", "version", "source", "corruptions", "severities", "examples per frame", "corruption names")
-    for col in cols:
-        table.add_column(col)
     for name in sorted(builtin_recipes()):
         r = load_recipe(name)
-        table.add_row(name, r.version, r.source, str(len(r.corruptions)), f"0–{r.severities}",
-                      f"{r.examples_defined(1)} defined / {r.examples_stored(1)} stored",
-                      ", ".join(c.name for c in r.corruptions))
-    out_console.print(table)
+        names = f" ({', '.join(r.severity_names)})" if r.severity_names else ""
+        out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, {len(r.corruptions)} corruptions × "
+                          f"severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples defined, "
+                          f"{r.examples_stored(1)} stored (clean once)")
+        out_console.print("  " + ", ".join(c.name for c in r.corruptions))
 
 
 @app.command("demo-data")

@@ -116,3 +116,20 @@ def _rows(table, fields: tuple[str, ...], scale: str) -> Iterator[Example]:
 
 def open_version(root: str | Path) -> Version:
     return Version(root)
+
+
+def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity: int,
+                 frames: Iterable[str] | None = None) -> int:
+    """Write one partition of a built version in KITTI layout (velodyne .bin, label_2, calib).
+
+    Labels come from the example's boxes, so for object-level corruptions that move, rotate,
+    scale or deform objects the exported ``label_2`` describes the corrupted scene. Returns the
+    number of frames written to ``out/training``.
+    """
+    from pipeline.sources.kitti import write_frame
+
+    n = 0
+    for ex in open_version(root).examples(corruption, severity, frames):
+        write_frame(Path(out), ex.to_frame())
+        n += 1
+    return n

@@ -1,0 +1,322 @@
+"""Recipes: the kitti-c tables are the paper's, validation names the recipe and entry, fingerprints."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from importlib import resources
+
+import pytest
+
+from manifests.recipe import Recipe, RecipeError, load_recipe, parse_recipe
+
+# Li et al., Appendix C (seed 001, lines 733-780), severities 1..5 (severity 0 is the clean scan).
+PAPER_GAUSSIAN_RAD_SIGMA = (0.04, 0.06, 0.08, 0.10, 0.12)
+PAPER_BACKGROUND_DIVISOR = (45, 40, 35, 30, 20)  # N/45 … N/20
+PAPER_BEAM_DEL_DIVISOR = (100, 30, 10, 5, 3)  # N/100 … N/3
+# the paper prints the last range as "(0.9, 0.1)", a typo for (0.9, 1.0) (it says "< 1 m" in §IV)
+PAPER_TRANSLATION_RANGE = ((0.0, 0.2), (0.3, 0.4), (0.5, 0.6), (0.7, 0.8), (0.9, 1.0))
+
+ORIGIN = "my.toml"
+
+BENCH = """\
+[benchmark]
+name = "tiny"
+version = "0.1.0"
+seed = 7
+source = "kitti"
+severities = 5
+"""
+
+GOOD = BENCH + """
+[corruptions.gaussian_rad]
+stage = "gaussian_rad"
+sigma = [0.04, 0.06, 0.08, 0.10, 0.12]
+
+[corruptions.beam_del]
+stage = "beam_del"
+count_divisor = [100, 30, 10, 5, 3]
+
+[corruptions.translation]
+stage = "translation"
+min_distance = [0.0, 0.3, 0.5, 0.7, 0.9]
+max_distance = [0.2, 0.4, 0.6, 0.8, 1.0]
+"""
+
+FRAMES = ["000000", "000001", "000002"]
+
+
+@pytest.fixture(scope="module")
+def kitti_c() -> Recipe:
+    return load_recipe("kitti-c")
+
+
+# -- the built-in kitti-c tables are the paper's --------------------------------------------------
+
+
+def test_kitti_c_header(kitti_c):
+    assert kitti_c.name == "kitti-c"
+    assert kitti_c.severities == 5
+    assert kitti_c.source == "kitti"
+    assert isinstance(kitti_c.seed, int)
+
+
+def test_kitti_c_gaussian_rad_is_papers(kitti_c):
+    c = kitti_c.corruption("gaussian_rad")
+    assert c.stage == "gaussian_rad"
+    assert tuple(p.sigma for p in c.params) == PAPER_GAUSSIAN_RAD_SIGMA
+
+
+def test_kitti_c_background_is_papers(kitti_c):
+    c = kitti_c.corruption("background")
+    assert c.stage == "background"
+    assert tuple(p.count_divisor for p in c.params) == PAPER_BACKGROUND_DIVISOR
+
+
+def test_kitti_c_beam_del_is_papers(kitti_c):
+    c = kitti_c.corruption("beam_del")
+    assert c.stage == "beam_del"
+    assert tuple(p.count_divisor for p in c.params) == PAPER_BEAM_DEL_DIVISOR
+
+
+def test_kitti_c_translation_is_papers(kitti_c):
+    c = kitti_c.corruption("translation")
+    assert c.stage == "translation"
+    assert tuple((p.min_distance, p.max_distance) for p in c.params) == PAPER_TRANSLATION_RANGE
+    assert "0.9, 0.1" in c.notes  # the reading of the paper's typo is documented
+
+
+def test_kitti_c_params_for_severity(kitti_c):
+    c = kitti_c.corruption("gaussian_rad")
+    assert [c.params_for(s).sigma for s in range(1, 6)] == list(PAPER_GAUSSIAN_RAD_SIGMA)
+    with pytest.raises(KeyError, match="no_such"):
+        kitti_c.corruption("no_such")
+
+
+def test_kitti_c_corruption_names_are_unique_and_not_clean(kitti_c):
+    names = [c.name for c in kitti_c.corruptions]
+    assert len(names) == len(set(names))
+    assert "clean" not in names
+    assert all(len(c.params) == kitti_c.severities for c in kitti_c.corruptions)
+
+
+# -- validation errors name the recipe and the entry ----------------------------------------------
+
+
+def _error(text: str) -> str:
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(text, origin=ORIGIN)
+    msg = str(e.value)
+    assert ORIGIN in msg
+    return msg
+
+
+def test_good_recipe_parses():
+    r = parse_recipe(GOOD, origin=ORIGIN)
+    assert r.origin == ORIGIN
+    assert [c.name for c in r.corruptions] == ["gaussian_rad", "beam_del", "translation"]
+    assert r.frames_per_shard >= 1
+
+
+def test_unknown_stage():
+    msg = _error(BENCH + '[corruptions.weird]\nstage = "no_such_stage"\nsigma = 0.1\n')
+    assert "weird" in msg and "no_such_stage" in msg
+
+
+def test_missing_stage_key():
+    msg = _error(BENCH + "[corruptions.weird]\nsigma = 0.1\n")
+    assert "weird" in msg and "stage" in msg
+
+
+def test_wrong_number_of_severity_values():
+    msg = _error(BENCH + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = [0.1, 0.2, 0.3]\n')
+    assert "noisy" in msg and "sigma" in msg and "3" in msg and "5" in msg
+
+
+def test_unknown_parameter():
+    msg = _error(BENCH + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\nsigmaa = 0.2\n')
+    assert "noisy" in msg and "sigmaa" in msg
+
+
+def test_missing_parameter():
+    msg = _error(BENCH + '[corruptions.moved]\nstage = "translation"\nmin_distance = 0.1\n')
+    assert "moved" in msg and "max_distance" in msg
+
+
+def test_wrong_parameter_type():
+    msg = _error(BENCH + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = "big"\n')
+    assert "noisy" in msg and "sigma" in msg
+
+
+def test_integer_values_coerce_to_float():
+    r = parse_recipe(BENCH + '[corruptions.moved]\nstage = "translation"\nmin_distance = 0.0\nmax_distance = 1\n',
+                     origin=ORIGIN)
+    assert all(p.max_distance == 1.0 and isinstance(p.max_distance, float) for p in r.corruption("moved").params)
+
+
+@pytest.mark.parametrize("key", ["name", "version", "seed", "source", "severities"])
+def test_missing_benchmark_key(key):
+    bench = "\n".join(line for line in BENCH.splitlines() if not line.startswith(f"{key} ="))
+    msg = _error(bench + '\n[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+    assert repr(key) in msg and "[benchmark]" in msg
+
+
+def test_missing_benchmark_table():
+    msg = _error('[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+    assert "[benchmark]" in msg
+
+
+def test_unknown_benchmark_key():
+    bench = BENCH.replace("seed = 7", "seed = 7\nseeed = 8")
+    msg = _error(bench + '[corruptions.n]\nstage = "gaussian_rad"\nsigma = 0\n')
+    assert "seeed" in msg
+
+
+def test_no_corruptions():
+    msg = _error(BENCH)
+    assert "corruptions" in msg
+
+
+def test_clean_is_reserved():
+    msg = _error(BENCH + '[corruptions.clean]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+    assert "'clean'" in msg
+
+
+def test_bad_toml():
+    msg = _error(BENCH + "[corruptions.noisy\nstage = \n")
+    assert "TOML" in msg
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "2.5", "true"])
+def test_bad_severities(bad):
+    text = BENCH.replace("severities = 5", f"severities = {bad}")
+    msg = _error(text + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+    assert "severities" in msg
+
+
+def test_three_severity_recipe_broadcasts_scalars():
+    text = BENCH.replace("severities = 5", 'severities = 3\nseverity_names = ["light", "moderate", "heavy"]') + """
+[corruptions.noisy]
+stage = "gaussian_rad"
+sigma = 0.05
+
+[corruptions.dropped]
+stage = "beam_del"
+count_divisor = [10, 5, "inf"]
+
+[corruptions.moved]
+stage = "translation"
+min_distance = 0
+max_distance = [0.1, 0.2, 0.3]
+"""
+    r = parse_recipe(text, origin="robo.toml")
+    assert r.severities == 3
+    assert r.severity_names == ("light", "moderate", "heavy")
+    assert [p.sigma for p in r.corruption("noisy").params] == [0.05, 0.05, 0.05]
+    assert [p.count_divisor for p in r.corruption("dropped").params] == [10.0, 5.0, math.inf]
+    moved = r.corruption("moved").params
+    assert [(p.min_distance, p.max_distance) for p in moved] == [(0.0, 0.1), (0.0, 0.2), (0.0, 0.3)]
+    assert r.examples_defined(10) == 10 * 3 * 4
+    assert r.examples_stored(10) == 10 * (1 + 3 * 3)
+
+
+def test_severity_names_must_match_severities():
+    text = BENCH.replace("severities = 5", 'severities = 3\nseverity_names = ["light", "heavy"]')
+    msg = _error(text + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+    assert "severity_names" in msg
+
+
+# -- loading by name or path ----------------------------------------------------------------------
+
+
+def test_load_recipe_from_path_matches_builtin(tmp_path, kitti_c):
+    text = (resources.files("manifests") / "recipes" / "kitti-c.toml").read_text()
+    path = tmp_path / "copy.toml"
+    path.write_text(text)
+    for arg in (path, str(path)):
+        r = load_recipe(arg)
+        assert r.origin == str(path)
+        assert r.canonical() == kitti_c.canonical()
+        assert r.fingerprint(FRAMES) == kitti_c.fingerprint(FRAMES)
+
+
+def test_load_recipe_missing_file(tmp_path):
+    with pytest.raises(RecipeError, match="does not exist"):
+        load_recipe(tmp_path / "nope.toml")
+
+
+def test_load_recipe_unknown_name():
+    with pytest.raises(RecipeError, match="no-such-benchmark"):
+        load_recipe("no-such-benchmark")
+
+
+def test_load_recipe_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text(BENCH + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = [0.1]\n')
+    with pytest.raises(RecipeError, match=r"broken\.toml"):
+        load_recipe(path)
+
+
+# -- fingerprint and example counts ---------------------------------------------------------------
+
+
+def _fp(text: str, frames=FRAMES) -> str:
+    return parse_recipe(text, origin=ORIGIN).fingerprint(frames)
+
+
+def test_fingerprint_is_stable():
+    a = _fp(GOOD)
+    assert a == _fp(GOOD)
+    assert len(a) == 64 and int(a, 16) >= 0
+    # where it was loaded from, comments and key order do not matter
+    assert parse_recipe(GOOD, origin="elsewhere.toml").fingerprint(FRAMES) == a
+    reordered = GOOD.replace('stage = "gaussian_rad"\nsigma = [0.04, 0.06, 0.08, 0.10, 0.12]',
+                             'sigma = [0.04, 0.06, 0.08, 0.10, 0.12]  # m\nstage = "gaussian_rad"')
+    assert reordered != GOOD and _fp(reordered) == a
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("0.08, 0.10", "0.08, 0.11"),  # one sigma of one severity
+        ("[100, 30, 10, 5, 3]", "[100, 30, 10, 5, 4]"),  # one count divisor
+        ("[0.2, 0.4, 0.6, 0.8, 1.0]", "[0.2, 0.4, 0.6, 0.8, 0.95]"),  # one translation bound
+        ("seed = 7", "seed = 8"),
+        ('version = "0.1.0"', 'version = "0.1.1"'),
+        ("[corruptions.beam_del]", "[corruptions.beam_delete]"),  # corruption name
+    ],
+)
+def test_fingerprint_changes_with_recipe(old, new):
+    assert old in GOOD
+    assert _fp(GOOD.replace(old, new)) != _fp(GOOD)
+
+
+def test_fingerprint_changes_with_frames():
+    base = _fp(GOOD)
+    assert _fp(GOOD, FRAMES[:2]) != base
+    assert _fp(GOOD, [*FRAMES, "000003"]) != base
+    assert _fp(GOOD, list(reversed(FRAMES))) != base
+    assert _fp(GOOD, ["000000", "000001", "000003"]) != base
+
+
+def test_fingerprint_changes_with_stage_version():
+    r = parse_recipe(GOOD, origin=ORIGIN)
+    c = r.corruptions[0]
+    bumped = dataclasses.replace(r, corruptions=(dataclasses.replace(c, stage_version=c.stage_version + 1),
+                                                 *r.corruptions[1:]))
+    assert bumped.fingerprint(FRAMES) != r.fingerprint(FRAMES)
+
+
+def test_fingerprint_handles_infinite_params():
+    text = GOOD.replace("[100, 30, 10, 5, 3]", '[100, 30, 10, 5, "inf"]')
+    assert _fp(text) == _fp(text) != _fp(GOOD)
+
+
+def test_examples_defined(kitti_c):
+    n = len(kitti_c.corruptions)
+    assert kitti_c.examples_defined(7481) == 7481 * n * 6
+    assert kitti_c.examples_stored(7481) == 7481 * (1 + n * 5)
+    # the full KITTI-C: 7,481 scenes × 25 corruptions × 6 severities
+    c0 = kitti_c.corruptions[0]
+    full = dataclasses.replace(kitti_c, corruptions=tuple(dataclasses.replace(c0, name=f"c{i}") for i in range(25)))
+    assert full.examples_defined(7481) == 1_122_150

@@ -1,0 +1,83 @@
+"""background: ⌊N/d⌋ uniform points in the scan's bounding box, d = 45, 40, 35, 30, 20 (Li et al. C-A)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.frame import PointTag
+from stages.noise.background import BackgroundParams, background
+from tests.stages.conftest import rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("background").params
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.count_divisor for p in SEVERITIES] == [45, 40, 35, 30, 20]
+
+
+def test_infinite_divisor_is_identity(scene):
+    out = background(scene, BackgroundParams(math.inf), rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+    assert np.array_equal(out.boxes.center, scene.boxes.center)
+    assert np.array_equal(out.boxes.dims, scene.boxes.dims)
+
+
+@pytest.mark.parametrize("bad", [0.0, -20.0])
+def test_rejects_non_positive_divisor(scene, bad):
+    with pytest.raises(ValueError, match="count_divisor"):
+        background(scene, BackgroundParams(bad), rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_adds_floor_n_over_d_uniform_points_in_the_scene_box(scene_with_ring, severity):
+    p = SEVERITIES[severity - 1]
+    frame = scene_with_ring
+    n = len(frame)
+    out = background(frame, p, rng_for(severity))
+    n_add = len(out) - n
+    assert n_add == math.floor(n / p.count_divisor) > 0
+    # originals untouched, in place, and tagged CLEAN; the new ones SYNTHETIC
+    assert np.array_equal(out.points[:n], frame.points)
+    tag = out.point_tag
+    assert len(tag) == len(out)
+    assert np.all(tag[:n] == PointTag.CLEAN)
+    assert np.all(tag[n:] == PointTag.SYNTHETIC)
+    # inside the scan's axis-aligned bounding box, filling it uniformly
+    new = out.points[n:]
+    lo, hi = frame.xyz.min(axis=0), frame.xyz.max(axis=0)
+    assert np.all(new[:, :3] >= lo) and np.all(new[:, :3] <= hi)
+    size = (hi - lo).astype(np.float64)
+    mean = new[:, :3].astype(np.float64).mean(axis=0)
+    assert np.all(np.abs(mean - (lo + hi) / 2) < 0.05 * size)
+    assert np.allclose(new[:, :3].std(axis=0), size / np.sqrt(12), rtol=0.06)
+    # intensities drawn from the scan's own values; extra columns (ring) are −1
+    ci = frame.fields.index("intensity")
+    assert np.all(np.isin(new[:, ci], frame.points[:, ci]))
+    assert np.unique(new[:, ci]).size > n_add // 2  # resampled, not one value copied
+    assert np.all(new[:, frame.fields.index("ring")] == -1)
+    # boxes and calibration unchanged
+    assert np.array_equal(out.boxes.center, frame.boxes.center)
+    assert out.calib is frame.calib
+
+
+def test_effect_grows_with_severity(scene):
+    sizes = [len(background(scene, p, rng_for(5))) for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(sizes))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before_pts = scene.points.copy()
+    before_labels = dict(scene.labels)
+    a = background(scene, SEVERITIES[4], rng_for(3))
+    b = background(scene, SEVERITIES[4], rng_for(3))
+    c = background(scene, SEVERITIES[4], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert np.array_equal(a.point_tag, b.point_tag)
+    assert not np.array_equal(a.points, c.points)
+    assert np.array_equal(scene.points, before_pts)
+    assert dict(scene.labels).keys() == before_labels.keys() and "point_tag" not in scene.labels

@@ -1,0 +1,89 @@
+"""gaussian_rad: r' = r + N(0, σ²) along each point's own ray (Li et al. Appendix C-A)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.geometry import to_spherical, wrap_angle
+from stages.noise.gaussian_rad import GaussianRadParams, gaussian_rad
+from tests.stages.conftest import make_scene, rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("gaussian_rad").params
+
+
+def _range(frame):
+    return np.linalg.norm(frame.xyz.astype(np.float64), axis=1)
+
+
+def _snapshot(frame):
+    b = frame.boxes
+    return (frame.points.copy(), {k: v.copy() for k, v in frame.labels.items()},
+            b.center.copy(), b.dims.copy(), b.heading.copy(), b.alpha.copy(), b.bbox2d.copy())
+
+
+def _same_snapshot(a, b):
+    return (np.array_equal(a[0], b[0]) and a[1].keys() == b[1].keys()
+            and all(np.array_equal(a[1][k], b[1][k]) for k in a[1])
+            and all(np.array_equal(x, y) for x, y in zip(a[2:], b[2:], strict=True)))
+
+
+def test_recipe_values_are_the_papers():
+    assert [p.sigma for p in SEVERITIES] == [0.04, 0.06, 0.08, 0.10, 0.12]
+
+
+def test_zero_sigma_is_identity(scene):
+    out = gaussian_rad(scene, GaussianRadParams(0.0), rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+    assert np.array_equal(out.boxes.center, scene.boxes.center)
+    assert np.array_equal(out.boxes.heading, scene.boxes.heading)
+
+
+def test_rejects_negative_sigma(scene):
+    with pytest.raises(ValueError, match="sigma"):
+        gaussian_rad(scene, GaussianRadParams(-0.01), rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_range_noise_is_gaussian_with_papers_sigma(scene_with_ring, severity):
+    p = SEVERITIES[severity - 1]
+    sigma = p.sigma
+    out = gaussian_rad(scene_with_ring, p, rng_for(severity))
+    assert out.points.dtype == np.float32 and len(out) == len(scene_with_ring)
+    dr = _range(out) - _range(scene_with_ring)
+    assert dr.std() == pytest.approx(sigma, rel=0.03)
+    assert abs(dr.mean()) < 0.03 * sigma  # ≈ 6 standard errors at N ≈ 50k
+    # Gaussian, not uniform or impulse: ≈ 68.3 % within 1σ and ≈ 95.4 % within 2σ
+    assert np.mean(np.abs(dr) <= sigma) == pytest.approx(0.6827, abs=0.01)
+    assert np.mean(np.abs(dr) <= 2 * sigma) == pytest.approx(0.9545, abs=0.006)
+    # every point is perturbed (no subset left clean)
+    assert np.mean(np.abs(dr) > 1e-5) > 0.999
+    # azimuth and elevation unchanged
+    _, az0, el0 = to_spherical(scene_with_ring.xyz)
+    _, az1, el1 = to_spherical(out.xyz)
+    assert np.max(np.abs(wrap_angle(az1 - az0))) < 1e-5
+    assert np.max(np.abs(el1 - el0)) < 1e-5
+    # intensity and ring untouched; boxes and calibration kept
+    assert np.array_equal(out.points[:, 3:], scene_with_ring.points[:, 3:])
+    assert np.array_equal(out.boxes.center, scene_with_ring.boxes.center)
+    assert np.array_equal(out.boxes.dims, scene_with_ring.boxes.dims)
+    assert out.calib is scene_with_ring.calib
+
+
+def test_effect_grows_with_severity(scene):
+    stds = [(_range(gaussian_rad(scene, p, rng_for(7))) - _range(scene)).std() for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(stds))
+
+
+def test_deterministic_and_does_not_mutate():
+    scene = make_scene(3)
+    before = _snapshot(scene)
+    a = gaussian_rad(scene, SEVERITIES[2], rng_for(3))
+    b = gaussian_rad(scene, SEVERITIES[2], rng_for(3))
+    c = gaussian_rad(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert not np.array_equal(a.points, c.points)
+    assert _same_snapshot(before, _snapshot(scene))

@@ -1,0 +1,117 @@
+"""translation: every annotated object moves horizontally by d ~ U(lo, hi) (Li et al. Appendix C-B)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y, wrap_angle
+from stages.transform.translation import TranslationParams, translation
+from tests.stages.conftest import make_scene, rng_for
+
+SEVERITIES = load_recipe("kitti-c").corruption("translation").params
+BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
+
+
+def _box_copy(boxes):
+    return {f: getattr(boxes, f).copy() for f in BOX_FIELDS}
+
+
+def _shifts(before, after):
+    return after.boxes.center - before.boxes.center
+
+
+def test_recipe_values_are_the_papers():
+    ranges = [(p.min_distance, p.max_distance) for p in SEVERITIES]
+    assert ranges == [(0.0, 0.2), (0.3, 0.4), (0.5, 0.6), (0.7, 0.8), (0.9, 1.0)]
+
+
+def test_zero_distance_is_identity(scene):
+    out = translation(scene, TranslationParams(0.0, 0.0), rng_for(0))
+    assert np.array_equal(out.points, scene.points)
+    for f in BOX_FIELDS:
+        assert np.array_equal(getattr(out.boxes, f), getattr(scene.boxes, f))
+
+
+@pytest.mark.parametrize("bad", [(-0.1, 0.2), (0.5, 0.4)])
+def test_rejects_bad_range(scene, bad):
+    with pytest.raises(ValueError, match="min_distance"):
+        translation(scene, TranslationParams(*bad), rng_for(0))
+
+
+@pytest.mark.parametrize("severity", range(1, 6))
+def test_objects_and_their_points_move_together(scene, severity):
+    p = SEVERITIES[severity - 1]
+    out = translation(scene, p, rng_for(severity))
+    valid = scene.boxes.valid
+    assert valid.sum() == 3 and len(out.boxes) == len(scene.boxes)
+    shift = _shifts(scene, out)
+    # horizontal move of a distance in [min, max]; z, size, heading, class unchanged
+    assert np.all(shift[valid, 2] == 0)
+    dist = np.linalg.norm(shift[valid, :2], axis=1)
+    assert np.all(dist >= p.min_distance - 1e-9) and np.all(dist <= p.max_distance + 1e-9)
+    assert np.array_equal(out.boxes.dims, scene.boxes.dims)
+    assert np.array_equal(out.boxes.heading, scene.boxes.heading)
+    assert list(out.boxes.cls) == list(scene.boxes.cls)
+    # the DontCare row is untouched in every field
+    dc = np.flatnonzero(~valid)
+    for f in BOX_FIELDS:
+        assert np.array_equal(getattr(out.boxes, f)[dc], getattr(scene.boxes, f)[dc])
+    # each object's points move by exactly its box's vector and stay inside the moved box
+    owner = scene.box_index
+    assert len(out) == len(scene)
+    d = out.xyz.astype(np.float64) - scene.xyz.astype(np.float64)
+    for j in np.flatnonzero(valid):
+        idx = owner == j
+        assert idx.sum() > 1000
+        assert np.allclose(d[idx], shift[j], atol=1e-5)
+        assert np.all(assign_points_to_boxes(out.xyz[idx], out.boxes) == j)
+    # everything else (ground, wall) unchanged, as are intensities
+    assert np.array_equal(out.points[owner < 0], scene.points[owner < 0])
+    assert np.array_equal(out.points[:, 3], scene.points[:, 3])
+    # alpha recomputed from the new location: alpha = wrap(rot_y − atan2(x_cam, z_cam))
+    calib = scene.calib
+    rect = calib.lidar_to_rect(out.boxes.center[valid])
+    rot_y = lidar_heading_to_rot_y(out.boxes.heading[valid], calib)
+    expected = wrap_angle(rot_y - np.arctan2(rect[:, 0], rect[:, 2]))
+    assert np.allclose(wrap_angle(out.boxes.alpha[valid] - expected), 0.0, atol=1e-9)
+    assert not np.allclose(out.boxes.alpha[valid], scene.boxes.alpha[valid])
+    # the 2D box encloses the projection of the moved centre
+    uv = calib.project_rect(rect)
+    bb = out.boxes.bbox2d[valid]
+    assert np.all((uv[:, 0] >= bb[:, 0]) & (uv[:, 0] <= bb[:, 2]) & (uv[:, 1] >= bb[:, 1]) & (uv[:, 1] <= bb[:, 3]))
+
+
+def test_direction_is_spread_over_all_headings():
+    scene = make_scene(1, n_ground=2000, n_per_car=200)
+    angles = []
+    for i in range(40):
+        s = _shifts(scene, translation(scene, SEVERITIES[4], rng_for(100 + i)))[scene.boxes.valid]
+        angles.append(np.arctan2(s[:, 1], s[:, 0]))
+    angles = np.concatenate(angles)
+    counts = np.histogram(angles, bins=4, range=(-np.pi, np.pi))[0]
+    assert counts.min() > 0.1 * len(angles)  # forward, backward, left and right all occur
+
+
+def test_effect_grows_with_severity(scene):
+    valid = scene.boxes.valid
+    means = [np.linalg.norm(_shifts(scene, translation(scene, p, rng_for(9)))[valid, :2], axis=1).mean()
+             for p in SEVERITIES]
+    assert all(b > a for a, b in itertools.pairwise(means))
+
+
+def test_deterministic_and_does_not_mutate(scene):
+    before_pts, before_boxes = scene.points.copy(), _box_copy(scene.boxes)
+    a = translation(scene, SEVERITIES[2], rng_for(3))
+    b = translation(scene, SEVERITIES[2], rng_for(3))
+    c = translation(scene, SEVERITIES[2], rng_for(4))
+    assert np.array_equal(a.points, b.points)
+    assert np.array_equal(a.boxes.center, b.boxes.center)
+    assert np.array_equal(a.boxes.alpha, b.boxes.alpha)
+    assert not np.array_equal(a.boxes.center, c.boxes.center)
+    assert np.array_equal(scene.points, before_pts)
+    for f in BOX_FIELDS:
+        assert np.array_equal(getattr(scene.boxes, f), before_boxes[f])
