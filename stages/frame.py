@@ -230,6 +230,15 @@ class Frame:
             return np.full(len(self), -1, dtype=np.int64)
         return assign_points_to_boxes(self.xyz, self.boxes)
 
+    @cached_property
+    def box_points(self) -> tuple[np.ndarray, ...]:
+        """Per box row, the ascending indices of its points (``box_index == j``); empty for DontCare."""
+        m = 0 if self.boxes is None else len(self.boxes)
+        owner = self.box_index
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(m + 1))
+        return tuple(order[bounds[j]: bounds[j + 1]] for j in range(m))
+
     @property
     def point_tag(self) -> np.ndarray:
         tag = self.labels.get("point_tag")

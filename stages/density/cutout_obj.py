@@ -34,14 +34,6 @@ class CutoutObjParams:
     k: int = 20  # points erased around each centre (k nearest object points)
 
 
-def _object_groups(frame: Frame) -> list[np.ndarray]:
-    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
-    m = 0 if frame.boxes is None else len(frame.boxes)
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
-
 
 @stage("cutout_obj", params=CutoutObjParams)
 def cutout_obj(frame: Frame, params: CutoutObjParams, rng: np.random.Generator) -> Frame:
@@ -52,7 +44,7 @@ def cutout_obj(frame: Frame, params: CutoutObjParams, rng: np.random.Generator) 
     from scipy.spatial import cKDTree
 
     erased = []
-    for idx in _object_groups(frame):
+    for idx in frame.box_points:
         n = len(idx)
         if n == 0:
             continue

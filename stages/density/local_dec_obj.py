@@ -35,14 +35,6 @@ class LocalDecObjParams:
     drop_fraction: float = 0.75  # fraction of each neighbourhood deleted
 
 
-def _object_groups(frame: Frame) -> list[np.ndarray]:
-    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
-    m = 0 if frame.boxes is None else len(frame.boxes)
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
-
 
 def drop_count(k: int, fraction: float) -> int:
     """round(fraction · k), halves rounded up."""
@@ -60,7 +52,7 @@ def local_dec_obj(frame: Frame, params: LocalDecObjParams, rng: np.random.Genera
     from scipy.spatial import cKDTree
 
     deleted = []
-    for idx in _object_groups(frame):
+    for idx in frame.box_points:
         n = len(idx)
         if n == 0:
             continue

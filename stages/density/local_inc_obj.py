@@ -41,14 +41,6 @@ class LocalIncObjParams:
     k: int = 30  # neighbourhood size, and points added per centre
 
 
-def _object_groups(frame: Frame) -> list[np.ndarray]:
-    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
-    m = 0 if frame.boxes is None else len(frame.boxes)
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
-
 
 @stage("local_inc_obj", params=LocalIncObjParams)
 def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Generator) -> Frame:
@@ -59,7 +51,7 @@ def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Genera
     from scipy.spatial import cKDTree
 
     new_xyz, parents = [], []
-    for idx in _object_groups(frame):
+    for idx in frame.box_points:
         n = len(idx)
         if n == 0:
             continue

@@ -32,14 +32,6 @@ class ImpulseObjParams:
     magnitude: float = 0.1  # metres added or subtracted on every axis
 
 
-def _object_groups(frame: Frame) -> list[np.ndarray]:
-    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
-    m = 0 if frame.boxes is None else len(frame.boxes)
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
-
 
 @stage("impulse_obj", params=ImpulseObjParams)
 def impulse_obj(frame: Frame, params: ImpulseObjParams, rng: np.random.Generator) -> Frame:
@@ -51,7 +43,7 @@ def impulse_obj(frame: Frame, params: ImpulseObjParams, rng: np.random.Generator
     if math.isinf(d) or mag == 0:
         return frame
     chosen = []
-    for idx in _object_groups(frame):
+    for idx in frame.box_points:
         n = min(len(idx), int(len(idx) // d))
         if n > 0:
             chosen.append(rng.choice(idx, size=n, replace=False))

@@ -34,14 +34,6 @@ class UpsampleObjParams:
     offset: float = 0.05  # metres; each coordinate of a new point is parent + U(-offset, offset)
 
 
-def _object_groups(frame: Frame) -> list[np.ndarray]:
-    """Point indices (ascending) of every box's points (``box_index == j``), one array per box row."""
-    m = 0 if frame.boxes is None else len(frame.boxes)
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(m + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(m)]
-
 
 @stage("upsample_obj", params=UpsampleObjParams)
 def upsample_obj(frame: Frame, params: UpsampleObjParams, rng: np.random.Generator) -> Frame:
@@ -53,7 +45,7 @@ def upsample_obj(frame: Frame, params: UpsampleObjParams, rng: np.random.Generat
     if math.isinf(d):
         return frame
     chosen = []
-    for idx in _object_groups(frame):
+    for idx in frame.box_points:
         n = int(len(idx) // d)
         if n > 0:
             chosen.append(rng.choice(idx, size=n, replace=n > len(idx)))

@@ -88,9 +88,6 @@ def ffd(frame: Frame, params: FFDParams, rng: np.random.Generator) -> Frame:
     boxes = frame.boxes
     if boxes is None or not boxes.valid.any() or r == 0:
         return frame
-    owner = frame.box_index
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(len(boxes) + 1))
     surface = _box_surface_unit(FACE_SAMPLES)
 
     points = frame.points.copy()
@@ -101,7 +98,7 @@ def ffd(frame: Frame, params: FFDParams, rng: np.random.Generator) -> Frame:
         unit_size = np.where(size > 0, size, 1.0)  # a flat box has no lattice extent on that axis
         c, s = np.cos(heading), np.sin(heading)
         rot = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])  # box frame -> LiDAR frame
-        idx = order[bounds[j] : bounds[j + 1]]
+        idx = frame.box_points[j]
         local = (frame.xyz[idx].astype(np.float64) - boxes.center[j]) @ rot
         moved = local + ffd_displacement(local / unit_size + 0.5, mu) * size
         points[idx, :3] = (moved @ rot.T + boxes.center[j]).astype(np.float32)
