@@ -122,3 +122,24 @@ def rot_y_to_lidar_heading(rot_y: np.ndarray, calib: Calib) -> np.ndarray:
     d_rect = np.stack([np.cos(rot_y), np.zeros_like(rot_y), -np.sin(rot_y)], axis=1)
     d = d_rect @ calib.rect_to_velo[:3, :3].T
     return np.arctan2(d[:, 1], d[:, 0])
+
+
+def random_neighbourhoods(frame, count_divisor: float, k: int, rng: np.random.Generator) -> np.ndarray | None:
+    """⌊N / count_divisor⌋ random centres (without replacement) and each centre's k nearest points.
+
+    Returns the (centres, k) neighbour indices (each centre first), or None when there is nothing
+    to do (zero centres or k = 0). k is clipped to N. Neighbours come from the frame's cached KD-tree
+    over the original scan, so cutout, local_dec and local_inc share one tree per frame.
+    """
+    if not count_divisor > 0:
+        raise ValueError(f"count_divisor must be > 0, got {count_divisor}")
+    if k < 0:
+        raise ValueError(f"k must be ≥ 0, got {k}")
+    n = len(frame)
+    n_centres = 0 if np.isinf(count_divisor) else min(n, int(n // count_divisor))
+    k = min(k, n)
+    if n_centres == 0 or k == 0:
+        return None
+    centres = rng.choice(n, size=n_centres, replace=False)
+    _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
+    return np.asarray(nn).reshape(n_centres, k)

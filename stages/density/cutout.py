@@ -11,12 +11,12 @@ count_divisor = inf, or a centre count that rounds to 0 return the input frame u
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from stages.frame import Frame
+from stages.geometry import random_neighbourhoods
 from stages.registry import stage
 
 
@@ -28,17 +28,12 @@ class CutoutParams:
 
 @stage("cutout", params=CutoutParams)
 def cutout(frame: Frame, params: CutoutParams, rng: np.random.Generator) -> Frame:
-    if not params.count_divisor > 0:
-        raise ValueError(f"cutout: count_divisor must be > 0, got {params.count_divisor}")
-    if params.k < 0:
-        raise ValueError(f"cutout: k must be ≥ 0, got {params.k}")
-    n = len(frame)
-    n_centres = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
-    k = min(params.k, n)
-    if n_centres == 0 or k == 0:
+    try:
+        nn = random_neighbourhoods(frame, params.count_divisor, params.k, rng)
+    except ValueError as e:
+        raise ValueError(f"cutout: {e}") from None
+    if nn is None:
         return frame
-    centres = rng.choice(n, size=n_centres, replace=False)
-    _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
-    keep = np.ones(n, dtype=bool)
-    keep[np.asarray(nn).ravel()] = False
+    keep = np.ones(len(frame), dtype=bool)
+    keep[nn.ravel()] = False
     return frame.take(keep)

@@ -15,11 +15,12 @@ centre count that rounds to 0 return the input frame unchanged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from stages.frame import Frame
+from stages.geometry import random_neighbourhoods
 from stages.registry import stage
 
 
@@ -32,21 +33,19 @@ class LocalDecParams:
 
 @stage("local_dec", params=LocalDecParams)
 def local_dec(frame: Frame, params: LocalDecParams, rng: np.random.Generator) -> Frame:
-    if not params.count_divisor > 0:
-        raise ValueError(f"local_dec: count_divisor must be > 0, got {params.count_divisor}")
-    if params.k < 0:
-        raise ValueError(f"local_dec: k must be ≥ 0, got {params.k}")
     if not 0.0 <= params.drop_fraction <= 1.0:
         raise ValueError(f"local_dec: drop_fraction must be in [0, 1], got {params.drop_fraction}")
     n = len(frame)
-    n_centres = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
-    k = min(params.k, n)
-    n_drop = math.floor(params.drop_fraction * k + 0.5)
-    if n_centres == 0 or n_drop == 0:
+    if math.floor(params.drop_fraction * min(params.k, n) + 0.5) == 0:
+        params = replace(params, k=0)  # nothing to delete: no centres are drawn
+    try:
+        nn = random_neighbourhoods(frame, params.count_divisor, params.k, rng)
+    except ValueError as e:
+        raise ValueError(f"local_dec: {e}") from None
+    if nn is None:
         return frame
-    centres = rng.choice(n, size=n_centres, replace=False)
-    _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
-    nn = np.asarray(nn).reshape(n_centres, k)
+    n_centres, k = nn.shape
+    n_drop = math.floor(params.drop_fraction * k + 0.5)
     # an independent random subset of n_drop of the k neighbours of every centre, all at once
     pick = np.argsort(rng.random((n_centres, k)), axis=1)[:, :n_drop]
     keep = np.ones(n, dtype=bool)

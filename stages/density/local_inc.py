@@ -22,12 +22,12 @@ Decisions the paper leaves open:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.geometry import random_neighbourhoods
 from stages.registry import stage
 
 _CHUNK_ELEMENTS = 4_000_000  # bound on the (centres × new × neighbours) distance block, ≈ 32 MB
@@ -45,19 +45,14 @@ def _monomials(s: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 @stage("local_inc", params=LocalIncParams)
 def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) -> Frame:
-    if not params.count_divisor > 0:
-        raise ValueError(f"local_inc: count_divisor must be > 0, got {params.count_divisor}")
-    if params.k < 0:
-        raise ValueError(f"local_inc: k must be ≥ 0, got {params.k}")
-    n = len(frame)
-    n_centres = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
-    k = min(params.k, n)
-    if n_centres == 0 or k == 0:
+    try:
+        nn = random_neighbourhoods(frame, params.count_divisor, params.k, rng)
+    except ValueError as e:
+        raise ValueError(f"local_inc: {e}") from None
+    if nn is None:
         return frame
+    n_centres, k = nn.shape
     xyz = frame.xyz.astype(np.float64)
-    centres = rng.choice(n, size=n_centres, replace=False)
-    _, nn = frame.kdtree.query(xyz[centres], k=k)
-    nn = np.asarray(nn).reshape(n_centres, k)
 
     # local PCA frame of every neighbourhood: columns of `axes` are (s, t, h) = largest → smallest variance
     nbr = xyz[nn]  # (c, k, 3)
