@@ -1,0 +1,1 @@
+"""Weather simulators (fog, snow, wet ground, LISA rain/snow) implemented from PHYSICS.md."""

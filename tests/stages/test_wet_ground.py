@@ -1,0 +1,221 @@
+"""wet_ground: Hahner et al. wet-ground augmentation (PHYSICS.md §3), physical and paper modes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from manifests.recipe import load_recipe
+from stages.frame import Frame, PointTag
+from stages.weather.ground import (
+    fit_ground_plane,
+    fit_line,
+    flat_ground_plane,
+    ground_candidates,
+    noise_level_line,
+    ransac_plane,
+)
+from stages.weather.wet_ground import (
+    N_AIR,
+    N_WATER,
+    WetGroundParams,
+    film_transmission,
+    film_transmission_sp,
+    fresnel_powers,
+    wet_ground,
+)
+from tests.stages.conftest import make_scene, rng_for
+
+ROBO3D = load_recipe("robo3d-kitti-c").corruption("wet_ground").params
+
+
+def _indexed(frame: Frame) -> Frame:
+    """The frame with a label column holding each point's input index (it follows `take`)."""
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def test_robo3d_recipe_values():
+    assert [p.water_height for p in ROBO3D] == [0.2, 1.0, 1.2]
+    assert all(p.noise_floor == 0.2 and p.mode == "paper" and not p.option("byte_scale") for p in ROBO3D)
+    assert all(p.option("floor_const") == 5.0 and p.option("divide_by_angle") for p in ROBO3D)
+
+
+# ---- optics ----------------------------------------------------------------------------------------
+def test_fresnel_reference_values():
+    # §3.4, ρ = 0.1: θ → (R_s, T_s, R_p, T_p); R air→water, T the total through the film
+    table = {0: (0.0200, 0.0962, 0.0200, 0.0962), 60: (0.1137, 0.0794, 0.0044, 0.0992),
+             85: (0.6722, 0.0115, 0.4930, 0.0270)}
+    theta = np.radians(sorted(table))
+    r_s, t_s_single, r_p, _ = fresnel_powers(theta, N_AIR, N_WATER)
+    t_s, t_p = film_transmission_sp(np.cos(theta), np.full(3, 0.1))
+    for k, deg in enumerate(sorted(table)):
+        ref = table[deg]
+        assert r_s[k] == pytest.approx(ref[0], abs=1e-4) and r_p[k] == pytest.approx(ref[2], abs=1e-4)
+        assert t_s[k] == pytest.approx(ref[1], abs=1e-4) and t_p[k] == pytest.approx(ref[3], abs=1e-4)
+    assert r_s + t_s_single == pytest.approx(np.ones(3))  # energy conservation at the surface
+    np.testing.assert_allclose(film_transmission(np.cos(theta), np.full(3, 0.1)), np.maximum(t_s, t_p))
+
+
+# ---- ground plane ----------------------------------------------------------------------------------
+def test_ransac_recovers_a_tilted_plane_with_outliers():
+    rng = np.random.default_rng(0)
+    n = 3000
+    x, y = rng.uniform(10, 60, n), rng.uniform(-3, 3, n)
+    z = 0.004 * x - 0.01 * y - 1.8 + rng.normal(0, 0.01, n)
+    out = rng.random(n) < 0.3
+    z[out] += rng.uniform(0.3, 1.0, out.sum())  # objects standing on the road
+    coef, inliers = ransac_plane(np.column_stack([x, y, z]), rng_for(0))
+    np.testing.assert_allclose(coef, [0.004, -0.01, -1.8], atol=2e-3)
+    assert inliers[~out].mean() > 0.4 and not inliers[out].any()
+    again, _ = ransac_plane(np.column_stack([x, y, z]), rng_for(0))
+    assert np.array_equal(coef, again)  # deterministic from the generator
+
+
+def test_ground_plane_of_the_scene(scene):
+    plane = fit_ground_plane(scene.xyz, rng_for(0))
+    assert plane is not None
+    np.testing.assert_allclose(plane.w, [0, 0, -1], atol=1e-6)
+    assert plane.h == pytest.approx(-1.73, abs=1e-4)
+    flat = flat_ground_plane(1.73)
+    np.testing.assert_allclose(flat.offset(scene.xyz[:10]), plane.offset(scene.xyz[:10]), atol=1e-4)
+    assert np.all(plane.cos_incidence(scene.xyz[:100]) > 0)
+
+
+def test_noise_level_line_lowest_and_fallback():
+    rng = np.random.default_rng(1)
+    d = rng.uniform(10, 70, 20000)
+    n = 0.5 + 0.1 * d + rng.exponential(2.0, len(d))
+    slope, icept = noise_level_line(d, n, floor_const=0.1, method="lowest", fallback=(0.0, 0.0))
+    assert slope == pytest.approx(0.1, abs=0.01) and icept == pytest.approx(0.5, abs=0.3)
+    # nothing above the floor → the fallback line; an impossible floor for "rarest" likewise
+    assert noise_level_line(d, n, floor_const=1e9, method="lowest", fallback=(1.0, 2.0)) == (1.0, 2.0)
+    assert noise_level_line(d, n, floor_const=1e9, method="rarest", fallback=(1.0, 2.0)) == (1.0, 2.0)
+    s, _ = noise_level_line(d, n, floor_const=0.1, method="rarest", fallback=(0.0, 0.0))
+    assert np.isfinite(s)
+    assert fit_line(np.array([1.0, 2.0, 3.0]), np.array([3.0, 5.0, 7.0])) == pytest.approx((2.0, 1.0))
+
+
+# ---- the stage -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["physical", "paper"])
+def test_only_ground_points_change_and_intensity_never_increases(scene_with_ring, mode):
+    frame = _indexed(scene_with_ring)
+    before = frame.points.copy()
+    out = wet_ground(frame, WetGroundParams(water_height=1.2, noise_floor=0.2, mode=mode), rng_for(0))
+    assert np.array_equal(frame.points, before)  # input not mutated
+    src = out.labels["src"]
+    assert np.all(np.diff(src) > 0)  # order preserved, only drops
+    assert out.fields == frame.fields and out.points.dtype == np.float32
+    near_ground = np.abs(frame.xyz[:, 2].astype(np.float64) + 1.73) < 0.5
+    # every point away from the ground survives unchanged
+    kept = np.zeros(len(frame), dtype=bool)
+    kept[src] = True
+    assert kept[~near_ground].all()
+    changed_rows = np.flatnonzero(np.any(out.points != frame.points[src], axis=1))
+    assert near_ground[src[changed_rows]].all() and near_ground[~kept].all()
+    assert len(changed_rows) + (len(frame) - len(out)) > 1000
+    # positions and extra columns never change; intensity only goes down
+    assert np.array_equal(out.points[:, [0, 1, 2, 4]], frame.points[src][:, [0, 1, 2, 4]])
+    assert np.all(out.intensity <= frame.intensity[src])
+    tag = out.point_tag
+    assert set(np.unique(tag[changed_rows])) == {PointTag.ATTENUATED}
+    assert np.all(tag[np.setdiff1d(np.arange(len(out)), changed_rows)] == PointTag.CLEAN)
+
+
+@pytest.mark.parametrize("mode", ["physical", "paper"])
+def test_more_water_drops_more_ground_points(mode):
+    frame = make_scene(3)
+    dropped = []
+    for p in ROBO3D:
+        params = WetGroundParams(water_height=p.water_height, noise_floor=p.noise_floor, mode=mode)
+        dropped.append(len(frame) - len(wet_ground(frame, params, rng_for(0))))
+    assert dropped[0] <= dropped[1] <= dropped[2] and dropped[0] < dropped[2]
+    # and the intensity of the surviving ground falls with the water height
+    means = []
+    for wh in (0.2, 0.6, 1.0):
+        out = wet_ground(_indexed(frame), WetGroundParams(water_height=wh, noise_floor=0.0, mode=mode), rng_for(0))
+        means.append(float(out.intensity[: 40_000].mean()))
+    assert means[0] > means[1] > means[2]
+
+
+def test_robo3d_recipe_runs_and_is_monotone(scene):
+    outs = [wet_ground(scene, p, rng_for(s)) for s, p in enumerate(ROBO3D)]
+    dropped = [len(scene) - len(o) for o in outs]
+    assert 0 < dropped[0] < dropped[1] <= dropped[2]
+
+
+def test_determinism(scene):
+    p = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
+    a, b = wet_ground(scene, p, rng_for(5)), wet_ground(scene, p, rng_for(5))
+    assert np.array_equal(a.points, b.points) and np.array_equal(a.point_tag, b.point_tag)
+
+
+def test_scan_without_ground_is_unchanged(scene):
+    no_ground = scene.take(scene.xyz[:, 2] > -1.0)
+    for mode in ("physical", "paper"):
+        assert wet_ground(no_ground, WetGroundParams(water_height=1.2, mode=mode), rng_for(0)) is no_ground
+    empty = scene.take(np.zeros(len(scene), dtype=bool))
+    assert wet_ground(empty, WetGroundParams(water_height=1.2), rng_for(0)) is empty
+
+
+def test_fewer_than_1000_ground_candidates_is_unchanged():
+    sparse = make_scene(0, n_ground=20_000)  # ≈ 720 candidates in the strip in front of the sensor
+    assert 0 < ground_candidates(sparse.xyz).sum() < 1000
+    p = WetGroundParams(water_height=1.2, noise_floor=0.2, mode="paper")
+    assert wet_ground(sparse, p, rng_for(0)) is sparse
+    # opt-in fallback: the flat plane at the sensor height (fitted sign convention)
+    out = wet_ground(sparse, WetGroundParams(water_height=1.2, noise_floor=0.2, mode="paper",
+                                             fallback_height=1.73), rng_for(0))
+    assert len(out) < len(sparse)
+    # a plane, but fewer than 1000 points in the ground band → unchanged
+    scene = make_scene(0)
+    thin = WetGroundParams(water_height=1.2, noise_floor=0.2, mode="paper", ground_band=0.0)
+    assert wet_ground(scene, thin, rng_for(0)) is scene
+
+
+def test_physical_dry_is_identity_paper_drops_dim_ground(scene):
+    assert wet_ground(scene, WetGroundParams(water_height=0.0, noise_floor=0.7), rng_for(0)) is scene
+    out = wet_ground(_indexed(scene), WetGroundParams(water_height=0.0, noise_floor=0.7, mode="paper"), rng_for(0))
+    assert len(out) < len(scene)  # the reference tests every ground point against the floor
+    assert np.array_equal(out.intensity, scene.intensity[out.labels["src"]])
+
+
+def test_physical_mode_is_scale_free_paper_floor_is_not(scene):
+    byte = Frame(scene.frame_id, (scene.points * np.array([1, 1, 1, 255.0], dtype=np.float32)).astype(np.float32),
+                 intensity_scale="byte", labels={"src": np.arange(len(scene))})
+    unit = _indexed(scene)
+    p = WetGroundParams(water_height=1.2, noise_floor=0.2)
+    a, b = wet_ground(unit, p, rng_for(0)), wet_ground(byte, p, rng_for(0))
+    assert np.array_equal(a.labels["src"], b.labels["src"])
+    np.testing.assert_allclose(b.intensity, a.intensity * 255.0, rtol=1e-5)
+    # byte_scale on a unit source is the same as feeding the byte source
+    c = wet_ground(unit, WetGroundParams(water_height=1.2, noise_floor=0.2, byte_scale=True), rng_for(0))
+    np.testing.assert_allclose(c.intensity, a.intensity, rtol=1e-6)
+    # paper's literal floor constant 5 depends on the scale (PHYSICS.md §3.6)
+    q = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
+    assert len(wet_ground(unit, q, rng_for(0))) != len(wet_ground(byte, q, rng_for(0)))
+
+
+def test_divide_by_angle_quirk_darkens_more(scene):
+    base = dict(water_height=1.2, noise_floor=0.0)
+    quirk = wet_ground(scene, WetGroundParams(divide_by_angle=True, **base), rng_for(0))
+    plain = wet_ground(scene, WetGroundParams(divide_by_angle=False, **base), rng_for(0))
+    # ground beyond ≈3 m is seen at θ > 1 rad, so t/θ < t
+    assert quirk.intensity[:40_000].sum() < plain.intensity[:40_000].sum()
+
+
+@pytest.mark.parametrize("kw", [dict(mode="nope"), dict(water_height=-1.0), dict(noise_floor=-0.1),
+                                dict(noise_level="median"), dict(pavement_depth=0.0)])
+def test_rejects_bad_params(kw):
+    with pytest.raises(ValueError):
+        WetGroundParams(**{"water_height": 1.0, **kw})
+
+
+def test_large_scene_cost_is_small():
+    import time
+
+    frame = make_scene(0, n_ground=110_000)
+    p = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
+    wet_ground(frame, p, rng_for(0))
+    t = time.perf_counter()
+    wet_ground(frame, p, rng_for(1))
+    assert time.perf_counter() - t < 0.5
