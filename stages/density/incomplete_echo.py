@@ -1,0 +1,77 @@
+"""Incomplete echo: most returns of each vehicle are lost (Robo3D, PHYSICS.md §5).
+
+Models dark (black) car paint and glass that absorb the near-infrared pulse, so a vehicle returns only
+a few of its points. For every vehicle object holding more than ``min_points`` (10) points, ``int(r·n)``
+of its n points, chosen uniformly without replacement, are deleted. KITTI-C uses r = 0.75 / 0.85 / 0.95
+(light / moderate / heavy; paper Appendix 8.7). Boxes are not changed (the object is still there);
+survivors keep their order; all other points are untouched.
+
+KITTI has no generation script upstream (PHYSICS.md §5: placeholder only) and the paper says only that
+"3D bounding box labels" build the mask for KITTI-C [inferred]:
+
+* The objects are the GT boxes whose class is in ``classes`` (default Car, Van, Truck, Tram — KITTI's
+  vehicle classes; the paper's bicycle / motorcycle have no KITTI class of their own — add "Cyclist"
+  to include them, rider included). DontCare rows never count.
+* An object's points are the points inside its exact oriented box (`Frame.box_index`, margin 0); a point
+  in two overlapping boxes belongs to the first one.
+* The rule is applied per *object* (per box), as the semantic-label scripts apply it per vehicle class
+  of the scan: an instance mask is what boxes give, and it is what "each vehicle" means on KITTI.
+  Objects are processed in box-row order, one draw each, for determinism.
+
+Paper vs PHYSICS.md: the paper's "randomly querying k_e percent points" becomes PHYSICS.md's exact count
+``int(r·n)`` with the more-than-10-points guard (generation scripts); we follow PHYSICS.md.
+r = 0 (or a frame without boxes) returns the input frame unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stages.frame import Frame
+from stages.registry import stage
+
+VEHICLE_CLASSES = ("Car", "Van", "Truck", "Tram")
+
+
+@dataclass(frozen=True)
+class IncompleteEchoParams:
+    ratio: float  # r: share of each vehicle's points deleted, int(r·n)
+    classes: tuple[str, ...] = VEHICLE_CLASSES  # box classes treated as vehicles
+    min_points: int = 10  # only objects with more than this many points are thinned
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.ratio) and 0 <= self.ratio <= 1):
+            raise ValueError(f"incomplete_echo: ratio must be in [0, 1], got {self.ratio!r}")
+        if self.min_points < 0:
+            raise ValueError(f"incomplete_echo: min_points must be ≥ 0, got {self.min_points}")
+        if not all(isinstance(c, str) for c in self.classes):
+            raise ValueError(f"incomplete_echo: classes must be class names, got {self.classes!r}")
+
+
+def echo_drop_count(n: int, ratio: float) -> int:
+    """``int(r·n)`` points of an object with n points (0 for objects with ≤ min_points is the caller's job)."""
+    return int(ratio * n)
+
+
+@stage("incomplete_echo", params=IncompleteEchoParams)
+def incomplete_echo(frame: Frame, params: IncompleteEchoParams, rng: np.random.Generator) -> Frame:
+    if params.ratio == 0 or not frame.has_boxes or len(frame) == 0:
+        return frame
+    boxes = frame.boxes
+    vehicle = np.isin(boxes.cls.astype(str), list(params.classes)) & boxes.valid
+    drop = []
+    for j in np.flatnonzero(vehicle):
+        pts = frame.box_points[j]
+        if len(pts) <= params.min_points:
+            continue
+        k = echo_drop_count(len(pts), params.ratio)
+        if k:
+            drop.append(rng.choice(pts, size=k, replace=False))
+    if not drop:
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    keep[np.concatenate(drop)] = False
+    return frame.take(keep)
