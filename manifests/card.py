@@ -7,8 +7,37 @@ from typing import Any
 from manifests.recipe import Recipe
 from stages.registry import get_stage
 
+VALIDATION_BEGIN = "<!-- bench-build:validation -->"
+VALIDATION_END = "<!-- /bench-build:validation -->"
 
-def render_card(manifest: dict[str, Any], recipe: Recipe) -> str:
+
+def validation_section(link: str) -> str:
+    """The card's "Naturalness validation" section, pointing at ``link`` (e.g. validation/summary.md)."""
+    return "\n".join([
+        VALIDATION_BEGIN,
+        "## Naturalness validation",
+        "",
+        f"A PointNet weather classifier trained on real adverse-weather scans was tested on this build's simulated "
+        f"corruptions (accuracy on simulated, t-SNE and MMD of its features): see [{link}]({link}).",
+        VALIDATION_END,
+    ])
+
+
+def card_with_validation(card: str, link: str) -> str:
+    """``card`` with its validation section added (before "How to load") or replaced."""
+    section = validation_section(link)
+    if VALIDATION_BEGIN in card and VALIDATION_END in card:
+        head, rest = card.split(VALIDATION_BEGIN, 1)
+        return head + section + rest.split(VALIDATION_END, 1)[1]
+    marker = "\n## How to load"
+    if marker in card:
+        head, rest = card.split(marker, 1)
+        return head + "\n" + section + "\n" + marker + rest
+    return card.rstrip("\n") + "\n\n" + section + "\n"
+
+
+def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
+    """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]
     src = manifest["source"]
     lines = [
@@ -66,7 +95,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe) -> str:
         "The corrupted data inherits the licence of the source dataset (KITTI: CC BY-NC-SA 3.0).",
         "",
     ]
-    return "\n".join(line for line in lines if line is not None)
+    card = "\n".join(line for line in lines if line is not None)
+    return card_with_validation(card, validation) if validation else card
 
 
 def _fmt_params(p: Any) -> str:

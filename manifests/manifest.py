@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,21 +29,63 @@ MANIFEST_NAME = "manifest.json"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
 
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # a dataset or version name usable as a path segment
+_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
+
+
 class ManifestError(ValueError):
     pass
+
+
+def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
+    """Parse and check a manifest's text (``where`` names it in errors)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{where}: not valid JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:
+        got = data.get("manifest_version") if isinstance(data, dict) else None
+        raise ManifestError(f"{where}: unsupported manifest_version {got!r}")
+    return data
 
 
 def read_manifest(version_dir: str | Path) -> dict[str, Any]:
     path = Path(version_dir) / MANIFEST_NAME
     if not path.is_file():
         raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON: {e}") from None
-    if data.get("manifest_version") != MANIFEST_VERSION:
-        raise ManifestError(f"{path}: unsupported manifest_version {data.get('manifest_version')!r}")
-    return data
+    return parse_manifest(path.read_text(), str(path))
+
+
+def unsafe_path_reason(rel: Any) -> str | None:
+    """Why a manifest path may not be used as a file below the version directory, or None if it may.
+
+    A manifest is data from elsewhere (a bucket): its paths must stay inside the version directory."""
+    if not isinstance(rel, str) or not rel:
+        return "not a non-empty string"
+    if rel.startswith(("/", "\\")) or _URL_LIKE.match(rel):
+        return "absolute path or URL"
+    parts = rel.replace("\\", "/").split("/")
+    if ".." in parts:
+        return "'..' escapes the version directory"
+    if any(p in ("", ".") for p in parts) or "\x00" in rel:
+        return "empty, '.' or NUL path component"
+    return None
+
+
+def check_manifest(manifest: dict[str, Any], where: str) -> None:
+    """Refuse a manifest whose dataset/version names or shard paths could escape its directory."""
+    for key in ("dataset", "version"):
+        value = manifest.get(key)
+        if not isinstance(value, str) or not SAFE_NAME.match(value):
+            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({SAFE_NAME.pattern})")
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise ManifestError(f"{where}: no shard list")
+    bad = [f"{e.get('path')!r} ({reason})" for e in shards
+           if (reason := unsafe_path_reason(e.get("path") if isinstance(e, dict) else None))]
+    if bad:
+        raise ManifestError(f"{where}: refusing a manifest whose shard paths escape the version directory: "
+                            + ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
 
 
 def stable_view(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +128,7 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
 
     def check(entry: dict[str, Any]) -> str | None:
         rel = entry["path"]
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        if unsafe_path_reason(rel):
             return f"{rel}: path escapes the version directory"
         path = root / rel
         if not path.is_file():

@@ -19,6 +19,17 @@ severity, a flat list is shared. Example::
 
 The fingerprint hashes the canonical JSON of the recipe (stage names, stage versions, every
 parameter of every severity) plus the list of source frames.
+
+An optional ``[validate]`` table asks `run` to validate the naturalness of some corruptions at the
+end of the build (``bench-build validate``; keys in `VALIDATE_KEYS`). It describes a check of the
+output, not the output, so it is not part of the canonical JSON and never changes the fingerprint::
+
+    [validate]
+    corruptions = ["fog"]
+    real = { fog = "/data/stf/fog" }      # real adverse-weather scans per corruption
+    real_clean = "/data/stf/clear"        # or a table per corruption
+    sample = 500                          # build frames tested (default: all)
+    epochs = 80
 """
 
 from __future__ import annotations
@@ -42,6 +53,15 @@ BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
 }
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
+#: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
+VALIDATE_KEYS: dict[str, Any] = {
+    "corruptions": list, "real": dict, "real_clean": (str, dict), "real_format": str, "severities": list,
+    "sample": int, "max_real": int, "balance": bool, "points": int, "min_range": float, "max_range": float,
+    "epochs": int, "batch_size": int, "patience": int, "width": float, "seed": int, "max_embed": int,
+    "permutations": int, "accuracy_threshold": float, "min_val_accuracy": float, "min_clean_accuracy": float,
+    "verdict_space": str, "threads": int, "device": str,
+}
+VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti"), "verdict_space": ("raw", "tsne", "both")}
 
 
 class RecipeError(ValueError):
@@ -76,6 +96,7 @@ class Recipe:
     severity_names: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     origin: str = ""  # where it was loaded from (for messages)
+    validate: dict[str, Any] | None = None  # the [validate] table, checked; not part of the fingerprint
 
     def corruption(self, name: str) -> Corruption:
         for c in self.corruptions:
@@ -184,6 +205,7 @@ def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
     fps = options.get("frames_per_shard", SHARD_DEFAULT_FRAMES)
     if not isinstance(fps, int) or fps < 1:
         raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
+    validate = _parse_validate(origin, data.get("validate"), corruptions, severities)
     return Recipe(
         name=str(bench["name"]),
         version=str(bench["version"]),
@@ -197,7 +219,54 @@ def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
         severity_names=sev_names,
         options=dict(options),
         origin=origin,
+        validate=validate,
     )
+
+
+def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...],
+                    severities: int) -> dict[str, Any] | None:
+    """Check a recipe's [validate] table: known keys, types, corruptions of this recipe, severities in range."""
+    if table is None:
+        return None
+    where = f"{origin}: [validate]"
+    if not isinstance(table, dict):
+        raise RecipeError(f"{where} must be a table")
+    unknown = set(table) - set(VALIDATE_KEYS)
+    if unknown:
+        raise RecipeError(f"{where} has unknown keys {sorted(unknown)} (known: {sorted(VALIDATE_KEYS)})")
+    for key, value in table.items():
+        tp = VALIDATE_KEYS[key]
+        ok = isinstance(value, tp) and not (tp in (int, float) and isinstance(value, bool))
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise RecipeError(f"{where}: {key} has the wrong type ({type(value).__name__}: {value!r})")
+        if key in VALIDATE_CHOICES and value not in VALIDATE_CHOICES[key]:
+            raise RecipeError(f"{where}: {key} must be one of {VALIDATE_CHOICES[key]}, got {value!r}")
+        if tp is int and value < (0 if key == "seed" else 1):
+            raise RecipeError(f"{where}: {key} must be a positive integer, got {value!r}")
+    names = {c.name for c in corruptions}
+    chosen = table.get("corruptions")
+    if not chosen or not all(isinstance(c, str) for c in chosen):
+        raise RecipeError(f"{where}: corruptions must be a non-empty list of corruption names")
+    missing = [c for c in chosen if c not in names]
+    if missing:
+        raise RecipeError(f"{where}: corruptions {missing} are not in the recipe (it has {sorted(names)})")
+    for key in ("real", "real_clean"):
+        value = table.get(key)
+        if isinstance(value, dict):
+            bad = [k for k, v in value.items() if k not in chosen or not isinstance(v, str)]
+            if bad:
+                raise RecipeError(f"{where}: {key} entries {bad} must be paths of corruptions listed in "
+                                  "'corruptions'")
+    sev = table.get("severities")
+    if sev is not None and (not sev or not all(isinstance(s, int) and 1 <= s <= severities for s in sev)):
+        raise RecipeError(f"{where}: severities must be a non-empty list of integers in 1..{severities}, got {sev!r}")
+    out = dict(table)
+    for key in ("min_range", "max_range", "width", "accuracy_threshold", "min_val_accuracy", "min_clean_accuracy"):
+        if key in out:
+            out[key] = float(out[key])
+    return out
 
 
 def _parse_corruption(origin: str, name: str, entry: Any, severities: int) -> Corruption:

@@ -20,11 +20,12 @@ from manifests.card import render_card
 from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
-from pipeline.ledger import Ledger, atomic_write_text
+from pipeline.ledger import Ledger
 from pipeline.plan import ShardSpec, plan_shards
 from pipeline.progress import BuildProgress
 from pipeline.shard import ShardFailed, build_shard
 from pipeline.sources import open_source
+from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
 DEMO_FRAMES = 8
 DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
@@ -32,24 +33,28 @@ DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over wor
 
 @dataclass
 class BuildResult:
-    version_dir: Path
+    version_dir: Path | str  # a local path, or the URL of a version on object storage
     shards_total: int
     shards_skipped: int  # already done in the ledger
     shards_built: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
+    validation: dict[str, Any] | None = None  # per corruption, when the recipe has [validate]
 
     @property
     def ok(self) -> bool:
         return not self.failures and self.manifest is not None
 
 
-def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: str, fingerprint: str, run_id: str) -> dict:
-    """Ray task body: build one shard, or record why it failed. Never raises for bad input."""
-    ledger = Ledger(Path(root))
+def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str) -> dict:
+    """Ray task body: build one shard, or record why it failed. Never raises for bad input.
+
+    ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain."""
+    store = root.open()
+    ledger = Ledger(store)
     try:
-        entry = build_shard(spec, recipe, source, Path(root), fingerprint, run_id)
+        entry = build_shard(spec, recipe, source, store, fingerprint, run_id)
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
         ledger.record_failed(spec.name, {"shard": spec.name, "error": e.message, "path": e.path, "run_id": run_id})
@@ -67,7 +72,8 @@ def init_ray(workers: int | None, address: str | None) -> bool:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=workers or os.cpu_count() or 1, **kwargs)
+        # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
+        ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, **kwargs)
     return True
 
 
@@ -84,7 +90,10 @@ def run_build(
     overwrite: bool = False,
     recheck: str = "sha256",
     progress: bool = True,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
 ) -> BuildResult:
+    """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL."""
     t0 = time.time()
     recipe = load_recipe(benchmark)
     demo = source is None
@@ -96,15 +105,17 @@ def run_build(
         raise ValueError(f"source {src.describe()} has no frames")
     fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if demo else recipe.frames_per_shard)
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}"])
-    version_dir = Path(out or "bench-out") / recipe.name / recipe.version
-    ledger = Ledger(version_dir)
+    store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
+        f"{recipe.name}/{recipe.version}")
+    version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
+    ledger = Ledger(store)
     specs = plan_shards(frame_ids, fps)
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
 
     pending = [s for s in specs if not ledger.check_done(s.name, fingerprint, recheck)[0]]
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
-        (version_dir / MANIFEST_NAME).unlink(missing_ok=True)
+        store.delete(MANIFEST_NAME)
     result = BuildResult(version_dir, len(specs), len(specs) - len(pending))
     per_shard = recipe.examples_stored(1)
     bar = BuildProgress(total=len(frame_ids) * per_shard, enabled=progress)
@@ -112,7 +123,7 @@ def run_build(
     if pending:
         started = init_ray(workers, address)
         try:
-            _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_shard)
+            _execute(pending, recipe, src, store, fingerprint, result, bar, per_shard)
         finally:
             bar.close()
             if started:
@@ -123,12 +134,16 @@ def run_build(
         bar.close()
     result.seconds = time.time() - t0
     if not result.failures and all(ledger.check_done(s.name, fingerprint, "size")[0] for s in specs):
-        result.manifest = write_manifest(version_dir, recipe, src.describe(), specs, ledger, fingerprint,
+        result.manifest = write_manifest(store, recipe, src.describe(), specs, ledger, fingerprint,
                                          fps, result.seconds)
+    if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
+        from pipeline.validate import validate_after_build
+
+        result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
     return result
 
 
-def _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_shard) -> None:
+def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, per_shard) -> None:
     import ray
 
     run_id = uuid.uuid4().hex[:12]
@@ -140,7 +155,7 @@ def _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_sh
     while queue or in_flight:
         while queue and len(in_flight) < max_in_flight:
             spec = queue.pop(0)
-            ref = task.remote(spec, recipe_ref, src_ref, str(version_dir), fingerprint, run_id)
+            ref = task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id)
             in_flight[ref] = spec
         done, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in done:
@@ -148,8 +163,8 @@ def _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_sh
             try:
                 res = ray.get(ref)
             except Exception as e:  # the task crashed after its retries (e.g. a worker OOM-killed)
-                res = {"shard": spec.name, "ok": False, "error": f"{type(e).__name__}: {e}"}
-                Ledger(version_dir).record_failed(spec.name, {"shard": spec.name, "error": res["error"],
+                res = {"shard": spec.name, "ok": False, "error": redact(f"{type(e).__name__}: {e}")}
+                Ledger(store).record_failed(spec.name, {"shard": spec.name, "error": res["error"],
                                                              "run_id": run_id})
             if res["ok"]:
                 result.shards_built.append(spec.name)
@@ -159,8 +174,10 @@ def _execute(pending, recipe, src, version_dir, fingerprint, result, bar, per_sh
                 bar.fail(spec.name, res["error"])
 
 
-def write_manifest(version_dir: Path, recipe: Recipe, source: dict, specs: list[ShardSpec], ledger: Ledger,
-                   fingerprint: str, fps: int, seconds: float) -> dict[str, Any]:
+def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict, specs: list[ShardSpec],
+                   ledger: Ledger, fingerprint: str, fps: int, seconds: float) -> dict[str, Any]:
+    """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards."""
+    store = open_store(version_dir)
     shards, by_part = [], {}
     fields, scale = None, None
     for spec in specs:
@@ -178,7 +195,8 @@ def write_manifest(version_dir: Path, recipe: Recipe, source: dict, specs: list[
 
         from pipeline.schema import file_metadata
 
-        meta = file_metadata(pq.read_schema(version_dir / shards[0]["path"]))
+        with store.open_input(shards[0]["path"]) as f:
+            meta = file_metadata(pq.read_schema(f))
         fields, scale = meta.get("fields"), meta.get("intensity_scale")
     n_frames = sum(len(s.frame_ids) for s in specs)
     manifest = {
@@ -203,16 +221,19 @@ def write_manifest(version_dir: Path, recipe: Recipe, source: dict, specs: list[
         },
         "shards": shards,
     }
-    atomic_write_text(version_dir / "README.md", render_card(manifest, recipe))
-    atomic_write_text(version_dir / MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
+    validation = "validation/summary.md" if store.exists("validation/summary.md") else None
+    store.write_text("README.md", render_card(manifest, recipe, validation=validation))
+    store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
 
 
-def build_status(benchmark: str, out: str | Path) -> dict[str, Any]:
+def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,
+                 profile: str | None = None) -> dict[str, Any]:
     """Shards done / failed / pending, examples written and an ETA, from the ledger alone."""
     recipe = load_recipe(benchmark)
-    version_dir = Path(out) / recipe.name / recipe.version
-    ledger = Ledger(version_dir)
+    store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
+    version_dir = store.root if isinstance(store, LocalStore) else store.url
+    ledger = Ledger(store)
     info = ledger.run_info()
     if info is None:
         raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
@@ -235,4 +256,4 @@ def build_status(benchmark: str, out: str | Path) -> dict[str, Any]:
             "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
             "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
                                                       * info["recipe"]["severities"]),
-            "eta_cpu_seconds": eta, "complete": (version_dir / MANIFEST_NAME).is_file()}
+            "eta_cpu_seconds": eta, "complete": store.exists(MANIFEST_NAME)}

@@ -15,14 +15,29 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console(soft_wrap=True)
 
+# Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.
+EndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint-url", help="S3 endpoint for S3-compatible stores (default: AWS_ENDPOINT_URL, the profile's, AWS)")]
+ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/config (default: AWS_PROFILE)")]
+
+
+def _fail(e: BaseException, code: int = 2) -> typer.Exit:
+    from rich.markup import escape
+
+    from pipeline.storage import redact
+
+    console.print(f"[red]error:[/red] {escape(redact(str(e)))}", highlight=False)
+    return typer.Exit(code=code)
+
 
 @app.command()
 def run(
     benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name (see `list`) or a recipe .toml file")],
     *,
     source: Annotated[str | None, typer.Option(help="Source dataset root; omitted: generated demo data")] = None,
-    out: Annotated[Path, typer.Option(help="Output root; the build goes to OUT/<benchmark>/<version>")] = Path(
-        "bench-out"),
+    out: Annotated[str, typer.Option(
+        help="Output root (path, file:// or s3://bucket/prefix); the build goes to OUT/<benchmark>/<version>")
+    ] = "bench-out",
     workers: Annotated[int | None, typer.Option(help="CPUs of the local Ray instance (default: all)")] = None,
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. auto, ray://host:10001)")]
     = None,
@@ -32,20 +47,23 @@ def run(
     overwrite: Annotated[bool, typer.Option(help="Replace a build of a different recipe/frame list")] = False,
     recheck: Annotated[str, typer.Option(help="How resume checks finished shards: sha256 or size")] = "sha256",
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     from manifests.recipe import RecipeError
     from pipeline.build import run_build
     from pipeline.ledger import LedgerMismatch
     from pipeline.sources import SourceError
+    from pipeline.storage import StorageError
 
     try:
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
                            max_frames=max_frames, split=split, frames_per_shard=frames_per_shard,
-                           overwrite=overwrite, recheck=recheck, progress=progress)
-    except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(code=2) from None
+                           overwrite=overwrite, recheck=recheck, progress=progress, endpoint_url=endpoint_url,
+                           profile=profile)
+    except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
+        raise _fail(e) from None
     if result.manifest:
         _summary_table(result.manifest)
     console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
@@ -76,17 +94,19 @@ def _summary_table(manifest: dict) -> None:
 def status(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name or recipe file")],
     *,
-    out: Annotated[Path, typer.Option(help="Output root given to `run`")] = Path("bench-out"),
+    out: Annotated[str, typer.Option(help="Output root given to `run` (path or URL)")] = "bench-out",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """Shards done / failed / pending, examples written, ETA."""
     from pipeline.build import build_status
+    from pipeline.storage import StorageError
 
     try:
-        st = build_status(benchmark, out)
-    except (FileNotFoundError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(code=2) from None
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+    except (FileNotFoundError, ValueError, StorageError) as e:
+        raise _fail(e) from None
     if as_json:
         out_console.print_json(json.dumps(st))
         return
@@ -99,21 +119,127 @@ def status(
 
 
 @app.command()
-def verify(version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")]) -> None:
-    """Re-check every shard of a built version against its manifest (rows, bytes, sha256)."""
+def verify(
+    version_dir: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version>, or its s3:// URL (checked in place)")],
+    *,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar (remote)")] = True,
+) -> None:
+    """Re-check every shard of a built or published version against its manifest (rows, bytes, sha256)."""
     from manifests.manifest import ManifestError, verify_version
+    from pipeline.storage import StorageError, is_remote, open_store
 
     try:
-        report = verify_version(version_dir)
-    except ManifestError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(code=2) from None
+        if is_remote(version_dir):
+            from pipeline.publish import verify_remote
+
+            report = verify_remote(version_dir, endpoint_url=endpoint_url, profile=profile, progress=progress)
+        else:
+            report = verify_version(open_store(version_dir).root)  # type: ignore[attr-defined]
+    except (ManifestError, StorageError) as e:
+        raise _fail(e) from None
     for p in report.problems:
         out_console.print(f"[red]BAD[/red] {p}")
     if not report.ok:
         out_console.print(f"{len(report.problems)} of {report.checked} files failed verification")
         raise typer.Exit(code=1)
     out_console.print(f"OK: {report.checked} files verified")
+
+
+@app.command()
+def publish(
+    version_dir: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (or its URL)")],
+    *,
+    to: Annotated[str, typer.Option(help="Publication root, e.g. s3://bench/datasets → <to>/<dataset>/<version>/")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    jobs: Annotated[int, typer.Option(help="Files transferred in parallel")] = 8,
+    latest: Annotated[bool, typer.Option(help="Move the <dataset>/latest pointer to this version")] = True,
+    takeover: Annotated[bool, typer.Option(help="Take over an interrupted publish of this version with "
+                                                "different content")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+) -> None:
+    """Publish a built version (immutable): shards, then the manifest (only if absent), then `latest`."""
+    from manifests.manifest import ManifestError
+    from pipeline.publish import PublishError, publish_version
+    from pipeline.storage import StorageError
+
+    try:
+        r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
+                            progress=progress, takeover=takeover, update_latest=latest)
+    except (ManifestError, PublishError, StorageError) as e:
+        raise _fail(e) from None
+    for p in r.problems:
+        console.print(f"[red]BAD[/red] {p}")
+    if not r.ok:
+        console.print(f"{len(r.problems)} files could not be published; nothing was committed")
+        raise typer.Exit(code=1)
+    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {len(r.transferred)} files "
+                      f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
+                      f"({r.skipped_bytes / 1e6:.1f} MB); latest = {r.latest}")
+
+
+@app.command()
+def versions(
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    *,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """List the published versions of a dataset and which one is latest."""
+    from pipeline.publish import list_versions
+    from pipeline.storage import StorageError
+
+    try:
+        info = list_versions(dataset_url, endpoint_url=endpoint_url, profile=profile)
+    except StorageError as e:
+        raise _fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(info))
+        return
+    if not info["versions"]:
+        out_console.print(f"{info['url']}: no published version")
+    for v in info["versions"]:
+        mark = "  [bold green]← latest[/bold green]" if v["latest"] else ""
+        out_console.print(f"{v['version']}  {v['created']}  {v['files']} files  {(v['bytes'] or 0) / 1e6:.1f} MB  "
+                          f"{v['examples_stored']} examples{mark}")
+    for name in info["incomplete"]:
+        out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish)")
+
+
+@app.command()
+def pull(
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    *,
+    out: Annotated[Path, typer.Option(help="Local root; the version goes to OUT/<dataset>/<version>")],
+    version: Annotated[str | None, typer.Option(help="Version to pull (default: latest)")] = None,
+    corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean)")] = None,
+    severity: Annotated[int | None, typer.Option(help="Only this severity (0 = clean)")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    jobs: Annotated[int, typer.Option(help="Files transferred in parallel")] = 8,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+) -> None:
+    """Download a published version and verify every file's sha256 (manifest written last)."""
+    from manifests.manifest import ManifestError
+    from pipeline.publish import pull_version
+    from pipeline.storage import StorageError
+
+    try:
+        r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
+                         endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress)
+    except (ManifestError, StorageError) as e:
+        raise _fail(e) from None
+    for p in r.problems:
+        out_console.print(f"[red]BAD[/red] {p}")
+    if not r.ok:
+        out_console.print(f"{len(r.problems)} of {r.files} files failed; no manifest written to {r.url}")
+        raise typer.Exit(code=1)
+    out_console.print(f"pulled {r.dataset} {r.version} to {r.url}: {len(r.transferred)} files downloaded "
+                      f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
+                      f"there; all {r.files} verified")
 
 
 @app.command()
@@ -168,11 +294,70 @@ def bench(
     *,
     frames: Annotated[int, typer.Option(help="Demo frames to measure on")] = 4,
     builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
+    publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
+                                               "pull, verify) against a throwaway local SeaweedFS")] = False,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
+    if publish:
+        from pipeline.bench_publish import run_bench_publish
+
+        run_bench_publish(frames=frames)
+        return
     from pipeline.bench import run_bench
 
     run_bench(frames=frames, builds=builds)
+
+
+
+@app.command()
+def validate(
+    version_dir: Annotated[Path, typer.Argument(help="A built version, OUT/<benchmark>/<version>")],
+    *,
+    corruption: Annotated[list[str], typer.Option(help="Corruption to validate (repeatable), e.g. snow, fog")],
+    real: Annotated[list[str], typer.Option(
+        help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR")],
+    real_clean: Annotated[list[str], typer.Option(
+        help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
+    real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, or auto (path name, else record size)")]
+    = "auto",
+    severity: Annotated[list[int] | None, typer.Option(help="Simulated severities tested (repeatable; default all)")]
+    = None,
+    sample: Annotated[int | None, typer.Option(help="Build frames tested (default: all)")] = None,
+    max_real: Annotated[int | None, typer.Option(help="Real scans per class (default: all)")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs (paper: 80)")] = 80,
+    batch_size: Annotated[int, typer.Option(help="Batch size (paper: 32)")] = 32,
+    patience: Annotated[int | None, typer.Option(help="Early stopping: epochs without a better val accuracy")]
+    = None,
+    points: Annotated[int, typer.Option(help="Points sampled per scan")] = 16384,
+    width: Annotated[float, typer.Option(help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of sampling, split, training, t-SNE and permutations")] = 0,
+    permutations: Annotated[int, typer.Option(help="MMD permutation-test permutations")] = 500,
+    max_embed: Annotated[int, typer.Option(help="Samples per group (real/simulated/clean) for t-SNE and MMD")] = 500,
+    workers: Annotated[int | None, typer.Option(help="CPUs of the local Ray instance (default: all)")] = None,
+    address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster")] = None,
+) -> None:
+    """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""
+    from pipeline.validate.config import ValidateConfig, ValidationError, parse_real_options
+    from pipeline.validate.run import validate_version
+
+    try:
+        dirs = parse_real_options(corruption, real, real_clean)
+        configs = [ValidateConfig(corruption=c, real_weather=w, real_clean=cl, real_format=real_format,
+                                  severities=tuple(severity) if severity else None, sample=sample, max_real=max_real,
+                                  epochs=epochs, batch_size=batch_size, patience=patience, points=points, width=width,
+                                  seed=seed, permutations=permutations, max_embed=max_embed,
+                                  threads=workers)
+                   for c, (w, cl) in dirs.items()]
+        reports = validate_version(version_dir, configs, workers=workers, address=address)
+    except ValidationError as e:
+        raise _fail(e) from None
+    for r in reports:
+        acc = r["accuracy"]
+        out_console.print(f"{r['corruption']}: [bold]{r['verdict']['verdict']}[/bold] — accuracy on simulated "
+                          f"{acc['test']['simulated']:.1%} (val {acc['val']:.1%}, clean {acc['test']['clean']:.1%}); "
+                          f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
+                          f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
+                          f"{version_dir}/validation/{r['corruption']}/summary.md")
 
 
 if __name__ == "__main__":

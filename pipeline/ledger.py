@@ -1,71 +1,53 @@
 """The run ledger: which shards of a build are done (with what bytes) or failed (with what error).
 
-Layout under ``OUT/<benchmark>/<version>/_ledger/``::
+Layout under ``OUT/<benchmark>/<version>/_ledger/`` (a directory, or objects under an S3 prefix)::
 
     run.json                       fingerprint, recipe, frame list and shard count of this build
     shards/part-00003-of-00117.json         done: files (path, rows, bytes, sha256, seconds), run id
     shards/part-00004-of-00117.failed.json  failed: the error message (naming the bad file)
 
-Every ledger file is written to a temporary name and renamed, so a kill at any moment leaves either
-the old entry or the new one. A shard counts as done only if its entry has the build's fingerprint
-and every file it lists is still on disk with the recorded size and sha256.
+Every ledger entry is written whole — locally to a temporary name then renamed, on S3 as one PUT —
+so a kill at any moment leaves either the old entry or the new one. A shard counts as done only if
+its entry has the build's fingerprint and every file it lists is still there with the recorded size
+and (with ``recheck="sha256"``, the default) sha256.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-HASH_CHUNK = 8 << 20
+from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store, sha256_file
 
+__all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "atomic_write_text", "sha256_file"]
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+LEDGER_DIR = "_ledger"
 
 
 class LedgerMismatch(RuntimeError):
     """The output directory holds a build of a different recipe/frame list."""
 
 
-@dataclass
 class Ledger:
-    root: Path  # the version directory (OUT/<benchmark>/<version>)
+    def __init__(self, root: str | Path | Store) -> None:
+        self.store = open_store(root)  # the version directory (OUT/<benchmark>/<version>)
+        self.root = self.store.root if hasattr(self.store, "root") else self.store.url
 
     @property
     def dir(self) -> Path:
-        return self.root / "_ledger"
+        return Path(self.root) / LEDGER_DIR
 
-    def _entry(self, shard: str, failed: bool = False) -> Path:
-        return self.dir / "shards" / (f"{shard}.failed.json" if failed else f"{shard}.json")
+    def _entry(self, shard: str, failed: bool = False) -> str:
+        return f"{LEDGER_DIR}/shards/{shard}.failed.json" if failed else f"{LEDGER_DIR}/shards/{shard}.json"
+
+    def _read(self, key: str) -> dict[str, Any] | None:
+        got = self.store.get(key)
+        return json.loads(got[0]) if got is not None else None
 
     # -- run ---------------------------------------------------------------------------------
     def run_info(self) -> dict[str, Any] | None:
-        p = self.dir / "run.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+        return self._read(f"{LEDGER_DIR}/run.json")
 
     def begin(self, info: dict[str, Any], *, overwrite: bool = False) -> None:
         """Record the build's identity; refuse to mix with a different build unless ``overwrite``."""
@@ -73,40 +55,36 @@ class Ledger:
         if old is not None and old["fingerprint"] != info["fingerprint"]:
             if not overwrite:
                 raise LedgerMismatch(
-                    f"{self.root} holds a build with fingerprint {old['fingerprint'][:12]} "
+                    f"{self.store.url} holds a build with fingerprint {old['fingerprint'][:12]} "
                     f"(recipe, frames or shard size differ from this run's {info['fingerprint'][:12]}); "
                     "pass --overwrite to replace it, or choose another --out"
                 )
             self.clear()
         elif old is None and overwrite:
             self.clear()
-        atomic_write_text(self.dir / "run.json", json.dumps(info, indent=1, sort_keys=True))
+        self.store.write_text(f"{LEDGER_DIR}/run.json", json.dumps(info, indent=1, sort_keys=True))
 
     def clear(self) -> None:
         """Delete a previous build's data, manifest and ledger (for --overwrite)."""
-        import shutil
-
-        for sub in ("clean", "data", "_ledger", "validation"):
-            shutil.rmtree(self.root / sub, ignore_errors=True)
+        for sub in ("clean", "data", LEDGER_DIR, "validation"):
+            self.store.delete_prefix(sub)
         for name in ("manifest.json", "README.md"):
-            (self.root / name).unlink(missing_ok=True)
+            self.store.delete(name)
 
     # -- shards -------------------------------------------------------------------------------
     def record_done(self, shard: str, entry: dict[str, Any]) -> None:
-        atomic_write_text(self._entry(shard), json.dumps({"status": "done", **entry}, indent=1, sort_keys=True))
-        self._entry(shard, failed=True).unlink(missing_ok=True)
+        self.store.write_text(self._entry(shard), json.dumps({"status": "done", **entry}, indent=1, sort_keys=True))
+        self.store.delete(self._entry(shard, failed=True))
 
     def record_failed(self, shard: str, entry: dict[str, Any]) -> None:
-        atomic_write_text(self._entry(shard, failed=True),
-                          json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True))
+        self.store.write_text(self._entry(shard, failed=True),
+                              json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True))
 
     def done_entry(self, shard: str) -> dict[str, Any] | None:
-        p = self._entry(shard)
-        return json.loads(p.read_text()) if p.is_file() else None
+        return self._read(self._entry(shard))
 
     def failed_entry(self, shard: str) -> dict[str, Any] | None:
-        p = self._entry(shard, failed=True)
-        return json.loads(p.read_text()) if p.is_file() else None
+        return self._read(self._entry(shard, failed=True))
 
     def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256") -> tuple[bool, str]:
         """Is ``shard`` done for this fingerprint with its files intact? (ok, reason if not)."""
@@ -116,11 +94,11 @@ class Ledger:
         if entry.get("fingerprint") != fingerprint:
             return False, "built with another fingerprint"
         for f in entry["files"]:
-            path = self.root / f["path"]
-            if not path.is_file():
+            info = self.store.head(f["path"])
+            if info is None:
                 return False, f"{f['path']} is missing"
-            if path.stat().st_size != f["bytes"]:
-                return False, f"{f['path']} has {path.stat().st_size} bytes, the ledger recorded {f['bytes']}"
-            if recheck == "sha256" and sha256_file(path) != f["sha256"]:
+            if info.size != f["bytes"]:
+                return False, f"{f['path']} has {info.size} bytes, the ledger recorded {f['bytes']}"
+            if recheck == "sha256" and self.store.sha256(f["path"]) != f["sha256"]:
                 return False, f"{f['path']} does not match its recorded sha256"
         return True, ""

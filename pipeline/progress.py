@@ -62,3 +62,72 @@ class BuildProgress:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+class TransferProgress:
+    """Bytes uploaded/downloaded with rate and ETA: a rich bar on a TTY, log lines every 5 s otherwise.
+
+    ``advance`` is thread-safe (boto3 calls it from its transfer threads)."""
+
+    def __init__(self, total_bytes: int, label: str, *, enabled: bool = True) -> None:
+        import threading
+
+        self.total, self.done, self.label, self.enabled = total_bytes, 0, label, enabled
+        self._lock = threading.Lock()
+        self._t0 = time.time()
+        self._last_log = 0.0
+        self._progress = None
+        self._task = None
+        if enabled and sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self._progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), DownloadColumn(),
+                                      TransferSpeedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                      transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(label, total=total_bytes)
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            if self._progress is not None:
+                self._progress.update(self._task, completed=self.done)
+            elif self.enabled and (time.time() - self._last_log > 5):
+                self._last_log = time.time()
+                self._log()
+
+    def skip(self, n: int) -> None:
+        """``n`` bytes need no transfer (already there): out of the total, not counted in the rate."""
+        with self._lock:
+            self.total -= n
+            if self._progress is not None:
+                self._progress.update(self._task, total=self.total)
+
+    def _log(self) -> None:
+        elapsed = time.time() - self._t0
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        print(f"[bench-build] {self.label}: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB, "
+              f"{rate / 1e6:.1f} MB/s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(f"[bench-build] {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        elif self.enabled and self.total:
+            self._log()

@@ -7,7 +7,6 @@ This runs inside a Ray task but knows nothing about Ray: it is a plain function 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import traceback
 from dataclasses import asdict
@@ -17,10 +16,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from manifests.recipe import Recipe, _jsonable
-from pipeline.ledger import Ledger, sha256_file
+from pipeline.ledger import Ledger
 from pipeline.plan import CLEAN, ShardSpec, example_key, example_rng
 from pipeline.schema import encode_rows, schema_with_metadata
 from pipeline.sources.base import Source, SourceError
+from pipeline.storage import LocalStore, Store, StoreSpec, open_store
 from stages.frame import Frame
 from stages.registry import get_stage
 
@@ -36,26 +36,24 @@ PARQUET_OPTIONS = {
 }
 
 
-def write_parquet_atomic(path: Path, schema, batches) -> int:
-    """Stream record batches into ``path`` via a temp file + fsync + rename; return the row count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed earlier attempt
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+def _write_parquet(path: Path, schema, batches) -> int:
     rows = 0
-    try:
-        with pq.ParquetWriter(tmp, schema, **PARQUET_OPTIONS) as w:
-            for batch in batches:
-                w.write_batch(batch)
-                rows += batch.num_rows
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as w:
+        for batch in batches:
+            w.write_batch(batch)
+            rows += batch.num_rows
     return rows
+
+
+def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None) -> tuple[int, int, str]:
+    """Stream record batches into ``path`` (a key of ``store``, or a local path) so that only a complete
+    file ever has that name: a temp file + fsync + rename locally, one upload of the finished file on S3.
+    Returns (rows, bytes, sha256)."""
+    if store is None:
+        store, path = LocalStore(Path(path).parent), Path(Path(path).name)
+    with store.staged_file(Path(path).as_posix()) as staged:
+        rows = _write_parquet(staged.path, schema, batches)
+    return rows, staged.size, staged.sha256
 
 
 def _batches(examples, size: int = ROW_GROUP_EXAMPLES):
@@ -75,11 +73,14 @@ class ShardFailed(RuntimeError):
         self.shard, self.message, self.path = shard, message, path
 
 
-def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: Path, fingerprint: str,
-                run_id: str) -> dict[str, Any]:
-    """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error."""
+def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
+                fingerprint: str, run_id: str) -> dict[str, Any]:
+    """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
+
+    ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root)."""
     t0 = time.perf_counter()
-    ledger = Ledger(root)
+    store = root.open() if isinstance(root, StoreSpec) else open_store(root)
+    ledger = Ledger(store)
     frames: list[Frame] = []
     for fid in spec.frame_ids:
         try:
@@ -117,11 +118,9 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: Path, fin
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
                     yield key, corruption, severity, out
-        path = root / rel
-        rows = write_parquet_atomic(path, schema_with_metadata(meta), _batches(examples()))
+        rows, size, sha256 = write_parquet_atomic(rel, schema_with_metadata(meta), _batches(examples()), store)
         files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
-                      "bytes": path.stat().st_size, "sha256": sha256_file(path),
-                      "seconds": round(time.perf_counter() - t, 4)})
+                      "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}

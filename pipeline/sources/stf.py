@@ -1,0 +1,67 @@
+"""SeeingThroughFog / DENSE (Bijelic et al., CVPR 2020): raw Velodyne HDL-64E S3D scans.
+
+Layout: a directory of ``*.bin`` scans, searched recursively (e.g. ``lidar_hdl64_strongest/`` of the
+STF release, or a folder holding only the foggy — or only the clear — scans of it). Each point is
+5 little-endian float32: ``x, y, z, intensity, ring``, LiDAR frame in metres (x forward, y left,
+z up). Intensity is the sensor's 8-bit value, **0..255** (intensity scale ``"byte"``); ``ring`` is
+the laser index 0..63 stored as a float.
+
+There are no labels or calibration here: the scans are used for the naturalness validation
+(`pipeline.validate`), where the weather classifier is trained on real foggy vs clear STF scans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.sources.records import frame_id_of, list_scans, read_records, write_records
+from stages.frame import Frame
+
+STF_FIELDS = ("x", "y", "z", "intensity", "ring")
+STF_INTENSITY_SCALE = "byte"  # 0..255
+
+
+def read_stf_bin(path: str | Path) -> np.ndarray:
+    """N×5 float32 points of an STF ``.bin``; SourceError naming the file on malformed input."""
+    return read_records(Path(path), len(STF_FIELDS), "x, y, z, intensity, ring")
+
+
+def write_stf_bin(path: str | Path, points: np.ndarray) -> None:
+    write_records(Path(path), points, len(STF_FIELDS))
+
+
+class StfSource:
+    """Scans of an STF directory, in a stable order (sorted relative paths)."""
+
+    kind = "stf"
+    fields = STF_FIELDS
+    intensity_scale = STF_INTENSITY_SCALE
+
+    def __init__(self, root: str | Path, split: str | None = None) -> None:
+        self.root = Path(root)
+        self._files: dict[str, Path] | None = None
+
+    def _index(self) -> dict[str, Path]:
+        if self._files is None:
+            self._files = {frame_id_of(self.root, p): p for p in list_scans(self.root)}
+        return self._files
+
+    def list_frames(self) -> list[str]:
+        return list(self._index())
+
+    def path(self, frame_id: str) -> Path:
+        return self.root / f"{frame_id}.bin"
+
+    def read_points(self, frame_id: str) -> np.ndarray:
+        return read_stf_bin(self.path(frame_id))
+
+    def read(self, frame_id: str) -> Frame:
+        return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
+                     intensity_scale=self.intensity_scale)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root": str(self.root), "fields": list(self.fields),
+                "intensity_scale": self.intensity_scale}

@@ -1,0 +1,707 @@
+"""Where builds and published versions live: a local directory or an S3 prefix, behind one small interface.
+
+``open_store(url)`` takes a plain path, a ``file://`` URL or ``s3://bucket/prefix`` and returns a
+`Store` whose keys are ``/``-separated paths relative to that root. Everything that writes a build
+(ledger, shards, manifest) or publishes / pulls a version goes through it, so the same invariants
+hold on both backends:
+
+- **Atomic appearance.** `Store.staged_file` hands out a local temporary file; only a complete file
+  appears under its final name — by fsync + rename locally, by one PUT (or one completed multipart
+  upload, which S3 also makes visible atomically) of the finished file on S3. A killed writer leaves
+  at most a temporary file (locally: ``.<name>.*.tmp`` beside the target, removed by the next attempt).
+- **Conditional writes.** `Store.put_bytes(if_absent=True)` creates an object only if it does not
+  exist; ``if_match=etag`` replaces it only if it is still the version that was read. On S3 these are
+  the ``If-None-Match: *`` / ``If-Match`` headers of PutObject (AWS S3 since 2024; SeaweedFS ≥ 3.80
+  honours both, atomically, which the test-suite checks with a real server); locally ``os.link`` of a
+  finished temp file (fails if the name exists) and an ``flock``-guarded compare-and-rename.
+- **Checksums travel with objects.** Uploads record the file's sha256 as object metadata
+  (``x-amz-meta-sha256``) so a resumed publish can skip files already present without re-reading them.
+
+Credentials come only from the standard AWS chain (environment, ``AWS_PROFILE`` / ``--profile`` and
+``~/.aws/config`` + ``credentials``, instance roles); the endpoint from ``--endpoint-url`` or
+``AWS_ENDPOINT_URL[_S3]`` (or the profile's ``endpoint_url``). They are never part of a URL, a
+`StoreSpec` (which Ray ships to workers), a manifest or an error message: `redact` scrubs every
+known secret from any text this module produces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+HASH_CHUNK = 8 << 20
+SHA256_META = "sha256"  # object metadata key (x-amz-meta-sha256) holding the hex sha256 of the content
+MULTIPART_THRESHOLD = 64 << 20  # larger files go up in parts (KITTI-C shards are 100–150 MB)
+MULTIPART_CHUNK = 16 << 20
+DEFAULT_REGION = "us-east-1"  # S3-compatible stores ignore it, but botocore needs one to sign
+
+Progress = Callable[[int], None]  # called with the number of bytes just transferred
+
+
+class StorageError(RuntimeError):
+    """A storage operation failed. The message names the object and never holds credentials."""
+
+
+class NotFound(StorageError):
+    pass
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (if_absent) or changed since it was read (if_match)."""
+
+
+# -- secrets ---------------------------------------------------------------------------------------
+_SECRETS: set[str] = set()
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def _register_secret(value: str | None) -> None:
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret known to this process (env, resolved AWS credentials) replaced by ``***``."""
+    for name in _SECRET_ENV:
+        _register_secret(os.environ.get(name))
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fsync_replace(tmp: str | Path, path: Path) -> None:
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _check_key(key: str) -> str:
+    if key.startswith("/") or ".." in key.split("/") or "\\" in key:
+        raise StorageError(f"refusing key {key!r}: it escapes the store root")
+    return key.strip("/")
+
+
+@dataclass
+class ObjectInfo:
+    key: str  # relative to the store root
+    size: int
+    etag: str | None = None
+    sha256: str | None = None  # recorded at upload (S3 metadata); None when the backend does not keep it
+
+
+@dataclass
+class StagedFile:
+    """A local temporary file that becomes the object ``key`` when the `Store.staged_file` block exits."""
+
+    key: str
+    path: Path
+    size: int = -1
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Everything needed to re-open a store in another process (a Ray worker). Holds no secret."""
+
+    url: str
+    endpoint_url: str | None = None
+    profile: str | None = None
+
+    def open(self) -> Store:
+        return open_store(self.url, endpoint_url=self.endpoint_url, profile=self.profile)
+
+
+class Store:
+    """Objects under one root. Keys are relative, ``/``-separated; ``child`` narrows the root."""
+
+    spec: StoreSpec
+    is_local = False
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    def key_url(self, key: str) -> str:
+        return f"{self.url.rstrip('/')}/{key}" if key else self.url
+
+    def child(self, rel: str) -> Store:
+        raise NotImplementedError
+
+    # reading
+    def head(self, key: str) -> ObjectInfo | None:
+        raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+    def get(self, key: str) -> tuple[bytes, str | None] | None:
+        """(content, etag), or None if absent."""
+        raise NotImplementedError
+
+    def read_bytes(self, key: str) -> bytes:
+        got = self.get(key)
+        if got is None:
+            raise NotFound(f"{self.key_url(key)}: not found")
+        return got[0]
+
+    def read_text(self, key: str) -> str:
+        return self.read_bytes(key).decode()
+
+    def iter_chunks(self, key: str, chunk: int = HASH_CHUNK) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def sha256(self, key: str) -> str:
+        h = hashlib.sha256()
+        for chunk in self.iter_chunks(key):
+            h.update(chunk)
+        return h.hexdigest()
+
+    def open_input(self, key: str):
+        """A seekable binary file over the object (what ``pyarrow.parquet`` needs to read a footer)."""
+        raise NotImplementedError
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` (recursively), keys relative to the store root."""
+        raise NotImplementedError
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """Names of the immediate "directories" under ``prefix``."""
+        raise NotImplementedError
+
+    # writing
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None,
+                  sha256: str | None = None) -> str | None:
+        """Write a whole object atomically; return its new etag. Raises PreconditionFailed on a lost condition."""
+        raise NotImplementedError
+
+    def write_text(self, key: str, text: str) -> None:
+        self.put_bytes(key, text.encode())
+
+    def upload_file(self, local: str | Path, key: str, *, sha256: str | None = None,
+                    progress: Progress | None = None) -> None:
+        raise NotImplementedError
+
+    def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
+        """Copy the object to ``local`` (temp + rename: a partial download never has the final name)."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def delete_prefix(self, prefix: str) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def staged_file(self, key: str) -> Iterator[StagedFile]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+# -- local -----------------------------------------------------------------------------------------
+class LocalStore(Store):
+    is_local = True
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.spec = StoreSpec(str(self.root))
+
+    def path(self, key: str) -> Path:
+        return self.root / _check_key(key) if key else self.root
+
+    def key_url(self, key: str) -> str:
+        return str(self.path(key))
+
+    def child(self, rel: str) -> LocalStore:
+        return LocalStore(self.path(rel))
+
+    @staticmethod
+    def _etag(st: os.stat_result) -> str:
+        # a rename gives a new inode, so any atomic replacement changes the etag
+        return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            st = self.path(key).stat()
+        except FileNotFoundError:
+            return None
+        if not os.path.isfile(self.path(key)):
+            return None
+        return ObjectInfo(key, st.st_size, self._etag(st))
+
+    def get(self, key: str) -> tuple[bytes, str | None] | None:
+        p = self.path(key)
+        try:
+            with open(p, "rb") as f:
+                etag = self._etag(os.fstat(f.fileno()))
+                return f.read(), etag
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def iter_chunks(self, key: str, chunk: int = HASH_CHUNK) -> Iterator[bytes]:
+        try:
+            f = open(self.path(key), "rb")
+        except FileNotFoundError:
+            raise NotFound(f"{self.path(key)}: not found") from None
+        with f:
+            while data := f.read(chunk):
+                yield data
+
+    def sha256(self, key: str) -> str:
+        return sha256_file(self.path(key))
+
+    def open_input(self, key: str):
+        return open(self.path(key), "rb")
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = self.path(prefix)
+        if base.is_file():
+            yield ObjectInfo(prefix, base.stat().st_size)
+            return
+        if not base.is_dir():
+            return
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and not p.name.startswith("."):  # temp and lock files are not objects
+                yield ObjectInfo(p.relative_to(self.root).as_posix(), p.stat().st_size)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix)
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if base.is_dir() else []
+
+    def _temp(self, path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        return tmp
+
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None,
+                  sha256: str | None = None) -> str | None:
+        path = self.path(key)
+        tmp = self._temp(path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if if_absent:
+                try:
+                    os.link(tmp, path)  # atomic create-if-absent of a complete file
+                except FileExistsError:
+                    raise PreconditionFailed(f"{path}: already exists") from None
+            elif if_match is not None:
+                with self._lock(path):
+                    cur = self.head(key)
+                    if cur is None or cur.etag != if_match:
+                        raise PreconditionFailed(f"{path}: changed since it was read")
+                    os.replace(tmp, path)
+            else:
+                os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return self._etag(path.stat())
+
+    @contextlib.contextmanager
+    def _lock(self, path: Path) -> Iterator[None]:
+        lock = path.parent / f".{path.name}.lock"
+        with open(lock, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def write_text(self, key: str, text: str) -> None:
+        atomic_write_text(self.path(key), text)
+
+    def _copy(self, src: Path, dst: Path, progress: Progress | None) -> None:
+        tmp = self._temp(dst)
+        try:
+            with open(src, "rb") as fi, open(tmp, "wb") as fo:
+                while data := fi.read(HASH_CHUNK):
+                    fo.write(data)
+                    if progress:
+                        progress(len(data))
+            _fsync_replace(tmp, dst)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def upload_file(self, local: str | Path, key: str, *, sha256: str | None = None,
+                    progress: Progress | None = None) -> None:
+        self._copy(Path(local), self.path(key), progress)
+
+    def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
+        src = self.path(key)
+        if not src.is_file():
+            raise NotFound(f"{src}: not found")
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        self._copy(src, local, progress)
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        p = self.path(prefix)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def staged_file(self, key: str) -> Iterator[StagedFile]:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed earlier attempt
+            stale.unlink(missing_ok=True)
+        tmp = Path(self._temp(path))
+        staged = StagedFile(key, tmp)
+        try:
+            yield staged
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            staged.size, staged.sha256 = tmp.stat().st_size, sha256_file(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        staged.path = path
+
+
+# -- S3 --------------------------------------------------------------------------------------------
+_CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_AUTH_CODES = {"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken",
+               "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed", "403"}
+
+
+def endpoint_from_env() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_client(endpoint_url: str | None = None, profile: str | None = None):
+    """One boto3 S3 client per (endpoint, profile) per process (clients are thread-safe)."""
+    # the environment's part of the AWS chain is part of the key: a changed secret gets a new client
+    chain = "\0".join(os.environ.get(k, "") for k in (
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"))
+    key = (endpoint_url, profile, hashlib.sha256(chain.encode()).hexdigest())
+    with _CLIENTS_LOCK:
+        if key in _CLIENTS:
+            return _CLIENTS[key]
+        import boto3
+        import botocore.exceptions
+        from botocore.config import Config
+
+        try:
+            session = boto3.session.Session(profile_name=profile)
+        except botocore.exceptions.ProfileNotFound as e:
+            raise StorageError(f"AWS profile not found: {e}") from None
+        custom = endpoint_url or endpoint_from_env()
+        config = Config(
+            retries={"max_attempts": 3, "mode": "standard"},
+            max_pool_connections=32,
+            connect_timeout=10,
+            read_timeout=120,
+            # S3-compatible stores: path-style addressing, and no optional CRC trailers they may not know
+            s3={"addressing_style": "path"} if custom else {},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        client = session.client("s3", endpoint_url=endpoint_url, region_name=session.region_name or DEFAULT_REGION,
+                                config=config)
+        creds = session.get_credentials()
+        if creds is not None:
+            frozen = creds.get_frozen_credentials()
+            _register_secret(frozen.secret_key)
+            _register_secret(frozen.token)
+        _CLIENTS[key] = client
+        return client
+
+
+class S3Store(Store):
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 profile: str | None = None) -> None:
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.endpoint_url, self.profile = endpoint_url, profile
+        url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.spec = StoreSpec(url, endpoint_url, profile)
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = s3_client(self.endpoint_url, self.profile)
+        return self._client
+
+    def _k(self, key: str) -> str:
+        key = _check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix and key else (key or self.prefix)
+
+    def child(self, rel: str) -> S3Store:
+        return S3Store(self.bucket, self._k(rel), endpoint_url=self.endpoint_url, profile=self.profile)
+
+    def _error(self, e: BaseException, key: str, op: str) -> StorageError:
+        """Map a botocore/boto3 exception to a StorageError with a clear, secret-free message."""
+        import botocore.exceptions as bx
+
+        where = self.key_url(key)
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, bx.ClientError | bx.BotoCoreError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, bx.ClientError):
+            err = cause.response.get("Error", {})
+            code = str(err.get("Code") or cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return NotFound(f"{where}: not found")
+            if code in ("412", "PreconditionFailed", "ConditionalRequestConflict", "409"):
+                return PreconditionFailed(f"{where}: conditional {op} refused ({code})")
+            if code == "NoSuchBucket":
+                return StorageError(f"{where}: bucket {self.bucket!r} does not exist")
+            if code in _AUTH_CODES:
+                return StorageError(
+                    f"{where}: {op} denied ({code}): the endpoint rejected the credentials of the AWS chain "
+                    "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, ~/.aws/credentials); "
+                    "check them and the endpoint (--endpoint-url / AWS_ENDPOINT_URL)")
+            return StorageError(redact(f"{where}: {op} failed ({code}): {err.get('Message', '')}".rstrip(": ")))
+        if isinstance(cause, bx.NoCredentialsError | bx.PartialCredentialsError):
+            return StorageError(f"{where}: no usable AWS credentials (set AWS_ACCESS_KEY_ID and "
+                                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE / --profile)")
+        if isinstance(cause, bx.EndpointConnectionError | bx.ConnectionError):
+            endpoint = self.endpoint_url or endpoint_from_env() or "the AWS S3 endpoint"
+            return StorageError(f"{where}: cannot reach {endpoint} ({type(cause).__name__})")
+        return StorageError(redact(f"{where}: {op} failed: {type(e).__name__}: {e}"))
+
+    @contextlib.contextmanager
+    def _calls(self, key: str, op: str) -> Iterator[None]:
+        try:
+            yield
+        except StorageError:
+            raise
+        except Exception as e:
+            import botocore.exceptions as bx
+            from boto3.exceptions import Boto3Error
+
+            if isinstance(e, bx.ClientError | bx.BotoCoreError | Boto3Error) or \
+                    type(e).__module__.startswith("s3transfer"):
+                raise self._error(e, key, op) from None
+            raise
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            with self._calls(key, "head"):
+                r = self.client.head_object(Bucket=self.bucket, Key=self._k(key))
+        except NotFound:
+            return None
+        return ObjectInfo(key, r["ContentLength"], r.get("ETag"), (r.get("Metadata") or {}).get(SHA256_META))
+
+    def get(self, key: str) -> tuple[bytes, str | None] | None:
+        try:
+            with self._calls(key, "get"):
+                r = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+                return r["Body"].read(), r.get("ETag")
+        except NotFound:
+            return None
+
+    def iter_chunks(self, key: str, chunk: int = HASH_CHUNK) -> Iterator[bytes]:
+        with self._calls(key, "get"):
+            body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
+            yield from body.iter_chunks(chunk)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object."""
+        if end <= start:
+            return b""
+        with self._calls(key, "get"):
+            r = self.client.get_object(Bucket=self.bucket, Key=self._k(key), Range=f"bytes={start}-{end - 1}")
+            return r["Body"].read()
+
+    def open_input(self, key: str):
+        info = self.head(key)
+        if info is None:
+            raise NotFound(f"{self.key_url(key)}: not found")
+        return io.BufferedReader(_RangeReader(self, key, info.size), buffer_size=1 << 20)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = self._k(prefix)
+        base = f"{base}/" if base and not base.endswith("/") else base
+        strip = f"{self.prefix}/" if self.prefix else ""
+        with self._calls(prefix, "list"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
+                for o in page.get("Contents", []):
+                    yield ObjectInfo(o["Key"][len(strip):], o["Size"], o.get("ETag"))
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self._k(prefix)
+        base = f"{base}/" if base else ""
+        out = []
+        with self._calls(prefix, "list"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base,
+                                                                             Delimiter="/"):
+                out += [p["Prefix"][len(base):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+        return sorted(out)
+
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False, if_match: str | None = None,
+                  sha256: str | None = None) -> str | None:
+        kw: dict[str, Any] = {"Metadata": {SHA256_META: sha256 or hashlib.sha256(data).hexdigest()}}
+        if if_absent:
+            kw["IfNoneMatch"] = "*"
+        if if_match is not None:
+            kw["IfMatch"] = if_match
+        with self._calls(key, "write"):
+            return self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **kw).get("ETag")
+
+    def _transfer_config(self):
+        from boto3.s3.transfer import TransferConfig
+
+        return TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK,
+                              max_concurrency=4)
+
+    def upload_file(self, local: str | Path, key: str, *, sha256: str | None = None,
+                    progress: Progress | None = None) -> None:
+        """One PUT, or a multipart upload above 64 MB: either way the object appears only when complete."""
+        sha256 = sha256 or sha256_file(local)
+        with self._calls(key, "upload"):
+            self.client.upload_file(str(local), self.bucket, self._k(key),
+                                    ExtraArgs={"Metadata": {SHA256_META: sha256}}, Callback=progress,
+                                    Config=self._transfer_config())
+
+    def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
+        local = Path(local)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".tmp", dir=local.parent)
+        os.close(fd)
+        try:
+            with self._calls(key, "download"):
+                self.client.download_file(self.bucket, self._k(key), tmp, Callback=progress,
+                                          Config=self._transfer_config())
+            _fsync_replace(tmp, local)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        with self._calls(key, "delete"):
+            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = [o.key for o in self.list(prefix)]
+        for i in range(0, len(keys), 1000):
+            with self._calls(prefix, "delete"):
+                self.client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": self._k(k)} for k in keys[i:i + 1000]], "Quiet": True})
+
+    @contextlib.contextmanager
+    def staged_file(self, key: str) -> Iterator[StagedFile]:
+        """Write locally, then upload the finished file: never a partial object under the final key."""
+        tag = hashlib.sha256(self.key_url(key).encode()).hexdigest()[:16]
+        staging = Path(os.environ.get("BENCH_BUILD_STAGING") or Path(tempfile.gettempdir()) / "bench-build-staging")
+        staging.mkdir(parents=True, exist_ok=True)
+        for stale in staging.glob(f".{tag}.*.tmp"):  # left by a killed earlier attempt of this object
+            stale.unlink(missing_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{tag}.", suffix=".tmp", dir=staging)
+        os.close(fd)
+        tmp = Path(name)
+        staged = StagedFile(key, tmp)
+        try:
+            yield staged
+            staged.size, staged.sha256 = tmp.stat().st_size, sha256_file(tmp)
+            self.upload_file(tmp, key, sha256=staged.sha256)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class _RangeReader(io.RawIOBase):
+    """A seekable read-only file over an S3 object, one ranged GET per (buffered) read."""
+
+    def __init__(self, store: S3Store, key: str, size: int) -> None:
+        self.store, self.key, self.size, self.pos = store, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, b) -> int:
+        end = min(self.size, self.pos + len(b))
+        data = self.store.read_range(self.key, self.pos, end)
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+# -- opening -----------------------------------------------------------------------------------------
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def is_remote(url: str | Path) -> bool:
+    return isinstance(url, str) and url.lower().startswith("s3://")
+
+
+def open_store(url: str | Path | Store, *, endpoint_url: str | None = None, profile: str | None = None) -> Store:
+    """A store for a plain path, ``file:///abs/path`` or ``s3://bucket[/prefix]``."""
+    if isinstance(url, Store):
+        return url
+    if isinstance(url, Path):
+        return LocalStore(url)
+    m = _SCHEME.match(url)
+    if m is None:
+        return LocalStore(Path(url))
+    scheme = m.group(1).lower()
+    parsed = urlparse(url)
+    if "@" in parsed.netloc:  # never echo it: it may hold a secret
+        raise StorageError(f"{scheme}:// URLs must not carry credentials; use the AWS chain (env, profile)")
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise StorageError(f"file:// URL with a host is not supported: {url}")
+        return LocalStore(Path(unquote(parsed.path)))
+    if scheme == "s3":
+        if not parsed.netloc:
+            raise StorageError(f"{url}: no bucket (expected s3://bucket/prefix)")
+        prefix = parsed.path.strip("/")
+        if ".." in prefix.split("/"):
+            raise StorageError(f"{url}: '..' is not allowed in an S3 prefix")
+        return S3Store(parsed.netloc, prefix, endpoint_url=endpoint_url, profile=profile)
+    raise StorageError(f"unsupported URL scheme {scheme}:// (use a path, file:// or s3://)")

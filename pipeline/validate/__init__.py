@@ -1,0 +1,13 @@
+"""Naturalness validation of simulated corruptions (Li et al. §IV-A, Tables III–IV, Appendix B-A).
+
+A PointNet classifier is trained on real adverse-weather vs real clean scans (STF for fog, Boreas for
+snow), then tested on the build's clean and simulated partitions: accuracy on the simulated data is
+the naturalness. Its global features are embedded with t-SNE and compared with MMD. See `run` for
+the steps and outputs; `bench-build validate` is the command.
+"""
+
+from pipeline.validate.config import ValidateConfig, ValidationError
+from pipeline.validate.hook import validate_after_build
+from pipeline.validate.run import preflight, run_validation
+
+__all__ = ["ValidateConfig", "ValidationError", "preflight", "run_validation", "validate_after_build"]

@@ -1,0 +1,108 @@
+"""Loading and feature extraction as Ray tasks, so validation scales like the build.
+
+- `load_real_chunk`: read and preprocess a chunk of real scans (STF / Boreas / KITTI ``.bin``);
+  the preprocessed arrays go to the driver, which trains on them.
+- `extract_partition_file`: one Parquet file of the build (a shard × partition): read only the
+  sampled frames' rows (``key``, ``frame_id``, ``severity``, ``points``), preprocess, run the trained
+  PointNet and return only logits and global features — point data never reaches the driver.
+
+Task bodies never raise for bad input: they return ``{"error": message}`` (naming the file), which
+the driver turns into one clear error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.sources.base import SourceError
+from pipeline.validate.preprocess import EmptyScanError, Preprocess
+
+FORMATS: dict[str, dict[str, Any]] = {
+    "stf": {"width": 5, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring")},
+    "boreas": {"width": 6, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring", "time")},
+    "kitti": {"width": 4, "scale": "unit", "fields": ("x", "y", "z", "intensity")},
+}
+
+
+def read_real(fmt: str, path: Path) -> np.ndarray:
+    if fmt == "stf":
+        from pipeline.sources.stf import read_stf_bin
+
+        return read_stf_bin(path)
+    if fmt == "boreas":
+        from pipeline.sources.boreas import read_boreas_bin
+
+        return read_boreas_bin(path)
+    if fmt == "kitti":
+        from pipeline.sources.kitti import read_velodyne
+
+        return read_velodyne(path)
+    raise ValueError(f"unknown real-data format {fmt!r}")
+
+
+def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: Preprocess, seed: int
+                    ) -> dict[str, Any]:
+    """Preprocessed clouds (K × points × 4) of ``rel_paths`` under ``root`` and intensity statistics."""
+    spec = FORMATS[fmt]
+    clouds, q = [], []
+    for rel in rel_paths:
+        path = Path(root) / rel
+        try:
+            pts = read_real(fmt, path)
+            clouds.append(prep.apply(pts, spec["fields"], spec["scale"], f"real-{role}/{rel}", seed))
+        except (SourceError, EmptyScanError) as e:
+            return {"error": str(e) if isinstance(e, SourceError) else f"{path}: {e}"}
+        q.append(np.percentile(pts[:, 3], [50, 99, 100]))
+    return {"clouds": np.stack(clouds), "intensity_q": np.array(q)}
+
+
+def list_partition_frames(path: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["frame_id"])["frame_id"].to_pylist()
+
+
+def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess, seed: int,
+                           state_dict: dict[str, Any], model_cfg: Any, batch_size: int) -> dict[str, Any]:
+    """Logits and global features of the sampled rows of one build file (a Ray task body)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    import torch
+
+    from pipeline.schema import decode_points, file_metadata
+    from pipeline.validate.train import evaluate, load_model
+
+    torch.set_num_threads(1)  # one Ray CPU per task
+    pf = pq.ParquetFile(path)
+    meta = file_metadata(pf.schema_arrow)
+    fields, scale = tuple(meta["fields"]), meta["intensity_scale"]
+    wanted = None if frames is None else pa.array(sorted(set(frames)))
+    ids: list[str] = []
+    sev: list[int] = []
+    clouds: list[np.ndarray] = []
+    for rg in range(pf.num_row_groups):
+        table = pf.read_row_group(rg, columns=["key", "frame_id", "severity", "points"])
+        if wanted is not None:
+            table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
+        if table.num_rows == 0:
+            continue
+        keys = table["key"].to_pylist()
+        for key, fid, s, pts in zip(keys, table["frame_id"].to_pylist(), table["severity"].to_pylist(),
+                                    decode_points(table["points"].combine_chunks(), len(fields)), strict=True):
+            try:
+                clouds.append(prep.apply(pts, fields, scale, key, seed))
+            except (EmptyScanError, ValueError) as e:
+                return {"error": f"{path}: {e}"}
+            ids.append(fid)
+            sev.append(int(s))
+    dim = model_cfg.feature_dim
+    if not clouds:
+        return {"frame_id": [], "severity": [], "logits": np.zeros((0, model_cfg.classes), np.float32),
+                "features": np.zeros((0, dim), np.float32)}
+    model = load_model(state_dict, model_cfg)
+    logits, feats, _ = evaluate(model, np.stack(clouds), None, batch_size, "cpu")
+    return {"frame_id": ids, "severity": sev, "logits": logits, "features": feats}

@@ -1,0 +1,208 @@
+"""Validation outputs: report.json, summary.md, tsne.png, training.png, pointnet.pt, features.npz,
+the ``validation/summary.md`` index of every validated corruption, and the dataset card's link to it.
+Every file is written to a temporary name and renamed, so a reader never sees half a report."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
+GROUP_COLORS = {"real": "#d62728", "simulated": "#1f77b4", "clean": "#2ca02c"}
+INDEX_NAME = "summary.md"
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def group_labels(corruption: str, groups: dict[str, np.ndarray]) -> dict[str, str]:
+    names = {"real": f"real {corruption}", "simulated": f"simulated {corruption}", "clean": "clean (build)"}
+    return {g: f"{names[g]} (n={len(f)})" for g, f in groups.items()}
+
+
+def plot_tsne(path: Path, corruption: str, emb_groups: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = group_labels(corruption, emb_groups)
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=100)
+    for g, pts in emb_groups.items():
+        ax.scatter(pts[:, 0], pts[:, 1], s=16, c=GROUP_COLORS[g], linewidths=0, label=labels[g])
+    ax.set_title(f"t-SNE of PointNet global features — {corruption}")
+    ax.set_xlabel("t-SNE 1")
+    ax.set_ylabel("t-SNE 2")
+    ax.legend(loc="best", frameon=True)
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    plt.close(fig)
+    return [{"group": g, "label": labels[g], "color": GROUP_COLORS[g], "n": len(p)} for g, p in emb_groups.items()]
+
+
+def plot_training(path: Path, history: list[dict[str, float]], best_epoch: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = [h["epoch"] for h in history]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    a1.plot(ep, [h["train_loss"] for h in history], label="train")
+    a1.plot(ep, [h["val_loss"] for h in history], label="val")
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("cross-entropy")
+    a2.plot(ep, [h["train_accuracy"] for h in history], label="train")
+    a2.plot(ep, [h["val_accuracy"] for h in history], label="val")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("accuracy")
+    a2.set_ylim(0, 1.02)
+    for a in (a1, a2):
+        a.axvline(best_epoch, color="grey", linestyle="--", label=f"best (epoch {best_epoch})")
+        a.legend()
+    fig.suptitle("PointNet weather classifier: real weather vs real clean")
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    plt.close(fig)
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.2f} %"
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    c = report["corruption"]
+    acc, v = report["accuracy"], report["verdict"]
+    tr, b = report["training"], report["build"]
+    lines = [
+        f"# Naturalness validation: {c}",
+        "",
+        f"**Verdict: {v['verdict']}** — {v['rule']}.",
+        "",
+        f"{report['dataset']} {report['version']} (fingerprint `{report['fingerprint'][:16]}…`), "
+        f"validated {report['created']} by bench-build {report['code_version']} in {report['seconds']} s.",
+        "",
+        "| check | result | |",
+        "| --- | --- | --- |",
+    ]
+    for chk in v["gates"] + v["checks"]:
+        lines.append(f"| {chk['name']} | {chk['detail']} | {'✓' if chk['ok'] else '✗'} |")
+    lines += [
+        "",
+        "## Classification (Table III protocol)",
+        "",
+        "| training data | scans (train / val) | val accuracy | test data | examples | accuracy on simulated |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| real {c}: `{report['real']['weather']['dir']}` ({report['real']['weather']['format']}) + real clean: "
+        f"`{report['real']['clean']['dir']}` | {tr['train_scans']} / {tr['val_scans']} | {_pct(acc['val'])} | "
+        f"build clean + {c} severities {b['severities']} | {acc['test']['examples']} | "
+        f"**{_pct(acc['test']['simulated'])}** |",
+        "",
+        f"Train accuracy {_pct(acc['train'])} (best epoch {tr['best_epoch']} of {tr['epochs_run']}); "
+        f"test accuracy on the build's clean frames {_pct(acc['test']['clean'])}, "
+        f"overall {_pct(acc['test']['overall'])}; "
+        "by severity: " + ", ".join(f"{s}: {_pct(a)}" for s, a in acc["test"]["simulated_by_severity"].items()) + ".",
+        "",
+        "## MMD between feature distributions (Table IV)",
+        "",
+    ]
+    for space, title in (("raw", "raw global features"), ("tsne", "2-D t-SNE features (the paper's setting)")):
+        t = report["mmd"][space]
+        lines += [f"{title}: RBF kernel, σ = {t['bandwidth']['sigma']:.4g} ({t['bandwidth']['rule']}), "
+                  f"unbiased MMD², {t['permutations']} permutations.", "",
+                  "| pair | MMD² | MMD | p-value | n |", "| --- | --- | --- | --- | --- |"]
+        for pair, r in t["pairs"].items():
+            a, bb = pair.split("|")
+            lines.append(f"| {a} vs {bb} | {r['mmd2']:.4g} | {r['mmd']:.4g} | {r['p_value']:.3g} | "
+                         f"{r['n_x']} / {r['n_y']} |")
+        lines.append("")
+    lines += [
+        "## Plots",
+        "",
+        "![t-SNE of the global features](tsne.png)",
+        "",
+        "![training curves](training.png)",
+        "",
+        "## Preprocessing",
+        "",
+        *[f"- {s}" for s in report["preprocessing"]["steps"]],
+        f"- real {c}: intensity scale `{report['real']['weather']['intensity_scale']}` (observed max "
+        f"{report['real']['weather']['intensity_observed']['max']:.4g}); real clean: "
+        f"`{report['real']['clean']['intensity_scale']}`; build: `{b['intensity_scale']}`",
+        "",
+        f"Model: PointNet, shared MLP {report['model']['shared_mlp']}, max pool, FC {report['model']['fc']}, "
+        f"batch norm, dropout {report['model']['dropout']}; checkpoint `pointnet.pt`. Full numbers: `report.json`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_index(version_dir: Path) -> str:
+    lines = ["# Naturalness validation", "",
+             "Weather classifier (PointNet) trained on real adverse-weather vs real clean scans, tested on the "
+             "build's clean and simulated partitions; accuracy on simulated = naturalness (Li et al. §IV-A).", "",
+             "| corruption | verdict | accuracy on simulated | MMD² real–sim | MMD² sim–clean | report |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for rp in sorted((version_dir / "validation").glob("*/report.json")):
+        r = json.loads(rp.read_text())
+        pairs = r["mmd"]["raw"]["pairs"]
+        lines.append(f"| {r['corruption']} | {r['verdict']['verdict']} | {_pct(r['naturalness'])} | "
+                     f"{pairs['real|simulated']['mmd2']:.4g} | {pairs['simulated|clean']['mmd2']:.4g} | "
+                     f"[{r['corruption']}/summary.md]({r['corruption']}/summary.md) |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], train_res: Any,
+                  groups: dict[str, np.ndarray], emb_groups: dict[str, np.ndarray]) -> None:
+    import torch
+
+    from manifests.card import card_with_validation
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = {"state_dict": train_res.state_dict, "model": report["model"], "preprocessing": report["preprocessing"],
+            "best_epoch": train_res.best_epoch, "val_accuracy": train_res.best_val_accuracy,
+            "seed": report["config"]["seed"], "labels": {"0": "clean", "1": report["corruption"]}}
+    _atomic(out_dir / "pointnet.pt", lambda tmp: torch.save(ckpt, tmp))
+    arrays = {f"features_{g}": f for g, f in groups.items()} | {f"tsne_{g}": e for g, e in emb_groups.items()}
+    _atomic(out_dir / "features.npz", lambda tmp: np.savez_compressed(open(tmp, "wb"), **arrays))
+    legend = plot_tsne(out_dir / "tsne.png", report["corruption"], emb_groups)
+    plot_training(out_dir / "training.png", report["training"]["history"], train_res.best_epoch)
+    report["plots"] = {"tsne": {"path": "tsne.png", "groups": legend}, "training": {"path": "training.png"}}
+    report["files"] = {"report": "report.json", "summary": "summary.md", "tsne_plot": "tsne.png",
+                       "training_plot": "training.png", "checkpoint": "pointnet.pt", "features": "features.npz"}
+    _write_text(out_dir / "report.json", json.dumps(report, indent=1, sort_keys=True, default=_json_default))
+    _write_text(out_dir / "summary.md", render_summary(report))
+    _write_text(version_dir / "validation" / INDEX_NAME, render_index(version_dir))
+    card = version_dir / "README.md"
+    if card.is_file():
+        _write_text(card, card_with_validation(card.read_text(), f"validation/{INDEX_NAME}"))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,338 @@
+"""`bench-build validate`: is a simulated corruption natural? (Li et al. §IV-A, Tables III–IV, App. B-A)
+
+1. **Preflight** (no Ray, no torch): the version's manifest, the corruption and severities, and the
+   real-data directories (present, non-empty, of a known format) — every problem is reported before
+   any training starts.
+2. **Real data** (Ray tasks over chunks of files): real weather scans (label 1) and real clean scans
+   (label 0) of the same sensor, preprocessed (`preprocess.Preprocess`), balanced, split 9:1.
+3. **Train** PointNet deterministically, keep the best val-accuracy checkpoint (`train`).
+4. **Test** (Ray tasks over the build's Parquet files): the build's clean partition and the
+   corruption's partitions (sampled frames); accuracy on simulated = naturalness.
+5. **Features**: global features of real weather / simulated / clean → t-SNE 2-D; MMD (RBF, median
+   bandwidth shared per feature space, unbiased, permutation p-value) on raw and t-SNE features.
+6. **Verdict** — "natural" only if accuracy on simulated ≥ the threshold *and* MMD(real, sim) <
+   MMD(sim, clean); "inconclusive" when the classifier cannot separate real weather from real clean
+   (val accuracy) or calls the build's clean frames weather; otherwise "not natural".
+7. **Outputs** in ``VERSION/validation/<corruption>/``: report.json, summary.md, tsne.png,
+   training.png, pointnet.pt (best checkpoint), features.npz; ``validation/summary.md`` indexes every
+   validated corruption and the dataset card links to it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.plan import CLEAN
+from pipeline.sources.base import SourceError
+from pipeline.validate.config import ValidateConfig, ValidationError
+from pipeline.validate.extract import FORMATS
+
+FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf", "hdl64": "stf"}
+
+
+def _log_stderr(msg: str) -> None:
+    print(f"[validate] {msg}", file=sys.stderr, flush=True)
+
+
+def detect_format(root: Path, files: list[Path], requested: str) -> str:
+    """The real-data format: as requested, else from the path name, else from the record size."""
+    if requested != "auto":
+        return requested
+    for part in (p.lower() for p in root.resolve().parts):
+        for hint, fmt in FORMAT_HINTS.items():
+            if hint in part:
+                return fmt
+    sizes = [f.stat().st_size for f in files[:50]]
+    fits = [fmt for fmt, spec in FORMATS.items() if all(s % (4 * spec["width"]) == 0 for s in sizes)]
+    if len(fits) == 1:
+        return fits[0]
+    raise ValidationError(f"{root}: cannot tell the scan format from the path or the file sizes "
+                          f"(consistent with: {', '.join(fits) or 'none'}); pass --real-format stf|boreas|kitti")
+
+
+def _subset(n: int, k: int | None, seed: int, salt: int) -> np.ndarray:
+    """A sorted, seeded random subset of range(n) of size min(n, k)."""
+    if k is None or k >= n:
+        return np.arange(n)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, salt]))
+    return np.sort(rng.choice(n, size=k, replace=False))
+
+
+def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
+    """Check everything that can be checked without training; raise ValidationError naming the problem."""
+    from manifests.manifest import ManifestError
+    from pipeline.reader import open_version
+    from pipeline.sources.records import list_scans
+
+    root = Path(version_dir)
+    try:
+        version = open_version(root)
+    except (ManifestError, FileNotFoundError, ValueError) as e:
+        raise ValidationError(f"{root}: not a built version ({e})") from None
+    if cfg.corruption not in version.corruptions:
+        raise ValidationError(f"{root}: no corruption {cfg.corruption!r}; it has {', '.join(version.corruptions)}")
+    n_sev = int(version.manifest["recipe"]["severities"])
+    severities = tuple(range(1, n_sev + 1)) if cfg.severities is None else tuple(cfg.severities)
+    bad = [s for s in severities if not 1 <= s <= n_sev]
+    if bad or not severities:
+        raise ValidationError(f"{root}: severities {list(bad or severities)} out of range 1..{n_sev}")
+    real: dict[str, dict[str, Any]] = {}
+    for role, d in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
+        try:
+            files = list_scans(Path(d))
+        except SourceError as e:
+            raise ValidationError(f"real {role} data for {cfg.corruption}: {e}") from None
+        fmt = detect_format(Path(d), files, cfg.real_format)
+        real[role] = {"dir": Path(d), "files": files, "format": fmt}
+    if real["weather"]["dir"].resolve() == real["clean"]["dir"].resolve():
+        raise ValidationError(f"real weather and real clean data are the same directory: {cfg.real_weather}")
+    clean_files = version.files(CLEAN, 0)
+    sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
+    if not clean_files or not sim_files:
+        raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
+    return {"version": version, "root": root, "severities": severities, "real": real,
+            "clean_files": clean_files, "sim_files": sim_files}
+
+
+def _ray_results(refs: list, what: str) -> list[dict[str, Any]]:
+    import ray
+
+    out = ray.get(refs)
+    for r in out:
+        if "error" in r:
+            raise ValidationError(f"{what}: {r['error']}")
+    return out
+
+
+def _load_real(pre: dict[str, Any], cfg: ValidateConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    import ray
+
+    from pipeline.validate.extract import load_real_chunk
+
+    task = ray.remote(num_cpus=1, max_retries=2)(load_real_chunk)
+    prep = cfg.preprocess
+    n_cpu = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    picked: dict[str, list[Path]] = {}
+    for salt, role in enumerate(("weather", "clean")):
+        files = pre["real"][role]["files"]
+        picked[role] = [files[i] for i in _subset(len(files), cfg.max_real, cfg.seed, 100 + salt)]
+    if cfg.balance:
+        n = min(len(v) for v in picked.values())
+        for salt, role in enumerate(("weather", "clean")):
+            picked[role] = [picked[role][i] for i in _subset(len(picked[role]), n, cfg.seed, 200 + salt)]
+    out: dict[str, Any] = {}
+    for role in ("weather", "clean"):
+        info = pre["real"][role]
+        rels = [p.relative_to(info["dir"]).as_posix() for p in picked[role]]
+        chunk = max(1, min(64, -(-len(rels) // (4 * n_cpu))))
+        refs = [task.remote(info["format"], str(info["dir"]), rels[i:i + chunk], role, prep, cfg.seed)
+                for i in range(0, len(rels), chunk)]
+        res = _ray_results(refs, f"real {role} data")
+        q = np.concatenate([r["intensity_q"] for r in res])
+        out[role] = {"clouds": np.concatenate([r["clouds"] for r in res]), "ids": rels,
+                     "intensity_observed": {"median_p50": float(np.median(q[:, 0])),
+                                            "median_p99": float(np.median(q[:, 1])), "max": float(q[:, 2].max())}}
+        log(f"real {role}: {len(rels)} of {len(info['files'])} {info['format']} scans from {info['dir']}")
+    return out
+
+
+def _frame_sample(pre: dict[str, Any], cfg: ValidateConfig) -> tuple[list[str] | None, int]:
+    import ray
+
+    from pipeline.validate.extract import list_partition_frames
+
+    task = ray.remote(num_cpus=1)(list_partition_frames)
+    ids = sorted({f for r in ray.get([task.remote(str(p)) for p in pre["clean_files"]]) for f in r})
+    if cfg.sample is None or cfg.sample >= len(ids):
+        return None, len(ids)
+    return [ids[i] for i in _subset(len(ids), cfg.sample, cfg.seed, 300)], len(ids)
+
+
+def _extract_build(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None, train_res) -> dict[str, Any]:
+    import ray
+
+    from pipeline.validate.extract import extract_partition_file
+
+    task = ray.remote(num_cpus=1, max_retries=2)(extract_partition_file)
+    state_ref = ray.put({k: v.cpu() for k, v in train_res.state_dict.items()})
+    prep = cfg.preprocess
+    out = {}
+    for group, files in (("clean", pre["clean_files"]), ("simulated", pre["sim_files"])):
+        refs = [task.remote(str(p), frames, prep, cfg.seed, state_ref, train_res.model_cfg, cfg.batch_size)
+                for p in files]
+        res = [r for r in _ray_results(refs, f"build {group} partition") if r["frame_id"]]
+        if not res:
+            raise ValidationError(f"{pre['root']}: no {group} examples for the sampled frames")
+        out[group] = {"frame_id": [f for r in res for f in r["frame_id"]],
+                      "severity": np.array([s for r in res for s in r["severity"]]),
+                      "logits": np.concatenate([r["logits"] for r in res]),
+                      "features": np.concatenate([r["features"] for r in res])}
+    return out
+
+
+def _tsne(features: np.ndarray, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+    from sklearn.manifold import TSNE
+
+    n = len(features)
+    perplexity = float(min(30.0, max(2.0, (n - 1) / 3.0)))
+    params = {"n_components": 2, "perplexity": perplexity, "init": "pca", "learning_rate": "auto",
+              "random_state": seed, "metric": "euclidean"}
+    emb = TSNE(**params).fit_transform(features.astype(np.float64))
+    return emb, params
+
+
+def verdict(acc_sim: float, acc_clean: float, val_acc: float, mmd: dict[str, dict[str, Any]],
+            cfg: ValidateConfig) -> dict[str, Any]:
+    """"natural" / "not natural" / "inconclusive", with every check that decided it."""
+    checks = []
+    spaces = ["raw", "tsne"] if cfg.verdict_space == "both" else [cfg.verdict_space]
+    checks.append({"name": "accuracy on simulated", "ok": acc_sim >= cfg.accuracy_threshold,
+                   "detail": f"{acc_sim:.1%} {'≥' if acc_sim >= cfg.accuracy_threshold else '<'} "
+                             f"{cfg.accuracy_threshold:.0%}"})
+    for space in spaces:
+        rs = mmd[space]["pairs"]["real|simulated"]["mmd2"]
+        sc = mmd[space]["pairs"]["simulated|clean"]["mmd2"]
+        checks.append({"name": f"MMD² {space}: real–simulated < simulated–clean", "ok": rs < sc,
+                       "detail": f"{rs:.4g} {'<' if rs < sc else '≥'} {sc:.4g}"})
+    gates = [{"name": "classifier separates real weather from real clean (val accuracy)",
+              "ok": val_acc >= cfg.min_val_accuracy, "detail": f"{val_acc:.1%} vs ≥ {cfg.min_val_accuracy:.0%}"},
+             {"name": "classifier keeps the build's clean frames clean",
+              "ok": acc_clean >= cfg.min_clean_accuracy,
+              "detail": f"{acc_clean:.1%} vs ≥ {cfg.min_clean_accuracy:.0%}"}]
+    if not all(g["ok"] for g in gates):
+        v = "inconclusive"
+    else:
+        v = "natural" if all(c["ok"] for c in checks) else "not natural"
+    rule = (f"natural iff accuracy on simulated ≥ {cfg.accuracy_threshold:.0%} and MMD²(real, simulated) < "
+            f"MMD²(simulated, clean) on {' and '.join(spaces)} features; inconclusive if val accuracy < "
+            f"{cfg.min_val_accuracy:.0%} or accuracy on the build's clean frames < {cfg.min_clean_accuracy:.0%}")
+    return {"verdict": v, "rule": rule, "checks": checks, "gates": gates}
+
+
+def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int | None = None,
+                   address: str | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Validate ``cfg.corruption`` of a built version; write the outputs and return the report."""
+    from pipeline import __version__
+    from pipeline.build import init_ray
+    from pipeline.validate.pointnet import PointNetConfig
+    from pipeline.validate.train import CLEAN_LABEL, WEATHER_LABEL, TrainConfig, split_train_val, train_classifier
+
+    log = log or _log_stderr
+    t0 = time.time()
+    pre = preflight(version_dir, cfg)  # raises before Ray or torch start
+    import importlib.util
+
+    missing = [m for m in ("torch", "sklearn", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValidationError(f"validation needs {', '.join(missing)}: pip install 'bench-build[validate]'")
+    root: Path = pre["root"]
+    started = init_ray(workers, address)
+    try:
+        real = _load_real(pre, cfg, log)
+        x = np.concatenate([real["weather"]["clouds"], real["clean"]["clouds"]])
+        y = np.concatenate([np.full(len(real["weather"]["clouds"]), WEATHER_LABEL),
+                            np.full(len(real["clean"]["clouds"]), CLEAN_LABEL)]).astype(np.int64)
+        if min(np.bincount(y, minlength=2)) < 2:
+            raise ValidationError("need at least 2 real scans per class")
+        tr, va = split_train_val(y, 0.1, cfg.seed)
+        model_cfg = PointNetConfig(width=cfg.width)
+        tcfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, patience=cfg.patience, seed=cfg.seed,
+                           threads=cfg.threads or workers, device=cfg.device)
+        log(f"training PointNet (width {cfg.width}, {cfg.points} points) on {len(tr)} scans, val {len(va)}")
+        res = train_classifier(x[tr], y[tr], x[va], y[va], model_cfg, tcfg, log=log)
+        log(f"best epoch {res.best_epoch}: val accuracy {res.best_val_accuracy:.3f}")
+        frames, n_frames = _frame_sample(pre, cfg)
+        build = _extract_build(pre, cfg, frames, res)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+    from pipeline.validate.train import evaluate, load_model, pick_device
+
+    device = pick_device(cfg.device)
+    real_logits, real_feats, _ = evaluate(load_model(res.state_dict, model_cfg, device),
+                                          real["weather"]["clouds"], None, cfg.batch_size, device)
+    del x
+    pred_clean = build["clean"]["logits"].argmax(1)
+    pred_sim = build["simulated"]["logits"].argmax(1)
+    acc_clean = float((pred_clean == CLEAN_LABEL).mean())
+    acc_sim = float((pred_sim == WEATHER_LABEL).mean())
+    by_sev = {str(s): float((pred_sim[build["simulated"]["severity"] == s] == WEATHER_LABEL).mean())
+              for s in pre["severities"]}
+    n_test = len(pred_clean) + len(pred_sim)
+    acc_test = float(((pred_clean == CLEAN_LABEL).sum() + (pred_sim == WEATHER_LABEL).sum()) / n_test)
+
+    groups_full = {"real": real_feats, "simulated": build["simulated"]["features"], "clean": build["clean"]["features"]}
+    groups = {g: f[_subset(len(f), cfg.max_embed, cfg.seed, 400 + i)] for i, (g, f) in enumerate(groups_full.items())}
+    stacked = np.concatenate(list(groups.values()))
+    labels = np.concatenate([np.full(len(f), g) for g, f in groups.items()])
+    emb, tsne_params = _tsne(stacked, cfg.seed)
+    emb_groups = {g: emb[labels == g] for g in groups}
+
+    from pipeline.validate.mmd import mmd_table
+
+    mmd = {"raw": mmd_table(groups, permutations=cfg.permutations, seed=cfg.seed),
+           "tsne": mmd_table(emb_groups, permutations=cfg.permutations, seed=cfg.seed)}
+    decision = verdict(acc_sim, acc_clean, res.best_val_accuracy, mmd, cfg)
+    manifest = pre["version"].manifest
+    report: dict[str, Any] = {
+        "report_version": 1,
+        "corruption": cfg.corruption,
+        "dataset": manifest["dataset"], "version": manifest["version"], "fingerprint": manifest["fingerprint"],
+        "created": datetime.now(UTC).isoformat(timespec="seconds"), "code_version": __version__,
+        "seconds": None,
+        "config": cfg.as_dict(),
+        "seeds": {"validation": cfg.seed, "split": f"SeedSequence([{cfg.seed}, 91])", "torch": cfg.seed,
+                  "preprocess": f"SeedSequence([{cfg.seed}, stable_hash(scan key)])", "tsne": cfg.seed,
+                  "mmd_permutations": cfg.seed},
+        "real": {role: {"dir": str(pre["real"][role]["dir"]), "format": pre["real"][role]["format"],
+                        "intensity_scale": FORMATS[pre["real"][role]["format"]]["scale"],
+                        "scans_found": len(pre["real"][role]["files"]), "scans_used": len(real[role]["ids"]),
+                        "intensity_observed": real[role]["intensity_observed"]} for role in ("weather", "clean")},
+        "build": {"frames_total": n_frames, "frames_sampled": n_frames if frames is None else len(frames),
+                  "severities": list(pre["severities"]), "clean_examples": len(pred_clean),
+                  "simulated_examples": len(pred_sim), "intensity_scale": manifest.get("intensity_scale")},
+        "preprocessing": cfg.preprocess.describe(),
+        "model": model_cfg.describe(),
+        "training": {"train_scans": len(tr), "val_scans": len(va),
+                     "train_weather": int((y[tr] == WEATHER_LABEL).sum()),
+                     "val_weather": int((y[va] == WEATHER_LABEL).sum()),
+                     "split": "9:1 stratified", "epochs": cfg.epochs, "epochs_run": len(res.history),
+                     "batch_size": cfg.batch_size, "optimizer": "Adam lr 1e-3, weight decay 1e-4, StepLR(20, 0.7)",
+                     "patience": cfg.patience, "stopped_early": res.stopped_early, "best_epoch": res.best_epoch,
+                     "device": res.device, "seconds": round(res.seconds, 2),
+                     "seconds_per_epoch": round(res.seconds_per_epoch, 4), "history": res.history},
+        "accuracy": {"train": res.train_accuracy, "val": res.best_val_accuracy,
+                     "test": {"clean": acc_clean, "simulated": acc_sim, "overall": acc_test,
+                              "simulated_by_severity": by_sev, "examples": n_test},
+                     "real_weather_recognised": float((real_logits.argmax(1) == WEATHER_LABEL).mean())},
+        "naturalness": acc_sim,
+        "embedding": {"samples": {g: len(f) for g, f in groups.items()}, "tsne": tsne_params,
+                      "features": "max-pooled PointNet global feature", "dim": int(stacked.shape[1])},
+        "mmd": mmd,
+        "verdict": decision,
+    }
+    from pipeline.validate.report import write_outputs
+
+    out_dir = root / "validation" / cfg.corruption
+    report["seconds"] = round(time.time() - t0, 2)
+    write_outputs(root, out_dir, report, res, groups, emb_groups)
+    log(f"{cfg.corruption}: {decision['verdict']} (accuracy on simulated {acc_sim:.1%}); report in {out_dir}")
+    return report
+
+
+def validate_version(version_dir: str | Path, configs: list[ValidateConfig], *, workers: int | None = None,
+                     address: str | None = None, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Preflight every config first (so no training starts if any input is bad), then validate each."""
+    for cfg in configs:
+        preflight(version_dir, cfg)
+    return [run_validation(version_dir, cfg, workers=workers, address=address, log=log) for cfg in configs]

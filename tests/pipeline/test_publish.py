@@ -1,0 +1,257 @@
+"""Publishing, listing, pulling and verifying versions on a real S3 server (SeaweedFS), and building to s3://."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from manifests.manifest import read_manifest, stable_view, verify_version
+from pipeline.build import run_build
+from pipeline.cli import app
+from pipeline.publish import publish_version, pull_version, verify_remote
+
+runner = CliRunner()
+FRAMES = 4  # 4 shards of 1 frame × 21 partitions = 84 Parquet files
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline.cli", *args]
+
+
+def data_files(version_dir: Path) -> dict[str, bytes]:
+    return {p.relative_to(version_dir).as_posix(): p.read_bytes()
+            for p in sorted(version_dir.rglob("*.parquet")) if "_ledger" not in p.parts}
+
+
+def remote_objects(server, url: str) -> dict[str, bytes]:
+    """key (relative to ``url``) → bytes of every object under an s3:// URL."""
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client, out = server.client(), {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix) + 1:]] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def remote_keys(server, url: str) -> list[str]:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client, keys = server.client(), []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        keys += [o["Key"][len(prefix) + 1:] for o in page.get("Contents", [])]
+    return keys
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, demo_kitti_master) -> Path:
+    """A local build of the small recipe (the reference every s3 result is compared with)."""
+    from tests.conftest import SMALL_RECIPE
+
+    tmp = tmp_path_factory.mktemp("built")
+    recipe = tmp / "mini-c.toml"
+    recipe.write_text(SMALL_RECIPE)
+    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=2, max_frames=FRAMES,
+                    frames_per_shard=1, progress=False)
+    assert res.ok
+    return res.version_dir
+
+
+def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
+    out = runner.invoke(app, ["publish", str(built), "--to", s3prefix, "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert "uploaded 84 files" in out.output and "latest = 0.1.0" in out.output
+    version_url = f"{s3prefix}/mini-c/0.1.0"
+    keys = remote_keys(s3env, version_url)
+    assert "manifest.json" in keys and "README.md" in keys
+    assert not [k for k in keys if k.startswith("_ledger") or k.startswith("_publishing")]
+    assert len([k for k in keys if k.endswith(".parquet")]) == 84
+
+    out = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
+    assert out.exit_code == 0, out.output
+    assert "0.1.0" in out.output and "latest" in out.output
+
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--version", "0.1.0", "--out", str(tmp_path / "p"),
+                              "--no-progress"])
+    assert out.exit_code == 0, out.output
+    pulled = tmp_path / "p" / "mini-c" / "0.1.0"
+    assert data_files(pulled) == data_files(built)
+    assert (pulled / "manifest.json").read_bytes() == (built / "manifest.json").read_bytes()
+    assert (pulled / "README.md").read_bytes() == (built / "README.md").read_bytes()
+    assert verify_version(pulled).ok
+    assert runner.invoke(app, ["verify", version_url, "--no-progress"]).exit_code == 0
+
+    # a partial pull of one partition (latest by default) is a verifiable version of its own
+    part = pull_version(f"{s3prefix}/mini-c", tmp_path / "part", corruption="beam_del", severity=3, progress=False)
+    assert part.ok and len(part.transferred) == FRAMES
+    pdir = tmp_path / "part" / "mini-c" / "0.1.0"
+    assert sorted(data_files(pdir)) == [f"data/corruption=beam_del/severity=3/part-0000{i}-of-00004.parquet"
+                                        for i in range(FRAMES)]
+    assert read_manifest(pdir)["partial"]["corruption"] == "beam_del" and verify_version(pdir).ok
+    # pulling again downloads nothing
+    again = pull_version(f"{s3prefix}/mini-c", tmp_path / "p", version="0.1.0", progress=False)
+    assert again.ok and not again.transferred and len(again.skipped) == 84
+
+
+def test_second_publish_refused_and_concurrent_publishes_have_one_winner(built, s3prefix, s3env):
+    first = publish_version(built, s3prefix, progress=False)
+    assert first.ok and first.latest == "0.1.0"
+    out = runner.invoke(app, ["publish", str(built), "--to", s3prefix, "--no-progress"])
+    assert out.exit_code == 2 and "already published" in out.output and "immutable" in out.output
+
+    target = f"{s3prefix}/race"
+    procs = [subprocess.Popen(_cli("publish", str(built), "--to", target, "--no-progress"), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env={**os.environ}) for _ in range(2)]
+    results = [(p.wait(timeout=120), p.stdout.read().decode()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(text for code, text in results if code)
+    assert "already published" in loser or "concurrent" in loser, loser
+    assert verify_remote(f"{target}/mini-c/0.1.0", progress=False).ok
+    info = json.loads(runner.invoke(app, ["versions", f"{target}/mini-c", "--json"]).output)
+    assert [v["version"] for v in info["versions"]] == ["0.1.0"] and info["latest"] == "0.1.0"
+
+
+def test_killed_publish_resumes_with_only_the_remainder(built, s3prefix, s3env):
+    version_url = f"{s3prefix}/mini-c/0.1.0"
+    proc = subprocess.Popen(_cli("publish", str(built), "--to", s3prefix, "--jobs", "1", "--no-progress"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline:
+            if len([k for k in remote_keys(s3env, version_url) if k.endswith(".parquet")]) >= 10:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.02)
+        else:
+            pytest.fail("publish never uploaded a shard")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    present = [k for k in remote_keys(s3env, version_url) if k.endswith(".parquet")]
+    assert 10 <= len(present) < 84, "the kill should land mid-publish"
+    assert "manifest.json" not in remote_keys(s3env, version_url)  # readers see no version yet
+
+    resumed = publish_version(built, s3prefix, progress=False)
+    assert resumed.ok and resumed.latest == "0.1.0"
+    assert sorted(resumed.skipped) == sorted(present)
+    assert len(resumed.transferred) == 84 - len(present)
+    sizes = {s["path"]: s["bytes"] for s in read_manifest(built)["shards"]}
+    assert resumed.transferred_bytes == sum(sizes[p] for p in resumed.transferred)
+    assert verify_remote(version_url, progress=False).ok
+    objects = remote_objects(s3env, version_url)
+    assert {k: v for k, v in objects.items() if k.endswith(".parquet")} == data_files(built)
+
+
+def test_tampered_remote_shard_fails_verify_and_pull(built, s3prefix, s3env, tmp_path):
+    assert publish_version(built, s3prefix, progress=False).ok
+    victim = "data/corruption=translation/severity=4/part-00002-of-00004.parquet"
+    bucket, _, prefix = s3prefix.removeprefix("s3://").partition("/")
+    key = f"{prefix}/mini-c/0.1.0/{victim}"
+    client = s3env.client()
+    raw = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    raw[len(raw) // 2] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(raw))  # same size, different bytes
+
+    out = runner.invoke(app, ["verify", f"{s3prefix}/mini-c/0.1.0", "--no-progress"])
+    assert out.exit_code == 1 and victim in out.output and "sha256" in out.output, out.output
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path), "--no-progress"])
+    assert out.exit_code == 1 and victim in out.output and "sha256" in out.output, out.output
+    pulled = tmp_path / "mini-c" / "0.1.0"
+    assert not (pulled / "manifest.json").exists() and not (pulled / victim).exists()
+    assert not list(pulled.rglob("*.part"))
+
+
+@pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
+                                      "data/../../escaped.parquet"])
+def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
+    manifest = json.loads((built / "manifest.json").read_text())
+    manifest["shards"][3]["path"] = bad_path
+    bucket, _, prefix = s3prefix.removeprefix("s3://").partition("/")
+    s3env.client().put_object(Bucket=bucket, Key=f"{prefix}/mini-c/0.1.0/manifest.json",
+                              Body=json.dumps(manifest).encode())
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--version", "0.1.0", "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 2, out.output
+    assert "escape" in out.output and bad_path in out.output
+    assert not (tmp_path / "o").exists() and not list(tmp_path.parent.rglob("escaped.parquet"))
+    out = runner.invoke(app, ["verify", f"{s3prefix}/mini-c/0.1.0", "--no-progress"])
+    assert out.exit_code == 2 and "escape" in out.output
+
+
+def test_wrong_credentials_fail_clearly_and_write_nothing(built, s3prefix, s3env, small_recipe, demo_kitti_master,
+                                                          tmp_path, monkeypatch):
+    wrong = "WRONG-" + s3env.secret_key[::-1]
+
+    def check(code: int, text: str, what) -> None:
+        assert code == 2, (what, text)
+        assert "denied" in text and "credentials" in text, (what, text)
+        assert wrong not in text and s3env.secret_key not in text, (what, text)
+
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": wrong}
+    for args in (["publish", str(built), "--to", s3prefix, "--no-progress"],  # whole processes: every log line
+                 ["run", str(small_recipe), "--source", str(demo_kitti_master), "--out", s3prefix, "--max-frames",
+                  "1", "--workers", "1", "--no-progress"]):
+        proc = subprocess.run(_cli(*args), capture_output=True, text=True, env=env, timeout=120)
+        check(proc.returncode, proc.stdout + proc.stderr, args)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    for args in (["versions", f"{s3prefix}/mini-c"],
+                 ["pull", f"{s3prefix}/mini-c", "--version", "0.1.0", "--out", str(tmp_path / "o"), "--no-progress"],
+                 ["verify", f"{s3prefix}/mini-c/0.1.0", "--no-progress"]):
+        out = runner.invoke(app, args)
+        check(out.exit_code, out.output, args)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3env.secret_key)
+    assert remote_keys(s3env, s3prefix) == []
+    assert not (tmp_path / "o").exists()
+
+
+def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3env, small_recipe, demo_kitti_master):
+    common = ["--source", str(demo_kitti_master), "--workers", "1", "--frames-per-shard", "1", "--max-frames",
+              str(FRAMES), "--no-progress"]
+    version_url = f"{s3prefix}/mini-c/0.1.0"
+    proc = subprocess.Popen(_cli("run", str(small_recipe), "--out", s3prefix, *common), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            if [k for k in remote_keys(s3env, version_url) if k.startswith("_ledger/shards/")]:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        else:
+            pytest.fail("build never recorded a shard")
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray workers and raylet die mid-build
+    finally:
+        proc.wait(timeout=30)
+        time.sleep(1.0)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    done_before = [k for k in remote_keys(s3env, version_url) if k.startswith("_ledger/shards/")]
+    assert 1 <= len(done_before) < FRAMES, "the kill should land mid-build"
+    assert "manifest.json" not in remote_keys(s3env, version_url)
+
+    resumed = run_build(str(small_recipe), source=str(demo_kitti_master), out=s3prefix, workers=1,
+                        max_frames=FRAMES, frames_per_shard=1, progress=False)
+    assert resumed.ok and resumed.version_dir == version_url
+    assert resumed.shards_skipped == len(done_before)
+    objects = remote_objects(s3env, version_url)
+    assert {k: v for k, v in objects.items() if k.endswith(".parquet")} == data_files(built)
+    manifest = json.loads(objects["manifest.json"])
+    assert stable_view(manifest) == stable_view(read_manifest(built))
+    for name in ("manifest.json", "README.md"):  # no credential, endpoint or key id in what describes the data
+        text = objects[name].decode()
+        assert s3env.secret_key not in text and s3env.access_key not in text and s3env.endpoint not in text
+    assert verify_remote(version_url, progress=False).ok
+    out = runner.invoke(app, ["status", str(small_recipe), "--out", s3prefix])
+    assert f"{FRAMES}/{FRAMES} shards done" in out.output and "manifest: yes" in out.output
+    # the s3 build publishes like a local one (the ledger stays behind)
+    target = f"{s3prefix}/published"
+    assert publish_version(version_url, target, progress=False).ok
+    assert not [k for k in remote_keys(s3env, f"{target}/mini-c/0.1.0") if k.startswith("_ledger")]

@@ -1,0 +1,75 @@
+"""`run --address` joins an existing Ray cluster instead of starting one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.build import run_build
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head():
+    """A Ray head started like a user would (`ray start --head --block`), stopped by killing only it.
+
+    (`ray stop` would stop every Ray instance on the machine.) The temp dir is short because Ray's
+    Unix socket paths must stay under ~107 characters.
+    """
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        ray_bin = Path(shutil.which("ray") or "ray")
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="rayh", dir="/tmp")
+    cmd = [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+           "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, "ray start --head exited"
+            time.sleep(0.2)
+        else:
+            pytest.fail("Ray head did not come up")
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # `ray start --block` and every process of its cluster
+        proc.wait(timeout=30)
+        leftovers = subprocess.run(["pgrep", "-f", tmp], capture_output=True, text=True).stdout.split()
+        for pid in leftovers:  # anything that left the process group (none expected)
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not leftovers, f"Ray processes outlived their head: {leftovers}"
+
+
+def test_build_on_an_existing_cluster_matches_a_local_build(ray_head, small_recipe, demo_kitti, tmp_path):
+    import ray
+
+    joined = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "joined", address=ray_head,
+                       max_frames=2, frames_per_shard=1, progress=False)
+    assert joined.ok and not ray.is_initialized()  # the driver disconnected; the cluster keeps running
+    local = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "local", workers=1,
+                      max_frames=2, frames_per_shard=1, progress=False)
+    a = {p.relative_to(joined.version_dir): p.read_bytes() for p in joined.version_dir.rglob("*.parquet")}
+    b = {p.relative_to(local.version_dir): p.read_bytes() for p in local.version_dir.rglob("*.parquet")}
+    assert a == b and len(a) == 2 * 21

@@ -1,0 +1,224 @@
+"""Naturalness validation end to end, on generated data in the real on-disk formats.
+
+"Real fog" is the `fog` simulator with one seed applied to demo scans of another scene seed, written
+as SeeingThroughFog ``.bin`` files (byte intensities, ring column); "real clear" is the same scans
+without fog. The build is the demo KITTI source with two corruptions: `fog` (the same simulator,
+other seeds → natural) and `nofog` (fog with α = 0, i.e. the clean scans → must be "not natural").
+`fog` is validated by `run`'s [validate] hook, `nofog` by the CLI. Tiny configuration: 512 points,
+PointNet width 1/8, 30 epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.conftest import FIXTURE_AZIMUTH_STEP
+
+TINY = {"points": 512, "width": 0.125, "epochs": 30, "batch_size": 16, "max_embed": 200, "permutations": 200}
+
+
+def _rotate(points: np.ndarray, angle: float) -> np.ndarray:
+    c, s = np.cos(angle), np.sin(angle)
+    q = points.copy()
+    q[:, 0], q[:, 1] = c * points[:, 0] - s * points[:, 1], s * points[:, 0] + c * points[:, 1]
+    return q
+
+
+def write_real_stf(root: Path, scenes: int = 12, turns: int = 3, alpha: float = 0.1) -> tuple[Path, Path]:
+    """Real fog / real clear in STF layout: demo scenes of another seed, each at ``turns`` headings."""
+    from pipeline.sources.demo import generate_frame
+    from pipeline.sources.stf import write_stf_bin
+    from stages.frame import Frame
+    from stages.registry import get_stage
+
+    fog = get_stage("fog")
+    params = fog.params(alpha=alpha, mode="physical")
+    for i in range(scenes):
+        f = generate_frame(i, 4242, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
+        for t in range(turns):
+            pts = _rotate(f.points, 2 * np.pi * t / turns)
+            foggy = fog.apply(Frame(f"{i}_{t}", pts, f.fields, "unit"), params, np.random.default_rng([99, i, t]))
+            for sub, arr in (("fog", foggy.points), ("clear", pts)):
+                out = arr.copy()
+                out[:, 3] *= 255.0  # STF intensities are bytes
+                write_stf_bin(root / sub / f"2018-02-{i:02d}_{t}.bin", out)
+    return root / "fog", root / "clear"
+
+
+RECIPE = """
+[benchmark]
+name = "fog-mini"
+version = "0.1.0"
+seed = 11
+source = "kitti"
+severities = 2
+
+[corruptions.fog]
+stage = "fog"
+mode = "physical"
+alpha = [0.08, 0.12]
+
+[corruptions.nofog]
+stage = "fog"
+mode = "physical"
+alpha = [0.0, 0.0]
+"""
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    import ray
+
+    from pipeline.build import run_build
+    from pipeline.sources.demo import write_demo_dataset
+
+    tmp = tmp_path_factory.mktemp("validate")
+    fog_dir, clear_dir = write_real_stf(tmp / "stf")
+    kitti = write_demo_dataset(tmp / "kitti", 10, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
+    table = "\n".join(f"{k} = {v}" for k, v in TINY.items())
+    recipe = tmp / "fog-mini.toml"
+    recipe.write_text(RECIPE + f'\n[validate]\ncorruptions = ["fog"]\nreal = {{ fog = "{fog_dir}" }}\n'
+                               f'real_clean = "{clear_dir}"\nthreads = 1\n{table}\n')
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        t0 = time.time()
+        build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False)
+        assert build.ok, build.failures
+        version = Path(build.version_dir)
+        cli = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--real",
+                                       f"nofog={fog_dir}", "--real-clean", str(clear_dir), "--workers", "1",
+                                       *[a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+        seconds = time.time() - t0
+        yield {"tmp": tmp, "build": build, "version": version, "cli": cli, "seconds": seconds,
+               "fog_dir": fog_dir, "clear_dir": clear_dir, "kitti": kitti, "recipe": recipe}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _report(version: Path, corruption: str) -> dict:
+    return json.loads((version / "validation" / corruption / "report.json").read_text())
+
+
+def test_simulated_fog_is_natural(validated):
+    assert validated["build"].validation == {"fog": {
+        "status": "done", "verdict": "natural", "naturalness": pytest.approx(_report(validated["version"], "fog")[
+            "naturalness"]), "summary": str(validated["version"] / "validation/fog/summary.md")}}
+    r = _report(validated["version"], "fog")
+    acc = r["accuracy"]
+    assert acc["val"] >= 0.75 and acc["train"] >= 0.9
+    assert acc["test"]["simulated"] >= 0.9 and acc["test"]["clean"] >= 0.8  # ≫ 50 %
+    for space in ("raw", "tsne"):
+        pairs = r["mmd"][space]["pairs"]
+        assert pairs["real|simulated"]["mmd2"] < pairs["simulated|clean"]["mmd2"]
+        assert pairs["simulated|clean"]["p_value"] < 0.05
+        assert r["mmd"][space]["bandwidth"]["sigma"] > 0 and "rbf" in r["mmd"][space]["kernel"]
+    assert r["verdict"]["verdict"] == "natural"
+    assert r["build"] == {"frames_total": 10, "frames_sampled": 10, "severities": [1, 2], "clean_examples": 10,
+                          "simulated_examples": 20, "intensity_scale": "unit"}
+    assert r["real"]["weather"]["format"] == "stf" and r["real"]["weather"]["scans_used"] == 36
+    assert r["training"]["train_scans"] + r["training"]["val_scans"] == 72 and r["training"]["val_scans"] == 8
+    assert r["preprocessing"]["points"] == 512 and r["model"]["shared_mlp"] == [8, 8, 8, 16, 128]
+    assert r["seeds"]["validation"] == 0 and r["config"]["epochs"] == 30
+
+
+def test_clean_scans_posing_as_simulated_are_not_natural(validated):
+    cli = validated["cli"]
+    assert cli.exit_code == 0, cli.output
+    assert "nofog: not natural" in cli.output
+    r = _report(validated["version"], "nofog")
+    acc = r["accuracy"]["test"]
+    assert acc["clean"] >= 0.8
+    assert acc["simulated"] <= 0.2 and abs(acc["simulated"] - (1 - acc["clean"])) <= 0.2  # ≈ the clean rate
+    pairs = r["mmd"]["raw"]["pairs"]
+    assert pairs["real|simulated"]["mmd2"] > pairs["simulated|clean"]["mmd2"]
+    assert pairs["real|simulated"]["mmd2"] > 0.5 * pairs["real|clean"]["mmd2"]  # as far from real as clean is
+    assert r["verdict"]["verdict"] == "not natural"
+    failed = {c["name"] for c in r["verdict"]["checks"] if not c["ok"]}
+    assert "accuracy on simulated" in failed
+
+
+def test_outputs_plots_card_and_checkpoint(validated):
+    import torch
+    from PIL import Image
+
+    version = validated["version"]
+    out = version / "validation" / "fog"
+    r = _report(version, "fog")
+    assert sorted(p.name for p in out.iterdir()) == ["features.npz", "pointnet.pt", "report.json", "summary.md",
+                                                   "training.png", "tsne.png"]
+    img = np.asarray(Image.open(out / "tsne.png").convert("RGB"))
+    assert img.shape[0] > 300 and img.shape[1] > 300
+    groups = r["plots"]["tsne"]["groups"]
+    assert [g["label"] for g in groups] == ["real fog (n=36)", "simulated fog (n=20)", "clean (build) (n=10)"]
+    colors = [tuple(int(g["color"][i:i + 2], 16) for i in (1, 3, 5)) for g in groups]
+    assert len(set(colors)) == 3
+    for rgb in colors:  # every group is drawn (markers + legend) in its own colour
+        assert (img == rgb).all(axis=2).sum() > 50, rgb
+    assert Image.open(out / "training.png").size[0] > 300
+    ckpt = torch.load(out / "pointnet.pt", weights_only=False)
+    assert ckpt["best_epoch"] == r["training"]["best_epoch"] and "point_mlp.0.weight" in ckpt["state_dict"]
+    feats = np.load(out / "features.npz")
+    assert feats["features_real"].shape == (36, 128) and feats["tsne_clean"].shape == (10, 2)
+    summary = (out / "summary.md").read_text()
+    assert "**Verdict: natural**" in summary and "![t-SNE of the global features](tsne.png)" in summary
+    index = (version / "validation" / "summary.md").read_text()
+    assert "[fog/summary.md](fog/summary.md)" in index and "[nofog/summary.md](nofog/summary.md)" in index
+    card = (version / "README.md").read_text()
+    assert card.count("## Naturalness validation") == 1 and "(validation/summary.md)" in card
+
+
+def test_validation_module_is_fast(validated):
+    assert validated["seconds"] < 120  # build + two validations on CPU
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail loudly if Ray or training were started: input errors must come first."""
+    import pipeline.build
+    import pipeline.validate.train
+
+    def boom(*a, **k):
+        raise AssertionError("training / Ray started before the input check")
+
+    monkeypatch.setattr(pipeline.build, "init_ray", boom)
+    monkeypatch.setattr(pipeline.validate.train, "train_classifier", boom)
+
+
+def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, no_training):
+    version = validated["version"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", f"fog={tmp_path / 'nope'}",
+                              "--real-clean", str(validated["clear_dir"])])
+    assert res.exit_code == 2 and "real weather data for fog" in res.output and "directory not found" in res.output
+    (tmp_path / "empty").mkdir()
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
+                              "--real-clean", str(tmp_path / "empty")])
+    assert res.exit_code == 2 and "no *.bin scans" in res.output
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "snow", "--real", str(validated["fog_dir"]),
+                              "--real-clean", str(validated["clear_dir"])])
+    assert res.exit_code == 2 and "no corruption 'snow'" in res.output
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"])])
+    assert res.exit_code != 0
+
+
+def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
+    from pipeline.build import run_build
+
+    recipe = tmp_path / "skip.toml"
+    recipe.write_text(RECIPE.replace("fog-mini", "fog-skip") + '\n[validate]\ncorruptions = ["fog"]\n'
+                      f'real = {{ fog = "{tmp_path / "absent"}" }}\nreal_clean = "{tmp_path / "absent2"}"\n')
+    res = run_build(str(recipe), source=str(validated["kitti"]), out=tmp_path / "bench", max_frames=2,
+                    frames_per_shard=2, progress=False)
+    assert res.ok
+    assert res.validation["fog"]["status"] == "skipped" and "not found" in res.validation["fog"]["reason"]
+    assert not (Path(res.version_dir) / "validation").exists()

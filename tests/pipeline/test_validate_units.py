@@ -1,0 +1,218 @@
+"""Naturalness validation, the parts without Ray: MMD against closed forms, preprocessing, deterministic
+training, the verdict, real-data format detection and the recipe's [validate] table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from manifests.recipe import RecipeError, parse_recipe
+from pipeline.validate.config import ValidateConfig, ValidationError, configs_from_recipe, parse_real_options
+from pipeline.validate.mmd import gaussian_mmd2, median_bandwidth, mmd2_unbiased, mmd_table, mmd_test
+from pipeline.validate.preprocess import EmptyScanError, Preprocess
+from pipeline.validate.run import detect_format, verdict
+
+
+def _gauss(rng, n, d, shift=0.0):
+    x = rng.normal(size=(n, d))
+    x[:, 0] += shift
+    return x
+
+
+# ---- MMD -------------------------------------------------------------------------------------------------
+
+
+def test_mmd_same_distribution_is_about_zero_and_not_significant():
+    rng = np.random.default_rng(1)
+    vals = [mmd2_unbiased(_gauss(rng, 200, 3), _gauss(rng, 200, 3), sigma=1.5) for _ in range(10)]
+    assert abs(np.mean(vals)) < 0.005  # unbiased: E[MMD²_u] = 0 under H0
+    r = mmd_test(_gauss(rng, 100, 3), _gauss(rng, 100, 3), permutations=200, seed=0)
+    assert r["p_value"] > 0.05
+
+
+@pytest.mark.parametrize("dim", [1, 2, 8])
+def test_mmd_matches_the_gaussian_closed_form_and_grows_with_the_shift(dim):
+    rng = np.random.default_rng(dim)
+    sigma, n, reps = 1.0 * np.sqrt(dim), 250, 8
+    estimates = []
+    for shift in (0.0, 0.5, 1.0, 2.0):
+        est = np.array([mmd2_unbiased(_gauss(rng, n, dim), _gauss(rng, n, dim, shift), sigma=sigma)
+                        for _ in range(reps)])
+        truth = gaussian_mmd2(np.eye(dim)[0] * shift, dim, 1.0, sigma)
+        se = est.std(ddof=1) / np.sqrt(reps)
+        assert abs(est.mean() - truth) < 4 * se + 2e-3, (shift, est.mean(), truth)
+        estimates.append(est.mean())
+    assert estimates[0] < 0.005 < estimates[1] < estimates[2] < estimates[3]
+
+
+def test_permutation_p_value_small_for_shifted_means():
+    rng = np.random.default_rng(5)
+    r = mmd_test(_gauss(rng, 80, 4), _gauss(rng, 80, 4, 1.0), permutations=200, seed=0)
+    assert r["mmd2"] > 0 and r["p_value"] <= 1 / 201 + 1e-12
+    assert r["mmd"] == pytest.approx(np.sqrt(r["mmd2"]))
+
+
+def test_median_bandwidth_and_shared_table_bandwidth():
+    pts = np.array([[0.0], [1.0], [3.0]])  # distances 1, 2, 3
+    assert median_bandwidth(pts) == pytest.approx(2.0)
+    rng = np.random.default_rng(0)
+    groups = {"real": _gauss(rng, 30, 2, 3.0), "simulated": _gauss(rng, 30, 2, 3.2), "clean": _gauss(rng, 30, 2)}
+    t = mmd_table(groups, permutations=50)
+    assert set(t["pairs"]) == {"real|simulated", "real|clean", "simulated|clean"}
+    assert len({p["sigma"] for p in t["pairs"].values()}) == 1  # one σ for the whole table
+    assert t["pairs"]["real|simulated"]["mmd2"] < t["pairs"]["simulated|clean"]["mmd2"]
+
+
+# ---- preprocessing ---------------------------------------------------------------------------------------
+
+
+def test_preprocess_crops_samples_rescales_and_is_deterministic():
+    rng = np.random.default_rng(0)
+    n = 5000
+    az = rng.uniform(-np.pi, np.pi, n)
+    r = rng.uniform(0.2, 120, n)
+    elev = np.radians(rng.uniform(-30, 10, n))
+    xyz = np.stack([r * np.cos(elev) * np.cos(az), r * np.cos(elev) * np.sin(az), r * np.sin(elev)], 1)
+    pts = np.concatenate([xyz, rng.uniform(0, 255, (n, 1))], 1).astype(np.float32)
+    prep = Preprocess(points=256, min_range=1.0, max_range=50.0)
+    a = prep.apply(pts, ("x", "y", "z", "intensity"), "byte", "scan/1", seed=3)
+    assert a.shape == (256, 4) and a.dtype == np.float32
+    rr = np.linalg.norm(a[:, :3], axis=1) * 50.0
+    assert rr.min() >= 1.0 - 1e-4 and rr.max() <= 50.0 + 1e-4
+    elev_deg = np.degrees(np.arcsin(a[:, 2] * 50.0 / rr))
+    assert elev_deg.min() >= -24.8 - 1e-3 and elev_deg.max() <= 2.0 + 1e-3
+    assert 0.0 <= a[:, 3].min() and a[:, 3].max() <= 1.0 and a[:, 3].max() > 0.5  # byte → [0, 1]
+    np.testing.assert_array_equal(a, prep.apply(pts, ("x", "y", "z", "intensity"), "byte", "scan/1", seed=3))
+    assert not np.array_equal(a, prep.apply(pts, ("x", "y", "z", "intensity"), "byte", "scan/2", seed=3))
+    unit = pts.copy()
+    unit[:, 3] /= 255.0
+    np.testing.assert_allclose(prep.apply(unit, ("x", "y", "z", "intensity"), "unit", "scan/1", seed=3), a,
+                               atol=1e-6)  # same scan on another intensity scale → same input
+    few = prep.apply(pts[:10], ("x", "y", "z", "intensity"), "byte", "few", seed=0)  # fewer: with replacement
+    assert few.shape == (256, 4)
+    with pytest.raises(EmptyScanError, match="far"):
+        prep.apply(np.array([[500.0, 0, 0, 1]], np.float32), ("x", "y", "z", "intensity"), "unit", "far", seed=0)
+
+
+# ---- training --------------------------------------------------------------------------------------------
+
+
+def test_training_is_deterministic_and_keeps_the_best_checkpoint():
+    import torch
+
+    from pipeline.validate.pointnet import PointNet, PointNetConfig
+    from pipeline.validate.train import TrainConfig, split_train_val, train_classifier
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 20).astype(np.int64)
+    x = rng.normal(0, 0.3, (40, 64, 4)).astype(np.float32)
+    x[y == 1, :, 3] += 1.0  # "weather" scans: brighter — separable
+    tr, va = split_train_val(y, 0.1, seed=0)
+    assert len(va) == 4 and set(y[va]) == {0, 1} and not set(tr) & set(va)
+    cfg, mcfg = TrainConfig(epochs=6, batch_size=8, seed=1, threads=1), PointNetConfig(width=0.125)
+    a = train_classifier(x[tr], y[tr], x[va], y[va], mcfg, cfg)
+    b = train_classifier(x[tr], y[tr], x[va], y[va], mcfg, cfg)
+    assert [h["val_loss"] for h in a.history] == [h["val_loss"] for h in b.history]
+    assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
+    best = max(a.history, key=lambda h: (h["val_accuracy"], -h["val_loss"]))
+    assert a.best_epoch == best["epoch"] and a.best_val_accuracy == best["val_accuracy"]
+    early = train_classifier(x[tr], y[tr], x[va], y[va], mcfg, TrainConfig(epochs=50, batch_size=8, seed=1,
+                                                                           threads=1, patience=2))
+    assert early.stopped_early and len(early.history) < 50
+    net = PointNet(PointNetConfig())
+    assert PointNetConfig().mlp == (64, 64, 64, 128, 1024) and PointNetConfig().fc == (512, 256)
+    net.eval()
+    logits, feats = net(torch.zeros(2, 32, 4))
+    assert logits.shape == (2, 2) and feats.shape == (2, 1024)
+
+
+# ---- verdict ---------------------------------------------------------------------------------------------
+
+
+def _mmd(rs: float, sc: float) -> dict:
+    pairs = {"real|simulated": {"mmd2": rs}, "simulated|clean": {"mmd2": sc}, "real|clean": {"mmd2": 1.0}}
+    return {"raw": {"pairs": pairs}, "tsne": {"pairs": pairs}}
+
+
+def test_verdict_can_say_natural_not_natural_and_inconclusive(tmp_path):
+    cfg = ValidateConfig(corruption="fog", real_weather=tmp_path, real_clean=tmp_path)
+    assert verdict(0.95, 0.9, 0.99, _mmd(0.05, 0.5), cfg)["verdict"] == "natural"
+    assert verdict(0.40, 0.9, 0.99, _mmd(0.05, 0.5), cfg)["verdict"] == "not natural"  # accuracy too low
+    assert verdict(0.95, 0.9, 0.99, _mmd(0.60, 0.5), cfg)["verdict"] == "not natural"  # closer to clean
+    assert verdict(0.95, 0.9, 0.55, _mmd(0.05, 0.5), cfg)["verdict"] == "inconclusive"  # weak classifier
+    assert verdict(0.95, 0.1, 0.99, _mmd(0.05, 0.5), cfg)["verdict"] == "inconclusive"  # build clean = weather
+
+
+# ---- inputs ----------------------------------------------------------------------------------------------
+
+
+def test_detect_format_from_name_then_record_size(tmp_path):
+    d = tmp_path / "scans"
+    d.mkdir()
+    files = []
+    for i, n in enumerate((7, 11, 13)):
+        p = d / f"{i}.bin"
+        np.zeros((n, 6), np.float32).tofile(p)  # 168, 264, 312 bytes: only a multiple of 24
+        files.append(p)
+    assert detect_format(d, files, "auto") == "boreas"
+    assert detect_format(d, files, "stf") == "stf"
+    assert detect_format(tmp_path / "SeeingThroughFog" / "fog", files, "auto") == "stf"
+    np.zeros((12, 5), np.float32).tofile(files[0])  # 240 bytes: a multiple of 16, 20 and 24
+    for p in files[1:]:
+        p.unlink()
+    with pytest.raises(ValidationError, match="--real-format"):
+        detect_format(d, files[:1], "auto")
+
+
+def test_parse_real_options():
+    out = parse_real_options(["snow", "fog"], ["snow=/d/boreas", "fog=/d/stf/fog"], ["/d/clear"])
+    assert {k: tuple(map(str, v)) for k, v in out.items()} == {"snow": ("/d/boreas", "/d/clear"),
+                                                               "fog": ("/d/stf/fog", "/d/clear")}
+    with pytest.raises(ValidationError, match="no real data for fog"):
+        parse_real_options(["snow", "fog"], ["snow=/d/boreas"], ["/d/clear"])
+    with pytest.raises(ValidationError, match="rain"):
+        parse_real_options(["snow"], ["rain=/d/x"], ["/d/clear"])
+    with pytest.raises(ValidationError, match="real clean"):
+        parse_real_options(["snow"], ["/d/boreas"], [])
+
+
+RECIPE = """
+[benchmark]
+name = "v"
+version = "1"
+seed = 1
+source = "kitti"
+severities = 2
+
+[corruptions.fog]
+stage = "fog"
+alpha = [0.05, 0.1]
+
+[corruptions.gaussian_rad]
+stage = "gaussian_rad"
+sigma = [0.04, 0.06]
+"""
+
+
+def test_recipe_validate_table_is_checked_and_leaves_the_fingerprint_alone(tmp_path):
+    plain = parse_recipe(RECIPE)
+    table = ('\n[validate]\ncorruptions = ["fog"]\nreal = { fog = "stf/fog" }\nreal_clean = "stf/clear"\n'
+             "sample = 4\nepochs = 3\nwidth = 1\nseverities = [2]\n")
+    with_v = parse_recipe(RECIPE + table)
+    assert plain.validate is None
+    assert with_v.validate["corruptions"] == ["fog"] and with_v.validate["width"] == 1.0
+    assert with_v.fingerprint(["a", "b"]) == plain.fingerprint(["a", "b"])
+    assert with_v.canonical() == plain.canonical()
+    [(cfg, problem)] = configs_from_recipe(with_v.validate, base=tmp_path)
+    assert problem == "" and cfg.real_weather == tmp_path / "stf/fog" and cfg.real_clean == tmp_path / "stf/clear"
+    assert cfg.sample == 4 and cfg.epochs == 3 and cfg.severities == (2,)
+    missing = parse_recipe(RECIPE + '\n[validate]\ncorruptions = ["fog"]\n')
+    [(none, why)] = configs_from_recipe(missing.validate)
+    assert none is None and "no real data" in why
+    for bad, match in [('corruptions = ["snow"]', "not in the recipe"), ('corruptions = ["fog"]\nepoch = 3', "unknown"),
+                       ('corruptions = ["fog"]\nepochs = "3"', "wrong type"),
+                       ('corruptions = ["fog"]\nseverities = [3]', "severities"),
+                       ('corruptions = ["fog"]\nreal_format = "pcd"', "real_format"),
+                       ('corruptions = ["fog"]\nreal = { gaussian_rad = "/x" }', "real entries")]:
+        with pytest.raises(RecipeError, match=match):
+            parse_recipe(RECIPE + "\n[validate]\n" + bad + "\n")
