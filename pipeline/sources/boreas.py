@@ -14,12 +14,10 @@ records the observed intensity percentiles of every real source so a different s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pipeline.sources.records import frame_id_of, list_scans, read_records, write_records
-from stages.frame import Frame
+from pipeline.sources.records import RecordSource, read_records, write_records
 
 BOREAS_FIELDS = ("x", "y", "z", "intensity", "ring", "time")
 BOREAS_INTENSITY_SCALE = "byte"  # assumed 0..255, see the module docstring
@@ -34,35 +32,9 @@ def write_boreas_bin(path: str | Path, points: np.ndarray) -> None:
     write_records(Path(path), points, len(BOREAS_FIELDS))
 
 
-class BoreasSource:
+class BoreasSource(RecordSource):
     """Scans of a Boreas directory, in a stable order (sorted relative paths)."""
 
     kind = "boreas"
     fields = BOREAS_FIELDS
     intensity_scale = BOREAS_INTENSITY_SCALE
-
-    def __init__(self, root: str | Path, split: str | None = None) -> None:
-        self.root = Path(root)
-        self._files: dict[str, Path] | None = None
-
-    def _index(self) -> dict[str, Path]:
-        if self._files is None:
-            self._files = {frame_id_of(self.root, p): p for p in list_scans(self.root)}
-        return self._files
-
-    def list_frames(self) -> list[str]:
-        return list(self._index())
-
-    def path(self, frame_id: str) -> Path:
-        return self.root / f"{frame_id}.bin"
-
-    def read_points(self, frame_id: str) -> np.ndarray:
-        return read_boreas_bin(self.path(frame_id))
-
-    def read(self, frame_id: str) -> Frame:
-        return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
-                     intensity_scale=self.intensity_scale)
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "root": str(self.root), "fields": list(self.fields),
-                "intensity_scale": self.intensity_scale}

@@ -576,3 +576,35 @@ def build_model(
         range_accuracy=float(range_accuracy),
         return_mode=return_mode,
     )
+
+
+def model_from_params(p, distribution: str, *, mie_index: float | None = None) -> LisaModel:
+    """`build_model` from a rain/snow params dataclass (its None fields resolved by its mode).
+
+    ``mie_index`` overrides the refractive index of the Mie table (Li computes snow's α from the
+    water table); ρ_p always comes from the params' own ``refractive_index``."""
+    c = p.resolved()
+    index = float(c["refractive_index"])
+    return build_model(
+        rate=float(p.rate),
+        distribution=distribution,
+        mie_index=index if mie_index is None else float(mie_index),
+        rho_index=index,
+        wavelength_nm=float(c["wavelength_nm"]),
+        r_max=float(c["r_max"]),
+        r_min=float(c["r_min"]),
+        divergence_mrad=float(c["divergence_mrad"]),
+        d_start_mm=float(c["d_start_mm"]),
+        range_accuracy=float(c["range_accuracy"]),
+        return_mode=p.return_mode,
+    )
+
+
+def apply_stage(frame, p, rng: np.random.Generator, model_for, scatter_tag) -> object:
+    """The body of the rain/snow stages: identity at rate 0 or on an empty scan, else the Monte Carlo
+    with the mode's row handling (``zero_intensity_rho``, ``keep_lost_rows``)."""
+    if p.rate == 0 or len(frame) == 0:
+        return frame
+    c = p.resolved()
+    return apply_to_frame(frame, model_for(p), rng, scatter_tag=scatter_tag,
+                          zero_intensity_rho=bool(c["zero_intensity_rho"]), keep_lost_rows=bool(c["keep_lost_rows"]))

@@ -92,32 +92,9 @@ class RainLisaParams:
 
 
 def model_for(params: RainLisaParams) -> lisa.LisaModel:
-    c = params.resolved()
-    return lisa.build_model(
-        rate=float(params.rate),
-        distribution="marshall_palmer",
-        mie_index=float(c["refractive_index"]),
-        rho_index=float(c["refractive_index"]),
-        wavelength_nm=float(c["wavelength_nm"]),
-        r_max=float(c["r_max"]),
-        r_min=float(c["r_min"]),
-        divergence_mrad=float(c["divergence_mrad"]),
-        d_start_mm=float(c["d_start_mm"]),
-        range_accuracy=float(c["range_accuracy"]),
-        return_mode=params.return_mode,
-    )
+    return lisa.model_from_params(params, "marshall_palmer")
 
 
 @stage("rain_lisa", params=RainLisaParams)
 def rain_lisa(frame: Frame, params: RainLisaParams, rng: np.random.Generator) -> Frame:
-    if params.rate == 0 or len(frame) == 0:
-        return frame
-    c = params.resolved()
-    return lisa.apply_to_frame(
-        frame,
-        model_for(params),
-        rng,
-        scatter_tag=PointTag.SCATTER_RAIN,
-        zero_intensity_rho=bool(c["zero_intensity_rho"]),
-        keep_lost_rows=bool(c["keep_lost_rows"]),
-    )
+    return lisa.apply_stage(frame, params, rng, model_for, PointTag.SCATTER_RAIN)

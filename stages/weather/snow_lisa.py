@@ -94,33 +94,10 @@ class SnowLisaParams:
 
 
 def model_for(params: SnowLisaParams) -> lisa.LisaModel:
-    c = params.resolved()
-    index = float(c["refractive_index"])
-    return lisa.build_model(
-        rate=float(params.rate),
-        distribution="marshall_gunn",
-        mie_index=lisa.WATER_INDEX if c["mie_water_table_for_snow"] else index,
-        rho_index=index,
-        wavelength_nm=float(c["wavelength_nm"]),
-        r_max=float(c["r_max"]),
-        r_min=float(c["r_min"]),
-        divergence_mrad=float(c["divergence_mrad"]),
-        d_start_mm=float(c["d_start_mm"]),
-        range_accuracy=float(c["range_accuracy"]),
-        return_mode=params.return_mode,
-    )
+    water = params.resolved()["mie_water_table_for_snow"]
+    return lisa.model_from_params(params, "marshall_gunn", mie_index=lisa.WATER_INDEX if water else None)
 
 
 @stage("snow_lisa", params=SnowLisaParams)
 def snow_lisa(frame: Frame, params: SnowLisaParams, rng: np.random.Generator) -> Frame:
-    if params.rate == 0 or len(frame) == 0:
-        return frame
-    c = params.resolved()
-    return lisa.apply_to_frame(
-        frame,
-        model_for(params),
-        rng,
-        scatter_tag=PointTag.SCATTER_SNOW,
-        zero_intensity_rho=bool(c["zero_intensity_rho"]),
-        keep_lost_rows=bool(c["keep_lost_rows"]),
-    )
+    return lisa.apply_stage(frame, params, rng, model_for, PointTag.SCATTER_SNOW)
