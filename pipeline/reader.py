@@ -14,8 +14,9 @@ only the row groups whose statistics can hold the requested frames.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +43,14 @@ class Example:
     boxes: Boxes | None
     calib: Calib | None
     intensity_scale: str
+    info: dict = field(default_factory=dict)  # per-example facts recorded by the stage (JSON column)
 
     def to_frame(self) -> Frame:
         labels = {"point_tag": self.point_tag}
         if self.semantic is not None:
             labels["semantic"] = self.semantic
-        return Frame(self.frame_id, self.points, self.fields, self.intensity_scale, labels, self.boxes, self.calib)
+        return Frame(self.frame_id, self.points, self.fields, self.intensity_scale, labels, self.boxes, self.calib,
+                     dict(self.info))
 
 
 class Version:
@@ -104,6 +107,7 @@ def _rows(table, fields: tuple[str, ...], scale: str) -> Iterator[Example]:
     semantic = table["semantic"].to_pylist()
     boxes = table["boxes"].to_pylist()
     calib = table["calib"].to_pylist()
+    info = table["info"].to_pylist() if "info" in table.column_names else [None] * table.num_rows
     cols = {k: table[k].to_pylist() for k in ("key", "frame_id", "corruption", "severity")}
     for i in range(table.num_rows):
         yield Example(
@@ -111,6 +115,7 @@ def _rows(table, fields: tuple[str, ...], scale: str) -> Iterator[Example]:
             severity=cols["severity"][i], points=points[i], fields=fields, point_tag=tags[i].ravel(),
             semantic=None if semantic[i] is None else np.asarray(semantic[i], dtype=np.uint32),
             boxes=decode_boxes(boxes[i]), calib=decode_calib(calib[i]), intensity_scale=scale,
+            info={} if info[i] is None else json.loads(info[i]),
         )
 
 

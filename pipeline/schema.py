@@ -12,6 +12,7 @@
 | semantic    | list<uint32>, nullable       | per-point semantic labels when the source has them         |
 | boxes       | list<struct>, nullable       | 3D boxes in the LiDAR frame + KITTI label fields           |
 | calib       | struct, nullable             | KITTI calibration (row-major matrices)                     |
+| info        | string (JSON), nullable      | per-example facts stages record (ring method, drawn α, …)  |
 
 File metadata key ``bench_build`` holds JSON: schema version, point fields, intensity scale,
 benchmark, version, recipe fingerprint, shard name, corruption, severity, stage, stage version and
@@ -58,6 +59,7 @@ ROW_SCHEMA = pa.schema(
         ("semantic", pa.list_(pa.uint32())),
         ("boxes", pa.list_(BOX_TYPE)),
         ("calib", CALIB_TYPE),
+        ("info", pa.string()),
     ]
 )
 
@@ -102,6 +104,7 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]]) -> pa.RecordBatch:
             pa.array(semantic, pa.list_(pa.uint32())),
             pa.array([_boxes_to_py(f.boxes) for f in frames], pa.list_(BOX_TYPE)),
             pa.array([None if f.calib is None else _calib_to_py(f.calib) for f in frames], CALIB_TYPE),
+            pa.array([json.dumps(dict(f.info), sort_keys=True) if f.info else None for f in frames], pa.string()),
         ],
         schema=ROW_SCHEMA,
     )

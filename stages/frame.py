@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -163,6 +164,7 @@ class Frame:
 
     ``labels`` holds per-point columns of length N (e.g. ``point_tag`` written by stages, ``semantic``
     from a segmentation source). ``intensity_scale`` names the source's scale (see INTENSITY_SCALES).
+    ``info`` holds per-example facts that stages record (JSON-able values).
     """
 
     frame_id: str
@@ -172,6 +174,7 @@ class Frame:
     labels: Mapping[str, np.ndarray] = field(default_factory=dict)
     boxes: Boxes | None = None
     calib: Calib | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)  # per-example facts stages record (JSON-able)
 
     def __post_init__(self) -> None:
         if self.points.ndim != 2 or self.points.shape[1] != len(self.fields):
@@ -283,3 +286,8 @@ class Frame:
 
     def with_boxes(self, boxes: Boxes) -> Frame:
         return replace(self, boxes=boxes)
+
+    def with_info(self, **facts: Any) -> Frame:
+        """Record per-example facts (e.g. the ring recovery method used, a per-frame random draw);
+        they are written to the row's ``info`` column as JSON."""
+        return replace(self, info={**self.info, **facts})

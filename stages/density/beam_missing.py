@@ -19,7 +19,7 @@ Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``aut
 column, else azimuth-wrap recovery when the file is in raw sensor order, else the nearest HDL-64E
 laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order (§5 a); on a raw
 KITTI ``.bin`` ``auto`` resolves to exactly that. Ring 0 is the first ring of the file (the top laser).
-The method used is recorded in the per-point label column ``ring_method`` (`RING_METHOD_CODES`).
+The method used is recorded in the example's ``info`` (``ring_method``), written to the row's ``info`` column.
 K = 0 or an empty scan returns the input frame unchanged.
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 from stages.frame import Frame
 from stages.registry import stage
 from stages.ring import METHODS as RING_METHODS
-from stages.ring import RING_METHOD_CODES, frame_rings
+from stages.ring import frame_rings
 
 
 @dataclass(frozen=True)
@@ -71,4 +71,4 @@ def beam_missing(frame: Frame, params: BeamMissingParams, rng: np.random.Generat
     drawn = draw_beams(params, rng)
     rings, method = frame_rings(frame, params.ring_method)
     out = frame.take(~np.isin(rings, drawn))
-    return out.with_points(out.points, ring_method=np.full(len(out), RING_METHOD_CODES[method], dtype=np.uint8))
+    return out.with_info(ring_method=method)

@@ -20,7 +20,7 @@ Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``aut
 azimuth-wrap recovery on KITTI's raw point order (§5 a), which ``auto`` picks on a raw KITTI ``.bin``
 (a frame with a valid ring column uses that column, as Robo3D did on nuScenes). The ``[::2]`` step
 needs the raw file order too, so this stage must run on an unshuffled scan. The method used is recorded
-in the per-point label column ``ring_method``.
+in the example's ``info`` (``ring_method``).
 
 Identity: ``ring_step = inf`` (no ring deleted) with ``subsample = 1`` (every point kept).
 """
@@ -35,7 +35,7 @@ import numpy as np
 from stages.frame import Frame
 from stages.registry import stage
 from stages.ring import METHODS as RING_METHODS
-from stages.ring import RING_METHOD_CODES, frame_rings
+from stages.ring import frame_rings
 
 
 @dataclass(frozen=True)
@@ -80,4 +80,4 @@ def cross_sensor(frame: Frame, params: CrossSensorParams, rng: np.random.Generat
     out = frame.take(survivors)
     if method is None:
         return out
-    return out.with_points(out.points, ring_method=np.full(len(out), RING_METHOD_CODES[method], dtype=np.uint8))
+    return out.with_info(ring_method=method)

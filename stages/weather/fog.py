@@ -54,7 +54,8 @@ u ~ U(−1, 1); "v3" f = max(1, 0.4n)^u, u ~ U(−0.5, 1); "v4" f = (R_fog + 10�
 B ~ Beta(2, 20); "none" f = 1 (all fog points on the R_fog sphere). Noise draws are made for the fog
 points only, in their original order (this consumes the generator like the reference's loop).
 
-``alpha_choices`` (Robo3D): when non-empty, α is drawn per frame uniformly from the set with the
+``alpha_choices`` (Robo3D): when non-empty, α is drawn per frame uniformly from the set (and recorded,
+with the β used, in the example's ``info`` as ``fog_alpha``/``fog_beta``) with the
 example's generator (before any other draw) and ``alpha`` must be left at 0.
 
 Identity: physical mode with α = 0 and β = None (β follows α, so β = 0), or α = 0 and β = 0 in
@@ -340,7 +341,7 @@ def fog(frame: Frame, params: FogParams, rng: np.random.Generator) -> Frame:
     old_i = frame.points[:, col]
     changed_i = new_i != old_i
     if len(fog_idx) == 0 and not changed_i.any():
-        return frame
+        return frame.with_info(fog_alpha=alpha, fog_beta=beta) if params.alpha_choices else frame
 
     points = frame.points.copy()
     points[:, col] = new_i
@@ -350,4 +351,5 @@ def fog(frame: Frame, params: FogParams, rng: np.random.Generator) -> Frame:
     tag = frame.point_tag.astype(np.uint8, copy=True)
     tag[changed_i & ~is_fog & (tag == PointTag.CLEAN)] = PointTag.ATTENUATED
     tag[fog_idx] = PointTag.SCATTER_FOG
-    return frame.with_points(points, point_tag=tag)
+    out = frame.with_points(points, point_tag=tag)
+    return out.with_info(fog_alpha=alpha, fog_beta=beta) if params.alpha_choices else out

@@ -81,9 +81,9 @@ Ring: the channel of each point comes from `stages.ring.frame_rings` (``ring_met
 the source's ring column when valid, else azimuth-wrap recovery when the raw order is intact, else the
 nearest HDL-64E laser elevation). Robo3D used elevation rows (§5 b) — ``ring_method = "elevation_bins"``.
 
-Recorded per point (label columns, constant over the frame): ``ring_method`` = the method's code in
-`stages.ring.RING_METHOD_CODES`, ``snow_noise_floor`` = 1 if the noise floor was applied, 0 if skipped
-(fewer than 1,000 ground points, or ``noise_floor`` = 0). Labels: ``point_tag`` = SCATTER_SNOW for
+Recorded in the example's ``info`` (the row's ``info`` JSON column): ``ring_method`` = the method used
+(`stages.ring.RING_METHOD_CODES` names), ``snow_noise_floor`` = whether the noise floor was applied
+(false when skipped: fewer than 1,000 ground points, or ``noise_floor`` = 0). Labels: ``point_tag`` = SCATTER_SNOW for
 points moved to a flake, ATTENUATED for points whose beam had a flake and stayed; dropped points are
 gone; every extra column (ring, ...) and label column is kept.
 
@@ -107,7 +107,7 @@ import numpy as np
 from stages.frame import Frame, PointTag
 from stages.registry import stage
 from stages.ring import METHODS as RING_METHODS
-from stages.ring import N_RINGS, RING_METHOD_CODES, frame_rings
+from stages.ring import N_RINGS, frame_rings
 from stages.weather.ground import (
     MIN_GROUND_POINTS,
     fit_floor_quadratic,
@@ -786,12 +786,8 @@ def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
     coef = None
     if params.noise_floor > 0:
         coef = noise_floor_threshold(xyz, i255, params, opts, rng)
-    labels = {
-        "point_tag": tag,
-        "ring_method": np.full(n, RING_METHOD_CODES[method], dtype=np.uint8),
-        "snow_noise_floor": np.full(n, 0 if coef is None else 1, dtype=np.uint8),
-    }
-    out = frame.with_points(points.astype(np.float32), **labels)
+    out = frame.with_points(points.astype(np.float32), point_tag=tag).with_info(
+        ring_method=method, snow_noise_floor=coef is not None)
     if coef is None:
         return out
     thr = np.polyval(coef, np.linalg.norm(points[:, :3], axis=1))

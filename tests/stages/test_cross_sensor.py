@@ -12,7 +12,6 @@ import pytest
 from manifests.recipe import load_recipe
 from pipeline.sources.demo import generate_frame
 from stages.density.cross_sensor import CrossSensorParams, cross_sensor, deleted_rings
-from stages.ring import RING_METHOD_CODES
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("cross_sensor").params
@@ -68,7 +67,7 @@ def test_deleted_rings_gone_and_every_second_survivor_kept(demo, severity):
     assert not np.isin(out.column("ring"), RINGS[severity - 1]).any()
     assert set(np.unique(out.column("ring")).astype(int)) == set(range(64)) - set(RINGS[severity - 1])
     assert np.array_equal(out.points, demo.points[expect]) and out.points.dtype == np.float32
-    assert np.all(out.labels["ring_method"] == RING_METHOD_CODES["column"])
+    assert out.info["ring_method"] == "column"
     assert out.boxes is demo.boxes
 
 
@@ -78,13 +77,13 @@ def test_ring_recovery_without_ring_column(demo, demo_no_ring):
         a = cross_sensor(demo, p, rng_for(0))
         b = cross_sensor(demo_no_ring, p, rng_for(0))
         assert np.array_equal(a.labels["row"], b.labels["row"])
-        assert np.all(b.labels["ring_method"] == RING_METHOD_CODES["azimuth_wrap"])
+        assert b.info["ring_method"] == "azimuth_wrap"
 
 
 def test_subsample_only(demo):
     out = cross_sensor(demo, CrossSensorParams(math.inf, subsample=2), rng_for(0))
     assert np.array_equal(out.labels["row"], np.arange(len(demo))[::2])
-    assert "ring_method" not in out.labels  # no ring was needed
+    assert "ring_method" not in out.info  # no ring was needed
 
 
 def test_effect_grows_with_severity(demo):
@@ -99,4 +98,4 @@ def test_deterministic_rng_free_and_does_not_mutate(demo):
     b = cross_sensor(demo, SEVERITIES[1], rng_for(4))  # no randomness: the seed does not matter
     assert np.array_equal(a.points, b.points)
     assert np.array_equal(demo.points, before)
-    assert "ring_method" not in demo.labels
+    assert "ring_method" not in demo.info

@@ -13,7 +13,6 @@ from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
-from stages.ring import RING_METHOD_CODES
 from stages.weather.snow import (
     C_TAU,
     DISK_RADIUS,
@@ -289,8 +288,8 @@ def test_labels_positions_and_extra_columns(demo):
     cos = np.einsum("ij,ij->i", demo.xyz[sc], out.xyz[sc]) / (r_in * r_out)
     assert np.all(cos > 1 - 1e-6)
     assert np.array_equal(out.column("ring"), demo.column("ring"))
-    assert out.labels["ring_method"][0] == RING_METHOD_CODES["column"]
-    assert out.labels["snow_noise_floor"][0] == 0
+    assert out.info["ring_method"] == "column"
+    assert out.info["snow_noise_floor"] is False
 
 
 @pytest.mark.parametrize("mode", ["paper", "physical"])
@@ -299,7 +298,7 @@ def test_noise_floor_removes_only_dim_points(demo, mode):
     p = _params(mode=mode)
     out = snow(rows, p, rng_for(2))
     ref = snow(rows, replace(p, noise_floor=0.0), rng_for(2))  # same draws, no floor
-    assert out.labels["snow_noise_floor"][0] == 1
+    assert out.info["snow_noise_floor"] is True
     # the threshold the stage used: same generator state after the channel assignment
     rng = rng_for(2)
     assign_channels(rng, p.particle_pool, 64)
@@ -327,9 +326,9 @@ def test_noise_floor_skipped_without_ground_and_recorded():
     wall = np.stack([20 * np.cos(az), 20 * np.sin(az), rng.uniform(0.0, 5.0, n), rng.uniform(0, 1, n)], 1)
     frame = Frame("w", wall.astype(np.float32))
     out = snow(frame, _params(mode="paper"), rng_for(0))
-    assert out.labels["snow_noise_floor"][0] == 0
+    assert out.info["snow_noise_floor"] is False
     assert len(out) == n  # nothing dropped without a noise floor
-    assert out.labels["ring_method"][0] == RING_METHOD_CODES["laser_table"]
+    assert out.info["ring_method"] == "laser_table"
 
 
 def test_deterministic_and_rng_dependent(demo):
@@ -366,16 +365,16 @@ def test_intensity_scale_is_explicit(demo):
 def test_rings_recovered_without_column_and_no_crash(demo):
     bare = replace(demo, points=np.ascontiguousarray(demo.points[:, :4]), fields=demo.fields[:4])
     out = snow(bare, _params(mode="paper"), rng_for(0))
-    assert out.labels["ring_method"][0] == RING_METHOD_CODES["azimuth_wrap"]
+    assert out.info["ring_method"] == "azimuth_wrap"
     shuffled = bare.take(np.random.default_rng(0).permutation(len(bare)))
     out = snow(shuffled, _params(mode="paper"), rng_for(0))
-    assert out.labels["ring_method"][0] == RING_METHOD_CODES["laser_table"]
+    assert out.info["ring_method"] == "laser_table"
     garbage = demo.points.copy()
     garbage[:, 4] = 1000.0
     out = snow(replace(demo, points=garbage), _params(mode="paper"), rng_for(0))
-    assert out.labels["ring_method"][0] != RING_METHOD_CODES["column"]
+    assert out.info["ring_method"] != "column"
     out = snow(bare, _params(mode="paper", ring_method="elevation_bins"), rng_for(0))
-    assert out.labels["ring_method"][0] == RING_METHOD_CODES["elevation_bins"]
+    assert out.info["ring_method"] == "elevation_bins"
 
 
 def test_identity_and_empty(demo):
