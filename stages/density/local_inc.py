@@ -43,7 +43,7 @@ def _monomials(s: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(s), s, t, s * s, s * t, t * t], axis=-1)
 
 
-@stage("local_inc", params=LocalIncParams)
+@stage("local_inc", params=LocalIncParams, version=2)  # v2: nearest-attribute search by matmul
 def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) -> Frame:
     try:
         nn = random_neighbourhoods(frame, params.count_divisor, params.k, rng)
@@ -52,10 +52,9 @@ def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) ->
     if nn is None:
         return frame
     n_centres, k = nn.shape
-    xyz = frame.xyz.astype(np.float64)
 
     # local PCA frame of every neighbourhood: columns of `axes` are (s, t, h) = largest → smallest variance
-    nbr = xyz[nn]  # (c, k, 3)
+    nbr = frame.xyz[nn].astype(np.float64)  # (c, k, 3)
     mean = nbr.mean(axis=1, keepdims=True)
     q = nbr - mean
     cov = np.einsum("cki,ckj->cij", q, q) / k
@@ -82,12 +81,15 @@ def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) ->
     local_new = np.stack([s_new, t_new, h_new], axis=-1)  # (c, k, 3)
     xyz_new = np.einsum("ckj,cij->cki", local_new, axes) + mean
 
-    # attributes from the nearest original point of the same neighbourhood (chunked over centres)
+    # attributes from the nearest original point of the same neighbourhood (chunked over centres):
+    # argmin_j |new − old_j|² = argmin_j (|old_j|² − 2 new·old_j), one batched matmul per chunk
     src = np.empty((n_centres, k), dtype=np.int64)
+    sq_old = np.einsum("ckj,ckj->ck", local, local)
     step = max(1, _CHUNK_ELEMENTS // (k * k))
     for lo in range(0, n_centres, step):
-        d2 = ((local_new[lo : lo + step, :, None, :] - local[lo : lo + step, None, :, :]) ** 2).sum(axis=-1)
-        src[lo : lo + step] = np.take_along_axis(nn[lo : lo + step], d2.argmin(axis=2), axis=1)
+        sl = slice(lo, lo + step)
+        d2 = sq_old[sl, None, :] - 2.0 * np.matmul(local_new[sl], local[sl].transpose(0, 2, 1))
+        src[sl] = np.take_along_axis(nn[sl], d2.argmin(axis=2), axis=1)
     src = src.ravel()
 
     new = frame.points[src].astype(np.float64)
