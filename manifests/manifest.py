@@ -108,7 +108,8 @@ class VerifyReport:
         return not self.problems
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, streamed in 8 MiB chunks (the checksum every manifest entry records)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(8 << 20):
@@ -136,7 +137,7 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
         size = path.stat().st_size
         if size != entry["bytes"]:
             return f"{rel}: {size} bytes, manifest says {entry['bytes']}"
-        if _sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             return f"{rel}: sha256 mismatch (file altered or corrupt)"
         try:
             rows = pq.ParquetFile(path).metadata.num_rows

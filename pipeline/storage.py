@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from manifests.manifest import sha256_file
+
 HASH_CHUNK = 8 << 20
 SHA256_META = "sha256"  # object metadata key (x-amz-meta-sha256) holding the hex sha256 of the content
 MULTIPART_THRESHOLD = 64 << 20  # larger files go up in parts (KITTI-C shards are 100–150 MB)
@@ -82,14 +84,6 @@ def redact(text: str) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
