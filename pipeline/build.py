@@ -47,14 +47,38 @@ class BuildResult:
         return not self.failures and self.manifest is not None
 
 
-def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str) -> dict:
+class ProgressCounter:
+    """Ray actor: examples written so far per shard, so the driver's bar moves file by file, not shard by
+    shard. A shard's count restarts when its task (re)starts, so retries are not counted twice."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def start(self, shard: str) -> None:
+        self.rows[shard] = 0
+
+    def add(self, shard: str, rows: int) -> None:
+        self.rows[shard] = self.rows.get(shard, 0) + rows
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.rows)
+
+
+def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
+               counter: Any = None) -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
 
     ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain."""
     store = root.open()
     ledger = Ledger(store)
+    on_file = None
+    if counter is not None:
+        counter.start.remote(spec.name)
+
+        def on_file(rows: int) -> None:
+            counter.add.remote(spec.name, rows)
     try:
-        entry = build_shard(spec, recipe, source, store, fingerprint, run_id)
+        entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file)
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
         ledger.record_failed(spec.name, {"shard": spec.name, "error": e.message, "path": e.path, "run_id": run_id})
@@ -123,7 +147,7 @@ def run_build(
     if pending:
         started = init_ray(workers, address)
         try:
-            _execute(pending, recipe, src, store, fingerprint, result, bar, per_shard)
+            _execute(pending, recipe, src, store, fingerprint, result, bar)
         finally:
             bar.close()
             if started:
@@ -143,21 +167,23 @@ def run_build(
     return result
 
 
-def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, per_shard) -> None:
+def _execute(pending, recipe, src, store: Store, fingerprint, result, bar) -> None:
     import ray
 
     run_id = uuid.uuid4().hex[:12]
     task = ray.remote(num_cpus=1, max_retries=3)(_run_shard)
     recipe_ref, src_ref = ray.put(recipe), ray.put(src)
     max_in_flight = max(2, int(2 * ray.cluster_resources().get("CPU", 1)))
+    counter = ray.remote(num_cpus=0)(ProgressCounter).remote() if bar.enabled else None
+    base, finished_rows = bar.done, 0  # the bar = base + rows of finished shards + rows of running ones
     queue = list(pending)
     in_flight: dict[Any, ShardSpec] = {}
     while queue or in_flight:
         while queue and len(in_flight) < max_in_flight:
             spec = queue.pop(0)
-            ref = task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id)
+            ref = task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter)
             in_flight[ref] = spec
-        done, _ = ray.wait(list(in_flight), num_returns=1)
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         for ref in done:
             spec = in_flight.pop(ref)
             try:
@@ -168,10 +194,12 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, per_s
                                                              "run_id": run_id})
             if res["ok"]:
                 result.shards_built.append(spec.name)
-                bar.advance(len(spec.frame_ids) * per_shard)
+                finished_rows += sum(f["rows"] for f in res["entry"]["files"])
             else:
                 result.failures[spec.name] = res["error"]
                 bar.fail(spec.name, res["error"])
+        running = ray.get(counter.snapshot.remote()) if counter is not None and in_flight else {}
+        bar.update_to(base + finished_rows + sum(running.get(s.name, 0) for s in in_flight.values()))
 
 
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict, specs: list[ShardSpec],

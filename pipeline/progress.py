@@ -49,6 +49,11 @@ class BuildProgress:
             print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, ETA {eta:.0f} s",
                   file=sys.stderr, flush=True)
 
+    def update_to(self, done: int) -> None:
+        """Move the bar to ``done`` examples (never backwards)."""
+        if done > self.done:
+            self.advance(done - self.done)
+
     def fail(self, shard: str, error: str) -> None:
         if self.enabled:
             first = error.splitlines()[0] if error else ""

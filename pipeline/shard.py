@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,11 @@ class ShardFailed(RuntimeError):
 
 
 def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
-                fingerprint: str, run_id: str) -> dict[str, Any]:
+                fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
-    ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root)."""
+    ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
+    ``on_file(rows)`` is called after each partition file is in place (live progress)."""
     t0 = time.perf_counter()
     store = root.open() if isinstance(root, StoreSpec) else open_store(root)
     ledger = Ledger(store)
@@ -121,6 +123,8 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
         rows, size, sha256 = write_parquet_atomic(rel, schema_with_metadata(meta), _batches(examples()), store)
         files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
                       "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
+        if on_file is not None:
+            on_file(rows)
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}
