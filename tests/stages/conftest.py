@@ -89,3 +89,28 @@ def scene_with_ring() -> Frame:
 
 def rng_for(i: int = 0) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([1234, i]))
+
+
+def indexed(frame: Frame) -> Frame:
+    """The frame with a ``src`` label column (input row number), which `Frame.take` carries along and
+    stages that add points copy from their source point."""
+    return frame.with_points(frame.points, src=np.arange(len(frame)))
+
+
+def removed_mask(frame: Frame, out: Frame) -> np.ndarray:
+    """Boolean mask of the input's removed points (``out`` from an `indexed` frame); also checks that
+    the survivors are unchanged and in their original order."""
+    kept = out.labels["src"]
+    assert np.all(np.diff(kept) > 0)
+    assert np.array_equal(out.points, frame.points[kept])
+    mask = np.ones(len(frame), dtype=bool)
+    mask[kept] = False
+    return mask
+
+
+def expected_alpha(boxes, calib) -> np.ndarray:
+    """KITTI alpha of LiDAR-frame boxes: rotation_y − atan2(x_cam, z_cam)."""
+    from stages.geometry import lidar_heading_to_rot_y, wrap_angle
+
+    rect = calib.lidar_to_rect(boxes.center)
+    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))

@@ -10,24 +10,11 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.density.cutout import CutoutParams, cutout
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("cutout").params
 
 
-def _indexed(frame):
-    """The frame with a ``src`` label column (row number), which `Frame.take` carries along."""
-    return frame.with_points(frame.points, src=np.arange(len(frame)))
-
-
-def _removed(frame, out) -> np.ndarray:
-    """Boolean mask of the input's removed points; checks survivors are unchanged and in order."""
-    kept = out.labels["src"]
-    assert np.all(np.diff(kept) > 0)
-    assert np.array_equal(out.points, frame.points[kept])
-    mask = np.ones(len(frame), dtype=bool)
-    mask[kept] = False
-    return mask
 
 
 def test_recipe_values_are_the_papers():
@@ -58,10 +45,10 @@ def test_rejects_bad_params(scene, params):
 
 
 def test_single_centre_removes_exactly_its_knn(scene):
-    scene = _indexed(scene)
+    scene = indexed(scene)
     n = len(scene)
     out = cutout(scene, CutoutParams(n, k=100), rng_for(5))  # floor(N / N) = 1 centre
-    removed = _removed(scene, out)
+    removed = removed_mask(scene, out)
     assert removed.sum() == 100
     # some removed point (the centre) has exactly the removed set as its 100 nearest neighbours
     _, nn = scene.kdtree.query(scene.xyz[removed].astype(np.float64), k=100)
@@ -70,13 +57,13 @@ def test_single_centre_removes_exactly_its_knn(scene):
 
 @pytest.mark.parametrize("severity", range(1, 6))
 def test_removed_points_form_knn_clusters(scene_with_ring, severity):
-    scene_with_ring = _indexed(scene_with_ring)
+    scene_with_ring = indexed(scene_with_ring)
     p = SEVERITIES[severity - 1]
     n = len(scene_with_ring)
     centres = n // p.count_divisor
     out = cutout(scene_with_ring, p, rng_for(severity))
     assert out.points.dtype == np.float32
-    removed = _removed(scene_with_ring, out)
+    removed = removed_mask(scene_with_ring, out)
     assert p.k <= removed.sum() <= centres * p.k
     assert removed.sum() >= 0.8 * centres * p.k  # few overlaps at these densities
     # locality: most of a removed point's 10 nearest neighbours are removed too (random deletion of the

@@ -9,17 +9,13 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import lidar_heading_to_rot_y, points_in_box_frame, refresh_camera_fields, wrap_angle
+from stages.geometry import points_in_box_frame, refresh_camera_fields
 from stages.transform.ffd import FFDParams, ffd
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("ffd").params
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
-
-def _expected_alpha(boxes, calib):
-    rect = calib.lidar_to_rect(boxes.center)
-    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
 
 
 def _tensor_basis(unit: np.ndarray, n: int) -> np.ndarray:
@@ -88,7 +84,7 @@ def test_bounded_bernstein_deformation_and_refitted_box(scene, severity):
     assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
     for name in BOX_FIELDS:
         assert np.array_equal(getattr(nb, name)[3], getattr(b, name)[3])
-    assert np.allclose(nb.alpha[:3], _expected_alpha(nb, scene.calib)[:3])
+    assert np.allclose(nb.alpha[:3], expected_alpha(nb, scene.calib)[:3])
     assert np.allclose(refresh_camera_fields(nb, scene.calib, nb.valid).bbox2d, nb.bbox2d)
 
 

@@ -10,7 +10,7 @@ import pytest
 from manifests.recipe import load_recipe
 from stages.density.layer_del import LayerDelParams, layer_del
 from stages.frame import Frame
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import indexed, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("layer_del").params
 
@@ -22,9 +22,6 @@ def _bins(xyz: np.ndarray, num_bins: int) -> np.ndarray:
     edges = np.linspace(el.min(), el.max(), num_bins + 1)
     return np.clip(np.searchsorted(edges, el, side="right") - 1, 0, num_bins - 1)
 
-
-def _indexed(frame):
-    return frame.with_points(frame.points, src=np.arange(len(frame)))
 
 
 def test_recipe_values_are_the_papers():
@@ -46,7 +43,7 @@ def test_rejects_bad_params(scene, params):
 
 @pytest.mark.parametrize("severity", range(1, 6))
 def test_deletes_exactly_the_chosen_bins(scene_with_ring, severity):
-    scene_with_ring = _indexed(scene_with_ring)
+    scene_with_ring = indexed(scene_with_ring)
     p = SEVERITIES[severity - 1]
     bins = _bins(scene_with_ring.xyz, p.num_bins)
     assert len(np.unique(bins)) == p.num_bins  # every bin is populated on this scene

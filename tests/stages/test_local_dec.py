@@ -10,23 +10,11 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.density.local_dec import LocalDecParams, local_dec
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("local_dec").params
 
 
-def _indexed(frame):
-    """The frame with a ``src`` label column (row number), which `Frame.take` carries along."""
-    return frame.with_points(frame.points, src=np.arange(len(frame)))
-
-
-def _removed(frame, out) -> np.ndarray:
-    kept = out.labels["src"]
-    assert np.all(np.diff(kept) > 0)
-    assert np.array_equal(out.points, frame.points[kept])
-    mask = np.ones(len(frame), dtype=bool)
-    mask[kept] = False
-    return mask
 
 
 def test_recipe_values_are_the_papers():
@@ -64,9 +52,9 @@ def test_rejects_bad_params(scene, params):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_single_centre_deletes_75_of_its_100_neighbours(scene, seed):
-    scene = _indexed(scene)
+    scene = indexed(scene)
     out = local_dec(scene, LocalDecParams(len(scene)), rng_for(seed))  # one centre
-    removed = _removed(scene, out)
+    removed = removed_mask(scene, out)
     assert removed.sum() == 75
     # the 75 lie in one kNN neighbourhood: the 100-NN of some point nearby contains all of them
     idx = np.flatnonzero(removed)
@@ -77,13 +65,13 @@ def test_single_centre_deletes_75_of_its_100_neighbours(scene, seed):
 
 @pytest.mark.parametrize("severity", range(1, 6))
 def test_removed_count_and_locality(scene_with_ring, severity):
-    scene_with_ring = _indexed(scene_with_ring)
+    scene_with_ring = indexed(scene_with_ring)
     p = SEVERITIES[severity - 1]
     n = len(scene_with_ring)
     centres = n // p.count_divisor
     out = local_dec(scene_with_ring, p, rng_for(severity))
     assert out.points.dtype == np.float32
-    removed = _removed(scene_with_ring, out)
+    removed = removed_mask(scene_with_ring, out)
     # neighbourhoods overlap, so the union is below centres·75; a Poisson-coverage model (each point in
     # λ = centres·k/N neighbourhoods on average, each deleting it with p = 0.75) predicts the shortfall
     lam = centres * p.k / n

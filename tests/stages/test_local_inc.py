@@ -12,14 +12,10 @@ import pytest
 from manifests.recipe import load_recipe
 from stages.density.local_inc import LocalIncParams, local_inc
 from stages.frame import Frame, PointTag
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import indexed, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("local_inc").params
 
-
-def _indexed(frame):
-    """The frame with a ``src`` label column (row number); new points copy it from their source point."""
-    return frame.with_points(frame.points, src=np.arange(len(frame)))
 
 
 def _sphere(n: int = 20_000, radius: float = 5.0, centre=(10.0, 0.0, 0.0)) -> Frame:
@@ -60,7 +56,7 @@ def test_rejects_bad_params(scene, params):
 
 @pytest.mark.parametrize("severity", range(1, 6))
 def test_adds_centres_times_k_points_near_the_surface(scene_with_ring, severity):
-    scene_with_ring = _indexed(scene_with_ring)
+    scene_with_ring = indexed(scene_with_ring)
     p = SEVERITIES[severity - 1]
     n = len(scene_with_ring)
     out = local_inc(scene_with_ring, p, rng_for(severity))

@@ -8,17 +8,13 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import lidar_heading_to_rot_y, points_in_box_frame, refresh_camera_fields, wrap_angle
+from stages.geometry import points_in_box_frame, refresh_camera_fields, wrap_angle
 from stages.transform.rotation import RotationParams, rotation
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("rotation").params
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
-
-def _expected_alpha(boxes, calib):
-    rect = calib.lidar_to_rect(boxes.center)
-    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
 
 
 def test_recipe_values_are_the_papers():
@@ -63,8 +59,8 @@ def test_rotation_angle_points_and_box(scene, severity):
     for name in BOX_FIELDS:
         assert np.array_equal(getattr(nb, name)[3], getattr(b, name)[3])
     # alpha follows the new heading: it is the recomputed value, and moved by −θ from the old geometry's
-    assert np.allclose(nb.alpha[:3], _expected_alpha(nb, scene.calib)[:3])
-    old_alpha = _expected_alpha(b, scene.calib)[:3]
+    assert np.allclose(nb.alpha[:3], expected_alpha(nb, scene.calib)[:3])
+    old_alpha = expected_alpha(b, scene.calib)[:3]
     assert np.allclose(wrap_angle(nb.alpha[:3] - old_alpha), -wrap_angle(nb.heading[:3] - b.heading[:3]), atol=1e-9)
     assert np.allclose(refresh_camera_fields(nb, scene.calib, nb.valid).bbox2d, nb.bbox2d)
 

@@ -8,17 +8,13 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import lidar_heading_to_rot_y, points_in_box_frame, refresh_camera_fields, wrap_angle
+from stages.geometry import points_in_box_frame, refresh_camera_fields
 from stages.transform.scale import ScaleParams, scale
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("scale").params
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
-
-def _expected_alpha(boxes, calib):
-    rect = calib.lidar_to_rect(boxes.center)
-    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
 
 
 def _axis_fits(scene, out, j):
@@ -86,7 +82,7 @@ def test_one_axis_scaled_and_box_updated(scene, severity):
         assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
         for name in BOX_FIELDS:
             assert np.array_equal(getattr(nb, name)[3], getattr(b, name)[3])
-        assert np.allclose(nb.alpha[:3], _expected_alpha(nb, scene.calib)[:3])
+        assert np.allclose(nb.alpha[:3], expected_alpha(nb, scene.calib)[:3])
         assert np.allclose(refresh_camera_fields(nb, scene.calib, nb.valid).bbox2d, nb.bbox2d)
     assert axes_seen == {0, 1, 2} and signs_seen == {-1.0, 1.0}
 

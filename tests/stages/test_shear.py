@@ -8,17 +8,13 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import lidar_heading_to_rot_y, points_in_box_frame, refresh_camera_fields, wrap_angle
+from stages.geometry import points_in_box_frame, refresh_camera_fields
 from stages.transform.shear import ShearParams, shear
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("shear").params
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
-
-def _expected_alpha(boxes, calib):
-    rect = calib.lidar_to_rect(boxes.center)
-    return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
 
 
 def _recovered_matrix(scene, out, j):
@@ -75,7 +71,7 @@ def test_recovered_matrix_and_box(scene, severity):
     assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
     for name in BOX_FIELDS:
         assert np.array_equal(getattr(nb, name)[3], getattr(b, name)[3])
-    assert np.allclose(nb.alpha[:3], _expected_alpha(nb, scene.calib)[:3])
+    assert np.allclose(nb.alpha[:3], expected_alpha(nb, scene.calib)[:3])
     again = refresh_camera_fields(nb, scene.calib, nb.valid)
     assert np.allclose(again.bbox2d, nb.bbox2d) and not np.allclose(nb.bbox2d[:3], b.bbox2d[:3])
 

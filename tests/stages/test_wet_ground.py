@@ -24,14 +24,10 @@ from stages.weather.wet_ground import (
     fresnel_powers,
     wet_ground,
 )
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import indexed, make_scene, rng_for
 
 ROBO3D = load_recipe("robo3d-kitti-c").corruption("wet_ground").params
 
-
-def _indexed(frame: Frame) -> Frame:
-    """The frame with a label column holding each point's input index (it follows `take`)."""
-    return frame.with_points(frame.points, src=np.arange(len(frame)))
 
 
 def test_robo3d_recipe_values():
@@ -98,7 +94,7 @@ def test_noise_level_line_lowest_and_fallback():
 # ---- the stage -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["physical", "paper"])
 def test_only_ground_points_change_and_intensity_never_increases(scene_with_ring, mode):
-    frame = _indexed(scene_with_ring)
+    frame = indexed(scene_with_ring)
     before = frame.points.copy()
     out = wet_ground(frame, WetGroundParams(water_height=1.2, noise_floor=0.2, mode=mode), rng_for(0))
     assert np.array_equal(frame.points, before)  # input not mutated
@@ -132,7 +128,7 @@ def test_more_water_drops_more_ground_points(mode):
     # and the intensity of the surviving ground falls with the water height
     means = []
     for wh in (0.2, 0.6, 1.0):
-        out = wet_ground(_indexed(frame), WetGroundParams(water_height=wh, noise_floor=0.0, mode=mode), rng_for(0))
+        out = wet_ground(indexed(frame), WetGroundParams(water_height=wh, noise_floor=0.0, mode=mode), rng_for(0))
         means.append(float(out.intensity[: 40_000].mean()))
     assert means[0] > means[1] > means[2]
 
@@ -174,7 +170,7 @@ def test_fewer_than_1000_ground_candidates_is_unchanged():
 
 def test_physical_dry_is_identity_paper_drops_dim_ground(scene):
     assert wet_ground(scene, WetGroundParams(water_height=0.0, noise_floor=0.7), rng_for(0)) is scene
-    out = wet_ground(_indexed(scene), WetGroundParams(water_height=0.0, noise_floor=0.7, mode="paper"), rng_for(0))
+    out = wet_ground(indexed(scene), WetGroundParams(water_height=0.0, noise_floor=0.7, mode="paper"), rng_for(0))
     assert len(out) < len(scene)  # the reference tests every ground point against the floor
     assert np.array_equal(out.intensity, scene.intensity[out.labels["src"]])
 
@@ -182,7 +178,7 @@ def test_physical_dry_is_identity_paper_drops_dim_ground(scene):
 def test_physical_mode_is_scale_free_paper_floor_is_not(scene):
     byte = Frame(scene.frame_id, (scene.points * np.array([1, 1, 1, 255.0], dtype=np.float32)).astype(np.float32),
                  intensity_scale="byte", labels={"src": np.arange(len(scene))})
-    unit = _indexed(scene)
+    unit = indexed(scene)
     p = WetGroundParams(water_height=1.2, noise_floor=0.2)
     a, b = wet_ground(unit, p, rng_for(0)), wet_ground(byte, p, rng_for(0))
     assert np.array_equal(a.labels["src"], b.labels["src"])
