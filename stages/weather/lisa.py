@@ -72,6 +72,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar
 
 import numpy as np
 
@@ -608,3 +609,32 @@ def apply_stage(frame, p, rng: np.random.Generator, model_for, scatter_tag) -> o
     c = p.resolved()
     return apply_to_frame(frame, model_for(p), rng, scatter_tag=scatter_tag,
                           zero_intensity_rho=bool(c["zero_intensity_rho"]), keep_lost_rows=bool(c["keep_lost_rows"]))
+
+
+@dataclass(frozen=True)
+class LisaParams:
+    """Fields shared by `rain_lisa` and `snow_lisa`; None fields take the defaults of ``mode`` (each stage's
+    DEFAULTS table). Subclasses set NAME and DEFAULTS and may add fields."""
+
+    rate: float  # mm/h (water equivalent for snow); 0 = identity
+    mode: str = "physical"  # "physical" | "paper"
+    return_mode: str = "strongest"  # "strongest" | "last"
+    wavelength_nm: float | None = None
+    r_max: float | None = None
+    r_min: float = 1.5  # m
+    divergence_mrad: float = 3.0  # full angle
+    d_start_mm: float = 0.05
+    range_accuracy: float | None = None
+    refractive_index: float | None = None
+    zero_intensity_rho: bool | None = None
+    keep_lost_rows: bool | None = None
+
+    NAME: ClassVar[str] = "lisa"
+    DEFAULTS: ClassVar[dict[str, dict[str, object]]] = {}
+
+    def __post_init__(self) -> None:
+        validate_common(self.NAME, self)
+
+    def resolved(self) -> dict[str, object]:
+        """Every field, with None replaced by the default of mode."""
+        return resolve(self, self.DEFAULTS)

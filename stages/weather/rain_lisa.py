@@ -41,6 +41,7 @@ untouched; R ≤ r_min has no drops; points beyond r_max follow the same rule (a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -69,26 +70,11 @@ DEFAULTS: dict[str, dict[str, object]] = {
 
 
 @dataclass(frozen=True)
-class RainLisaParams:
-    rate: float  # mm/h (Li: 5, 15, 50, 150, 500); 0 = identity
-    mode: str = "physical"  # "physical" | "paper" (defaults of the None fields, see the table)
-    return_mode: str = "strongest"  # "strongest" | "last"
-    wavelength_nm: float | None = None
-    r_max: float | None = None
-    r_min: float = 1.5  # m
-    divergence_mrad: float = 3.0  # full angle
-    d_start_mm: float = 0.05
-    range_accuracy: float | None = None
-    refractive_index: float | None = None
-    zero_intensity_rho: bool | None = None
-    keep_lost_rows: bool | None = None
+class RainLisaParams(lisa.LisaParams):
+    """rate in mm/h (Li: 5, 15, 50, 150, 500); the other fields are `lisa.LisaParams`'."""
 
-    def __post_init__(self) -> None:
-        lisa.validate_common("rain_lisa", self)
-
-    def resolved(self) -> dict[str, object]:
-        """Every field, with None replaced by the default of mode."""
-        return lisa.resolve(self, DEFAULTS)
+    NAME: ClassVar[str] = "rain_lisa"
+    DEFAULTS: ClassVar[dict[str, dict[str, object]]] = DEFAULTS
 
 
 def model_for(params: RainLisaParams) -> lisa.LisaModel:

@@ -40,6 +40,7 @@ remain), R = 0 rows untouched, no flakes within r_min, empty frames returned as 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -70,27 +71,13 @@ DEFAULTS: dict[str, dict[str, object]] = {
 
 
 @dataclass(frozen=True)
-class SnowLisaParams:
-    rate: float  # mm/h water equivalent (Li: 0.5, 1.5, 5, 15, 50); 0 = identity
-    mode: str = "physical"  # "physical" | "paper"
-    return_mode: str = "strongest"  # "strongest" | "last"
-    wavelength_nm: float | None = None
-    r_max: float | None = None
-    r_min: float = 1.5  # m
-    divergence_mrad: float = 3.0  # full angle
-    d_start_mm: float = 0.05
-    range_accuracy: float | None = None
-    refractive_index: float | None = None
+class SnowLisaParams(lisa.LisaParams):
+    """rate in mm/h water equivalent (Li: 0.5, 1.5, 5, 15, 50); the other fields are `lisa.LisaParams`'."""
+
     mie_water_table_for_snow: bool | None = None
-    zero_intensity_rho: bool | None = None
-    keep_lost_rows: bool | None = None
 
-    def __post_init__(self) -> None:
-        lisa.validate_common("snow_lisa", self)
-
-    def resolved(self) -> dict[str, object]:
-        """Every field, with None replaced by the default of mode."""
-        return lisa.resolve(self, DEFAULTS)
+    NAME: ClassVar[str] = "snow_lisa"
+    DEFAULTS: ClassVar[dict[str, dict[str, object]]] = DEFAULTS
 
 
 def model_for(params: SnowLisaParams) -> lisa.LisaModel:
