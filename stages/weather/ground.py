@@ -1,7 +1,9 @@
 """Ground plane and noise-floor helpers shared by the wet-ground and snowfall stages (PHYSICS.md §2.4, §3.1–3.3).
 
 - `fit_ground_plane`: RANSAC fit of z = a·x + b·y + h on the candidate strip in front of the sensor,
-  vectorised (trials evaluated in batches), deterministic from the caller's generator.
+  vectorised (trials evaluated in batches), deterministic from the caller's generator. Like the released
+  scripts it fits whenever the strip holds more than 4 candidates (``MIN_CANDIDATES``); how many *ground*
+  points the plane then has is the caller's gate (``MIN_GROUND_POINTS``, PHYSICS.md §3.1 step 4).
 - `GroundPlane`: w = (a, b, −1)/‖(a, b, −1)‖ (unit normal pointing down) and the raw intercept h, as the
   reference uses them: ``w·p + h`` is ≈ 0 on the ground, ``w·p/|p|`` is the cosine of the incidence angle.
 - `fit_line`, `noise_level_line`, `fit_floor_quadratic`: the laser-power and noise-level fits.
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 GROUND_BAND = 0.5  # m, |w·p + h| < δ_g is ground
-MIN_GROUND_POINTS = 1000
+MIN_GROUND_POINTS = 1000  # ground points |w·p + h| < δ_g, counted after the fit
+MIN_CANDIDATES = 5  # the references fit from more than 4 candidates (KITTI's 4-column array: > 4 rows)
 RANGE_BINS = (10.0, 70.0, 50)  # noise-level histogram: 50 range bins over 10–70 m
 LEVEL_BINS = 2555  # and 2555 bins of normalised intensity over [floor_const, max n]
 
@@ -70,14 +73,19 @@ def ransac_plane(
     stop_probability: float = 0.99,
     min_threshold: float = 1e-3,
     batch: int = 64,
+    squared_loss: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """RANSAC fit of z = a x + b y + h to ``xyz``: returns ((a, b, h), inlier mask) or None.
 
     Like sklearn's RANSACRegressor with LinearRegression and its defaults: minimal samples of 3 distinct
-    points, absolute-residual inlier threshold = median absolute deviation of z (floored at
-    ``min_threshold`` so an exactly flat synthetic ground is not a degenerate 0-threshold), best model =
-    most inliers (first one on ties), trials stopped by the dynamic bound for ``stop_probability``, final
-    model refitted by least squares on the best inlier set. Trials are drawn and scored ``batch`` at a time.
+    points, inlier threshold = median absolute deviation of z, MAD (floored at ``min_threshold`` so an
+    exactly flat synthetic ground is not a degenerate 0-threshold), best model = most inliers (first one on
+    ties), trials stopped by the dynamic bound for ``stop_probability``, final model refitted by least
+    squares on the best inlier set. Trials are drawn and scored ``batch`` at a time.
+
+    Inlier rule: sklearn compares the *loss* with the threshold. ``squared_loss`` = True is the released
+    scripts' ``loss='squared_loss'`` (scikit-learn ≤ 1.1): inlier when r² ≤ MAD, i.e. |r| ≤ √MAD, a wider
+    band than |r| ≤ MAD while MAD < 1 m. False: the absolute loss, |r| ≤ MAD (sklearn's default).
     """
     xyz = np.asarray(xyz, dtype=np.float64)
     n = len(xyz)
@@ -86,6 +94,8 @@ def ransac_plane(
     a_full = np.column_stack([xyz[:, 0], xyz[:, 1], np.ones(n)])  # (n, 3)
     z = xyz[:, 2]
     threshold = max(float(np.median(np.abs(z - np.median(z)))), min_threshold)
+    if squared_loss:  # r² ≤ MAD  ⇔  |r| ≤ √MAD
+        threshold = math.sqrt(threshold)
     best_count, best_mask = 0, None
     done, needed = 0, float(max_trials)
     while done < min(max_trials, needed):
@@ -111,14 +121,20 @@ def ransac_plane(
 
 
 def fit_ground_plane(
-    xyz: np.ndarray, rng: np.random.Generator, *, min_candidates: int = MIN_GROUND_POINTS, max_trials: int = 1000
+    xyz: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    min_candidates: int = MIN_CANDIDATES,
+    max_trials: int = 1000,
+    squared_loss: bool = False,
 ) -> GroundPlane | None:
     """RANSAC ground plane from the §3.1 candidate strip; None if fewer than ``min_candidates`` candidates
-    (or no consensus set). The caller decides the fallback (unchanged scan, or `flat_ground_plane`)."""
+    (or no consensus set). The caller decides the fallback (unchanged scan, or `flat_ground_plane`) and
+    applies the ≥ 1,000 ground-point gate to the fitted plane's band. ``squared_loss``: see `ransac_plane`."""
     cand = ground_candidates(xyz)
     if int(cand.sum()) < max(min_candidates, 3):
         return None
-    fit = ransac_plane(np.asarray(xyz, dtype=np.float64)[cand], rng, max_trials=max_trials)
+    fit = ransac_plane(np.asarray(xyz, dtype=np.float64)[cand], rng, max_trials=max_trials, squared_loss=squared_loss)
     if fit is None:
         return None
     (a, b, h), _ = fit

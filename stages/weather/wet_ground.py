@@ -3,9 +3,16 @@
 A film of water of height d_w on the road turns part of the diffuse (Lambertian) ground into a
 specular surface, so less light returns and dim ground returns fall below the sensor's noise floor:
 
-1. Ground plane by RANSAC on the strip in front of the sensor (`stages.weather.ground`); ground points
-   are |w·p + h| < 0.5 m. Fewer than 1,000 candidates, no consensus, or fewer than 1,000 ground points:
-   the frame is returned unchanged (or, with ``fallback_height``, the flat plane z = −H is used).
+1. Ground plane by RANSAC on the strip in front of the sensor (`stages.weather.ground`), fitted whenever
+   the strip holds more than 4 candidates (``min_candidates`` = 5), as the released scripts do; ground
+   points are |w·p + h| < 0.5 m, and the 1,000 gate (``min_ground``) counts them *after* the fit
+   (PHYSICS.md §3.1 step 4). A camera-FOV KITTI scan (the object-detection layout keeps only the points
+   in the image) has a few hundred candidates and thousands of ground points, so it is fitted and wetted.
+   No fit (≤ 4 candidates, no consensus) or fewer than 1,000 ground points: the frame is returned
+   unchanged, or with ``fallback_height`` the flat plane z = −H with the fitted planes' sign convention
+   (w = (0, 0, −1), h = −H; the reference's own fallback w = (0, 0, 1), h = −1.55 has the opposite sign,
+   which puts its "ground" band 1–2 m *above* the sensor, so in practice the reference leaves such scans
+   unchanged — hence no fallback by default).
 2. Incidence cos θ = w·p/|p|, normalised intensity n = i/cos θ; laser power P_out(d) = 15·(a₁d + b₁)
    from a least-squares line n ≈ a₁d + b₁ over the ground points; reflectivity ρ = n/P_out.
 3. Water film: Fresnel power coefficients air→water at θ and water→air at θ_t (n_air = 1.0003,
@@ -38,10 +45,22 @@ Options (None → the mode's default):
 | ``byte_scale``    | False         | False  | work in 0..255 (a [0,1] source ×255 in, ÷255 out). Robo3D   |
 |                   |               |        | KITTI-C does not; in physical mode the result does not      |
 |                   |               |        | depend on it (every step is scale-equivariant)              |
+| ``squared_loss``  | False         | True   | RANSAC inlier rule. paper: the released scripts' squared    |
+|                   |               |        | loss (scikit-learn ≤ 1.1, ``loss='squared_loss'``): inlier  |
+|                   |               |        | when r² ≤ MAD of z, i.e. |r| ≤ √MAD; physical: |r| ≤ MAD   |
 
 ``fallback_height`` (None): when no plane is found, use z = −H with the fitted sign convention
 (w = (0, 0, −1), h = −H) instead of returning the frame unchanged (the reference's own fallback
 w = (0, 0, 1), h = −1.55 has the opposite sign, §3.1).
+
+Parity with the released Robo3D KITTI-C script (``create/kitti_c/wet_ground/``, Hahner/Bijelic code):
+it passes ``loss='squared_loss'`` to scikit-learn's RANSACRegressor, which scikit-learn ≥ 1.2 rejects;
+its bare ``except`` then takes the wrong-sign fallback plane for every scan, leaving nearly every scan
+unchanged. Paper mode reproduces the *fitted* behaviour (scikit-learn ≤ 1.1), which is what the paper's
+wet-ground numbers show. Given the reference's plane, everything downstream is bit-identical to the
+script (measured, issue 18). Physical mode differs in: the absolute-loss inlier rule, the film term
+without the division by θ, the deterministic lowest noise level, and only darkened points tested
+against the floor (see the table).
 """
 
 from __future__ import annotations
@@ -55,6 +74,7 @@ from stages.frame import Frame, PointTag
 from stages.registry import stage
 from stages.weather.ground import (
     GROUND_BAND,
+    MIN_CANDIDATES,
     MIN_GROUND_POINTS,
     fit_ground_plane,
     fit_line,
@@ -70,10 +90,12 @@ RHO_CLIP = (0.05, 1.0)
 MODES = ("physical", "paper")
 _PAPER_DEFAULTS = {
     "divide_by_angle": True, "noise_level": "rarest", "drop_dry": True, "byte_scale": False, "floor_const": 5.0,
+    "squared_loss": True,
 }
 # floor_const None in physical mode: 5/255 of the working scale's full range (resolved per frame)
 _PHYSICAL_DEFAULTS = {
     "divide_by_angle": False, "noise_level": "lowest", "drop_dry": False, "byte_scale": False, "floor_const": None,
+    "squared_loss": False,
 }
 
 
@@ -84,13 +106,15 @@ class WetGroundParams:
     mode: str = "physical"  # "physical" or "paper" (see module docstring)
     pavement_depth: float = PAVEMENT_DEPTH  # mm
     ground_band: float = GROUND_BAND  # m
-    min_ground: int = MIN_GROUND_POINTS  # fewer candidates / ground points → unchanged
+    min_ground: int = MIN_GROUND_POINTS  # fewer ground points (after the fit) → unchanged
+    min_candidates: int = MIN_CANDIDATES  # fit the plane when the strip holds at least this many candidates
     fallback_height: float | None = None  # m; plane z = −H when RANSAC finds none (None: unchanged)
     divide_by_angle: bool | None = None
     floor_const: float | None = None
     noise_level: str | None = None
     drop_dry: bool | None = None
     byte_scale: bool | None = None
+    squared_loss: bool | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -165,7 +189,8 @@ def wet_ground(frame: Frame, params: WetGroundParams, rng: np.random.Generator) 
     if "intensity" not in frame.fields:
         raise ValueError(f"wet_ground: frame {frame.frame_id} has no intensity column")
     xyz = frame.xyz.astype(np.float64)
-    plane = fit_ground_plane(xyz, rng, min_candidates=params.min_ground)
+    plane = fit_ground_plane(xyz, rng, min_candidates=params.min_candidates,
+                             squared_loss=params.option("squared_loss"))
     if plane is None:
         if params.fallback_height is None:
             return frame
