@@ -165,6 +165,9 @@ class Frame:
     ``labels`` holds per-point columns of length N (e.g. ``point_tag`` written by stages, ``semantic``
     from a segmentation source). ``intensity_scale`` names the source's scale (see INTENSITY_SCALES).
     ``info`` holds per-example facts that stages record (JSON-able values).
+    ``attrs`` holds per-example facts the *source* gives (object benchmarks: ``class_name``,
+    ``class_id``, ``split``; 3DOS adds ``track``, ``scenario``, ``known``): typed columns of the row,
+    never LiDAR-only, empty for scans. Stages carry them through unchanged.
     """
 
     frame_id: str
@@ -175,6 +178,7 @@ class Frame:
     boxes: Boxes | None = None
     calib: Calib | None = None
     info: Mapping[str, Any] = field(default_factory=dict)  # per-example facts stages record (JSON-able)
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # per-example facts of the source (class, split, …)
 
     def __post_init__(self) -> None:
         if self.points.ndim != 2 or self.points.shape[1] != len(self.fields):
