@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from stages.sensor import Sensor
+
 #: Intensity scales a source can declare. The value is the top of the range (tanh-normalised Waymo
 #: intensities are in [0, 1) as well, but are not linear in reflectance, hence their own name).
 INTENSITY_SCALES: dict[str, float] = {"unit": 1.0, "byte": 255.0, "tanh": 1.0}
@@ -179,6 +181,7 @@ class Frame:
     calib: Calib | None = None
     info: Mapping[str, Any] = field(default_factory=dict)  # per-example facts stages record (JSON-able)
     attrs: Mapping[str, Any] = field(default_factory=dict)  # per-example facts of the source (class, split, …)
+    sensor: Sensor | None = None  # the LiDAR that recorded it (beam count, elevations, range); None: unknown
 
     def __post_init__(self) -> None:
         if self.points.ndim != 2 or self.points.shape[1] != len(self.fields):

@@ -7,8 +7,12 @@ from pathlib import Path
 from manifests.recipe import Recipe
 from pipeline.sources.base import Source, SourceError
 from pipeline.sources.kitti import KittiSource
+from pipeline.sources.nuscenes import NuScenesSource
+from pipeline.sources.semantickitti import SemanticKittiSource
+from pipeline.sources.waymo import WaymoSource
 
-SOURCE_KINDS = {"kitti": KittiSource}
+SOURCE_KINDS = {"kitti": KittiSource, "semantickitti": SemanticKittiSource, "nuscenes": NuScenesSource,
+                "waymo": WaymoSource}
 
 
 def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = None,
@@ -29,4 +33,5 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 
-__all__ = ["SOURCE_KINDS", "KittiSource", "Source", "SourceError", "open_source"]
+__all__ = ["SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source", "SourceError",
+           "WaymoSource", "open_source"]

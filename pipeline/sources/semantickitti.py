@@ -1,0 +1,202 @@
+"""SemanticKITTI: KITTI Odometry scans with per-point semantic labels (formats.md §3, PHYSICS.md §7).
+
+Layout (``ROOT`` is the folder that holds ``sequences/``)::
+
+    ROOT/sequences/NN/velodyne/000000.bin   float32 little-endian x, y, z, remission ∈ [0, 1]
+    ROOT/sequences/NN/labels/000000.label   uint32 per point: low 16 bits raw semantic id, high 16 instance
+    ROOT/sequences/NN/calib.txt             P0..P3, Tr (velodyne → cam0), 12 numbers each
+    ROOT/sequences/NN/times.txt             one timestamp (s) per scan
+    ROOT/sequences/NN/poses.txt             optional (camera-frame poses; not needed here)
+
+The sequence is opened with pykitti's ``odometry`` class (file list, calibration, timestamps); scans and
+labels are read and validated here. Frame ids are ``NN_FFFFFF`` (sequence, scan). ``split``: ``val``
+(sequence 08, the default and Robo3D's SemanticKITTI-C), ``train`` (00–07, 09, 10), ``test`` (11–21, no
+labels), or sequence numbers, e.g. ``08`` or ``00,01``.
+
+Per point, the ``semantic`` label column holds the raw SemanticKITTI id (``label & 0xFFFF``; e.g. 10 car,
+40 road, 252 moving-car); the instance half is dropped, as most of Robo3D's scripts do. The 19-class
+``learning_map`` (raw → train id) is `LEARNING_MAP` and is recorded in the dataset card. Scans are kept in
+raw file order (ring by ring), which the azimuth-wrap ring recovery of beam missing / cross-sensor needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.sources.base import SourceError
+from pipeline.sources.kitti import read_velodyne
+from stages.frame import Calib, Frame
+from stages.sensor import HDL64E
+
+SPLITS = {"train": ("00", "01", "02", "03", "04", "05", "06", "07", "09", "10"), "val": ("08",),
+          "test": tuple(f"{i:02d}" for i in range(11, 22))}
+#: raw id → name (formats.md §3.3, `config/semantic-kitti.yaml` of the SemanticKITTI API)
+LABEL_NAMES = {0: "unlabeled", 1: "outlier", 10: "car", 11: "bicycle", 13: "bus", 15: "motorcycle", 16: "on-rails",
+               18: "truck", 20: "other-vehicle", 30: "person", 31: "bicyclist", 32: "motorcyclist", 40: "road",
+               44: "parking", 48: "sidewalk", 49: "other-ground", 50: "building", 51: "fence",
+               52: "other-structure", 60: "lane-marking", 70: "vegetation", 71: "trunk", 72: "terrain", 80: "pole",
+               81: "traffic-sign", 99: "other-object", 252: "moving-car", 253: "moving-bicyclist",
+               254: "moving-person", 255: "moving-motorcyclist", 256: "moving-on-rails", 257: "moving-bus",
+               258: "moving-truck", 259: "moving-other-vehicle"}
+#: raw id → 19-class train id (0 = ignored)
+LEARNING_MAP = {0: 0, 1: 0, 10: 1, 11: 2, 13: 5, 15: 3, 16: 5, 18: 4, 20: 5, 30: 6, 31: 7, 32: 8, 40: 9, 44: 10,
+                48: 11, 49: 12, 50: 13, 51: 14, 52: 0, 60: 9, 70: 15, 71: 16, 72: 17, 80: 18, 81: 19, 99: 0,
+                252: 1, 253: 7, 254: 6, 255: 8, 256: 5, 257: 5, 258: 4, 259: 5}
+TRAIN_CLASSES = ("unlabeled", "car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist",
+                 "motorcyclist", "road", "parking", "sidewalk", "other-ground", "building", "fence", "vegetation",
+                 "trunk", "terrain", "pole", "traffic-sign")
+#: generic synthetic classes (`pipeline.sources.synthetic`) → raw SemanticKITTI id, for the fixture writer
+SYNTHETIC_TO_RAW = {"unlabelled": 0, "road": 40, "sidewalk": 48, "building": 50, "pole": 80, "car": 10,
+                    "car_moving": 252, "truck": 18, "bus": 13, "pedestrian": 30, "bicyclist": 31}
+
+
+def parse_split(split: str | None) -> tuple[str, ...]:
+    split = split or "val"
+    if split in SPLITS:
+        return SPLITS[split]
+    seqs = tuple(s.strip() for s in split.split(",") if s.strip())
+    if not seqs or not all(s.isdigit() for s in seqs):
+        raise ValueError(f"SemanticKITTI split {split!r}: expected train, val, test or sequence numbers like 08,09")
+    return tuple(f"{int(s):02d}" for s in seqs)
+
+
+def read_label_file(path: Path, n_points: int, scan: Path) -> np.ndarray:
+    """uint32 labels of a ``.label`` file, one per point of ``scan`` (validated)."""
+    size = path.stat().st_size
+    if size % 4:
+        raise SourceError(path, f"size {size} bytes is not a multiple of 4 (one uint32 per point)")
+    if size // 4 != n_points:
+        raise SourceError(path, f"{size // 4} labels but {scan.name} has {n_points} points (counts must match)")
+    return np.fromfile(path, dtype="<u4")
+
+
+def _calib_from_pykitti(calib: Any) -> Calib:
+    p = tuple(np.asarray(getattr(calib, f"P_rect_{i}0"), dtype=np.float64) for i in range(4))
+    return Calib(P=p, R0_rect=np.eye(3), Tr_velo_to_cam=np.asarray(calib.T_cam0_velo, dtype=np.float64)[:3])
+
+
+class SemanticKittiSource:
+    """Reads SemanticKITTI scans + labels of the sequences of ``split`` (default ``val`` = sequence 08)."""
+
+    kind = "semantickitti"
+    fields = ("x", "y", "z", "intensity")
+    intensity_scale = "unit"
+
+    def __init__(self, root: str | Path, split: str | None = None) -> None:
+        root = Path(root)
+        if not (root / "sequences").is_dir():
+            raise SourceError(root / "sequences", "sequences directory not found (is this a SemanticKITTI root?)")
+        self.root = root
+        self.split = split or "val"
+        try:
+            self.sequences = parse_split(self.split)
+        except ValueError as e:
+            raise SourceError(root, str(e)) from None
+        self._odometry: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # pykitti's calibration namedtuple is not picklable
+        return {**self.__dict__, "_odometry": {}}
+
+    def sequence_dir(self, seq: str) -> Path:
+        return self.root / "sequences" / seq
+
+    def odometry(self, seq: str) -> Any:
+        """pykitti's ``odometry`` of a sequence (file list, calibration, timestamps), validated and cached."""
+        if seq not in self._odometry:
+            import pykitti
+
+            d = self.sequence_dir(seq)
+            if not (d / "velodyne").is_dir():
+                raise SourceError(d / "velodyne", f"velodyne directory of sequence {seq} not found")
+            for name in ("calib.txt", "times.txt"):
+                if not (d / name).is_file():
+                    raise SourceError(d / name, f"missing (sequence {seq} needs it)")
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):  # pykitti prints when poses are absent
+                    od = pykitti.odometry(str(self.root), seq)
+            except KeyError as e:
+                raise SourceError(d / "calib.txt", f"missing calibration row {e.args[0]}") from None
+            except ValueError as e:
+                raise SourceError(d / "calib.txt", f"malformed calibration ({e}); expected 'KEY: 12 numbers'") \
+                    from None
+            if len(od.timestamps) != len(od.velo_files):
+                raise SourceError(d / "times.txt", f"{len(od.timestamps)} timestamps for "
+                                                   f"{len(od.velo_files)} scans")
+            self._odometry[seq] = od
+        return self._odometry[seq]
+
+    def list_frames(self) -> list[str]:
+        ids = []
+        for seq in self.sequences:
+            ids.extend(f"{seq}_{Path(p).stem}" for p in self.odometry(seq).velo_files)
+        return ids
+
+    def paths(self, frame_id: str) -> dict[str, Path]:
+        seq, _, scan = frame_id.partition("_")
+        d = self.sequence_dir(seq)
+        return {"velodyne": d / "velodyne" / f"{scan}.bin", "label": d / "labels" / f"{scan}.label"}
+
+    def read(self, frame_id: str) -> Frame:
+        seq = frame_id.partition("_")[0]
+        p = self.paths(frame_id)
+        points = read_velodyne(p["velodyne"])
+        labels = {}
+        if p["label"].is_file():
+            raw = read_label_file(p["label"], len(points), p["velodyne"])
+            labels["semantic"] = (raw & 0xFFFF).astype(np.uint32)
+        elif seq not in SPLITS["test"] and (self.sequence_dir(seq) / "labels").is_dir():
+            raise SourceError(p["label"], f"label file missing for scan {p['velodyne'].name}")
+        return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
+                     labels=labels, calib=_calib_from_pykitti(self.odometry(seq).calib), sensor=HDL64E)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root": str(self.root), "split": self.split, "sequences": list(self.sequences),
+                "fields": list(self.fields), "intensity_scale": self.intensity_scale, "sensor": HDL64E.describe(),
+                "semantic": "raw SemanticKITTI id (label & 0xFFFF)",
+                "learning_map": {str(k): v for k, v in LEARNING_MAP.items()},
+                "train_classes": list(TRAIN_CLASSES)}
+
+
+# ---- fixture writer ------------------------------------------------------------------------------
+
+def _fmt12(m: np.ndarray) -> str:
+    return " ".join(f"{v:.12e}" for v in np.asarray(m, dtype=np.float64).ravel()[:12])
+
+
+def write_semantickitti(root: str | Path, frames: int, *, sequence: str = "08", seed: int | None = None,
+                        azimuth_step_deg: float = 0.09, start: int = 0) -> Path:
+    """Write ``frames`` ray-cast HDL-64E scans as SemanticKITTI sequence ``sequence`` under ``root``.
+
+    Points are in raw KITTI order (ring by ring from the top laser, each a counter-clockwise sweep from
+    azimuth 0), remission in [0, 1], labels ``instance << 16 | raw id`` (`SYNTHETIC_TO_RAW`); calib.txt
+    has P0..P3 and Tr (the demo's KITTI calibration), times.txt 0.1 s steps, poses.txt identities.
+    """
+    from pipeline.sources.demo import DEMO_SEED, demo_calib
+    from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
+
+    seed = DEMO_SEED if seed is None else seed
+    d = Path(root) / "sequences" / sequence
+    (d / "velodyne").mkdir(parents=True, exist_ok=True)
+    (d / "labels").mkdir(parents=True, exist_ok=True)
+    lut = np.array([SYNTHETIC_TO_RAW[c] for c in GENERIC_CLASSES], dtype=np.uint32)
+    az = spinning_azimuths(azimuth_step_deg)
+    for i in range(start, start + frames):
+        scan = cast_scan(i, HDL64E.elevations, az, seed=seed)
+        hit = scan.hit  # row-major over (ring, azimuth): KITTI's raw order
+        xyz = scan.xyz()[hit]
+        pts = np.concatenate([xyz, scan.intensity[hit][:, None]], axis=1).astype("<f4")
+        pts.tofile(d / "velodyne" / f"{i:06d}.bin")
+        label = (scan.instance[hit].astype(np.uint32) << 16) | lut[scan.cls[hit]]
+        label.astype("<u4").tofile(d / "labels" / f"{i:06d}.label")
+    calib = demo_calib()
+    tr = calib.velo_to_rect[:3]  # rectified cam0 frame, as KITTI Odometry's Tr
+    (d / "calib.txt").write_text("".join(f"P{k}: {_fmt12(calib.P[k])}\n" for k in range(4)) + f"Tr: {_fmt12(tr)}\n")
+    n = start + frames
+    (d / "times.txt").write_text("".join(f"{0.1 * k:.6e}\n" for k in range(n)))
+    (d / "poses.txt").write_text("1 0 0 0 0 1 0 0 0 0 1 0\n" * n)
+    return Path(root)

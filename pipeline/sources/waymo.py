@@ -1,0 +1,361 @@
+"""Waymo Open Dataset v2 (Parquet per component), TOP LiDAR, read with pyarrow (formats.md §1).
+
+Layout (``ROOT`` is the dataset folder holding the split folders, or one split folder itself)::
+
+    ROOT/validation/lidar/<context>.parquet               range images, one row per (frame, laser)
+    ROOT/validation/lidar_calibration/<context>.parquet   extrinsic + beam inclinations, one row per laser
+    ROOT/validation/lidar_segmentation/<context>.parquet  (optional) per-pixel instance + semantic class
+    ROOT/validation/lidar_box/<context>.parquet           (optional) 3D boxes in the vehicle frame
+
+Column names and types are those of the official v2 components (``waymo_open_dataset/v2/perception/
+lidar.py``, ``context.py``, ``segmentation.py``, ``box.py``): keys ``key.segment_context_name``,
+``key.frame_timestamp_micros``, ``key.laser_name``; values ``[LiDARComponent].range_image_return1.values``
+(row-major ``[H, W, 4]``: range, intensity, elongation, no-label-zone flag) with its ``.shape``, etc.
+
+Range image → points (the official convention of ``v2/perception/utils/lidar_utils.py`` and
+``utils/range_image_utils.py``, re-implemented vectorised in NumPy, `range_image_to_points`):
+row inclinations are the calibration's ``beam_inclination.values`` if present, else uniform
+``min + (i + 0.5)/H · (max − min)``; the vector is then *reversed* so row 0 is the top beam; column j has
+azimuth ``(2·(W − j − 0.5)/W − 1)·π − atan2(E[1,0], E[0,0])``; ``x = r cos(az) cos(incl)``, ``y = r sin(az)
+cos(incl)``, ``z = r sin(incl)`` in the LiDAR frame, then ``E`` (row-major 4×4, LiDAR → vehicle) takes them
+to the vehicle frame; pixels with range > 0 are kept, in row-major order.
+
+What is read: the TOP laser (``laser_name`` 1), first return. Points are in the vehicle frame without
+per-pixel motion compensation. Columns: x, y, z, intensity = tanh(raw intensity) (Waymo's raw
+intensity is unbounded; tanh is the usual normalisation, declared as the ``tanh`` scale), ring = range-image
+row (0 = top beam), elongation = tanh(raw elongation). Frame ids are ``<context>-<timestamp>``. With a
+``lidar_segmentation`` folder the frames are those whose TOP laser is labelled (WOD-C corrupts the
+5,976 labelled validation frames), and ``semantic`` holds the class of ``Segmentation.Type`` (0 undefined,
+1 car, … 22 sidewalk); without it, every TOP frame of the ``lidar`` files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.sources.base import SourceError
+from stages.frame import Boxes, Frame
+from stages.sensor import Sensor
+
+TOP = 1
+KEY_CONTEXT = "key.segment_context_name"
+KEY_TIME = "key.frame_timestamp_micros"
+KEY_LASER = "key.laser_name"
+KEY_OBJECT = "key.laser_object_id"
+LIDAR = "[LiDARComponent]"
+CALIB = "[LiDARCalibrationComponent]"
+SEG = "[LiDARSegmentationLabelComponent]"
+BOX = "[LiDARBoxComponent]"
+RI1_VALUES, RI1_SHAPE = f"{LIDAR}.range_image_return1.values", f"{LIDAR}.range_image_return1.shape"
+RI2_VALUES, RI2_SHAPE = f"{LIDAR}.range_image_return2.values", f"{LIDAR}.range_image_return2.shape"
+EXTRINSIC = f"{CALIB}.extrinsic.transform"
+INCL_MIN, INCL_MAX, INCL_VALUES = (f"{CALIB}.beam_inclination.min", f"{CALIB}.beam_inclination.max",
+                                   f"{CALIB}.beam_inclination.values")
+SEG1_VALUES, SEG1_SHAPE = f"{SEG}.range_image_return1.values", f"{SEG}.range_image_return1.shape"
+SEG2_VALUES, SEG2_SHAPE = f"{SEG}.range_image_return2.values", f"{SEG}.range_image_return2.shape"
+BOX_FIELDS = ("center.x", "center.y", "center.z", "size.x", "size.y", "size.z", "heading")
+BOX_COLUMNS = (*(f"{BOX}.box.{f}" for f in BOX_FIELDS), f"{BOX}.type")
+LIDAR_COLUMNS = (KEY_CONTEXT, KEY_TIME, KEY_LASER, RI1_VALUES, RI1_SHAPE)
+CALIB_COLUMNS = (KEY_CONTEXT, KEY_LASER, EXTRINSIC, INCL_MIN, INCL_MAX, INCL_VALUES)
+SEG_COLUMNS = (KEY_CONTEXT, KEY_TIME, KEY_LASER, SEG1_VALUES, SEG1_SHAPE)
+#: ``BoxType`` of box.py
+BOX_TYPES = {0: "Unknown", 1: "Vehicle", 2: "Pedestrian", 3: "Sign", 4: "Cyclist"}
+#: ``Segmentation.Type`` of segmentation.proto
+SEG_CLASSES = ("undefined", "car", "truck", "bus", "other_vehicle", "motorcyclist", "bicyclist", "pedestrian", "sign",
+               "traffic_light", "pole", "construction_cone", "bicycle", "motorcycle", "building", "vegetation",
+               "tree_trunk", "curb", "road", "lane_marker", "other_ground", "walkable", "sidewalk")
+#: generic synthetic classes → Segmentation.Type (fixture writer)
+SYNTHETIC_TO_SEG = {"unlabelled": 0, "road": 18, "sidewalk": 22, "building": 14, "pole": 10, "car": 1,
+                    "car_moving": 1, "truck": 2, "bus": 3, "pedestrian": 7, "bicyclist": 6}
+MAX_RANGE = 75.0  # m, the TOP laser's range
+
+
+def beam_inclinations(values: np.ndarray | None, lo: float, hi: float, height: int) -> np.ndarray:
+    """Per range-image row (row 0 = top), the inclination in radians (official convention, see module doc)."""
+    if values is not None:
+        incl = np.asarray(values, dtype=np.float64)
+        if len(incl) != height:
+            raise ValueError(f"{len(incl)} beam inclinations for a range image of {height} rows")
+    else:
+        incl = lo + (np.arange(height, dtype=np.float64) + 0.5) / height * (hi - lo)
+    return incl[::-1]
+
+
+def range_image_to_points(ri: np.ndarray, extrinsic: np.ndarray, inclination: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points N×3 in the vehicle frame, rows, cols) of the pixels with range > 0, in row-major order.
+
+    ``ri`` is ``[H, W, C]`` (channel 0 = range), ``extrinsic`` the 4×4 LiDAR → vehicle transform and
+    ``inclination`` the per-row inclination with row 0 the top beam (`beam_inclinations`).
+    """
+    _h, w = ri.shape[:2]
+    e = np.asarray(extrinsic, dtype=np.float64).reshape(4, 4)
+    az = (2.0 * (w - np.arange(w, dtype=np.float64) - 0.5) / w - 1.0) * np.pi - np.arctan2(e[1, 0], e[0, 0])
+    rows, cols = np.nonzero(ri[..., 0] > 0)
+    r = ri[rows, cols, 0].astype(np.float64)
+    ci, si = np.cos(inclination), np.sin(inclination)
+    rc = r * ci[rows]
+    local = np.stack([rc * np.cos(az)[cols], rc * np.sin(az)[cols], r * si[rows]], axis=1)
+    return local @ e[:3, :3].T + e[:3, 3], rows, cols
+
+
+def _require(path: Path, names: tuple[str, ...]) -> None:
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise SourceError(path, "file not found")
+    try:
+        have = set(pq.read_schema(path).names)
+    except Exception as e:
+        raise SourceError(path, f"not a readable Parquet file: {e}") from None
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise SourceError(path, f"missing column(s) {missing} (Waymo v2 schema)")
+
+
+def _read_rows(path: Path, columns: tuple[str, ...], timestamp: int | None, laser: int | None):
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    _require(path, columns)
+    expr = None
+    if timestamp is not None:
+        expr = pc.field(KEY_TIME) == timestamp
+    if laser is not None:
+        e2 = pc.field(KEY_LASER) == laser
+        expr = e2 if expr is None else expr & e2
+    return ds.dataset(path, format="parquet").to_table(columns=list(columns), filter=expr)
+
+
+def _image(path: Path, table, values: str, shape: str, channels: int) -> np.ndarray:
+    flat = table.column(values)[0].values.to_numpy(zero_copy_only=False)
+    shp = tuple(int(v) for v in table.column(shape)[0].as_py())
+    if len(shp) != 3 or shp[2] != channels or int(np.prod(shp)) != len(flat):
+        raise SourceError(path, f"range image of {len(flat)} values does not match its shape {list(shp)} "
+                                f"(expected [H, W, {channels}])")
+    return flat.reshape(shp)
+
+
+class WaymoSource:
+    """Reads TOP-laser first returns of Waymo v2 frames (with semantic labels and boxes when present)."""
+
+    kind = "waymo"
+    fields = ("x", "y", "z", "intensity", "ring", "elongation")
+    intensity_scale = "tanh"
+
+    def __init__(self, root: str | Path, split: str | None = None) -> None:
+        root = Path(root)
+        self.split = split or "validation"
+        if (root / self.split / "lidar").is_dir():
+            self.data = root / self.split
+        elif (root / "lidar").is_dir():
+            self.data = root
+        else:
+            raise SourceError(root, f"no Waymo v2 'lidar' component folder (looked in {root / self.split} and {root})")
+        self.root = root
+        self._calib: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def component(self, tag: str, context: str) -> Path:
+        return self.data / tag / f"{context}.parquet"
+
+    @property
+    def labelled(self) -> bool:
+        return (self.data / "lidar_segmentation").is_dir()
+
+    def list_frames(self) -> list[str]:
+        import pyarrow.parquet as pq
+
+        ids = []
+        for path in sorted((self.data / "lidar").glob("*.parquet")):
+            ctx = path.stem
+            _require(path, (KEY_CONTEXT, KEY_TIME, KEY_LASER))
+            keys = pq.read_table(path, columns=[KEY_TIME, KEY_LASER])
+            ts = np.asarray(keys.column(KEY_TIME).to_numpy())[np.asarray(keys.column(KEY_LASER).to_numpy()) == TOP]
+            if self.labelled:
+                seg = self.component("lidar_segmentation", ctx)
+                if not seg.is_file():
+                    continue
+                _require(seg, (KEY_TIME, KEY_LASER))
+                st = pq.read_table(seg, columns=[KEY_TIME, KEY_LASER])
+                top = np.asarray(st.column(KEY_LASER).to_numpy()) == TOP
+                labelled = np.asarray(st.column(KEY_TIME).to_numpy())[top]
+                ts = ts[np.isin(ts, labelled)]
+            ids.extend(f"{ctx}-{int(t)}" for t in np.unique(ts))
+        return ids
+
+    def calibration(self, ctx: str, height: int) -> tuple[np.ndarray, np.ndarray]:
+        """(4×4 extrinsic, per-row inclination with row 0 on top) of the TOP laser of a segment."""
+        if ctx not in self._calib:
+            path = self.component("lidar_calibration", ctx)
+            t = _read_rows(path, CALIB_COLUMNS, None, TOP)
+            if t.num_rows == 0:
+                raise SourceError(path, f"no calibration row for the TOP laser (laser_name {TOP})")
+            ext = np.asarray(t.column(EXTRINSIC)[0].as_py(), dtype=np.float64)
+            if ext.shape != (16,) or not np.isfinite(ext).all():
+                raise SourceError(path, "extrinsic.transform must be 16 finite numbers (row-major 4×4)")
+            vals = t.column(INCL_VALUES)[0].as_py()
+            try:
+                incl = beam_inclinations(None if vals is None else np.asarray(vals), t.column(INCL_MIN)[0].as_py(),
+                                         t.column(INCL_MAX)[0].as_py(), height)
+            except ValueError as e:
+                raise SourceError(path, str(e)) from None
+            self._calib[ctx] = (ext.reshape(4, 4), incl)
+        ext, incl = self._calib[ctx]
+        if len(incl) != height:
+            raise SourceError(self.component("lidar_calibration", ctx),
+                              f"{len(incl)} beam inclinations for a range image of {height} rows")
+        return ext, incl
+
+    def read(self, frame_id: str) -> Frame:
+        ctx, _, ts_text = frame_id.rpartition("-")
+        if not ctx or not ts_text.isdigit():
+            raise SourceError(self.data / "lidar", f"frame id {frame_id!r} is not <context>-<timestamp>")
+        ts = int(ts_text)
+        path = self.component("lidar", ctx)
+        t = _read_rows(path, LIDAR_COLUMNS, ts, TOP)
+        if t.num_rows != 1:
+            raise SourceError(path, f"{t.num_rows} TOP rows for timestamp {ts} (expected 1)")
+        ri = _image(path, t, RI1_VALUES, RI1_SHAPE, 4)
+        ext, incl = self.calibration(ctx, ri.shape[0])
+        xyz, rows, cols = range_image_to_points(ri, ext, incl)
+        feats = ri[rows, cols].astype(np.float64)
+        points = np.column_stack([xyz, np.tanh(feats[:, 1]), rows, np.tanh(feats[:, 2])]).astype(np.float32)
+        labels = {}
+        seg_path = self.component("lidar_segmentation", ctx)
+        if seg_path.is_file():
+            st = _read_rows(seg_path, SEG_COLUMNS, ts, TOP)
+            if st.num_rows:
+                seg = _image(seg_path, st, SEG1_VALUES, SEG1_SHAPE, 2)
+                if seg.shape[:2] != ri.shape[:2]:
+                    raise SourceError(seg_path, f"label image {list(seg.shape[:2])} does not match the range image "
+                                                f"{list(ri.shape[:2])} of {path.name}")
+                labels["semantic"] = seg[rows, cols, 1].astype(np.uint32)
+        sensor = Sensor("waymo-top", tuple(float(v) for v in np.degrees(incl)), max_range=MAX_RANGE)
+        return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
+                     labels=labels, boxes=self.boxes(ctx, ts), sensor=sensor)
+
+    def boxes(self, ctx: str, ts: int) -> Boxes | None:
+        path = self.component("lidar_box", ctx)
+        if not path.is_file():
+            return None
+        t = _read_rows(path, (KEY_TIME, *BOX_COLUMNS), ts, None)
+        m = t.num_rows
+        if m == 0:
+            return Boxes.empty()
+        v = {c: np.asarray(t.column(c).to_numpy(), dtype=np.float64) for c in BOX_COLUMNS[:-1]}
+        kind = np.asarray(t.column(BOX_COLUMNS[-1]).to_numpy())
+        return Boxes(center=np.stack([v[BOX_COLUMNS[i]] for i in range(3)], 1),
+                     dims=np.stack([v[BOX_COLUMNS[i]] for i in range(3, 6)], 1), heading=v[BOX_COLUMNS[6]],
+                     cls=np.array([BOX_TYPES.get(int(k), "Unknown") for k in kind], dtype=object),
+                     truncated=np.zeros(m), occluded=np.zeros(m, np.int64), alpha=np.zeros(m), bbox2d=np.zeros((m, 4)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root": str(self.root), "split": self.split, "fields": list(self.fields),
+                "intensity_scale": self.intensity_scale, "laser": "TOP", "returns": [1],
+                "frame": "vehicle", "labelled_only": self.labelled,
+                "semantic": "Waymo Segmentation.Type" if self.labelled else None,
+                "classes": list(SEG_CLASSES)}
+
+
+# ---- fixture writer ------------------------------------------------------------------------------
+
+def _schemas():
+    import pyarrow as pa
+
+    shape = pa.list_(pa.int32(), 3)
+    lidar = pa.schema([(KEY_CONTEXT, pa.string()), (KEY_TIME, pa.int64()), (KEY_LASER, pa.int8()),
+                       (RI1_VALUES, pa.list_(pa.float32())), (RI1_SHAPE, shape),
+                       (RI2_VALUES, pa.list_(pa.float32())), (RI2_SHAPE, shape)])
+    calib = pa.schema([(KEY_CONTEXT, pa.string()), (KEY_LASER, pa.int8()), (EXTRINSIC, pa.list_(pa.float64(), 16)),
+                       (INCL_MIN, pa.float64()), (INCL_MAX, pa.float64()), (INCL_VALUES, pa.list_(pa.float64()))])
+    seg = pa.schema([(KEY_CONTEXT, pa.string()), (KEY_TIME, pa.int64()), (KEY_LASER, pa.int8()),
+                     (SEG1_VALUES, pa.list_(pa.int32())), (SEG1_SHAPE, shape),
+                     (SEG2_VALUES, pa.list_(pa.int32())), (SEG2_SHAPE, shape)])
+    box = pa.schema([(KEY_CONTEXT, pa.string()), (KEY_TIME, pa.int64()), (KEY_OBJECT, pa.string()),
+                     *[(c, pa.float64()) for c in BOX_COLUMNS[:-1]], (BOX_COLUMNS[-1], pa.int8())])
+    return lidar, calib, seg, box
+
+
+def synthetic_extrinsic() -> np.ndarray:
+    """TOP mounting of the fixtures: 1.73 m up (ground at vehicle z = 0), 1.43 m forward, yawed 0.0125 rad."""
+    yaw = 0.0125
+    e = np.eye(4)
+    e[:2, :2] = [[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]]
+    e[:3, 3] = [1.43, 0.0, 1.73]
+    return e
+
+
+def write_waymo(root: str | Path, frames: int, *, contexts: int = 2, width: int = 2650, height: int = 64,
+                split: str = "validation", seed: int | None = None, unlabelled_per_context: int = 1) -> Path:
+    """Write ``frames`` ray-cast TOP range images as Waymo v2 Parquet under ``root/split``.
+
+    Frames are spread over ``contexts`` segments; in each segment the last ``unlabelled_per_context``
+    frames get no ``lidar_segmentation`` row (like the real data, where only some frames are labelled).
+    Calibration: explicit, non-uniform inclinations for TOP (stored lowest first, as the official
+    convention implies) plus a FRONT row with only min/max; the extrinsic is `synthetic_extrinsic`.
+    The raw intensity is ``atanh`` of the synthetic [0, 1) value, so the reader's tanh gives it back.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.sources.demo import DEMO_SEED
+    from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan
+    from stages.sensor import waymo_top_elevations
+
+    seed = DEMO_SEED if seed is None else seed
+    lidar_s, calib_s, seg_s, box_s = _schemas()
+    data = Path(root) / split
+    for tag in ("lidar", "lidar_calibration", "lidar_segmentation", "lidar_box"):
+        (data / tag).mkdir(parents=True, exist_ok=True)
+    ext = synthetic_extrinsic()
+    elev_top_first = waymo_top_elevations(height)
+    values = np.radians(elev_top_first[::-1])  # stored order: lowest beam first
+    incl = beam_inclinations(values, 0.0, 0.0, height)
+    az = (2.0 * (width - np.arange(width) - 0.5) / width - 1.0) * np.pi - np.arctan2(ext[1, 0], ext[0, 0])
+    lut = np.array([SYNTHETIC_TO_SEG[c] for c in GENERIC_CLASSES], dtype=np.int32)
+    box_type = {"pedestrian": 2, "bicyclist": 4}
+    per_ctx = [frames // contexts + (1 if c < frames % contexts else 0) for c in range(contexts)]
+    frame_no = 0
+    for c, n in enumerate(per_ctx):
+        ctx = f"{1000000000000000000 + 7919 * c}_{1000 + c}_000_{1020 + c}_000"
+        lidar_rows, seg_rows, box_rows = [], [], []
+        for k in range(n):
+            ts = 1_550_000_000_000_000 + 100_000 * k + 10_000_000 * c
+            scan = cast_scan(frame_no, np.degrees(incl), az, seed=seed, max_range=MAX_RANGE)
+            hit = scan.hit
+            ri = np.zeros((height, width, 4), np.float32)
+            ri[..., 0] = np.where(hit, scan.range, -1.0)
+            ri[..., 1] = np.where(hit, np.arctanh(np.clip(scan.intensity, 0.0, 0.999)), 0.0)
+            ri[..., 2] = np.where(hit, 0.05 + 0.2 * (1.0 - scan.intensity), 0.0)
+            ri[..., 3] = -1.0
+            empty = np.full((height, width, 4), -1.0, np.float32)
+            lidar_rows.append({KEY_CONTEXT: ctx, KEY_TIME: ts, KEY_LASER: TOP, RI1_VALUES: ri.ravel(),
+                               RI1_SHAPE: [height, width, 4], RI2_VALUES: empty.ravel(),
+                               RI2_SHAPE: [height, width, 4]})
+            if k < n - unlabelled_per_context:
+                seg = np.zeros((height, width, 2), np.int32)
+                seg[..., 0] = np.where(hit, scan.instance, 0)
+                seg[..., 1] = np.where(hit, lut[scan.cls], 0)
+                seg_rows.append({KEY_CONTEXT: ctx, KEY_TIME: ts, KEY_LASER: TOP, SEG1_VALUES: seg.ravel(),
+                                 SEG1_SHAPE: [height, width, 2], SEG2_VALUES: np.zeros(height * width * 2, np.int32),
+                                 SEG2_SHAPE: [height, width, 2]})
+            for j, (obj, gcls) in enumerate(zip(scan.objects, scan.object_classes, strict=True)):
+                centre = ext[:3, :3] @ obj.center + ext[:3, 3]
+                box_rows.append({KEY_CONTEXT: ctx, KEY_TIME: ts, KEY_OBJECT: f"obj{frame_no}_{j}",
+                                 **dict(zip(BOX_COLUMNS[:3], centre.tolist(), strict=True)),
+                                 **dict(zip(BOX_COLUMNS[3:6], obj.dims.tolist(), strict=True)),
+                                 BOX_COLUMNS[6]: float(obj.heading + np.arctan2(ext[1, 0], ext[0, 0])),
+                                 BOX_COLUMNS[7]: box_type.get(gcls, 1)})
+            frame_no += 1
+        pq.write_table(pa.Table.from_pylist(lidar_rows, schema=lidar_s), data / "lidar" / f"{ctx}.parquet")
+        pq.write_table(pa.Table.from_pylist(seg_rows, schema=seg_s), data / "lidar_segmentation" / f"{ctx}.parquet")
+        pq.write_table(pa.Table.from_pylist(box_rows, schema=box_s), data / "lidar_box" / f"{ctx}.parquet")
+        calib_rows = [{KEY_CONTEXT: ctx, KEY_LASER: TOP, EXTRINSIC: ext.ravel().tolist(), INCL_MIN: float(values[0]),
+                       INCL_MAX: float(values[-1]), INCL_VALUES: values.tolist()},
+                      {KEY_CONTEXT: ctx, KEY_LASER: 2, EXTRINSIC: np.eye(4).ravel().tolist(),
+                       INCL_MIN: -1.57, INCL_MAX: 0.52, INCL_VALUES: None}]
+        pq.write_table(pa.Table.from_pylist(calib_rows, schema=calib_s), data / "lidar_calibration" / f"{ctx}.parquet")
+    return Path(root)

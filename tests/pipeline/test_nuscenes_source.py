@@ -1,0 +1,116 @@
+"""nuScenes reader through nuscenes-devkit on a generated v1.0-mini table set (+ the real sweep when present)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.sources.base import SourceError
+from pipeline.sources.nuscenes import FINE_INDEX, NuScenesSource, write_nuscenes
+from stages.frame import Boxes
+from stages.geometry import assign_points_to_boxes
+from stages.sensor import HDL32E
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real" / "nuscenes-lidar-top"
+
+
+@pytest.fixture(scope="module")
+def nu_root(tmp_path_factory) -> Path:
+    return write_nuscenes(tmp_path_factory.mktemp("nu"), 3, azimuth_step_deg=0.72)
+
+
+def test_val_split_frames_points_and_labels(nu_root):
+    src = NuScenesSource(nu_root)
+    assert (src.version, src.split) == ("v1.0-mini", "mini_val")
+    ids = src.list_frames()
+    assert len(ids) == 3  # the mini_train scene's frame is not in val
+    scenes = [src.index[t]["scene"] for t in ids]
+    assert scenes == sorted(scenes) and set(scenes) == {"scene-0103", "scene-0916"}
+    assert len(NuScenesSource(nu_root, "v1.0-mini:mini_train").list_frames()) == 1
+    f = src.read(ids[0])
+    assert f.fields == ("x", "y", "z", "intensity", "ring") and f.intensity_scale == "byte"
+    assert f.sensor == HDL32E
+    raw = np.fromfile(nu_root / src.index[ids[0]]["filename"], dtype="<f4").reshape(-1, 5)
+    np.testing.assert_array_equal(f.points, raw)
+    assert f.intensity.max() > 1.0 and f.intensity.max() <= 255
+    # ring 0 is the lowest beam: mean elevation grows with the ring id
+    ring = f.column("ring").astype(int)
+    elev = np.degrees(np.arcsin(f.xyz[:, 2] / np.linalg.norm(f.xyz, axis=1)))
+    means = np.array([elev[ring == r].mean() for r in np.unique(ring)])
+    assert np.all(np.diff(means) > 0)
+    seg = np.fromfile(nu_root / src.index[ids[0]]["lidarseg"], dtype=np.uint8)
+    np.testing.assert_array_equal(f.labels["semantic"], seg)
+    assert src.describe()["categories"]["17"] == "vehicle.car"
+
+
+def test_boxes_in_lidar_frame_hold_their_labelled_points(nu_root):
+    """Boxes go global → ego → sensor with the devkit; vehicle-labelled points must fall inside them."""
+    src = NuScenesSource(nu_root)
+    for fid in src.list_frames():
+        f = src.read(fid)
+        assert isinstance(f.boxes, Boxes) and len(f.boxes) >= 3
+        owner = assign_points_to_boxes(f.xyz, f.boxes)
+        veh = np.isin(f.labels["semantic"], [FINE_INDEX["vehicle.car"], FINE_INDEX["vehicle.truck"],
+                                             FINE_INDEX["vehicle.bus.rigid"]])
+        assert veh.sum() > 10
+        assert (owner[veh] >= 0).mean() > 0.99
+        assert (owner[f.labels["semantic"] == FINE_INDEX["flat.driveable_surface"]] >= 0).mean() < 0.05
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_lidarseg_length_mismatch_names_the_label_file(nu_root, tmp_path):
+    root = _copy(nu_root, tmp_path / "r")
+    src = NuScenesSource(root)
+    fid = src.list_frames()[1]
+    seg = root / src.index[fid]["lidarseg"]
+    np.fromfile(seg, dtype=np.uint8)[:-1].tofile(seg)
+    with pytest.raises(SourceError, match=r"labels but .* points") as e:
+        src.read(fid)
+    assert e.value.path == str(seg)
+    src.read(src.list_frames()[0])
+
+
+def test_unknown_sample_token(nu_root, tmp_path):
+    src = NuScenesSource(nu_root)
+    with pytest.raises(SourceError, match="unknown sample token") as e:
+        src.read("0" * 32)
+    assert e.value.path.endswith("sample.json")
+    root = _copy(nu_root, tmp_path / "r")
+    table = root / "v1.0-mini" / "sample_data.json"
+    rows = json.loads(table.read_text())
+    rows[0]["sample_token"] = "f" * 32
+    table.write_text(json.dumps(rows))
+    with pytest.raises(SourceError, match="unknown token") as e:
+        NuScenesSource(root)
+    assert e.value.path == str(table)
+
+
+def test_bad_point_file_is_named(nu_root, tmp_path):
+    root = _copy(nu_root, tmp_path / "r")
+    src = NuScenesSource(root)
+    fid = src.list_frames()[0]
+    pcd = root / src.index[fid]["filename"]
+    pcd.write_bytes(pcd.read_bytes()[:-4])
+    with pytest.raises(SourceError, match="multiple of 20") as e:
+        src.read(fid)
+    assert e.value.path == str(pcd)
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real/nuscenes-lidar-top is absent (a fresh clone)")
+def test_real_sweep_through_the_devkit(tmp_path):
+    sweep = np.fromfile(next(REAL.glob("*.pcd.bin")), dtype="<f4").reshape(-1, 5)
+    root = write_nuscenes(tmp_path / "nu", 1, sweeps=[sweep], train_frames=0, azimuth_step_deg=2.0)
+    src = NuScenesSource(root)
+    f = src.read(src.list_frames()[0])
+    assert len(f) == 34_688
+    np.testing.assert_array_equal(f.points, sweep)
+    counts = np.bincount(f.column("ring").astype(int), minlength=32)
+    assert counts.tolist() == [1084] * 32
