@@ -132,8 +132,20 @@ def run_build(
     store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
         f"{recipe.name}/{recipe.version}")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
-    ledger = Ledger(store)
     specs = plan_shards(frame_ids, fps)
+    # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
+    with store.writer_lock("bench-build run"):
+        store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
+        return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
+                             workers=workers, address=address, overwrite=overwrite, recheck=recheck,
+                             progress=progress)
+
+
+def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
+                  store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
+                  workers: int | None, address: str | None, overwrite: bool, recheck: str,
+                  progress: bool) -> BuildResult:
+    ledger = Ledger(store)
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
 

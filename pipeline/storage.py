@@ -8,7 +8,13 @@ hold on both backends:
 - **Atomic appearance.** `Store.staged_file` hands out a local temporary file; only a complete file
   appears under its final name — by fsync + rename locally, by one PUT (or one completed multipart
   upload, which S3 also makes visible atomically) of the finished file on S3. A killed writer leaves
-  at most a temporary file (locally: ``.<name>.*.tmp`` beside the target, removed by the next attempt).
+  at most a temporary file ``.<name>.<host>~<pid>.<random>.tmp`` beside the target; a later attempt
+  removes it only once its owner process is dead (a live writer's temp file is never touched).
+- **One writer per version.** `Store.writer_lock` is held by a build for its whole run: locally an
+  ``flock`` on ``.bench-build.lock`` in the version directory (the kernel releases it when the holder
+  dies, so a lock is never stale), on S3 a lease object ``_lease.json`` created with
+  ``If-None-Match: *``, renewed with ``If-Match`` and taken over only once expired or its owner is
+  known dead. A second writer gets `VersionLocked` naming the holder (host, pid, command, start).
 - **Conditional writes.** `Store.put_bytes(if_absent=True)` creates an object only if it does not
   exist; ``if_match=etag`` replaces it only if it is still the version that was read. On S3 these are
   the ``If-None-Match: *`` / ``If-Match`` headers of PutObject (AWS S3 since 2024; SeaweedFS ≥ 3.80
@@ -30,13 +36,19 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
+import socket
+import sys
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -64,6 +76,79 @@ class PreconditionFailed(StorageError):
     """A conditional write lost: the object exists (if_absent) or changed since it was read (if_match)."""
 
 
+class VersionLocked(StorageError):
+    """Another process holds the version's writer lock (or lease); the message names it."""
+
+
+LOCK_NAME = ".bench-build.lock"  # local writer lock (a dot file: never listed, published or read as data)
+LEASE_NAME = "_lease.json"  # S3 writer lease, beside the version's data (never listed in a manifest)
+LEASE_TTL = 120.0  # seconds a lease lives without renewal; the holder renews every TTL / 4
+
+
+# -- owners (who writes a temp file or holds a lock) ------------------------------------------------
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname().split(".")[0]) or "host"
+
+
+def owner_tag() -> str:
+    """``<host>~<pid>`` of this process: part of every temp file name, so its liveness can be checked."""
+    return f"{_host()}~{os.getpid()}"
+
+
+def owner_info(purpose: str) -> dict[str, Any]:
+    return {"host": _host(), "pid": os.getpid(), "purpose": purpose,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_dead(host: Any, pid: Any) -> bool:
+    """True only when the owner is known dead: a process of this host that no longer exists."""
+    return host == _host() and isinstance(pid, int) and pid > 0 and not pid_alive(pid)
+
+
+_TEMP_OWNER = re.compile(r"\.([A-Za-z0-9_-]+)~(\d+)\.[^.]+\.tmp$")
+
+
+def temp_owner_dead(name: str) -> bool:
+    """May the temp file ``name`` be removed? Only if its owner is dead (untagged legacy temps: yes)."""
+    m = _TEMP_OWNER.search(name)
+    if m is None:
+        return True
+    return owner_dead(m.group(1), int(m.group(2)))
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def remove_dead_temps(directory: Path, pattern: str = ".*.tmp", *, recursive: bool = False) -> int:
+    """Delete temp files under ``directory`` whose owner process is dead; return how many."""
+    if not directory.is_dir():
+        return 0
+    n = 0
+    for p in (directory.rglob(pattern) if recursive else directory.glob(pattern)):
+        if p.is_file() and temp_owner_dead(p.name):
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+def describe_holder(where: str, other: dict[str, Any]) -> str:
+    return (f"{where} is being written by another {other.get('purpose', 'process')}: pid {other.get('pid', '?')} "
+            f"on {other.get('host', '?')} since {other.get('started', '?')} ({other.get('command', '?')}); "
+            "wait for it to finish, or stop it and run again")
+
+
 # -- secrets ---------------------------------------------------------------------------------------
 _SECRETS: set[str] = set()
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
@@ -84,10 +169,15 @@ def redact(text: str) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+def _mkstemp(directory: Path, name: str) -> tuple[int, str]:
+    """A temp file ``.<name>.<host>~<pid>.<random>.tmp`` in ``directory`` (its owner is in its name)."""
+    return tempfile.mkstemp(prefix=f".{name}.{owner_tag()}.", suffix=".tmp", dir=directory)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp(path.parent, path.name)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -226,6 +316,16 @@ class Store:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    @contextlib.contextmanager
+    def writer_lock(self, purpose: str) -> Iterator[None]:
+        """Hold this root's exclusive writer lock for the block; raise `VersionLocked` naming the holder."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def remove_dead_temps(self) -> int:
+        """Delete temp files under the root whose owner process is dead; how many."""
+        return 0
+
 
 # -- local -----------------------------------------------------------------------------------------
 class LocalStore(Store):
@@ -300,7 +400,7 @@ class LocalStore(Store):
 
     def _temp(self, path: Path) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = _mkstemp(path.parent, path.name)
         os.close(fd)
         return tmp
 
@@ -381,8 +481,8 @@ class LocalStore(Store):
     def staged_file(self, key: str) -> Iterator[StagedFile]:
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed earlier attempt
-            stale.unlink(missing_ok=True)
+        # left by a killed earlier attempt; a live writer's temp (another run) is never touched
+        remove_dead_temps(path.parent, f".{glob_escape(path.name)}.*.tmp")
         tmp = Path(self._temp(path))
         staged = StagedFile(key, tmp)
         try:
@@ -394,6 +494,43 @@ class LocalStore(Store):
         finally:
             tmp.unlink(missing_ok=True)
         staged.path = path
+
+
+    @contextlib.contextmanager
+    def writer_lock(self, purpose: str) -> Iterator[None]:
+        """``flock`` on ``<root>/.bench-build.lock``: released by the kernel when the holder dies (never stale).
+
+        The lock file is never deleted (deleting it would let a second writer lock a new inode while
+        the first still holds the old one); it holds the holder's pid/host/command while locked."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other: dict[str, Any] = {}
+                for _ in range(20):  # the holder writes its name just after locking: give it a moment
+                    with contextlib.suppress(OSError, ValueError):
+                        other = json.loads(path.read_text() or "{}")
+                    if other:
+                        break
+                    time.sleep(0.05)
+                raise VersionLocked(describe_holder(str(self.root), other)) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(owner_info(purpose)).encode(), 0)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def remove_dead_temps(self) -> int:
+        """Delete every temp file under the root whose owner is dead (call while holding the writer lock)."""
+        return remove_dead_temps(self.root, ".*.tmp", recursive=True)
 
 
 # -- S3 --------------------------------------------------------------------------------------------
@@ -597,7 +734,7 @@ class S3Store(Store):
     def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".tmp", dir=local.parent)
+        fd, tmp = _mkstemp(local.parent, local.name)
         os.close(fd)
         try:
             with self._calls(key, "download"):
@@ -624,9 +761,8 @@ class S3Store(Store):
         tag = hashlib.sha256(self.key_url(key).encode()).hexdigest()[:16]
         staging = Path(os.environ.get("BENCH_BUILD_STAGING") or Path(tempfile.gettempdir()) / "bench-build-staging")
         staging.mkdir(parents=True, exist_ok=True)
-        for stale in staging.glob(f".{tag}.*.tmp"):  # left by a killed earlier attempt of this object
-            stale.unlink(missing_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{tag}.", suffix=".tmp", dir=staging)
+        remove_dead_temps(staging, f".{tag}.*.tmp")  # left by a killed earlier attempt of this object
+        fd, name = _mkstemp(staging, tag)
         os.close(fd)
         tmp = Path(name)
         staged = StagedFile(key, tmp)
@@ -636,6 +772,71 @@ class S3Store(Store):
             self.upload_file(tmp, key, sha256=staged.sha256)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+    @contextlib.contextmanager
+    def writer_lock(self, purpose: str, *, ttl: float = LEASE_TTL) -> Iterator[None]:
+        """A lease ``_lease.json``: created only if absent, renewed by compare-and-swap every ``ttl / 4``,
+        taken over only when expired (or its holder is a dead process of this host), deleted at the end."""
+        me = owner_info(purpose)
+        me["id"] = uuid.uuid4().hex
+
+        def body() -> bytes:
+            return json.dumps({**me, "expires": time.time() + ttl}).encode()
+
+        etag: str | None = None
+        for _ in range(10):
+            try:
+                etag = self.put_bytes(LEASE_NAME, body(), if_absent=True)
+                break
+            except PreconditionFailed:
+                pass
+            cur = self.get(LEASE_NAME)
+            if cur is None:
+                continue  # released meanwhile
+            try:
+                other = json.loads(cur[0])
+            except ValueError:
+                other = {}
+            expired = not isinstance(other.get("expires"), int | float) or other["expires"] < time.time()
+            if not (expired or owner_dead(other.get("host"), other.get("pid"))):
+                raise VersionLocked(describe_holder(self.url, other) + f" (lease {self.key_url(LEASE_NAME)})")
+            try:
+                etag = self.put_bytes(LEASE_NAME, body(), if_match=cur[1])  # take over a dead holder's lease
+                break
+            except PreconditionFailed:
+                continue
+        if etag is None:
+            raise VersionLocked(f"{self.url}: could not take the writer lease (too much contention)")
+        stop = threading.Event()
+        state = {"etag": etag}
+
+        def renew() -> None:
+            while not stop.wait(ttl / 4):
+                try:
+                    state["etag"] = self.put_bytes(LEASE_NAME, body(), if_match=state["etag"])
+                except PreconditionFailed:
+                    print(f"[bench-build] warning: lost the writer lease {self.key_url(LEASE_NAME)}",
+                          file=sys.stderr, flush=True)
+                    return
+                except Exception as e:  # a network blip: try again at the next period
+                    print(f"[bench-build] warning: could not renew the lease: {redact(str(e))}",
+                          file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=renew, name="lease-renew", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            with contextlib.suppress(Exception):
+                cur = self.get(LEASE_NAME)
+                if cur is not None and json.loads(cur[0]).get("id") == me["id"]:
+                    self.delete(LEASE_NAME)
+
+    def remove_dead_temps(self) -> int:
+        return 0  # S3 has no temp objects: staged files live in the local staging directory
 
 
 class _RangeReader(io.RawIOBase):

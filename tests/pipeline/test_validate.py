@@ -88,7 +88,7 @@ def validated(tmp_path_factory):
                                f'real_clean = "{clear_dir}"\nthreads = 1\n{table}\n')
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         t0 = time.time()
         build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False)
