@@ -1,0 +1,94 @@
+"""sensor_noise (ModelNet40-E, PHYSICS.md §6): σ/μ formula, noise along the ray, outlier rate, normals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial import cKDTree
+
+from stages.frame import PointTag
+from stages.object.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise
+from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
+
+# paper Table 1 (×10³ and % converted), light / moderate / heavy
+LEVELS = {
+    "light": dict(a=(0.002, 0.004), b=(0.0005, 0.0015), c=(1.0, 2.0), k=(0.0025, 0.0075), q=(0.005, 0.015)),
+    "moderate": dict(a=(0.003, 0.007), b=(0.001, 0.003), c=(1.5, 2.5), k=(0.005, 0.015), q=(0.01, 0.03)),
+    "heavy": dict(a=(0.005, 0.015), b=(0.002, 0.004), c=(2.0, 4.0), k=(0.01, 0.025), q=(0.04, 0.08)),
+}
+
+
+def test_normals_equal_the_per_point_loop_of_the_anchor():
+    """Vectorised normals = for each point, the smallest eigenvector of np.cov of its 10 nearest (sign-free)."""
+    xyz = make_object(3, n=2048).xyz.astype(np.float64)
+    fast = pca_normals(xyz, 10)
+    _, idx = cKDTree(xyz).query(xyz, k=10)
+    for i in range(0, 2048, 37):
+        w, v = np.linalg.eigh(np.cov(xyz[idx[i]].T))
+        if w[1] - w[0] > 1e-9 * max(w[2], 1e-30):  # a well-defined smallest direction
+            assert abs(abs(fast[i] @ v[:, 0]) - 1) < 1e-6
+
+
+def test_zero_noise_is_identity():
+    shape = make_sphere()
+    zero = SensorNoiseParams(a=(0, 0), b=(0, 0), c=(0, 0), k=(0, 0), q=(0, 0))
+    out = sensor_noise(shape, zero, rng_for(0))
+    np.testing.assert_allclose(out.points, shape.points, atol=1e-7)
+    assert (out.labels["sigma"] == 0).all() and (out.labels["mu"] == 0).all()
+    with pytest.raises(ValueError, match="q"):
+        sensor_noise(shape, SensorNoiseParams(a=(0, 0), b=(0, 0), c=(0, 0), k=(0, 0), q=(0.5, 1.5)), rng_for(0))
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_sigma_mu_formula_noise_and_outliers(level):
+    params = SensorNoiseParams(**LEVELS[level])
+    shape = make_sphere(1)
+    snap = snapshot(shape)
+    p = shape.xyz.astype(np.float64)
+    normal = pca_normals(p, 10)  # checked against the anchor's loop above
+    analytic = p / np.linalg.norm(p, axis=1, keepdims=True)
+    assert np.median(np.abs((normal * analytic).sum(axis=1))) > np.cos(np.deg2rad(5))
+    z_all, outliers, total = [], 0, 0
+    for seed in range(25):
+        out = sensor_noise(shape, params, rng_for(seed))
+        info = out.info
+        for name in ("a", "b", "c", "k", "q"):
+            lo, hi = LEVELS[level][name]
+            assert lo <= info[name] <= hi
+        s = np.array(info["sensor"])
+        assert np.linalg.norm(s) == pytest.approx(2.0)
+        assert abs(np.arcsin(s[2] / 2.0)) <= np.pi / 4 + 1e-12
+        v = p - s
+        r = np.linalg.norm(v, axis=1)
+        u = v / r[:, None]
+        cos_t = np.abs((u * normal).sum(axis=1))
+        want_sigma = (info["a"] + info["b"] * r) * (1 + info["c"] * (1 - cos_t))
+        want_mu = info["k"] * (1 - cos_t)
+        np.testing.assert_allclose(out.labels["sigma"], want_sigma, rtol=1e-5)
+        np.testing.assert_allclose(out.labels["mu"], want_mu, rtol=1e-5, atol=1e-9)
+        tag = out.point_tag
+        assert set(np.unique(tag).tolist()) <= {PointTag.JITTER, PointTag.SYNTHETIC}
+        moved = out.xyz.astype(np.float64) - p
+        ok = tag == PointTag.JITTER
+        eps = (moved[ok] * u[ok]).sum(axis=1)
+        # displacement is along the sensor ray only
+        assert np.abs(moved[ok] - eps[:, None] * u[ok]).max() < 1e-6
+        z_all.append((eps - out.labels["mu"][ok]) / out.labels["sigma"][ok])
+        assert (np.abs(out.xyz[~ok]) <= 0.5).all()  # outliers in the [−0.5, 0.5]³ box
+        outliers += int((~ok).sum())
+        total += len(ok)
+        assert info["outliers"] == int((~ok).sum())
+    z = np.concatenate(z_all)
+    assert abs(z.mean()) < 5 / np.sqrt(len(z)) and abs(z.std() - 1) < 5 / np.sqrt(2 * len(z))
+    q_mean = np.mean(LEVELS[level]["q"])  # q ~ U(lo, hi) per shape, outliers ~ Bernoulli(q) per point
+    lo, hi = LEVELS[level]["q"]
+    sd = np.sqrt((hi - lo) ** 2 / 12 / 25 + q_mean * (1 - q_mean) / total)
+    assert abs(outliers / total - q_mean) < 5 * sd
+    assert unchanged(shape, snap)
+
+
+def test_mean_sigma_grows_with_level():
+    shape = make_object(2, n=2048)
+    means = [np.mean([sensor_noise(shape, SensorNoiseParams(**LEVELS[lv]), rng_for(s)).labels["sigma"].mean()
+                      for s in range(30)]) for lv in LEVELS]
+    assert means == sorted(means)
