@@ -261,6 +261,34 @@ def export(
     out_console.print(f"wrote {n} frames to {out}/training")
 
 
+@app.command()
+def score(
+    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    predictions: Annotated[Path, typer.Argument(
+        help="Predictions: .jsonl or .parquet keyed by example key; for detection a directory of KITTI "
+             "result files <corruption>/<severity>/<frame>.txt")],
+    *,
+    out: Annotated[Path | None, typer.Option(help="Write OUT.csv and OUT.json (default: print only)")] = None,
+    metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e or "
+                                                    "3dos (default: from the dataset name)")] = None,
+    num_classes: Annotated[int | None, typer.Option(help="Classes of a classification benchmark "
+                                                         "(default: the manifest's, else 40)")] = None,
+) -> None:
+    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, ECE, AUROC, FPR95, ...)."""
+    from manifests.manifest import ManifestError
+    from pipeline.score import PredictionError, score_version
+    from pipeline.score.report import print_report
+
+    try:
+        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes)
+    except (PredictionError, ManifestError, ValueError, KeyError) as e:
+        raise _fail(e) from None
+    print_report(report, out_console)
+    if out is not None:
+        csv_path, json_path = report.write(out)
+        out_console.print(f"wrote {csv_path} and {json_path}")
+
+
 @app.command("list")
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""

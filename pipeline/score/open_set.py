@@ -1,0 +1,36 @@
+"""3DOS metrics (Alliegro et al., NeurIPS 2022 D&B; ``utils/ood_metrics.py`` of 3D_OS): AUROC and
+FPR95 of known (in-distribution, **positive**) vs unknown examples from a per-example normality
+score (higher = more likely known: MSP, max logit, energy, …).
+
+FPR95 is the fraction of unknown examples accepted at the threshold that accepts 95 % of the known
+ones, linearly interpolated on the ROC (``np.interp(0.95, tpr, fpr)``). Reported for the known test
+set vs each unknown set and vs their union ("big target").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeline.score.rank import auroc, fpr_at_tpr
+
+
+def open_set_metrics(known_scores: np.ndarray, unknown_scores: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{"<unknown set>": {"AUROC", "FPR95", "n_known", "n_unknown"}, …, "union": {…}}`` (fractions)."""
+    known = np.asarray(known_scores, np.float64)
+    if len(known) == 0:
+        raise ValueError("3DOS metrics need known (in-distribution) examples")
+    out: dict[str, Any] = {}
+    sets = {name: np.asarray(s, np.float64) for name, s in unknown_scores.items() if len(s)}
+    if not sets:
+        raise ValueError("3DOS metrics need unknown (out-of-distribution) examples")
+    if len(sets) > 1:
+        sets["union"] = np.concatenate(list(sets.values()))
+    for name, unk in sets.items():
+        scores = np.r_[known, unk]
+        positive = np.r_[np.ones(len(known), bool), np.zeros(len(unk), bool)]
+        out[name] = {"AUROC": auroc(scores, positive), "FPR95": fpr_at_tpr(scores, positive, 0.95),
+                     "n_known": len(known), "n_unknown": len(unk)}
+    return out

@@ -1,0 +1,213 @@
+"""`bench-build score`: read a version's ground truth and a prediction file, compute its paper's metrics.
+
+Which metrics a version gets follows from its dataset name (or ``metric=`` explicitly):
+
+| metric        | datasets                       | needs                                   |
+|---------------|--------------------------------|-----------------------------------------|
+| ``kitti-c``   | kitti-c                        | KITTI result dirs                       |
+| ``robo3d-det``| robo3d-kitti-c                 | KITTI result dirs                       |
+| ``robo3d-seg``| robo3d-semantickitti-c, …      | ``labels`` per key                      |
+| ``modelnet-c``| modelnet-c                     | ``probs`` or ``pred`` per key           |
+| ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
+| ``3dos``      | 3dos*                          | ``score`` per key                       |
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
+from pipeline.score.truth import iter_columns, manifest_of, object_truth
+
+METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos")
+
+
+def metric_for(dataset: str, source_kind: str | None = None) -> str:
+    d = dataset.lower()
+    if d.startswith("robo3d"):
+        if "kitti-c" in d and "semantic" not in d:
+            return "robo3d-det"
+        return "robo3d-seg"
+    if d.startswith("modelnet40-e"):
+        return "modelnet40-e"
+    if d.startswith("modelnet-c"):
+        return "modelnet-c"
+    if d.startswith("3dos"):
+        return "3dos"
+    if d.startswith("kitti-c") or source_kind == "kitti":
+        return "kitti-c"
+    raise ValueError(f"no metric known for dataset {dataset!r}; pass one of {', '.join(METRICS)}")
+
+
+@dataclass
+class ScoreReport:
+    dataset: str
+    version: str
+    metric: str
+    rows: list[dict[str, Any]] = field(default_factory=list)  # corruption, severity, name, value
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, corruption: str, severity: int | str, name: str, value: float) -> None:
+        self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value})
+
+    def write(self, out: str | Path) -> tuple[Path, Path]:
+        """``<out>.csv`` (one row per corruption × severity × metric) and ``<out>.json`` (everything)."""
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        csv_path, json_path = out.with_suffix(".csv"), out.with_suffix(".json")
+        with csv_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value"])
+            w.writeheader()
+            w.writerows(self.rows)
+        json_path.write_text(json.dumps({"dataset": self.dataset, "version": self.version, "metric": self.metric,
+                                         "summary": self.summary, "rows": self.rows}, indent=1, default=_json))
+        return csv_path, json_path
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    return str(v)
+
+
+def score_version(version_dir: str | Path, predictions: str | Path, *, metric: str | None = None,
+                  classes: tuple[str, ...] = ("Car", "Pedestrian", "Cyclist"), num_classes: int | None = None,
+                  ignore_label: int | None = 0) -> ScoreReport:
+    manifest = manifest_of(version_dir)
+    dataset = manifest["dataset"]
+    metric = metric or metric_for(dataset, manifest.get("source", {}).get("kind"))
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    report = ScoreReport(dataset, manifest["version"], metric)
+    severity_names = list(manifest["recipe"].get("severity_names") or [])
+    if metric in ("kitti-c", "robo3d-det"):
+        _detection(report, version_dir, Path(predictions), severity_names, classes)
+    elif metric == "robo3d-seg":
+        _segmentation(report, version_dir, predictions, dataset, ignore_label)
+    else:
+        _objects(report, version_dir, predictions, dataset, manifest, num_classes)
+    return report
+
+
+def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes) -> None:
+    from pipeline.score.detection import score_detection
+    from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
+    from pipeline.score.robo3d import robo3d_metrics
+
+    if not pred_root.is_dir():
+        raise PredictionError(f"{pred_root}: detection predictions are a directory of KITTI result files "
+                              "(<corruption>/<severity>/<frame>.txt)")
+    if report.metric == "robo3d-det":
+        classes = ("Car",)
+    aps = score_detection(version_dir, pred_root, severity_names=severity_names, classes=classes)
+    for part, res in aps.items():
+        for cls, by_metric in res.items():
+            for m, by_diff in by_metric.items():
+                for diff, v in by_diff.items():
+                    report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/AP_R40", v["AP_R40"])
+    if report.metric == "robo3d-det":
+        acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
+        report.summary = robo3d_metrics(acc, "kitti-c")
+        report.summary["accuracy"] = "Car moderate 3D AP (R40)"
+        return
+    summary: dict[str, Any] = {}
+    for cls in classes:
+        for m in ("3d", "bev"):
+            oa = {(p.corruption, p.severity): overall_accuracy(r[cls][m]) for p, r in aps.items()}
+            summary[f"{cls}/{m}"] = kitti_c_metrics(oa) if len(oa) > 1 else {"OA_clean": oa.get(("clean", 0))}
+            for (c, s), v in oa.items():
+                report.add(c, s, f"{cls}/{m}/OA", v)
+    report.summary = summary
+
+
+def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, ignore_label: int | None) -> None:
+    from pipeline.score.robo3d import confusion, miou, robo3d_metrics
+
+    preds = read_predictions(predictions)
+    gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
+    keys = []
+    for part, cols in iter_columns(version_dir, ["key", "semantic"]):
+        if "semantic" not in cols:
+            raise ValueError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
+        for k, sem in zip(cols["key"], cols["semantic"], strict=True):
+            if sem is None:
+                raise ValueError(f"{version_dir}: example {k} has no semantic labels")
+            gts.setdefault((part.corruption, part.severity), []).append((k, np.asarray(sem, np.int64) & 0xFFFF))
+            keys.append(k)
+    check_keys(predictions, preds, keys, report.dataset)
+    num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
+    for k in keys:
+        lab = preds[k].get("labels")
+        if not isinstance(lab, list):
+            raise PredictionError(f"{predictions}: key {k!r}: no 'labels' list")
+        if lab and (min(lab) < 0 or not all(isinstance(x, int) for x in lab)):
+            raise PredictionError(f"{predictions}: key {k!r}: labels must be non-negative integers")
+        num_classes = max(num_classes, 1 + max(lab, default=0))
+    acc = {}
+    for part, items in gts.items():
+        conf = np.zeros((num_classes, num_classes), np.int64)
+        for k, g in items:
+            p = np.asarray(preds[k]["labels"], np.int64)
+            if len(p) != len(g):
+                raise PredictionError(f"{predictions}: key {k!r}: {len(p)} labels for {len(g)} points")
+            conf += confusion(g, p, num_classes, ignore_label)
+        acc[part] = miou(conf, ignore_label)[0]
+        report.add(part[0], part[1], "mIoU", acc[part])
+    table = "nuscenes-c-seg" if "nuscenes" in dataset else "semantickitti-c"
+    report.summary = robo3d_metrics(acc, table) if len(acc) > 1 else {"clean": acc.get(("clean", 0))}
+
+
+def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
+    from pipeline.score.modelnet40_e import modelnet40_e_metrics
+    from pipeline.score.modelnet_c import modelnet_c_metrics
+    from pipeline.score.open_set import open_set_metrics
+
+    truth = object_truth(version_dir)
+    preds = read_predictions(predictions)
+    check_keys(predictions, preds, truth.keys, dataset)
+    if report.metric == "3dos":
+        if truth.known is None:
+            raise ValueError(f"{version_dir}: no 'known' column: not a 3DOS build")
+        s = scalar(predictions, preds, truth.keys, "score")
+        unknown = {}
+        for i in np.nonzero(~truth.known)[0]:
+            name = (truth.unknown_set[i] if truth.unknown_set else None) or "unknown"
+            unknown.setdefault(name, []).append(s[i])
+        report.summary = open_set_metrics(s[truth.known], unknown)
+        for name, v in report.summary.items():
+            report.add("clean", 0, f"{name}/AUROC", v["AUROC"])
+            report.add("clean", 0, f"{name}/FPR95", v["FPR95"])
+        return
+    k = num_classes or len(manifest.get("classes") or []) or 40
+    probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c")
+    parts = [(p.corruption, p.severity) for p in truth.partition]
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, p in enumerate(parts):
+        groups.setdefault(p, []).append(i)
+    if report.metric == "modelnet-c":
+        oa = {p: float(np.mean(probs[idx].argmax(1) == truth.class_id[idx])) for p, idx in groups.items()}
+        for (c, s), v in oa.items():
+            report.add(c, s, "OA", v)
+        report.summary = modelnet_c_metrics(oa)
+        return
+    per = {f"{c}/{s}": modelnet40_e_metrics(probs[idx], truth.class_id[idx],
+                                            None if truth.sigma_mean is None else truth.sigma_mean[idx])
+           for (c, s), idx in groups.items()}
+    noisy = [i for i, p in enumerate(parts) if p[0] != "clean"]
+    if noisy:
+        per["noisy (pooled)"] = modelnet40_e_metrics(probs[noisy], truth.class_id[noisy],
+                                                     None if truth.sigma_mean is None else truth.sigma_mean[noisy])
+    for name, m in per.items():
+        c, _, s = name.partition("/")
+        for metric, v in m.items():
+            if metric != "n":
+                report.add(c, s or "all", metric, v)
+    report.summary = per

@@ -1,0 +1,241 @@
+"""`bench-build score` end to end: versions written in the real row schema, predictions in each format,
+and every kind of bad prediction file rejected with the key or line named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.schema import encode_rows, schema_with_metadata
+from pipeline.score import PredictionError, score_version
+from pipeline.score.kitti_c import overall_accuracy
+from pipeline.score.kitti_eval import evaluate, parse_kitti_objects
+from pipeline.sources.kitti import KittiSource, format_labels
+
+runner = CliRunner()
+
+
+def write_manifest(root: Path, dataset: str, shards: list[dict], severity_names=None) -> None:
+    (root / "manifest.json").write_text(json.dumps({
+        "manifest_version": 1, "dataset": dataset, "version": "0.1.0", "source": {"kind": "test"},
+        "recipe": {"name": dataset, "severity_names": severity_names or []}, "shards": shards}))
+
+
+@pytest.fixture(scope="module")
+def det_version(tmp_path_factory, demo_kitti_master) -> Path:
+    """A kitti-c-style version of 4 demo frames: clean, gaussian_rad/1 (same boxes), beam_del/1."""
+    root = tmp_path_factory.mktemp("det") / "kitti-c" / "0.1.0"
+    src = KittiSource(demo_kitti_master)
+    frames = [src.read(f) for f in src.list_frames()[:4]]
+    shards = []
+    for corruption, severity in (("clean", 0), ("gaussian_rad", 1), ("beam_del", 1)):
+        rel = f"data/corruption={corruption}/severity={severity}/part-00000-of-00001.parquet"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        batch = encode_rows([(f"kitti-c/{f.frame_id}/{corruption}/{severity}", corruption, severity, f)
+                             for f in frames])
+        pq.write_table(pa.Table.from_batches([batch], schema=schema_with_metadata({"fields": list(frames[0].fields),
+                                                                                  "intensity_scale": "unit"})),
+                       root / rel)
+        shards.append({"path": rel, "corruption": corruption, "severity": severity})
+    write_manifest(root, "kitti-c", shards)
+    return root
+
+
+def _gt_text(demo_kitti_master, fid: str) -> str:
+    frame = KittiSource(demo_kitti_master).read(fid)
+    return format_labels(frame.boxes, frame.calib)
+
+
+def write_results(root: Path, demo, version: Path, *, drop: dict | None = None, empty: set | None = None) -> Path:
+    """Result files = the ground truth with score 0.9 (a perfect detector); ``empty`` partitions detect nothing."""
+    fids = KittiSource(demo).list_frames()[:4]
+    for part in ("clean", "gaussian_rad/1", "beam_del/1"):
+        d = root / part
+        d.mkdir(parents=True, exist_ok=True)
+        for fid in fids:
+            if drop and fid in drop.get(part, ()):
+                continue
+            text = "" if empty and part in empty else "".join(
+                line + " 0.9\n" for line in _gt_text(demo, fid).splitlines() if not line.startswith("DontCare"))
+            (d / f"{fid}.txt").write_text(text)
+    return root
+
+
+def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
+    res = runner.invoke(app, ["score", str(det_version), str(preds), "--out", str(tmp_path / "res" / "kitti")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "res" / "kitti.json").read_text())
+    assert data["metric"] == "kitti-c"
+    # the same numbers as the evaluator on the ground-truth text directly
+    fids = KittiSource(demo_kitti_master).list_frames()[:4]
+    gts = [parse_kitti_objects(_gt_text(demo_kitti_master, f), f, need_score=False) for f in fids]
+    dts = [parse_kitti_objects((preds / "clean" / f"{f}.txt").read_text(), f, need_score=True) for f in fids]
+    oa = overall_accuracy(evaluate(gts, dts, classes=("Car",))["Car"]["3d"])
+    car = data["summary"]["Car/3d"]
+    assert car["OA_clean"] == pytest.approx(oa) and oa > 0
+    assert car["per_corruption"]["gaussian_rad"]["CE_AP"] == pytest.approx(0.0)  # same boxes, same detections
+    assert car["per_corruption"]["beam_del"]["CE_AP"] == pytest.approx(oa)  # nothing detected: AP 0
+    assert car["mCE_AP"] == pytest.approx(oa / 2)
+    csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
+    assert csv_rows[0] == "corruption,severity,metric,value" and any("Car/3d/OA" in r for r in csv_rows)
+    assert "mCE_AP" in res.output
+
+
+def test_detection_missing_and_foreign_result_files(det_version, demo_kitti_master, tmp_path):
+    fids = KittiSource(demo_kitti_master).list_frames()[:4]
+    preds = write_results(tmp_path / "p1", demo_kitti_master, det_version, drop={"gaussian_rad/1": fids[1:3]})
+    with pytest.raises(PredictionError, match=rf"2 of 4 frames have no result file, e.g. {fids[1]}.txt, {fids[2]}.txt"):
+        score_version(det_version, preds)
+    preds = write_results(tmp_path / "p2", demo_kitti_master, det_version)
+    (preds / "clean" / "007480.txt").write_text("")
+    with pytest.raises(PredictionError, match=r"1 result files are not frames of this version .*007480.txt"):
+        score_version(det_version, preds)
+    (preds / "clean" / "007480.txt").unlink()
+    (preds / "beam_del" / "1" / f"{fids[0]}.txt").write_text("Car 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0\n")
+    res = runner.invoke(app, ["score", str(det_version), str(preds)])
+    assert res.exit_code == 2 and f"{fids[0]}.txt: line 1: 15 fields, expected 16" in res.output
+
+
+# ---- object benchmarks ------------------------------------------------------------------------------
+
+def write_object_version(root: Path, dataset: str, rows: list[dict]) -> Path:
+    """Object rows {key, corruption, severity, class_id, [sigma], [known], [unknown_set]} as hive files."""
+    parts: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        parts.setdefault((r["corruption"], r["severity"]), []).append(r)
+    shards = []
+    for (c, s), rs in parts.items():
+        rel = f"data/corruption={c}/severity={s}/part-00000-of-00001.parquet"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        cols = {k: [r[k] for r in rs] for k in rs[0] if k not in ("corruption", "severity")}
+        pq.write_table(pa.table(cols), root / rel)
+        shards.append({"path": rel, "corruption": c, "severity": s})
+    write_manifest(root, dataset, shards)
+    return root
+
+
+MNC = ("scale", "jitter", "rotate", "dropout_global", "dropout_local", "add_global", "add_local")
+
+
+def test_modelnet_c_from_jsonl(tmp_path):
+    rows, preds = [], []
+    for c, sevs in [("clean", [0]), *[(c, [1, 2, 3, 4, 5]) for c in MNC]]:
+        for s in sevs:
+            for i in range(10):
+                key = f"modelnet-c/{i:04d}/{c}/{s}"
+                rows.append({"key": key, "corruption": c, "severity": s, "class_id": i % 4})
+                # jitter: 6 of 10 right at every level, everything else 9 of 10 right
+                right = i < (6 if c == "jitter" else 9)
+                preds.append({"key": key, "pred": i % 4 if right else (i + 1) % 4})
+    v = write_object_version(tmp_path / "modelnet-c" / "0.1.0", "modelnet-c", rows)
+    p = tmp_path / "preds.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in preds))
+    rep = score_version(v, p, num_classes=4)
+    m = rep.summary
+    assert m["OA_clean"] == 0.9 and m["per_corruption"]["jitter"]["OA"] == 0.6
+    assert m["per_corruption"]["jitter"]["CE"] == round(0.4 / (1 - 0.684), 3)
+    assert m["per_corruption"]["scale"]["CE"] == round(0.1 / (1 - 0.906), 3)
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "4"])
+    assert res.exit_code == 0 and "mCE" in res.output
+
+
+def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
+    probs = [[0.88, 0.12], [0.62, 0.38], [0.33, 0.67], [0.56, 0.44]]
+    labels = [0, 1, 1, 0]
+    sig = [[0.01, 0.01], [0.02, 0.04], [0.02, 0.02], [0.05, 0.03]]
+    rows = [{"key": f"modelnet40-e/{i}/noise/1", "corruption": "noise", "severity": 1, "class_id": labels[i],
+             "sigma": sig[i]} for i in range(4)]
+    v = write_object_version(tmp_path / "modelnet40-e" / "1", "modelnet40-e", rows)
+    p = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"key": [r["key"] for r in rows], "probs": probs}), p)
+    m = score_version(v, p, num_classes=2).summary["noise/1"]
+    assert m["accuracy"] == 0.75 and m["AUROC_error"] == pytest.approx(2 / 3)
+    assert m["ECE"] == pytest.approx(0.12 / 4 + 2 / 4 * abs(0.645 - 0.5) + 0.44 / 4)
+    unc = 1 - np.max(probs, axis=1)
+    assert m["pearson_all"] == pytest.approx(0.75 * np.corrcoef([0.01, 0.03, 0.02, 0.04], unc)[0, 1])
+    # 3DOS: known vs two unknown sets, normality scores
+    known = [0.9, 0.8, 0.7, 0.6]
+    rows = [{"key": f"3dos-sn1/k{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": i, "known": True,
+             "unknown_set": None} for i in range(4)]
+    rows += [{"key": f"3dos-sn1/u{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": -1, "known": False,
+              "unknown_set": s} for i, s in enumerate(["SN2", "SN2", "SN3", "SN3"])]
+    v = write_object_version(tmp_path / "3dos-sn1" / "1", "3dos-sn1", rows)
+    p = tmp_path / "o.jsonl"
+    p.write_text("".join(json.dumps({"key": r["key"], "score": s}) + "\n"
+                         for r, s in zip(rows, [*known, 0.6, 0.2, 0.95, 0.1], strict=True)))
+    m = score_version(v, p).summary
+    assert m["SN2"]["AUROC"] == pytest.approx(7.5 / 8) and m["SN2"]["FPR95"] == pytest.approx(0.4)
+    assert m["union"]["AUROC"] == pytest.approx(11.5 / 16) and m["union"]["FPR95"] == pytest.approx(0.45)
+
+
+def test_segmentation_miou_and_bad_label_count(tmp_path):
+    rows = [{"key": "robo3d-semantickitti-c/000000/clean/0", "corruption": "clean", "severity": 0, "class_id": 0,
+             "semantic": [0, 1, 1, 2, 2, 2, 0]}]
+    v = write_object_version(tmp_path / "s" / "1", "robo3d-semantickitti-c", rows)
+    p = tmp_path / "seg.jsonl"
+    p.write_text(json.dumps({"key": rows[0]["key"], "labels": [0, 1, 2, 2, 2, 1, 2]}) + "\n")
+    rep = score_version(v, p)
+    assert rep.metric == "robo3d-seg" and rep.rows[0]["value"] == pytest.approx(100 * (1 / 3 + 1 / 2) / 2)
+    p.write_text(json.dumps({"key": rows[0]["key"], "labels": [0, 1]}) + "\n")
+    with pytest.raises(PredictionError, match="2 labels for 7 points"):
+        score_version(v, p)
+
+
+@pytest.fixture
+def small_mnc(tmp_path) -> Path:
+    rows = [{"key": f"modelnet-c/{i:04d}/clean/0", "corruption": "clean", "severity": 0, "class_id": 0}
+            for i in range(8)]
+    return write_object_version(tmp_path / "modelnet-c" / "0.1.0", "modelnet-c", rows)
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(5)],
+     r"3 of 8 examples have no prediction, e.g. modelnet-c/0005/clean/0, modelnet-c/0006/clean/0"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(8)]
+     + [{"key": "modelnet-c/0003/clean/0", "probs": [0, 1]}],
+     r"line 9: duplicate key 'modelnet-c/0003/clean/0' \(first at line 4\)"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(7)]
+     + ['{"key": "modelnet-c/0007/clean/0", "probs": [NaN, 1.0]}'],
+     r"line 8: key 'modelnet-c/0007/clean/0': probs\[0\] is nan \(NaN/inf\)"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [0.2, 0.3, 0.5]} for i in range(8)],
+     r"key 'modelnet-c/0000/clean/0': probs has 3 classes, the benchmark has 2"),
+    ([{"key": f"kitti-c/{i:06d}/fog/1", "probs": [1, 0]} for i in range(8)],
+     r"8 keys are from another benchmark \(kitti-c\), this version is 'modelnet-c': kitti-c/000000/fog/1"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(9)],
+     r"1 keys are not examples of this version: modelnet-c/0008/clean/0"),
+    (['{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]', "x"], r"line 1: not JSON"),
+    ([{"probs": [1, 0]}], r"line 1: no string 'key' field"),
+])
+def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
+    p = _jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(PredictionError, match=message):
+        score_version(small_mnc, p, num_classes=2)
+    res = runner.invoke(app, ["score", str(small_mnc), str(p), "--num-classes", "2"])
+    assert res.exit_code == 2 and "bad.jsonl" in res.output
+
+
+def test_bad_parquet_predictions(small_mnc, tmp_path):
+    p = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"id": ["a"]}), p)
+    with pytest.raises(PredictionError, match="no 'key' column"):
+        score_version(small_mnc, p)
+    pq.write_table(pa.table({"key": [f"modelnet-c/{i:04d}/clean/0" for i in range(8)],
+                             "probs": [[1.0, float("inf")]] * 8}), p)
+    with pytest.raises(PredictionError, match=r"row 0: key 'modelnet-c/0000/clean/0': probs\[1\] is inf"):
+        score_version(small_mnc, p)
+    (tmp_path / "p.txt").write_text("x")
+    with pytest.raises(PredictionError, match="unknown prediction format"):
+        score_version(small_mnc, tmp_path / "p.txt")
