@@ -1,0 +1,284 @@
+"""A real multi-node Ray cluster on this machine: a head and a worker node as separate `ray start` processes
+on loopback, `bench-build run --address` over them, and the worker node's raylet SIGKILLed mid-build.
+
+The run must still complete (Ray retries the killed node's tasks on the head), and its Parquet bytes and
+manifest must equal a single-node build — on local disk and on `s3://` (SeaweedFS). Nothing may be left
+half-written or duplicated. The cluster lives on 127.0.0.2: in multi-node mode
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1``) Ray replaces 127.0.0.1 with the host's interface address, and
+these tests stay on loopback. Only processes this module started are stopped, by process group — never
+`ray stop`, which would stop every Ray instance on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from manifests.manifest import read_manifest, stable_view, verify_version
+from pipeline.build import run_build
+from tests.conftest import SMALL_RECIPE
+
+HOST = "127.0.0.2"
+FRAMES = 6  # 6 shards of 1 frame × 21 partitions = 126 Parquet files
+START_TIMEOUT = 90.0
+RUN_TIMEOUT = 240.0
+RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.update(extra or {})
+    return env
+
+
+def _node_ports() -> list[str]:
+    """Every fixed port a Ray node opens, chosen free, so other Ray instances on the machine never collide."""
+    names = ("node-manager-port", "object-manager-port", "runtime-env-agent-port", "dashboard-agent-grpc-port",
+             "dashboard-agent-listen-port", "metrics-export-port")
+    return [f"--{n}={_free_port()}" for n in names]
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid → (parent pid, process group, command line) of every live process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(d.name)] = (int(fields[1]), int(fields[2]),
+                                (d / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _group_pids(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process in process group ``pgid``."""
+    return [(pid, cmd) for pid, (_, group, cmd) in _processes().items() if group == pgid]
+
+
+def _descendants(root: int) -> set[int]:
+    procs, found, frontier = _processes(), set(), {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _, _) in procs.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+@dataclass
+class RayNode:
+    proc: subprocess.Popen
+    log: Path
+
+    def wait_started(self) -> None:
+        deadline = time.time() + START_TIMEOUT
+        while time.time() < deadline:
+            if "Ray runtime started" in self.log.read_text(errors="replace"):
+                return
+            assert self.proc.poll() is None, f"ray start exited:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.2)
+        pytest.fail(f"Ray node did not start:\n{self.log.read_text()[-3000:]}")
+
+    def raylet_pid(self) -> int:
+        pids = [pid for pid, cmd in _group_pids(self.proc.pid) if "/raylet " in cmd or cmd.startswith("raylet")
+                or "core/src/ray/raylet/raylet" in cmd]
+        assert len(pids) == 1, _group_pids(self.proc.pid)
+        return pids[0]
+
+    def stop(self) -> None:
+        """SIGKILL this node's `ray start --block` and everything in its process group (only ours)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def _start_node(args: list[str], log: Path, env: dict[str, str]) -> RayNode:
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([*RAY_CLI, "start", "--block", f"--node-ip-address={HOST}", "--num-cpus=1",
+                                 "--disable-usage-stats", *_node_ports(), *args],
+                                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return RayNode(proc, log)
+
+
+@dataclass
+class Head:
+    address: str
+    node: RayNode
+    temp_dir: Path
+    env: dict[str, str]
+    logs: Path
+
+
+@pytest.fixture(scope="module")
+def head(seaweed, tmp_path_factory) -> Iterator[Head]:
+    """A one-CPU Ray head on 127.0.0.2; its workers reach the test's SeaweedFS through the AWS env chain."""
+    logs = tmp_path_factory.mktemp("raylogs")
+    temp_dir = Path(tempfile.mkdtemp(prefix="rmn", dir="/tmp"))  # Ray's socket paths must stay short
+    env = _ray_env(seaweed.env())
+    port = _free_port()
+    node = _start_node(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false"],
+                       logs / "head.log", env)
+    try:
+        node.wait_started()
+        yield Head(f"{HOST}:{port}", node, temp_dir, env, logs)
+    finally:
+        node.stop()
+        leftovers = subprocess.run(["pgrep", "-f", str(temp_dir)], capture_output=True, text=True).stdout.split()
+        for pid in leftovers:  # any process of this cluster that left its process group (none expected)
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not leftovers, f"Ray processes outlived the cluster: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("recipe") / "mini-c.toml"
+    path.write_text(SMALL_RECIPE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def single_node(head, recipe, demo_kitti_master, tmp_path_factory) -> Path:
+    """The reference: the same build on the head alone (one node), before any worker node joins."""
+    import ray
+
+    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp_path_factory.mktemp("single"),
+                    address=head.address, max_frames=FRAMES, frames_per_shard=1, progress=False)
+    assert res.ok and not ray.is_initialized()
+    return res.version_dir
+
+
+def data_files(version_dir: Path) -> dict[str, bytes]:
+    return {p.relative_to(version_dir).as_posix(): p.read_bytes()
+            for p in sorted(version_dir.rglob("*.parquet")) if "_ledger" not in p.parts}
+
+
+def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: str, done_shards, name: str) -> dict:
+    """Join a worker node, run `bench-build run --address` over both nodes, and SIGKILL the worker node's
+    raylet as soon as the ledger holds a shard built by one of that node's worker processes (so the node
+    demonstrably takes part, and the build is mid-way); return what happened.
+
+    ``done_shards()`` → {shard name: pid of the Ray worker that recorded it} from the ledger."""
+    worker = _start_node([f"--address={head.address}"], head.logs / f"{name}-worker.log", head.env)
+    driver = None
+    try:
+        worker.wait_started()
+        raylet = worker.raylet_pid()
+        driver_log = head.logs / f"{name}-driver.log"
+        with open(driver_log, "wb") as f:
+            driver = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.cli", "run", str(recipe), "--address", head.address, "--source",
+                 str(source), "--out", out, "--max-frames", str(FRAMES), "--frames-per-shard", "1",
+                 "--no-progress"], stdout=f, stderr=subprocess.STDOUT, env=head.env, start_new_session=True)
+        deadline = time.time() + RUN_TIMEOUT
+        node_pids: set[int] = set()
+        done_at_kill: dict[str, int] = {}
+        while time.time() < deadline:
+            assert driver.poll() is None, driver_log.read_text()[-3000:]
+            node_pids |= _descendants(raylet)  # the worker node's Ray workers so far
+            done_at_kill = done_shards()
+            if node_pids & set(done_at_kill.values()):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the worker node never built a shard:\n{driver_log.read_text()[-3000:]}")
+        os.kill(raylet, signal.SIGKILL)  # the worker node dies: its raylet, and with it its running tasks
+        rc = driver.wait(timeout=max(1.0, deadline - time.time()))
+        return {"rc": rc, "log": driver_log.read_text(), "done_at_kill": done_at_kill,
+                "raylet_alive": Path(f"/proc/{raylet}").exists() and "zombie" not in _state(raylet)}
+    finally:
+        if driver is not None and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+        worker.stop()
+
+
+def _state(pid: int) -> str:
+    try:
+        return "zombie" if (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z" else "alive"
+    except OSError:
+        return "gone"
+
+
+def test_worker_node_killed_mid_build_local_disk(head, recipe, single_node, demo_kitti_master, tmp_path):
+    out = tmp_path / "multi"
+    version_dir = out / "mini-c" / "0.1.0"
+    ledger = version_dir / "_ledger" / "shards"
+
+    def done_shards() -> dict[str, int]:
+        out = {}
+        for p in ledger.glob("part-*.json") if ledger.is_dir() else []:
+            if not p.name.endswith(".failed.json"):
+                try:
+                    out[p.stem] = json.loads(p.read_text())["pid"]
+                except (OSError, ValueError):  # being replaced right now: read it on the next poll
+                    pass
+        return out
+
+    r = _build_killing_the_worker_node(head, recipe, demo_kitti_master, str(out), done_shards, "local")
+    assert r["rc"] == 0, r["log"][-3000:]
+    assert 1 <= len(r["done_at_kill"]) < FRAMES, "the kill must land mid-build"
+    assert not r["raylet_alive"]
+    assert data_files(version_dir) == data_files(single_node)
+    manifest = read_manifest(version_dir)
+    assert stable_view(manifest) == stable_view(read_manifest(single_node))
+    paths = [s["path"] for s in manifest["shards"]]
+    assert len(paths) == len(set(paths)) == FRAMES * 21  # nothing duplicated …
+    assert not [p for p in version_dir.rglob("*") if p.name.endswith(".tmp")]  # … nothing half-written
+    assert len(done_shards()) == FRAMES and verify_version(version_dir).ok
+
+
+def test_worker_node_killed_mid_build_s3(head, recipe, single_node, demo_kitti_master, seaweed):
+    import uuid
+
+    client = seaweed.client()
+    prefix = f"t-mn-{uuid.uuid4().hex[:10]}"
+    version = f"{prefix}/mini-c/0.1.0"
+
+    def keys() -> list[str]:
+        out = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=seaweed.bucket, Prefix=version + "/"):
+            out += [o["Key"][len(version) + 1:] for o in page.get("Contents", [])]
+        return out
+
+    def done_shards() -> dict[str, int]:
+        return {k: json.loads(client.get_object(Bucket=seaweed.bucket, Key=f"{version}/{k}")["Body"].read())["pid"]
+                for k in keys() if k.startswith("_ledger/shards/part-") and not k.endswith(".failed.json")}
+
+    r = _build_killing_the_worker_node(head, recipe, demo_kitti_master, f"s3://{seaweed.bucket}/{prefix}",
+                                       done_shards, "s3")
+    assert r["rc"] == 0, r["log"][-3000:]
+    assert 1 <= len(r["done_at_kill"]) < FRAMES, "the kill must land mid-build"
+    assert not r["raylet_alive"]
+    objects = {k: client.get_object(Bucket=seaweed.bucket, Key=f"{version}/{k}")["Body"].read() for k in keys()}
+    assert {k: v for k, v in objects.items() if k.endswith(".parquet")} == data_files(single_node)
+    manifest = json.loads(objects["manifest.json"])
+    assert stable_view(manifest) == stable_view(read_manifest(single_node))
+    paths = [s["path"] for s in manifest["shards"]]
+    assert len(paths) == len(set(paths)) == FRAMES * 21
+    assert len(done_shards()) == FRAMES
