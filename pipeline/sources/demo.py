@@ -24,6 +24,7 @@ import numpy as np
 from pipeline.sources.kitti import KittiSource, write_frame
 from stages.frame import Boxes, Calib, Frame
 from stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, wrap_angle
+from stages.sensor import HDL64E
 
 SENSOR_HEIGHT = 1.73
 MAX_RANGE = 120.0
@@ -179,6 +180,7 @@ def generate_frame(index: int, seed: int = DEMO_SEED, *, azimuth_step_deg: float
         intensity_scale="unit",
         boxes=_labels(objs, calib),
         calib=calib,
+        sensor=HDL64E,
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from pipeline.sources.base import SourceError
 from stages.frame import DONT_CARE, Boxes, Calib, Frame
 from stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
+from stages.sensor import HDL64E
 
 LABEL_FIELDS = 15  # a 16th (score) is allowed: detection results use the same format
 CALIB_KEYS = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_cam": 12, "Tr_imu_to_velo": 12}
@@ -174,6 +175,7 @@ class KittiSource:
     kind = "kitti"
     fields = ("x", "y", "z", "intensity")
     intensity_scale = "unit"
+    sensor = HDL64E  # Velodyne HDL-64E (an S2); scans store no laser id
 
     def __init__(self, root: str | Path, split: str | None = None) -> None:
         root = Path(root)
@@ -215,7 +217,7 @@ class KittiSource:
                 raise SourceError(p["calib"], f"calibration missing for frame {frame_id}, which has labels")
             boxes = read_labels(p["label"], calib)
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
-                     boxes=boxes, calib=calib)
+                     boxes=boxes, calib=calib, sensor=self.sensor)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "root": str(self.root), "split": self.split,

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.sources.base import SourceError
+from stages.sensor import Sensor
 
 
 def read_records(path: Path, width: int, layout: str) -> np.ndarray:
@@ -68,6 +69,7 @@ class RecordSource:
     kind = "records"
     fields: tuple[str, ...] = ()
     intensity_scale = "unit"
+    sensor: Sensor | None = None  # the recording LiDAR (stages.sensor), None when unknown
 
     def __init__(self, root: str | Path, split: str | None = None) -> None:
         self.root = Path(root)
@@ -91,7 +93,7 @@ class RecordSource:
         from stages.frame import Frame
 
         return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
-                     intensity_scale=self.intensity_scale)
+                     intensity_scale=self.intensity_scale, sensor=self.sensor)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "root": str(self.root), "fields": list(self.fields),

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.sources.records import RecordSource, read_records, write_records
+from stages.weather.hdl64e_s3 import HDL64E_S3
 
 STF_FIELDS = ("x", "y", "z", "intensity", "ring")
 STF_INTENSITY_SCALE = "byte"  # 0..255
@@ -37,3 +38,4 @@ class StfSource(RecordSource):
     kind = "stf"
     fields = STF_FIELDS
     intensity_scale = STF_INTENSITY_SCALE
+    sensor = HDL64E_S3  # the ring column is the S3's laser id

@@ -108,6 +108,8 @@ from stages.frame import Frame, PointTag
 from stages.registry import stage
 from stages.ring import METHODS as RING_METHODS
 from stages.ring import N_RINGS, frame_rings
+from stages.sensor import HDL64E
+from stages.weather import hdl64e_s3
 from stages.weather.ground import (
     MIN_GROUND_POINTS,
     fit_floor_quadratic,
@@ -135,6 +137,9 @@ FLOOR_CONST = 5.0  # §3.3, in the 0..255 scale
 GROUND_BAND = 0.5
 DISTRIBUTIONS = {"gunn_marshall": (25.5, -0.48), "sekhon_srivastava": (22.9, -0.45)}
 MODES = ("physical", "paper")
+FOCAL_CALIBRATIONS = ("auto", hdl64e_s3.CALIBRATION, "none")
+# Frame.sensor names the S3 table stands in for under "auto" (KITTI/SemanticKITTI/demo HDL-64E, STF S3)
+HDL64_SENSORS = (HDL64E.name, hdl64e_s3.HDL64E_S3.name)
 
 _WIDE = 1e-3  # rad: flakes subtending more than this half-angle are checked against every beam
 _BAND_EDGES = np.concatenate([[0.0], 2.0 ** (np.arange(14) / 2.0)])  # 0, 1, 1.41, …, 90.5 m
@@ -156,8 +161,10 @@ class SnowParams:
     reference_channel_max: bool | None = None  # i_max,ch = 230 on rings 53, 55, 56, 58
     drop_clean: bool | None = None  # noise floor also drops untouched dim points
     noise_level: str | None = None  # "lowest" | "rarest" (§3.3)
-    focal_compensation: bool = False  # needs focal_distance and focal_slope per ring
-    focal_distance: tuple[float, ...] = ()
+    focal_compensation: bool = True  # HDL-64 focal intensity term, where a calibration applies
+    focal_calibration: str = "auto"  # "auto" (by Frame.sensor) | "hdl64e_s3" | "none" (neutral)
+    focal_index: str | None = None  # "row" (paper: elevation row) | "laser" (physical: the laser's own id)
+    focal_distance: tuple[float, ...] = ()  # a custom calibration per ring (m), overrides focal_calibration
     focal_slope: tuple[float, ...] = ()
     min_intensity: float = 0.0  # lower clip of i_new, 0..255 scale (Robo3D: 0)
     particle_pool: int = 16  # number of precomputed particle sets
@@ -184,8 +191,13 @@ class SnowParams:
             raise ValueError(f"snow: ring_method must be one of {RING_METHODS}, got {self.ring_method!r}")
         if self.noise_level not in (None, "lowest", "rarest"):
             raise ValueError(f"snow: noise_level must be 'lowest' or 'rarest', got {self.noise_level!r}")
-        if self.focal_compensation and (not self.focal_distance or len(self.focal_distance) != len(self.focal_slope)):
-            raise ValueError("snow: focal_compensation needs focal_distance and focal_slope (one per ring)")
+        if len(self.focal_distance) != len(self.focal_slope):
+            raise ValueError("snow: a custom focal calibration needs focal_distance and focal_slope, one per ring")
+        if self.focal_calibration not in FOCAL_CALIBRATIONS:
+            raise ValueError(f"snow: focal_calibration must be one of {FOCAL_CALIBRATIONS}, "
+                             f"got {self.focal_calibration!r}")
+        if self.focal_index not in (None, "row", "laser"):
+            raise ValueError(f"snow: focal_index must be 'row' or 'laser', got {self.focal_index!r}")
 
 
 @dataclass(frozen=True)
@@ -195,6 +207,7 @@ class _Options:
     channel_max: bool
     drop_clean: bool
     noise_level: str
+    focal_index: str
 
 
 def _options(p: SnowParams) -> _Options:
@@ -209,6 +222,7 @@ def _options(p: SnowParams) -> _Options:
         channel_max=pick(p.reference_channel_max),
         drop_clean=pick(p.drop_clean),
         noise_level=p.noise_level or ("rarest" if paper else "lowest"),
+        focal_index=p.focal_index or ("row" if paper else "laser"),
     )
 
 
@@ -621,7 +635,8 @@ def simulate(
     R0, imx = r0[hit], channel_max[hit]
     if focal_f is not None:
         fh, sh = focal_f[hit], focal_s[hit]
-        i_adj = np.clip(intensity[hit] - REF_SCALE * sh * np.abs(fh - (1 - R0 / 120.0) ** 2), 0.0, imx)
+        before = REF_SCALE if opts.compat else imx  # the reference removes 255·s·|…|, adds back i_max,ch·s·|…|
+        i_adj = np.clip(intensity[hit] - before * sh * np.abs(fh - (1 - R0 / 120.0) ** 2), 0.0, imx)
     else:
         i_adj = np.clip(intensity[hit], 0.0, imx)
     amp = FLAKE_REFLECTIVITY * imx
@@ -705,7 +720,10 @@ def noise_floor_threshold(
 ):
     """np.polyval coefficients of T(d) (0..255 scale) from the ground of the clean scan, or None when the
     scan has fewer than 1,000 ground points."""
-    plane = fit_ground_plane(xyz, rng, min_candidates=10) or flat_ground_plane(params.sensor_height)
+    paper = params.mode == "paper"
+    # the snow script's array has 5 columns (x, y, z, i, channel): it fits from more than 5 candidates
+    plane = (fit_ground_plane(xyz, rng, min_candidates=6 if paper else 5, squared_loss=paper)
+             or flat_ground_plane(params.sensor_height))
     ground = np.abs(plane.offset(xyz)) < GROUND_BAND
     ground &= np.all(np.isfinite(xyz), axis=1) & np.isfinite(i255)
     if int(ground.sum()) < MIN_GROUND_POINTS:
@@ -717,6 +735,72 @@ def noise_floor_threshold(
     line = noise_level_line(dist, n, floor_const=FLOOR_CONST, method=opts.noise_level, fallback=fit_line(dist, n))
     t_ground = params.noise_floor * (line[0] * dist + line[1]) * cos
     return fit_floor_quadratic(dist, t_ground)
+
+
+# ---- HDL-64 focal calibration (§2.3, §2.6) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class FocalLookup:
+    """Per point: focal offset f, focal slope s and channel cap i_max,ch; ``name`` says what was used
+    (recorded in the example's info as ``snow_focal``)."""
+
+    offset: np.ndarray | None  # None: no focal term (slope 0)
+    slope: np.ndarray | None
+    channel_max: np.ndarray
+    name: str
+
+
+def focal_lookup(frame: Frame, rings: np.ndarray, params: SnowParams, opts: _Options) -> FocalLookup:
+    """The calibration each point's channel uses.
+
+    - custom ``focal_distance``/``focal_slope``: indexed by ring; cap 255 (230 on rows 53/55/56/58 with
+      ``reference_channel_max``).
+    - ``focal_calibration`` "auto": the HDL-64E S3 table for an HDL-64 frame (``Frame.sensor`` is
+      `stages.sensor.HDL64E` or `hdl64e_s3.HDL64E_S3`), else neutral. "hdl64e_s3" forces the table
+      (Robo3D's nuScenes-C script applied it to the HDL-32E's rings 0–31), "none" is neutral.
+    - neutral (no calibration for the sensor, e.g. nuScenes HDL-32E, Waymo, an unknown sensor): focal slope
+      0, so the term is the identity, and i_max,ch = 255 on every channel.
+    - the S3 table, ``focal_index`` "row" (paper): table row = the point's ring (Robo3D's elevation row,
+      looked up in the laser_id-ordered table: the mismatch of §2.6, reproduced); "laser" (physical): the
+      laser's own id, i.e. the ring column of an S3 source (STF), otherwise the S3 laser whose vertical
+      angle is nearest the point's elevation (KITTI stores no laser id).
+    """
+    n = len(frame)
+    flat = np.full(n, REF_SCALE)
+    if params.focal_distance:
+        fd = np.asarray(params.focal_distance, dtype=np.float64)
+        if int(rings.max()) >= len(fd):
+            raise ValueError(f"snow: focal calibration has {len(fd)} lasers, the frame has ring {rings.max()}")
+        cmax = flat.copy()
+        if opts.channel_max:
+            cmax[np.isin(rings, DIM_LASERS)] = 230.0
+        off = hdl64e_s3.focal_offset(fd[rings]) if params.focal_compensation else None
+        slope = np.asarray(params.focal_slope, dtype=np.float64)[rings] if params.focal_compensation else None
+        return FocalLookup(off, slope, cmax, "custom")
+    cal = params.focal_calibration
+    sensor = frame.sensor.name if frame.sensor is not None else None
+    if cal == "auto":
+        cal = hdl64e_s3.CALIBRATION if sensor in HDL64_SENSORS else "none"
+    if cal == "none":
+        return FocalLookup(None, None, flat, "none")
+    if opts.focal_index == "row":
+        idx = rings
+        if int(rings.max()) >= len(hdl64e_s3.LASERS):
+            raise ValueError(f"snow: the HDL-64E S3 table has 64 rows, frame {frame.frame_id} has ring {rings.max()}")
+    elif sensor == hdl64e_s3.HDL64E_S3.name and "ring" in frame.fields:
+        idx = np.clip(frame.column("ring").astype(np.int64), 0, len(hdl64e_s3.LASERS) - 1)
+    else:
+        xyz = frame.xyz.astype(np.float64)
+        r = np.linalg.norm(xyz, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            el = np.degrees(np.arcsin(np.clip(np.where(r > 0, xyz[:, 2] / r, 0.0), -1.0, 1.0)))
+        idx = hdl64e_s3.nearest_laser(np.nan_to_num(el))
+    cmax = hdl64e_s3.MAX_INTENSITY[idx].copy() if opts.channel_max else flat
+    if not params.focal_compensation:
+        return FocalLookup(None, None, cmax, f"{hdl64e_s3.CALIBRATION}/{opts.focal_index}/off")
+    return FocalLookup(hdl64e_s3.focal_offset(hdl64e_s3.FOCAL_DISTANCE[idx]), hdl64e_s3.FOCAL_SLOPE[idx], cmax,
+                       f"{hdl64e_s3.CALIBRATION}/{opts.focal_index}")
 
 
 # ---- the stage ---------------------------------------------------------------------------------------
@@ -747,28 +831,18 @@ def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
     i255 = frame.intensity.astype(np.float64) * scale
     r0 = np.linalg.norm(xyz, axis=1)
     phi = np.mod(np.arctan2(xyz[:, 1], xyz[:, 0]) - rot[rings], 2 * np.pi)
-    cmax = np.full(n, REF_SCALE)
-    if opts.channel_max:
-        cmax[np.isin(rings, DIM_LASERS)] = 230.0
-    focal_f = focal_s = None
-    if params.focal_compensation:
-        fd = np.asarray(params.focal_distance, dtype=np.float64)
-        fs = np.asarray(params.focal_slope, dtype=np.float64)
-        if len(fd) < n_ch and int(rings.max()) >= len(fd):
-            raise ValueError(f"snow: focal calibration has {len(fd)} lasers, the frame has ring {rings.max()}")
-        focal_f = (1 - 100 * fd[rings] / 13100) ** 2
-        focal_s = fs[rings]
+    focal = focal_lookup(frame, rings, params, opts)
     res = simulate(
         pool,
         sets[rings],
         phi,
         r0,
         i255,
-        cmax,
+        focal.channel_max,
         opts,
         divergence_mrad=params.divergence_mrad,
-        focal_f=focal_f,
-        focal_s=focal_s,
+        focal_f=focal.offset,
+        focal_s=focal.slope,
         min_intensity=params.min_intensity,
     )
 
@@ -787,7 +861,7 @@ def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
     if params.noise_floor > 0:
         coef = noise_floor_threshold(xyz, i255, params, opts, rng)
     out = frame.with_points(points.astype(np.float32), point_tag=tag).with_info(
-        ring_method=method, snow_noise_floor=coef is not None)
+        ring_method=method, snow_noise_floor=coef is not None, snow_focal=focal.name)
     if coef is None:
         return out
     thr = np.polyval(coef, np.linalg.norm(points[:, :3], axis=1))

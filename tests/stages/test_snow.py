@@ -387,16 +387,21 @@ def test_invalid_params():
     with pytest.raises(ValueError, match="mode"):
         SnowParams(1.0, 1.0, mode="fast")
     with pytest.raises(ValueError, match="focal"):
-        SnowParams(1.0, 1.0, focal_compensation=True)
+        SnowParams(1.0, 1.0, focal_distance=(10.0,) * 64)
+    with pytest.raises(ValueError, match="focal_calibration"):
+        SnowParams(1.0, 1.0, focal_calibration="hdl32e")
+    with pytest.raises(ValueError, match="focal_index"):
+        SnowParams(1.0, 1.0, focal_index="elevation")
     with pytest.raises(ValueError, match="distribution"):
         SnowParams(1.0, 1.0, distribution="marshall_palmer")
 
 
-def test_focal_compensation_with_zero_slope_is_identity(demo):
-    p = _params(mode="paper")
-    cal = replace(p, focal_compensation=True, focal_distance=(10.0,) * 64, focal_slope=(0.0,) * 64)
-    a, b = snow(demo, p, rng_for(4)), snow(demo, cal, rng_for(4))
+def test_focal_compensation_with_zero_slope_is_the_neutral_calibration(demo):
+    p = _params(mode="paper", reference_channel_max=False)
+    cal = replace(p, focal_distance=(10.0,) * 64, focal_slope=(0.0,) * 64)
+    a, b = snow(demo, replace(p, focal_calibration="none"), rng_for(4)), snow(demo, cal, rng_for(4))
     assert np.array_equal(a.points, b.points)
+    assert a.info["snow_focal"] == "none" and b.info["snow_focal"] == "custom"
 
 
 def test_pool_is_cached_and_read_only():
@@ -405,3 +410,149 @@ def test_pool_is_cached_and_read_only():
     assert pool.n_sets == 4 and np.all(pool.n_particles > 30_000)
     with pytest.raises(ValueError):
         pool.bands[0].key[0] = 1.0
+
+
+# ---- Robo3D parity on a camera-FOV scan: the HDL-64 focal term (issue 18) ---------------------------
+ROBO3D_SNOW = load_recipe("robo3d-kitti-c").corruption("snow").params
+
+
+def _focal_term(rows: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i_max,ch, i_max,ch·s·|f − (1 − d/120)²|) of elevation rows looked up in the laser_id-ordered S3
+    table as Robo3D does (row k → laser k), from the shipped calibration values."""
+    from stages.weather import hdl64e_s3 as s3
+
+    cap = np.where(np.isin(rows, (53, 55, 56, 58)), 230.0, 255.0)
+    f = (1 - 100 * s3.FOCAL_DISTANCE[rows] / 13100) ** 2
+    return cap, cap * s3.FOCAL_SLOPE[rows] * np.abs(f - (1 - d / 120.0) ** 2)
+
+
+@pytest.fixture(scope="module")
+def fov_runs():
+    """Per Robo3D severity, on the camera-FOV crop of demo scan 0: (input, output without and with the
+    noise floor from the same draws, the stage's threshold polynomial)."""
+    from tests.stages.kitti_fov import demo_fov_scan
+
+    frame = demo_fov_scan(0)
+    frame = frame.with_points(frame.points, src=np.arange(len(frame)))
+    runs = []
+    for s, p in enumerate(ROBO3D_SNOW):
+        raw = snow(frame, replace(p, noise_floor=0.0), rng_for(s))
+        out = snow(frame, p, rng_for(s))
+        rng = rng_for(s)
+        assign_channels(rng, p.particle_pool, 64)  # the stage's draws before its noise floor
+        coef = noise_floor_threshold(frame.xyz.astype(np.float64), frame.intensity * 255.0, p, _options(p), rng)
+        runs.append((frame, raw, out, coef))
+    return runs
+
+
+@pytest.mark.parametrize("severity", [0, 1, 2])
+def test_fov_snow_intensities_follow_the_focal_term_by_elevation_row(fov_runs, severity):
+    """Paper mode, every flake-hit beam: i_new = int(clip(i_max + i_max,ch·s·|f − (1 − d_max/120)²|, 0,
+    i_max,ch)) with the calibration of the point's *elevation row* (Robo3D's index mismatch). Under the
+    amplitude quirk the waveform peak i_max is at most 229.5/(d_max − cτ_H/2)² (only elements whose window
+    covers the peak bin, at r ≥ d_max − cτ_H/2, contribute; their shares sum to ≤ 1)."""
+    from stages.ring import rings_from_elevation_bins
+
+    frame, raw, _, _ = fov_runs[severity]
+    assert raw.info["snow_focal"] == "hdl64e_s3/row" and raw.info["ring_method"] == "elevation_bins"
+    rows = rings_from_elevation_bins(frame.xyz)
+    i255 = raw.intensity.astype(np.float64) * 255.0
+    r0 = np.linalg.norm(frame.xyz.astype(np.float64), axis=1)
+    tag = raw.point_tag
+    att, sc = tag == PointTag.ATTENUATED, tag == PointTag.SCATTER_SNOW
+    assert att.sum() > 1000 and sc.sum() > 100
+    # attenuated: position kept, |d_max − R0| < 0.2 m; the focal term at d_max ∈ (R0 − 0.2, R0 + 0.2)
+    lo = np.full(len(frame), np.inf)
+    hi = np.zeros(len(frame))
+    for dd in np.linspace(-0.2, 0.2, 9):
+        cap, term = _focal_term(rows, r0 + dd)
+        lo, hi = np.minimum(lo, term), np.maximum(hi, term)
+    peak = 0.9 * 255.0 / np.maximum(r0 - 0.2 - C_TAU / 2, 0.9) ** 2
+    far = att & (r0 > 5.0)
+    assert np.all(i255[far] >= np.floor(np.minimum(lo[far], cap[far]) - 0.05))
+    assert np.all(i255[far] <= np.minimum(cap[far], hi[far] + peak[far] + 0.05) + 1e-6)
+    # snow points: d_max is their new range
+    d_new = np.linalg.norm(raw.xyz.astype(np.float64), axis=1)
+    cap, term = _focal_term(rows, d_new)
+    assert np.all(i255[sc] >= np.floor(np.minimum(term[sc], cap[sc]) - 0.05))
+    # the HDL-64 table looked up by laser id instead of row gives different values: the row index matters
+    from stages.weather import hdl64e_s3 as s3
+
+    assert not np.allclose(s3.FOCAL_SLOPE[rows[att]], s3.FOCAL_SLOPE[s3.nearest_laser(
+        np.degrees(np.arcsin(frame.xyz[att, 2] / r0[att])))])
+
+
+@pytest.mark.parametrize("severity", [0, 1, 2])
+def test_fov_snow_keeps_attenuated_points_and_drops_what_the_floor_rule_says(fov_runs, severity):
+    """Issue 18: without the focal term every attenuated point fell under the noise floor (0 kept, snow
+    points nearly black, ≈ 52 % dropped on a real scan vs the script's 35 %). Expected counts are derived
+    from the rule: a point survives if it is a snow point or its intensity is above T(d)."""
+    frame, raw, out, coef = fov_runs[severity]
+    i255 = raw.intensity.astype(np.float64) * 255.0
+    thr = np.polyval(coef, np.linalg.norm(raw.xyz.astype(np.float64), axis=1))
+    tag = raw.point_tag
+    sc = tag == PointTag.SCATTER_SNOW
+    hit = tag != PointTag.CLEAN
+    keep = sc | (i255 > thr)
+    assert np.array_equal(out.labels["src"], raw.labels["src"][keep])
+    att_kept = int((out.point_tag == PointTag.ATTENUATED).sum())
+    assert att_kept == int((keep & (tag == PointTag.ATTENUATED)).sum()) > 0
+    share = att_kept / hit.sum()
+    assert 0.2 < share < 0.8  # the released script keeps ≈ 46 % of flake-hit beams on a real scan
+    dropped = 1 - len(out) / len(frame)
+    assert dropped == pytest.approx(1 - keep.mean())
+    # snow points carry the flake's intensity plus the focal term: bright, not black (script: 0.19–0.20)
+    assert out.intensity[out.point_tag == PointTag.SCATTER_SNOW].mean() > 0.1
+
+
+def test_fov_snow_dropped_fraction_falls_with_severity_and_neutral_calibration_loses_every_attenuated(fov_runs):
+    dropped = [1 - len(out) / len(frame) for frame, _, out, _ in fov_runs]
+    assert dropped[0] > dropped[1] > dropped[2] > 0.1  # as the released script (35.4 / 31.6 / 28.0 %)
+    # neutral calibration (slope 0): a flake-hit hard target peaks at ≤ 229.5·q₀/R₀², under the floor
+    frame = fov_runs[0][0]
+    p = ROBO3D_SNOW[0]
+    none = snow(frame, replace(p, focal_calibration="none"), rng_for(0))
+    assert none.info["snow_focal"] == "none"
+    assert int((none.point_tag == PointTag.ATTENUATED).sum()) == 0
+    assert 1 - len(none) / len(frame) > dropped[0] + 0.1
+
+
+def test_focal_calibration_follows_the_frame_sensor(demo):
+    """Never the HDL-64 table silently: an HDL-32E (nuScenes) or unknown sensor is neutral under "auto";
+    physical mode looks the S3 table up by the laser's own id (STF's ring column), else by elevation."""
+    from stages.weather import hdl64e_s3 as s3
+    from stages.weather.snow import focal_lookup
+
+    p = _params(mode="paper")
+    rings = np.asarray(demo.column("ring"), dtype=np.int64)
+    paper = focal_lookup(demo, rings, p, _options(p))
+    assert paper.name == "hdl64e_s3/row"
+    np.testing.assert_array_equal(paper.slope, s3.FOCAL_SLOPE[rings])
+    assert set(np.unique(paper.channel_max[np.isin(rings, (53, 55, 56, 58))])) == {230.0}
+    from stages.sensor import HDL32E, WAYMO_TOP
+
+    for sensor in (HDL32E, WAYMO_TOP, None):
+        f = replace(demo, sensor=sensor)
+        got = focal_lookup(f, rings, p, _options(p))
+        assert got.name == "none" and got.slope is None and np.all(got.channel_max == 255.0)
+    forced = focal_lookup(replace(demo, sensor=HDL32E), rings, replace(p, focal_calibration="hdl64e_s3"),
+                          _options(p))
+    assert forced.name == "hdl64e_s3/row"
+    q = _params(mode="physical")
+    stf = replace(demo, sensor=s3.HDL64E_S3)
+    by_id = focal_lookup(stf, rings, q, _options(q))
+    assert by_id.name == "hdl64e_s3/laser"
+    np.testing.assert_array_equal(by_id.slope, s3.FOCAL_SLOPE[rings])  # the ring column is the laser id
+    by_el = focal_lookup(demo, rings, q, _options(q))
+    el = np.degrees(np.arcsin(demo.xyz[:, 2] / np.linalg.norm(demo.xyz, axis=1)))
+    np.testing.assert_array_equal(by_el.slope, s3.FOCAL_SLOPE[s3.nearest_laser(el)])
+
+
+def test_hdl64e_s3_table():
+    from stages.weather import hdl64e_s3 as s3
+
+    assert len(s3.LASERS) == 64 and np.array_equal(s3.LASER_ID, np.arange(64))
+    assert s3.FOCAL_SLOPE.min() >= 0.4 and s3.FOCAL_SLOPE.max() <= 2.0  # PHYSICS.md §2.6: no laser has slope 0
+    assert s3.ELEVATION_DEG[0] == pytest.approx(-7.25, abs=0.01)  # laser 0 is not the top laser
+    assert set(np.flatnonzero(s3.MAX_INTENSITY == 230)) == {53, 55, 56, 58}
+    assert np.array_equal(s3.nearest_laser(s3.ELEVATION_DEG), s3.LASER_ID)
