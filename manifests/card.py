@@ -65,6 +65,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         stage = get_stage(c.stage)
         params = "; ".join(_fmt_params(p) for p in c.params)
         lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version}: {stage.summary} | {params} | {c.notes} |")
+    lines += differences_section(recipe)
     lines += ["", "## Counts per corruption × severity", "", "| partition | examples | MB |", "| --- | --- | --- |"]
     for key, v in sorted(counts["by_partition"].items()):
         lines.append(f"| {key} | {v['examples']} | {v['bytes'] / 1e6:.1f} |")
@@ -97,6 +98,39 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
     ]
     card = "\n".join(line for line in lines if line is not None)
     return card_with_validation(card, validation) if validation else card
+
+
+def differences_section(recipe: Recipe) -> list[str]:
+    """The card's "Differences from the paper" table: for every variant of the recipe (e.g. kitti-c's
+    ``text`` = the paper's appendix), every corruption it changes, with both values and both notes. The
+    data is the recipe's [variants] tables, so the card can never disagree with what was built."""
+    if not recipe.variants:
+        return []
+    built = recipe.variant or "default"
+    lines = ["", "## Differences from the paper", ""]
+    for v in recipe.variants.values():
+        lines += [
+            f"This build is the **{built}** {'variant' if recipe.variant else 'recipe'}. "
+            f"Variant `{v.name}` ({v.description}; build it with `bench-build run "
+            f"{v.base if recipe.origin.startswith('built-in') else '<recipe.toml>'}:{v.name}`, "
+            f"benchmark `{v.benchmark}`) differs from the default in {len(v.changes)} corruptions:",
+            "",
+            f"| corruption | default (released generator) | `{v.name}` |",
+            "| --- | --- | --- |",
+        ]
+        for corruption, changes in v.changes.items():
+            default = "; ".join(f"{k} = {_fmt_value(a)}" for k, (a, _) in changes.items())
+            variant = "; ".join(f"{k} = {_fmt_value(b)}" for k, (_, b) in changes.items())
+            n_default, n_variant = v.notes.get(corruption, ("", ""))
+            lines.append(f"| {corruption} | {default}. {n_default} | {variant}. {n_variant} |")
+        lines.append("")
+    return lines
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_fmt_value(x) for x in v) + "]" if v else "[] (default set)"
+    return str(v)
 
 
 def _fmt_params(p: Any) -> str:

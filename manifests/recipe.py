@@ -30,6 +30,17 @@ output, not the output, so it is not part of the canonical JSON and never change
     real_clean = "/data/stf/clear"        # or a table per corruption
     sample = 500                          # build frames tested (default: all)
     epochs = 80
+
+Variants. A recipe may define named variants that override some parameters of some corruptions,
+without repeating the table. ``load_recipe("kitti-c:text")`` loads the variant ``text``; its
+benchmark name becomes ``<name>-<variant>`` (unless the variant sets ``name``), so it builds into
+its own directory with its own fingerprint. The overrides are also what the dataset card lists as
+the differences between the default build and the variant::
+
+    [variants.text]
+    description = "Li et al.'s Appendix C text, where it differs from their released generator"
+    [variants.text.corruptions.gaussian_rad]
+    rule = "text"                         # replaces only this key of corruptions.gaussian_rad
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from typing import Any
 
 from stages.registry import Stage, get_stage
 
+VARIANT_KEYS = {"name", "description", "corruptions"}
 BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
 }
@@ -97,6 +109,9 @@ class Recipe:
     options: dict[str, Any] = field(default_factory=dict)
     origin: str = ""  # where it was loaded from (for messages)
     validate: dict[str, Any] | None = None  # the [validate] table, checked; not part of the fingerprint
+    variant: str | None = None  # the variant this recipe was loaded as (None: the default build)
+    #: per variant: its description and, per overridden corruption, {key: (default value, variant value)}
+    variants: dict[str, VariantInfo] = field(default_factory=dict)
 
     def corruption(self, name: str) -> Corruption:
         for c in self.corruptions:
@@ -142,6 +157,20 @@ class Recipe:
         return n_frames * (1 + len(self.corruptions) * self.severities)
 
 
+@dataclass(frozen=True)
+class VariantInfo:
+    """A named variant of a recipe: what it is and every value it changes, with the default beside it."""
+
+    name: str
+    base: str  # the default's benchmark name
+    benchmark: str  # the benchmark name a build of the variant uses
+    description: str
+    #: corruption -> {key: (default value, variant value)}; a key absent from the default is (None, value)
+    changes: dict[str, dict[str, tuple[Any, Any]]]
+    #: corruption -> (default notes, variant notes), for every corruption the variant changes
+    notes: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and math.isinf(v):
         return "inf" if v > 0 else "-inf"
@@ -158,26 +187,39 @@ def builtin_recipes() -> dict[str, resources.abc.Traversable]:
 
 
 def load_recipe(name_or_path: str | Path) -> Recipe:
-    """Load a built-in recipe by name (``kitti-c``) or a user's TOML file by path."""
-    text_path = Path(name_or_path)
+    """Load a built-in recipe by name (``kitti-c``) or a user's TOML file by path; a ``:variant`` suffix
+    (``kitti-c:text``, ``my.toml:text``) loads that variant of it."""
     builtins = builtin_recipes()
-    if str(name_or_path) in builtins:
-        res = builtins[str(name_or_path)]
-        return parse_recipe(res.read_text(), origin=f"built-in recipe {name_or_path}")
+    spec, variant = str(name_or_path), None
+    if spec not in builtins and not Path(spec).exists() and ":" in spec:
+        spec, variant = spec.rsplit(":", 1)
+    text_path = Path(spec)
+    if spec in builtins:
+        res = builtins[spec]
+        return parse_recipe(res.read_text(), origin=f"built-in recipe {spec}", variant=variant)
     if text_path.suffix == ".toml" or text_path.exists():
         if not text_path.is_file():
             raise RecipeError(f"recipe file {text_path} does not exist")
-        return parse_recipe(text_path.read_text(), origin=str(text_path))
+        return parse_recipe(text_path.read_text(), origin=str(text_path), variant=variant)
     raise RecipeError(
         f"unknown benchmark {name_or_path!r}: not a built-in ({', '.join(sorted(builtins))}) nor a .toml file"
     )
 
 
-def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
+def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = None) -> Recipe:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{origin}: not valid TOML: {e}") from None
+    variants = _parse_variants(origin, data)
+    if variant is not None:
+        if variant not in variants:
+            raise RecipeError(f"{origin}: no variant {variant!r} (it has {sorted(variants) or 'none'})")
+        raw = data.get("corruptions", {})
+        overrides = data["variants"][variant].get("corruptions", {})
+        data = {**data, "corruptions": {k: {**v, **overrides.get(k, {})} for k, v in raw.items()},
+                "benchmark": {**data.get("benchmark", {}), "name": variants[variant].benchmark}}
+        origin = f"{origin}, variant {variant}"
     bench = data.get("benchmark")
     if not isinstance(bench, dict):
         raise RecipeError(f"{origin}: missing [benchmark] table")
@@ -206,6 +248,8 @@ def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
     if not isinstance(fps, int) or fps < 1:
         raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
     validate = _parse_validate(origin, data.get("validate"), corruptions, severities)
+    for v in variants if variant is None else ():  # a typo in a variant fails the default's load too
+        parse_recipe(text, origin=origin, variant=v)
     return Recipe(
         name=str(bench["name"]),
         version=str(bench["version"]),
@@ -220,7 +264,43 @@ def parse_recipe(text: str, *, origin: str = "<string>") -> Recipe:
         options=dict(options),
         origin=origin,
         validate=validate,
+        variant=variant,
+        variants=variants,
     )
+
+
+def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]:
+    """Check the [variants.*] tables (known keys, corruptions of this recipe) and list their changes."""
+    table = data.get("variants", {})
+    if not isinstance(table, dict):
+        raise RecipeError(f"{origin}: [variants] must be a table of named variants")
+    base_name = str(data.get("benchmark", {}).get("name", ""))
+    raw = data.get("corruptions", {}) if isinstance(data.get("corruptions"), dict) else {}
+    out: dict[str, VariantInfo] = {}
+    for vname, v in table.items():
+        where = f"{origin}: [variants.{vname}]"
+        if not isinstance(v, dict):
+            raise RecipeError(f"{where} must be a table")
+        unknown = set(v) - VARIANT_KEYS
+        if unknown:
+            raise RecipeError(f"{where} has unknown keys {sorted(unknown)} (known: {sorted(VARIANT_KEYS)})")
+        overrides = v.get("corruptions", {})
+        if not isinstance(overrides, dict) or not all(isinstance(e, dict) for e in overrides.values()):
+            raise RecipeError(f"{where}: corruptions must be tables of parameter overrides")
+        missing = sorted(set(overrides) - set(raw))
+        if missing:
+            raise RecipeError(f"{where}: corruptions {missing} are not in the recipe")
+        changes = {
+            c: {k: (raw[c].get(k), val) for k, val in entry.items() if k != "notes" and raw[c].get(k) != val}
+            for c, entry in overrides.items()
+        }
+        out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
+                                 description=str(v.get("description", "")),
+                                 changes={c: ch for c, ch in changes.items() if ch},
+                                 notes={c: (str(raw[c].get("notes", "")),
+                                            str(overrides[c].get("notes", raw[c].get("notes", ""))))
+                                        for c, ch in changes.items() if ch})
+    return out
 
 
 def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...],

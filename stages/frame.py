@@ -229,7 +229,9 @@ class Frame:
     def kdtree(self):  # -> scipy.spatial.cKDTree (imported lazily: scipy is slow to import)
         from scipy.spatial import cKDTree
 
-        return cKDTree(self.xyz.astype(np.float64))
+        # sliding-midpoint splits without shrinking node boxes: builds 2× faster than the default and
+        # answers queries far from the data (background points in empty space) 10× faster; same neighbours
+        return cKDTree(self.xyz.astype(np.float64), balanced_tree=False, compact_nodes=False)
 
     @cached_property
     def box_index(self) -> np.ndarray:

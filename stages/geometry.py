@@ -35,6 +35,21 @@ def scale_range(xyz: np.ndarray, new_range: np.ndarray) -> np.ndarray:
     return xyz * factor[:, None]
 
 
+RULES = ("code", "text")
+
+
+def check_rule(rule: str, stage: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"{stage}: rule must be one of {RULES}, got {rule!r}")
+
+
+def range_factor(rule: str, stage: str) -> float:
+    """Li et al.'s released range-noise code multiplies every drawn range change by √3 (Appendix C-A
+    states the values without it): √3 for ``rule = "code"``, 1 for ``"text"``."""
+    check_rule(rule, stage)
+    return float(np.sqrt(3.0)) if rule == "code" else 1.0
+
+
 def points_in_box_frame(xyz: np.ndarray, center: np.ndarray, heading: float) -> np.ndarray:
     """Coordinates of points in a box's local frame (origin at its centre, x along its heading)."""
     d = np.asarray(xyz, dtype=np.float64) - center
@@ -143,3 +158,78 @@ def random_neighbourhoods(frame, count_divisor: float, k: int, rng: np.random.Ge
     centres = rng.choice(n, size=n_centres, replace=False)
     _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
     return np.asarray(nn).reshape(n_centres, k)
+
+
+def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5) -> np.ndarray:
+    """Mean intensity of each query point's k nearest points of ``frame`` (Li et al.'s released code fills
+    the intensity of every point it adds this way: background, upsample)."""
+    k = min(k, len(frame))
+    _, nn = frame.kdtree.query(np.asarray(xyz, dtype=np.float64), k=k)
+    nn = np.asarray(nn).reshape(len(xyz), k)
+    return frame.intensity.astype(np.float64)[nn].mean(axis=1)
+
+
+_REBUILD = 0.6  # rebuild the KD-tree on the survivors when fewer than this share of its points remain
+_MARGIN = 1.3  # neighbours queried per centre, relative to k / share of the tree still present
+
+
+def remove_neighbourhoods_sequentially(frame, n_ops: int, k: int, n_drop: int,
+                                       rng: np.random.Generator) -> np.ndarray:
+    """Boolean keep-mask after ``n_ops`` operations, one after another on the shrinking cloud, each of
+    which picks a centre uniformly among the points still present, takes its ``k`` nearest present
+    points (itself included) and deletes a random ``n_drop`` of them (all k when n_drop ≥ k).
+
+    This is the rule of Li et al.'s released `cutout` / `density_dec` (scene level), computed without
+    their O(N) scan per operation: the k nearest *present* points are the first k present ones in the
+    centre's neighbour list on the original scan (one cached KD-tree), and a uniform centre among the
+    present points is a uniform draw over all points, redrawn while it hits a deleted one.
+    """
+    n = len(frame)
+    keep = np.ones(n, dtype=bool)
+    if n_ops <= 0 or k <= 0 or n_drop <= 0 or n == 0:
+        return keep
+    from scipy.spatial import cKDTree
+
+    xyz = frame.xyz.astype(np.float64)
+    n_drop = min(n_drop, k)
+    # an independent random n_drop-subset of the k slots of every operation, drawn at once
+    subsets = np.argsort(rng.random((n_ops, k)), axis=1)[:, :n_drop] if n_drop < k else None
+    tree, ids = frame.kdtree, np.arange(n)  # the tree's points (rebuilt on the survivors as they thin out)
+    present = n
+    op = 0
+    while op < n_ops and present > 0:
+        if present < _REBUILD * len(ids):
+            ids = np.flatnonzero(keep)
+            tree = cKDTree(xyz[ids], balanced_tree=False, compact_nodes=False)
+        # candidate centres for the next operations, uniform over all points; deleted ones are skipped
+        # (enough for the operations until the next rebuild, allowing for the rejected ones)
+        ops_ahead = min(n_ops - op, int((present - _REBUILD * len(ids)) / n_drop) + 1)
+        chunk = min(4096, int(ops_ahead * n / present * 1.1) + 4)
+        cand = rng.integers(0, n, size=chunk)
+        cand = cand[keep[cand]]
+        kq = min(len(ids), int(k * len(ids) / present * _MARGIN) + 8)
+        _, nbrs = tree.query(xyz[cand], k=kq)
+        nbrs = ids[np.asarray(nbrs).reshape(len(cand), kq)]
+        for i in range(len(cand)):
+            c = cand[i]
+            if not keep[c]:
+                continue
+            nb = nbrs[i]
+            live = nb[keep[nb]]
+            want = min(k, present)
+            kk = kq
+            while len(live) < want and kk < len(ids):  # a depleted neighbourhood: look further out
+                kk = min(len(ids), kk * 2)
+                _, nb = tree.query(xyz[c], k=kk)
+                nb = ids[np.atleast_1d(nb)]
+                live = nb[keep[nb]]
+            live = live[:want]
+            live = live[subsets[op]] if subsets is not None and want == k else live[:n_drop]
+            keep[live] = False
+            present -= len(live)
+            op += 1
+            if op == n_ops or present == 0:
+                break
+            if present < _REBUILD * len(ids):
+                break
+    return keep

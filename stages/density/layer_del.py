@@ -9,7 +9,14 @@ the same distribution; bins are half-open [lo, hi) except the last, which includ
 are drawn among all ``num_bins`` bins, empty or not, as the paper describes (on a sparse scan a chosen
 bin may hold no point); no outlier trimming of the angle range is done; survivors keep their order.
 A scan whose points all share one elevation has all of them in bin 0. layers = 0 or an empty scan
-return the input frame unchanged.
+return the input frame unchanged. The above is ``rule = "text"``.
+
+``rule = "code"`` (default) follows the released generator behind the published numbers: it deletes
+c − 1, c or c + 1 layers (equally likely; c = 3 … 19), chosen without replacement among 64 bins of the
+polar angle θ = acos(z / r) in degrees; the bins split the θ range that remains after trimming: a
+1000-bin histogram of θ, bins of density ≤ 1/4000 per degree (≈ empty) dropped at both ends, and the
+points strictly inside the rest define [min, max]. A point is deleted when it lies strictly inside a
+chosen bin; points outside the trimmed range are never deleted.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import to_spherical
+from stages.geometry import check_rule, to_spherical
 from stages.registry import stage
 
 
@@ -27,6 +34,7 @@ from stages.registry import stage
 class LayerDelParams:
     layers: int  # number of elevation bins deleted
     num_bins: int = 64  # equal bins over the scan's observed elevation range
+    rule: str = "code"  # "code": Li et al.'s released generator; "text": Appendix C (see the module docstring)
 
 
 def elevation_bins(xyz: np.ndarray, num_bins: int) -> np.ndarray:
@@ -39,14 +47,51 @@ def elevation_bins(xyz: np.ndarray, num_bins: int) -> np.ndarray:
     return np.clip(b, 0, num_bins - 1)
 
 
-@stage("layer_del", params=LayerDelParams)
+@stage("layer_del", params=LayerDelParams, version=2)  # v2: rule (code: c ± 1 layers, trimmed polar bins)
 def layer_del(frame: Frame, params: LayerDelParams, rng: np.random.Generator) -> Frame:
     if params.num_bins < 1:
         raise ValueError(f"layer_del: num_bins must be ≥ 1, got {params.num_bins}")
     if not 0 <= params.layers <= params.num_bins:
         raise ValueError(f"layer_del: layers must be in [0, num_bins = {params.num_bins}], got {params.layers}")
+    check_rule(params.rule, "layer_del")
+    if params.rule == "code":
+        return _layer_del_code(frame, params, rng)
     if params.layers == 0 or len(frame) == 0:
         return frame
     chosen = rng.choice(params.num_bins, size=params.layers, replace=False)
     bins = elevation_bins(frame.xyz, params.num_bins)
     return frame.take(~np.isin(bins, chosen))
+
+
+HIST_BINS = 1000  # the released code's trimming histogram
+HIST_THRESHOLD = 1 / HIST_BINS / 4  # density (per degree) at or below which a histogram bin counts as empty
+
+
+def polar_bin_edges(theta_deg: np.ndarray, num_bins: int) -> np.ndarray:
+    """The released code's ``num_bins + 1`` layer edges over the trimmed polar-angle range (degrees)."""
+    counts, edges = np.histogram(theta_deg, bins=HIST_BINS)
+    density = counts / (len(theta_deg) * np.diff(edges))
+    full = np.flatnonzero(density > HIST_THRESHOLD)
+    lo, hi = edges[full[0]], edges[full[-1] + 1]
+    inside = theta_deg[(lo < theta_deg) & (theta_deg < hi)]
+    return np.linspace(inside.min(), inside.max(), num_bins + 1)
+
+
+def _layer_del_code(frame: Frame, params: LayerDelParams, rng: np.random.Generator) -> Frame:
+    n_del = min(params.num_bins, max(0, params.layers + int(rng.integers(0, 3)) - 1))
+    if n_del == 0 or len(frame) == 0:
+        return frame
+    chosen = np.sort(rng.choice(params.num_bins, size=n_del, replace=False))
+    xyz = frame.xyz.astype(np.float64)
+    r = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        theta = np.degrees(np.arccos(np.clip(xyz[:, 2] / r, -1.0, 1.0)))
+    theta = np.where(r > 0, theta, np.nan)  # a point at the origin has no angle and is never deleted
+    edges = polar_bin_edges(theta[np.isfinite(theta)], params.num_bins)
+    b = np.searchsorted(edges, theta, side="left") - 1  # edges[b] < θ ≤ edges[b + 1]
+    inside = (b >= 0) & (b < params.num_bins)
+    b = np.clip(b, 0, params.num_bins - 1)
+    strictly = inside & (theta < edges[b + 1])  # not on an edge (strict on both sides, as the released code)
+    hit = np.zeros(params.num_bins, dtype=bool)
+    hit[chosen] = True
+    return frame.take(~(strictly & hit[b]))

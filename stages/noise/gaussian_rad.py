@@ -3,6 +3,10 @@
 Models ranging noise of the sensor (strong illumination lowering the SNR, vibration): each point
 moves along its own ray by r' = r + N(0, σ²); azimuth and elevation are unchanged. Intensity and
 any extra columns are kept.
+
+``rule = "code"`` (default) follows the released generator that produced the published numbers:
+it multiplies the drawn noise by √3, so the range σ is σ·√3 (0.069 … 0.208 m). ``rule = "text"``
+is the appendix's σ.
 """
 
 from __future__ import annotations
@@ -12,21 +16,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import scale_range
+from stages.geometry import range_factor
 from stages.registry import stage
 
 
 @dataclass(frozen=True)
 class GaussianRadParams:
-    sigma: float  # standard deviation of the range noise, metres
+    sigma: float  # standard deviation of the range noise, metres (before the rule's factor)
+    rule: str = "code"  # "code": σ·√3 as Li et al.'s released generator; "text": σ as Appendix C says
 
 
-@stage("gaussian_rad", params=GaussianRadParams)
+@stage("gaussian_rad", params=GaussianRadParams, version=2)  # v2: rule (code: ×√3)
 def gaussian_rad(frame: Frame, params: GaussianRadParams, rng: np.random.Generator) -> Frame:
     if params.sigma < 0:
         raise ValueError(f"gaussian_rad: sigma must be ≥ 0, got {params.sigma}")
-    r = np.linalg.norm(frame.xyz.astype(np.float64), axis=1)
-    noise = rng.normal(0.0, params.sigma, size=len(frame)) if params.sigma > 0 else 0.0
+    sigma = params.sigma * range_factor(params.rule, "gaussian_rad")
+    if sigma == 0 or len(frame) == 0:
+        return frame
+    xyz = frame.xyz.astype(np.float64)
+    r = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
+    noise = rng.standard_normal(len(frame))
+    noise *= sigma
+    # move along the ray: xyz · (r + n) / r, in place on one float64 copy (points at the origin stay)
+    np.divide(noise, r, out=noise, where=r > 0)
+    noise += 1.0
+    xyz *= noise[:, None]
     points = frame.points.copy()
-    points[:, :3] = scale_range(frame.xyz, r + noise)
+    points[:, :3] = xyz
     return frame.with_points(points)

@@ -6,6 +6,8 @@ independently and with equal probability for each point ("deterministic perturba
 Decisions the paper leaves open: the sign is a fair coin per point; intensity and extra columns are
 kept; the range is not clamped (a point closer than the magnitude would be flipped through the
 sensor, which does not occur on KITTI); the point count is unchanged and points keep their order.
+``rule = "code"`` (default, the released generator behind the published numbers) multiplies the
+magnitude by √3 and the recipe's code table uses 0.4 m, i.e. ±0.4·√3 = ±0.693 m; ``rule = "text"`` is ±0.2 m.
 count_divisor = inf, magnitude = 0 or a count that rounds to 0 return the input frame unchanged.
 """
 
@@ -17,22 +19,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import scale_range
+from stages.geometry import range_factor, scale_range
 from stages.registry import stage
 
 
 @dataclass(frozen=True)
 class ImpulseRadParams:
     count_divisor: float  # perturb floor(N / count_divisor) points; inf perturbs none
-    magnitude: float = 0.2  # metres added to or subtracted from the range
+    magnitude: float = 0.2  # metres added to or subtracted from the range (before the rule's factor)
+    rule: str = "code"  # "code": magnitude·√3 as Li et al.'s released generator; "text": magnitude, Appendix C
 
 
-@stage("impulse_rad", params=ImpulseRadParams)
+@stage("impulse_rad", params=ImpulseRadParams, version=2)  # v2: rule (code: ×√3)
 def impulse_rad(frame: Frame, params: ImpulseRadParams, rng: np.random.Generator) -> Frame:
     if not params.count_divisor > 0:
         raise ValueError(f"impulse_rad: count_divisor must be > 0, got {params.count_divisor}")
     if not (params.magnitude >= 0 and math.isfinite(params.magnitude)):
         raise ValueError(f"impulse_rad: magnitude must be a finite value ≥ 0, got {params.magnitude}")
+    mag = params.magnitude * range_factor(params.rule, "impulse_rad")
     n = len(frame)
     n_hit = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
     if n_hit == 0 or params.magnitude == 0:
@@ -42,5 +46,5 @@ def impulse_rad(frame: Frame, params: ImpulseRadParams, rng: np.random.Generator
     xyz = frame.xyz[idx].astype(np.float64)
     r = np.linalg.norm(xyz, axis=1)
     points = frame.points.copy()
-    points[idx, :3] = scale_range(xyz, r + sign * params.magnitude)
+    points[idx, :3] = scale_range(xyz, r + sign * mag)
     return frame.with_points(points)

@@ -8,6 +8,10 @@ copies its parent's intensity, every extra column (e.g. ring) and every per-poin
 ``point_tag``, which is ``SYNTHETIC``; new points are appended after the originals, whose values and
 order are unchanged. count_divisor = inf, or a count that rounds to 0, returns the input frame
 unchanged (offset = 0 with a positive count adds exact duplicates).
+
+``rule = "code"`` (default, the released generator behind the published numbers): the new point's
+intensity is the mean intensity of its 5 nearest original points (other columns and labels still
+come from the parent). ``rule = "text"``: the parent's intensity.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.geometry import check_rule, mean_intensity_of_nearest
 from stages.registry import stage
 
 
@@ -25,9 +30,10 @@ from stages.registry import stage
 class UpsampleParams:
     count_divisor: float  # add floor(N / count_divisor) points; inf adds none
     offset: float = 0.1  # o, metres: per-axis offset U(−o, o) from the parent
+    rule: str = "code"  # "code": intensity = mean of the 5 nearest originals (released code); "text": parent's
 
 
-@stage("upsample", params=UpsampleParams)
+@stage("upsample", params=UpsampleParams, version=2)  # v2: rule (code: 5-NN mean intensity)
 def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> Frame:
     if not params.count_divisor > 0:
         raise ValueError(f"upsample: count_divisor must be > 0, got {params.count_divisor}")
@@ -40,5 +46,8 @@ def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> 
     parents = rng.choice(n, size=n_add, replace=False)
     new = frame.points[parents].astype(np.float64)
     new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
+    check_rule(params.rule, "upsample")
+    if params.rule == "code":
+        new[:, frame.fields.index("intensity")] = mean_intensity_of_nearest(frame, new[:, :3], 5)
     labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
     return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)

@@ -2,7 +2,9 @@
 
 Every annotated object (every box except DontCare) is rotated about the vertical axis through its box
 centre by ±U(lo, hi) degrees (random sign: clockwise or anticlockwise), with (lo, hi) = (0, 2),
-(3, 4), (5, 6), (7, 8), (9, 10) degrees at severities 1–5. The box rotates with it: its heading
+(3, 4), (5, 6), (7, 8), (9, 10) degrees at severities 1–5 (Appendix C; the released generator behind
+the published numbers, and so the default recipe, uses U(c − 1, c + 1), c = 1, 3, 5, 7, 9: (0, 2),
+(2, 4), (4, 6), (6, 8), (8, 10) — the same rule with other bounds). The box rotates with it: its heading
 becomes wrap(heading + θ) in [−π, π); centre and dimensions are unchanged, as the paper's "labels
 are modified accordingly" requires.
 

@@ -12,6 +12,12 @@ move with the box; the region they leave is left empty (no infill) and points al
 destination (ground) are kept, as in the paper's implementation. The box centre moves by the same
 vector, and its KITTI alpha and 2D box are recomputed (`refresh_camera_fields`) so an exported
 ``label_2`` file describes the corrupted scene.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows the released generator behind the
+published numbers: Δx and Δy are drawn independently, each ±U(lo, hi) with its own random sign, in
+the LiDAR frame (its table: (c − 0.1, c + 0.1), c = 0.1, 0.3, 0.5, 0.7, 0.9 m), so the distance moved
+is ≈ √2·c. The box moves by exactly the same vector (the released code updated the label in the camera
+frame, off by a few mm; we keep the box exact).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import refresh_camera_fields
+from stages.geometry import check_rule, refresh_camera_fields
 from stages.registry import stage
 
 
@@ -29,20 +35,26 @@ from stages.registry import stage
 class TranslationParams:
     min_distance: float  # metres
     max_distance: float  # metres
+    rule: str = "code"  # "code": per-axis ±U(lo, hi) (released code); "text": distance U(lo, hi), random direction
 
 
-@stage("translation", params=TranslationParams)
+@stage("translation", params=TranslationParams, version=2)  # v2: rule (code: per-axis shifts)
 def translation(frame: Frame, params: TranslationParams, rng: np.random.Generator) -> Frame:
     if not 0 <= params.min_distance <= params.max_distance:
         raise ValueError(f"translation: need 0 ≤ min_distance ≤ max_distance, got {params}")
     boxes = frame.boxes
     if boxes is None or not boxes.valid.any() or params.max_distance == 0:
         return frame
+    check_rule(params.rule, "translation")
     m = len(boxes)
-    dist = rng.uniform(params.min_distance, params.max_distance, size=m)
-    theta = rng.uniform(0.0, 2 * np.pi, size=m)
     shift = np.zeros((m, 3))
-    shift[:, 0], shift[:, 1] = dist * np.cos(theta), dist * np.sin(theta)
+    if params.rule == "code":
+        mag = rng.uniform(params.min_distance, params.max_distance, size=(m, 2))
+        shift[:, :2] = mag * rng.choice(np.array([-1.0, 1.0]), size=(m, 2))
+    else:
+        dist = rng.uniform(params.min_distance, params.max_distance, size=m)
+        theta = rng.uniform(0.0, 2 * np.pi, size=m)
+        shift[:, 0], shift[:, 1] = dist * np.cos(theta), dist * np.sin(theta)
     shift[~boxes.valid] = 0.0
 
     owner = frame.box_index

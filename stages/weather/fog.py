@@ -108,6 +108,9 @@ class FogParams:
     alpha: float = 0.0  # m⁻¹, extinction coefficient (MOR = ln 20 / α); must be 0 when alpha_choices is set
     beta: float | None = None  # m⁻¹sr⁻¹, backscatter; None: follows α (physical) or frozen 9.2131e-4 (paper)
     alpha_choices: tuple[float, ...] = ()  # Robo3D: α drawn per frame uniformly from this set
+    #: α of the precomputed tables paper mode picks the nearest from; () = PAPER_TABLE_ALPHAS. Li et al.'s
+    #: release ships no 0.05 table, so their α = 0.05 level used the 0.06 one (kitti-c sets their set)
+    table_alphas: tuple[float, ...] = ()
     mode: str = "physical"  # "physical" (intended physics) or "paper" (reference quirks, see module doc)
     noise: float = 10.0  # m, noise parameter n of the fog-point range noise
     noise_variant: str = "v1"  # "v1" | "v2" | "v3" | "v4" | "none"
@@ -129,6 +132,8 @@ class FogParams:
             raise ValueError(f"fog: alpha must be a finite value ≥ 0, got {self.alpha}")
         if any(not (a >= 0 and math.isfinite(a)) for a in self.alpha_choices):
             raise ValueError(f"fog: alpha_choices must be finite values ≥ 0, got {self.alpha_choices}")
+        if any(not (a >= 0 and math.isfinite(a)) for a in self.table_alphas):
+            raise ValueError(f"fog: table_alphas must be finite values ≥ 0, got {self.table_alphas}")
         if self.alpha_choices and self.alpha != 0:
             raise ValueError("fog: give either alpha or alpha_choices, not both")
         if self.beta is not None and not (self.beta >= 0 and math.isfinite(self.beta)):
@@ -266,10 +271,12 @@ def fine_table(alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grid, cm, rf
 
 
-def soft_target_lookup(r0: np.ndarray, alpha: float, *, table_grid: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(I(R₀), R_fog(R₀)) for ranges r0, paper table layout or exact α on the fine grid."""
+def soft_target_lookup(r0: np.ndarray, alpha: float, *, table_grid: bool,
+                       table_alphas: tuple[float, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(I(R₀), R_fog(R₀)) for ranges r0, paper table layout (the table of the α nearest to ``alpha``
+    among ``table_alphas``, default PAPER_TABLE_ALPHAS) or exact α on the fine grid."""
     if table_grid:
-        nearest = min(PAPER_TABLE_ALPHAS, key=lambda a: (abs(a - alpha), a))
+        nearest = min(table_alphas or PAPER_TABLE_ALPHAS, key=lambda a: (abs(a - alpha), a))
         i_tab, rf_tab = paper_table(float(nearest))
         key = np.minimum(np.rint(r0 * 10.0), len(i_tab) - 1).astype(np.int64)
         return i_tab[key], rf_tab[key]
@@ -322,7 +329,8 @@ def fog(frame: Frame, params: FogParams, rng: np.random.Generator) -> Frame:
     if params.option("round_hard"):
         i_hard = np.round(i_hard)
     if beta > 0:
-        integral, r_fog = soft_target_lookup(r0, alpha, table_grid=params.option("table_grid"))
+        integral, r_fog = soft_target_lookup(r0, alpha, table_grid=params.option("table_grid"),
+                                               table_alphas=params.table_alphas)
         i_soft = i * r0 * r0 * (beta / BETA_0) * integral
     else:
         integral, r_fog = np.zeros_like(r0), np.zeros_like(r0)

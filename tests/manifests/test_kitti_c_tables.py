@@ -1,5 +1,9 @@
-"""The kitti-c recipe is the paper: every one of the 25 corruptions' per-severity values equals
-Li et al., Appendix C (severities 1–5; severity 0 is the clean scan). Values typed from the paper."""
+"""The kitti-c recipe is the released generator, its `text` variant is the paper.
+
+`kitti-c` (default) must equal the constants of Li et al.'s released generator
+(Castiel-Lee/robustness_pc_detector, as listed in ../shared/spec/generators.md §5 and read from its
+code); `kitti-c:text` must equal Appendix C (severities 1–5; severity 0 is the clean scan). Both
+tables are typed here independently of the recipe, from the code and from the paper."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from dataclasses import asdict
 import pytest
 
 from manifests.recipe import load_recipe
+
+TEXT = "text"
 
 # corruption: (stage, {param: values at severities 1..5 or a scalar for all})
 PAPER = {
@@ -43,19 +49,58 @@ PAPER = {
 }
 
 
-def test_kitti_c_has_the_papers_25_corruptions_and_counts():
-    recipe = load_recipe("kitti-c")
+# Where the released code differs from the text (the rest of the code table is PAPER).
+CODE_CHANGES = {
+    "gaussian_rad": {"rule": "code"},  # × √3
+    "uniform_rad": {"rule": "code"},  # × √3
+    "impulse_rad": {"magnitude": 0.4, "rule": "code"},  # ± 0.4·√3
+    "background": {"rule": "code"},  # trimmed z range, 5-NN mean intensity
+    "upsample": {"rule": "code"},  # 5-NN mean intensity
+    "cutout": {"count_divisor": [200, 150, 100, 80, 60], "k": 20, "rule": "code"},  # sequential
+    "local_dec": {"drop_fraction": 0.8, "rule": "code"},  # int(4/5 · 100) = 80, sequential
+    "local_inc": {"rule": "code"},
+    "layer_del": {"rule": "code"},  # c ± 1 layers, trimmed polar bins
+    "translation": {"min_distance": [0.0, 0.2, 0.4, 0.6, 0.8], "rule": "code"},  # U(c − 0.1, c + 0.1) per axis
+    "rotation": {"min_degrees": [0, 2, 4, 6, 8]},  # U(c − 1, c + 1)
+    "fog": {"table_alphas": (0.005, 0.01, 0.02, 0.03, 0.06, 0.1, 0.12, 0.15, 0.2)},  # no 0.05 table shipped
+}
+TEXT_RULE = {name for name, ch in CODE_CHANGES.items() if "rule" in ch}
+CODE = {name: (stage, {**table, **CODE_CHANGES.get(name, {})}) for name, (stage, table) in PAPER.items()}
+TEXT_TABLE = {name: (stage, {**table, **({"rule": "text"} if name in TEXT_RULE else {}),
+                             **({"table_alphas": ()} if name == "fog" else {})})
+              for name, (stage, table) in PAPER.items()}
+
+
+@pytest.mark.parametrize("spec", ["kitti-c", "kitti-c:text"])
+def test_kitti_c_has_the_papers_25_corruptions_and_counts(spec):
+    recipe = load_recipe(spec)
     assert sorted(c.name for c in recipe.corruptions) == sorted(PAPER)
     assert recipe.severities == 5
     assert recipe.examples_defined(7481) == 1_122_150
+    assert recipe.name == ("kitti-c-text" if spec.endswith(TEXT) else "kitti-c")
+
+
+def test_default_and_text_fingerprints_differ():
+    assert load_recipe("kitti-c").fingerprint(["0"]) != load_recipe("kitti-c:text").fingerprint(["0"])
+
+
+def test_the_variant_lists_exactly_the_code_text_differences():
+    changes = load_recipe("kitti-c").variants[TEXT].changes
+    assert set(changes) == set(CODE_CHANGES)
+    for name, ch in CODE_CHANGES.items():
+        assert set(changes[name]) == set(ch), name
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))
-def test_corruption_table_equals_the_paper(name):
-    stage, table = PAPER[name]
-    c = load_recipe("kitti-c").corruption(name)
+@pytest.mark.parametrize(("spec", "tables"), [("kitti-c", CODE), ("kitti-c:text", TEXT_TABLE)], ids=["code", "text"])
+def test_corruption_table_equals_the_code_and_the_paper(name, spec, tables):
+    stage, table = tables[name]
+    c = load_recipe(spec).corruption(name)
     assert c.stage == stage
     for param, expected in table.items():
         values = [asdict(p)[param] for p in c.params]
         want = expected if isinstance(expected, list) else [expected] * 5
-        assert values == pytest.approx(want, rel=0, abs=1e-12), f"{name}.{param}"
+        if isinstance(values[0], str | tuple):
+            assert values == want, f"{spec} {name}.{param}"
+        else:
+            assert values == pytest.approx(want, rel=0, abs=1e-12), f"{spec} {name}.{param}"

@@ -79,8 +79,8 @@ def test_kitti_c_beam_del_is_papers(kitti_c):
     assert tuple(p.count_divisor for p in c.params) == PAPER_BEAM_DEL_DIVISOR
 
 
-def test_kitti_c_translation_is_papers(kitti_c):
-    c = kitti_c.corruption("translation")
+def test_kitti_c_translation_is_papers():
+    c = load_recipe("kitti-c:text").corruption("translation")
     assert c.stage == "translation"
     assert tuple((p.min_distance, p.max_distance) for p in c.params) == PAPER_TRANSLATION_RANGE
     assert "0.9, 0.1" in c.notes  # the reading of the paper's typo is documented
@@ -320,3 +320,49 @@ def test_examples_defined(kitti_c):
     c0 = kitti_c.corruptions[0]
     full = dataclasses.replace(kitti_c, corruptions=tuple(dataclasses.replace(c0, name=f"c{i}") for i in range(25)))
     assert full.examples_defined(7481) == 1_122_150
+
+
+VARIANT_RECIPE = """
+[benchmark]
+name = "toy"
+version = "1"
+seed = 1
+source = "kitti"
+severities = 2
+
+[corruptions.g]
+stage = "gaussian_rad"
+sigma = [0.1, 0.2]
+notes = "code"
+
+[variants.text]
+description = "the paper"
+[variants.text.corruptions.g]
+rule = "text"
+notes = "paper"
+"""
+
+
+def test_variant_overrides_only_its_keys_and_renames_the_benchmark():
+    base = parse_recipe(VARIANT_RECIPE)
+    text = parse_recipe(VARIANT_RECIPE, variant="text")
+    assert (base.name, base.variant, text.name, text.variant) == ("toy", None, "toy-text", "text")
+    assert [p.sigma for p in text.corruption("g").params] == [0.1, 0.2]
+    assert {p.rule for p in base.corruption("g").params} == {"code"}
+    assert {p.rule for p in text.corruption("g").params} == {"text"}
+    assert text.corruption("g").notes == "paper"
+    info = base.variants["text"]
+    assert info.changes == {"g": {"rule": (None, "text")}} and info.notes == {"g": ("code", "paper")}
+    assert base.fingerprint(["a"]) != text.fingerprint(["a"])
+
+
+def test_variant_errors_name_the_problem(tmp_path):
+    with pytest.raises(RecipeError, match="no variant 'nope'"):
+        parse_recipe(VARIANT_RECIPE, variant="nope")
+    with pytest.raises(RecipeError, match=r"corruptions \['h'\] are not in the recipe"):
+        parse_recipe(VARIANT_RECIPE.replace("corruptions.g]\nrule", "corruptions.h]\nrule"))
+    with pytest.raises(RecipeError, match="unknown parameter"):  # a typo in a variant fails the default too
+        parse_recipe(VARIANT_RECIPE.replace('rule = "text"', 'rulez = "text"'))
+    path = tmp_path / "toy.toml"
+    path.write_text(VARIANT_RECIPE)
+    assert load_recipe(f"{path}:text").name == "toy-text"

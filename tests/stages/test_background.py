@@ -13,7 +13,8 @@ from stages.frame import PointTag
 from stages.noise.background import BackgroundParams, background
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("background").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("background").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("background").params  # the released generator (the default)
 
 
 def test_recipe_values_are_the_papers():
@@ -81,3 +82,36 @@ def test_deterministic_and_does_not_mutate(scene):
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before_pts)
     assert dict(scene.labels).keys() == before_labels.keys() and "point_tag" not in scene.labels
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+def _trimmed_z(z, trim):
+    """The released rule, spelled out: drop the value of largest |z-score| ``trim`` times."""
+    z = z.astype(np.float64)
+    score = np.abs(z - z.mean()) / z.std()
+    order = np.argsort(-score, kind="stable")
+    rest = np.delete(z, order[:trim])
+    return rest.min(), rest.max()
+
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_trims_the_z_range_and_uses_5nn_intensity(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.count_divisor == SEVERITIES[severity - 1].count_divisor and p.z_trim == 200
+    out = background(demo_scan, p, rng_for(severity))
+    n, n_add = len(demo_scan), len(demo_scan) // int(p.count_divisor)
+    assert len(out) == n + n_add
+    new = out.points[n:].astype(np.float64)
+    lo, hi = demo_scan.xyz.min(axis=0), demo_scan.xyz.max(axis=0)
+    z_lo, z_hi = _trimmed_z(demo_scan.xyz[:, 2], 200)
+    assert z_hi < hi[2] - 0.5  # the demo scan's raw z max (2.5 m) is far above the trimmed one
+    tol = lambda a, b: 5 * (b - a) / n_add  # noqa: E731 - a few expected gaps of n_add uniform draws
+    for axis, (a, b) in enumerate([(lo[0], hi[0]), (lo[1], hi[1]), (z_lo, z_hi)]):
+        assert a - 1e-5 <= new[:, axis].min() <= a + tol(a, b)
+        assert b - tol(a, b) <= new[:, axis].max() <= b + 1e-5
+    # intensity = mean intensity of the 5 nearest originals (brute force on a sample)
+    xyz, inten = demo_scan.xyz.astype(np.float64), demo_scan.intensity.astype(np.float64)
+    for q in new[:: max(1, n_add // 40)]:
+        d = ((xyz - q[:3]) ** 2).sum(axis=1)
+        assert q[3] == pytest.approx(inten[np.argsort(d)[:5]].mean(), abs=1e-6)

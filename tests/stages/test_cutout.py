@@ -12,7 +12,8 @@ from manifests.recipe import load_recipe
 from stages.density.cutout import CutoutParams, cutout
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("cutout").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("cutout").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("cutout").params  # the released generator (the default)
 
 
 
@@ -86,3 +87,31 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert len(a) != len(c) or not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_removes_exactly_centres_times_k(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert (p.rule, p.k, p.count_divisor) == ("code", 20, [200, 150, 100, 80, 60][severity - 1])
+    frame = indexed(demo_scan)
+    out = cutout(frame, p, rng_for(severity))
+    removed = removed_mask(frame, out)
+    n = len(frame)
+    # one after another on the shrinking cloud: every operation erases k points, overlaps or not
+    assert removed.sum() == (n // int(p.count_divisor)) * p.k
+    assert removed.mean() == pytest.approx(p.k / p.count_divisor, abs=2e-4)  # 10.0 / 20.0 / 33.3 %
+
+
+def test_code_rule_erases_the_k_nearest_present_points():
+    """One centre on a line of points: the k nearest of the centre are erased, whatever the centre."""
+    from stages.frame import Frame
+
+    x = np.arange(200, dtype=np.float32)
+    pts = np.stack([x, np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)], axis=1)
+    frame = indexed(Frame("line", pts))
+    for seed in range(5):
+        out = cutout(frame, CutoutParams(200, k=20, rule="code"), rng_for(seed))  # one operation
+        gone = np.flatnonzero(removed_mask(frame, out))
+        assert len(gone) == 20 and np.all(np.diff(gone) == 1)  # a contiguous run of 20 around the centre

@@ -447,3 +447,21 @@ def test_large_scene_cost_is_small():
     t = time.perf_counter()
     fog(frame, FogParams(alpha=0.06, beta=0.2), rng_for(1))
     assert time.perf_counter() - t < 0.5
+
+
+def test_kitti_c_alpha_005_uses_the_006_table_as_li_et_al_shipped():
+    """Li et al. ship tables for α ∈ {0.005, 0.01, 0.02, 0.03, 0.06, 0.1, 0.12, 0.15, 0.2} only; the
+    nearest-table rule therefore serves α = 0.05 from the 0.06 table (attenuation still uses 0.05)."""
+    from manifests.recipe import load_recipe
+    from stages.weather.fog import soft_target_lookup
+
+    code = load_recipe("kitti-c").corruption("fog").params[3]
+    text = load_recipe("kitti-c:text").corruption("fog").params[3]
+    assert code.alpha == text.alpha == 0.05
+    assert 0.05 not in code.table_alphas and 0.06 in code.table_alphas
+    r0 = np.linspace(0.1, 80.0, 800)
+    got = soft_target_lookup(r0, 0.05, table_grid=True, table_alphas=code.table_alphas)
+    want = soft_target_lookup(r0, 0.06, table_grid=True, table_alphas=code.table_alphas)
+    exact = soft_target_lookup(r0, 0.05, table_grid=True, table_alphas=text.table_alphas)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(got, exact, strict=True))  # 0.05 ≠ 0.06 table

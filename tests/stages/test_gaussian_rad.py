@@ -12,7 +12,8 @@ from stages.geometry import to_spherical, wrap_angle
 from stages.noise.gaussian_rad import GaussianRadParams, gaussian_rad
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("gaussian_rad").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("gaussian_rad").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("gaussian_rad").params  # the released generator (the default)
 
 
 def _range(frame):
@@ -87,3 +88,16 @@ def test_deterministic_and_does_not_mutate():
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.points, c.points)
     assert _same_snapshot(before, _snapshot(scene))
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_range_sigma_is_sigma_times_sqrt3(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.sigma == SEVERITIES[severity - 1].sigma
+    dr = _range(gaussian_rad(demo_scan, p, rng_for(severity))) - _range(demo_scan)
+    want = p.sigma * np.sqrt(3.0)  # the released code adds N(0, 1)·σ·√3 to the range
+    assert dr.std() == pytest.approx(want, rel=0.015)  # ≈ 4 standard errors of a std at N = 131k
+    assert abs(dr.mean()) < 0.015 * want
+    assert np.mean(np.abs(dr) <= want) == pytest.approx(0.6827, abs=0.006)

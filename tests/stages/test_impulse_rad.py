@@ -12,7 +12,8 @@ from manifests.recipe import load_recipe
 from stages.noise.impulse_rad import ImpulseRadParams, impulse_rad
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("impulse_rad").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_rad").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("impulse_rad").params  # the released generator (the default)
 
 
 def _range(frame):
@@ -73,3 +74,17 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_moves_n_over_d_points_by_0_4_sqrt3(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert (p.rule, p.magnitude, p.count_divisor) == ("code", 0.4, SEVERITIES[severity - 1].count_divisor)
+    r0 = np.linalg.norm(demo_scan.xyz.astype(np.float64), axis=1)
+    dr = np.linalg.norm(impulse_rad(demo_scan, p, rng_for(severity)).xyz.astype(np.float64), axis=1) - r0
+    hit = np.abs(dr) > 1e-3
+    assert hit.sum() == len(demo_scan) // int(p.count_divisor)
+    assert np.abs(np.abs(dr[hit]) - 0.4 * np.sqrt(3.0)).max() < 1e-4  # ±0.693 m
+    assert np.mean(dr[hit] > 0) == pytest.approx(0.5, abs=0.05)

@@ -12,7 +12,8 @@ from manifests.recipe import load_recipe
 from stages.density.local_dec import LocalDecParams, local_dec
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("local_dec").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("local_dec").params  # the released generator (the default)
 
 
 
@@ -23,7 +24,9 @@ def test_recipe_values_are_the_papers():
 
 
 @pytest.mark.parametrize(
-    "params", [LocalDecParams(math.inf), LocalDecParams(100, k=0), LocalDecParams(100, drop_fraction=0.0)]
+    "params", [LocalDecParams(math.inf, rule="text"),
+        LocalDecParams(100, k=0, rule="text"),
+        LocalDecParams(100, drop_fraction=0.0, rule="text")]
 )
 def test_zero_strength_is_identity(scene, params):
     out = local_dec(scene, params, rng_for(0))
@@ -32,18 +35,21 @@ def test_zero_strength_is_identity(scene, params):
 
 def test_count_rounding_to_zero_is_identity(scene):
     small = scene.take(np.arange(99))
-    assert np.array_equal(local_dec(small, LocalDecParams(100), rng_for(0)).points, small.points)
+    assert np.array_equal(local_dec(small, LocalDecParams(100, rule="text"), rng_for(0)).points, small.points)
 
 
 def test_fewer_points_than_k_uses_the_whole_scan(scene):
     small = scene.take(np.arange(40))
-    assert len(local_dec(small, LocalDecParams(40, k=100), rng_for(0))) == 10  # 40 − round(0.75 · 40)
+    assert len(local_dec(small, LocalDecParams(40, k=100, rule="text"), rng_for(0))) == 10  # 40 − round(0.75 · 40)
 
 
 @pytest.mark.parametrize(
     "params",
-    [LocalDecParams(0), LocalDecParams(-1), LocalDecParams(100, k=-1), LocalDecParams(100, drop_fraction=1.5),
-     LocalDecParams(100, drop_fraction=-0.1)],
+    [LocalDecParams(0, rule="text"),
+        LocalDecParams(-1, rule="text"),
+        LocalDecParams(100, k=-1, rule="text"),
+        LocalDecParams(100, drop_fraction=1.5, rule="text"),
+     LocalDecParams(100, drop_fraction=-0.1, rule="text")],
 )
 def test_rejects_bad_params(scene, params):
     with pytest.raises(ValueError, match="local_dec"):
@@ -53,7 +59,7 @@ def test_rejects_bad_params(scene, params):
 @pytest.mark.parametrize("seed", range(3))
 def test_single_centre_deletes_75_of_its_100_neighbours(scene, seed):
     scene = indexed(scene)
-    out = local_dec(scene, LocalDecParams(len(scene)), rng_for(seed))  # one centre
+    out = local_dec(scene, LocalDecParams(len(scene), rule="text"), rng_for(seed))  # one centre
     removed = removed_mask(scene, out)
     assert removed.sum() == 75
     # the 75 lie in one kNN neighbourhood: the 100-NN of some point nearby contains all of them
@@ -96,3 +102,17 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert len(a) != len(c) or not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_removes_exactly_centres_times_80(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert (p.rule, p.k, p.drop_fraction) == ("code", 100, 0.8)
+    frame = indexed(demo_scan)
+    out = local_dec(frame, p, rng_for(severity))
+    removed = removed_mask(frame, out)
+    n_drop = int(p.drop_fraction * p.k)  # int((4/5)·100) = 80 in the released code
+    assert removed.sum() == (len(frame) // int(p.count_divisor)) * n_drop
+    assert removed.mean() == pytest.approx(n_drop / p.count_divisor, abs=2e-4)  # 26.7 / 40.0 / 80.0 %

@@ -14,7 +14,8 @@ from stages.density.local_inc import LocalIncParams, local_inc
 from stages.frame import Frame, PointTag
 from tests.stages.conftest import indexed, make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("local_inc").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("local_inc").params  # the released generator (the default)
 
 
 
@@ -30,7 +31,7 @@ def test_recipe_values_are_the_papers():
     assert all(p.k == 100 for p in SEVERITIES)
 
 
-@pytest.mark.parametrize("params", [LocalIncParams(math.inf), LocalIncParams(600, k=0)])
+@pytest.mark.parametrize("params", [LocalIncParams(math.inf, rule="text"), LocalIncParams(600, k=0, rule="text")])
 def test_zero_strength_is_identity(scene, params):
     out = local_inc(scene, params, rng_for(0))
     assert np.array_equal(out.points, scene.points)
@@ -38,17 +39,19 @@ def test_zero_strength_is_identity(scene, params):
 
 def test_count_rounding_to_zero_is_identity(scene):
     small = scene.take(np.arange(599))
-    assert np.array_equal(local_inc(small, LocalIncParams(600), rng_for(0)).points, small.points)
+    assert np.array_equal(local_inc(small, LocalIncParams(600, rule="text"), rng_for(0)).points, small.points)
 
 
 def test_fewer_points_than_k_fits_the_whole_scan():
     ground = make_scene(0, n_ground=1000).take(np.arange(50))  # 50 ground points
-    out = local_inc(ground, LocalIncParams(50, k=100), rng_for(0))  # one centre, k clipped to 50
+    out = local_inc(ground, LocalIncParams(50, k=100, rule="text"), rng_for(0))  # one centre, k clipped to 50
     assert len(out) == 100
     assert np.allclose(out.xyz[50:, 2], -1.73, atol=1e-4)
 
 
-@pytest.mark.parametrize("params", [LocalIncParams(0), LocalIncParams(-3), LocalIncParams(600, k=-1)])
+@pytest.mark.parametrize("params", [LocalIncParams(0, rule="text"),
+    LocalIncParams(-3, rule="text"),
+    LocalIncParams(600, k=-1, rule="text")])
 def test_rejects_bad_params(scene, params):
     with pytest.raises(ValueError, match="local_inc"):
         local_inc(scene, params, rng_for(0))
@@ -81,7 +84,7 @@ def test_adds_centres_times_k_points_near_the_surface(scene_with_ring, severity)
 
 def test_points_lie_on_a_curved_surface():
     sphere = _sphere()
-    out = local_inc(sphere, LocalIncParams(200), rng_for(1))  # 100 centres
+    out = local_inc(sphere, LocalIncParams(200, rule="text"), rng_for(1))  # 100 centres
     new = out.xyz[len(sphere):].astype(np.float64)
     assert len(new) == 100 * 100
     err = np.abs(np.linalg.norm(new - [10.0, 0.0, 0.0], axis=1) - 5.0)
@@ -91,7 +94,7 @@ def test_points_lie_on_a_curved_surface():
 def test_single_neighbourhood_is_filled_over_its_extent():
     ground = make_scene(0, n_ground=40_000)
     ground = ground.take(np.abs(ground.xyz[:, 2] + 1.73) < 1e-6)
-    out = local_inc(ground, LocalIncParams(len(ground)), rng_for(2))  # one centre
+    out = local_inc(ground, LocalIncParams(len(ground), rule="text"), rng_for(2))  # one centre
     new = out.xyz[len(ground):].astype(np.float64)
     assert len(new) == 100 and np.allclose(new[:, 2], -1.73, atol=1e-4)
     _, nn = ground.kdtree.query(new.mean(axis=0), k=100)
@@ -116,3 +119,53 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+def _quadratic_residual(local):
+    """Least-squares residual (RMS) of the released model h = w·[1, u, v, u², v², uv]."""
+    u, v, h = local[:, 0], local[:, 1], local[:, 2]
+    a = np.stack([np.ones_like(u), u, v, u * u, v * v, u * v], axis=1)
+    w, *_ = np.linalg.lstsq(a, h, rcond=None)
+    return np.sqrt(np.mean((a @ w - h) ** 2))
+
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_adds_k_points_per_centre_on_a_quadratic_of_the_narrowest_axis(demo_scan, severity):
+    from stages.density.local_inc import knn_with_intensity
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.k == 100
+    out = local_inc(demo_scan, p, rng_for(severity))
+    n, c = len(demo_scan), len(demo_scan) // int(p.count_divisor)
+    assert len(out) == n + c * p.k
+    assert np.all(out.point_tag[n:] == PointTag.SYNTHETIC)
+    new = out.xyz[n:].astype(np.float64).reshape(c, p.k, 3)
+    # replay the centres (the first draw) and their 4D neighbourhoods to check each block against its rule
+    centres = rng_for(severity).integers(0, n, size=c)
+    nn = knn_with_intensity(demo_scan, centres, p.k)
+    xyz = demo_scan.xyz.astype(np.float64)
+    for b in range(0, c, max(1, c // 12)):
+        nbr = xyz[nn[b]]
+        h = int(np.argmin(nbr.max(axis=0) - nbr.min(axis=0)))
+        u, v = [(1, 2), (2, 0), (0, 1)][h]
+        block = new[b][:, [u, v, h]]
+        assert _quadratic_residual(block) < 1e-3  # exactly on a quadratic in (u, v) (float32 output)
+        # (u, v) ~ N(mean, std) of the neighbours: block statistics within sampling error of 100 draws
+        for col, ax in ((0, u), (1, v)):
+            m, s = nbr[:, ax].mean(), nbr[:, ax].std()
+            assert abs(block[:, col].mean() - m) < 0.5 * s + 1e-6
+            assert 0.6 * s - 1e-6 < block[:, col].std() < 1.4 * s + 1e-6
+
+
+def test_knn_with_intensity_is_exact(demo_scan):
+    from stages.density.local_inc import knn_with_intensity
+
+    rng = np.random.default_rng(0)
+    centres = rng.integers(0, len(demo_scan), size=20)
+    got = knn_with_intensity(demo_scan, centres, 100)
+    p4 = np.concatenate([demo_scan.xyz, demo_scan.intensity[:, None]], axis=1).astype(np.float64)
+    for i, c in enumerate(centres):
+        d = ((p4 - p4[c]) ** 2).sum(axis=1)
+        assert set(got[i]) == set(np.argsort(d, kind="stable")[:100])

@@ -12,7 +12,8 @@ from stages.geometry import points_in_box_frame, refresh_camera_fields, wrap_ang
 from stages.transform.rotation import RotationParams, rotation
 from tests.stages.conftest import expected_alpha, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("rotation").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("rotation").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("rotation").params  # the released generator (the default)
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
@@ -85,3 +86,21 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points) and np.array_equal(a.boxes.heading, b.boxes.heading)
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before) and np.array_equal(scene.boxes.heading, heading)
+
+
+# ---- released-generator parity (the default kitti-c) ------------------------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_table_is_c_plus_minus_one_degree(severity):
+    from tests.stages.conftest import make_scene
+
+    p = CODE[severity - 1]
+    c = [1, 3, 5, 7, 9][severity - 1]  # the released code: U(c − 1, c + 1) degrees, random sign
+    assert (p.min_degrees, p.max_degrees) == (c - 1, c + 1)
+    scene = make_scene(0)
+    valid = scene.boxes.valid
+    turns = np.concatenate([
+        np.degrees(wrap_angle(rotation(scene, p, rng_for(seed)).boxes.heading[valid] - scene.boxes.heading[valid]))
+        for seed in range(40)])
+    assert np.abs(turns).min() >= c - 1 - 1e-6 and np.abs(turns).max() <= c + 1 + 1e-6
+    assert np.abs(turns).mean() == pytest.approx(c, abs=0.25)

@@ -12,7 +12,8 @@ from stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y, wrap
 from stages.transform.translation import TranslationParams, translation
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("translation").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("translation").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("translation").params  # the released generator (the default)
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
@@ -115,3 +116,27 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(scene.points, before_pts)
     for f in BOX_FIELDS:
         assert np.array_equal(getattr(scene.boxes, f), before_boxes[f])
+
+
+# ---- released-generator parity (the default kitti-c) ------------------------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_shifts_x_and_y_independently(severity):
+    p = CODE[severity - 1]
+    c = [0.1, 0.3, 0.5, 0.7, 0.9][severity - 1]  # the released code: U(c − 0.1, c + 0.1)·(±1) per axis
+    assert p.rule == "code" and (p.min_distance, p.max_distance) == pytest.approx((c - 0.1, c + 0.1))
+    scene = make_scene(severity)
+    valid = scene.boxes.valid
+    shifts, signs = [], []
+    for seed in range(40):
+        out = translation(scene, p, rng_for(seed))
+        d = out.boxes.center[valid] - scene.boxes.center[valid]
+        assert np.all(d[:, 2] == 0)
+        shifts.append(np.abs(d[:, :2]))
+        signs.append(np.sign(d[:, :2]))
+    shifts, signs = np.concatenate(shifts), np.concatenate(signs)
+    assert shifts.min() >= c - 0.1 - 1e-9 and shifts.max() <= c + 0.1 + 1e-9
+    assert shifts.mean() == pytest.approx(c, abs=0.02)
+    assert np.mean(signs > 0) == pytest.approx(0.5, abs=0.1)
+    dist = np.linalg.norm(shifts, axis=1)
+    assert dist.mean() == pytest.approx(np.sqrt(2) * c, abs=0.03 + 0.05 * c)  # ≈ √2·c, not c

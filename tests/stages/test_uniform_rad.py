@@ -11,7 +11,8 @@ from manifests.recipe import load_recipe
 from stages.noise.uniform_rad import UniformRadParams, uniform_rad
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("uniform_rad").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("uniform_rad").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("uniform_rad").params  # the released generator (the default)
 
 
 def _range(frame):
@@ -64,3 +65,17 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_range_change_is_uniform_within_a_sqrt3(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.half_width == SEVERITIES[severity - 1].half_width
+    r0 = np.linalg.norm(demo_scan.xyz.astype(np.float64), axis=1)
+    dr = np.linalg.norm(uniform_rad(demo_scan, p, rng_for(severity)).xyz.astype(np.float64), axis=1) - r0
+    bound = p.half_width * np.sqrt(3.0)  # U(−a, a)·√3 in the released code
+    assert np.abs(dr).max() <= bound + 1e-4
+    assert np.abs(dr).max() > 0.999 * bound
+    assert dr.std() == pytest.approx(bound / np.sqrt(3.0), rel=0.015)  # std of U(−b, b) = b/√3

@@ -13,7 +13,8 @@ from stages.frame import Frame, PointTag
 from stages.noise.upsample import UpsampleParams, upsample
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("upsample").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("upsample").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("upsample").params  # the released generator (the default)
 
 
 def _grid_frame() -> Frame:
@@ -88,3 +89,22 @@ def test_deterministic_and_does_not_mutate(scene):
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1])
+def test_code_rule_new_intensity_is_the_mean_of_the_5_nearest(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert p.rule == "code" and (p.count_divisor, p.offset) == (SEVERITIES[severity - 1].count_divisor, 0.1)
+    out = upsample(demo_scan, p, rng_for(severity))
+    n = len(demo_scan)
+    new = out.points[n:].astype(np.float64)
+    assert len(new) == n // int(p.count_divisor)
+    xyz, inten = demo_scan.xyz.astype(np.float64), demo_scan.intensity.astype(np.float64)
+    d_parent = []
+    for q in new[:: len(new) // 40]:
+        d = ((xyz - q[:3]) ** 2).sum(axis=1)
+        assert q[3] == pytest.approx(inten[np.argsort(d)[:5]].mean(), abs=1e-6)
+        d_parent.append(np.sqrt(d.min()))
+    assert max(d_parent) <= 0.1 * np.sqrt(3) + 1e-5  # within the ±0.1 m cube of a parent
