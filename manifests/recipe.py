@@ -63,6 +63,7 @@ from stages.registry import Stage, get_stage
 VARIANT_KEYS = {"name", "description", "corruptions"}
 BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
+    "paper_frames",
 }
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
 #: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
@@ -112,6 +113,7 @@ class Recipe:
     variant: str | None = None  # the variant this recipe was loaded as (None: the default build)
     #: per variant: its description and, per overridden corruption, {key: (default value, variant value)}
     variants: dict[str, VariantInfo] = field(default_factory=dict)
+    paper_frames: int | None = None  # source frames of the full-size benchmark (descriptive; not fingerprinted)
 
     def corruption(self, name: str) -> Corruption:
         for c in self.corruptions:
@@ -234,6 +236,10 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         raise RecipeError(f"{origin}: [benchmark] severities must be a positive integer, got {severities!r}")
     if not isinstance(bench["seed"], int):
         raise RecipeError(f"{origin}: [benchmark] seed must be an integer, got {bench['seed']!r}")
+    paper_frames = bench.get("paper_frames")
+    if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
+                                     or paper_frames < 1):
+        raise RecipeError(f"{origin}: [benchmark] paper_frames must be a positive integer, got {paper_frames!r}")
     sev_names = tuple(bench.get("severity_names", ()))
     if sev_names and len(sev_names) != severities:
         raise RecipeError(f"{origin}: severity_names has {len(sev_names)} entries, severities is {severities}")
@@ -266,6 +272,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         validate=validate,
         variant=variant,
         variants=variants,
+        paper_frames=paper_frames,
     )
 
 

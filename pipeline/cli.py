@@ -301,6 +301,10 @@ def list_benchmarks() -> None:
                           f"severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples defined, "
                           f"{r.examples_stored(1)} stored (clean once)")
         out_console.print("  " + ", ".join(c.name for c in r.corruptions))
+        if r.paper_frames:
+            n, c, s = r.paper_frames, len(r.corruptions), r.severities
+            out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
+                              f"({r.examples_stored(n):,} stored with the clean scans)")
 
 
 @app.command("demo-data")

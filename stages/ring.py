@@ -137,24 +137,31 @@ def azimuth_wrap_plausible(xyz: np.ndarray, n: int = N_RINGS) -> bool:
     return bool(np.mean(np.diff(mean) < 0) >= 0.9)
 
 
-def frame_rings(frame: Frame, method: str = "auto", *, n: int = N_RINGS) -> tuple[np.ndarray, str]:
+def frame_rings(frame: Frame, method: str = "auto", *, n: int | None = None) -> tuple[np.ndarray, str]:
     """(ring index per point, method used).
 
     ``method``: ``auto`` (ring column if valid, else azimuth-wrap if plausible, else laser table),
     ``column`` (the ring column; falls back like ``auto`` when it is missing or invalid), or one of the
     recovery methods, applied as asked. The method used is one of `RING_METHOD_CODES`.
+
+    The beam count ``n`` and the laser table come from the frame's `Sensor` (a 32-beam nuScenes scan has
+    rings 0–31 and its own elevations); without one, an HDL-64E is assumed (KITTI files carry no sensor).
     """
     if method not in METHODS:
         raise ValueError(f"frame_rings: unknown method {method!r}; expected one of {METHODS}")
+    sensor = frame.sensor
+    if n is None:
+        n = sensor.beams if sensor is not None else N_RINGS
+    table = sensor.elevations if sensor is not None else HDL64E_ELEVATIONS_DEG
     xyz = frame.xyz
     if method == "azimuth_wrap":
         return rings_from_azimuth_wrap(xyz, n), method
     if method == "elevation_bins":
         return rings_from_elevation_bins(xyz, n), method
     if method == "laser_table":
-        return rings_from_laser_table(xyz), method
+        return rings_from_laser_table(xyz, table), method
     if ring_column_valid(frame, n):
         return frame.column("ring").astype(np.int64), "column"
     if azimuth_wrap_plausible(xyz, n):
         return rings_from_azimuth_wrap(xyz, n), "azimuth_wrap"
-    return rings_from_laser_table(xyz), "laser_table"
+    return rings_from_laser_table(xyz, table), "laser_table"

@@ -18,6 +18,13 @@ KITTI has no generation script upstream (PHYSICS.md §5: placeholder only) and t
   of the scan: an instance mask is what boxes give, and it is what "each vehicle" means on KITTI.
   Objects are processed in box-row order, one draw each, for determinism.
 
+Point labels (SemanticKITTI-C, nuScenes-C, WOD-C): with ``label_ids`` set, the objects are the vehicle
+*classes* of the frame's ``semantic`` labels, as Robo3D's scripts do (generators.md §2.3): raw id
+``label_ids[k]`` belongs to class ``label_classes[k]`` (e.g. SemanticKITTI car = raw 10 and 252 → class 1);
+classes are processed in ascending class id, each holding more than ``min_points`` points loses
+``int(r·n)`` of them, chosen uniformly without replacement. Boxes are ignored in that mode. A frame without
+semantic labels raises (the benchmark is defined by them).
+
 Paper vs PHYSICS.md: the paper's "randomly querying k_e percent points" becomes PHYSICS.md's exact count
 ``int(r·n)`` with the more-than-10-points guard (generation scripts); we follow PHYSICS.md.
 r = 0 (or a frame without boxes) returns the input frame unchanged.
@@ -41,8 +48,15 @@ class IncompleteEchoParams:
     ratio: float  # r: share of each vehicle's points deleted, int(r·n)
     classes: tuple[str, ...] = VEHICLE_CLASSES  # box classes treated as vehicles
     min_points: int = 10  # only objects with more than this many points are thinned
+    label_ids: tuple[int, ...] = ()  # raw semantic ids of vehicle points (label mode; empty: box mode)
+    label_classes: tuple[int, ...] = ()  # class of each raw id (same length; default: each id its own class)
 
     def __post_init__(self) -> None:
+        if self.label_classes and len(self.label_classes) != len(self.label_ids):
+            raise ValueError(f"incomplete_echo: label_classes has {len(self.label_classes)} entries, "
+                             f"label_ids {len(self.label_ids)}")
+        if not all(isinstance(v, int) and v >= 0 for v in (*self.label_ids, *self.label_classes)):
+            raise ValueError("incomplete_echo: label_ids and label_classes must be integers ≥ 0")
         if not (math.isfinite(self.ratio) and 0 <= self.ratio <= 1):
             raise ValueError(f"incomplete_echo: ratio must be in [0, 1], got {self.ratio!r}")
         if self.min_points < 0:
@@ -56,15 +70,16 @@ def echo_drop_count(n: int, ratio: float) -> int:
     return int(ratio * n)
 
 
-@stage("incomplete_echo", params=IncompleteEchoParams)
-def incomplete_echo(frame: Frame, params: IncompleteEchoParams, rng: np.random.Generator) -> Frame:
-    if params.ratio == 0 or not frame.has_boxes or len(frame) == 0:
-        return frame
-    boxes = frame.boxes
-    vehicle = np.isin(boxes.cls.astype(str), list(params.classes)) & boxes.valid
+def vehicle_classes(params: IncompleteEchoParams, semantic: np.ndarray) -> list[np.ndarray]:
+    """Label mode: per vehicle class (ascending class id), the ascending indices of its points."""
+    ids = np.asarray(params.label_ids, dtype=np.int64)
+    classes = np.asarray(params.label_classes or params.label_ids, dtype=np.int64)
+    return [np.flatnonzero(np.isin(semantic, ids[classes == c])) for c in np.unique(classes)]
+
+
+def _drop_per_group(frame: Frame, groups, params: IncompleteEchoParams, rng: np.random.Generator) -> Frame:
     drop = []
-    for j in np.flatnonzero(vehicle):
-        pts = frame.box_points[j]
+    for pts in groups:
         if len(pts) <= params.min_points:
             continue
         k = echo_drop_count(len(pts), params.ratio)
@@ -75,3 +90,18 @@ def incomplete_echo(frame: Frame, params: IncompleteEchoParams, rng: np.random.G
     keep = np.ones(len(frame), dtype=bool)
     keep[np.concatenate(drop)] = False
     return frame.take(keep)
+
+
+@stage("incomplete_echo", params=IncompleteEchoParams)
+def incomplete_echo(frame: Frame, params: IncompleteEchoParams, rng: np.random.Generator) -> Frame:
+    if params.label_ids:
+        if "semantic" not in frame.labels:
+            raise ValueError(f"incomplete_echo: frame {frame.frame_id} has no semantic labels (label_ids is set)")
+        if params.ratio == 0 or len(frame) == 0:
+            return frame
+        return _drop_per_group(frame, vehicle_classes(params, frame.labels["semantic"]), params, rng)
+    if params.ratio == 0 or not frame.has_boxes or len(frame) == 0:
+        return frame
+    boxes = frame.boxes
+    vehicle = np.isin(boxes.cls.astype(str), list(params.classes)) & boxes.valid
+    return _drop_per_group(frame, [frame.box_points[j] for j in np.flatnonzero(vehicle)], params, rng)

@@ -18,6 +18,9 @@ often negative — PHYSICS.md §5 pitfall); ``clip_intensity = True`` (non-parit
 laser id, so a crosstalk point keeps the ring of the point it replaced (no ``perturb_extra_columns``
 option: a non-integer ring would break every ring-based stage downstream).
 
+Labels: with ``label_id`` set, the perturbed rows' ``semantic`` label becomes that id (Robo3D's scripts
+label them 23 on SemanticKITTI-C, 43 on nuScenes-C; WOD-C 25 per the paper); other rows keep theirs.
+
 p = 0 (or ⌊p·N⌋ = 0) returns the input frame unchanged.
 """
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.labels import set_semantic
 from stages.registry import stage
 
 
@@ -38,6 +42,7 @@ class CrosstalkParams:
     sigma: float = 3.0  # std of the additive noise (metres for x, y, z; intensity units for intensity)
     perturb_intensity: bool = True  # paper: the intensity column gets the same σ·N(0, 1) noise
     clip_intensity: bool = False  # non-parity: clip perturbed intensities into [0, intensity_max]
+    label_id: int | None = None  # Robo3D: semantic id of the perturbed points (SemanticKITTI 23, nuScenes 43)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.fraction) and 0 <= self.fraction <= 1):
@@ -70,4 +75,4 @@ def crosstalk(frame: Frame, params: CrosstalkParams, rng: np.random.Generator) -
     points[np.ix_(idx, cols)] = sub.astype(np.float32)
     tag = frame.point_tag.astype(np.uint8, copy=True)
     tag[idx] = PointTag.CROSSTALK
-    return frame.with_points(points, point_tag=tag)
+    return set_semantic(frame.with_points(points, point_tag=tag), idx, params.label_id)

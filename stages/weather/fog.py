@@ -63,6 +63,8 @@ either mode with byte_scale and round_hard off (Robo3D's setting), returns the i
 (i_hard = i, i_soft = 0 never wins, no draw beyond the paper mode's discarded integer). With Li's
 byte_scale and round_hard, α = β = 0 still quantises intensities to multiples of 1/255.
 
+``label_id`` (Robo3D): the ``semantic`` label of every fog point becomes that id; other points keep theirs.
+
 Edge cases: R₀ < R₁ = 0.9 m (incl. R₀ = 0) has I = 0 and is never fog, nothing divides by R₀ there;
 intensity 0 is never fog (i_soft = 0 is not > i_hard ≥ 0); targets beyond 200 m use the saturated I.
 """
@@ -76,6 +78,7 @@ from functools import lru_cache
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.labels import set_semantic
 from stages.registry import stage
 
 # ---- constants (PHYSICS.md §1.2) -------------------------------------------------------------------
@@ -122,6 +125,7 @@ class FogParams:
     safe_noise: bool | None = None
     discard_draw: bool | None = None
     table_grid: bool | None = None
+    label_id: int | None = None  # Robo3D: semantic id of fog points (SemanticKITTI 21, nuScenes 41, WOD 23)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -359,5 +363,5 @@ def fog(frame: Frame, params: FogParams, rng: np.random.Generator) -> Frame:
     tag = frame.point_tag.astype(np.uint8, copy=True)
     tag[changed_i & ~is_fog & (tag == PointTag.CLEAN)] = PointTag.ATTENUATED
     tag[fog_idx] = PointTag.SCATTER_FOG
-    out = frame.with_points(points, point_tag=tag)
+    out = set_semantic(frame.with_points(points, point_tag=tag), fog_idx, params.label_id)
     return out.with_info(fog_alpha=alpha, fog_beta=beta) if params.alpha_choices else out

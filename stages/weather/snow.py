@@ -105,6 +105,7 @@ from functools import lru_cache
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.labels import set_semantic
 from stages.registry import stage
 from stages.ring import METHODS as RING_METHODS
 from stages.ring import N_RINGS, frame_rings
@@ -171,6 +172,7 @@ class SnowParams:
     pool_seed: int = 42
     ring_method: str = "auto"
     sensor_height: float = 1.73  # m, flat-ground fallback of the noise floor
+    label_id: int | None = None  # Robo3D: semantic id of snow points (SemanticKITTI 22, nuScenes 42, WOD 24)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -860,8 +862,8 @@ def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
     coef = None
     if params.noise_floor > 0:
         coef = noise_floor_threshold(xyz, i255, params, opts, rng)
-    out = frame.with_points(points.astype(np.float32), point_tag=tag).with_info(
-        ring_method=method, snow_noise_floor=coef is not None, snow_focal=focal.name)
+    out = set_semantic(frame.with_points(points.astype(np.float32), point_tag=tag), scatter, params.label_id)
+    out = out.with_info(ring_method=method, snow_noise_floor=coef is not None, snow_focal=focal.name)
     if coef is None:
         return out
     thr = np.polyval(coef, np.linalg.norm(points[:, :3], axis=1))

@@ -120,3 +120,51 @@ def test_deterministic_and_does_not_mutate(mixed):
     assert np.array_equal(a.points, b.points)
     assert not np.array_equal(a.labels["row"], c.labels["row"])
     assert np.array_equal(mixed.points, before)
+
+
+# ---- label mode (SemanticKITTI-C / nuScenes-C / WOD-C: vehicle classes from point labels) ----------------
+
+def _labelled(counts: dict[int, int], n_other: int = 500):
+    """A frame whose ``semantic`` column holds raw id k for counts[k] points (shuffled), plus road (40)."""
+    from stages.frame import Frame
+
+    rng = np.random.default_rng(3)
+    sem = np.concatenate([np.full(n, k) for k, n in counts.items()] + [np.full(n_other, 40)]).astype(np.uint32)
+    rng.shuffle(sem)
+    pts = rng.normal(size=(len(sem), 4)).astype(np.float32)
+    return Frame("lab", pts, labels={"semantic": sem, "row": np.arange(len(sem))})
+
+
+SK = load_recipe("robo3d-semantickitti-c").corruption("incomplete_echo").params
+
+
+@pytest.mark.parametrize("severity", [1, 2, 3])
+def test_label_mode_drops_the_stated_fraction_of_each_vehicle_class(severity):
+    # car = raw 10 + 252 (one class), truck = 18 + 258, bicycle 11 with exactly 10 points (not > 10),
+    # motorcycle 15 with 11 points, other-vehicle = 13 + 20; 30 (person) is not a vehicle
+    counts = {10: 400, 252: 123, 18: 57, 258: 40, 11: 10, 15: 11, 13: 7, 20: 5, 30: 300}
+    f = _labelled(counts)
+    p = SK[severity - 1]
+    out = incomplete_echo(f, p, rng_for(severity))
+    removed = _removed(f, out)
+    sem = f.labels["semantic"]
+    groups = {"car": [10, 252], "truck": [18, 258], "bicycle": [11], "motorcycle": [15], "other": [13, 20]}
+    for ids in groups.values():
+        n = int(np.isin(sem, ids).sum())
+        want = int(p.ratio * n) if n > 10 else 0
+        assert removed[np.isin(sem, ids)].sum() == want, ids
+    assert not removed[np.isin(sem, [30, 40])].any()
+    # survivors keep their labels (the column follows the points)
+    np.testing.assert_array_equal(out.labels["semantic"], sem[out.labels["row"]])
+
+
+def test_label_mode_needs_labels_and_ignores_boxes(mixed):
+    with pytest.raises(ValueError, match="no semantic labels"):
+        incomplete_echo(mixed, SK[0], rng_for(0))
+    f = replace(mixed, labels={**mixed.labels, "semantic": np.full(len(mixed), 40, np.uint32)})
+    assert incomplete_echo(f, SK[2], rng_for(0)) is f  # no vehicle labels: boxes are not used
+
+
+def test_label_mode_params_are_checked():
+    with pytest.raises(ValueError, match="label_classes"):
+        IncompleteEchoParams(0.5, label_ids=(1, 2), label_classes=(1,))
