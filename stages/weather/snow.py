@@ -60,22 +60,49 @@ quirk is a named option, None → the mode's default:
 |                         |          |       | limit, the peak refined by a 3-point parabola (range and  |
 |                         |          |       | intensity exact to ~1e-4 instead of ±5 cm / −0.3 %), no   |
 |                         |          |       | truncation                                                |
-| ``reference_channel_max``| False   | True  | i_max,ch = 230 for rings 53, 55, 56, 58 (Robo3D indexes   |
-|                         |          |       | the laser_id-ordered calibration by elevation row, §2.6); |
-|                         |          |       | physical: 255 for every channel                           |
+| ``reference_channel_max``| False   | True  | i_max,ch = 230 on the calibration's lasers 53, 55, 56, 58,|
+|                         |          |       | looked up with ``focal_index`` (paper: Robo3D's rows 53,  |
+|                         |          |       | 55, 56, 58); physical: 255 for every channel              |
+| ``focal_index``         | "laser"  | "row" | which S3 calibration row a point uses (below)             |
 | ``drop_clean``          | False    | True  | paper: the noise floor also drops dim points the snow did |
 |                         |          |       | not touch (§2.4 step 5); physical: only ATTENUATED points |
 |                         |          |       | can fall below it (a clean return was above the floor)    |
 | ``noise_level``         | "lowest" | "rarest" | §3.3 per-range-bin level: lowest n above 5, or one of  |
 |                         |          |       | the two rarest histogram cells (reference argpartition)   |
 
-HDL-64 focal intensity compensation (§2.3) needs per-laser calibration that PHYSICS.md does not give
-(the reference uses STF's S3 file, which Robo3D indexes by elevation row, i.e. effectively at random).
-``focal_compensation`` is therefore off by default in both modes; when on, ``focal_distance`` and
-``focal_slope`` (indexed by ring) must be given, and ``min_intensity`` is the lower clip of i_new
-(Robo3D: 0). Without it i_adj = clip(i, 0, i_max,ch) and i_new = clip(i_max, min_intensity, i_max,ch).
-With slope 0 the compensation is the identity, so paper-mode output matches the reference for lasers
-whose focal slope is 0 and deviates (by the reference's near-random per-row correction) otherwise.
+HDL-64 focal intensity compensation (§2.3, §2.6), on in both modes (``focal_compensation``): before the
+waveform i_adj = clip(i − 255·s·|f − (1 − R₀/120)²|, 0, i_max,ch) (physical: i_max,ch·s, so an unoccluded
+beam returns exactly i), after it i_new = clip(i_max + i_max,ch·s·|f − (1 − d_max/120)²|, min_intensity,
+i_max,ch), f = (1 − 100·F/13100)², with the focal distance F and slope s of the point's laser from the
+shipped per-laser calibration of an HDL-64E S3 (`stages.weather.hdl64e_s3`, values and their source).
+Which calibration (`focal_lookup`): ``focal_calibration`` "auto" uses the S3 table for an HDL-64 frame
+(``Frame.sensor``: KITTI, SemanticKITTI, the demo, STF) and the documented neutral calibration (slope 0:
+the term is the identity; i_max,ch = 255) for any other or unknown sensor (nuScenes HDL-32E, Waymo) —
+never the HDL-64 table silently; "hdl64e_s3" forces the table (Robo3D's nuScenes-C script applied it to
+the HDL-32E's rings 0–31), "none" is neutral. Which row: paper (``focal_index`` "row") uses the point's
+ring — Robo3D's elevation row — as the index into the laser_id-ordered table, reproducing its index
+mismatch (§2.6: the correction is effectively random per row); physical ("laser") uses the laser's own id:
+STF's ring column (`hdl64e_s3.HDL64E_S3`), else the S3 laser whose vertical angle is nearest the point's
+elevation (KITTI stores no laser id). Custom ``focal_distance``/``focal_slope`` per ring override the table.
+``min_intensity`` is the lower clip (Robo3D: 0). The term is what keeps attenuated points in paper mode:
+under the amplitude quirk a flake-hit hard target peaks at 229.5·q₀/R₀² (below 1 on 0..255), so without
+it every ATTENUATED point falls under the noise floor and snow points come out nearly black (issue 18).
+
+Parity with the released Robo3D script (``create/kitti_c/snow/``): it only runs after a one-line repair
+(its channel loop unpacks 4 values from a per-channel function that returns 3) and with scikit-learn
+≤ 1.1 for its RANSAC ground plane (``loss='squared_loss'``; newer versions reject it and a bare
+``except`` takes a wrong-sign fallback plane, after which the noise-floor fit crashes or is meaningless).
+Paper mode reproduces that repaired script: the quirk, its range grid and truncation, the 230 caps and
+the focal term by elevation row, the rarest-cell noise level, the squared-loss plane fitted from more than
+5 candidates (its array has 5 columns), and the floor also dropping untouched dim points. Issue 18 reports,
+side by side on a real HDL-64 KITTI camera-FOV scan with this term on: dropped 35.3 / 31.4 / 27.9 % (script
+35.4 / 31.6 / 28.0 %), ≈ 46 % of flake-hit beams kept as ATTENUATED, snow-point intensity 0.19–0.20
+(without the term: 52.4 / 45.2 / 38.7 %, 0 kept, 0.004). Deviations: 16
+pooled particle sets with a random rotation per channel instead of 64 shuffled files, targets beyond
+≈ 120 m unchanged, the noise floor skipped (recorded) instead of crashing when the plane has fewer than
+1,000 ground points. Physical mode instead keeps the hard target's own amplitude, samples the waveform
+finely without truncation, looks the calibration up by laser id, uses the lowest noise level, and lets
+the floor remove only points the snow dimmed.
 
 Ring: the channel of each point comes from `stages.ring.frame_rings` (``ring_method``, default "auto":
 the source's ring column when valid, else azimuth-wrap recovery when the raw order is intact, else the
@@ -83,9 +110,10 @@ nearest HDL-64E laser elevation). Robo3D used elevation rows (§5 b) — ``ring_
 
 Recorded in the example's ``info`` (the row's ``info`` JSON column): ``ring_method`` = the method used
 (`stages.ring.RING_METHOD_CODES` names), ``snow_noise_floor`` = whether the noise floor was applied
-(false when skipped: fewer than 1,000 ground points, or ``noise_floor`` = 0). Labels: ``point_tag`` = SCATTER_SNOW for
-points moved to a flake, ATTENUATED for points whose beam had a flake and stayed; dropped points are
-gone; every extra column (ring, ...) and label column is kept.
+(false when skipped: fewer than 1,000 ground points, or ``noise_floor`` = 0), ``snow_focal`` = the
+calibration used ("hdl64e_s3/row", "hdl64e_s3/laser", "none" = neutral, "custom"). Labels:
+``point_tag`` = SCATTER_SNOW for points moved to a flake, ATTENUATED for points whose beam had a flake
+and stayed; dropped points are gone; every extra column (ring, ...) and label column is kept.
 
 Edge cases: rate 0 returns the input unchanged (no flakes; the noise floor is not applied). Empty
 scans are returned unchanged. R₀ ≈ 0 has no candidate (d_j > r_j > 0). A waveform that is 0 everywhere
