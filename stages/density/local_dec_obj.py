@@ -15,6 +15,12 @@ Decisions the paper leaves open:
   deletes round(f·k') of them). Empty objects are skipped.
 * The boxes are kept. Surviving points keep their order and all their columns and labels.
 * c = 0, k = 0 or f = 0 is identity.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
+which produced the published numbers: int(0.75·30) = 22 points per centre (not 23); an object with
+more than c·22 points gets c operations one after another, each deleting a random 22 of the k
+nearest points still present around a centre drawn among them; an object with c·22 points or fewer
+is deleted entirely. Boxes are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.density.cutout_obj import delete_in_objects
 from stages.frame import Frame
+from stages.geometry import check_rule
 from stages.registry import stage
 
 
@@ -33,6 +41,7 @@ class LocalDecObjParams:
     centers: int  # centres per object
     k: int = 30  # neighbourhood size (k nearest object points of each centre)
     drop_fraction: float = 0.75  # fraction of each neighbourhood deleted
+    rule: str = "code"  # "code": Li et al.'s released generator (int, sequential, small objects deleted); "text"
 
 
 
@@ -41,14 +50,20 @@ def drop_count(k: int, fraction: float) -> int:
     return math.floor(fraction * k + 0.5)
 
 
-@stage("local_dec_obj", params=LocalDecObjParams)
+@stage("local_dec_obj", params=LocalDecObjParams, version=2)  # v2: rule (code: sequential, small objects deleted)
 def local_dec_obj(frame: Frame, params: LocalDecObjParams, rng: np.random.Generator) -> Frame:
     if params.centers < 0 or params.k < 0:
         raise ValueError(f"local_dec_obj: centers and k must be ≥ 0, got {params}")
     if not 0 <= params.drop_fraction <= 1:
         raise ValueError(f"local_dec_obj: drop_fraction must be in [0, 1], got {params.drop_fraction}")
+    check_rule(params.rule, "local_dec_obj")
     if params.centers == 0 or params.k == 0 or params.drop_fraction == 0:
         return frame
+    if params.rule == "code":
+        n_drop = int(params.drop_fraction * params.k)
+        if n_drop == 0:
+            return frame
+        return delete_in_objects(frame, params.centers, params.k, n_drop, params.centers * n_drop, rng)
     from scipy.spatial import cKDTree
 
     deleted = []

@@ -23,6 +23,15 @@ Decisions the paper leaves open:
 * The boxes are kept and new points are not clipped: near an edge of the object the fitted plane is
   tilted, so a few new points may fall slightly outside the box.
 * c = 0 or k = 0 is identity.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
+which produced the published numbers, in the box-normalised frame (`stages.box_unit`): only objects
+with more than k points; min(c, (N − 1) // k) operations, each with a centre drawn among the object's
+original points and its k nearest; a least-squares plane h = w0 + w1 u + w2 v on the axis of the
+neighbourhood's smallest extent (box frame) over the other two; **2k** new points with u, v ~
+N(mean, std) of the neighbours and intensity = the neighbours' mean intensity (extra columns and
+labels from the centre); then one common shrink of originals and new points into the ±1 cube (the
+released `normalize`).
 """
 
 from __future__ import annotations
@@ -31,23 +40,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.box_unit import clamp_unit, from_unit, to_unit
+from stages.density.local_inc import _AXES
 from stages.frame import Frame, PointTag
+from stages.geometry import check_rule
 from stages.registry import stage
 
 
 @dataclass(frozen=True)
 class LocalIncObjParams:
     centers: int  # centres per object
-    k: int = 30  # neighbourhood size, and points added per centre
+    k: int = 30  # neighbourhood size, and points added per centre (code: 2k)
+    rule: str = "code"  # "code": Li et al.'s released generator (see the module docstring); "text": Appendix C
 
 
 
-@stage("local_inc_obj", params=LocalIncObjParams)
+@stage("local_inc_obj", params=LocalIncObjParams, version=2)  # v2: rule (code: released generator)
 def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Generator) -> Frame:
     if params.centers < 0 or params.k < 0:
         raise ValueError(f"local_inc_obj: centers and k must be ≥ 0, got {params}")
+    check_rule(params.rule, "local_inc_obj")
     if params.centers == 0 or params.k == 0:
         return frame
+    if params.rule == "code":
+        return _local_inc_obj_code(frame, params, rng)
     from scipy.spatial import cKDTree
 
     new_xyz, parents = [], []
@@ -78,3 +94,56 @@ def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Genera
     new[:, :3] = np.concatenate(new_xyz).astype(np.float32)
     labels = {name: col[parent] for name, col in frame.labels.items() if name != "point_tag"}
     return frame.append(new, tag=PointTag.SYNTHETIC, **labels)
+
+
+INCREASE_RATE = 2  # the released code samples 2 new points per neighbour ("inp_rate")
+
+
+def _local_inc_obj_code(frame: Frame, params: LocalIncObjParams, rng: np.random.Generator) -> Frame:
+    boxes = frame.boxes
+    if boxes is None:
+        return frame
+    k = params.k
+    icol = frame.fields.index("intensity") if "intensity" in frame.fields else None
+    points = frame.points.copy()
+    new_rows, sources = [], []
+    for j, idx in enumerate(frame.box_points):
+        n = len(idx)
+        if n <= k:
+            continue
+        ops = min(params.centers, (n - 1) // k)
+        local = to_unit(frame.xyz[idx], boxes.center[j], boxes.dims[j], boxes.heading[j])
+        added, parents, inten = [], [], []
+        for _ in range(ops):
+            c = int(rng.integers(n))
+            d = ((local - local[c]) ** 2).sum(axis=1)
+            nb = np.argpartition(d, k)[:k]  # its k nearest (the centre included)
+            q = local[nb]
+            h = int(np.argmin(q.max(axis=0) - q.min(axis=0)))
+            u, v, _ = _AXES[h]
+            a = np.stack([np.ones(k), q[:, u], q[:, v]], axis=1)
+            w, *_ = np.linalg.lstsq(a, q[:, h], rcond=None)
+            m = INCREASE_RATE * k
+            nu = rng.standard_normal(m) * q[:, u].std() + q[:, u].mean()
+            nv = rng.standard_normal(m) * q[:, v].std() + q[:, v].mean()
+            p = np.empty((m, 3))
+            p[:, u], p[:, v], p[:, h] = nu, nv, w[0] + w[1] * nu + w[2] * nv
+            added.append(p)
+            parents.append(np.full(m, idx[c]))
+            inten.append(np.full(m, frame.intensity[idx[nb]].astype(np.float64).mean()) if icol is not None
+                         else np.zeros(m))
+        both = clamp_unit(np.concatenate([local, *added]))  # one shrink for originals and new points
+        xyz = from_unit(both, boxes.center[j], boxes.dims[j], boxes.heading[j])
+        points[idx, :3] = xyz[:n].astype(np.float32)
+        src = np.concatenate(parents)
+        rows = frame.points[src].copy()
+        rows[:, :3] = xyz[n:].astype(np.float32)
+        if icol is not None:
+            rows[:, icol] = np.concatenate(inten).astype(np.float32)
+        new_rows.append(rows)
+        sources.append(src)
+    if not sources:
+        return frame
+    src = np.concatenate(sources)
+    labels = {name: col[src] for name, col in frame.labels.items() if name != "point_tag"}
+    return frame.with_points(points).append(np.concatenate(new_rows), tag=PointTag.SYNTHETIC, **labels)

@@ -10,6 +10,12 @@ Decisions the paper leaves open:
 * The boxes are kept: the noise is measurement noise on the object's surface, not a change of the
   object, so a jittered point may end up outside its box (the noise is unbounded; not clipped).
 * Intensity and extra columns (e.g. ring) are kept; points are not re-tagged. σ = 0 is identity.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
+which produced the published numbers: it works in the box-normalised frame (`stages.box_unit`), so
+the constant is in units of max(l, w, h)/2 (a car of length 3.9 m: × 1.95 m), and afterwards, if any
+coordinate of the object's points exceeds the ±1 cube, all of the object's points are shrunk by one
+common factor towards the box centre (the released `normalize`).
 """
 
 from __future__ import annotations
@@ -19,19 +25,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
+from stages.geometry import check_rule
+from stages.noise.uniform_obj import jitter_in_box_units
 from stages.registry import stage
 
 
 @dataclass(frozen=True)
 class GaussianObjParams:
-    sigma: float  # metres, standard deviation of the per-axis noise
+    sigma: float  # standard deviation of the per-axis noise: metres (text), box units (code)
+    rule: str = "code"  # "code": Li et al.'s released generator (box-normalised frame + clamp); "text": metres
 
 
-@stage("gaussian_obj", params=GaussianObjParams)
+@stage("gaussian_obj", params=GaussianObjParams, version=2)  # v2: rule (code: box-normalised frame)
 def gaussian_obj(frame: Frame, params: GaussianObjParams, rng: np.random.Generator) -> Frame:
     sigma = params.sigma
     if not sigma >= 0:
         raise ValueError(f"gaussian_obj: sigma must be ≥ 0, got {sigma}")
+    check_rule(params.rule, "gaussian_obj")
+    if params.rule == "code":
+        return jitter_in_box_units(frame, lambda n: rng.normal(size=(n, 3)) * sigma)
     inside = np.flatnonzero(frame.box_index >= 0)
     if sigma == 0 or inside.size == 0:
         return frame

@@ -24,6 +24,12 @@ Decisions the paper leaves open:
 * Displacements are drawn for every valid box in box order (L³·3 values each), also one without
   points, whose box is refitted alike.
 * Intensity and extra columns are kept. max_displacement = 0 is identity.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
+which produced the published numbers: PyGeM's lattice is the ±1 cube of the box-normalised frame, i.e.
+a cube of side max(l, w, h) around the box centre, and control displacements are U(−r, r) in lattice
+units (× max(l, w, h) metres on every axis); afterwards every axis on which the object leaves its box
+is squeezed back into it (the released `normalize_gt`), and the box and its label are unchanged.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from math import comb
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import refresh_camera_fields
+from stages.geometry import check_rule, refresh_camera_fields
 from stages.registry import stage
 
 FACE_SAMPLES = 9  # grid size per box face used to find the extent of the deformed box
@@ -44,6 +50,7 @@ FACE_SAMPLES = 9  # grid size per box face used to find the extent of the deform
 class FFDParams:
     max_displacement: float  # control points move by U(-r, r) × box size on each axis
     lattice: int = 5  # control points per axis (Bernstein degree lattice - 1)
+    rule: str = "code"  # "code": cube lattice, squeezed into the kept box (released code); "text": box lattice
 
 
 def bernstein(s: np.ndarray, n_points: int) -> np.ndarray:
@@ -78,16 +85,19 @@ def _box_surface_unit(g: int) -> np.ndarray:
     return np.concatenate(faces)
 
 
-@stage("ffd", params=FFDParams)
+@stage("ffd", params=FFDParams, version=2)  # v2: rule (code: cube lattice, squeezed into the kept box)
 def ffd(frame: Frame, params: FFDParams, rng: np.random.Generator) -> Frame:
     r, n_ctrl = params.max_displacement, params.lattice
     if not r >= 0:
         raise ValueError(f"ffd: max_displacement must be ≥ 0, got {r}")
     if n_ctrl < 2:
         raise ValueError(f"ffd: lattice must have ≥ 2 control points per axis, got {n_ctrl}")
+    check_rule(params.rule, "ffd")
     boxes = frame.boxes
     if boxes is None or not boxes.valid.any() or r == 0:
         return frame
+    if params.rule == "code":
+        return _ffd_code(frame, r, n_ctrl, rng)
     surface = _box_surface_unit(FACE_SAMPLES)
 
     points = frame.points.copy()
@@ -109,3 +119,23 @@ def ffd(frame: Frame, params: FFDParams, rng: np.random.Generator) -> Frame:
         dims[j] = hi - lo
     new_boxes = refresh_camera_fields(boxes.replace(center=center, dims=dims), frame.calib, boxes.valid)
     return frame.with_points(points).with_boxes(new_boxes)
+
+
+def _ffd_code(frame: Frame, r: float, n_ctrl: int, rng: np.random.Generator) -> Frame:
+    from stages.transform.shear import squeeze_into_boxes
+
+    boxes = frame.boxes
+    points = frame.points.copy()
+    for j in np.flatnonzero(boxes.valid):
+        mu = rng.uniform(-r, r, size=(n_ctrl, n_ctrl, n_ctrl, 3))
+        idx = frame.box_points[j]
+        if len(idx) == 0:
+            continue
+        side = float(np.max(boxes.dims[j])) or 1.0  # the lattice: a cube of side max(l, w, h)
+        c, s = np.cos(boxes.heading[j]), np.sin(boxes.heading[j])
+        rot = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])  # box frame -> LiDAR frame
+        local = (frame.xyz[idx].astype(np.float64) - boxes.center[j]) @ rot
+        moved = local + ffd_displacement(local / side + 0.5, mu) * side
+        moved = squeeze_into_boxes(moved, np.zeros(len(idx), dtype=np.int64), boxes.dims[j][None])
+        points[idx, :3] = (moved @ rot.T + boxes.center[j]).astype(np.float32)
+    return frame.with_points(points)

@@ -20,6 +20,12 @@ Decisions the paper leaves open:
   moved; a later `box_index` counts them as object points, as it would for any tight label.
 * Coefficients are drawn for every valid box, also one without points, whose box is grown alike.
 * Intensity and extra columns are kept. max_coeff = 0 is identity.
+
+The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
+which produced the published numbers: the same shear (its matrix, applied in the box-normalised frame,
+is the same linear map in the box frame), then every axis on which the object now leaves its box is
+squeezed back into it (the released `normalize_gt`: coordinate i divided by max|p_i| / (dim_i / 2));
+the box and its label are unchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import refresh_camera_fields
+from stages.geometry import check_rule, refresh_camera_fields
 from stages.registry import stage
 
 
@@ -37,6 +43,7 @@ from stages.registry import stage
 class ShearParams:
     min_coeff: float  # lower bound of |a|, |b|, |c|, |d|
     max_coeff: float  # upper bound of |a|, |b|, |c|, |d|
+    rule: str = "code"  # "code": squeezed back into the unchanged box (released code); "text": box grows
 
 
 def _to_box_frame(xyz: np.ndarray, center: np.ndarray, heading: np.ndarray) -> np.ndarray:
@@ -52,11 +59,12 @@ def _from_box_frame(local: np.ndarray, center: np.ndarray, heading: np.ndarray) 
     ) + center
 
 
-@stage("shear", params=ShearParams)
+@stage("shear", params=ShearParams, version=2)  # v2: rule (code: squeezed into the kept box)
 def shear(frame: Frame, params: ShearParams, rng: np.random.Generator) -> Frame:
     lo, hi = params.min_coeff, params.max_coeff
     if not 0 <= lo <= hi:
         raise ValueError(f"shear: need 0 ≤ min_coeff ≤ max_coeff, got {params}")
+    check_rule(params.rule, "shear")
     boxes = frame.boxes
     if boxes is None or not boxes.valid.any() or hi == 0:
         return frame
@@ -79,7 +87,11 @@ def shear(frame: Frame, params: ShearParams, rng: np.random.Generator) -> Frame:
             ],
             axis=1,
         )
+        if params.rule == "code":
+            sheared = squeeze_into_boxes(sheared, j, boxes.dims)
         points[inside, :3] = _from_box_frame(sheared, boxes.center[j], boxes.heading[j]).astype(np.float32)
+    if params.rule == "code":
+        return frame.with_points(points)
 
     dims = boxes.dims.copy()
     length, width, height = boxes.dims.T
@@ -88,3 +100,14 @@ def shear(frame: Frame, params: ShearParams, rng: np.random.Generator) -> Frame:
     dims[valid, 1] = (np.abs(c) * length + width + np.abs(d) * height)[valid]
     new_boxes = refresh_camera_fields(boxes.replace(dims=dims), frame.calib, valid)
     return frame.with_points(points).with_boxes(new_boxes)
+
+
+def squeeze_into_boxes(local: np.ndarray, owner: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """The released `normalize_gt` for every object at once: box-frame coordinates (metres) of points
+    owned by ``owner``; per object and axis, divided by max|p_i| / (dim_i / 2) where that exceeds 1."""
+    m = len(dims)
+    top = np.zeros((m, 3))
+    np.maximum.at(top, owner, np.abs(local))
+    half = dims / 2.0
+    ratio = np.divide(top, half, out=np.zeros_like(top), where=half > 0)
+    return local / np.where(ratio > 1, ratio, 1.0)[owner]

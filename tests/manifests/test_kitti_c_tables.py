@@ -63,6 +63,9 @@ CODE_CHANGES = {
     "translation": {"min_distance": [0.0, 0.2, 0.4, 0.6, 0.8], "rule": "code"},  # U(c − 0.1, c + 0.1) per axis
     "rotation": {"min_degrees": [0, 2, 4, 6, 8]},  # U(c − 1, c + 1)
     "fog": {"table_alphas": (0.005, 0.01, 0.02, 0.03, 0.06, 0.1, 0.12, 0.15, 0.2)},  # no 0.05 table shipped
+    # object level: same constants, in the box-normalised frame, with the released clamps / deletion rules
+    **{name: {"rule": "code"} for name in ("uniform_obj", "gaussian_obj", "impulse_obj", "upsample_obj", "cutout_obj",
+                                           "local_dec_obj", "local_inc_obj", "shear", "ffd")},
 }
 TEXT_RULE = {name for name, ch in CODE_CHANGES.items() if "rule" in ch}
 CODE = {name: (stage, {**table, **CODE_CHANGES.get(name, {})}) for name, (stage, table) in PAPER.items()}

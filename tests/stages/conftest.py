@@ -126,3 +126,19 @@ def demo_scan() -> Frame:
 
     f = generate_frame(0)
     return replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
+
+
+def unit_coords(frame: Frame, j: int, xyz: np.ndarray | None = None) -> np.ndarray:
+    """Coordinates in box ``j``'s box-normalised frame (Li et al.'s "Max2": centre, ÷ max(l, w, h)/2,
+    rotated by −heading), written out here independently of `stages.box_unit`."""
+    b = frame.boxes
+    xyz = frame.xyz[frame.box_points[j]] if xyz is None else xyz
+    d = (np.asarray(xyz, dtype=np.float64) - b.center[j]) / (b.dims[j].max() / 2)
+    c, s = np.cos(b.heading[j]), np.sin(b.heading[j])
+    return np.stack([d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c, d[:, 2]], axis=1)
+
+
+def shrink_factor(before: np.ndarray, after: np.ndarray) -> float:
+    """The common factor M ≥ 1 of the released `normalize` (after = (before + noise) / M), estimated by
+    regressing before on after (the noise is independent of the coordinates)."""
+    return float((before * after).sum() / (after * after).sum())

@@ -13,7 +13,8 @@ from manifests.recipe import load_recipe
 from stages.density.cutout_obj import CutoutObjParams, cutout_obj
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("cutout_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("cutout_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("cutout_obj").params  # the released generator (the default)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_erases_knn_neighbourhoods_of_c_centres(labelled, severity):
 
 def test_small_objects_are_erased_whole():
     scene = make_scene(0, n_per_car=15)
-    out = cutout_obj(scene, CutoutObjParams(1, k=20), rng_for(0))
+    out = cutout_obj(scene, CutoutObjParams(1, k=20, rule="text"), rng_for(0))
     assert len(out) == len(scene) - 45 and not np.any(out.box_index >= 0)
 
 
@@ -89,3 +90,25 @@ def test_deterministic_and_does_not_mutate(scene):
     c = cutout_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_removes_20c_points_or_the_whole_object(demo_scan, severity):
+    from tests.stages.conftest import indexed, removed_mask
+
+    p = CODE[severity - 1]
+    assert (p.rule, p.centers, p.k) == ("code", severity, 20)
+    frame = indexed(demo_scan)
+    gone = removed_mask(frame, cutout_obj(frame, p, rng_for(severity)))
+    owner = demo_scan.box_index
+    assert not gone[owner < 0].any()
+    deleted_objects = 0
+    for idx in demo_scan.box_points:
+        expected = p.centers * p.k if len(idx) > p.centers * p.k else len(idx)  # small objects vanish
+        deleted_objects += len(idx) <= p.centers * p.k
+        assert gone[idx].sum() == expected
+    assert deleted_objects == sum(len(i) <= 20 * severity for i in demo_scan.box_points)
+    if severity == 3:
+        assert deleted_objects >= 1  # the demo scan's 22-point car is deleted at s2 and above

@@ -13,7 +13,8 @@ from stages.geometry import points_in_box_frame, refresh_camera_fields
 from stages.transform.ffd import FFDParams, ffd
 from tests.stages.conftest import expected_alpha, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("ffd").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("ffd").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("ffd").params  # the released generator (the default)
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
@@ -106,3 +107,34 @@ def test_deterministic_and_does_not_mutate(scene):
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
     assert np.array_equal(scene.boxes.dims, dims) and np.array_equal(scene.boxes.center, center)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_cube_lattice_then_squeezed_into_the_unchanged_box(demo_scan, severity):
+    from stages.geometry import points_in_box_frame
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and (p.max_displacement, p.lattice) == (SEVERITIES[severity - 1].max_displacement, 5)
+    out = ffd(demo_scan, p, rng_for(severity))
+    b = demo_scan.boxes
+    assert np.array_equal(out.boxes.dims, b.dims) and np.array_equal(out.boxes.center, b.center)
+    for j, idx in enumerate(demo_scan.box_points):
+        local = points_in_box_frame(out.xyz[idx], b.center[j], b.heading[j])
+        before = points_in_box_frame(demo_scan.xyz[idx], b.center[j], b.heading[j])
+        assert np.all(np.abs(local) <= b.dims[j] / 2 + 1e-4)
+        assert not np.allclose(local, before, atol=1e-3)
+
+
+def test_code_rule_displacement_is_in_units_of_the_longest_side(demo_scan):
+    """Control points move ±r·max(l, w, h) on every axis: the mean point displacement grows with r and,
+    for r = 0.1, stays below r·max(l, w, h) (Bernstein weights average the control displacements)."""
+    b = demo_scan.boxes
+    idx = demo_scan.box_points[3]  # the 693-point car
+    moves = []
+    for p in (CODE[0], CODE[4]):
+        out = ffd(demo_scan, p, rng_for(0))
+        moves.append(np.abs(out.xyz[idx].astype(np.float64) - demo_scan.xyz[idx]).mean())
+    assert moves[1] > 2 * moves[0]
+    assert moves[0] < CODE[0].max_displacement * b.dims[3].max()

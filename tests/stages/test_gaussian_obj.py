@@ -11,7 +11,8 @@ from manifests.recipe import load_recipe
 from stages.noise.gaussian_obj import GaussianObjParams, gaussian_obj
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("gaussian_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("gaussian_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("gaussian_obj").params  # the released generator (the default)
 
 
 def test_recipe_values_are_the_papers():
@@ -59,3 +60,26 @@ def test_deterministic_and_does_not_mutate(scene):
     c = gaussian_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_noise_is_in_box_units_then_clamped(demo_scan, severity):
+    from tests.stages.conftest import shrink_factor, unit_coords
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.sigma == SEVERITIES[severity - 1].sigma
+    out = gaussian_obj(demo_scan, p, rng_for(severity))
+    clamped = 0
+    for j, idx in enumerate(demo_scan.box_points):
+        before, after = unit_coords(demo_scan, j), unit_coords(demo_scan, j, out.xyz[idx])
+        if abs(np.abs(after).max() - 1) <= 1e-5:  # clamped: touches the ±1 cube
+            clamped += 1
+            m = shrink_factor(before, after)
+        else:
+            m = 1.0
+        if len(idx) >= 100:
+            assert (after * m - before).std() == pytest.approx(p.sigma, rel=0.15)  # σ in box units
+    # Gaussian tails leave the cube for the cars whose points reach the box's long ends
+    assert clamped >= 1

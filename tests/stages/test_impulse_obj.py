@@ -12,7 +12,8 @@ from manifests.recipe import load_recipe
 from stages.noise.impulse_obj import ImpulseObjParams, impulse_obj
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("impulse_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("impulse_obj").params  # the released generator (the default)
 
 
 def test_recipe_values_are_the_papers():
@@ -66,3 +67,25 @@ def test_deterministic_and_does_not_mutate(scene):
     c = impulse_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_hits_n_over_d_points_by_0_1_box_units(demo_scan, severity):
+    from tests.stages.conftest import unit_coords
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and (p.count_divisor, p.magnitude) == (SEVERITIES[severity - 1].count_divisor, 0.1)
+    out = impulse_obj(demo_scan, p, rng_for(severity))
+    for j, idx in enumerate(demo_scan.box_points):
+        before, after = unit_coords(demo_scan, j), unit_coords(demo_scan, j, out.xyz[idx])
+        # untouched points only shrink by the common factor M: M = |before| / |after|, the median is theirs
+        m = float(np.median(np.linalg.norm(before, axis=1) / np.linalg.norm(after, axis=1)))
+        assert m >= 1 - 1e-5
+        delta = after * m - before
+        hit = np.abs(delta).max(axis=1) > 0.05
+        assert hit.sum() == len(idx) // int(p.count_divisor)
+        assert np.allclose(np.abs(delta[hit]), 0.1, atol=2e-3)  # ±0.1 box units on every axis
+        if m > 1 + 1e-4:
+            assert np.abs(after).max() == pytest.approx(1.0, abs=1e-4)  # shrunk to touch the ±1 cube

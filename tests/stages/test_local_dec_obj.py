@@ -13,7 +13,8 @@ from manifests.recipe import load_recipe
 from stages.density.local_dec_obj import LocalDecObjParams, local_dec_obj
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("local_dec_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("local_dec_obj").params  # the released generator (the default)
 PER_CENTRE = 23  # round half up of 0.75 · 30
 
 
@@ -79,7 +80,7 @@ def test_effect_grows_with_severity(scene):
 
 def test_small_objects_use_all_their_points():
     scene = make_scene(0, n_per_car=12)
-    out = local_dec_obj(scene, LocalDecObjParams(2), rng_for(0))
+    out = local_dec_obj(scene, LocalDecObjParams(2, rule="text"), rng_for(0))
     left = np.bincount(out.box_index[out.box_index >= 0], minlength=3)
     # k' = 12: each centre deletes round(0.75 · 12) = 9 of the same 12 points, so 9 to 12 go
     assert np.all((12 - left >= 9) & (12 - left <= 12))
@@ -93,3 +94,20 @@ def test_deterministic_and_does_not_mutate(scene):
     c = local_dec_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_removes_22c_points_or_the_whole_object(demo_scan, severity):
+    from tests.stages.conftest import indexed, removed_mask
+
+    p = CODE[severity - 1]
+    n_drop = int(p.drop_fraction * p.k)  # int(0.75 · 30) = 22 in the released code (the text's 23 rounds)
+    assert (p.rule, p.centers, p.k, n_drop) == ("code", severity, 30, 22)
+    frame = indexed(demo_scan)
+    gone = removed_mask(frame, local_dec_obj(frame, p, rng_for(severity)))
+    assert not gone[demo_scan.box_index < 0].any()
+    for idx in demo_scan.box_points:
+        expected = p.centers * n_drop if len(idx) > p.centers * n_drop else len(idx)
+        assert gone[idx].sum() == expected

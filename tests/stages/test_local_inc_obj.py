@@ -15,7 +15,8 @@ from stages.frame import PointTag
 from stages.geometry import points_in_box_frame
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("local_inc_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("local_inc_obj").params  # the released generator (the default)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_effect_grows_with_severity(scene):
 
 def test_small_objects_use_all_their_points():
     scene = make_scene(0, n_per_car=10)
-    out = local_inc_obj(scene, LocalIncObjParams(2), rng_for(0))
+    out = local_inc_obj(scene, LocalIncObjParams(2, rule="text"), rng_for(0))
     assert len(out) - len(scene) == 3 * 2 * 10
 
 
@@ -95,3 +96,32 @@ def test_deterministic_and_does_not_mutate(scene):
     c = local_inc_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_adds_2k_per_operation_on_planes_and_shrinks_jointly(demo_scan, severity):
+    from tests.stages.conftest import unit_coords
+
+    p = CODE[severity - 1]
+    assert (p.rule, p.centers, p.k) == ("code", severity, 30)
+    out = local_inc_obj(demo_scan, p, rng_for(severity))
+    n = len(demo_scan)
+    ops = [min(p.centers, (len(i) - 1) // p.k) if len(i) > p.k else 0 for i in demo_scan.box_points]
+    assert len(out) - n == sum(2 * p.k * o for o in ops)  # 60 new points per operation
+    assert np.all(out.point_tag[n:] == PointTag.SYNTHETIC)
+    start = n
+    for j, idx in enumerate(demo_scan.box_points):
+        before, after = unit_coords(demo_scan, j), unit_coords(demo_scan, j, out.xyz[idx])
+        ratio = np.linalg.norm(before, axis=1) / np.linalg.norm(after, axis=1)
+        m = float(np.median(ratio))
+        assert np.allclose(ratio, m, rtol=1e-4) and m >= 1 - 1e-5  # one common shrink, M ≥ 1
+        for _ in range(ops[j]):
+            block = unit_coords(demo_scan, j, out.xyz[start:start + 2 * p.k].astype(np.float64))
+            inten = out.intensity[start:start + 2 * p.k]
+            start += 2 * p.k
+            assert np.all(inten == inten[0])  # the neighbourhood's mean intensity
+            # every block lies on a plane (the least-squares fit of one axis over the other two)
+            centred = block - block.mean(axis=0)
+            assert np.linalg.svd(centred, compute_uv=False)[-1] < 1e-4 * np.sqrt(len(block))

@@ -12,7 +12,8 @@ from stages.geometry import points_in_box_frame, refresh_camera_fields
 from stages.transform.shear import ShearParams, shear
 from tests.stages.conftest import expected_alpha, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("shear").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("shear").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("shear").params  # the released generator (the default)
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
@@ -103,3 +104,26 @@ def test_deterministic_and_does_not_mutate(scene):
     assert not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
     assert np.array_equal(scene.boxes.dims, dims) and np.array_equal(scene.boxes.alpha, alpha)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_squeezes_the_sheared_object_into_the_unchanged_box(demo_scan, severity):
+    from stages.geometry import points_in_box_frame
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and (p.min_coeff, p.max_coeff) == (SEVERITIES[severity - 1].min_coeff,
+                                                               SEVERITIES[severity - 1].max_coeff)
+    out = shear(demo_scan, p, rng_for(severity))
+    b = demo_scan.boxes
+    assert np.array_equal(out.boxes.dims, b.dims) and np.array_equal(out.boxes.center, b.center)
+    squeezed = 0
+    for j, idx in enumerate(demo_scan.box_points):
+        local = points_in_box_frame(out.xyz[idx], b.center[j], b.heading[j])
+        assert np.all(np.abs(local) <= b.dims[j] / 2 + 1e-4)  # inside the kept box
+        before = points_in_box_frame(demo_scan.xyz[idx], b.center[j], b.heading[j])
+        assert np.allclose(local[:, 2], before[:, 2], atol=1e-4)  # z' = z, already inside the box
+        squeezed += bool(np.any(np.isclose(np.abs(local).max(axis=0), b.dims[j] / 2, atol=1e-4)))
+        assert not np.allclose(local, before, atol=1e-3)
+    assert squeezed >= 1

@@ -11,7 +11,8 @@ from manifests.recipe import load_recipe
 from stages.noise.uniform_obj import UniformObjParams, uniform_obj
 from tests.stages.conftest import rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("uniform_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("uniform_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("uniform_obj").params  # the released generator (the default)
 
 
 def test_recipe_values_are_the_papers():
@@ -59,3 +60,32 @@ def test_deterministic_and_does_not_mutate(scene):
     c = uniform_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before)
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_code_rule_noise_is_in_box_units_then_clamped(demo_scan, severity):
+    from tests.stages.conftest import shrink_factor, unit_coords
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and p.half_width == SEVERITIES[severity - 1].half_width
+    out = uniform_obj(demo_scan, p, rng_for(severity))
+    c = p.half_width
+    outside = np.ones(len(demo_scan), dtype=bool)
+    for j, idx in enumerate(demo_scan.box_points):
+        outside[idx] = False
+        before, after = unit_coords(demo_scan, j), unit_coords(demo_scan, j, out.xyz[idx])
+        if abs(np.abs(after).max() - 1) > 1e-5:  # not clamped: the displacement is U(−c, c) box units
+            m = 1.0
+            assert np.abs(after - before).max() <= c + 1e-5
+        else:  # clamped: the object touches the ±1 cube, shrunk by M = max|p + noise| ≤ max|p| + c
+            m = shrink_factor(before, after)
+            assert 1 - 0.01 < m <= np.abs(before).max() + c + 0.01
+        noise = after * m - before
+        if len(idx) >= 100:
+            assert noise.std() == pytest.approx(c / np.sqrt(3), rel=0.15)
+            # in metres: max(l, w, h)/2 per unit, i.e. ≈ 2 × the text's displacement for a car
+            metres = np.abs(out.xyz[idx].astype(np.float64) - demo_scan.xyz[idx]).mean()
+            assert metres > 0.8 * (c / 2) * demo_scan.boxes.dims[j].max() / 2 / m
+    assert np.array_equal(out.points[outside], demo_scan.points[outside])

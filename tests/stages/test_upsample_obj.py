@@ -14,7 +14,8 @@ from stages.frame import PointTag
 from stages.noise.upsample_obj import UpsampleObjParams, upsample_obj
 from tests.stages.conftest import make_scene, rng_for
 
-SEVERITIES = load_recipe("kitti-c").corruption("upsample_obj").params
+SEVERITIES = load_recipe("kitti-c:text").corruption("upsample_obj").params  # Appendix C (the text variant)
+CODE = load_recipe("kitti-c").corruption("upsample_obj").params  # the released generator (the default)
 
 
 def _labelled(n_per_car: int = 1500):
@@ -73,3 +74,31 @@ def test_deterministic_and_does_not_mutate(scene):
     c = upsample_obj(scene, SEVERITIES[2], rng_for(4))
     assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
     assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels
+
+
+# ---- released-generator parity (the default kitti-c) on the demo scan ---------------------------------
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_code_rule_adds_n_over_d_points_in_box_units_and_shrinks_jointly(demo_scan, severity):
+    from tests.stages.conftest import unit_coords
+
+    p = CODE[severity - 1]
+    assert p.rule == "code" and (p.count_divisor, p.offset) == (SEVERITIES[severity - 1].count_divisor, 0.05)
+    out = upsample_obj(demo_scan, p, rng_for(severity))
+    n = len(demo_scan)
+    counts = [len(idx) // int(p.count_divisor) for idx in demo_scan.box_points]
+    assert len(out) - n == sum(counts)
+    start = n
+    for j, idx in enumerate(demo_scan.box_points):
+        before, after = unit_coords(demo_scan, j), unit_coords(demo_scan, j, out.xyz[idx])
+        ratio = np.linalg.norm(before, axis=1) / np.linalg.norm(after, axis=1)
+        m = float(np.median(ratio))
+        assert np.allclose(ratio, m, rtol=1e-4)  # one common shrink of the originals (M ≥ 1)
+        assert m >= 1 - 1e-5
+        new = unit_coords(demo_scan, j, out.xyz[start:start + counts[j]]) * m
+        start += counts[j]
+        if len(new):
+            d = np.abs(new[:, None, :] - before[None, :, :]).max(axis=2).min(axis=1)
+            assert d.max() <= 0.05 + 1e-4  # within ±0.05 box units of an original point (its parent)
+        if m > 1 + 1e-4:
+            assert max(np.abs(after).max(), np.abs(new / m).max()) == pytest.approx(1.0, abs=1e-4)
