@@ -19,6 +19,7 @@ are objects, the other parts are façades (8-vertex boxes) or poles (cylinders).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -111,3 +112,40 @@ def spinning_azimuths(step_deg: float, rng_offset: float = 0.0) -> np.ndarray:
     """Azimuths of a spinning LiDAR's firings, counter-clockwise from 0 (KITTI's raw order)."""
     n = round(360.0 / step_deg)
     return np.arange(n) * (2 * np.pi / n) + rng_offset
+
+
+def write_demo_dataset(kind: str, root: Path, frames: int, seed: int = DEMO_SEED) -> Path:
+    """Write the demo data of a Robo3D source kind in its real layout (full sensor resolution)."""
+    if kind == "semantickitti":
+        from pipeline.sources.semantickitti import write_semantickitti
+
+        return write_semantickitti(root, frames, seed=seed)
+    if kind == "nuscenes":
+        from pipeline.sources.nuscenes import write_nuscenes
+
+        return write_nuscenes(root, frames, seed=seed, train_frames=0)
+    if kind == "waymo":
+        from pipeline.sources.waymo import write_waymo
+
+        return write_waymo(root, frames, seed=seed, unlabelled_per_context=0)
+    raise ValueError(f"no demo data writer for source kind {kind!r}")
+
+
+def ensure_demo_dataset(kind: str, frames: int = 8, *, seed: int = DEMO_SEED) -> Path:
+    """The demo dataset of ``kind`` in the cache directory, generated on first use (atomically, like the
+    KITTI demo: written to a temporary folder, then renamed)."""
+    import shutil
+    import tempfile
+
+    from pipeline.sources.demo import demo_cache_dir
+
+    root = demo_cache_dir().parent / f"demo-{kind}" / f"seed{seed}-n{frames}"
+    if not (root / ".complete").is_file():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
+        write_demo_dataset(kind, tmp, frames, seed)
+        (tmp / ".complete").write_text("ok\n")
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    return root
