@@ -137,3 +137,36 @@ def _fmt_params(p: Any) -> str:
     from dataclasses import asdict
 
     return ", ".join(f"{k}={v}" for k, v in asdict(p).items())
+
+
+RENDERS_BEGIN = "<!-- bench-build:renders -->"
+RENDERS_END = "<!-- /bench-build:renders -->"
+
+
+def renders_section(sheet: dict[str, Any]) -> str:
+    """The card's "See the corruptions" section: the contact sheet ``sheet`` (path, frame_id, panels, ...)."""
+    colour = "provenance tag" if sheet.get("color_by", "tag") == "tag" else "height"
+    return "\n".join([
+        RENDERS_BEGIN,
+        "## See the corruptions",
+        "",
+        f"Frame `{sheet['frame_id']}` under every corruption × severity ({sheet['panels']} panels, clean first; "
+        f"same extent in every panel; points coloured by {colour}). "
+        "`bench-build render` draws any other frame or partition.",
+        "",
+        f"![contact sheet: every corruption × severity of frame {sheet['frame_id']}]({sheet['path']})",
+        RENDERS_END,
+    ])
+
+
+def card_with_renders(card: str, sheet: dict[str, Any]) -> str:
+    """``card`` with its contact-sheet section added (before "Counts", else "How to load") or replaced."""
+    section = renders_section(sheet)
+    if RENDERS_BEGIN in card and RENDERS_END in card:
+        head, rest = card.split(RENDERS_BEGIN, 1)
+        return head + section + rest.split(RENDERS_END, 1)[1]
+    for marker in ("\n## Counts", "\n## How to load"):
+        if marker in card:
+            head, rest = card.split(marker, 1)
+            return head + "\n" + section + "\n" + marker + rest
+    return card.rstrip("\n") + "\n\n" + section + "\n"

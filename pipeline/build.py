@@ -11,12 +11,13 @@ import json
 import os
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.card import render_card
+from manifests.card import card_with_renders, render_card
 from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
@@ -262,9 +263,22 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "shards": shards,
     }
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
-    store.write_text("README.md", render_card(manifest, recipe, validation=validation))
+    card = render_card(manifest, recipe, validation=validation)
+    sheet = _contact_sheet(store, manifest)
+    store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
+
+
+def _contact_sheet(store, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """Render the card's contact sheet into ``renders/``; a picture never fails a finished build."""
+    from pipeline.render import write_contact_sheet
+
+    try:
+        return write_contact_sheet(store, manifest)
+    except Exception as e:  # matplotlib, an odd frame: say so and keep the build
+        warnings.warn(f"contact sheet not rendered: {type(e).__name__}: {e}", stacklevel=2)
+        return None
 
 
 def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,

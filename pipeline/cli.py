@@ -289,6 +289,32 @@ def score(
         out_console.print(f"wrote {csv_path} and {json_path}")
 
 
+@app.command()
+def render(
+    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    *,
+    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: VERSION/renders)")] = None,
+    frame: Annotated[str | None, typer.Option(help="Frame id (default: the first frame of the first shard)")]
+    = None,
+    corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
+                                                        "instead of the contact sheet")] = None,
+    severity: Annotated[int | None, typer.Option(help="Only this severity (0 = clean)")] = None,
+    color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
+) -> None:
+    """PNGs of a frame: bird's-eye views with boxes (scenes) or three views (objects); by default the
+    contact sheet of every corruption × severity."""
+    from manifests.manifest import ManifestError
+    from pipeline.render import RenderError, render_version
+
+    try:
+        paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
+                               color_by=color_by)
+    except (RenderError, ManifestError) as e:
+        raise _fail(e) from None
+    for p in paths:
+        out_console.print(f"wrote {p}")
+
+
 @app.command("list")
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""

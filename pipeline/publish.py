@@ -63,6 +63,7 @@ from pipeline.storage import (
 LATEST = "latest"
 LOCK = "_publishing.json"
 CARD = "README.md"
+RENDERS = "renders/"  # the PNGs the card embeds: published and pulled with it
 DEFAULT_JOBS = 8
 
 
@@ -218,6 +219,8 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
     card = src.get(CARD)
     if card is not None:
         dest.put_bytes(CARD, card[0])
+        for obj in src.list(RENDERS):  # the pictures the card embeds
+            dest.put_bytes(obj.key, src.read_bytes(obj.key))
     try:
         dest.put_bytes(MANIFEST_NAME, raw, if_absent=True, sha256=manifest_sha)  # the commit point
     except PreconditionFailed:
@@ -413,6 +416,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         card = src.get(CARD)
         if card is not None:
             _write_local(dest / CARD, card[0])
+            for obj in src.list(RENDERS):
+                _write_local(dest / obj.key, src.read_bytes(obj.key))
         if len(shards) == len(manifest["shards"]):
             _write_local(dest / MANIFEST_NAME, raw)
         else:

@@ -1,0 +1,362 @@
+"""Pictures of a built version: bird's-eye views of scenes, three-view scatters of objects, and the
+contact sheet every card embeds (one panel per corruption × severity of the same frame).
+
+Points are painted straight into an RGB raster (vectorised NumPy: one pixel per point, drawn in
+order so that corruption-made points — scatter, crosstalk, synthetic — and higher points land on
+top), then shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet
+uses the extent of the clean frame, so a corruption's effect is not hidden by a changed zoom.
+
+Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
+crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.schema import decode_boxes, file_metadata
+from stages.frame import Boxes, PointTag
+
+PANEL_PX = 240  # raster size of one view
+SHEET_NAME = "renders/contact_sheet.png"
+COLOR_BY = ("tag", "height")
+TAG_COLORS = {
+    PointTag.CLEAN: (0.55, 0.55, 0.55),
+    PointTag.ATTENUATED: (0.12, 0.47, 0.71),
+    PointTag.SCATTER_FOG: (1.0, 0.5, 0.05),
+    PointTag.SCATTER_SNOW: (1.0, 0.5, 0.05),
+    PointTag.SCATTER_RAIN: (1.0, 0.5, 0.05),
+    PointTag.CROSSTALK: (0.58, 0.4, 0.74),
+    PointTag.JITTER: (0.17, 0.63, 0.17),
+    PointTag.SYNTHETIC: (0.84, 0.15, 0.16),
+}
+TAG_LEGEND = ("grey unchanged · blue attenuated · orange weather scatter · purple crosstalk · green jittered · "
+              "red synthetic")
+BOX_COLORS = {"Car": "#d62728", "Pedestrian": "#1f77b4", "Cyclist": "#2ca02c"}
+
+
+class RenderError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class View:
+    """One example as rendered: xyz, tags, boxes (scenes) and whether it is an object."""
+
+    corruption: str
+    severity: int
+    points: np.ndarray  # (N, 3)
+    tags: np.ndarray  # (N,)
+    boxes: Boxes | None
+    is_object: bool
+
+
+# ---- rasters ---------------------------------------------------------------------------------------
+
+def _colors(tags: np.ndarray, z: np.ndarray, color_by: str, z_range: tuple[float, float]) -> np.ndarray:
+    if color_by == "tag":
+        lut = np.array([TAG_COLORS.get(PointTag(i), (0, 0, 0)) if i in PointTag._value2member_map_ else (0, 0, 0)
+                        for i in range(256)])
+        return lut[tags.astype(np.uint8)]
+    if color_by == "height":
+        from matplotlib import colormaps
+
+        lo, hi = z_range
+        return colormaps["viridis"](np.clip((z - lo) / (hi - lo), 0, 1))[:, :3]
+    raise RenderError(f"color_by must be one of {', '.join(COLOR_BY)}, not {color_by!r}")
+
+
+def paint(u: np.ndarray, v: np.ndarray, rgb: np.ndarray, order_key: np.ndarray,
+          extent: tuple[float, float, float, float], px: int) -> np.ndarray:
+    """An (px, px, 3) float raster, white background, row 0 at the top (v = extent[3])."""
+    u0, u1, v0, v1 = extent
+    img = np.ones((px, px, 3))
+    iu = np.floor((u - u0) / (u1 - u0) * px).astype(np.int64)
+    iv = np.floor((v1 - v) / (v1 - v0) * px).astype(np.int64)
+    ok = (iu >= 0) & (iu < px) & (iv >= 0) & (iv < px)
+    order = np.argsort(order_key[ok], kind="stable")  # later (higher key) points overwrite earlier ones
+    img[iv[ok][order], iu[ok][order]] = rgb[ok][order]
+    return img
+
+
+def scene_extent(points: np.ndarray) -> tuple[float, float, float, float]:
+    """x/y extent of a scene (2nd–98th percentile, padded, rounded out to 5 m; square)."""
+    if len(points) == 0:
+        return (-40.0, 40.0, -40.0, 40.0)
+    lo = np.percentile(points[:, :2], 2, axis=0) - 2
+    hi = np.percentile(points[:, :2], 98, axis=0) + 2
+    lo, hi = np.floor(lo / 5) * 5, np.ceil(hi / 5) * 5
+    half = max(hi - lo) / 2
+    c = (lo + hi) / 2
+    return (float(c[0] - half), float(c[0] + half), float(c[1] - half), float(c[1] + half))
+
+
+def object_extent(points: np.ndarray) -> float:
+    r = float(np.abs(points[:, :3]).max()) if len(points) else 1.0
+    return max(1.0, np.ceil(r * 10) / 10)
+
+
+def bev_raster(view: View, extent, color_by: str, px: int = PANEL_PX) -> np.ndarray:
+    p = view.points
+    rgb = _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5))
+    key = view.tags.astype(np.float64) * 100 + p[:, 2] if color_by == "tag" else p[:, 2]
+    return paint(p[:, 0], p[:, 1], rgb, key, extent, px)
+
+
+def object_raster(view: View, radius: float, color_by: str, px: int = PANEL_PX) -> np.ndarray:
+    """Three views side by side: top (x–y), front (x–z), side (y–z); (px, 3·px, 3)."""
+    p = view.points
+    ext = (-radius, radius, -radius, radius)
+    rgb = _colors(view.tags, p[:, 2], color_by, (-radius, radius))
+    panels = []
+    for a, b, depth in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
+        key = view.tags.astype(np.float64) * 100 + p[:, depth] if color_by == "tag" else p[:, depth]
+        panels.append(paint(p[:, a], p[:, b], rgb, key, ext, px))
+    return np.concatenate(panels, axis=1)
+
+
+def box_outlines(boxes: Boxes | None) -> list[tuple[str, np.ndarray]]:
+    """(class, 5×2 closed BEV outline) of every cared-for box."""
+    if boxes is None or len(boxes) == 0:
+        return []
+    out = []
+    for j in range(len(boxes)):
+        if str(boxes.cls[j]) == "DontCare":
+            continue
+        length, width = boxes.dims[j, 0], boxes.dims[j, 1]
+        c, s = np.cos(boxes.heading[j]), np.sin(boxes.heading[j])
+        local = np.array([[1, 1], [1, -1], [-1, -1], [-1, 1], [1, 1]]) * [length / 2, width / 2]
+        rot = local @ np.array([[c, s], [-s, c]])
+        out.append((str(boxes.cls[j]), rot + boxes.center[j, :2]))
+    return out
+
+
+# ---- drawing ---------------------------------------------------------------------------------------
+
+def _figure(rows: int, cols: int, aspect: float, inches: float = 2.0, px: int = PANEL_PX):
+    from matplotlib.figure import Figure  # the Agg canvas: no display, no pyplot state
+
+    return Figure(figsize=(cols * inches * aspect, rows * inches + 0.5), dpi=px / inches)
+
+
+def draw_panel(ax, view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
+               title: str | None = None, px: int = PANEL_PX) -> None:
+    if view.is_object:
+        ax.imshow(object_raster(view, radius, color_by, px), interpolation="nearest", aspect="equal")
+    else:
+        x0, x1, y0, y1 = extent
+        ax.imshow(bev_raster(view, extent, color_by, px), extent=(x0, x1, y0, y1), interpolation="nearest")
+        for cls, outline in box_outlines(view.boxes):
+            ax.plot(outline[:, 0], outline[:, 1], color=BOX_COLORS.get(cls, "#444444"), lw=0.6)
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title or f"{view.corruption} {view.severity}", fontsize=7, pad=2)
+
+
+def save_png(fig, path: str | Path | None = None) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = buf.getvalue()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+    return data
+
+
+def sheet_figure(views: Sequence[View], *, frame_id: str, color_by: str = "tag",
+                 severity_names: Sequence[str] = ()):
+    """The contact sheet as a matplotlib Figure: clean first, then one row per corruption, one column
+    per severity; every scene panel has the clean frame's extent."""
+    if not views:
+        raise RenderError(f"frame {frame_id}: nothing to render")
+    clean = next((v for v in views if v.corruption == "clean"), views[0])
+    corruptions = list(dict.fromkeys(v.corruption for v in views if v.corruption != "clean"))
+    severities = sorted({v.severity for v in views if v.corruption != "clean"}) or [0]
+    rows, cols = 1 + len(corruptions), len(severities)
+    fig = _figure(rows, cols, 3.0 if clean.is_object else 1.0)
+    extent = None if clean.is_object else scene_extent(clean.points)
+    radius = object_extent(clean.points) if clean.is_object else 1.0
+    grid = fig.subplots(rows, cols, squeeze=False)
+    for ax in grid.ravel():
+        ax.set_axis_off()
+    by_part = {(v.corruption, v.severity): v for v in views}
+    cells = [(grid[0, 0], clean, f"clean · frame {frame_id}")]
+    for r, c in enumerate(corruptions, 1):
+        for k, s in enumerate(severities):
+            if (c, s) in by_part:
+                name = f" ({severity_names[s - 1]})" if 0 < s <= len(severity_names) else ""
+                cells.append((grid[r, k], by_part[(c, s)], f"{c} {s}{name}"))
+    for ax, v, title in cells:
+        ax.set_axis_on()
+        draw_panel(ax, v, extent=extent, radius=radius, color_by=color_by, title=title)
+    legend = TAG_LEGEND if color_by == "tag" else "colour = height"
+    fig.suptitle(legend + ("" if clean.is_object else "; boxes: red Car, blue Pedestrian, green Cyclist"),
+                 fontsize=7, y=0.999)
+    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.2)
+    return fig
+
+
+def contact_sheet(views: Sequence[View], *, frame_id: str, color_by: str = "tag",
+                  severity_names: Sequence[str] = ()) -> tuple[bytes, float]:
+    """PNG bytes of the sheet and the seconds spent per panel (drawing + encoding)."""
+    t0 = time.perf_counter()
+    data = save_png(sheet_figure(views, frame_id=frame_id, color_by=color_by, severity_names=severity_names))
+    return data, (time.perf_counter() - t0) / max(len(views), 1)
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+
+def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
+    """Per-row (N, 3) xyz from a ``points`` column: flat ``list<float32>`` (row-major N×C, layout v1) or
+    ``list<fixed_size_list<float32, C>>`` (layout v2)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    out = []
+    for i in range(len(arr)):
+        item = arr[i].values
+        if pa.types.is_fixed_size_list(item.type):
+            w = item.type.list_size
+            flat = item.values.to_numpy(zero_copy_only=False)
+        else:
+            w = width
+            flat = item.to_numpy(zero_copy_only=False)
+        out.append(flat.reshape(-1, w)[:, :3].astype(np.float64))
+    return out
+
+
+def _tags(column) -> list[np.ndarray]:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    out = []
+    for i in range(len(arr)):
+        v = arr[i].values
+        if pa.types.is_fixed_size_list(v.type):
+            v = v.values
+        out.append(v.to_numpy(zero_copy_only=False).astype(np.uint8))
+    return out
+
+
+def _rg_may_hold(pf: pq.ParquetFile, rg: int, frame_id: str) -> bool:
+    idx = pf.schema_arrow.get_field_index("frame_id")
+    if idx < 0:
+        return True
+    col = pf.metadata.row_group(rg).column(idx)
+    st = col.statistics
+    if st is None or not st.has_min_max:
+        return True
+    return st.min <= frame_id <= st.max
+
+
+def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
+               partitions: Iterable[tuple[str, int]] | None = None) -> tuple[str, list[View]]:
+    """The views of one frame (default: the first frame of the first shard) in every (or the given)
+    partition, reading only the row groups whose statistics can hold it."""
+    wanted = None if partitions is None else set(partitions)
+    shards = manifest["shards"]
+    if not shards:
+        raise RenderError("the version has no shards")
+    first_shard = shards[0].get("shard") or Path(shards[0]["path"]).stem
+    views: list[View] = []
+    width = len(manifest.get("fields") or ["x", "y", "z", "intensity"])
+    for s in shards:
+        part = (s["corruption"], int(s["severity"]))
+        if wanted is not None and part not in wanted and not (part[0] == "clean" and ("clean", 0) in wanted):
+            continue
+        if frame_id is None and (s.get("shard") or Path(s["path"]).stem) != first_shard:
+            continue
+        with store.open_input(s["path"]) as f:
+            pf = pq.ParquetFile(f)
+            meta = file_metadata(pf.schema_arrow)
+            w = len(meta.get("fields") or []) or width
+            cols = [c for c in ("frame_id", "points", "point_tag", "boxes") if c in pf.schema_arrow.names]
+            for rg in range(pf.num_row_groups):
+                if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
+                    continue
+                t = pf.read_row_group(rg, columns=cols)
+                if frame_id is None:
+                    frame_id = t["frame_id"][0].as_py()
+                t = t.filter(pc.equal(t["frame_id"], frame_id))
+                if t.num_rows == 0:
+                    continue
+                pts = _points_xyz(t["points"], w)[0]
+                tags = _tags(t["point_tag"])[0] if "point_tag" in t.column_names else np.zeros(len(pts), np.uint8)
+                boxes = decode_boxes(t["boxes"][0].as_py()) if "boxes" in t.column_names else None
+                is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
+                views.append(View(part[0], part[1], pts, tags, boxes, is_object))
+                break
+    if not views:
+        raise RenderError(f"frame {frame_id!r} is not in the requested partitions of this version")
+    order = {c["name"]: i for i, c in enumerate(manifest.get("recipe", {}).get("corruptions", []))}
+    views.sort(key=lambda v: (v.corruption != "clean", order.get(v.corruption, 1 << 20), v.corruption, v.severity))
+    return frame_id, views  # type: ignore[return-value]
+
+
+def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None = None, color_by: str = "tag",
+                        key: str = SHEET_NAME) -> dict[str, Any]:
+    """Render the contact sheet of a version into ``store`` at ``key``; returns what the card says of it."""
+    frame_id, views = read_views(store, manifest, frame_id)
+    names = manifest.get("recipe", {}).get("severity_names") or []
+    data, per_panel = contact_sheet(views, frame_id=frame_id, color_by=color_by, severity_names=names)
+    store.put_bytes(key, data)
+    return {"path": key, "frame_id": frame_id, "panels": len(views), "seconds_per_panel": round(per_panel, 3),
+            "color_by": color_by}
+
+
+def render_version(version_dir: str | Path, out: str | Path | None = None, *, frame_id: str | None = None,
+                   corruption: str | None = None, severity: int | None = None, color_by: str = "tag") -> list[Path]:
+    """`bench-build render`: the contact sheet (no corruption given), or one PNG per selected partition."""
+    from manifests.manifest import read_manifest
+    from pipeline.storage import LocalStore
+
+    root = Path(version_dir)
+    manifest = read_manifest(root)
+    out_dir = Path(out) if out is not None else root / "renders"
+    store = LocalStore(root)
+    if color_by not in COLOR_BY:
+        raise RenderError(f"--color-by must be one of {', '.join(COLOR_BY)}, not {color_by!r}")
+    names = [c["name"] for c in manifest["recipe"].get("corruptions", [])]
+    severities = int(manifest["recipe"].get("severities") or 0)
+    if corruption is not None and corruption != "clean" and corruption not in names:
+        raise RenderError(f"{root}: no corruption {corruption!r}; it has clean, {', '.join(names)}")
+    if severity is not None and not 0 <= severity <= max(severities, 0):
+        raise RenderError(f"{root}: severity {severity} is outside 0…{severities}")
+    if corruption is None and severity is None:
+        frame_id, views = read_views(store, manifest, frame_id)
+        data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
+                                severity_names=manifest["recipe"].get("severity_names") or [])
+        path = out_dir / f"contact_sheet_{frame_id}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return [path]
+    if corruption == "clean" or severity == 0:
+        parts = [("clean", 0)]
+    elif corruption is not None:
+        parts = [(corruption, s) for s in ([severity] if severity is not None else range(1, severities + 1))]
+    else:
+        parts = [(c, int(severity)) for c in names]  # type: ignore[arg-type]
+    frame_id, views = read_views(store, manifest, frame_id, partitions=[*parts, ("clean", 0)])
+    clean = next((v for v in views if v.corruption == "clean"), views[0])
+    extent = None if clean.is_object else scene_extent(clean.points)
+    radius = object_extent(clean.points) if clean.is_object else 1.0
+    written = []
+    for v in views:
+        if (v.corruption, v.severity) not in parts:
+            continue
+        fig = _figure(1, 1, 3.0 if v.is_object else 1.0, inches=6.0, px=720)
+        draw_panel(fig.subplots(), v, extent=extent, radius=radius, color_by=color_by,
+                   title=f"{frame_id} · {v.corruption} {v.severity}", px=720)
+        fig.tight_layout(pad=0.3)
+        path = out_dir / f"{frame_id}_{v.corruption}_{v.severity}.png"
+        save_png(fig, path)
+        written.append(path)
+    return written

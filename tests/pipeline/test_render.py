@@ -1,0 +1,118 @@
+"""Rendering: rasters put points where they belong, every sheet panel shares the clean extent, a real
+build's card embeds its contact sheet, and `bench-build render` validates what it is asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.render import (
+    TAG_COLORS,
+    View,
+    box_outlines,
+    object_raster,
+    paint,
+    scene_extent,
+    sheet_figure,
+)
+from stages.frame import Boxes, PointTag
+
+runner = CliRunner()
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_paint_places_points_and_draws_later_keys_on_top():
+    u = np.array([0.5, 9.5, 0.5, 20.0])
+    v = np.array([0.5, 0.5, 0.5, 0.0])
+    rgb = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], float)
+    img = paint(u, v, rgb, np.array([2.0, 0.0, 1.0, 0.0]), (0, 10, 0, 10), 10)
+    # v = 0.5 is the bottom row; the red point (key 2) overwrites the blue one (key 1) at the same pixel
+    assert img[9, 0].tolist() == [1, 0, 0] and img[9, 9].tolist() == [0, 1, 0]
+    assert (img != 1).any(axis=2).sum() == 2  # the point at u = 20 is outside and dropped
+
+
+def test_box_outlines_follow_heading():
+    boxes = Boxes(center=np.array([[10.0, 0.0, -1.0], [0.0, 5.0, -1.0]]), dims=np.array([[4.0, 2.0, 1.5]] * 2),
+                  heading=np.array([0.0, np.pi / 2]), cls=np.array(["Car", "Cyclist"], dtype=object),
+                  truncated=np.zeros(2), occluded=np.zeros(2, np.int64), alpha=np.zeros(2), bbox2d=np.zeros((2, 4)))
+    (c0, o0), (c1, o1) = box_outlines(boxes)
+    assert c0 == "Car" and sorted(set(o0[:, 0].round(6))) == [8, 12] and sorted(set(o0[:, 1].round(6))) == [-1, 1]
+    assert c1 == "Cyclist" and sorted(set(o1[:, 0].round(6))) == [-1, 1] and sorted(set(o1[:, 1].round(6))) == [3, 7]
+    assert np.allclose(o0[0], o0[-1])  # closed
+
+
+def test_object_three_views():
+    pts = np.array([[0.5, 0.0, 0.0]])
+    img = object_raster(View("clean", 0, pts, np.array([PointTag.SYNTHETIC]), None, True), 1.0, "tag", px=20)
+    assert img.shape == (20, 60, 3)
+    red = np.all(np.isclose(img, TAG_COLORS[PointTag.SYNTHETIC]), axis=2)
+    # top (x–y) and front (x–z): u = 0.5 → column 15, v = 0 → row 10; side (y–z): the centre of the 3rd view
+    assert red[10, 15] and red[10, 35] and red[10, 50] and red.sum() == 3
+
+
+def test_sheet_panels_share_the_clean_extent():
+    rng = np.random.default_rng(0)
+    clean = rng.uniform(-20, 20, (500, 3))
+    far = np.r_[clean, [[90.0, 90.0, 0.0]]]  # a corruption that adds a far point must not zoom out
+    tags = np.zeros(len(far), np.uint8)
+    views = [View("clean", 0, clean, tags[:500], None, False)]
+    views += [View(c, s, far, tags, None, False) for c in ("fog", "snow") for s in (1, 2, 3)]
+    fig = sheet_figure(views, frame_id="000000", severity_names=["light", "moderate", "heavy"])
+    shown = [ax for ax in fig.axes if ax.axison]
+    assert len(shown) == 7
+    x0, x1, y0, y1 = scene_extent(clean)
+    assert {ax.get_xlim() for ax in shown} == {(x0, x1)} and {ax.get_ylim() for ax in shown} == {(y0, y1)}
+    assert x1 < 90
+    assert [ax.get_title() for ax in shown][1:4] == ["fog 1 (light)", "fog 2 (moderate)", "fog 3 (heavy)"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, demo_kitti_master):
+    from pipeline.build import run_build
+    from tests.conftest import SMALL_RECIPE
+
+    tmp = tmp_path_factory.mktemp("render")
+    recipe = tmp / "mini-c.toml"
+    recipe.write_text(SMALL_RECIPE)
+    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=1, max_frames=2,
+                    frames_per_shard=2, progress=False)
+    assert res.ok
+    return res.version_dir
+
+
+def test_build_card_embeds_the_contact_sheet(built):
+    sheet = built / "renders" / "contact_sheet.png"
+    assert sheet.read_bytes().startswith(PNG)
+    card = (built / "README.md").read_text()
+    assert "## See the corruptions" in card and "](renders/contact_sheet.png)" in card
+    assert "Frame `000000` under every corruption × severity (21 panels" in card  # clean + 4 × 5
+
+
+def test_render_cli(built, tmp_path):
+    res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), "--frame", "000001"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "contact_sheet_000001.png").read_bytes().startswith(PNG)
+    res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), "--corruption", "translation",
+                              "--color-by", "height"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.glob("000000_translation_*.png")) == [
+        f"000000_translation_{s}.png" for s in range(1, 6)]
+    res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), "--severity", "2"])
+    assert res.exit_code == 0 and len(list(tmp_path.glob("000000_*_2.png"))) == 4
+    for args, msg in ((["--corruption", "fog"], "no corruption 'fog'"), (["--severity", "9"], "outside 0…5"),
+                      (["--frame", "999999"], "'999999' is not in"), (["--color-by", "rainbow"], "--color-by")):
+        res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), *args])
+        assert res.exit_code == 2 and msg in res.output, (args, res.output)
+
+
+def test_publish_and_pull_carry_the_renders(built, tmp_path):
+    from pipeline.publish import publish_version, pull_version
+
+    r = publish_version(str(built), str(tmp_path / "pub"), progress=False)
+    assert r.ok
+    published = tmp_path / "pub" / "mini-c" / "0.1.0" / "renders" / "contact_sheet.png"
+    assert published.read_bytes() == (built / "renders" / "contact_sheet.png").read_bytes()
+    p = pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "local", progress=False)
+    assert p.ok and (tmp_path / "local" / "mini-c" / "0.1.0" / "renders" / "contact_sheet.png").is_file()
