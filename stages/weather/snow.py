@@ -836,7 +836,7 @@ def focal_lookup(frame: Frame, rings: np.ndarray, params: SnowParams, opts: _Opt
 # ---- the stage ---------------------------------------------------------------------------------------
 
 
-@stage("snow", params=SnowParams)
+@stage("snow", params=SnowParams, version=2)  # v2: HDL-64 focal term, squared-loss plane from > 5 candidates
 def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
     n = len(frame)
     if n == 0 or params.rate == 0:

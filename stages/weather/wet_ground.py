@@ -184,7 +184,7 @@ def film_transmission(cos_theta: np.ndarray, rho: np.ndarray) -> np.ndarray:
     return np.maximum(*film_transmission_sp(cos_theta, rho))
 
 
-@stage("wet_ground", params=WetGroundParams)
+@stage("wet_ground", params=WetGroundParams, version=2)  # v2: plane from > 4 candidates, 1,000 gate after the fit
 def wet_ground(frame: Frame, params: WetGroundParams, rng: np.random.Generator) -> Frame:
     if "intensity" not in frame.fields:
         raise ValueError(f"wet_ground: frame {frame.frame_id} has no intensity column")
