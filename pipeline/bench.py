@@ -4,7 +4,9 @@ Prints, on demo scans (full resolution, ≈130k points):
 1. the one-off per-frame preparation shared by all stages (KD-tree, points-in-box index);
 2. the cost per example of every corruption of a recipe at every severity;
 3. the I/O floor: encoding + writing the same clean examples as Parquet with the build's options;
-4. examples/s of a whole demo build at 1 and 2 workers (including Ray start-up).
+4. examples/s of a whole demo build at 1 and 2 workers (including Ray start-up);
+5. (`pipeline.bench_sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
+   ≤ 20 ms per 64 × 2650 image) and the robo3d-nuscenes-c stages on 32-beam scans.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
         results["stages"][rec.name] = _stage_table(rec, demo, repeat)
+
+    from pipeline.bench_sources import run_bench_sources
+
+    results["sources"] = run_bench_sources(repeat=repeat)
 
     import pyarrow.parquet as pq
 

@@ -84,22 +84,33 @@ def beam_inclinations(values: np.ndarray | None, lo: float, hi: float, height: i
     return incl[::-1]
 
 
-def range_image_to_points(ri: np.ndarray, extrinsic: np.ndarray, inclination: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(points N×3 in the vehicle frame, rows, cols) of the pixels with range > 0, in row-major order.
+def ray_directions(extrinsic: np.ndarray, inclination: np.ndarray, width: int) -> np.ndarray:
+    """(H·W, 3) float32 unit direction of every pixel's ray in the vehicle frame (the extrinsic's rotation
+    applied), row-major: the per-segment part of the conversion, computed once and reused for every frame."""
+    e = np.asarray(extrinsic, dtype=np.float64).reshape(4, 4)
+    az = (2.0 * (width - np.arange(width, dtype=np.float64) - 0.5) / width - 1.0) * np.pi - np.arctan2(e[1, 0],
+                                                                                                        e[0, 0])
+    incl = np.asarray(inclination, dtype=np.float64)[:, None]
+    local = np.stack(np.broadcast_arrays(np.cos(incl) * np.cos(az), np.cos(incl) * np.sin(az), np.sin(incl)), -1)
+    return (local.reshape(-1, 3) @ e[:3, :3].T).astype(np.float32)
+
+
+def range_image_to_points(ri: np.ndarray, extrinsic: np.ndarray, inclination: np.ndarray,
+                          directions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(points N×3 float32 in the vehicle frame, flat pixel index) of the pixels with range > 0, row-major.
 
     ``ri`` is ``[H, W, C]`` (channel 0 = range), ``extrinsic`` the 4×4 LiDAR → vehicle transform and
-    ``inclination`` the per-row inclination with row 0 the top beam (`beam_inclinations`).
+    ``inclination`` the per-row inclination with row 0 the top beam (`beam_inclinations`); ``directions``
+    is `ray_directions` of the same calibration when the caller caches it. A point is
+    ``range · (E_rot · d_local) + E_trans``, i.e. ``E · (range · d_local)``.
     """
-    _h, w = ri.shape[:2]
-    e = np.asarray(extrinsic, dtype=np.float64).reshape(4, 4)
-    az = (2.0 * (w - np.arange(w, dtype=np.float64) - 0.5) / w - 1.0) * np.pi - np.arctan2(e[1, 0], e[0, 0])
-    rows, cols = np.nonzero(ri[..., 0] > 0)
-    r = ri[rows, cols, 0].astype(np.float64)
-    ci, si = np.cos(inclination), np.sin(inclination)
-    rc = r * ci[rows]
-    local = np.stack([rc * np.cos(az)[cols], rc * np.sin(az)[cols], r * si[rows]], axis=1)
-    return local @ e[:3, :3].T + e[:3, 3], rows, cols
+    w = ri.shape[1]
+    if directions is None:
+        directions = ray_directions(extrinsic, inclination, w)
+    rng = ri[..., 0].reshape(-1)
+    idx = np.flatnonzero(rng > 0)
+    t = np.asarray(extrinsic, dtype=np.float64).reshape(4, 4)[:3, 3].astype(np.float32)
+    return directions[idx] * rng[idx, None] + t, idx
 
 
 def _require(path: Path, names: tuple[str, ...]) -> None:
@@ -157,6 +168,7 @@ class WaymoSource:
             raise SourceError(root, f"no Waymo v2 'lidar' component folder (looked in {root / self.split} and {root})")
         self.root = root
         self._calib: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._directions: dict[tuple[str, int], np.ndarray] = {}
 
     def component(self, tag: str, context: str) -> Path:
         return self.data / tag / f"{context}.parquet"
@@ -219,10 +231,14 @@ class WaymoSource:
         if t.num_rows != 1:
             raise SourceError(path, f"{t.num_rows} TOP rows for timestamp {ts} (expected 1)")
         ri = _image(path, t, RI1_VALUES, RI1_SHAPE, 4)
-        ext, incl = self.calibration(ctx, ri.shape[0])
-        xyz, rows, cols = range_image_to_points(ri, ext, incl)
-        feats = ri[rows, cols].astype(np.float64)
-        points = np.column_stack([xyz, np.tanh(feats[:, 1]), rows, np.tanh(feats[:, 2])]).astype(np.float32)
+        h, w = ri.shape[:2]
+        ext, incl = self.calibration(ctx, h)
+        key = (ctx, w)
+        if key not in self._directions:
+            self._directions = {key: ray_directions(ext, incl, w)}  # one segment at a time: frames come in order
+        xyz, idx = range_image_to_points(ri, ext, incl, self._directions[key])
+        feats = ri.reshape(-1, ri.shape[2])[idx]
+        points = np.column_stack([xyz, np.tanh(feats[:, 1]), idx // w, np.tanh(feats[:, 2])]).astype(np.float32)
         labels = {}
         seg_path = self.component("lidar_segmentation", ctx)
         if seg_path.is_file():
@@ -232,7 +248,7 @@ class WaymoSource:
                 if seg.shape[:2] != ri.shape[:2]:
                     raise SourceError(seg_path, f"label image {list(seg.shape[:2])} does not match the range image "
                                                 f"{list(ri.shape[:2])} of {path.name}")
-                labels["semantic"] = seg[rows, cols, 1].astype(np.uint32)
+                labels["semantic"] = seg[..., 1].reshape(-1)[idx].astype(np.uint32)
         sensor = Sensor("waymo-top", tuple(float(v) for v in np.degrees(incl)), max_range=MAX_RANGE)
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
                      labels=labels, boxes=self.boxes(ctx, ts), sensor=sensor)
