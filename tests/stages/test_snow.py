@@ -556,3 +556,11 @@ def test_hdl64e_s3_table():
     assert s3.ELEVATION_DEG[0] == pytest.approx(-7.25, abs=0.01)  # laser 0 is not the top laser
     assert set(np.flatnonzero(s3.MAX_INTENSITY == 230)) == {53, 55, 56, 58}
     assert np.array_equal(s3.nearest_laser(s3.ELEVATION_DEG), s3.LASER_ID)
+
+
+def test_robo3d_recipes_choose_the_focal_calibration_explicitly_or_by_sensor():
+    """KITTI-C / SemanticKITTI-C: "auto" on HDL-64 frames → the S3 table by elevation row; nuScenes-C names
+    the table explicitly (Robo3D applied it to the HDL-32E's rings 0–31); WOD-C stays neutral under "auto"."""
+    for name in ("robo3d-kitti-c", "robo3d-semantickitti-c", "robo3d-wod-c"):
+        assert {p.focal_calibration for p in load_recipe(name).corruption("snow").params} == {"auto"}
+    assert {p.focal_calibration for p in load_recipe("robo3d-nuscenes-c").corruption("snow").params} == {"hdl64e_s3"}
