@@ -18,9 +18,15 @@ raises on a missing or broken ring column; it returns the method it used so call
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from stages.frame import Frame
+
+#: frame -> {(method, n): (rings, method used)}: beam_missing and cross_sensor (6 examples a frame) and
+#: snow share one recovery per frame, like the frame's KD-tree; frames are immutable, so it never goes stale
+_RINGS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 N_RINGS = 64
 
@@ -90,7 +96,8 @@ def _coherent(rings: np.ndarray, psi: np.ndarray, *, max_iqr_deg: float = 1.0) -
     elevation IQR is below ``max_iqr_deg`` (a random ring assignment gives ≈10° on an HDL-64 scan)."""
     if len(rings) < 100:
         return True
-    order = np.lexsort((psi, rings))
+    order = np.argsort(psi, kind="stable")  # = lexsort((psi, rings)): elevation order within each ring,
+    order = order[np.argsort(rings[order], kind="stable")]  # two stable sorts, the int one a fast radix
     r, p = rings[order], psi[order]
     bounds = np.flatnonzero(np.diff(r)) + 1
     starts = np.concatenate([[0], bounds])
@@ -149,6 +156,15 @@ def frame_rings(frame: Frame, method: str = "auto", *, n: int | None = None) -> 
     """
     if method not in METHODS:
         raise ValueError(f"frame_rings: unknown method {method!r}; expected one of {METHODS}")
+    per_frame = _RINGS_CACHE.setdefault(frame, {})
+    if (method, n) not in per_frame:
+        rings, used = _frame_rings(frame, method, n)
+        rings.setflags(write=False)  # shared between callers
+        per_frame[(method, n)] = (rings, used)
+    return per_frame[(method, n)]
+
+
+def _frame_rings(frame: Frame, method: str, n: int | None) -> tuple[np.ndarray, str]:
     sensor = frame.sensor
     if n is None:
         n = sensor.beams if sensor is not None else N_RINGS
