@@ -245,20 +245,35 @@ def pull(
 @app.command()
 def export(
     version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")],
-    out: Annotated[Path, typer.Argument(help="Directory for the KITTI-layout copy")],
+    out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
     *,
-    corruption: Annotated[str, typer.Option(help="Corruption name, or clean")],
-    severity: Annotated[int, typer.Option(help="Severity (0 = clean)")],
+    corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
+    severity: Annotated[int | None, typer.Option(help="Severity (0 = clean)")] = None,
+    all_partitions: Annotated[bool, typer.Option("--all", help="Every partition: OUT/<benchmark>/clean/ as a data "
+                                                               "root, the others per --layout")] = False,
+    layout: Annotated[str, typer.Option(help="With --all: robo3d (<corruption>/<severity>/velodyne, reusing "
+                                             "clean infos) or kitti (a full data root per partition)")] = "robo3d",
+    source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
+                                                     "from; OpenPCDet and mmdetection3d read the images")] = None,
+    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in (default: the build's "
+                                                   "split if train/val/test/trainval, else val)")] = None,
 ) -> None:
-    """Write one corruption × severity of a built version as KITTI files (velodyne, label_2, calib)."""
-    from pipeline.reader import export_kitti
+    """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
+    ImageSets; image_2/planes linked from --source)."""
+    from manifests.manifest import ManifestError
+    from pipeline.export import ExportError, export_version
 
     try:
-        n = export_kitti(version_dir, out, corruption=corruption, severity=severity)
-    except (KeyError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(code=2) from None
-    out_console.print(f"wrote {n} frames to {out}/training")
+        r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
+                           source=source, split=split, layout=layout)
+    except (ExportError, ManifestError, KeyError) as e:
+        raise _fail(e) from None
+    for p in r.partitions:
+        out_console.print(f"{p['corruption']}/{p['severity']}: {p['frames']} frames → {p['path']}"
+                          + ("" if p["labels"] else " (velodyne only: boxes as clean)"))
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    out_console.print(f"wrote {r.frames} frames in {len(r.partitions)} partitions to {out}")
 
 
 @app.command()
