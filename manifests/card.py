@@ -66,6 +66,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         params = "; ".join(_fmt_params(p) for p in c.params)
         lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version}: {stage.summary} | {params} | {c.notes} |")
     lines += differences_section(recipe)
+    lines += object_sections(recipe, src)
     lines += ["", "## Counts per corruption × severity", "", "| partition | examples | MB |", "| --- | --- | --- |"]
     for key, v in sorted(counts["by_partition"].items()):
         lines.append(f"| {key} | {v['examples']} | {v['bytes'] / 1e6:.1f} |")
@@ -76,7 +77,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "```python",
         "from pipeline.reader import open_version",
         "ds = open_version('.')",
-        "for ex in ds.examples(corruption='" + recipe.corruptions[0].name + "', severity=3):",
+        "for ex in ds.examples(corruption='" + (recipe.corruptions[0].name if recipe.corruptions else "clean")
+        + "', severity=" + ("3" if recipe.corruptions else "0") + "):",
         "    ex.points  # (N, C) float32, columns ex.fields",
         "```",
         "",
@@ -98,6 +100,27 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
     ]
     card = "\n".join(line for line in lines if line is not None)
     return card_with_validation(card, validation) if validation else card
+
+
+def object_sections(recipe: Recipe, src: dict[str, Any]) -> list[str]:
+    """Object benchmarks: the preprocessing every shape goes through, and 3DOS's known/unknown counts."""
+    lines: list[str] = []
+    if recipe.preprocess is not None:
+        p = recipe.preprocess
+        lines += ["", "## Preprocessing (every shape, before the clean copy)", "",
+                  f"`{p.stage}` v{p.stage_version}: {_fmt_params(p.params[0])}. {p.notes}"]
+        if src.get("kind") == "3dos":
+            sn = src.get("shapenet", {})
+            lines += ["", f"ShapeNet shapes: mesh → {sn.get('sampling', 'area-weighted surface samples → FPS 4,096')}"
+                      " → a seeded 1,024 per example (`object_sample`) → centred, divided by the largest norm."]
+    counts = src.get("counts")
+    if isinstance(counts, dict) and counts:
+        lines += ["", "## Scenarios: known / unknown examples per split", "",
+                  "| scenario | split | known | unknown |", "| --- | --- | --- | --- |"]
+        for scenario, splits in counts.items():
+            for split, c in splits.items():
+                lines.append(f"| {scenario} | {split} | {c['known']} | {c['unknown']} |")
+    return lines
 
 
 def differences_section(recipe: Recipe) -> list[str]:

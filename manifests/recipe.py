@@ -31,6 +31,12 @@ output, not the output, so it is not part of the canonical JSON and never change
     sample = 500                          # build frames tested (default: all)
     epochs = 80
 
+Preprocessing. An optional ``[preprocess]`` table names one stage (scalar parameters) applied to every
+source frame before the clean copy is stored — ModelNet-C keeps the first 1,024 points of each shape,
+3DOS draws a seeded 1,024 and scales into the unit sphere. It draws from the clean example's RNG and is
+part of the fingerprint. A recipe with ``severities = 0`` and no corruptions stores only that clean copy
+(3DOS). A variant may override ``[preprocess]`` keys with a ``[variants.<name>.preprocess]`` table.
+
 Variants. A recipe may define named variants that override some parameters of some corruptions,
 without repeating the table. ``load_recipe("kitti-c:text")`` loads the variant ``text``; its
 benchmark name becomes ``<name>-<variant>`` (unless the variant sets ``name``), so it builds into
@@ -60,7 +66,7 @@ from typing import Any
 
 from stages.registry import Stage, get_stage
 
-VARIANT_KEYS = {"name", "description", "corruptions"}
+VARIANT_KEYS = {"name", "description", "corruptions", "preprocess"}
 BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
     "paper_frames",
@@ -114,6 +120,7 @@ class Recipe:
     #: per variant: its description and, per overridden corruption, {key: (default value, variant value)}
     variants: dict[str, VariantInfo] = field(default_factory=dict)
     paper_frames: int | None = None  # source frames of the full-size benchmark (descriptive; not fingerprinted)
+    preprocess: Corruption | None = None  # one stage applied to every frame before the clean copy
 
     def corruption(self, name: str) -> Corruption:
         for c in self.corruptions:
@@ -134,6 +141,9 @@ class Recipe:
             "source": self.source,
             "split": self.split,
             "severities": self.severities,
+            **({"preprocess": {"stage": self.preprocess.stage, "stage_version": self.preprocess.stage_version,
+                               "params": _jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
+               if self.preprocess is not None else {}),
             "corruptions": [
                 {
                     "name": c.name,
@@ -152,7 +162,7 @@ class Recipe:
 
     def examples_defined(self, n_frames: int) -> int:
         """Examples the benchmark defines: every frame × corruption × (severities + clean)."""
-        return n_frames * len(self.corruptions) * (self.severities + 1)
+        return n_frames * max(1, len(self.corruptions)) * (self.severities + 1)
 
     def examples_stored(self, n_frames: int) -> int:
         """Examples actually written: the clean frame once, plus each corruption × severity."""
@@ -221,6 +231,8 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         overrides = data["variants"][variant].get("corruptions", {})
         data = {**data, "corruptions": {k: {**v, **overrides.get(k, {})} for k, v in raw.items()},
                 "benchmark": {**data.get("benchmark", {}), "name": variants[variant].benchmark}}
+        if "preprocess" in data["variants"][variant]:
+            data["preprocess"] = {**data.get("preprocess", {}), **data["variants"][variant]["preprocess"]}
         origin = f"{origin}, variant {variant}"
     bench = data.get("benchmark")
     if not isinstance(bench, dict):
@@ -232,8 +244,8 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         if key not in bench:
             raise RecipeError(f"{origin}: [benchmark] is missing {key!r}")
     severities = bench["severities"]
-    if not isinstance(severities, int) or isinstance(severities, bool) or severities < 1:
-        raise RecipeError(f"{origin}: [benchmark] severities must be a positive integer, got {severities!r}")
+    if not isinstance(severities, int) or isinstance(severities, bool) or severities < 0:
+        raise RecipeError(f"{origin}: [benchmark] severities must be a non-negative integer, got {severities!r}")
     if not isinstance(bench["seed"], int):
         raise RecipeError(f"{origin}: [benchmark] seed must be an integer, got {bench['seed']!r}")
     paper_frames = bench.get("paper_frames")
@@ -243,10 +255,18 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     sev_names = tuple(bench.get("severity_names", ()))
     if sev_names and len(sev_names) != severities:
         raise RecipeError(f"{origin}: severity_names has {len(sev_names)} entries, severities is {severities}")
-    raw = data.get("corruptions")
-    if not isinstance(raw, dict) or not raw:
+    raw = data.get("corruptions", {} if severities == 0 else None)
+    if severities == 0:
+        if raw:
+            raise RecipeError(f"{origin}: severities = 0 (clean only) but [corruptions.*] entries are given")
+    elif not isinstance(raw, dict) or not raw:
         raise RecipeError(f"{origin}: no [corruptions.*] entries")
     corruptions = tuple(_parse_corruption(origin, name, entry, severities) for name, entry in raw.items())
+    preprocess = None
+    if "preprocess" in data:
+        if not isinstance(data["preprocess"], dict):
+            raise RecipeError(f"{origin}: [preprocess] must be a table")
+        preprocess = _parse_corruption(origin, "preprocess", data["preprocess"], 1, what="[preprocess]")
     options = data.get("options", {})
     if not isinstance(options, dict):
         raise RecipeError(f"{origin}: [options] must be a table")
@@ -273,6 +293,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         variant=variant,
         variants=variants,
         paper_frames=paper_frames,
+        preprocess=preprocess,
     )
 
 
@@ -301,11 +322,17 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
             c: {k: (raw[c].get(k), val) for k, val in entry.items() if k != "notes" and raw[c].get(k) != val}
             for c, entry in overrides.items()
         }
+        pre, pre_over = data.get("preprocess", {}), v.get("preprocess", {})
+        if not isinstance(pre_over, dict) or (pre_over and not isinstance(pre, dict)):
+            raise RecipeError(f"{where}: preprocess must be a table overriding keys of [preprocess]")
+        if pre_over:
+            changes["preprocess"] = {k: (pre.get(k), val) for k, val in pre_over.items() if pre.get(k) != val}
         out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
                                  description=str(v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
-                                 notes={c: (str(raw[c].get("notes", "")),
-                                            str(overrides[c].get("notes", raw[c].get("notes", ""))))
+                                 notes={c: (str(raw.get(c, pre).get("notes", "")),
+                                            str(overrides.get(c, pre_over).get("notes",
+                                                                               raw.get(c, pre).get("notes", ""))))
                                         for c, ch in changes.items() if ch})
     return out
 
@@ -356,8 +383,8 @@ def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...]
     return out
 
 
-def _parse_corruption(origin: str, name: str, entry: Any, severities: int) -> Corruption:
-    where = f"{origin}: corruption {name!r}"
+def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what: str = "") -> Corruption:
+    where = f"{origin}: {what or f'corruption {name!r}'}"
     if name == "clean":
         raise RecipeError(f"{where}: 'clean' is reserved for severity 0")
     if not isinstance(entry, dict):

@@ -30,6 +30,7 @@ from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
 DEMO_FRAMES = 8
 DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
+DEMO_OBJECTS_PER_SHARD = 16  # demo object sets hold 75–855 small shapes: 5–54 shards
 
 
 @dataclass
@@ -117,18 +118,24 @@ def run_build(
     progress: bool = True,
     endpoint_url: str | None = None,
     profile: str | None = None,
+    roots: dict[str, str] | None = None,
 ) -> BuildResult:
-    """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL."""
+    """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
+
+    ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn)."""
     t0 = time.time()
     recipe = load_recipe(benchmark)
-    demo = source is None
-    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
+    demo = source is None and not any((roots or {}).values())
+    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots)
     frame_ids = src.list_frames()
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
         raise ValueError(f"source {src.describe()} has no frames")
-    fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if demo else recipe.frames_per_shard)
+    from pipeline.sources import OBJECT_KINDS
+
+    demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
+    fps = frames_per_shard or (demo_fps if demo else recipe.frames_per_shard)
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}"])
     store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
         f"{recipe.name}/{recipe.version}")

@@ -49,6 +49,12 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
+    source_shapenet: Annotated[str | None, typer.Option(help="3dos: ShapeNetCore.v2 root (default: --source)")]
+    = None,
+    source_modelnet40: Annotated[str | None, typer.Option(
+        help="3dos: modelnet40_ply_hdf5_2048 root (default: --source)")] = None,
+    source_scanobjectnn: Annotated[str | None, typer.Option(help="3dos: ScanObjectNN root (default: --source)")]
+    = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     from manifests.recipe import RecipeError
@@ -61,7 +67,9 @@ def run(
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
                            max_frames=max_frames, split=split, frames_per_shard=frames_per_shard,
                            overwrite=overwrite, recheck=recheck, progress=progress, endpoint_url=endpoint_url,
-                           profile=profile)
+                           profile=profile,
+                           roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
+                                  "scanobjectnn": source_scanobjectnn})
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
     if result.manifest:
@@ -330,6 +338,15 @@ def render(
         out_console.print(f"wrote {p}")
 
 
+def _threedos_classes(sc) -> str:
+    from manifests.threedos import SN_SETS, SR_SCANOBJECTNN
+
+    def n(sets):
+        return sum(len(SN_SETS[s]) if s in SN_SETS else len(SR_SCANOBJECTNN[s]) for s in sets)
+
+    return f" ({n(sc.known)} known / {n(sc.unknown)} unknown categories)"
+
+
 @app.command("list")
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""
@@ -338,14 +355,26 @@ def list_benchmarks() -> None:
     for name in sorted(builtin_recipes()):
         r = load_recipe(name)
         names = f" ({', '.join(r.severity_names)})" if r.severity_names else ""
-        out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, {len(r.corruptions)} corruptions × "
-                          f"severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples defined, "
-                          f"{r.examples_stored(1)} stored (clean once)")
-        out_console.print("  " + ", ".join(c.name for c in r.corruptions))
+        if not r.corruptions:  # clean-only benchmark (3dos): its examples are (scenario, shape) pairs
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
+                              "scenario × shape")
+        else:
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, {len(r.corruptions)} corruptions "
+                              f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
+                              f"defined, {r.examples_stored(1)} stored (clean once)")
+            out_console.print("  " + ", ".join(c.name for c in r.corruptions))
         if r.paper_frames:
             n, c, s = r.paper_frames, len(r.corruptions), r.severities
             out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
                               f"({r.examples_stored(n):,} stored with the clean scans)")
+        if r.source == "3dos":
+            from manifests.threedos import SCENARIOS
+
+            for sc in SCENARIOS:
+                out_console.print(f"  {sc.track} {sc.name}: known {'+'.join(sc.known)}, unknown {'+'.join(sc.unknown)}"
+                                  f"{_threedos_classes(sc)}")
+        if r.variants:
+            out_console.print("  variants: " + ", ".join(f"{name}:{v}" for v in r.variants))
 
 
 @app.command("demo-data")
@@ -369,6 +398,9 @@ def bench(
     builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
     publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
                                                "pull, verify) against a throwaway local SeaweedFS")] = False,
+    objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
+                                               "3DOS) and a ModelNet-C demo build")] = True,
+    only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
     if publish:
@@ -376,9 +408,12 @@ def bench(
 
         run_bench_publish(frames=frames)
         return
-    from pipeline.bench import run_bench
+    from pipeline.bench import run_bench, run_object_bench
 
-    run_bench(frames=frames, builds=builds)
+    if not only_objects:
+        run_bench(frames=frames, builds=builds)
+    if objects or only_objects:
+        run_object_bench(builds=builds)
 
 
 

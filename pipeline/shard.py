@@ -74,6 +74,17 @@ class ShardFailed(RuntimeError):
         self.shard, self.message, self.path = shard, message, path
 
 
+def _preprocess(spec: ShardSpec, recipe: Recipe, frame: Frame) -> Frame:
+    """The recipe's [preprocess] stage on a source frame; it draws from the clean example's RNG."""
+    entry = recipe.preprocess
+    assert entry is not None
+    key = example_key(recipe.name, frame.frame_id, CLEAN, 0)
+    try:
+        return get_stage(entry.stage).apply(frame, entry.params[0], example_rng(recipe.seed, key))
+    except Exception as e:
+        raise ShardFailed(spec.name, f"preprocess {entry.stage} failed on {key}: {type(e).__name__}: {e}") from e
+
+
 def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
@@ -89,6 +100,8 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
             frames.append(source.read(fid))
         except SourceError as e:
             raise ShardFailed(spec.name, f"frame {fid}: {e}", e.path) from None
+    if recipe.preprocess is not None:
+        frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
     fields = frames[0].fields if frames else source.fields
     base_meta = {

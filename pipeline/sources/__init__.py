@@ -7,21 +7,56 @@ from pathlib import Path
 from manifests.recipe import Recipe
 from pipeline.sources.base import Source, SourceError
 from pipeline.sources.kitti import KittiSource
+from pipeline.sources.modelnet import ModelNet40H5Source
 from pipeline.sources.nuscenes import NuScenesSource
 from pipeline.sources.semantickitti import SemanticKittiSource
 from pipeline.sources.waymo import WaymoSource
 
 SOURCE_KINDS = {"kitti": KittiSource, "semantickitti": SemanticKittiSource, "nuscenes": NuScenesSource,
-                "waymo": WaymoSource}
+                "waymo": WaymoSource, "modelnet40": ModelNet40H5Source}
+#: Object sources (classification benchmarks); their demo is `pipeline.sources.demo_objects`. "3dos" reads
+#: three datasets, each root given by --source (a folder holding all three) or --source-<name>.
+OBJECT_KINDS = ("modelnet40", "scanobjectnn", "shapenet", "3dos")
+COMPOSITE_ROOTS = {"3dos": ("shapenet", "modelnet40", "scanobjectnn")}
+
+
+def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str]) -> Source:
+    if kind == "3dos":
+        from pipeline.sources.threedos import ThreeDOSSource
+
+        return ThreeDOSSource(path, **roots)
+    if kind == "scanobjectnn":
+        from pipeline.sources.scanobjectnn import ScanObjectNNSource
+
+        return ScanObjectNNSource(path, split)
+    if kind == "shapenet":
+        from pipeline.sources.shapenet import ShapeNetCoreSource
+
+        return ShapeNetCoreSource(path, split)
+    return ModelNet40H5Source(path, split)
 
 #: source kinds whose demo data is written in their own real layout by `synthetic.ensure_demo_dataset`
 DEMO_KINDS = ("semantickitti", "nuscenes", "waymo")
 
 
 def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = None,
-                demo_frames: int = 8) -> Source:
-    """The recipe's source at ``path``; without a path, the generated demo data (KITTI layout, or the real
-    SemanticKITTI / nuScenes / Waymo v2 layout for those kinds)."""
+                demo_frames: int = 8, roots: dict[str, str] | None = None) -> Source:
+    """The recipe's source at ``path``; without a path, the generated demo data (KITTI layout, the real
+    SemanticKITTI / nuScenes / Waymo v2 layout for those kinds, or the demo objects of
+    `pipeline.sources.demo_objects` for object benchmarks). ``roots`` names the dataset roots of a
+    composite source (3dos: shapenet, modelnet40, scanobjectnn)."""
+    roots = {k: v for k, v in (roots or {}).items() if v}
+    if recipe.source in OBJECT_KINDS:
+        bad = sorted(set(roots) - set(COMPOSITE_ROOTS.get(recipe.source, ())))
+        if bad:
+            raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes no --source-{bad[0]}")
+        if path is None and len(roots) < len(COMPOSITE_ROOTS.get(recipe.source, ("",))):
+            from pipeline.sources.demo_objects import ensure_demo_objects
+
+            path = ensure_demo_objects()  # roots not given default to the demo objects
+        return _object_source(recipe.source, path, split or recipe.split, roots)
+    if roots:
+        raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")
     if recipe.source not in SOURCE_KINDS:
         raise ValueError(f"recipe {recipe.name}: unknown source kind {recipe.source!r} "
                          f"(known: {', '.join(sorted(SOURCE_KINDS))})")
@@ -41,5 +76,5 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 
-__all__ = ["SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source", "SourceError",
-           "WaymoSource", "open_source"]
+__all__ = ["OBJECT_KINDS", "SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source",
+           "SourceError", "WaymoSource", "open_source"]

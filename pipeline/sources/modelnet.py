@@ -153,6 +153,19 @@ class ModelNet40H5Source:
     def list_frames(self) -> list[str]:
         return [f"{s}/{i:05d}" for s in self.splits for i in range(int(self._index[s][1][-1]))]
 
+    def labels(self) -> dict[str, int]:
+        """Frame id → class index, from the ``label`` datasets only (no points are read)."""
+        out: dict[str, int] = {}
+        for split in self.splits:
+            i = 0
+            for p in self._index[split][0]:
+                with open_h5(p) as f:
+                    b, _ = h5_points_shape(p, f)
+                    for lab in h5_labels(p, f, b).tolist():
+                        out[f"{split}/{i:05d}"] = lab
+                        i += 1
+        return out
+
     def locate(self, frame_id: str) -> tuple[Path, int]:
         split, _, num = frame_id.partition("/")
         if split not in self._index or not num.isdigit():

@@ -75,6 +75,16 @@ class ScanObjectNNSource:
     def list_frames(self) -> list[str]:
         return [f"{s}/{i:05d}" for s in self.splits for i in range(self._counts[s])]
 
+    def labels(self) -> dict[str, int]:
+        """Frame id → SONN class index, from the ``label`` datasets only."""
+        out: dict[str, int] = {}
+        for split in self.splits:
+            p = self.file(split)
+            with open_h5(p) as f:
+                b, _ = h5_points_shape(p, f)
+                out.update({f"{split}/{i:05d}": lab for i, lab in enumerate(h5_labels(p, f, b).tolist())})
+        return out
+
     def read(self, frame_id: str) -> Frame:
         split, _, num = frame_id.partition("/")
         if split not in self._counts or not num.isdigit() or int(num) >= self._counts[split]:

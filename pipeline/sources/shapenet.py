@@ -126,6 +126,9 @@ class ShapeNetCoreSource:
     def list_frames(self) -> list[str]:
         return list(self._shapes)
 
+    def read_class(self, synset: str) -> str:
+        return SHAPENET_SYNSETS[synset]
+
     def path(self, frame_id: str) -> Path:
         return self.root.joinpath(frame_id, *MESH)
 

@@ -1,0 +1,88 @@
+"""3DOS category sets and class maps (../shared/spec/3dos-category-sets.md, generators.md §4), as typed data.
+
+The paper shows the sets only in figures; these are the released benchmark's tables
+(``antoalli/3D_OS: datasets/sncore_splits.py, modelnet.py, scanobject.py``), typed from the spec and
+checked against it by ``tests/manifests/test_object_tables.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Synthetic track: 18 ShapeNetCore synsets per set (cellphone 02992529 is folded into telephone 04401088).
+SN_SETS: dict[str, tuple[str, ...]] = {
+    "SN1": ("03797390", "03636649", "02818832", "04554684", "03691459", "04401088", "03207941", "02942699",
+            "02843684", "03593526", "02880940", "02871439", "04330267", "02828884", "03211117", "03085013",
+            "03046257", "03928116"),
+    "SN2": ("03261776", "03624134", "03001627", "03938244", "04379243", "03642806", "03710193", "02801938",
+            "03337140", "02933112", "04256520", "04004475", "03991062", "03759954", "04460130", "02808440",
+            "02773838", "02747177"),
+    "SN3": ("02946921", "03761084", "04225987", "03325088", "04468005", "03467517", "03948459", "03513137",
+            "04530566", "02691156", "02876657", "02954340", "04099429", "04090263", "04074963", "02958343",
+            "02924116", "03790512"),
+}
+CELLPHONE, TELEPHONE = "02992529", "04401088"
+
+#: Synthetic-to-Real, ModelNet40 side: class name → mapped id (desk and table share id 2 in SR2).
+SR_MODELNET: dict[str, dict[str, int]] = {
+    "SR1": {"chair": 0, "bookshelf": 1, "door": 2, "sink": 3, "sofa": 4},
+    "SR2": {"bed": 0, "toilet": 1, "desk": 2, "monitor": 3, "table": 2},
+}
+#: ScanObjectNN side: original SONN label → mapped id. SR3 is always unknown (ids are its SONN labels).
+SR_SCANOBJECTNN: dict[str, dict[int, int]] = {
+    "SR1": {4: 0, 8: 1, 7: 2, 12: 3, 13: 4},  # chair, shelf, door, sink, sofa
+    "SR2": {10: 0, 14: 1, 5: 2, 6: 3, 9: 2},  # bed, toilet, desk, display, table
+    "SR3": {0: 0, 1: 1, 2: 2, 3: 3, 11: 4},  # bag, bin, box, cabinet, pillow
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One open-set scenario: which sets are known (with their id offset) and which are unknown."""
+
+    track: str  # synthetic | synth_to_real | real_to_real
+    name: str
+    known: tuple[str, ...]
+    unknown: tuple[str, ...]
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("synthetic", "SN1", ("SN1",), ("SN2", "SN3")),
+    Scenario("synthetic", "SN2", ("SN2",), ("SN1", "SN3")),
+    Scenario("synthetic", "SN3", ("SN3",), ("SN1", "SN2")),
+    Scenario("synth_to_real", "SR1", ("SR1",), ("SR2", "SR3")),
+    Scenario("synth_to_real", "SR2", ("SR2",), ("SR1", "SR3")),
+    # Real-to-Real: two SR sets known (relabelled 0..8/9, the second set's ids after the first's), one unknown
+    Scenario("real_to_real", "SR12", ("SR1", "SR2"), ("SR3",)),
+    Scenario("real_to_real", "SR13", ("SR1", "SR3"), ("SR2",)),
+    Scenario("real_to_real", "SR23", ("SR2", "SR3"), ("SR1",)),
+)
+
+
+def synset_label_map(set_name: str) -> dict[str, int]:
+    """ShapeNet synset → class id of a known SN set: the set's sorted synset ids numbered 0..17
+    (cellphone maps to telephone's id)."""
+    ids = {s: i for i, s in enumerate(sorted(SN_SETS[set_name]))}
+    if TELEPHONE in ids:
+        ids[CELLPHONE] = ids[TELEPHONE]
+    return ids
+
+
+def sn_set_of(synset: str) -> str | None:
+    synset = TELEPHONE if synset == CELLPHONE else synset
+    return next((name for name, members in SN_SETS.items() if synset in members), None)
+
+
+def sonn_label_map(known: tuple[str, ...]) -> dict[int, int]:
+    """SONN label → class id for the union of known SR sets (second set offset by the first's class count)."""
+    out: dict[int, int] = {}
+    offset = 0
+    for s in known:
+        m = SR_SCANOBJECTNN[s]
+        out.update({k: v + offset for k, v in m.items()})
+        offset += len(set(m.values()))
+    return out
+
+
+def sonn_set_of(label: int) -> str | None:
+    return next((name for name, m in SR_SCANOBJECTNN.items() if label in m), None)

@@ -1,0 +1,143 @@
+"""The 3DOS composite source: every (scenario, shape) of the benchmark's three tracks as one frame.
+
+It reads ShapeNetCore v2 (`ShapeNetCoreSource`, meshes → FPS 4,096), ModelNet40 (`ModelNet40H5Source`,
+PointNet's 2,048-point h5 clouds) and ScanObjectNN OBJ_BG (`ScanObjectNNSource`) and lists, per
+scenario of `manifests.threedos.SCENARIOS` (stable order: scenario, then split, then source order)::
+
+    SN1/train/shapenet/<synset>/<model>          known set's train / val / test shapes
+    SN1/test/shapenet/<synset>/<model>           + the two unknown sets' test shapes
+    SR1/train/modelnet40/train/00012             ModelNet40 train shapes of the known classes
+    SR1/val/modelnet40/test/00003                ModelNet40 test shapes of the known classes
+    SR1/test/scanobjectnn/training/00007         every ScanObjectNN scan (training + test files) of SR1 ∪ SR2 ∪ SR3
+    SR12/train/scanobjectnn/training/00007       Real-to-Real: known classes of the training file,
+    SR12/test/scanobjectnn/test/00001            known classes of the test file + the unknown set's scans (all)
+
+Each frame's ``attrs`` (row columns): ``track``, ``scenario``, ``split``, ``class_name`` (the source's
+original class), ``class_id`` (the scenario's mapped id; −1 when unknown) and ``known``; its ``info``:
+``dataset``, ``source_id``, ``source_split``, ``synset`` (ShapeNet) and ``domain`` (synthetic / real: real
+scans keep 2,048 points in the ``object_sample`` preprocessing). The ScanObjectNN mask is not carried.
+The same shape appears in several scenarios (known in one, unknown in the others), once per scenario.
+3DOS's Real-to-Real training further holds out 10 % of the training file for validation
+(``train_test_split(random_state=42)``); we keep the whole training file as ``train`` and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from manifests.threedos import (
+    SCENARIOS,
+    SR_MODELNET,
+    SR_SCANOBJECTNN,
+    sn_set_of,
+    sonn_label_map,
+    synset_label_map,
+)
+from pipeline.sources.base import SourceError
+from pipeline.sources.modelnet import XYZ, ModelNet40H5Source
+from pipeline.sources.scanobjectnn import ScanObjectNNSource
+from pipeline.sources.shapenet import ShapeNetCoreSource
+from stages.frame import Frame
+
+DATASETS = ("shapenet", "modelnet40", "scanobjectnn")
+
+
+class ThreeDOSSource:
+    kind = "3dos"
+    fields = XYZ
+    intensity_scale = "unit"
+
+    def __init__(self, root: str | Path | None = None, *, shapenet: str | Path | None = None,
+                 modelnet40: str | Path | None = None, scanobjectnn: str | Path | None = None) -> None:
+        roots = {"shapenet": shapenet or root, "modelnet40": modelnet40 or root, "scanobjectnn": scanobjectnn or root}
+        missing = [k for k, v in roots.items() if v is None]
+        if missing:
+            raise SourceError(Path("."), f"3dos needs the {', '.join(missing)} root(s) (--source or --source-<name>)")
+        self.shapenet = ShapeNetCoreSource(roots["shapenet"], "all")
+        self.modelnet40 = ModelNet40H5Source(roots["modelnet40"], "all")
+        self.scanobjectnn = ScanObjectNNSource(roots["scanobjectnn"], "all", variant="objectdataset")
+
+    def _sub(self, dataset: str):
+        return {"shapenet": self.shapenet, "modelnet40": self.modelnet40, "scanobjectnn": self.scanobjectnn}[dataset]
+
+    @cached_property
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        """frame id → its attrs (everything but the points), in the stable listing order."""
+        out: dict[str, dict[str, Any]] = {}
+        shapes = [(sid, self.shapenet.split_of(sid.split("/")[1])) for sid in self.shapenet.list_frames()]
+        mn_labels = self.modelnet40.labels()
+        mn_names = self.modelnet40.class_names
+        sonn = self.scanobjectnn.labels()
+        from pipeline.sources.scanobjectnn import SONN_CLASSES
+
+        def add(sc, split, dataset, sid, name, cid, known, domain, **extra):
+            out[f"{sc.name}/{split}/{dataset}/{sid}"] = {
+                "track": sc.track, "scenario": sc.name, "split": split, "class_name": name, "class_id": cid,
+                "known": known, "info": {"dataset": dataset, "source_id": sid, "domain": domain, **extra}}
+
+        for sc in SCENARIOS:
+            if sc.track == "synthetic":
+                labels = synset_label_map(sc.known[0])
+                for split in ("train", "val", "test"):
+                    for sid, s in shapes:
+                        syn = sid.split("/")[0]
+                        member = sn_set_of(syn)
+                        if s != split or member is None:
+                            continue
+                        known = member in sc.known
+                        if known or (split == "test" and member in sc.unknown):
+                            add(sc, split, "shapenet", sid, self.shapenet.read_class(syn),
+                                labels[syn] if known else -1, known, "synthetic", synset=syn)
+            elif sc.track == "synth_to_real":
+                cmap = SR_MODELNET[sc.known[0]]
+                for split, mn_split in (("train", "train"), ("val", "test")):
+                    for mid, lab in mn_labels.items():
+                        if mid.startswith(mn_split + "/") and mn_names[lab] in cmap:
+                            add(sc, split, "modelnet40", mid, mn_names[lab], cmap[mn_names[lab]], True, "synthetic")
+                smap = sonn_label_map(sc.known)
+                others = {k for s in sc.unknown for k in SR_SCANOBJECTNN[s]}
+                for sid, lab in sonn.items():
+                    if lab in smap or lab in others:
+                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], smap.get(lab, -1), lab in smap, "real")
+            else:
+                smap = sonn_label_map(sc.known)
+                others = {k for s in sc.unknown for k in SR_SCANOBJECTNN[s]}
+                for split, file_split in (("train", "training"), ("test", "test")):
+                    for sid, lab in sonn.items():
+                        if sid.startswith(file_split + "/") and lab in smap:
+                            add(sc, split, "scanobjectnn", sid, SONN_CLASSES[lab], smap[lab], True, "real")
+                for sid, lab in sonn.items():
+                    if lab in others:
+                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], -1, False, "real")
+        if not out:
+            raise SourceError(self.shapenet.root, "no 3DOS examples found in the three sources")
+        return out
+
+    def list_frames(self) -> list[str]:
+        return list(self._entries)
+
+    def read(self, frame_id: str) -> Frame:
+        entry = self._entries.get(frame_id)
+        if entry is None:
+            raise SourceError(self.shapenet.root, f"no 3DOS example {frame_id!r}")
+        info = entry["info"]
+        frame = self._sub(info["dataset"]).read(info["source_id"])
+        attrs = {k: v for k, v in entry.items() if k != "info"}
+        return replace(frame, frame_id=frame_id, attrs=attrs, labels={},
+                       info={**info, "source_split": frame.attrs["split"]})
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per scenario and split: known / unknown examples (for the card)."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for a in self._entries.values():
+            c = out.setdefault(a["scenario"], {}).setdefault(a["split"], {"known": 0, "unknown": 0})
+            c["known" if a["known"] else "unknown"] += 1
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "fields": list(XYZ), "root": str(self.shapenet.root),
+                "shapenet": self.shapenet.describe(), "modelnet40": self.modelnet40.describe(),
+                "scanobjectnn": self.scanobjectnn.describe(), "counts": self.counts()}
