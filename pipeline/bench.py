@@ -39,6 +39,9 @@ TARGET_MS = {"fog": 30.0, "snow": 1000.0, "rain_lisa": 250.0, "snow_lisa": 250.0
              "object_drop_local": 1.0, "object_add_global": 1.0, "object_add_local": 1.0, "sensor_noise": 3.0,
              "object_sample": 1.0}
 DEFAULT_TARGET_MS = 30.0
+# Robo3D KITTI-C weather on scans in KITTI's object-detection layout (camera-FOV crop, ≈ 18k points), the
+# scans the benchmark actually corrupts; snow after its per-severity particle pool is built (issue 18).
+FOV_TARGET_MS = {"snow": 100.0, "wet_ground": 30.0}
 
 
 def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c", repeat: int = 2,
@@ -66,6 +69,14 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
         results["stages"][rec.name] = _stage_table(rec, demo, repeat)
+    if "robo3d-kitti-c" in (recipe_name, *extra_recipes):
+        from pipeline.sources.kitti import camera_fov_mask
+
+        rec = load_recipe("robo3d-kitti-c")
+        fov = [f.take(camera_fov_mask(f)) for f in demo]
+        results["stages"]["robo3d-kitti-c camera-FOV"] = _stage_table(
+            rec, fov, repeat, time.process_time, only=tuple(FOV_TARGET_MS), targets=FOV_TARGET_MS,
+            title="robo3d-kitti-c, camera-FOV crop (CPU time of this process)")
 
     from pipeline.bench_sources import run_bench_sources
 
@@ -160,17 +171,22 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     return results
 
 
-def _stage_table(recipe, demo, repeat: int, clock=time.perf_counter) -> dict[str, list[float]]:
-    """Cost per example (ms) of every corruption of ``recipe`` at every severity, printed as a table."""
+def _stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tuple[str, ...] | None = None,
+                 targets: dict[str, float] | None = None, title: str | None = None) -> dict[str, list[float]]:
+    """Cost per example (ms) of every corruption of ``recipe`` (or of the stages ``only``) at every severity,
+    printed as a table against ``targets`` (default `TARGET_MS`)."""
     from pipeline.plan import example_key, example_rng
     from stages.registry import get_stage
 
+    targets = TARGET_MS if targets is None else targets
     sev = range(1, recipe.severities + 1)
-    print(f"\n{recipe.name}: ms per example (~{np.mean([len(f) for f in demo]):,.0f} points, one process)")
+    print(f"\n{title or recipe.name}: ms per example (~{np.mean([len(f) for f in demo]):,.0f} points, one process)")
     print(f"{'corruption':<16}{'stage':<14}" + "".join(f"{'s' + str(s):>9}" for s in sev)
           + f"{'max':>9}{'target':>9}  ok")
     table = {}
     for c in recipe.corruptions:
+        if only is not None and c.stage not in only:
+            continue
         stage = get_stage(c.stage)
         row = []
         for s in sev:
@@ -183,7 +199,7 @@ def _stage_table(recipe, demo, repeat: int, clock=time.perf_counter) -> dict[str
             once()  # first call builds per-parameter caches (Mie tables, fog integrals, snow pools)
             row.append(_timeit(once, repeat, clock) / len(demo) * 1e3)
         table[c.name] = row
-        target = TARGET_MS.get(c.stage, DEFAULT_TARGET_MS)
+        target = targets.get(c.stage, DEFAULT_TARGET_MS)
         ok = "yes" if max(row) <= target else "NO"
         digits = 2 if target < 10 else 1
         print(f"{c.name:<16}{c.stage[:13]:<14}" + "".join(f"{v:>9.{digits}f}" for v in row)

@@ -222,3 +222,16 @@ class KittiSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "root": str(self.root), "split": self.split,
                 "fields": list(self.fields), "intensity_scale": self.intensity_scale}
+
+
+def camera_fov_mask(frame: Frame) -> np.ndarray:
+    """Points that project into the left colour image through P2 with depth ≥ 0: what KITTI's
+    object-detection tools keep of a scan (≈ 18k of ≈ 130k points). Needs the frame's calibration."""
+    from stages.geometry import IMAGE_SIZE
+
+    if frame.calib is None:
+        raise ValueError(f"frame {frame.frame_id}: camera_fov_mask needs the KITTI calibration")
+    rect = frame.calib.lidar_to_rect(frame.xyz)
+    uv = frame.calib.project_rect(rect)
+    w, h = IMAGE_SIZE
+    return (rect[:, 2] >= 0) & (uv[:, 0] >= 0) & (uv[:, 0] < w) & (uv[:, 1] >= 0) & (uv[:, 1] < h)

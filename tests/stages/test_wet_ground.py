@@ -324,3 +324,17 @@ def test_camera_fov_scan_more_water_removes_more():
     frame = demo_fov_scan(1)
     removed = [len(frame) - len(wet_ground(frame, p, rng_for(0))) for p in ROBO3D]
     assert 0 < removed[0] < removed[1] < removed[2]
+
+
+def test_camera_fov_mask_keeps_only_points_in_the_image():
+    from pipeline.sources.demo import generate_frame
+    from pipeline.sources.kitti import camera_fov_mask
+    from stages.geometry import IMAGE_SIZE
+
+    frame = generate_frame(1)
+    m = camera_fov_mask(frame)
+    assert 0.05 < m.mean() < 0.3  # KITTI's image sees ≈ 90° of the 360° sweep
+    rect = frame.calib.lidar_to_rect(frame.xyz[m])
+    uv = frame.calib.project_rect(rect)
+    assert np.all(rect[:, 2] >= 0) and np.all((uv >= 0) & (uv < np.array(IMAGE_SIZE)))
+    assert not m[frame.xyz[:, 0] < 0].any()  # nothing behind the car
