@@ -67,6 +67,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version}: {stage.summary} | {params} | {c.notes} |")
     lines += differences_section(recipe)
     lines += object_sections(recipe, src)
+    lines += source_section(src)
     lines += ["", "## Counts per corruption × severity", "", "| partition | examples | MB |", "| --- | --- | --- |"]
     for key, v in sorted(counts["by_partition"].items()):
         lines.append(f"| {key} | {v['examples']} | {v['bytes'] / 1e6:.1f} |")
@@ -95,7 +96,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "",
         "## Licence",
         "",
-        "The corrupted data inherits the licence of the source dataset (KITTI: CC BY-NC-SA 3.0).",
+        "The corrupted data inherits the licence of the source dataset"
+        + (f" ({SOURCE_LICENCES[src.get('kind')]})." if src.get("kind") in SOURCE_LICENCES else "."),
         "",
     ]
     card = "\n".join(line for line in lines if line is not None)
@@ -121,6 +123,36 @@ def object_sections(recipe: Recipe, src: dict[str, Any]) -> list[str]:
             for split, c in splits.items():
                 lines.append(f"| {scenario} | {split} | {c['known']} | {c['unknown']} |")
     return lines
+
+
+SOURCE_LICENCES = {
+    "kitti": "KITTI: CC BY-NC-SA 3.0",
+    "semantickitti": "SemanticKITTI labels and KITTI Odometry scans: CC BY-NC-SA 3.0 / 4.0",
+    "nuscenes": "nuScenes and nuScenes-lidarseg: CC BY-NC-SA 4.0, nuScenes terms of use",
+    "waymo": "Waymo Open Dataset: Waymo Open Dataset License Agreement for Non-Commercial Use",
+}
+
+
+def source_section(src: dict[str, Any]) -> list[str]:
+    """The source's sensor and label conventions (label maps of segmentation sets), when the reader gives them."""
+    lines: list[str] = []
+    sensor = src.get("sensor")
+    if sensor:
+        lines.append(f"- Sensor: `{sensor['name']}`, {sensor['beams']} beams, max range {sensor['max_range']} m")
+    if src.get("semantic"):
+        lines.append(f"- `semantic` column: {src['semantic']}; 0 = unlabelled, also given to points a stage adds")
+    for key, title in (("learning_map", "SemanticKITTI learning map (raw id → train id)"),
+                       ("train_classes", "train classes (id order)"),
+                       ("categories", "lidarseg categories (index → name)"), ("classes", "classes (id order)")):
+        if src.get(key):
+            value = src[key]
+            if isinstance(value, dict):
+                items = sorted(value.items(), key=lambda kv: (len(str(kv[0])), str(kv[0])))  # numeric keys in order
+                text = ", ".join(f"{k}→{v}" for k, v in items)
+            else:
+                text = ", ".join(map(str, value))
+            lines.append(f"- {title}: {text}")
+    return ["", "## Source", "", *lines] if lines else []
 
 
 def differences_section(recipe: Recipe) -> list[str]:

@@ -42,7 +42,9 @@ def run(
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. auto, ray://host:10001)")]
     = None,
     max_frames: Annotated[int | None, typer.Option(help="Only the first N frames (smoke runs)")] = None,
-    split: Annotated[str | None, typer.Option(help="training, testing, or an ImageSets list (train, val)")] = None,
+    split: Annotated[str | None, typer.Option(
+        help="KITTI: training, testing or an ImageSets list (train, val); SemanticKITTI: val, train, test or "
+             "sequences (08,09); nuScenes: a devkit split (val) or VERSION:SPLIT; Waymo: the split folder")] = None,
     frames_per_shard: Annotated[int | None, typer.Option(help="Frames per shard (default: the recipe's)")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a build of a different recipe/frame list")] = False,
     recheck: Annotated[str, typer.Option(help="How resume checks finished shards: sha256 or size")] = "sha256",

@@ -46,6 +46,9 @@ def test_demo_build_verify_resume(tmp_path, monkeypatch):
         if r["corruption"] == "crosstalk":
             sem, tag = np.array(r["semantic"]), np.array(r["point_tag"])
             assert (sem[tag == 5] == 43).all() and (tag == 5).any()
+    card = (version_dir / "README.md").read_text()
+    assert "## Source" in card and "17→vehicle.car" in card and "velodyne-hdl32e" in card
+    assert "not from the released data" in card and "nuScenes-lidarseg: CC BY-NC-SA 4.0" in card
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "0 built" in again.output, again.output
     assert json.loads((version_dir / "manifest.json").read_text())["frames"] == 1
