@@ -193,10 +193,10 @@ def ensure_demo_objects(seed: int = DEMO_OBJECT_SEED) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
         write_demo_objects(tmp, seed=seed)
         (tmp / ".complete").write_text("ok\n")
-        if root.exists():
-            shutil.rmtree(root)
+        if root.exists() and not (root / ".complete").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a half-written copy of a killed run (never a complete one)
         try:
             os.rename(tmp, root)
-        except OSError:  # another process finished first
+        except OSError:  # another process finished first: keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
     return root

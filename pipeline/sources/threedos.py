@@ -13,9 +13,10 @@ scenario of `manifests.threedos.SCENARIOS` (stable order: scenario, then split, 
     SR12/test/scanobjectnn/test/00001            known classes of the test file + the unknown set's scans (all)
 
 Each frame's ``attrs`` (row columns): ``track``, ``scenario``, ``split``, ``class_name`` (the source's
-original class), ``class_id`` (the scenario's mapped id; −1 when unknown) and ``known``; its ``info``:
-``dataset``, ``source_id``, ``source_split``, ``synset`` (ShapeNet) and ``domain`` (synthetic / real: real
-scans keep 2,048 points in the ``object_sample`` preprocessing). The ScanObjectNN mask is not carried.
+original class), ``class_id`` (the scenario's mapped id; −1 when unknown), ``known``, ``unknown_set`` (the
+set an unknown example comes from, e.g. SN2 or SR3), ``domain`` (synthetic / real: real scans keep 2,048
+points in the ``object_sample`` preprocessing) and, for ShapeNet shapes, ``synset`` and ``model_id``; its
+``info``: ``dataset``, ``source_id``, ``source_split``. The ScanObjectNN mask is not carried.
 The same shape appears in several scenarios (known in one, unknown in the others), once per scenario.
 3DOS's Real-to-Real training further holds out 10 % of the training file for validation
 (``train_test_split(random_state=42)``); we keep the whole training file as ``train`` and say so.
@@ -34,6 +35,7 @@ from manifests.threedos import (
     SR_SCANOBJECTNN,
     sn_set_of,
     sonn_label_map,
+    sonn_set_of,
     synset_label_map,
 )
 from pipeline.sources.base import SourceError
@@ -49,6 +51,8 @@ class ThreeDOSSource:
     kind = "3dos"
     fields = XYZ
     intensity_scale = "unit"
+    columns = ("class_name", "class_id", "split", "track", "scenario", "known", "unknown_set", "domain", "synset",
+               "model_id")  # optional row columns (pipeline/schema.py); null where an example has none
 
     def __init__(self, root: str | Path | None = None, *, shapenet: str | Path | None = None,
                  modelnet40: str | Path | None = None, scanobjectnn: str | Path | None = None) -> None:
@@ -73,10 +77,11 @@ class ThreeDOSSource:
         sonn = self.scanobjectnn.labels()
         from pipeline.sources.scanobjectnn import SONN_CLASSES
 
-        def add(sc, split, dataset, sid, name, cid, known, domain, **extra):
+        def add(sc, split, dataset, sid, name, cid, known, domain, unknown_set=None, **extra):
             out[f"{sc.name}/{split}/{dataset}/{sid}"] = {
                 "track": sc.track, "scenario": sc.name, "split": split, "class_name": name, "class_id": cid,
-                "known": known, "info": {"dataset": dataset, "source_id": sid, "domain": domain, **extra}}
+                "known": known, "unknown_set": unknown_set, "domain": domain, **extra,
+                "info": {"dataset": dataset, "source_id": sid}}
 
         for sc in SCENARIOS:
             if sc.track == "synthetic":
@@ -90,7 +95,8 @@ class ThreeDOSSource:
                         known = member in sc.known
                         if known or (split == "test" and member in sc.unknown):
                             add(sc, split, "shapenet", sid, self.shapenet.read_class(syn),
-                                labels[syn] if known else -1, known, "synthetic", synset=syn)
+                                labels[syn] if known else -1, known, "synthetic", None if known else member,
+                                synset=syn, model_id=sid.split("/")[1])
             elif sc.track == "synth_to_real":
                 cmap = SR_MODELNET[sc.known[0]]
                 for split, mn_split in (("train", "train"), ("val", "test")):
@@ -101,7 +107,8 @@ class ThreeDOSSource:
                 others = {k for s in sc.unknown for k in SR_SCANOBJECTNN[s]}
                 for sid, lab in sonn.items():
                     if lab in smap or lab in others:
-                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], smap.get(lab, -1), lab in smap, "real")
+                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], smap.get(lab, -1), lab in smap, "real",
+                            None if lab in smap else sonn_set_of(lab))
             else:
                 smap = sonn_label_map(sc.known)
                 others = {k for s in sc.unknown for k in SR_SCANOBJECTNN[s]}
@@ -111,7 +118,7 @@ class ThreeDOSSource:
                             add(sc, split, "scanobjectnn", sid, SONN_CLASSES[lab], smap[lab], True, "real")
                 for sid, lab in sonn.items():
                     if lab in others:
-                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], -1, False, "real")
+                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], -1, False, "real", sonn_set_of(lab))
         if not out:
             raise SourceError(self.shapenet.root, "no 3DOS examples found in the three sources")
         return out
@@ -125,7 +132,7 @@ class ThreeDOSSource:
             raise SourceError(self.shapenet.root, f"no 3DOS example {frame_id!r}")
         info = entry["info"]
         frame = self._sub(info["dataset"]).read(info["source_id"])
-        attrs = {k: v for k, v in entry.items() if k != "info"}
+        attrs = {k: v for k, v in entry.items() if k != "info" and v is not None}
         return replace(frame, frame_id=frame_id, attrs=attrs, labels={},
                        info={**info, "source_split": frame.attrs["split"]})
 

@@ -7,7 +7,7 @@ Two uses (recipes' ``[preprocess]``, applied to every shape before the clean cop
   are in the unit sphere).
 * 3DOS: ``method = "random"`` draws ``num_points`` without replacement (with replacement only when the
   cloud is smaller), seeded per example — 1,024 of the 4,096-point FPS cloud for synthetic shapes,
-  ``real_num_points`` = 2,048 for ScanObjectNN scans (``info.domain == "real"``: all points, in random
+  ``real_num_points`` = 2,048 for ScanObjectNN scans (``attrs.domain == "real"``: all points, in random
   order), then ``pc_normalize``: centroid subtracted, divided by the largest norm (unit sphere; the
   paper's text says unit cube — the ``text`` variant would set ``normalize = "cube"``).
 """
@@ -31,14 +31,15 @@ class ObjectSampleParams:
     num_points: int
     method: str = "random"
     normalize: str = "sphere"
-    real_num_points: int = 0  # points for info["domain"] == "real" (0: num_points)
+    real_num_points: int = 0  # points for attrs["domain"] == "real" (0: num_points)
 
 
 @stage("object_sample", params=ObjectSampleParams)
 def object_sample(frame: Frame, params: ObjectSampleParams, rng: np.random.Generator) -> Frame:
     if params.method not in METHODS or params.normalize not in NORMALIZE or params.num_points < 1:
         raise ValueError(f"object_sample: bad parameters {params}")
-    n = params.real_num_points if frame.info.get("domain") == "real" and params.real_num_points else params.num_points
+    real = frame.attrs.get("domain", frame.info.get("domain")) == "real"
+    n = params.real_num_points if real and params.real_num_points else params.num_points
     if params.method == "first":
         if len(frame) < n:
             raise ValueError(f"object_sample: {frame.frame_id} has {len(frame)} points, fewer than {n}")

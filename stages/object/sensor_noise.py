@@ -12,7 +12,7 @@ With probability q a point is replaced by a uniform sample of the box [−0.5, 0
 ``SYNTHETIC``; its σ and μ keep their analytic values, as the released generator); the other points
 are tagged ``JITTER``. σ and μ are written as the per-point columns ``sigma`` and ``mu``; the sensor
 position and the drawn a, b, c, k, q go to ``info``. Normals are computed for all points at once
-(KD-tree query + closed 3×3 covariances + batched ``eigh``; no per-point Python loop).
+(KD-tree query + 3×3 covariances + closed-form smallest eigenvectors; no per-point Python loop).
 """
 
 from __future__ import annotations
@@ -51,10 +51,42 @@ def pca_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
     for i in range(3):
         for j in range(i, 3):
             cov[:, i, j] = cov[:, j, i] = (cols[i] * cols[j]).sum(axis=1)
-    return np.linalg.eigh(cov)[1][:, :, 0]
+    return smallest_eigenvectors(cov)
 
 
-@stage("sensor_noise", params=SensorNoiseParams)
+def smallest_eigenvectors(cov: np.ndarray) -> np.ndarray:
+    """Unit eigenvector of the smallest eigenvalue of each symmetric 3×3 matrix (M×3×3 → M×3).
+
+    Closed form (trigonometric eigenvalues, then the largest cross product of two rows of A − λI), ≈ 2×
+    faster than batched ``eigh``; rows where the two smallest eigenvalues are (nearly) equal, so the
+    direction is ill-conditioned, fall back to ``eigh``."""
+    a, b, c = cov[:, 0, 0], cov[:, 1, 1], cov[:, 2, 2]
+    d, e, f = cov[:, 0, 1], cov[:, 0, 2], cov[:, 1, 2]
+    q = (a + b + c) / 3.0
+    p = np.sqrt(((a - q) ** 2 + (b - q) ** 2 + (c - q) ** 2 + 2.0 * (d * d + e * e + f * f)) / 6.0)
+    ps = np.where(p > 0, p, 1.0)
+    aq, bq, cq = (a - q) / ps, (b - q) / ps, (c - q) / ps
+    dp, ep, fp = d / ps, e / ps, f / ps
+    det = aq * (bq * cq - fp * fp) - dp * (dp * cq - fp * ep) + ep * (dp * fp - bq * ep)
+    phi = np.arccos(np.clip(det / 2.0, -1.0, 1.0)) / 3.0
+    lam_max = q + 2.0 * p * np.cos(phi)
+    lam_min = q + 2.0 * p * np.cos(phi + 2.0 * np.pi / 3.0)
+    lam_mid = 3.0 * q - lam_max - lam_min
+    m = cov - lam_min[:, None, None] * np.eye(3)
+    r0, r1, r2 = m[:, 0], m[:, 1], m[:, 2]
+    crosses = np.stack([np.cross(r0, r1), np.cross(r0, r2), np.cross(r1, r2)], axis=1)
+    norms = (crosses * crosses).sum(axis=2)
+    best = norms.argmax(axis=1)
+    v = crosses[np.arange(len(cov)), best]
+    n = np.sqrt(norms[np.arange(len(cov)), best])
+    bad = (lam_mid - lam_min <= 1e-6 * np.maximum(np.abs(lam_max), 1e-300)) | ~(n > 0)
+    v = v / np.where(n > 0, n, 1.0)[:, None]
+    if bad.any():
+        v[bad] = np.linalg.eigh(cov[bad])[1][:, :, 0]
+    return v
+
+
+@stage("sensor_noise", params=SensorNoiseParams, version=2)  # v2: closed-form eigenvectors
 def sensor_noise(frame: Frame, params: SensorNoiseParams, rng: np.random.Generator) -> Frame:
     for name in ("a", "b", "c", "k", "q"):
         lo, hi = getattr(params, name)

@@ -79,6 +79,7 @@ def test_every_scenario_has_the_spec_membership(src):
             assert Counter(e["split"] for e in known) == {"train": 2 * 10, "test": 10}
             unknown = [e for _, e in rows if not e["known"]]
             assert {SONN_CLASSES.index(e["class_name"]) for e in unknown} == set(SR_SCANOBJECTNN[sc.unknown[0]])
+            assert {e["unknown_set"] for e in unknown} == {sc.unknown[0]}
             assert len(unknown) == 3 * 5
             assert len({e["class_id"] for e in known}) == (10 if sc.name == "SR13" else 9)
 
@@ -88,12 +89,14 @@ def test_read_returns_the_scenarios_example(src, root):
     sn = next(i for i in ids if i.startswith("SN2/test/shapenet/"))
     fr = src.read(sn)
     assert fr.frame_id == sn and fr.points.shape == (4096, 3)
-    assert fr.attrs["scenario"] == "SN2" and fr.info["domain"] == "synthetic"
+    assert fr.attrs["scenario"] == "SN2" and fr.attrs["domain"] == "synthetic"
+    assert fr.attrs.get("unknown_set") == (None if fr.attrs["known"] else sn_set_of(sn.split("/")[3]))
     assert fr.attrs["known"] == (sn_set_of(sn.split("/")[3]) == "SN2")
     so = next(i for i in ids if i.startswith("SR12/test/scanobjectnn/test/"))
     fr = src.read(so)
-    assert fr.points.shape == (2048, 3) and fr.info["domain"] == "real" and fr.info["source_split"] == "test"
-    assert set(fr.attrs) == {"track", "scenario", "split", "class_name", "class_id", "known"}
+    assert fr.points.shape == (2048, 3) and fr.attrs["domain"] == "real" and fr.info["source_split"] == "test"
+    assert set(fr.attrs) == {"track", "scenario", "split", "class_name", "class_id", "known", "domain"}
+    assert set(fr.attrs) <= set(src.columns)
     mn = next(i for i in ids if i.startswith("SR2/val/modelnet40/"))
     fr = src.read(mn)
     assert fr.attrs["class_name"] in SR_MODELNET["SR2"] and fr.attrs["class_name"] in MODELNET40_CLASSES

@@ -40,7 +40,7 @@ def test_random_draw_without_replacement_and_unit_sphere():
 
 
 def test_real_scans_keep_2048_points_with_their_mask():
-    scan = make_object(n=2048).with_info(domain="real")
+    scan = make_object(n=2048, domain="real")
     scan = scan.with_points(scan.points, mask=(np.arange(2048) % 3 == 0).astype(np.uint8))
     out = object_sample(scan, ObjectSampleParams(1024, real_num_points=2048), rng_for(0))
     assert len(out) == 2048 and out.labels["mask"].sum() == scan.labels["mask"].sum()

@@ -92,3 +92,21 @@ def test_mean_sigma_grows_with_level():
     means = [np.mean([sensor_noise(shape, SensorNoiseParams(**LEVELS[lv]), rng_for(s)).labels["sigma"].mean()
                       for s in range(30)]) for lv in LEVELS]
     assert means == sorted(means)
+
+
+def test_closed_form_eigenvectors_match_eigh_including_degenerate_rows():
+    from stages.object.sensor_noise import smallest_eigenvectors
+
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(2000, 3, 3))
+    cov = a @ a.transpose(0, 2, 1)
+    cov[:5] = np.eye(3)  # isotropic: any direction is an eigenvector of the smallest eigenvalue
+    cov[5:10] = np.diag([1.0, 1.0, 4.0])  # two equal smallest eigenvalues
+    cov[10:15] = np.diag([0.0, 2.0, 3.0])  # a planar neighbourhood: exact zero eigenvalue
+    v = smallest_eigenvectors(cov)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-9)
+    w = np.linalg.eigvalsh(cov)[:, 0]
+    residual = np.linalg.norm(np.einsum("nij,nj->ni", cov, v) - w[:, None] * v, axis=1)
+    assert residual.max() < 1e-8 * max(1.0, np.abs(cov).max())
+    ref = np.linalg.eigh(cov[15:])[1][:, :, 0]
+    assert np.abs(np.abs((v[15:] * ref).sum(axis=1)) - 1).max() < 1e-6
