@@ -256,7 +256,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "code_version": __version__,
         "fingerprint": fingerprint,
         "recipe": recipe.canonical(),
-        "source": {k: v for k, v in source.items() if k != "root"},
+        "source": {**{k: v for k, v in source.items() if k != "root"}, **({"demo": True} if _demo(source) else {})},
         "frames": n_frames,
         "frames_per_shard": fps,
         "fields": fields,
@@ -275,6 +275,14 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
+
+
+def _demo(source: dict[str, Any]) -> bool:
+    """Built from bench-build's generated demo data (its marker file in a source root)?"""
+    from pipeline.sources.demo import is_demo_root
+
+    return any(isinstance(v, str) and k.endswith("root") and Path(v).is_dir() and is_demo_root(v)
+               for k, v in source.items())
 
 
 def _contact_sheet(store, manifest: dict[str, Any]) -> dict[str, Any] | None:

@@ -31,6 +31,8 @@ def print_report(report: ScoreReport, console: Console) -> None:
     for (c, s), vals in cells.items():
         table.add_row(c, s, *[_fmt(vals.get(m, "")) for m in shown])
     console.print(table)
+    if "note" in report.summary:
+        console.print(report.summary["note"])
     headline = _headline(report.summary)
     if headline:
         console.print("  ".join(f"[bold]{k}[/bold] {_fmt(v)}" for k, v in headline.items()))

@@ -100,7 +100,6 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
 def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes) -> None:
     from pipeline.score.detection import score_detection
     from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
-    from pipeline.score.robo3d import robo3d_metrics
 
     if not pred_root.is_dir():
         raise PredictionError(f"{pred_root}: detection predictions are a directory of KITTI result files "
@@ -115,7 +114,7 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
                     report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/AP_R40", v["AP_R40"])
     if report.metric == "robo3d-det":
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
-        report.summary = robo3d_metrics(acc, "kitti-c")
+        report.summary = _robo3d_summary(acc, "kitti-c")
         report.summary["accuracy"] = "Car moderate 3D AP (R40)"
         return
     summary: dict[str, Any] = {}
@@ -128,8 +127,19 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
     report.summary = summary
 
 
+def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, Any]:
+    """mCE/mRR when the version has every corruption of the baseline table; otherwise the per-partition
+    accuracies stand alone and the summary says why there is no mCE."""
+    from pipeline.score.robo3d import robo3d_metrics
+
+    try:
+        return robo3d_metrics(acc, table)
+    except ValueError as e:
+        return {"clean": acc.get(("clean", 0)), "note": f"no mCE/mRR: {e}"}
+
+
 def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, ignore_label: int | None) -> None:
-    from pipeline.score.robo3d import confusion, miou, robo3d_metrics
+    from pipeline.score.robo3d import confusion, miou
 
     preds = read_predictions(predictions)
     gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
@@ -162,7 +172,7 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         acc[part] = miou(conf, ignore_label)[0]
         report.add(part[0], part[1], "mIoU", acc[part])
     table = "nuscenes-c-seg" if "nuscenes" in dataset else "semantickitti-c"
-    report.summary = robo3d_metrics(acc, table) if len(acc) > 1 else {"clean": acc.get(("clean", 0))}
+    report.summary = _robo3d_summary(acc, table)
 
 
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
@@ -177,14 +187,26 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         if truth.known is None:
             raise ValueError(f"{version_dir}: no 'known' column: not a 3DOS build")
         s = scalar(predictions, preds, truth.keys, "score")
-        unknown = {}
-        for i in np.nonzero(~truth.known)[0]:
-            name = (truth.unknown_set[i] if truth.unknown_set else None) or "unknown"
-            unknown.setdefault(name, []).append(s[i])
-        report.summary = open_set_metrics(s[truth.known], unknown)
-        for name, v in report.summary.items():
-            report.add("clean", 0, f"{name}/AUROC", v["AUROC"])
-            report.add("clean", 0, f"{name}/FPR95", v["FPR95"])
+        scenarios = truth.scenario or [None] * len(truth.keys)
+        summary: dict[str, Any] = {}
+        for sc in dict.fromkeys(scenarios):
+            idx = [i for i, x in enumerate(scenarios) if x == sc]
+            unknown: dict[str, list[float]] = {}
+            for i in idx:
+                if not truth.known[i]:
+                    name = (truth.unknown_set[i] if truth.unknown_set else None) or "unknown"
+                    unknown.setdefault(name, []).append(s[i])
+            known_scores = [s[i] for i in idx if truth.known[i]]
+            res = open_set_metrics(known_scores, unknown)
+            for name, v in res.items():
+                label = name if sc is None else f"{sc}/{name}"
+                report.add("clean", 0, f"{label}/AUROC", v["AUROC"])
+                report.add("clean", 0, f"{label}/FPR95", v["FPR95"])
+            if sc is None:
+                summary = res
+            else:
+                summary[sc] = res
+        report.summary = summary
         return
     k = num_classes or len(manifest.get("classes") or []) or 40
     probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c")

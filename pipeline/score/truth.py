@@ -49,22 +49,27 @@ class ObjectTruth:
     sigma_mean: np.ndarray | None
     known: np.ndarray | None
     unknown_set: list[str | None] | None
+    scenario: list[str | None] | None
 
 
 def object_truth(version_dir: str | Path) -> ObjectTruth:
-    keys, parts, cls, sig, known, uset = [], [], [], [], [], []
-    has = {"sigma": False, "known": False, "unknown_set": False}
-    for part, cols in iter_columns(version_dir, ["key", "class_id", "sigma", "known", "unknown_set"]):
+    keys, parts, cls, sig, known, uset, scen = [], [], [], [], [], [], []
+    has = {"sigma": False, "known": False, "unknown_set": False, "scenario": False}
+    for part, cols in iter_columns(version_dir, ["key", "class_id", "sigma", "known", "unknown_set", "scenario",
+                                                 "split"]):
         if "class_id" not in cols:
             raise ValueError(f"{version_dir}: the version has no 'class_id' column: not an object benchmark")
         n = len(cols["key"])
-        keys += cols["key"]
-        parts += [part] * n
-        cls += cols["class_id"]
+        keep = [i for i in range(n) if cols.get("split", ["test"] * n)[i] in ("test", None)]
         for c in has:
             has[c] |= c in cols
-        sig += [float(np.mean(s)) if s else np.nan for s in cols.get("sigma", [None] * n)]
-        known += cols.get("known", [None] * n)
-        uset += cols.get("unknown_set", [None] * n)
+        for name, dest in (("key", keys), ("class_id", cls), ("known", known), ("unknown_set", uset),
+                           ("scenario", scen)):
+            col = cols.get(name, [None] * n)
+            dest += [col[i] for i in keep]
+        parts += [part] * len(keep)
+        sigma = cols.get("sigma", [None] * n)
+        sig += [float(np.mean(sigma[i])) if sigma[i] else np.nan for i in keep]
     return ObjectTruth(keys, parts, np.asarray(cls, np.int64), np.asarray(sig) if has["sigma"] else None,
-                       np.asarray(known, bool) if has["known"] else None, uset if has["unknown_set"] else None)
+                       np.asarray(known, bool) if has["known"] else None, uset if has["unknown_set"] else None,
+                       scen if has["scenario"] else None)

@@ -180,6 +180,9 @@ def write_demo_objects(out: str | Path, *, modelnet: dict[str, int] | None = Non
     write_modelnet40(out, modelnet if modelnet is not None else {"train": 2, "test": 2}, seed)
     write_scanobjectnn(out, scanobjectnn if scanobjectnn is not None else {"training": 3, "test": 2}, seed)
     write_shapenet(out, shapenet if shapenet is not None else {"train": 2, "test": 2}, seed)
+    from pipeline.sources.demo import mark_demo
+
+    mark_demo(out)
     return out
 
 

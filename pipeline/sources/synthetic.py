@@ -116,6 +116,9 @@ def spinning_azimuths(step_deg: float, rng_offset: float = 0.0) -> np.ndarray:
 
 def write_demo_dataset(kind: str, root: Path, frames: int, seed: int = DEMO_SEED) -> Path:
     """Write the demo data of a Robo3D source kind in its real layout (full sensor resolution)."""
+    from pipeline.sources.demo import mark_demo
+
+    mark_demo(root)
     if kind == "semantickitti":
         from pipeline.sources.semantickitti import write_semantickitti
 

@@ -161,19 +161,28 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     assert m["ECE"] == pytest.approx(0.12 / 4 + 2 / 4 * abs(0.645 - 0.5) + 0.44 / 4)
     unc = 1 - np.max(probs, axis=1)
     assert m["pearson_all"] == pytest.approx(0.75 * np.corrcoef([0.01, 0.03, 0.02, 0.04], unc)[0, 1])
-    # 3DOS: known vs two unknown sets, normality scores
+    # 3DOS: per scenario, known test shapes vs each unknown set and their union; train shapes are not scored
     known = [0.9, 0.8, 0.7, 0.6]
-    rows = [{"key": f"3dos-sn1/k{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": i, "known": True,
-             "unknown_set": None} for i in range(4)]
-    rows += [{"key": f"3dos-sn1/u{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": -1, "known": False,
-              "unknown_set": s} for i, s in enumerate(["SN2", "SN2", "SN3", "SN3"])]
-    v = write_object_version(tmp_path / "3dos-sn1" / "1", "3dos-sn1", rows)
+    base = {"corruption": "clean", "severity": 0}
+    rows = [{"key": f"3dos/SN1/test/k{i}/clean/0", **base, "class_id": i, "known": True, "unknown_set": None,
+             "scenario": "SN1", "split": "test"} for i in range(4)]
+    rows += [{"key": f"3dos/SN1/test/u{i}/clean/0", **base, "class_id": -1, "known": False, "unknown_set": s,
+              "scenario": "SN1", "split": "test"} for i, s in enumerate(["SN2", "SN2", "SN3", "SN3"])]
+    rows += [{"key": f"3dos/SN1/train/k{i}/clean/0", **base, "class_id": i, "known": True, "unknown_set": None,
+              "scenario": "SN1", "split": "train"} for i in range(3)]
+    rows += [{"key": f"3dos/SR1/test/{n}/clean/0", **base, "class_id": 0, "known": n == "k", "unknown_set":
+              None if n == "k" else "SR3", "scenario": "SR1", "split": "test"} for n in ("k", "u")]
+    v = write_object_version(tmp_path / "3dos" / "1", "3dos", rows)
     p = tmp_path / "o.jsonl"
-    p.write_text("".join(json.dumps({"key": r["key"], "score": s}) + "\n"
-                         for r, s in zip(rows, [*known, 0.6, 0.2, 0.95, 0.1], strict=True)))
+    scores = [*known, 0.6, 0.2, 0.95, 0.1]
+    p.write_text("".join(json.dumps({"key": r["key"], "score": s}) + "\n" for r, s in zip(rows, scores, strict=False))
+                 + json.dumps({"key": "3dos/SR1/test/k/clean/0", "score": 0.3}) + "\n"
+                 + json.dumps({"key": "3dos/SR1/test/u/clean/0", "score": 0.7}) + "\n")
     m = score_version(v, p).summary
-    assert m["SN2"]["AUROC"] == pytest.approx(7.5 / 8) and m["SN2"]["FPR95"] == pytest.approx(0.4)
-    assert m["union"]["AUROC"] == pytest.approx(11.5 / 16) and m["union"]["FPR95"] == pytest.approx(0.45)
+    assert m["SN1"]["SN2"]["AUROC"] == pytest.approx(7.5 / 8) and m["SN1"]["SN2"]["FPR95"] == pytest.approx(0.4)
+    assert m["SN1"]["union"]["AUROC"] == pytest.approx(11.5 / 16)
+    assert m["SN1"]["union"]["FPR95"] == pytest.approx(0.45)
+    assert m["SR1"]["SR3"]["AUROC"] == 0.0 and "union" not in m["SR1"]  # one unknown set: no union
 
 
 def test_segmentation_miou_and_bad_label_count(tmp_path):
@@ -239,3 +248,24 @@ def test_bad_parquet_predictions(small_mnc, tmp_path):
     (tmp_path / "p.txt").write_text("x")
     with pytest.raises(PredictionError, match="unknown prediction format"):
         score_version(small_mnc, tmp_path / "p.txt")
+
+
+def test_robo3d_detection_reads_severity_name_dirs(det_version, demo_kitti_master, tmp_path):
+    """Robo3D's layout names severities (light/moderate/heavy); results may sit in OpenPCDet's data/ subdir."""
+    import shutil
+
+    v = tmp_path / "robo3d-kitti-c" / "1.0.0"
+    shutil.copytree(det_version, v)
+    m = json.loads((v / "manifest.json").read_text())
+    write_manifest(v, "robo3d-kitti-c", m["shards"], severity_names=["light", "moderate", "heavy"])
+    preds = write_results(tmp_path / "pred", demo_kitti_master, v, empty={"beam_del/1"})
+    (preds / "gaussian_rad" / "1").rename(preds / "gaussian_rad" / "light")
+    (preds / "beam_del" / "1").rename(tmp_path / "bd")
+    (preds / "beam_del" / "light").mkdir(parents=True)
+    (tmp_path / "bd").rename(preds / "beam_del" / "light" / "data")
+    rep = score_version(v, preds)
+    assert rep.metric == "robo3d-det"
+    ap = {(r["corruption"], r["severity"]): r["value"] for r in rep.rows if r["metric"] == "Car/3d/moderate/AP_R40"}
+    assert ap[("gaussian_rad", 1)] == ap[("clean", 0)] > 0 and ap[("beam_del", 1)] == 0.0
+    # the Robo3D baseline has none of these corruptions: AP per partition, and the summary says why no mCE
+    assert rep.summary["note"].startswith("no mCE/mRR: Robo3D kitti-c: no accuracy for corruption fog")
