@@ -719,9 +719,12 @@ def simulate_beams(
     reference_sampling: bool | None = None,
     divergence_mrad: float = 3.0,
     channel_max: float = REF_SCALE,
+    focal_distance: float | None = None,
+    focal_slope: float = 0.0,
 ) -> BeamResult:
     """Explicit-input entry point (one channel): beams at range ``r0`` (m), azimuth ``phi`` (rad) and
-    ``intensity`` (0..255) against one particle set ``(d, φ, r)``; for tests and analysis."""
+    ``intensity`` (0..255) against one particle set ``(d, φ, r)``; for tests and analysis. With
+    ``focal_distance`` (m), the channel's HDL-64 focal term with that distance and ``focal_slope``."""
     r0 = np.atleast_1d(np.asarray(r0, dtype=np.float64))
     phi = np.mod(np.broadcast_to(np.asarray(phi, dtype=np.float64), r0.shape), 2 * np.pi)
     intensity = np.broadcast_to(np.asarray(intensity, dtype=np.float64), r0.shape)
@@ -739,6 +742,8 @@ def simulate_beams(
         np.full(len(r0), float(channel_max)),
         opts,
         divergence_mrad=divergence_mrad,
+        focal_f=None if focal_distance is None else np.full(len(r0), hdl64e_s3.focal_offset(focal_distance)),
+        focal_s=None if focal_distance is None else np.full(len(r0), float(focal_slope)),
     )
 
 

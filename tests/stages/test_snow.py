@@ -131,6 +131,28 @@ def test_unoccluded_beam_returns_its_own_intensity():
         assert res.intensity[0] == pytest.approx(120.0 * (1 - cover), rel=1e-4)
 
 
+@pytest.mark.parametrize(("fd", "slope"), [(10.0, 1.2), (24.0, 0.75), (0.25, 0.45)])
+def test_focal_term_physical_removes_then_restores_the_compensation(fd, slope):
+    """Physical mode: i_adj = i − T(R₀) before the waveform, + T(d_max) after, T(d) = 255·s·|f − (1 − d/120)²|,
+    f = (1 − 100·F/13100)²: an unoccluded share q₀ returns q₀·(i − T) + T at its own range; paper mode (the
+    quirk) returns int(clip(229.5·q₀/R₀² + T, 0, 255)) for the same beam."""
+    f = (1 - 100 * fd / 13100) ** 2
+    t = 255.0 * slope * abs(f - (1 - 40.0 / 120) ** 2)
+    i0 = min(250.0, t + 80.0)
+    for cover in (0.05, 0.2):
+        res = simulate_beams([40.0], [0.0], [i0], _flake(10.0, cover), focal_distance=fd, focal_slope=slope)
+        assert res.outcome[0] == PointTag.ATTENUATED
+        assert res.intensity[0] == pytest.approx(min((i0 - t) * (1 - cover) + t, 255.0), rel=1e-3)
+    for cover in (0.01, 0.02):  # under the quirk a flake at 10 m wins once it covers more than ≈ 6 %
+        ref = simulate_beams([40.0], [0.0], [i0], _flake(10.0, cover), mode="paper", focal_distance=fd,
+                             focal_slope=slope)
+        assert ref.outcome[0] == PointTag.ATTENUATED
+        peak = 229.5 * (1 - cover) / 40.0**2
+        lo = 255.0 * slope * min(abs(f - (1 - d / 120) ** 2) for d in (39.8, 40.2))
+        hi = 255.0 * slope * max(abs(f - (1 - d / 120) ** 2) for d in (39.8, 40.2))
+        assert np.floor(min(lo, 255)) <= ref.intensity[0] <= min(np.floor(hi + peak) + 1, 255)
+
+
 @pytest.mark.parametrize("mode", ["physical", "paper"])
 @pytest.mark.parametrize("dist", [2.5, 7.3, 12.34, 33.3, 79.0])
 def test_fully_occluded_beam_returns_at_the_flake(mode, dist):
