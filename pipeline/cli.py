@@ -57,8 +57,13 @@ def run(
         help="3dos: modelnet40_ply_hdf5_2048 root (default: --source)")] = None,
     source_scanobjectnn: Annotated[str | None, typer.Option(help="3dos: ScanObjectNN root (default: --source)")]
     = None,
+    version: Annotated[str | None, typer.Option(
+        help="nuScenes table version (v1.0-trainval, v1.0-mini; default: trainval if present); same as "
+             "--split VERSION:SPLIT")] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
+    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
+        split = f"{version}:{split or ''}"
     from manifests.recipe import RecipeError
     from pipeline.build import run_build
     from pipeline.ledger import LedgerMismatch

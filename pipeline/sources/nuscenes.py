@@ -57,9 +57,9 @@ SYNTHETIC_TO_FINE = {"unlabelled": "noise", "road": "flat.driveable_surface", "s
 POINT_BYTES = 20  # 5 float32
 
 
-def _parse_split(root: Path, split: str | None) -> tuple[str, str]:
+def _parse_split(root: Path, split: str | None, default: str = "val") -> tuple[str, str]:
     version, _, name = (split or "").rpartition(":")
-    name = name or "val"
+    name = name or default
     if not version:
         found = [v for v in VERSIONS if (root / v).is_dir()]
         if not found:

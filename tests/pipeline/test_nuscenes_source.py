@@ -114,3 +114,15 @@ def test_real_sweep_through_the_devkit(tmp_path):
     np.testing.assert_array_equal(f.points, sweep)
     counts = np.bincount(f.column("ring").astype(int), minlength=32)
     assert counts.tolist() == [1084] * 32
+
+
+def test_table_version_from_split_or_cli(nu_root):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    assert NuScenesSource(nu_root, "v1.0-mini:").split == "mini_val"
+    out = CliRunner().invoke(app, ["run", "robo3d-nuscenes-c", "--source", str(nu_root), "--version",
+                                   "v1.0-trainval", "--out", str(nu_root.parent / "o")])
+    assert out.exit_code == 2
+    assert "v1.0-trainval" in out.output and "nuScenes table missing" in " ".join(out.output.split())
