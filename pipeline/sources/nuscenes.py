@@ -25,6 +25,7 @@ label column holds the raw lidarseg index; `describe` records category.json's in
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,12 @@ SYNTHETIC_TO_FINE = {"unlabelled": "noise", "road": "flat.driveable_surface", "s
                      "building": "static.manmade", "pole": "static.manmade", "car": "vehicle.car",
                      "car_moving": "vehicle.car", "truck": "vehicle.truck", "bus": "vehicle.bus.rigid",
                      "pedestrian": "human.pedestrian.adult", "bicyclist": "vehicle.bicycle"}
+#: detection class → a fine category name (writing recorded boxes back into tables)
+DETECTION_TO_FINE = {"car": "vehicle.car", "truck": "vehicle.truck", "bus": "vehicle.bus.rigid",
+                     "trailer": "vehicle.trailer", "construction_vehicle": "vehicle.construction",
+                     "pedestrian": "human.pedestrian.adult", "motorcycle": "vehicle.motorcycle",
+                     "bicycle": "vehicle.bicycle", "traffic_cone": "movable_object.trafficcone",
+                     "barrier": "movable_object.barrier"}
 POINT_BYTES = 20  # 5 float32
 
 
@@ -232,6 +239,13 @@ class NuScenesSource:
 
 # ---- fixture writer ------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _RealBox:
+    center: np.ndarray
+    dims: np.ndarray  # l, w, h
+    heading: float
+
+
 def _tok(*parts: object) -> str:
     import hashlib
 
@@ -244,14 +258,16 @@ def _quat_yaw(yaw: float) -> list[float]:
 
 def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini", seed: int | None = None,
                    azimuth_step_deg: float = 0.33, lidarseg: bool = True, train_frames: int = 1,
-                   sweeps: list[np.ndarray] | None = None) -> Path:
+                   real: list[dict] | None = None) -> Path:
     """Write a minimal table set the devkit loads, with ``frames`` ray-cast HDL-32E key frames in the two
     ``mini_val`` scenes and ``train_frames`` more in a ``mini_train`` scene (the val split must skip them).
 
     Points are in firing order (all 32 rings at each azimuth step, ring 0 lowest), intensity 0–255, ring
     as a float; lidarseg labels are category indices (`FINE_CLASSES`); annotations are the scene's objects
-    in global coordinates through a non-trivial ego pose and LiDAR mounting. ``sweeps`` (N×5 arrays)
-    replace the ray-cast scans of the first frames (e.g. the real sweep in ../shared/real).
+    in global coordinates through a non-trivial ego pose and LiDAR mounting. ``real`` replaces the first
+    frames by recorded ones (the sweep of ../shared/real): dicts with ``points`` (N×5), ``lidar2ego`` and
+    ``ego2global`` (4×4) and ``boxes`` (LiDAR frame: category, x, y, z, l, w, h, yaw, num_lidar_pts), written
+    back into the tables (global annotations, calibrated sensor, ego pose) the way the released data has them.
     """
     from pyquaternion import Quaternion
 
@@ -296,19 +312,30 @@ def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini",
             sd_token, ego_token = _tok("sd", token), _tok("ego", token)
             ego_t, ego_yaw = [600.0 + 3.0 * k, 1600.0 - 2.0 * s_i, 0.0], 0.3 + 0.1 * k
             ego_q = Quaternion(_quat_yaw(ego_yaw))
+            rec = real[frame_no] if real is not None and frame_no < len(real) else None
+            frame_cs, q_cs, t_cs = cs_token, cs_q, cs_t
+            if rec is not None:  # the recorded poses
+                l2e, e2g = np.asarray(rec["lidar2ego"], float), np.asarray(rec["ego2global"], float)
+                frame_cs, q_cs, t_cs = _tok("cs", token), Quaternion(matrix=l2e[:3, :3], atol=1e-6), l2e[:3, 3].tolist()
+                ego_q, ego_t = Quaternion(matrix=e2g[:3, :3], atol=1e-6), e2g[:3, 3].tolist()
+                t["calibrated_sensor"].append({"token": frame_cs, "sensor_token": sensor_token, "translation": t_cs,
+                                               "rotation": list(q_cs.elements), "camera_intrinsic": []})
             t["sample"].append({"token": token, "timestamp": ts, "scene_token": _tok("scene", scene_name),
                                 "prev": tokens[k - 1] if k else "", "next": tokens[k + 1] if k + 1 < n else ""})
             t["ego_pose"].append({"token": ego_token, "translation": ego_t, "rotation": list(ego_q.elements),
                                   "timestamp": ts})
             fname = f"samples/LIDAR_TOP/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__{ts}.pcd.bin"
             t["sample_data"].append({"token": sd_token, "sample_token": token, "ego_pose_token": ego_token,
-                                     "calibrated_sensor_token": cs_token, "filename": fname, "fileformat": "pcd",
+                                     "calibrated_sensor_token": frame_cs, "filename": fname, "fileformat": "pcd",
                                      "width": 0, "height": 0, "timestamp": ts, "is_key_frame": True,
                                      "prev": "", "next": ""})
             scan = None
-            if sweeps is not None and frame_no < len(sweeps):  # a given sweep: no labels of ours fit it
-                pts = np.asarray(sweeps[frame_no], dtype="<f4")
+            objects: list[tuple[Any, str]] = []
+            if rec is not None:  # a recorded sweep: no point labels of ours fit it
+                pts = np.asarray(rec["points"], dtype="<f4")
                 seg = np.full(len(pts), FINE_INDEX["static.manmade"], np.uint8)
+                objects = [(_RealBox(np.array([b["x"], b["y"], b["z"]]), np.array([b["l"], b["w"], b["h"]]), b["yaw"]),
+                            DETECTION_TO_FINE.get(b["category"], "static.other")) for b in rec.get("boxes", [])]
             else:
                 scan = cast_scan(frame_no, HDL32E.elevations, az, seed=seed)
                 hit = scan.hit.T  # firing order: every ring at each azimuth step
@@ -317,18 +344,17 @@ def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini",
                 inten = np.round(scan.intensity.T[hit] * 255.0)
                 pts = np.concatenate([xyz, inten[:, None], ring[:, None]], axis=1).astype("<f4")
                 seg = lut[scan.cls.T[hit]]
+                objects = [(o, SYNTHETIC_TO_FINE[g]) for o, g in zip(scan.objects, scan.object_classes, strict=True)]
             pts.tofile(root / fname)
             if lidarseg:
                 seg_name = f"lidarseg/{version}/{sd_token}_lidarseg.bin"
                 seg.astype(np.uint8).tofile(root / seg_name)
                 t["lidarseg"].append({"token": sd_token, "sample_data_token": sd_token, "filename": seg_name})
-            objects = () if scan is None else zip(scan.objects, scan.object_classes, strict=True)
-            for j, (obj, gcls) in enumerate(objects):
-                name = SYNTHETIC_TO_FINE[gcls]
+            for j, (obj, name) in enumerate(objects):
                 inst = _tok("inst", token, j)
-                centre_ego = cs_q.rotate(obj.center) + np.array(cs_t)
+                centre_ego = q_cs.rotate(obj.center) + np.array(t_cs)
                 centre = ego_q.rotate(centre_ego) + np.array(ego_t)
-                rot = ego_q * cs_q * Quaternion(_quat_yaw(obj.heading))
+                rot = ego_q * q_cs * Quaternion(_quat_yaw(obj.heading))
                 ann = _tok("ann", token, j)
                 t["instance"].append({"token": inst, "category_token": _tok("cat", name), "nbr_annotations": 1,
                                       "first_annotation_token": ann, "last_annotation_token": ann})
