@@ -49,6 +49,11 @@ Options (None → the mode's default):
 |                   |               |        | loss (scikit-learn ≤ 1.1, ``loss='squared_loss'``): inlier  |
 |                   |               |        | when r² ≤ MAD of z, i.e. |r| ≤ √MAD; physical: |r| ≤ MAD   |
 
+``ground_labels`` (empty): Robo3D's SemanticKITTI-C / nuScenes-C scripts take the ground from the point
+labels (e.g. SemanticKITTI road, lane marking, parking, sidewalk, other-ground) with the incidence angle
+against the z axis, cos θ = −z/|p| ("flat earth"), and no RANSAC; with ids given, step 1 is exactly that
+(the 1,000 gate counts labelled ground points; a frame without semantic labels raises).
+
 ``fallback_height`` (None): when no plane is found, use z = −H with the fitted sign convention
 (w = (0, 0, −1), h = −H) instead of returning the frame unchanged (the reference's own fallback
 w = (0, 0, 1), h = −1.55 has the opposite sign, §3.1).
@@ -115,6 +120,7 @@ class WetGroundParams:
     drop_dry: bool | None = None
     byte_scale: bool | None = None
     squared_loss: bool | None = None
+    ground_labels: tuple[int, ...] = ()  # Robo3D segmentation sets: ground = these semantic ids (no RANSAC)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -189,13 +195,19 @@ def wet_ground(frame: Frame, params: WetGroundParams, rng: np.random.Generator) 
     if "intensity" not in frame.fields:
         raise ValueError(f"wet_ground: frame {frame.frame_id} has no intensity column")
     xyz = frame.xyz.astype(np.float64)
-    plane = fit_ground_plane(xyz, rng, min_candidates=params.min_candidates,
-                             squared_loss=params.option("squared_loss"))
-    if plane is None:
-        if params.fallback_height is None:
-            return frame
-        plane = flat_ground_plane(params.fallback_height)
-    g_idx = np.flatnonzero(plane.mask(xyz, params.ground_band))
+    if params.ground_labels:  # Robo3D SemanticKITTI-C / nuScenes-C: ground from labels, θ vs the z axis
+        if "semantic" not in frame.labels:
+            raise ValueError(f"wet_ground: frame {frame.frame_id} has no semantic labels (ground_labels is set)")
+        plane = flat_ground_plane(0.0)  # only its normal is used: cos θ = −z/|p| ("flat earth")
+        g_idx = np.flatnonzero(np.isin(frame.labels["semantic"], params.ground_labels))
+    else:
+        plane = fit_ground_plane(xyz, rng, min_candidates=params.min_candidates,
+                                 squared_loss=params.option("squared_loss"))
+        if plane is None:
+            if params.fallback_height is None:
+                return frame
+            plane = flat_ground_plane(params.fallback_height)
+        g_idx = np.flatnonzero(plane.mask(xyz, params.ground_band))
     if len(g_idx) < params.min_ground:
         return frame
 

@@ -18,7 +18,8 @@ TABLES = {
     "robo3d-semantickitti-c": {
         "fog": {"beta": [0.008, 0.05, 0.2], "alpha_choices": FOG_ALPHAS, "noise": 10.0, "label_id": 21,
                 "round_hard": False},
-        "wet_ground": {"water_height": [0.2, 1.0, 1.2], "noise_floor": 0.3},
+        "wet_ground": {"water_height": [0.2, 1.0, 1.2], "noise_floor": 0.3,
+                       "ground_labels": (40, 60, 44, 48, 49)},  # road 9 (40, 60), parking, sidewalk, other-ground
         "snow": {**SNOW, "label_id": 22, "ring_method": "elevation_bins"},
         "motion_blur": {"sigma": [0.20, 0.25, 0.30]},
         "beam_missing": {"beams": [16, 32, 48], "ring_low": 4, "ring_high": 58, "replace": True},
@@ -35,7 +36,8 @@ TABLES = {
     "robo3d-nuscenes-c": {
         "fog": {"beta": [0.008, 0.05, 0.2], "alpha_choices": FOG_ALPHAS, "noise": 10.0, "label_id": 41,
                 "round_hard": True},
-        "wet_ground": {"water_height": [0.2, 1.0, 1.2], "noise_floor": 0.2},
+        "wet_ground": {"water_height": [0.2, 1.0, 1.2], "noise_floor": 0.2, "floor_const": 0.0,
+                       "ground_labels": (24, 25, 26)},
         "snow": {**SNOW, "label_id": 42, "ring_method": "column"},
         "motion_blur": {"sigma": [0.20, 0.30, 0.40]},
         "beam_missing": {"beams": [8, 16, 24], "ring_low": 2, "ring_high": 28, "replace": True},
@@ -50,7 +52,7 @@ TABLES = {
     },
     "robo3d-wod-c": {
         "fog": {"beta": [0.008, 0.05, 0.2], "alpha_choices": FOG_ALPHAS, "label_id": 23},
-        "wet_ground": {"water_height": [0.2, 1.0, 1.2]},
+        "wet_ground": {"water_height": [0.2, 1.0, 1.2], "ground_labels": (17, 18, 20, 21, 22)},
         "snow": {"rate": [0.5, 1.0, 2.5], "label_id": 24},
         "motion_blur": {"sigma": [0.06, 0.10, 0.13]},
         "beam_missing": {"beams": [16, 32, 48]},

@@ -71,3 +71,20 @@ def test_points_a_stage_adds_get_the_unlabelled_id(labelled):
     out = frame.append(np.zeros((3, len(frame.fields)), np.float32))
     assert out.labels["semantic"][-3:].tolist() == [UNLABELLED] * 3
     np.testing.assert_array_equal(out.labels["semantic"][:-3], frame.labels["semantic"])
+
+
+def test_wet_ground_wets_only_the_labelled_ground(labelled):
+    """Robo3D's segmentation scripts take the ground from the labels: nothing else is darkened or dropped."""
+    name, frame = labelled
+    params = load_recipe(name).corruption("wet_ground").params_for(3)
+    ground = np.isin(frame.labels["semantic"], params.ground_labels)
+    assert ground.sum() >= params.min_ground
+    out = get_stage("wet_ground").apply(frame, params, np.random.default_rng(0))
+    pid = out.labels["pid"] - 1
+    touched = np.zeros(len(frame), bool)
+    touched[np.setdiff1d(np.arange(len(frame)), pid)] = True  # dropped
+    touched[pid[out.intensity != frame.intensity[pid]]] = True  # darkened
+    assert touched.any() and not touched[~ground].any()
+    with pytest.raises(ValueError, match="no semantic labels"):
+        get_stage("wet_ground").apply(Frame(frame.frame_id, frame.points, frame.fields,
+                                            frame.intensity_scale), params, np.random.default_rng(0))
