@@ -105,6 +105,8 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
           f"({raw / floor / 1e6:.0f} MB/s of raw points; {size / frames / 1e6:.2f} MB per example on disk, "
           f"{size / raw:.0%} of raw)")
 
+    results["render_s_per_panel"] = _render_bench(demo[0], recipe)
+
     if builds:
         from pipeline.build import run_build
 
@@ -119,6 +121,20 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
                 results["builds"][workers] = n / dt
                 print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s")
     return results
+
+
+def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
+    """Seconds per contact-sheet panel (raster + matplotlib Agg + PNG) for a full sheet of ``recipe``."""
+    from pipeline.render import View, contact_sheet
+
+    tags = frame.point_tag.astype(np.uint8)
+    views = [View("clean", 0, frame.points[:, :3], tags, frame.boxes, False)]
+    views += [View(c.name, s, frame.points[:, :3], tags, frame.boxes, False)
+              for c in recipe.corruptions for s in range(1, recipe.severities + 1)]
+    _, per_panel = contact_sheet(views, frame_id=frame.frame_id)
+    print(f"\ncontact sheet: {len(views)} panels of {len(frame):,} points, {per_panel:.3f} s per panel "
+          f"(target ≤ {target_s} s)")
+    return per_panel
 
 
 def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> dict:

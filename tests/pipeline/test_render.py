@@ -29,8 +29,8 @@ def test_paint_places_points_and_draws_later_keys_on_top():
     rgb = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], float)
     img = paint(u, v, rgb, np.array([2.0, 0.0, 1.0, 0.0]), (0, 10, 0, 10), 10)
     # v = 0.5 is the bottom row; the red point (key 2) overwrites the blue one (key 1) at the same pixel
-    assert img[9, 0].tolist() == [1, 0, 0] and img[9, 9].tolist() == [0, 1, 0]
-    assert (img != 1).any(axis=2).sum() == 2  # the point at u = 20 is outside and dropped
+    assert img[9, 0].tolist() == [255, 0, 0] and img[9, 9].tolist() == [0, 255, 0]
+    assert (img != 255).any(axis=2).sum() == 2  # the point at u = 20 is outside and dropped
 
 
 def test_box_outlines_follow_heading():
@@ -47,7 +47,7 @@ def test_object_three_views():
     pts = np.array([[0.5, 0.0, 0.0]])
     img = object_raster(View("clean", 0, pts, np.array([PointTag.SYNTHETIC]), None, True), 1.0, "tag", px=20)
     assert img.shape == (20, 60, 3)
-    red = np.all(np.isclose(img, TAG_COLORS[PointTag.SYNTHETIC]), axis=2)
+    red = np.all(img == (np.array(TAG_COLORS[PointTag.SYNTHETIC]) * 255 + 0.5).astype(np.uint8), axis=2)
     # top (x–y) and front (x–z): u = 0.5 → column 15, v = 0 → row 10; side (y–z): the centre of the 3rd view
     assert red[10, 15] and red[10, 35] and red[10, 50] and red.sum() == 3
 
