@@ -141,6 +141,45 @@ def _read_rows(path: Path, columns: tuple[str, ...], timestamp: int | None, lase
     return ds.dataset(path, format="parquet").to_table(columns=list(columns), filter=expr)
 
 
+class _FrameRows:
+    """Rows of one component file by frame: the file's key columns are read once, then only the row groups
+    holding a frame are decoded, and the last ones are kept — a shard's frames are consecutive frames of a
+    segment, so a worker decodes each row group once instead of the whole file once per frame."""
+
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        import pyarrow.parquet as pq
+
+        _require(path, columns)
+        self.path, self.columns = path, list(columns)
+        self.file = pq.ParquetFile(path)
+        keys = [KEY_TIME] + ([KEY_LASER] if KEY_LASER in self.file.schema_arrow.names else [])
+        k = self.file.read(columns=keys)
+        self.time = np.asarray(k.column(KEY_TIME).to_numpy())
+        self.laser = np.asarray(k.column(KEY_LASER).to_numpy()) if KEY_LASER in keys else None
+        sizes = [self.file.metadata.row_group(i).num_rows for i in range(self.file.num_row_groups)]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)])
+        self._groups: dict[int, Any] = {}
+
+    def rows(self, timestamp: int, laser: int | None):
+        import pyarrow as pa
+
+        hit = self.time == timestamp
+        if laser is not None and self.laser is not None:
+            hit &= self.laser == laser
+        rows = np.flatnonzero(hit)
+        if len(rows) == 0:
+            return self.file.schema_arrow.empty_table().select(self.columns)
+        groups = np.searchsorted(self.starts, rows, side="right") - 1
+        parts = []
+        for g in np.unique(groups):
+            if g not in self._groups:
+                self._groups = {g: self.file.read_row_group(int(g), columns=self.columns), **{
+                    k: v for k, v in list(self._groups.items())[-1:]}}  # keep the previous group too
+            sel = rows[groups == g] - self.starts[g]
+            parts.append(self._groups[g].take(sel))
+        return pa.concat_tables(parts)
+
+
 def _image(path: Path, table, values: str, shape: str, channels: int) -> np.ndarray:
     flat = table.column(values)[0].values.to_numpy(zero_copy_only=False)
     shp = tuple(int(v) for v in table.column(shape)[0].as_py())
@@ -169,6 +208,18 @@ class WaymoSource:
         self.root = root
         self._calib: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._directions: dict[tuple[str, int], np.ndarray] = {}
+        self._rows: dict[tuple[str, str], _FrameRows] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # caches stay with the process that filled them
+        return {**self.__dict__, "_directions": {}, "_rows": {}}
+
+    def _frame_rows(self, tag: str, ctx: str, columns: tuple[str, ...], timestamp: int, laser: int | None):
+        key = (tag, ctx)
+        if key not in self._rows:
+            # one segment at a time per component: frames come in order
+            self._rows = {k: v for k, v in self._rows.items() if k[0] != tag}
+            self._rows[key] = _FrameRows(self.component(tag, ctx), columns)
+        return self._rows[key].rows(timestamp, laser)
 
     def component(self, tag: str, context: str) -> Path:
         return self.data / tag / f"{context}.parquet"
@@ -227,7 +278,7 @@ class WaymoSource:
             raise SourceError(self.data / "lidar", f"frame id {frame_id!r} is not <context>-<timestamp>")
         ts = int(ts_text)
         path = self.component("lidar", ctx)
-        t = _read_rows(path, LIDAR_COLUMNS, ts, TOP)
+        t = self._frame_rows("lidar", ctx, LIDAR_COLUMNS, ts, TOP)
         if t.num_rows != 1:
             raise SourceError(path, f"{t.num_rows} TOP rows for timestamp {ts} (expected 1)")
         ri = _image(path, t, RI1_VALUES, RI1_SHAPE, 4)
@@ -242,7 +293,7 @@ class WaymoSource:
         labels = {}
         seg_path = self.component("lidar_segmentation", ctx)
         if seg_path.is_file():
-            st = _read_rows(seg_path, SEG_COLUMNS, ts, TOP)
+            st = self._frame_rows("lidar_segmentation", ctx, SEG_COLUMNS, ts, TOP)
             if st.num_rows:
                 seg = _image(seg_path, st, SEG1_VALUES, SEG1_SHAPE, 2)
                 if seg.shape[:2] != ri.shape[:2]:
@@ -257,7 +308,7 @@ class WaymoSource:
         path = self.component("lidar_box", ctx)
         if not path.is_file():
             return None
-        t = _read_rows(path, (KEY_TIME, *BOX_COLUMNS), ts, None)
+        t = self._frame_rows("lidar_box", ctx, (KEY_TIME, *BOX_COLUMNS), ts, None)
         m = t.num_rows
         if m == 0:
             return Boxes.empty()

@@ -115,3 +115,19 @@ def test_missing_calibration_row_names_the_calibration_file(wo_root, tmp_path):
     with pytest.raises(SourceError, match="no calibration row for the TOP laser") as e:
         src.read(fid)
     assert e.value.path == str(path)
+
+
+def test_small_row_groups_read_the_same_frames(wo_root, tmp_path):
+    """Frames are read row group by row group (the file's keys once, then only the groups a frame is in)."""
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    for tag in ("lidar", "lidar_segmentation", "lidar_box"):
+        for path in (root / "validation" / tag).glob("*.parquet"):
+            pq.write_table(pq.read_table(path), path, row_group_size=1)
+    assert pq.ParquetFile(next((root / "validation" / "lidar").glob("*.parquet"))).num_row_groups == 2
+    a, b = WaymoSource(wo_root), WaymoSource(root)
+    assert a.list_frames() == b.list_frames()
+    for fid in reversed(b.list_frames()):  # out of order too
+        fa, fb = a.read(fid), b.read(fid)
+        np.testing.assert_array_equal(fa.points, fb.points)
+        np.testing.assert_array_equal(fa.labels["semantic"], fb.labels["semantic"])
+        np.testing.assert_array_equal(fa.boxes.center, fb.boxes.center)
