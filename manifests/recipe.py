@@ -326,7 +326,9 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
         if not isinstance(pre_over, dict) or (pre_over and not isinstance(pre, dict)):
             raise RecipeError(f"{where}: preprocess must be a table overriding keys of [preprocess]")
         if pre_over:
-            changes["preprocess"] = {k: (pre.get(k), val) for k, val in pre_over.items() if pre.get(k) != val}
+            defaults = _stage_defaults(pre.get("stage"))
+            changes["preprocess"] = {k: (pre.get(k, defaults.get(k)), val) for k, val in pre_over.items()
+                                     if pre.get(k, defaults.get(k)) != val}
         out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
                                  description=str(v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
@@ -335,6 +337,15 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
                                                                                raw.get(c, pre).get("notes", ""))))
                                         for c, ch in changes.items() if ch})
     return out
+
+
+def _stage_defaults(name: Any) -> dict[str, Any]:
+    """The default parameter values of stage ``name`` ({} if it is not a known stage)."""
+    try:
+        fields = get_stage(str(name)).param_fields()
+    except KeyError:
+        return {}
+    return {k: f.default for k, f in fields.items() if f.default is not dataclasses.MISSING}
 
 
 def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...],
