@@ -47,7 +47,7 @@ def elevation_bins(xyz: np.ndarray, num_bins: int) -> np.ndarray:
     return np.clip(b, 0, num_bins - 1)
 
 
-@stage("layer_del", params=LayerDelParams, version=2)  # v2: rule (code: c ± 1 layers, trimmed polar bins)
+@stage("layer_del", params=LayerDelParams, version=3)  # v3: rule (code: c ± 1 layers, trimmed polar bins)
 def layer_del(frame: Frame, params: LayerDelParams, rng: np.random.Generator) -> Frame:
     if params.num_bins < 1:
         raise ValueError(f"layer_del: num_bins must be ≥ 1, got {params.num_bins}")
@@ -81,17 +81,25 @@ def _layer_del_code(frame: Frame, params: LayerDelParams, rng: np.random.Generat
     n_del = min(params.num_bins, max(0, params.layers + int(rng.integers(0, 3)) - 1))
     if n_del == 0 or len(frame) == 0:
         return frame
-    chosen = np.sort(rng.choice(params.num_bins, size=n_del, replace=False))
+    chosen = rng.choice(params.num_bins, size=n_del, replace=False)
     xyz = frame.xyz.astype(np.float64)
-    r = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        theta = np.degrees(np.arccos(np.clip(xyz[:, 2] / r, -1.0, 1.0)))
-    theta = np.where(r > 0, theta, np.nan)  # a point at the origin has no angle and is never deleted
-    edges = polar_bin_edges(theta[np.isfinite(theta)], params.num_bins)
-    b = np.searchsorted(edges, theta, side="left") - 1  # edges[b] < θ ≤ edges[b + 1]
-    inside = (b >= 0) & (b < params.num_bins)
-    b = np.clip(b, 0, params.num_bins - 1)
-    strictly = inside & (theta < edges[b + 1])  # not on an edge (strict on both sides, as the released code)
-    hit = np.zeros(params.num_bins, dtype=bool)
-    hit[chosen] = True
-    return frame.take(~(strictly & hit[b]))
+    cos = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
+    at_origin = cos == 0
+    np.divide(xyz[:, 2], cos, out=cos, where=~at_origin)
+    np.clip(cos, -1.0, 1.0, out=cos)
+    theta = np.degrees(np.arccos(cos, out=cos), out=cos)
+    if at_origin.any():  # no angle: never deleted (NaN sorts past every bound), not in the histogram
+        theta[at_origin] = np.nan
+        if at_origin.all():
+            return frame
+        edges = polar_bin_edges(theta[~at_origin], params.num_bins)
+    else:
+        edges = polar_bin_edges(theta, params.num_bins)
+    # deleted iff strictly inside one of the chosen bins (edges[c], edges[c + 1]): one binary search over
+    # the chosen bins' bounds; an odd count of bounds ≤ θ means inside an interval or on its lower edge
+    chosen.sort()
+    bounds = np.stack([edges[chosen], edges[chosen + 1]], axis=1).ravel()
+    k = np.searchsorted(bounds, theta, side="right")
+    inside = (k & 1).astype(bool)
+    inside &= theta != bounds[k - 1]
+    return frame.take(~inside)

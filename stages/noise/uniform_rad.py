@@ -27,21 +27,21 @@ class UniformRadParams:
     rule: str = "code"  # "code": U(−a, a)·√3 as Li et al.'s released generator; "text": U(−a, a), Appendix C
 
 
-@stage("uniform_rad", params=UniformRadParams, version=2)  # v2: rule (code: ×√3)
+@stage("uniform_rad", params=UniformRadParams, version=3)  # v2: rule (code: ×√3); v3: float32 in place
 def uniform_rad(frame: Frame, params: UniformRadParams, rng: np.random.Generator) -> Frame:
     a = params.half_width * range_factor(params.rule, "uniform_rad")
     if not (a >= 0 and math.isfinite(a)):
         raise ValueError(f"uniform_rad: half_width must be a finite value ≥ 0, got {a}")
     if a == 0 or len(frame) == 0:
         return frame
-    xyz = frame.xyz.astype(np.float64)
-    r = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
-    noise = rng.random(len(frame))
-    noise *= 2 * a
-    noise -= a
-    np.divide(noise, r, out=noise, where=r > 0)
-    noise += 1.0
-    xyz *= noise[:, None]
+    # along the ray, xyz · (r + n) / r, in place on the float32 copy (relative error ~1e-7, micrometres)
     points = frame.points.copy()
-    points[:, :3] = xyz
+    xyz = points[:, :3]
+    r = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
+    noise = rng.random(len(frame), dtype=np.float32)
+    noise *= np.float32(2 * a)
+    noise -= np.float32(a)
+    np.divide(noise, r, out=noise, where=r > 0)
+    noise += np.float32(1.0)
+    xyz *= noise[:, None]
     return frame.with_points(points)
