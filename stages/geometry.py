@@ -156,16 +156,38 @@ def random_neighbourhoods(frame, count_divisor: float, k: int, rng: np.random.Ge
     if n_centres == 0 or k == 0:
         return None
     centres = rng.choice(n, size=n_centres, replace=False)
-    _, nn = frame.kdtree.query(frame.xyz[centres].astype(np.float64), k=k)
-    return np.asarray(nn).reshape(n_centres, k)
+    return query_in_spatial_order(frame.kdtree, frame.xyz[centres], k)[1]
+
+
+def spatial_order(xyz: np.ndarray, cell: float = 2.0) -> np.ndarray:
+    """A permutation that visits points cell by cell (``cell`` metres, in x then y): KD-tree queries in
+    this order hit the same tree nodes one after another and run about twice as fast as in random order."""
+    xyz = np.asarray(xyz)
+    if len(xyz) == 0:
+        return np.zeros(0, dtype=np.int64)
+    cx = np.floor(xyz[:, 0] / cell).astype(np.int64)
+    cy = np.floor(xyz[:, 1] / cell).astype(np.int64)
+    key = (cx - cx.min()) * (int(cy.max() - cy.min()) + 1) + (cy - cy.min())
+    return np.argsort(key, kind="stable")
+
+
+def query_in_spatial_order(tree, xyz: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``tree.query(xyz, k)`` (distances, indices as (n, k) arrays), computed in `spatial_order`."""
+    xyz = np.asarray(xyz, dtype=np.float64).reshape(-1, 3)
+    order = spatial_order(xyz)
+    d, i = tree.query(xyz[order], k=k)
+    dist = np.empty((len(xyz), k))
+    idx = np.empty((len(xyz), k), dtype=np.int64)
+    dist[order] = np.asarray(d).reshape(len(xyz), k)
+    idx[order] = np.asarray(i).reshape(len(xyz), k)
+    return dist, idx
 
 
 def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5) -> np.ndarray:
     """Mean intensity of each query point's k nearest points of ``frame`` (Li et al.'s released code fills
     the intensity of every point it adds this way: background, upsample)."""
     k = min(k, len(frame))
-    _, nn = frame.kdtree.query(np.asarray(xyz, dtype=np.float64), k=k)
-    nn = np.asarray(nn).reshape(len(xyz), k)
+    _, nn = query_in_spatial_order(frame.kdtree, xyz, k)
     return frame.intensity.astype(np.float64)[nn].mean(axis=1)
 
 
@@ -208,8 +230,8 @@ def remove_neighbourhoods_sequentially(frame, n_ops: int, k: int, n_drop: int,
         cand = rng.integers(0, n, size=chunk)
         cand = cand[keep[cand]]
         kq = min(len(ids), int(k * len(ids) / present * _MARGIN) + 8)
-        _, nbrs = tree.query(xyz[cand], k=kq)
-        nbrs = ids[np.asarray(nbrs).reshape(len(cand), kq)]
+        _, nbrs = query_in_spatial_order(tree, xyz[cand], kq)
+        nbrs = ids[nbrs]
         for i in range(len(cand)):
             c = cand[i]
             if not keep[c]:

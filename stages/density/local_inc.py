@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.geometry import check_rule, random_neighbourhoods
+from stages.geometry import check_rule, query_in_spatial_order, random_neighbourhoods
 from stages.registry import stage
 
 _CHUNK_ELEMENTS = 4_000_000  # bound on the (centres × new × neighbours) distance block, ≈ 32 MB
@@ -127,9 +127,7 @@ def knn_with_intensity(frame: Frame, centres: np.ndarray, k: int) -> np.ndarray:
     todo = np.arange(len(centres))
     kq = min(n, 2 * k)
     while todo.size:
-        d3, cand = frame.kdtree.query(xyz[centres[todo]], k=kq)
-        cand = np.asarray(cand).reshape(todo.size, kq)
-        d3 = np.asarray(d3).reshape(todo.size, kq)
+        d3, cand = query_in_spatial_order(frame.kdtree, xyz[centres[todo]], kq)
         d4 = d3 ** 2 + (inten[cand] - inten[centres[todo]][:, None]) ** 2
         order = np.argsort(d4, axis=1, kind="stable")[:, :k]
         out[todo] = np.take_along_axis(cand, order, axis=1)
