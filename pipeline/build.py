@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.card import card_with_renders, render_card
+from manifests.card_sections import complete_card
 from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
@@ -270,7 +271,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "shards": shards,
     }
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
-    card = render_card(manifest, recipe, validation=validation)
+    card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
     sheet = _contact_sheet(store, manifest)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))

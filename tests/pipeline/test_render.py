@@ -88,6 +88,14 @@ def test_build_card_embeds_the_contact_sheet(built):
     card = (built / "README.md").read_text()
     assert "## See the corruptions" in card and "](renders/contact_sheet.png)" in card
     assert "Frame `000000` under every corruption × severity (21 panels" in card  # clean + 4 × 5
+    # the rest of the card (issue 14 deliverable 3): a demo build says so and claims no KITTI licence
+    assert card.splitlines()[0].startswith("# mini-c 0.1.0 — demo build") or "\n# mini-c 0.1.0 — demo build" in card
+    assert "- Source: generated demo data" in card and "inherits the licence of the source dataset" not in card
+    assert "no real dataset's scans or labels are included" in card
+    assert "| gaussian_rad | 2 | 2 | 2 | 2 | 2 |" in card and "| clean (severity 0) | 2 |" in card
+    assert "## Intended use and limitations" in card and "This is a demo build" in card
+    assert card.index("## See the corruptions") < card.index("## Counts per corruption × severity")
+    assert "| beam_del | `beam_del` v1 | count_divisor=100 | count_divisor=30 |" in card
 
 
 def test_render_cli(built, tmp_path):

@@ -1,0 +1,88 @@
+"""Card sections: a compact parameter table, the counts matrix, citations, and what a demo build says."""
+
+from __future__ import annotations
+
+import pytest
+
+from manifests.card_sections import (
+    MAX_CELL,
+    benchmark_citations,
+    citation_section,
+    counts_matrix,
+    demo_licence_section,
+    intended_use_section,
+    parameter_table,
+    title,
+)
+from manifests.recipe import builtin_recipes, load_recipe
+
+
+@pytest.mark.parametrize("name", sorted(builtin_recipes()))
+def test_parameter_table_is_one_compact_row_per_corruption(name):
+    recipe = load_recipe(name)
+    lines = parameter_table(recipe)
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| corruption")
+            and not line.startswith("| ---")]
+    assert [r.split(" | ")[0][2:] for r in rows] == [c.name for c in recipe.corruptions]
+    for r in rows:
+        cells = r.strip("|").split(" | ")
+        assert len(cells) == 2 + recipe.severities + 1
+        assert all(len(c.strip()) <= MAX_CELL for c in cells), max(cells, key=len)
+        assert "None" not in r
+    if recipe.severity_names:
+        assert f"| 1 ({recipe.severity_names[0]}) |" in lines[0]
+
+
+def test_parameter_table_splits_varying_and_fixed_parameters():
+    recipe = load_recipe("kitti-c")
+    row = next(line for line in parameter_table(recipe) if line.startswith("| gaussian_rad |"))
+    cells = row.strip("|").split(" | ")
+    c = recipe.corruption("gaussian_rad")
+    varying = [k for k, v in vars(c.params[0]).items() if v != vars(c.params[-1])[k]]
+    assert varying and all(f"{varying[0]}=" in cell for cell in cells[2:7])
+    assert f"{varying[0]}=" not in cells[7]
+
+
+def _manifest(demo: bool = False, dataset: str = "mini-c") -> dict:
+    by = {"clean/0": {"examples": 4, "bytes": 2e6}}
+    for c in ("gaussian_rad", "beam_del"):
+        for s in range(1, 6):
+            by[f"{c}/{s}"] = {"examples": 4, "bytes": 1e6}
+    source = {"kind": "kitti", "split": "training", **({"demo": True} if demo else {})}
+    return {"dataset": dataset, "version": "0.1.0", "source": source, "shards": [{}] * 11,
+            "counts": {"by_partition": by, "bytes": 12e6}}
+
+
+def test_counts_matrix(tmp_path):
+    from tests.conftest import SMALL_RECIPE
+
+    p = tmp_path / "mini-c.toml"
+    p.write_text(SMALL_RECIPE)
+    recipe = load_recipe(p)
+    lines = counts_matrix(_manifest(), recipe)
+    assert lines[0] == "| corruption | 1 | 2 | 3 | 4 | 5 | MB |"
+    assert "| clean (severity 0) | 4 |  |  |  |  | 2.0 |" in lines
+    assert "| gaussian_rad | 4 | 4 | 4 | 4 | 4 | 5.0 |" in lines
+    assert "| translation | — | — | — | — | — | 0.0 |" in lines  # not built
+    assert any("sha256" in line and "bench-build verify" in line for line in lines)
+
+
+def test_citations_follow_the_benchmark_and_source():
+    assert [c["bibtex"].split("{")[1].split(",")[0] for c in benchmark_citations("robo3d-semantickitti-c")] == [
+        "kong2023robo3d"]
+    assert "li2023common" in benchmark_citations("kitti-c")[0]["bibtex"]
+    assert "ren2022benchmarking" in benchmark_citations("modelnet-c")[0]["bibtex"]
+    assert "alliegro2022towards" in benchmark_citations("3dos")[0]["bibtex"]
+    text = "\n".join(citation_section(_manifest(dataset="kitti-c")))
+    assert "```bibtex" in text and "geiger2012kitti" in text and "li2023common" in text
+
+
+def test_demo_build_says_so_and_claims_no_kitti_licence():
+    demo, real = _manifest(demo=True, dataset="kitti-c"), _manifest(dataset="kitti-c")
+    assert "demo build" in title(demo) and "demo" not in title(real)
+    text = "\n".join(demo_licence_section(demo))
+    assert "Apache-2.0" in text and "no real dataset's scans" in text
+    assert "A build from the real source data inherits its licence — KITTI: CC BY-NC-SA 3.0" in text
+    assert "geiger2012kitti" not in "\n".join(citation_section(demo))  # no KITTI data in a demo build
+    assert "This is a demo build" in "\n".join(intended_use_section(demo, load_recipe("kitti-c")))
+    assert "Intended use" in "\n".join(intended_use_section(real, load_recipe("kitti-c")))
