@@ -144,13 +144,23 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     preds = read_predictions(predictions)
     gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
     keys = []
+    # SemanticKITTI stores raw ids; the benchmark's mIoU is over the train ids of its learning map (0 = ignored)
+    lmap = (manifest_of(version_dir).get("source") or {}).get("learning_map")
+    lut = None
+    if lmap:
+        lut = np.zeros(max(int(k) for k in lmap) + 1, np.int64)
+        for k, v in lmap.items():
+            lut[int(k)] = int(v)
     for part, cols in iter_columns(version_dir, ["key", "semantic"]):
         if "semantic" not in cols:
             raise ValueError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
         for k, sem in zip(cols["key"], cols["semantic"], strict=True):
             if sem is None:
                 raise ValueError(f"{version_dir}: example {k} has no semantic labels")
-            gts.setdefault((part.corruption, part.severity), []).append((k, np.asarray(sem, np.int64) & 0xFFFF))
+            g = np.asarray(sem, np.int64) & 0xFFFF
+            if lut is not None:
+                g = np.where(g < len(lut), lut[np.minimum(g, len(lut) - 1)], 0)
+            gts.setdefault((part.corruption, part.severity), []).append((k, g))
             keys.append(k)
     check_keys(predictions, preds, keys, report.dataset)
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)

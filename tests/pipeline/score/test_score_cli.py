@@ -198,6 +198,19 @@ def test_segmentation_miou_and_bad_label_count(tmp_path):
         score_version(v, p)
 
 
+def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
+    rows = [{"key": "robo3d-semantickitti-c/000000/clean/0", "corruption": "clean", "severity": 0, "class_id": 0,
+             "semantic": [10, 10, 40, 40, 52, 0]}]  # raw ids: car, car, road, road, "other-structure" → 0, unlabelled
+    v = write_object_version(tmp_path / "s" / "1", "robo3d-semantickitti-c", rows)
+    m = json.loads((v / "manifest.json").read_text())
+    m["source"]["learning_map"] = {"0": 0, "10": 1, "40": 9, "52": 0}
+    (v / "manifest.json").write_text(json.dumps(m))
+    p = tmp_path / "seg.jsonl"
+    p.write_text(json.dumps({"key": rows[0]["key"], "labels": [1, 9, 9, 9, 5, 1]}) + "\n")  # train ids
+    # car: tp 1, fn 1 → 1/2; road: tp 2, fp 1 → 2/3; the two ignored points do not count
+    assert score_version(v, p).rows[0]["value"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2)
+
+
 @pytest.fixture
 def small_mnc(tmp_path) -> Path:
     rows = [{"key": f"modelnet-c/{i:04d}/clean/0", "corruption": "clean", "severity": 0, "class_id": 0}
