@@ -52,7 +52,7 @@ def _monomials(s: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(s), s, t, s * s, s * t, t * t], axis=-1)
 
 
-@stage("local_inc", params=LocalIncParams, version=3)  # v3: rule (code: released generator's fit)
+@stage("local_inc", params=LocalIncParams, version=4)  # v3: rule (code: released fit); v4: float32 nearest
 def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) -> Frame:
     check_rule(params.rule, "local_inc")
     if params.rule == "code":
@@ -170,9 +170,10 @@ def _local_inc_code(frame: Frame, params: LocalIncParams, rng: np.random.Generat
     local_new = np.concatenate([new_uv * scale + mean[..., :2], h_new[..., None]], axis=2)
     xyz_new = np.take_along_axis(local_new, np.argsort(perm, axis=1)[:, None, :], axis=2)
     # attributes from the nearest neighbour (3D) of the same neighbourhood
-    rel = nbr - nbr[:, :1]  # relative to the centre, for precision
-    d2 = np.einsum("ckj,ckj->ck", rel, rel)[:, None, :] - 2.0 * np.matmul(xyz_new - nbr[:, :1],
-                                                                           rel.transpose(0, 2, 1))
+    # relative to the centre (metres of offsets: float32 is ample, and halves the (c, k, k) block)
+    rel = (nbr - nbr[:, :1]).astype(np.float32)
+    d2 = np.einsum("ckj,ckj->ck", rel, rel)[:, None, :] - 2.0 * np.matmul(
+        (xyz_new - nbr[:, :1]).astype(np.float32), rel.transpose(0, 2, 1))
     src = np.take_along_axis(nn, d2.argmin(axis=2), axis=1).ravel()
     new = frame.points[src].astype(np.float64)
     new[:, :3] = xyz_new.reshape(-1, 3)
