@@ -74,8 +74,27 @@ def check_partition(manifest: dict[str, Any], corruption: str | None, severity: 
     return ("clean", 0) if severity == 0 else (corruption, severity)
 
 
+def severity_names(manifest: dict[str, Any]) -> list[str]:
+    """The recipe's severity names (light, moderate, heavy): the manifest's recipe holds only what determines
+    the bytes, so a built-in recipe of the same name and version is asked; [] when unnamed or unknown."""
+    names = (manifest.get("recipe") or {}).get("severity_names")
+    if names:
+        return list(names)
+    from manifests.recipe import RecipeError, builtin_recipes, load_recipe
+
+    name = (manifest.get("recipe") or {}).get("name") or manifest.get("dataset")
+    if name in builtin_recipes():
+        try:
+            r = load_recipe(name)
+        except RecipeError:
+            return []
+        if r.version == manifest.get("version") and r.severities == (manifest.get("recipe") or {}).get("severities"):
+            return list(r.severity_names)
+    return []
+
+
 def severity_dir(manifest: dict[str, Any], severity: int) -> str:
-    names = manifest["recipe"].get("severity_names") or []
+    names = severity_names(manifest)
     return names[severity - 1] if 0 < severity <= len(names) else str(severity)
 
 

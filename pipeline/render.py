@@ -144,10 +144,10 @@ def box_outlines(boxes: Boxes | None) -> list[tuple[str, np.ndarray]]:
 
 # ---- drawing ---------------------------------------------------------------------------------------
 
-def _figure(rows: int, cols: int, aspect: float, inches: float = 2.0, px: int = PANEL_PX):
+def _figure(rows: int, cols: int, aspect: float, inches: float = 2.0, px: int = PANEL_PX, extra: float = 0.0):
     from matplotlib.figure import Figure  # the Agg canvas: no display, no pyplot state
 
-    return Figure(figsize=(cols * inches * aspect, rows * inches + 0.5), dpi=px / inches)
+    return Figure(figsize=(cols * inches * aspect, rows * inches + 0.5 + extra), dpi=px / inches)
 
 
 def draw_panel(ax, view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
@@ -186,7 +186,7 @@ def sheet_figure(views: Sequence[View], *, frame_id: str, color_by: str = "tag",
     corruptions = list(dict.fromkeys(v.corruption for v in views if v.corruption != "clean"))
     severities = sorted({v.severity for v in views if v.corruption != "clean"}) or [0]
     rows, cols = 1 + len(corruptions), len(severities)
-    fig = _figure(rows, cols, 3.0 if clean.is_object else 1.0)
+    fig = _figure(rows, cols, 3.0 if clean.is_object else 1.0, extra=0.2)
     extent = None if clean.is_object else scene_extent(clean.points)
     radius = object_extent(clean.points) if clean.is_object else 1.0
     grid = fig.subplots(rows, cols, squeeze=False)
@@ -202,13 +202,16 @@ def sheet_figure(views: Sequence[View], *, frame_id: str, color_by: str = "tag",
     for ax, v, title in cells:
         ax.set_axis_on()
         draw_panel(ax, v, extent=extent, radius=radius, color_by=color_by, title=title)
-    legend = TAG_LEGEND if color_by == "tag" else "colour = height"
-    fig.suptitle(legend + ("" if clean.is_object else "; boxes: red Car, blue Pedestrian, green Cyclist"),
-                 fontsize=7, y=0.999)
+    import textwrap
+
+    legend = (TAG_LEGEND if color_by == "tag" else "colour = height") + (
+        "" if clean.is_object else "; boxes: red Car, blue Pedestrian, green Cyclist")
+    legend_lines = textwrap.wrap(legend, width=max(40, int(fig.get_figwidth() * 15)))
+    fig.suptitle("\n".join(legend_lines), fontsize=7, y=0.999)
     # fixed margins: tight_layout measures every title of a 126-panel sheet (a third of the render time)
     height = fig.get_figheight()
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.005, top=1 - 0.45 / height, wspace=0.04,
-                        hspace=0.28 * 2.0 / (height / rows))
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.005, top=1 - (0.3 + 0.13 * len(legend_lines)) / height,
+                        wspace=0.04, hspace=0.28 * 2.0 / (height / rows))
     return fig
 
 
@@ -309,7 +312,9 @@ def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None
                         key: str = SHEET_NAME) -> dict[str, Any]:
     """Render the contact sheet of a version into ``store`` at ``key``; returns what the card says of it."""
     frame_id, views = read_views(store, manifest, frame_id)
-    names = manifest.get("recipe", {}).get("severity_names") or []
+    from pipeline.export import severity_names
+
+    names = severity_names(manifest)
     data, per_panel = contact_sheet(views, frame_id=frame_id, color_by=color_by, severity_names=names)
     store.put_bytes(key, data)
     return {"path": key, "frame_id": frame_id, "panels": len(views), "seconds_per_panel": round(per_panel, 3),
@@ -320,6 +325,7 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
                    corruption: str | None = None, severity: int | None = None, color_by: str = "tag") -> list[Path]:
     """`bench-build render`: the contact sheet (no corruption given), or one PNG per selected partition."""
     from manifests.manifest import read_manifest
+    from pipeline.export import severity_names
     from pipeline.storage import LocalStore
 
     root = Path(version_dir)
@@ -337,7 +343,7 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
     if corruption is None and severity is None:
         frame_id, views = read_views(store, manifest, frame_id)
         data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
-                                severity_names=manifest["recipe"].get("severity_names") or [])
+                                severity_names=severity_names(manifest))
         path = out_dir / f"contact_sheet_{frame_id}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)

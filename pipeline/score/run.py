@@ -87,7 +87,9 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     report = ScoreReport(dataset, manifest["version"], metric)
-    severity_names = list(manifest["recipe"].get("severity_names") or [])
+    from pipeline.export import severity_names as names_of
+
+    severity_names = names_of(manifest)
     if metric in ("kitti-c", "robo3d-det"):
         _detection(report, version_dir, Path(predictions), severity_names, classes)
     elif metric == "robo3d-seg":

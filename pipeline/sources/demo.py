@@ -230,9 +230,12 @@ def mark_demo(root: str | Path) -> None:
 
 
 def is_demo_root(root: str | Path) -> bool:
-    """A directory written by a demo-data writer (the marker in it or up to two levels above)."""
-    p = Path(root)
-    return any((q / DEMO_MARKER).is_file() for q in [p, *list(p.parents)[:2]])
+    """A directory written by a demo-data writer (the marker in it or up to two levels above, or the cache
+    directory the demo sources are generated into)."""
+    p = Path(root).resolve()
+    if any((q / DEMO_MARKER).is_file() for q in [p, *list(p.parents)[:2]]):
+        return True
+    return p.is_relative_to(demo_cache_dir().parent.resolve())  # the cached demo data (also older caches)
 
 
 def write_demo_dataset(out: str | Path, frames: int, *, seed: int = DEMO_SEED,

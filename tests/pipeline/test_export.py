@@ -169,3 +169,16 @@ def test_source_without_images_is_refused(built, tmp_path):
     (tmp_path / "src" / "training" / "image_2").mkdir()
     with pytest.raises(ExportError, match=r"2 of 2 exported frames have no image, e.g. 000000.png"):
         export_version(built, tmp_path / "o", corruption="clean", severity=0, source=tmp_path / "src")
+
+
+def test_severity_names_come_from_the_builtin_recipe():
+    from manifests.recipe import load_recipe
+    from pipeline.export import severity_dir, severity_names
+
+    r = load_recipe("robo3d-kitti-c")
+    manifest = {"dataset": r.name, "version": r.version, "recipe": r.canonical()}
+    assert "severity_names" not in manifest["recipe"]  # not part of what determines the bytes
+    assert severity_names(manifest) == ["light", "moderate", "heavy"]
+    assert severity_dir(manifest, 2) == "moderate"
+    assert severity_names({**manifest, "version": "0.0.1"}) == []  # another version: do not guess
+    assert severity_dir({"dataset": "mine", "version": "1", "recipe": {"name": "mine"}}, 2) == "2"
