@@ -1,7 +1,14 @@
-"""The dataset card (``README.md`` beside ``manifest.json``), rendered from the manifest and recipe."""
+"""The dataset card (``README.md`` beside ``manifest.json``), rendered from the manifest and recipe.
+
+It opens with a YAML header in the Hugging Face dataset-card format, so ``datasets.load_dataset(<version>,
+"fog_3")`` finds one config per partition (``clean`` and ``<corruption>_<severity>``) with the build's split,
+and stays readable Markdown below it.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from manifests.recipe import Recipe
@@ -36,11 +43,61 @@ def card_with_validation(card: str, link: str) -> str:
     return card.rstrip("\n") + "\n\n" + section + "\n"
 
 
+#: Licence identifiers (Hugging Face card vocabulary) of the source datasets; the corrupted data inherits it.
+SOURCE_LICENSES = {"kitti": "cc-by-nc-sa-3.0", "nuscenes": "cc-by-nc-sa-4.0"}  # others: "other" (see the
+# card's Licence section: SemanticKITTI mixes 3.0 scans and 4.0 labels, Waymo has its own agreement)
+_SPLITS = {"training": "train", "train": "train", "val": "validation", "validation": "validation",
+           "testing": "test", "test": "test"}
+
+
+def split_name(source_split: str | None) -> str:
+    """The Hugging Face split name of a build: its source split (KITTI ``training`` → ``train``, ``val`` →
+    ``validation``), any other name made a word (``[A-Za-z0-9_]``); no split → ``train``."""
+    if not source_split:
+        return "train"
+    return _SPLITS.get(source_split, re.sub(r"\W+", "_", source_split).strip("_") or "train")
+
+
+def size_category(n: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                        (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")):
+        if n < limit:
+            return name
+    return "100M<n<1B"
+
+
+def yaml_header(manifest: dict[str, Any]) -> str:
+    """The card's YAML front matter: licence, pretty name, size category and one config per partition.
+
+    Strings are written as JSON strings (valid YAML double-quoted scalars), so no YAML library is needed."""
+    kind = str(manifest["source"].get("kind") or "")
+    split = split_name(manifest["source"].get("split"))
+    q = json.dumps
+    lines = ["---", f"pretty_name: {q(manifest['dataset'] + ' ' + manifest['version'])}",
+             f"license: {SOURCE_LICENSES.get(kind, 'other')}",
+             "size_categories:", f"- {q(size_category(manifest['counts']['examples_stored']))}",
+             "tags:", "- point-cloud", "- lidar", "- robustness", "- corruption", "configs:"]
+    parts = manifest.get("partitions", {})
+    stored = manifest["counts"].get("by_partition", {})
+    for key, p in parts.items():
+        if key not in stored:  # e.g. a partial pull holds only some partitions
+            continue
+        lines += [f"- config_name: {q(p['config'])}", "  data_files:",
+                  f"  - split: {q(split)}", f"    path: {q(p['path'] + '/*.parquet')}"]
+    lines.append("---")
+    return "\n".join(lines)
+
+
 def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
     """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]
     src = manifest["source"]
+    first = recipe.corruptions[0].name if recipe.corruptions else "clean"
+    first_config = f"{first}_3" if recipe.corruptions else "clean"
+    split = split_name(src.get("split"))
     lines = [
+        yaml_header(manifest),
+        "",
         f"# {manifest['dataset']} {manifest['version']}",
         "",
         recipe.description or "",
@@ -53,7 +110,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
         f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
         "severity 0 = clean)",
-        f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in `clean/`), "
+        f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in "
+        "`data/corruption=clean/severity=0/`), "
         f"{counts['bytes'] / 1e6:,.1f} MB in {len(manifest['shards'])} Parquet files",
         "",
         "## Corruptions",
@@ -75,24 +133,42 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "",
         "## How to load",
         "",
-        "```python",
-        "from pipeline.reader import open_version",
-        "ds = open_version('.')",
-        "for ex in ds.examples(corruption='" + (recipe.corruptions[0].name if recipe.corruptions else "clean")
-        + "', severity=" + ("3" if recipe.corruptions else "0") + "):",
-        "    ex.points  # (N, C) float32, columns ex.fields",
-        "```",
-        "",
-        "Without bench-build (plain pyarrow / DuckDB):",
+        "Every reader opens the one hive tree `data/corruption=<c>/severity=<s>/` (clean is "
+        "`corruption=clean/severity=0`) and gets `points` as N×C rows, no reshape:",
         "",
         "```python",
-        "import pyarrow.dataset as pads",
-        "t = pads.dataset('data', format='parquet', partitioning='hive').to_table()",
-        "# duckdb: SELECT corruption, severity, count(*) FROM 'data/**/*.parquet' GROUP BY ALL",
+        "import pandas as pd; df = pd.read_parquet('data', filters=[('corruption', '=', '" + first + "')])",
+        "import pyarrow.dataset as pads; t = pads.dataset('data', partitioning='hive').to_table()",
+        "import duckdb; duckdb.sql(\"SELECT corruption, severity, count(*) FROM "
+        "read_parquet('data/**/*.parquet', hive_partitioning=true) GROUP BY ALL\")",
+        "import datasets; d = datasets.load_dataset('.', '" + first_config + "', split='" + split + "')  # configs above",
+        "from pipeline.loaders import PointCloudDataset  # PyTorch, with bench-build installed",
         "```",
         "",
-        "`points` is a flat list<float32>, row-major N×C; the field names are in the file metadata key "
-        "`bench_build` (JSON). `point_tag` marks synthetic/scattered points; `boxes` are LiDAR-frame boxes.",
+        "## Row schema",
+        "",
+        "| column | type | meaning |",
+        "| --- | --- | --- |",
+        "| `key` | string | `benchmark/frame_id/corruption/severity` |",
+        "| `frame_id` | string | source frame id |",
+        "| `corruption`, `severity` | partition keys (directory names, not in the files) | `clean`/0 = the clean "
+        "scan |",
+        "| `num_points` | int32 | N |",
+        f"| `points` | list<fixed_size_list<float32, {len(manifest['fields'])}>> | N×C, columns "
+        f"{', '.join(manifest['fields'])}; metres; intensity scale `{manifest['intensity_scale']}` |",
+        "| `point_tag` | list<uint8> | 0 clean, 1 attenuated, 2 fog, 3 snow, 4 rain, 5 crosstalk, 6 jitter, "
+        "7 synthetic |",
+        "| `boxes` | list<struct> | `cls, x, y, z, dx, dy, dz, heading` (+ KITTI `truncated, occluded, alpha, "
+        "bbox2d`; `track_id, vx, vy`) |",
+        "| `calib` | struct | KITTI calibration, row-major matrices |",
+        *[f"| `{c}` | optional column declared by the source | see bench-build's README |"
+          for c in manifest.get("columns", [])],
+        "| `info` | string (JSON) | per-example facts a stage recorded |",
+        "",
+        "Boxes follow OpenPCDet's `gt_boxes_lidar`: geometric centre (x, y, z) in the LiDAR frame, "
+        "dx/dy/dz = length/width/height in metres, heading = yaw about +z in radians, 0 = facing +x. "
+        "The manifest's `partitions` and each file's footer (`bench_build` JSON) hold the stage and parameters of "
+        "that partition.",
         "",
         "## Licence",
         "",

@@ -1,15 +1,24 @@
 """The manifest of a built dataset version: what it is, how it was built, and every shard's checksum.
 
-``manifest.json`` (schema version 1)::
+``manifest.json`` (manifest version 2 = layout v2)::
 
-    {"manifest_version": 1, "dataset": "kitti-c", "version": "1.0.0", "created": "...",
+    {"manifest_version": 2, "schema_version": 2, "dataset": "kitti-c", "version": "1.0.0", "created": "...",
      "code_version": "0.1.0", "fingerprint": "<sha256>", "recipe": {...canonical recipe...},
      "source": {...}, "frames": 7481, "frames_per_shard": 64, "fields": [...], "intensity_scale": "unit",
+     "columns": [],                                   # optional columns the source declared (schema.py)
+     "partitions": {"clean/0": {"corruption": "clean", "severity": 0, "stage": null,
+                                "path": "data/corruption=clean/severity=0", "config": "clean"},
+                    "fog/3": {"corruption": "fog", "severity": 3, "stage": "fog", "stage_version": 1,
+                              "params": {...}, "path": "data/corruption=fog/severity=3", "config": "fog_3"}},
      "counts": {"examples_defined": 1122150, "examples_stored": 942606, "bytes": ...,
                 "by_partition": {"clean/0": {...}, "fog/3": {"examples": 7481, "bytes": ..., "seconds": ...}}},
      "shards": [{"path": "data/corruption=fog/severity=3/part-00000-of-00117.parquet",
                  "corruption": "fog", "severity": 3, "shard": "part-00000-of-00117",
                  "rows": 64, "bytes": 123, "sha256": "..."}, ...]}
+
+Layout v1 (``manifest_version`` 1: ``clean/`` outside the hive tree, partition keys duplicated in-file,
+flat ``list<float32>`` points) is refused with a message saying so: rebuild it (same recipe and seed give the
+same examples) rather than mixing layouts.
 
 `verify_version` re-checks every listed file: presence, byte size, sha256 and the row count in the
 Parquet footer.
@@ -24,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
+                  "layout v2 only: rebuild it with `bench-build run` (same recipe and seed, same examples) or read it "
+                  "with the bench-build release that wrote it")
 MANIFEST_NAME = "manifest.json"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
@@ -45,7 +57,10 @@ def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
         raise ManifestError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:
         got = data.get("manifest_version") if isinstance(data, dict) else None
-        raise ManifestError(f"{where}: unsupported manifest_version {got!r}")
+        if got == 1:
+            raise ManifestError(f"{where}: manifest_version 1 is {LAYOUT_V1_HINT}")
+        raise ManifestError(f"{where}: unsupported manifest_version {got!r} "
+                            f"(this bench-build reads {MANIFEST_VERSION})")
     return data
 
 
@@ -54,6 +69,16 @@ def read_manifest(version_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
     return parse_manifest(path.read_text(), str(path))
+
+
+def config_name(corruption: str, severity: int) -> str:
+    """The dataset card's config of a partition (HF ``load_dataset(v, name)``): ``clean`` or ``fog_3``."""
+    return corruption if severity == 0 else f"{corruption}_{severity}"
+
+
+def partition_dir(corruption: str, severity: int) -> str:
+    """A partition's hive directory below the version (layout v2; clean is ``corruption=clean/severity=0``)."""
+    return f"data/corruption={corruption}/severity={severity}"
 
 
 def unsafe_path_reason(rel: Any) -> str | None:

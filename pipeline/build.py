@@ -25,7 +25,8 @@ from pipeline import __version__
 from pipeline.ledger import Ledger
 from pipeline.plan import ShardSpec, plan_shards
 from pipeline.progress import BuildProgress
-from pipeline.shard import ShardFailed, build_shard
+from pipeline.schema import SCHEMA_VERSION
+from pipeline.shard import ShardFailed, build_shard, partition_table
 from pipeline.sources import open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
@@ -247,9 +248,11 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         with store.open_input(shards[0]["path"]) as f:
             meta = file_metadata(pq.read_schema(f))
         fields, scale = meta.get("fields"), meta.get("intensity_scale")
+    columns = meta.get("columns", []) if shards else []
     n_frames = sum(len(s.frame_ids) for s in specs)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "dataset": recipe.name,
         "version": recipe.version,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -262,6 +265,8 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "frames_per_shard": fps,
         "fields": fields,
         "intensity_scale": scale,
+        "columns": columns,
+        "partitions": partition_table(recipe),
         "counts": {
             "examples_defined": recipe.examples_defined(n_frames),
             "examples_stored": sum(s["rows"] for s in shards),

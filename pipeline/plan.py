@@ -3,8 +3,10 @@
 A shard is a block of consecutive frames carried through the clean copy and every corruption ×
 severity. Block ``b`` of ``B`` writes one file per partition, all named ``part-{b:05d}-of-{B:05d}``::
 
-    clean/part-00003-of-00117.parquet
+    data/corruption=clean/severity=0/part-00003-of-00117.parquet
     data/corruption=fog/severity=3/part-00003-of-00117.parquet
+
+(layout v2: clean is a partition of the one hive tree, so every hive reader sees it with the rest.)
 
 An example's key is ``benchmark/frame_id/corruption/severity`` and its RNG is
 ``default_rng(SeedSequence([recipe_seed, stable_hash(key)]))`` — independent of worker count,
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from manifests.manifest import partition_dir
 from manifests.recipe import Recipe
 
 CLEAN = "clean"
@@ -39,9 +42,7 @@ def example_rng(seed: int, key: str) -> np.random.Generator:
 
 
 def partition_path(corruption: str, severity: int, shard: str) -> str:
-    if corruption == CLEAN:
-        return f"{CLEAN}/{shard}.parquet"
-    return f"data/corruption={corruption}/severity={severity}/{shard}.parquet"
+    return f"{partition_dir(corruption, severity)}/{shard}.parquet"
 
 
 @dataclass(frozen=True)

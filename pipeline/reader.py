@@ -1,15 +1,17 @@
 """Reading a built version: filter by corruption / severity / frame, get examples as NumPy.
 
     from pipeline.reader import open_version
-    ds = open_version("bench-out/kitti-c/1.0.0")
+    ds = open_version("bench-out/kitti-c/1.0.0")          # or "s3://bucket/datasets/kitti-c/1.0.0"
     for ex in ds.examples(corruption="translation", severity=3, frames=["000008"]):
-        ex.points      # (N, C) float32 view, columns ex.fields
+        ex.points      # (N, C) float32, writable, columns ex.fields
         ex.point_tag   # (N,) uint8, stages.frame.PointTag
         ex.boxes       # stages.frame.Boxes in the LiDAR frame (or None)
         ex.to_frame()  # a stages.frame.Frame, e.g. to run further stages or export KITTI labels
 
 Only the files of the requested partitions are opened (the manifest says which), and within a file
-only the row groups whose statistics can hold the requested frames.
+only the row groups whose statistics can hold the requested frames. ``s3://`` versions are read in
+place through pyarrow's S3 filesystem (credentials and endpoint from the same AWS chain as publish),
+one row group at a time.
 """
 
 from __future__ import annotations
@@ -18,15 +20,23 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from manifests.manifest import read_manifest
+from manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
 from pipeline.plan import CLEAN
-from pipeline.schema import decode_boxes, decode_calib, decode_points, file_metadata
+from pipeline.schema import (
+    EXAMPLE_COLUMNS,
+    POINT_COLUMNS,
+    decode_boxes,
+    decode_calib,
+    decode_points,
+    file_metadata,
+)
 from stages.frame import Boxes, Calib, Frame
 
 
@@ -39,31 +49,81 @@ class Example:
     points: np.ndarray
     fields: tuple[str, ...]
     point_tag: np.ndarray
-    semantic: np.ndarray | None
     boxes: Boxes | None
     calib: Calib | None
     intensity_scale: str
     info: dict = field(default_factory=dict)  # per-example facts recorded by the stage (JSON column)
+    labels: dict[str, np.ndarray] = field(default_factory=dict)  # optional per-point columns present in the row
+    attrs: dict[str, Any] = field(default_factory=dict)  # optional per-example columns (class_name, split, …)
+
+    @property
+    def semantic(self) -> np.ndarray | None:
+        return self.labels.get("semantic")
 
     def to_frame(self) -> Frame:
-        labels = {"point_tag": self.point_tag}
-        if self.semantic is not None:
-            labels["semantic"] = self.semantic
+        labels = {"point_tag": self.point_tag, **self.labels}
+        info = {**self.info, **{k: v for k, v in self.attrs.items() if v is not None}}
         return Frame(self.frame_id, self.points, self.fields, self.intensity_scale, labels, self.boxes, self.calib,
-                     dict(self.info))
+                     info)
+
+
+def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None
+                   ) -> tuple[Any, str]:
+    """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL."""
+    import pyarrow.fs as pafs
+
+    from pipeline.storage import LocalStore, open_store
+
+    store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
+    if isinstance(store, LocalStore):
+        return pafs.LocalFileSystem(), str(store.root)
+    from pipeline.loaders import s3_filesystem
+
+    return s3_filesystem(endpoint_url=store.endpoint_url, profile=store.profile), \
+        f"{store.bucket}/{store.prefix}".rstrip("/")
 
 
 class Version:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.manifest = read_manifest(self.root)
+    """A built (or pulled, or published) version: its manifest, and its examples read in place."""
+
+    def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None) -> None:
+        self.url = str(root)
+        self.fs, self.base = filesystem_for(root, endpoint_url=endpoint_url, profile=profile)
+        self.root = Path(self.base) if self.is_local else None
+        where = f"{self.url.rstrip('/')}/{MANIFEST_NAME}"
+        try:
+            with self.fs.open_input_stream(f"{self.base}/{MANIFEST_NAME}") as f:
+                text = f.read()
+        except (FileNotFoundError, OSError) as e:
+            if self.is_local or isinstance(e, FileNotFoundError) or "NoSuchKey" in str(e) or "404" in str(e):
+                raise ManifestError(f"{where}: no manifest (is the build finished? `bench-build status` tells; "
+                                    "a published version: `bench-build versions` lists them)") from None
+            raise
+        self.manifest = parse_manifest(text, where)
+        check_manifest(self.manifest, where)  # its paths are data: they must stay inside the version
+        self._metas: dict[str, dict[str, Any]] = {}
+
+    @property
+    def is_local(self) -> bool:
+        import pyarrow.fs as pafs
+
+        return isinstance(self.fs, pafs.LocalFileSystem)
 
     @property
     def corruptions(self) -> list[str]:
         return [c["name"] for c in self.manifest["recipe"]["corruptions"]]
 
-    def files(self, corruption: str | None = None, severity: int | None = None) -> list[Path]:
-        """Files holding the requested partition(s). Severity 0 of any corruption is the clean copy."""
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.manifest["fields"])
+
+    def path(self, rel: str) -> str:
+        return f"{self.base}/{rel}"
+
+    def shards(self, corruption: str | None = None, severity: int | None = None) -> list[dict[str, Any]]:
+        """Manifest entries of the requested partition(s). Severity 0 of any corruption is the clean copy."""
+        if corruption is not None and corruption != CLEAN and corruption not in self.corruptions:
+            raise KeyError(f"{self.url}: no corruption {corruption!r}; it has {', '.join(self.corruptions)}")
         out = []
         for s in self.manifest["shards"]:
             if severity == 0 or corruption == CLEAN:
@@ -74,53 +134,73 @@ class Version:
                     continue
                 if severity is not None and s["severity"] != severity:
                     continue
-            out.append(self.root / s["path"])
+            out.append(s)
         return out
+
+    def files(self, corruption: str | None = None, severity: int | None = None) -> list[Path | str]:
+        """Paths (local) or ``bucket/key`` strings (s3) of the requested partition(s)' files."""
+        return [self.root / s["path"] if self.root is not None else self.path(s["path"])
+                for s in self.shards(corruption, severity)]
+
+    def open_file(self, rel: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.fs.open_input_file(self.path(rel)))
+
+    def read_file(self, entry: dict[str, Any], *, row_groups: Iterable[int] | None = None,
+                  frames: Iterable[str] | None = None, writable: bool = True) -> Iterator[Example]:
+        """The examples of one manifest entry (optionally some row groups / frames only), row group by row group."""
+        pf = self.open_file(entry["path"])
+        meta = file_metadata(pf.schema_arrow)
+        wanted = None if frames is None else pa.array(sorted(set(frames)), pa.string())
+        for rg in range(pf.num_row_groups) if row_groups is None else row_groups:
+            table = pf.read_row_group(rg)
+            if wanted is not None:
+                table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
+                if table.num_rows == 0:
+                    continue
+            yield from rows_of(table, meta, entry["corruption"], entry["severity"], writable=writable)
 
     def examples(self, corruption: str | None = None, severity: int | None = None,
                  frames: Iterable[str] | None = None) -> Iterator[Example]:
         """Examples in manifest order; ``severity=0`` gives the clean frames (labelled ``clean``)."""
-        if corruption is not None and corruption != CLEAN and corruption not in self.corruptions:
-            raise KeyError(f"{self.root}: no corruption {corruption!r}; it has {', '.join(self.corruptions)}")
-        wanted = None if frames is None else sorted(set(frames))
-        for path in self.files(corruption, severity):
-            pf = pq.ParquetFile(path)
-            meta = file_metadata(pf.schema_arrow)
-            fields = tuple(meta["fields"])
-            for rg in range(pf.num_row_groups):
-                table = pf.read_row_group(rg)
-                if wanted is not None:
-                    table = table.filter(pc.is_in(table["frame_id"], value_set=pa.array(wanted)))
-                    if table.num_rows == 0:
-                        continue
-                yield from _rows(table, fields, meta["intensity_scale"])
+        for entry in self.shards(corruption, severity):
+            yield from self.read_file(entry, frames=frames)
 
     def example(self, frame_id: str, corruption: str, severity: int) -> Example:
         for ex in self.examples(corruption, severity, [frame_id]):
             return ex
-        raise KeyError(f"{self.root}: no example ({frame_id}, {corruption}, {severity})")
+        raise KeyError(f"{self.url}: no example ({frame_id}, {corruption}, {severity})")
 
 
-def _rows(table, fields: tuple[str, ...], scale: str) -> Iterator[Example]:
-    points = decode_points(table["points"].combine_chunks(), len(fields))
-    tags = decode_points(table["point_tag"].combine_chunks(), 1)
-    semantic = table["semantic"].to_pylist()
+def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: int, *,
+            writable: bool = True) -> Iterator[Example]:
+    """Examples of a table of v2 rows (one partition: ``corruption``/``severity`` come from its path)."""
+    fields = tuple(meta["fields"])
+    points = decode_points(table["points"].combine_chunks(), writable=writable)
+    tags = decode_points(table["point_tag"].combine_chunks(), writable=writable)
+    labels: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
+    for c in POINT_COLUMNS:
+        if c in table.column_names:
+            col = table[c].combine_chunks()
+            labels[c] = (decode_points(col, writable=writable), col.is_null().to_pylist())
+    attrs = {c: table[c].to_pylist() for c in EXAMPLE_COLUMNS if c in table.column_names}
     boxes = table["boxes"].to_pylist()
     calib = table["calib"].to_pylist()
-    info = table["info"].to_pylist() if "info" in table.column_names else [None] * table.num_rows
-    cols = {k: table[k].to_pylist() for k in ("key", "frame_id", "corruption", "severity")}
+    info = table["info"].to_pylist()
+    keys, frame_ids = table["key"].to_pylist(), table["frame_id"].to_pylist()
     for i in range(table.num_rows):
         yield Example(
-            key=cols["key"][i], frame_id=cols["frame_id"][i], corruption=cols["corruption"][i],
-            severity=cols["severity"][i], points=points[i], fields=fields, point_tag=tags[i].ravel(),
-            semantic=None if semantic[i] is None else np.asarray(semantic[i], dtype=np.uint32),
-            boxes=decode_boxes(boxes[i]), calib=decode_calib(calib[i]), intensity_scale=scale,
+            key=keys[i], frame_id=frame_ids[i], corruption=corruption, severity=severity, points=points[i],
+            fields=fields, point_tag=tags[i],
+            boxes=decode_boxes(boxes[i]), calib=decode_calib(calib[i]), intensity_scale=meta["intensity_scale"],
             info={} if info[i] is None else json.loads(info[i]),
+            labels={c: v[i] for c, (v, null) in labels.items() if not null[i]},
+            attrs={c: v[i] for c, v in attrs.items()},
         )
 
 
-def open_version(root: str | Path) -> Version:
-    return Version(root)
+def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None) -> Version:
+    """A version directory or URL (path, ``file://``, ``s3://bucket/prefix/<dataset>/<version>``)."""
+    return Version(root, endpoint_url=endpoint_url, profile=profile)
 
 
 def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity: int,

@@ -1,27 +1,48 @@
-"""The public row schema: one Parquet row per example (stable; documented in the README).
+"""The public row schema, layout v2: one Parquet row per example (documented in the README).
 
-| column      | type                         | meaning                                                    |
-|-------------|------------------------------|------------------------------------------------------------|
-| key         | string                       | ``benchmark/frame_id/corruption/severity``                 |
-| frame_id    | string                       | source frame id                                            |
-| corruption  | string                       | corruption name; ``clean`` for severity 0                  |
-| severity    | int32                        | 0 (clean) … S                                              |
-| num_points  | int32                        | N                                                          |
-| points      | list<float32>                | row-major N×C; C and the field names in the schema metadata |
-| point_tag   | list<uint8>                  | per-point provenance (`stages.frame.PointTag`), length N   |
-| semantic    | list<uint32>, nullable       | per-point semantic labels when the source has them         |
-| boxes       | list<struct>, nullable       | 3D boxes in the LiDAR frame + KITTI label fields           |
-| calib       | struct, nullable             | KITTI calibration (row-major matrices)                     |
-| info        | string (JSON), nullable      | per-example facts stages record (ring method, drawn α, …)  |
+Core columns (every file of every build)::
 
-File metadata key ``bench_build`` holds JSON: schema version, point fields, intensity scale,
-benchmark, version, recipe fingerprint, shard name, corruption, severity, stage, stage version and
-the stage parameters of that severity.
+| column      | type                                  | meaning                                                |
+|-------------|---------------------------------------|--------------------------------------------------------|
+| key         | string                                | ``benchmark/frame_id/corruption/severity``             |
+| frame_id    | string                                | source frame (or object) id                            |
+| num_points  | int32                                 | N                                                      |
+| points      | list<fixed_size_list<float32, C>>     | N×C; C = len(fields) (x, y, z, intensity[, ring, …])   |
+| point_tag   | list<uint8>                           | per-point provenance (`stages.frame.PointTag`), len N  |
+| boxes       | list<struct>, nullable                | 3D boxes, LiDAR frame, OpenPCDet ``gt_boxes_lidar``    |
+| calib       | struct, nullable                      | KITTI calibration (row-major matrices)                 |
+| info        | string (JSON), nullable               | per-example facts stages record (ring method, drawn α) |
+
+``corruption`` (string, ``clean`` for severity 0) and ``severity`` (int) are **not** in the files: they
+are the hive partition keys ``data/corruption=<c>/severity=<s>/``, so each reader's discovery gives them
+exactly one type (pyarrow.dataset: string/int32; pandas: category; DuckDB: VARCHAR/BIGINT) and there is
+never a second, disagreeing copy. ``key`` carries both for a file read on its own.
+
+Optional columns are declared by the source (``Source.columns``) and then present in every file of the
+build (so all files share one schema and DuckDB/pyarrow unify them), absent otherwise:
+
+- per point (``list<T>`` of length N, from ``Frame.labels[name]``): ``semantic`` uint32 (raw label id of
+  the source, e.g. SemanticKITTI's), ``instance`` uint32, ``sigma`` / ``mu`` float32 (ModelNet40-E's
+  per-point noise σ and mean μ);
+- per example (from ``Frame.info[name]``, promoted out of the ``info`` JSON): ``class_name`` string,
+  ``class_id`` int32, ``split`` string, ``track`` string (3DOS), ``scenario`` string, ``known`` bool
+  (open-set known class), ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64.
+
+A null value means "not known for this example". Box convention (``gt_boxes_lidar`` of OpenPCDet):
+``x, y, z`` the box's geometric centre in the LiDAR frame (m), ``dx, dy, dz`` = length, width, height (m),
+``heading`` the yaw about +z in radians, 0 = facing +x, counter-clockwise positive. ``truncated``,
+``occluded``, ``alpha``, ``bbox2d`` are KITTI's image-side fields; ``track_id``, ``vx``, ``vy`` (m/s) are for
+sources with tracks/velocities; all of these are null when the source has no such field.
+
+File metadata key ``bench_build`` holds JSON: schema version, point fields, intensity scale, optional
+columns, benchmark, version, recipe fingerprint, shard name, corruption, severity, stage, stage version
+and the stage parameters of that severity (the same per-partition table is in the manifest and card).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +50,9 @@ import pyarrow as pa
 
 from stages.frame import Boxes, Calib, Frame
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METADATA_KEY = b"bench_build"
+PARTITION_KEYS = ("corruption", "severity")  # hive directory keys, never stored in-file
 
 BOX_TYPE = pa.struct(
     [
@@ -42,31 +64,67 @@ BOX_TYPE = pa.struct(
         ("occluded", pa.int8()),
         ("alpha", pa.float32()),
         ("bbox2d", pa.list_(pa.float32(), 4)),
+        ("track_id", pa.string()),
+        ("vx", pa.float32()), ("vy", pa.float32()),
     ]
 )
 CALIB_KEYS = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam", "Tr_imu_to_velo")
 CALIB_TYPE = pa.struct([(k, pa.list_(pa.float64())) for k in CALIB_KEYS])
 
-ROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("frame_id", pa.string()),
-        ("corruption", pa.string()),
-        ("severity", pa.int32()),  # int32: what hive partition discovery infers
-        ("num_points", pa.int32()),
-        ("points", pa.list_(pa.float32())),
-        ("point_tag", pa.list_(pa.uint8())),
-        ("semantic", pa.list_(pa.uint32())),
-        ("boxes", pa.list_(BOX_TYPE)),
-        ("calib", CALIB_TYPE),
-        ("info", pa.string()),
-    ]
-)
+#: Optional per-point columns: name → element type (the column is ``list<type>``, one value per point).
+POINT_COLUMNS: dict[str, pa.DataType] = {
+    "semantic": pa.uint32(), "instance": pa.uint32(), "sigma": pa.float32(), "mu": pa.float32(),
+}
+#: Optional per-example columns: name → type (the value comes from ``Frame.info[name]``).
+EXAMPLE_COLUMNS: dict[str, pa.DataType] = {
+    "class_name": pa.string(), "class_id": pa.int32(), "split": pa.string(), "track": pa.string(),
+    "scenario": pa.string(), "known": pa.bool_(), "sequence": pa.string(), "timestamp_us": pa.int64(),
+}
+OPTIONAL_COLUMNS = (*POINT_COLUMNS, *EXAMPLE_COLUMNS)
 
 
-def schema_with_metadata(meta: dict[str, Any]) -> pa.Schema:
-    return ROW_SCHEMA.with_metadata({METADATA_KEY: json.dumps({"schema_version": SCHEMA_VERSION, **meta},
-                                                              sort_keys=True).encode()})
+def points_type(width: int) -> pa.DataType:
+    return pa.list_(pa.list_(pa.float32(), width))
+
+
+def canonical_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    """Declared optional columns in canonical order; an unknown name is an error (a typo would lose data)."""
+    unknown = sorted(set(columns) - set(OPTIONAL_COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown optional column(s) {unknown}; known: {', '.join(OPTIONAL_COLUMNS)}")
+    return tuple(c for c in OPTIONAL_COLUMNS if c in set(columns))
+
+
+def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Sequence[str] = ()) -> pa.Schema:
+    """The Arrow schema of a build whose points have ``fields`` and whose source declares ``columns``."""
+    cols = canonical_columns(columns)
+    return pa.schema(
+        [
+            ("key", pa.string()),
+            ("frame_id", pa.string()),
+            ("num_points", pa.int32()),
+            pa.field("points", points_type(len(fields)), metadata={b"fields": ",".join(fields).encode()}),
+            ("point_tag", pa.list_(pa.uint8())),
+            *[(c, pa.list_(POINT_COLUMNS[c])) for c in cols if c in POINT_COLUMNS],
+            ("boxes", pa.list_(BOX_TYPE)),
+            ("calib", CALIB_TYPE),
+            *[(c, EXAMPLE_COLUMNS[c]) for c in cols if c in EXAMPLE_COLUMNS],
+            ("info", pa.string()),
+        ]
+    )
+
+
+#: The schema of a KITTI-like build (x, y, z, intensity; no optional column).
+ROW_SCHEMA = row_schema()
+
+
+def schema_with_metadata(meta: dict[str, Any], fields: Sequence[str] | None = None,
+                         columns: Sequence[str] | None = None) -> pa.Schema:
+    """The row schema with the ``bench_build`` footer JSON (``fields``/``columns`` default to ``meta``'s)."""
+    fields = tuple(fields if fields is not None else meta.get("fields", ("x", "y", "z", "intensity")))
+    columns = canonical_columns(columns if columns is not None else meta.get("columns", ()))
+    body = {"schema_version": SCHEMA_VERSION, **meta, "fields": list(fields), "columns": list(columns)}
+    return row_schema(fields, columns).with_metadata({METADATA_KEY: json.dumps(body, sort_keys=True).encode()})
 
 
 def file_metadata(schema: pa.Schema) -> dict[str, Any]:
@@ -74,45 +132,62 @@ def file_metadata(schema: pa.Schema) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def encode_rows(examples: list[tuple[str, str, int, Frame]]) -> pa.RecordBatch:
-    """A record batch of examples ``(key, corruption, severity, frame)`` — vectorised, no per-point loops."""
-    n = len(examples)
+def _list_array(counts: np.ndarray, values: pa.Array) -> pa.ListArray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """A record batch of examples ``(key, corruption, severity, frame)`` in ``schema`` (default: derived from
+    the first frame's fields, no optional column) — vectorised, no per-point loops. Corruption and severity
+    are the file's partition, not columns."""
     frames = [e[3] for e in examples]
+    if schema is None:
+        schema = row_schema(frames[0].fields if frames else ("x", "y", "z", "intensity"))
+    width = schema.field("points").type.value_type.list_size
+    columns = [n for n in schema.names if n in OPTIONAL_COLUMNS]
+    for f in frames:
+        if f.points.shape[1] != width:
+            raise ValueError(f"frame {f.frame_id}: {f.points.shape[1]} point fields {f.fields}, the build's files "
+                             f"have {width}")
+        extra = sorted(set(f.labels) - {"point_tag"} - set(columns))
+        if extra:
+            raise ValueError(f"frame {f.frame_id}: per-point label(s) {extra} are not columns of this build "
+                             f"(declared: {columns or 'none'}); declare them in the source's `columns`")
     counts = np.array([len(f) for f in frames], dtype=np.int64)
-    widths = {f.points.shape[1] for f in frames}
-    if len(widths) > 1:
-        raise ValueError(f"examples of one file must share their point fields, got widths {sorted(widths)}")
-    width = widths.pop() if widths else 4
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts * width, out=offsets[1:])
-    points = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate([f.points.ravel() for f in frames])
-                                                                   if n else np.zeros(0, np.float32)))
-    tag_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=tag_offsets[1:])
-    tags = pa.ListArray.from_arrays(pa.array(tag_offsets), pa.array(
-        np.concatenate([f.point_tag.astype(np.uint8) for f in frames]) if n else np.zeros(0, np.uint8)))
-    semantic = [None if "semantic" not in f.labels else f.labels["semantic"].astype(np.uint32) for f in frames]
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([e[0] for e in examples], pa.string()),
-            pa.array([f.frame_id for f in frames], pa.string()),
-            pa.array([e[1] for e in examples], pa.string()),
-            pa.array([e[2] for e in examples], pa.int32()),
-            pa.array(counts.astype(np.int32)),
-            points,
-            tags,
-            pa.array(semantic, pa.list_(pa.uint32())),
-            pa.array([_boxes_to_py(f.boxes) for f in frames], pa.list_(BOX_TYPE)),
-            pa.array([None if f.calib is None else _calib_to_py(f.calib) for f in frames], CALIB_TYPE),
-            pa.array([json.dumps(dict(f.info), sort_keys=True) if f.info else None for f in frames], pa.string()),
-        ],
-        schema=ROW_SCHEMA,
-    )
+    flat = np.concatenate([f.points.ravel() for f in frames]) if frames else np.zeros(0, np.float32)
+    points = _list_array(counts, pa.FixedSizeListArray.from_arrays(pa.array(flat), width))
+    tags = _list_array(counts, pa.array(np.concatenate([f.point_tag.astype(np.uint8) for f in frames])
+                                        if frames else np.zeros(0, np.uint8)))
+    arrays: dict[str, pa.Array] = {
+        "key": pa.array([e[0] for e in examples], pa.string()),
+        "frame_id": pa.array([f.frame_id for f in frames], pa.string()),
+        "num_points": pa.array(counts.astype(np.int32)),
+        "points": points,
+        "point_tag": tags,
+        "boxes": pa.array([_boxes_to_py(f.boxes) for f in frames], pa.list_(BOX_TYPE)),
+        "calib": pa.array([None if f.calib is None else _calib_to_py(f.calib) for f in frames], CALIB_TYPE),
+    }
+    for c in columns:
+        if c in POINT_COLUMNS:
+            arrays[c] = pa.array([None if c not in f.labels else np.asarray(f.labels[c]).astype(
+                POINT_COLUMNS[c].to_pandas_dtype()) for f in frames], pa.list_(POINT_COLUMNS[c]))
+        else:
+            arrays[c] = pa.array([f.info.get(c) for f in frames], EXAMPLE_COLUMNS[c])
+    info = []
+    for f in frames:
+        rest = {k: v for k, v in f.info.items() if k not in columns}
+        info.append(json.dumps(rest, sort_keys=True) if rest else None)
+    arrays["info"] = pa.array(info, pa.string())
+    return pa.RecordBatch.from_arrays([arrays[n] for n in schema.names], schema=schema)
 
 
 def _boxes_to_py(boxes: Boxes | None) -> list[dict[str, Any]] | None:
     if boxes is None:
         return None
+    track = getattr(boxes, "track_id", None)
+    velocity = getattr(boxes, "velocity", None)
     return [
         {
             "cls": str(boxes.cls[j]),
@@ -123,6 +198,9 @@ def _boxes_to_py(boxes: Boxes | None) -> list[dict[str, Any]] | None:
             "occluded": int(boxes.occluded[j]),
             "alpha": boxes.alpha[j],
             "bbox2d": [float(v) for v in boxes.bbox2d[j]],
+            "track_id": None if track is None else str(track[j]),
+            "vx": None if velocity is None else float(velocity[j, 0]),
+            "vy": None if velocity is None else float(velocity[j, 1]),
         }
         for j in range(len(boxes))
     ]
@@ -133,15 +211,25 @@ def _calib_to_py(calib: Calib) -> dict[str, list[float] | None]:
     return {k: d.get(k) for k in CALIB_KEYS}
 
 
-def decode_points(column: pa.ChunkedArray | pa.ListArray, width: int) -> list[np.ndarray]:
-    """Per-row N×C float32 arrays from a ``points`` column (views into Arrow buffers, no copies)."""
+def decode_points(column: pa.ChunkedArray | pa.ListArray, *, writable: bool = True) -> list[np.ndarray]:
+    """Per-row N×C (``list<fixed_size_list>``) or N (``list<T>``) arrays of a list column.
+
+    One copy of the whole column's values when ``writable`` (so the rows are writable views into it, and
+    ``torch.from_numpy`` does not warn); zero-copy read-only views into the Arrow buffers otherwise."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     out: list[np.ndarray] = []
     for chunk in chunks:
-        flat = chunk.values.to_numpy(zero_copy_only=True)
+        if not len(chunk):
+            continue
+        values = chunk.flatten()  # this chunk's elements only (respects a slice's offset)
         offsets = chunk.offsets.to_numpy()
-        for i in range(len(chunk)):
-            out.append(flat[offsets[i]: offsets[i + 1]].reshape(-1, width))
+        offsets = offsets - offsets[0]
+        if pa.types.is_fixed_size_list(values.type):
+            flat = values.flatten().to_numpy(zero_copy_only=False).reshape(-1, values.type.list_size)
+        else:
+            flat = values.to_numpy(zero_copy_only=False)
+        base = np.array(flat, copy=True) if writable else flat
+        out.extend(base[offsets[i]: offsets[i + 1]] for i in range(len(chunk)))
     return out
 
 
@@ -155,10 +243,10 @@ def decode_boxes(rows: list[dict[str, Any]] | None) -> Boxes | None:
         dims=np.array([[r["dx"], r["dy"], r["dz"]] for r in rows], dtype=np.float64),
         heading=np.array([r["heading"] for r in rows], dtype=np.float64),
         cls=np.array([r["cls"] for r in rows], dtype=object),
-        truncated=np.array([r["truncated"] for r in rows], dtype=np.float64),
-        occluded=np.array([r["occluded"] for r in rows], dtype=np.int64),
-        alpha=np.array([r["alpha"] for r in rows], dtype=np.float64),
-        bbox2d=np.array([r["bbox2d"] for r in rows], dtype=np.float64),
+        truncated=np.array([np.nan if r["truncated"] is None else r["truncated"] for r in rows], dtype=np.float64),
+        occluded=np.array([-1 if r["occluded"] is None else r["occluded"] for r in rows], dtype=np.int64),
+        alpha=np.array([np.nan if r["alpha"] is None else r["alpha"] for r in rows], dtype=np.float64),
+        bbox2d=np.array([[np.nan] * 4 if r["bbox2d"] is None else r["bbox2d"] for r in rows], dtype=np.float64),
     )
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from manifests.manifest import config_name, partition_dir
 from manifests.recipe import Recipe, _jsonable
 from pipeline.ledger import Ledger
 from pipeline.plan import CLEAN, ShardSpec, example_key, example_rng
-from pipeline.schema import encode_rows, schema_with_metadata
+from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
 from pipeline.sources.base import Source, SourceError
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store
 from stages.frame import Frame
@@ -31,10 +32,31 @@ ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can s
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "compression_level": 3,
-    "use_dictionary": ["frame_id", "corruption", "boxes.list.element.cls"],
-    "use_byte_stream_split": ["points.list.element"],
-    "write_statistics": ["key", "frame_id", "corruption", "severity", "num_points"],
+    "use_dictionary": ["frame_id", "boxes.list.element.cls", "class_name", "split", "track", "scenario",
+                       "sequence"],
+    "use_byte_stream_split": ["points.list.element.list.element", "sigma.list.element", "mu.list.element"],
+    "write_statistics": ["key", "frame_id", "num_points"],
 }
+
+
+def partition_meta(recipe: Recipe, corruption: str, severity: int) -> dict[str, Any]:
+    """What a partition is: its stage, stage version and that severity's parameters (``stage`` None for clean).
+
+    The same dict is written into each of the partition's file footers and into the manifest's
+    ``partitions`` table, so no reader has to guess one partition's parameters from another's file."""
+    if corruption == CLEAN:
+        return {"corruption": CLEAN, "severity": 0, "stage": None}
+    entry = recipe.corruption(corruption)
+    stage = get_stage(entry.stage)
+    return {"corruption": corruption, "severity": severity, "stage": stage.name, "stage_version": stage.version,
+            "params": _jsonable(asdict(entry.params_for(severity)))}
+
+
+def partition_table(recipe: Recipe) -> dict[str, dict[str, Any]]:
+    """The manifest's ``partitions``: ``"fog/3"`` → what the partition is, where it lives, its card config."""
+    parts = [(CLEAN, 0)] + [(c.name, s) for c in recipe.corruptions for s in range(1, recipe.severities + 1)]
+    return {f"{c}/{s}": {**partition_meta(recipe, c, s), "path": partition_dir(c, s), "config": config_name(c, s)}
+            for c, s in parts}
 
 
 def _write_parquet(path: Path, schema, batches) -> int:
@@ -57,15 +79,15 @@ def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None
     return rows, staged.size, staged.sha256
 
 
-def _batches(examples, size: int = ROW_GROUP_EXAMPLES):
+def _batches(examples, schema, size: int = ROW_GROUP_EXAMPLES):
     buf = []
     for ex in examples:
         buf.append(ex)
         if len(buf) == size:
-            yield encode_rows(buf)
+            yield encode_rows(buf, schema)
             buf = []
     if buf:
-        yield encode_rows(buf)
+        yield encode_rows(buf, schema)
 
 
 class ShardFailed(RuntimeError):
@@ -107,22 +129,20 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
+        "columns": list(canonical_columns(getattr(source, "columns", ()))),
     }
     files = []
     for corruption, severity, rel in spec.partitions(recipe):
         t = time.perf_counter()
+        meta = {**base_meta, **partition_meta(recipe, corruption, severity)}
         if corruption == CLEAN:
-            meta = {**base_meta, "corruption": CLEAN, "severity": 0, "stage": None}
 
             def examples(corruption=corruption):
                 for f in frames:
                     yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
         else:
-            entry = recipe.corruption(corruption)
-            stage = get_stage(entry.stage)
-            params = entry.params_for(severity)
-            meta = {**base_meta, "corruption": corruption, "severity": severity, "stage": stage.name,
-                    "stage_version": stage.version, "params": _jsonable(asdict(params))}
+            stage = get_stage(recipe.corruption(corruption).stage)
+            params = recipe.corruption(corruption).params_for(severity)
 
             def examples(corruption=corruption, severity=severity, stage=stage, params=params):
                 for f in frames:
@@ -133,7 +153,8 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
                     yield key, corruption, severity, out
-        rows, size, sha256 = write_parquet_atomic(rel, schema_with_metadata(meta), _batches(examples()), store)
+        schema = schema_with_metadata(meta)
+        rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema), store)
         files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
                       "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
         if on_file is not None:

@@ -49,6 +49,8 @@ DATASETS = ("shapenet", "modelnet40", "scanobjectnn")
 
 class ThreeDOSSource:
     kind = "3dos"
+    columns = ("class_name", "class_id", "split", "track", "scenario", "known", "synset", "model_id",
+               "unknown_set", "domain")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
     columns = ("class_name", "class_id", "split", "track", "scenario", "known", "unknown_set", "domain", "synset",

@@ -3,7 +3,7 @@
 - `load_real_chunk`: read and preprocess a chunk of real scans (STF / Boreas / KITTI ``.bin``);
   the preprocessed arrays go to the driver, which trains on them.
 - `extract_partition_file`: one Parquet file of the build (a shard × partition): read only the
-  sampled frames' rows (``key``, ``frame_id``, ``severity``, ``points``), preprocess, run the trained
+  sampled frames' rows (``key``, ``frame_id``, ``points``; severity from the file's footer), preprocess, run the trained
   PointNet and return only logits and global features — point data never reaches the driver.
 
 Task bodies never raise for bad input: they return ``{"error": message}`` (naming the file), which
@@ -85,20 +85,20 @@ def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess
     sev: list[int] = []
     clouds: list[np.ndarray] = []
     for rg in range(pf.num_row_groups):
-        table = pf.read_row_group(rg, columns=["key", "frame_id", "severity", "points"])
+        table = pf.read_row_group(rg, columns=["key", "frame_id", "points"])
         if wanted is not None:
             table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
         if table.num_rows == 0:
             continue
         keys = table["key"].to_pylist()
-        for key, fid, s, pts in zip(keys, table["frame_id"].to_pylist(), table["severity"].to_pylist(),
-                                    decode_points(table["points"].combine_chunks(), len(fields)), strict=True):
+        for key, fid, pts in zip(keys, table["frame_id"].to_pylist(),
+                                 decode_points(table["points"].combine_chunks(), writable=False), strict=True):
             try:
                 clouds.append(prep.apply(pts, fields, scale, key, seed))
             except (EmptyScanError, ValueError) as e:
                 return {"error": f"{path}: {e}"}
             ids.append(fid)
-            sev.append(int(s))
+            sev.append(int(meta["severity"]))  # layout v2: the partition key, in the footer (not a column)
     dim = model_cfg.feature_dim
     if not clouds:
         return {"frame_id": [], "severity": [], "logits": np.zeros((0, model_cfg.classes), np.float32),

@@ -90,3 +90,19 @@ def s3env(seaweed, monkeypatch) -> S3TestServer:
 def s3prefix(s3env) -> str:
     """A fresh prefix in the test bucket (tests share one server)."""
     return f"s3://{s3env.bucket}/t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
+    """A finished 4-frame build of the small recipe (4 corruptions × 5 severities + clean = 21 partitions,
+    2 shards): the version directory. Shared by the reader and loader tests; tests must not modify it."""
+    from pipeline.build import run_build
+    from tests.conftest import SMALL_RECIPE
+
+    tmp = tmp_path_factory.mktemp("mini-build")
+    recipe = tmp / "mini-c.toml"
+    recipe.write_text(SMALL_RECIPE)
+    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=2,
+                    max_frames=4, frames_per_shard=2, progress=False)
+    assert res.ok
+    return res.version_dir

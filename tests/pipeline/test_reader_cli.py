@@ -6,11 +6,11 @@ import json
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.build import run_build
 from pipeline.cli import app
 from pipeline.reader import export_kitti, open_version
 from pipeline.sources.kitti import KittiSource
@@ -18,17 +18,9 @@ from pipeline.sources.kitti import KittiSource
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, demo_kitti_master):
-    from tests.conftest import SMALL_RECIPE
-
-    tmp = tmp_path_factory.mktemp("built")
-    recipe = tmp / "mini-c.toml"
-    recipe.write_text(SMALL_RECIPE)
-    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=2,
-                    max_frames=4, frames_per_shard=2, progress=False)
-    assert res.ok
-    return res.version_dir
+@pytest.fixture
+def built(mini_build):
+    return mini_build
 
 
 def test_reader_filters_and_decodes(built, demo_kitti_master):
@@ -62,17 +54,16 @@ def test_plain_pyarrow_and_duckdb(built):
     t = pads.dataset(built / "data", format="parquet", partitioning="hive").to_table(
         filter=(pads.field("corruption") == "gaussian_rad") & (pads.field("severity") == 3))
     assert t.num_rows == 4
-    fields = json.loads(t.schema.metadata[b"bench_build"])["fields"]
-    col = t["points"].combine_chunks()
-    pts = col.values.to_numpy().reshape(-1, len(fields))
-    assert len(pts) == sum(t["num_points"].to_pylist())
+    assert t.schema.field("severity").type == pa.int32() and t.schema.field("corruption").type == pa.string()
+    pts = np.array(t["points"][0].as_py(), dtype=np.float32)  # N×C straight from the column type
+    assert pts.shape == (t["num_points"][0].as_py(), 4)
     rows = duckdb.sql(
         f"SELECT corruption, severity, count(*) AS n FROM read_parquet('{built}/data/**/*.parquet', "
         "hive_partitioning = true) GROUP BY ALL ORDER BY ALL").fetchall()
-    assert len(rows) == 4 * 5 and all(n == 4 for *_, n in rows)
+    assert len(rows) == 1 + 4 * 5 and all(n == 4 for *_, n in rows)  # clean is a partition of the same tree
     by_part = manifest["counts"]["by_partition"]
     assert {(c, s): n for c, s, n in rows} == {
-        (k.split("/")[0], int(k.split("/")[1])): v["examples"] for k, v in by_part.items() if not k.startswith("clean")}
+        (k.split("/")[0], int(k.split("/")[1])): v["examples"] for k, v in by_part.items()}
 
 
 def test_export_writes_labels_of_the_corrupted_scene(built, tmp_path):
@@ -93,6 +84,7 @@ def test_list_status_verify_and_demo_data(built, tmp_path):
     assert out.exit_code == 0 and "kitti-c" in out.output and "uniform_rad" in out.output
     out = runner.invoke(app, ["verify", str(built)])
     assert out.exit_code == 0 and "OK: 42 files verified" in out.output
+    assert not (built / "clean").exists() and (built / "data" / "corruption=clean" / "severity=0").is_dir()
     out = runner.invoke(app, ["verify", str(tmp_path)])
     assert out.exit_code == 2 and "no manifest" in out.output
     out = runner.invoke(app, ["demo-data", str(tmp_path / "d"), "--frames", "1"])
@@ -101,3 +93,16 @@ def test_list_status_verify_and_demo_data(built, tmp_path):
     assert KittiSource(tmp_path / "d").list_frames() == ["000000"]
     out = runner.invoke(app, ["run", "no-such-benchmark"])
     assert out.exit_code == 2 and "unknown benchmark" in out.output
+
+
+def test_layout_v1_is_refused_with_a_clear_message(built, tmp_path):
+    import shutil
+
+    old = tmp_path / "v1"
+    shutil.copytree(built, old, ignore=shutil.ignore_patterns("_ledger"))
+    manifest = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": 1}))
+    with pytest.raises(ValueError, match="manifest_version 1 is layout v1 .* rebuild it"):
+        open_version(old)
+    out = runner.invoke(app, ["verify", str(old)])
+    assert out.exit_code == 2 and "layout v1" in out.output and "rebuild" in out.output
