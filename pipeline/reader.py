@@ -62,9 +62,9 @@ class Example:
 
     def to_frame(self) -> Frame:
         labels = {"point_tag": self.point_tag, **self.labels}
-        info = {**self.info, **{k: v for k, v in self.attrs.items() if v is not None}}
+        attrs = {k: v for k, v in self.attrs.items() if v is not None}
         return Frame(self.frame_id, self.points, self.fields, self.intensity_scale, labels, self.boxes, self.calib,
-                     info)
+                     dict(self.info), attrs=attrs)
 
 
 def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None

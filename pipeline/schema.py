@@ -23,10 +23,14 @@ build (so all files share one schema and DuckDB/pyarrow unify them), absent othe
 
 - per point (``list<T>`` of length N, from ``Frame.labels[name]``): ``semantic`` uint32 (raw label id of
   the source, e.g. SemanticKITTI's), ``instance`` uint32, ``sigma`` / ``mu`` float32 (ModelNet40-E's
-  per-point noise σ and mean μ);
-- per example (from ``Frame.info[name]``, promoted out of the ``info`` JSON): ``class_name`` string,
-  ``class_id`` int32, ``split`` string, ``track`` string (3DOS), ``scenario`` string, ``known`` bool
-  (open-set known class), ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64.
+  per-point noise σ and mean μ), ``mask`` uint8 (ScanObjectNN's per-point object/background mask);
+- per example (from ``Frame.attrs[name]``, the source's facts): ``class_name`` string, ``class_id`` int32,
+  ``split`` string, ``track`` string (3DOS), ``scenario`` string, ``known`` bool (open-set known class),
+  ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64, ``synset`` / ``model_id`` string
+  (ShapeNetCore).
+
+A frame carrying a per-point label or a source attribute that is not a declared column is refused (it would
+otherwise be lost without a word).
 
 A null value means "not known for this example". Box convention (``gt_boxes_lidar`` of OpenPCDet):
 ``x, y, z`` the box's geometric centre in the LiDAR frame (m), ``dx, dy, dz`` = length, width, height (m),
@@ -74,11 +78,13 @@ CALIB_TYPE = pa.struct([(k, pa.list_(pa.float64())) for k in CALIB_KEYS])
 #: Optional per-point columns: name → element type (the column is ``list<type>``, one value per point).
 POINT_COLUMNS: dict[str, pa.DataType] = {
     "semantic": pa.uint32(), "instance": pa.uint32(), "sigma": pa.float32(), "mu": pa.float32(),
+    "mask": pa.uint8(),
 }
-#: Optional per-example columns: name → type (the value comes from ``Frame.info[name]``).
+#: Optional per-example columns: name → type (the value comes from ``Frame.attrs[name]``, the source's facts).
 EXAMPLE_COLUMNS: dict[str, pa.DataType] = {
     "class_name": pa.string(), "class_id": pa.int32(), "split": pa.string(), "track": pa.string(),
     "scenario": pa.string(), "known": pa.bool_(), "sequence": pa.string(), "timestamp_us": pa.int64(),
+    "synset": pa.string(), "model_id": pa.string(),
 }
 OPTIONAL_COLUMNS = (*POINT_COLUMNS, *EXAMPLE_COLUMNS)
 
@@ -155,6 +161,10 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema |
         if extra:
             raise ValueError(f"frame {f.frame_id}: per-point label(s) {extra} are not columns of this build "
                              f"(declared: {columns or 'none'}); declare them in the source's `columns`")
+        extra = sorted(set(f.attrs) - set(columns))
+        if extra:
+            raise ValueError(f"frame {f.frame_id}: source attribute(s) {extra} are not columns of this build "
+                             f"(declared: {columns or 'none'}); declare them in the source's `columns`")
     counts = np.array([len(f) for f in frames], dtype=np.int64)
     flat = np.concatenate([f.points.ravel() for f in frames]) if frames else np.zeros(0, np.float32)
     points = _list_array(counts, pa.FixedSizeListArray.from_arrays(pa.array(flat), width))
@@ -174,12 +184,9 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema |
             arrays[c] = pa.array([None if c not in f.labels else np.asarray(f.labels[c]).astype(
                 POINT_COLUMNS[c].to_pandas_dtype()) for f in frames], pa.list_(POINT_COLUMNS[c]))
         else:
-            arrays[c] = pa.array([f.info.get(c) for f in frames], EXAMPLE_COLUMNS[c])
-    info = []
-    for f in frames:
-        rest = {k: v for k, v in f.info.items() if k not in columns}
-        info.append(json.dumps(rest, sort_keys=True) if rest else None)
-    arrays["info"] = pa.array(info, pa.string())
+            arrays[c] = pa.array([f.attrs.get(c) for f in frames], EXAMPLE_COLUMNS[c])
+    arrays["info"] = pa.array([json.dumps(dict(f.info), sort_keys=True) if f.info else None for f in frames],
+                              pa.string())
     return pa.RecordBatch.from_arrays([arrays[n] for n in schema.names], schema=schema)
 
 

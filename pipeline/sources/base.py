@@ -21,6 +21,9 @@ class Source(Protocol):
     kind: str
     fields: tuple[str, ...]
     intensity_scale: str
+    # Optional: ``columns``, a tuple of the optional row columns this source fills (names from
+    # pipeline/schema.py: per-point labels such as "semantic", per-example attrs such as "class_name");
+    # absent → none. Every file of a build then has them, null where a frame lacks one.
 
     def list_frames(self) -> list[str]:
         """Frame ids in a stable order (cheap: no scan is decoded)."""

@@ -95,6 +95,7 @@ class ModelNet40H5Source:
     """ModelNet40 point clouds from PointNet's HDF5 files; one frame per shape of the chosen split."""
 
     kind = "modelnet40"
+    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 
@@ -197,6 +198,7 @@ class ModelNet40MeshSource:
     """ModelNet40 OFF meshes, each sampled to ``num_points`` surface points (area-weighted, unit sphere)."""
 
     kind = "modelnet40-off"
+    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

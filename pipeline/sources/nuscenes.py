@@ -109,6 +109,7 @@ class NuScenesSource:
     """Reads the LIDAR_TOP key frames of a nuScenes split, with lidarseg labels and boxes in the LiDAR frame."""
 
     kind = "nuscenes"
+    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity", "ring")
     intensity_scale = "byte"
 

@@ -34,6 +34,7 @@ SPLITS = ("training", "test")
 
 class ScanObjectNNSource:
     kind = "scanobjectnn"
+    columns = ("mask", "class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

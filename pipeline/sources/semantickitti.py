@@ -84,6 +84,7 @@ class SemanticKittiSource:
     """Reads SemanticKITTI scans + labels of the sequences of ``split`` (default ``val`` = sequence 08)."""
 
     kind = "semantickitti"
+    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity")
     intensity_scale = "unit"
 

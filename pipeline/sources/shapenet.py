@@ -63,6 +63,7 @@ def hash_split(model_id: str) -> str:
 
 class ShapeNetCoreSource:
     kind = "shapenet"
+    columns = ("class_name", "synset", "model_id", "split")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

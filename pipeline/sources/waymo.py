@@ -193,6 +193,7 @@ class WaymoSource:
     """Reads TOP-laser first returns of Waymo v2 frames (with semantic labels and boxes when present)."""
 
     kind = "waymo"
+    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity", "ring", "elongation")
     intensity_scale = "tanh"
 

@@ -102,7 +102,7 @@ def test_layout_v1_is_refused_with_a_clear_message(built, tmp_path):
     shutil.copytree(built, old, ignore=shutil.ignore_patterns("_ledger"))
     manifest = json.loads((old / "manifest.json").read_text())
     (old / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": 1}))
-    with pytest.raises(ValueError, match="manifest_version 1 is layout v1 .* rebuild it"):
+    with pytest.raises(ValueError, match=r"manifest_version 1 is layout v1 .* rebuild it"):
         open_version(old)
     out = runner.invoke(app, ["verify", str(old)])
     assert out.exit_code == 2 and "layout v1" in out.output and "rebuild" in out.output
