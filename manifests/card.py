@@ -88,6 +88,17 @@ def yaml_header(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def card_with_header(card: str, manifest: dict[str, Any]) -> str:
+    """``card`` with its YAML header regenerated from ``manifest`` (e.g. a partial pull's: only the configs of
+    the partitions it holds); a card without a header gets one."""
+    body = card
+    if card.startswith("---\n"):
+        end = card.find("\n---\n", 4)
+        if end != -1:
+            body = card[end + len("\n---\n"):]
+    return yaml_header(manifest) + "\n\n" + body.lstrip("\n")
+
+
 def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
     """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]

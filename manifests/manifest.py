@@ -10,6 +10,7 @@
                                 "path": "data/corruption=clean/severity=0", "config": "clean"},
                     "fog/3": {"corruption": "fog", "severity": 3, "stage": "fog", "stage_version": 1,
                               "params": {...}, "path": "data/corruption=fog/severity=3", "config": "fog_3"}},
+     "shard_frames": {"part-00000-of-00117": ["000000", ...]},   # row r of each of a shard's files = frame r
      "counts": {"examples_defined": 1122150, "examples_stored": 942606, "bytes": ...,
                 "by_partition": {"clean/0": {...}, "fog/3": {"examples": 7481, "bytes": ..., "seconds": ...}}},
      "shards": [{"path": "data/corruption=fog/severity=3/part-00000-of-00117.parquet",

@@ -1,40 +1,274 @@
-"""Loaders for users of a built version: pyarrow's S3 filesystem from the AWS chain, PyTorch datasets.
+"""PyTorch datasets over a built version (local, ``file://`` or ``s3://``, read in place).
 
-``s3_filesystem`` gives pyarrow (and therefore ``open_version``, ``pyarrow.dataset``, pandas) the same
-credentials and endpoint as ``publish``/``pull``: the standard AWS chain (environment, profile, role) and
-``--endpoint-url`` / ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` / the profile's ``endpoint_url``.
+    from torch.utils.data import DataLoader
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
+
+    ds = PointCloudDataset("bench-out/kitti-c/1.0.0", corruption="fog", severity=3)       # map-style
+    it = PointCloudIterableDataset("s3://bench/datasets/kitti-c/1.0.0", severity=[0, 5])  # streaming
+    for batch in DataLoader(it, batch_size=8, num_workers=2, collate_fn=collate_point_clouds): ...
+
+Both are filterable by corruption, severity, split (the ``split`` column of object benchmarks) and frame,
+and yield one dict per example with writable NumPy arrays (``torch.from_numpy`` shares them, no warning):
+
+| key | value |
+| --- | --- |
+| ``key``, ``frame_id``, ``corruption``, ``severity`` | identity of the example |
+| ``points`` | (N, C) float32, columns ``fields`` (the manifest's) |
+| ``point_tag`` | (N,) uint8 |
+| ``gt_boxes`` | (M, 7) float32, OpenPCDet ``gt_boxes_lidar``: x, y, z (centre), dx, dy, dz, heading; no DontCare |
+| ``gt_names`` | (M,) str class names of those boxes |
+| optional per-point columns | e.g. ``semantic`` (N,) uint32, ``sigma``/``mu`` (N,) float32, when the build has them |
+| optional per-example columns | e.g. ``class_name``, ``class_id``, ``known`` (None where unknown) |
+
+`PointCloudDataset` builds its index of (file, row) from the manifest alone (rows per file, and the frame of
+each row from ``shard_frames``): no scan of the data. A read decodes the row group holding the row and keeps
+the last one, so sequential or batched access costs one row-group read per 8 examples; random access reads a
+row group per example (prefer the iterable dataset for full passes).
+
+`PointCloudIterableDataset` splits the selected files over distributed ranks (``torch.distributed`` when it
+is initialised, or ``rank``/``world_size``) and then over DataLoader workers (``get_worker_info()``): each
+example is yielded by exactly one worker of one rank. ``shuffle=True`` permutes the files (same permutation
+in every worker, from ``seed`` + ``set_epoch``) and mixes examples through a ``shuffle_buffer``-example buffer
+(bounded memory, like webdataset's shuffle).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from pipeline.reader import Example, Version, open_version, s3_filesystem
+from pipeline.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
+from stages.frame import DONT_CARE
+
+__all__ = ["PointCloudDataset", "PointCloudIterableDataset", "collate_point_clouds", "example_dict",
+           "s3_filesystem"]
 
 
-def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None) -> Any:
-    """A ``pyarrow.fs.S3FileSystem`` configured from the AWS chain (path-style addressing on custom endpoints)."""
-    import boto3
-    import pyarrow.fs as pafs
+def _as_set(value: Any) -> set | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int)):
+        return {value}
+    return set(value)
 
-    from pipeline.storage import StorageError, _register_secret, s3_client
 
-    client = s3_client(endpoint_url, profile)  # resolves the endpoint and region exactly as publish does
-    creds = boto3.session.Session(profile_name=profile).get_credentials()
-    kwargs: dict[str, Any] = {"region": client.meta.region_name}
-    if creds is not None:
-        frozen = creds.get_frozen_credentials()
-        _register_secret(frozen.secret_key)
-        kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
+def _select(version: Version, corruption: Any, severity: Any) -> list[dict[str, Any]]:
+    """Manifest entries of the requested corruption(s) × severity(ies). Severity 0 and corruption ``clean`` both
+    name the clean copy: ``corruption="fog", severity=[0, 5]`` is clean + fog 5; ``corruption="fog"`` is fog 1…S."""
+    corruptions, severities = _as_set(corruption), _as_set(severity)
+    if corruptions:
+        known = set(version.corruptions) | {"clean"}
+        if unknown := sorted(corruptions - known):
+            raise KeyError(f"{version.url}: no corruption {unknown}; it has {', '.join(sorted(known))}")
+    want_clean_c = corruptions is None or "clean" in corruptions or (severities is not None and 0 in severities)
+    want_clean_s = severities is None or 0 in severities or (corruptions is not None and "clean" in corruptions)
+    out = []
+    for entry in version.manifest["shards"]:
+        c, s = entry["corruption"], entry["severity"]
+        if c == "clean":
+            ok = want_clean_c and want_clean_s
+        else:
+            ok = (corruptions is None or c in corruptions) and (severities is None or s in severities)
+        if ok:
+            out.append(entry)
+    return out
+
+
+def example_dict(ex: Example) -> dict[str, Any]:
+    """One example as the loaders yield it (see the module docstring)."""
+    out: dict[str, Any] = {"key": ex.key, "frame_id": ex.frame_id, "corruption": ex.corruption,
+                           "severity": ex.severity, "points": ex.points, "point_tag": ex.point_tag}
+    b = ex.boxes
+    if b is None:
+        out["gt_boxes"], out["gt_names"] = np.zeros((0, 7), np.float32), np.zeros(0, dtype=str)
     else:
-        kwargs["anonymous"] = True
-    endpoint = client.meta.endpoint_url
-    parsed = urlparse(endpoint)
-    if parsed.hostname and not parsed.hostname.endswith("amazonaws.com"):
-        kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme or "https",
-                      force_virtual_addressing=False)
-    try:
-        return pafs.S3FileSystem(**kwargs)
-    except Exception as e:  # never let a secret reach the message
-        from pipeline.storage import redact
+        keep = np.array([c != DONT_CARE for c in b.cls], dtype=bool)
+        out["gt_boxes"] = np.concatenate([b.center[keep], b.dims[keep], b.heading[keep, None]], axis=1
+                                         ).astype(np.float32).reshape(-1, 7)
+        out["gt_names"] = np.array([str(c) for c in b.cls[keep]], dtype=str)
+    for name, values in ex.labels.items():
+        out[name] = values
+    out.update(ex.attrs)
+    return out
 
-        raise StorageError(redact(f"cannot open pyarrow's S3 filesystem: {e}")) from None
+
+class _Reader:
+    """Per-process reader state: the version, open files and the last decoded row group (never pickled)."""
+
+    def __init__(self, url: str, endpoint_url: str | None, profile: str | None) -> None:
+        self.version = open_version(url, endpoint_url=endpoint_url, profile=profile)
+        self.files: dict[str, Any] = {}
+        self.starts: dict[str, np.ndarray] = {}
+        self.cached: tuple[str, int, list[Example]] | None = None
+
+    def row_groups(self, rel: str) -> np.ndarray:
+        """Cumulative first row of each row group of a file (from its footer, read once)."""
+        if rel not in self.starts:
+            pf = self.version.open_file(rel)
+            self.files[rel] = pf
+            sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
+            self.starts[rel] = np.concatenate([[0], np.cumsum(sizes)])
+        return self.starts[rel]
+
+    def row(self, entry: dict[str, Any], row: int) -> Example:
+        rel = entry["path"]
+        starts = self.row_groups(rel)
+        rg = int(np.searchsorted(starts, row, side="right") - 1)
+        if self.cached is None or self.cached[:2] != (rel, rg):
+            self.cached = (rel, rg, list(self.version.read_file(entry, row_groups=[rg])))
+        return self.cached[2][row - int(starts[rg])]
+
+
+class _Base:
+    def __init__(self, root: str | Path, *, corruption: str | Iterable[str] | None = None,
+                 severity: int | Iterable[int] | None = None, split: str | Iterable[str] | None = None,
+                 frames: Iterable[str] | None = None, endpoint_url: str | None = None,
+                 profile: str | None = None) -> None:
+        self.url, self.endpoint_url, self.profile = str(root), endpoint_url, profile
+        version = open_version(root, endpoint_url=endpoint_url, profile=profile)
+        self.manifest = version.manifest
+        self.fields: tuple[str, ...] = version.fields
+        self.entries = _select(version, corruption, severity)
+        self.frames = None if frames is None else set(frames)
+        self.splits = _as_set(split)
+        if self.splits is not None and "split" not in self.manifest.get("columns", []):
+            raise KeyError(f"{self.url}: this build has no split column (its optional columns: "
+                           f"{self.manifest.get('columns') or 'none'}); filter by frames instead")
+        self._reader: _Reader | None = None
+        self._version = version  # the constructing process's reader; workers open their own
+
+    @property
+    def reader(self) -> _Reader:
+        if self._reader is None:
+            self._reader = _Reader(self.url, self.endpoint_url, self.profile)
+        return self._reader
+
+    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) get no open files or caches
+        state = dict(self.__dict__)
+        state["_reader"], state["_version"] = None, None
+        return state
+
+    def _wanted(self, ex: Example) -> bool:
+        return self.splits is None or ex.attrs.get("split") in self.splits
+
+
+class PointCloudDataset(_Base, Dataset):
+    """Map-style dataset: ``ds[i]`` is the i-th selected example (manifest order: partition files, then rows)."""
+
+    def __init__(self, root: str | Path, **filters: Any) -> None:
+        super().__init__(root, **filters)
+        index: list[tuple[int, int]] = []
+        for i, entry in enumerate(self.entries):
+            if self.frames is None and self.splits is None:
+                index.extend((i, r) for r in range(entry["rows"]))
+                continue
+            ids = self._version.frame_ids(entry) if self.frames is not None else [None] * entry["rows"]
+            keep = [r for r, fid in enumerate(ids) if self.frames is None or fid in self.frames]
+            if self.splits is not None:  # the split is a column: read it (one small column per file)
+                col = self._version.open_file(entry["path"]).read(columns=["split"])["split"].to_pylist()
+                keep = [r for r in keep if col[r] in self.splits]
+            index.extend((i, r) for r in keep)
+        self.index = index
+        self._version = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        file_no, row = self.index[i]
+        return example_dict(self.reader.row(self.entries[file_no], row))
+
+
+class PointCloudIterableDataset(_Base, IterableDataset):
+    """Streams the selected files, split over ranks and DataLoader workers: every example exactly once."""
+
+    def __init__(self, root: str | Path, *, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 32,
+                 rank: int | None = None, world_size: int | None = None, **filters: Any) -> None:
+        super().__init__(root, **filters)
+        self.shuffle, self.seed, self.epoch, self.shuffle_buffer = shuffle, seed, 0, max(1, shuffle_buffer)
+        self.rank, self.world_size = rank, world_size
+        self._version = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _rank(self) -> tuple[int, int]:
+        if self.rank is not None or self.world_size is not None:
+            return self.rank or 0, self.world_size or 1
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    def my_entries(self) -> list[dict[str, Any]]:
+        """The files this (rank, worker) reads: file k goes to consumer k mod (world_size × num_workers)."""
+        rank, world = self._rank()
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        order = np.arange(len(self.entries))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
+        me, total = rank * workers + worker, world * workers
+        return [self.entries[k] for k in order[me::total]]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng([self.seed, self.epoch, 1]) if self.shuffle else None
+        version = self.reader.version
+        buf: list[Example] = []  # shuffle buffer: bounded memory whatever the file size
+        for entry in self.my_entries():
+            for ex in version.read_file(entry, frames=self.frames):
+                if not self._wanted(ex):
+                    continue
+                if rng is None:
+                    yield example_dict(ex)
+                    continue
+                buf.append(ex)
+                if len(buf) >= self.shuffle_buffer:
+                    yield example_dict(buf.pop(int(rng.integers(len(buf)))))
+        while buf:
+            yield example_dict(buf.pop(int(rng.integers(len(buf)))))  # type: ignore[union-attr]
+
+    def __len__(self) -> int:  # examples over all ranks and workers (exact without frame/split filters)
+        return sum(e["rows"] for e in self.entries)
+
+
+def collate_point_clouds(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Collate examples with different N (and M boxes) into one batch dict of tensors.
+
+    - ``points`` (ΣN, C) float32, ``batch_index`` (ΣN,) int64 and ``num_points`` (B,) int64 (OpenPCDet style:
+      ``torch.cat``, not padding); per-point optional columns and ``point_tag`` concatenated the same way;
+    - ``gt_boxes`` (B, M_max, 7) float32 zero-padded, ``num_boxes`` (B,), ``gt_names`` list of lists;
+    - everything else (key, corruption, severity, class_name, …) as lists; numeric per-example columns
+      (``severity``, ``class_id``) also as tensors when no value is None.
+    """
+    if not batch:
+        raise ValueError("empty batch")
+    n = torch.tensor([len(b["points"]) for b in batch], dtype=torch.int64)
+    out: dict[str, Any] = {
+        "points": torch.from_numpy(np.concatenate([b["points"] for b in batch])),
+        "batch_index": torch.repeat_interleave(torch.arange(len(batch)), n),
+        "num_points": n,
+        "point_tag": torch.from_numpy(np.concatenate([b["point_tag"] for b in batch])),
+    }
+    for name in POINT_COLUMNS:
+        if all(name in b for b in batch):
+            out[name] = torch.from_numpy(np.concatenate([b[name] for b in batch]))
+    m = [len(b["gt_boxes"]) for b in batch]
+    boxes = np.zeros((len(batch), max(m, default=0), 7), np.float32)
+    for i, b in enumerate(batch):
+        boxes[i, : m[i]] = b["gt_boxes"]
+    out["gt_boxes"], out["num_boxes"] = torch.from_numpy(boxes), torch.tensor(m, dtype=torch.int64)
+    out["gt_names"] = [list(b["gt_names"]) for b in batch]
+    for name in ("key", "frame_id", "corruption", "severity", *EXAMPLE_COLUMNS):
+        if any(name in b for b in batch):
+            values = [b.get(name) for b in batch]
+            out[name] = values
+            if name in ("severity", "class_id") and all(v is not None for v in values):
+                out[name] = torch.tensor(values, dtype=torch.int64)
+    return out

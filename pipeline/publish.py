@@ -357,7 +357,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
                  severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
                  jobs: int = DEFAULT_JOBS, progress: bool = True) -> TransferReport:
     """Download ``<dataset_url>/<version>`` (default: latest) into ``out/<dataset>/<version>``, verifying
-    every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds."""
+    every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
+    and composes with earlier pulls of the same version into ``out``: the union, every file verified."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -376,6 +377,13 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     if not shards:
         raise ManifestError(f"{src.url}: no shard of corruption={corruption} severity={severity}")
     dest = Path(out) / manifest["dataset"] / version
+    full_sha = hashlib.sha256(raw).hexdigest()
+    selections = [{"corruption": corruption, "severity": severity}]
+    earlier = _earlier_pull(dest, raw, full_sha)
+    if earlier is not None:  # compose with an earlier pull of the same published version: pull the union
+        wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
+        shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
+        selections = earlier.get("partial", {}).get("selections", []) + selections
     report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
     bar = TransferProgress(sum(s["bytes"] for s in shards), f"download {manifest['dataset']} {version}",
                            enabled=progress)
@@ -414,16 +422,20 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     _tally(report, shards)
     if report.ok:  # the manifest last: a local copy with a manifest is complete and verified
         card = src.get(CARD)
-        if card is not None:
-            _write_local(dest / CARD, card[0])
+        if card is not None:  # the renders the card embeds
             for obj in src.list(RENDERS):
                 _write_local(dest / obj.key, src.read_bytes(obj.key))
         if len(shards) == len(manifest["shards"]):
+            if card is not None:
+                _write_local(dest / CARD, card[0])
             _write_local(dest / MANIFEST_NAME, raw)
         else:
-            _write_local(dest / MANIFEST_NAME, json.dumps(_partial_manifest(manifest, shards, corruption, severity,
-                                                                            hashlib.sha256(raw).hexdigest()),
-                                                          indent=1, sort_keys=True).encode())
+            local = _partial_manifest(manifest, shards, selections, full_sha)
+            if card is not None:  # its YAML configs name only the partitions this copy holds
+                from manifests.card import card_with_header
+
+                _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
+            _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True).encode())
     report.seconds = time.time() - t0
     return report
 
@@ -434,16 +446,35 @@ def _write_local(path: Path, data: bytes) -> None:
     LocalStore(path.parent).put_bytes(path.name, data)
 
 
-def _partial_manifest(manifest: dict[str, Any], shards: list[dict], corruption: str | None, severity: int | None,
+def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | None:
+    """The local manifest of an earlier pull of the same published manifest into ``dest``, if any.
+
+    A partial pull then composes with it (union of files, one manifest) instead of replacing its manifest,
+    which left the earlier files on disk but invisible. A manifest of another publication is replaced."""
+    path = dest / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if data == raw:
+        return json.loads(raw)  # a complete earlier pull: the union is the whole version
+    try:
+        local = parse_manifest(data, str(path))
+    except ManifestError:
+        return None
+    return local if local.get("partial", {}).get("of_manifest_sha256") == full_sha else None
+
+
+def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: list[dict[str, Any]],
                       full_sha: str) -> dict[str, Any]:
-    """The manifest of a partial pull: only the pulled shards, counts recomputed, and what it is part of."""
+    """The manifest of a partial pull: only the pulled shards, counts recomputed, and what it is part of
+    (``selections``: every ``--corruption``/``--severity`` pull composed into this copy)."""
     keep = {f"{s['corruption']}/{s['severity']}" for s in shards}
     counts = dict(manifest["counts"])
     counts["examples_stored"] = sum(s["rows"] for s in shards)
     counts["bytes"] = sum(s["bytes"] for s in shards)
     counts["by_partition"] = {k: v for k, v in counts.get("by_partition", {}).items() if k in keep}
     return {**manifest, "counts": counts, "shards": shards,
-            "partial": {"corruption": corruption, "severity": severity, "of_manifest_sha256": full_sha,
+            "partial": {"selections": selections, "of_manifest_sha256": full_sha,
                         "files_in_version": len(manifest["shards"])}}
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,35 @@ class Example:
                      dict(self.info), attrs=attrs)
 
 
+def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None) -> Any:
+    """A ``pyarrow.fs.S3FileSystem`` configured from the AWS chain (path-style addressing on custom endpoints)."""
+    import boto3
+    import pyarrow.fs as pafs
+
+    from pipeline.storage import StorageError, _register_secret, s3_client
+
+    client = s3_client(endpoint_url, profile)  # resolves the endpoint and region exactly as publish does
+    creds = boto3.session.Session(profile_name=profile).get_credentials()
+    kwargs: dict[str, Any] = {"region": client.meta.region_name}
+    if creds is not None:
+        frozen = creds.get_frozen_credentials()
+        _register_secret(frozen.secret_key)
+        kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
+    else:
+        kwargs["anonymous"] = True
+    endpoint = client.meta.endpoint_url
+    parsed = urlparse(endpoint)
+    if parsed.hostname and not parsed.hostname.endswith("amazonaws.com"):
+        kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme or "https",
+                      force_virtual_addressing=False)
+    try:
+        return pafs.S3FileSystem(**kwargs)
+    except Exception as e:  # never let a secret reach the message
+        from pipeline.storage import redact
+
+        raise StorageError(redact(f"cannot open pyarrow's S3 filesystem: {e}")) from None
+
+
 def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None
                    ) -> tuple[Any, str]:
     """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL."""
@@ -77,8 +107,6 @@ def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile
     store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
     if isinstance(store, LocalStore):
         return pafs.LocalFileSystem(), str(store.root)
-    from pipeline.loaders import s3_filesystem
-
     return s3_filesystem(endpoint_url=store.endpoint_url, profile=store.profile), \
         f"{store.bucket}/{store.prefix}".rstrip("/")
 
@@ -141,6 +169,14 @@ class Version:
         """Paths (local) or ``bucket/key`` strings (s3) of the requested partition(s)' files."""
         return [self.root / s["path"] if self.root is not None else self.path(s["path"])
                 for s in self.shards(corruption, severity)]
+
+    def frame_ids(self, entry: dict[str, Any]) -> list[str]:
+        """Frame id of each row of a manifest entry's file, from the manifest (``shard_frames``) when it has
+        them, else from the file's ``frame_id`` column (one column read)."""
+        ids = self.manifest.get("shard_frames", {}).get(entry.get("shard"))
+        if ids is not None and len(ids) == entry["rows"]:
+            return list(ids)
+        return self.open_file(entry["path"]).read(columns=["frame_id"])["frame_id"].to_pylist()
 
     def open_file(self, rel: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.fs.open_input_file(self.path(rel)))

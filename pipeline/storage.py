@@ -169,9 +169,29 @@ def redact(text: str) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+def current_umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status`` on Linux; elsewhere a set-and-restore,
+    which is not thread-safe, hence only the fallback)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _mkstemp(directory: Path, name: str) -> tuple[int, str]:
-    """A temp file ``.<name>.<host>~<pid>.<random>.tmp`` in ``directory`` (its owner is in its name)."""
-    return tempfile.mkstemp(prefix=f".{name}.{owner_tag()}.", suffix=".tmp", dir=directory)
+    """A temp file ``.<name>.<host>~<pid>.<random>.tmp`` in ``directory`` (its owner is in its name).
+
+    mkstemp creates it 0600; it is set to what ``open()`` would give (0666 & ~umask, 0644 by default) so the
+    file renamed into place from it (shards, manifests, cards, pulled files) is readable by the group."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.{owner_tag()}.", suffix=".tmp", dir=directory)
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd, tmp
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.storage import current_umask
+
 #: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
 GROUP_COLORS = {"real": "#d62728", "simulated": "#1f77b4", "clean": "#2ca02c"}
 INDEX_NAME = "summary.md"
@@ -20,6 +22,7 @@ INDEX_NAME = "summary.md"
 def _atomic(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())  # the user's umask (0644 by default), not mkstemp's 0600
     os.close(fd)
     try:
         write(tmp)

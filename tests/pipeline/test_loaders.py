@@ -96,3 +96,111 @@ def test_ray_data_read_parquet(mini_build):
     assert sorted(set(zip(batch["corruption"].to_pylist(), map(str, batch["severity"].to_pylist()),
                           strict=True)))[:1] == [("background", "1")]
     assert batch["corruption"].to_pylist().count("clean") == 4
+
+
+# -- PyTorch ----------------------------------------------------------------------------------------------
+def _all_keys(v) -> list[str]:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(v / "data", partitioning="hive").to_table(columns=["key"])["key"].to_pylist()
+
+
+def test_map_style_dataset_indexes_from_the_manifest_and_returns_writable_arrays(mini_build):
+    from pipeline.loaders import PointCloudDataset
+    from pipeline.reader import open_version
+
+    ds = PointCloudDataset(mini_build)
+    assert len(ds) == STORED
+    m = _manifest(mini_build)
+    for i in (0, 1, 2, 41, 83):  # the index comes from the manifest alone: file i // 2, row i % 2 (2 frames/file)
+        e = m["shards"][i // 2]
+        assert ds[i]["key"] == f"mini-c/{m['shard_frames'][e['shard']][i % 2]}/{e['corruption']}/{e['severity']}"
+    sel = PointCloudDataset(mini_build, corruption="translation", severity=[0, 5], frames=["000001", "000003"])
+    assert sorted(x["key"] for x in sel) == ["mini-c/000001/clean/0", "mini-c/000001/translation/5",
+                                             "mini-c/000003/clean/0", "mini-c/000003/translation/5"]
+    ex = PointCloudDataset(mini_build, corruption="translation", severity=5, frames=["000001"])[0]
+    ref = open_version(mini_build).example("000001", "translation", 5)
+    np.testing.assert_array_equal(ex["points"], ref.points)
+    assert ex["points"].flags.writeable and ex["points"].shape[1] == 4
+    keep = np.array([c != "DontCare" for c in ref.boxes.cls])
+    assert ex["gt_boxes"].shape == (keep.sum(), 7) and list(ex["gt_names"]) == list(ref.boxes.cls[keep])
+    np.testing.assert_allclose(ex["gt_boxes"][:, :3], ref.boxes.center[keep], rtol=1e-6)
+    np.testing.assert_allclose(ex["gt_boxes"][:, 6], ref.boxes.heading[keep], rtol=1e-6)
+    with pytest.raises(KeyError, match="no corruption"):
+        PointCloudDataset(mini_build, corruption="fog")
+    with pytest.raises(KeyError, match="no split column"):
+        PointCloudDataset(mini_build, split="test")
+
+
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, kind):
+    import torch
+    from torch.utils.data import DataLoader
+
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
+
+    cls = PointCloudDataset if kind == "map" else PointCloudIterableDataset
+    ds = cls(mini_build, corruption=["beam_del", "background"], severity=[0, 2, 5])
+    loader = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate_point_clouds)
+    keys, total_points = [], 0
+    for batch in loader:
+        b = len(batch["key"])
+        assert batch["points"].shape == (int(batch["num_points"].sum()), 4)
+        assert batch["batch_index"].shape == (batch["points"].shape[0],) and int(batch["batch_index"].max()) == b - 1
+        assert batch["gt_boxes"].shape[:2] == (b, int(batch["num_boxes"].max()))
+        assert isinstance(batch["severity"], torch.Tensor)
+        keys += batch["key"]
+        total_points += int(batch["num_points"].sum())
+    expected = sorted(k for k in _all_keys(mini_build)
+                      if k.split("/")[2] in ("beam_del", "background", "clean") and k.split("/")[3] in ("0", "2", "5"))
+    assert len(expected) == 4 * (1 + 2 * 2)
+    assert sorted(keys) == expected  # no duplicates, nothing missing
+
+
+def test_iterable_dataset_splits_over_ranks_and_workers(mini_build):
+    from torch.utils.data import DataLoader
+
+    from pipeline.loaders import PointCloudIterableDataset
+
+    seen = []
+    for rank in range(2):
+        ds = PointCloudIterableDataset(mini_build, severity=[0, 1], rank=rank, world_size=2, shuffle=True, seed=3)
+        loader = DataLoader(ds, batch_size=None, num_workers=2)
+        seen += [x["key"] for x in loader]
+    expected = sorted(k for k in _all_keys(mini_build) if k.split("/")[3] in ("0", "1"))
+    assert sorted(seen) == expected and len(seen) == 4 * (1 + 4)
+
+
+# -- s3:// in place -----------------------------------------------------------------------------------
+def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env):
+    import pyarrow.dataset as pads
+    from torch.utils.data import DataLoader
+
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
+    from pipeline.publish import publish_version
+    from pipeline.reader import open_version, s3_filesystem
+
+    assert publish_version(mini_build, s3prefix, progress=False).ok
+    url = f"{s3prefix}/mini-c/0.1.0"
+    remote, local = open_version(url), open_version(mini_build)
+    assert remote.manifest == local.manifest
+    got = {ex.key: ex for ex in remote.examples(corruption="background", severity=5)}
+    want = {ex.key: ex for ex in local.examples(corruption="background", severity=5)}
+    assert sorted(got) == sorted(want) and len(got) == 4
+    for k, ex in got.items():
+        np.testing.assert_array_equal(ex.points, want[k].points)
+        np.testing.assert_array_equal(ex.point_tag, want[k].point_tag)
+    assert len(list(remote.examples(severity=0, frames=["000002"]))) == 1
+    ds = PointCloudDataset(url, corruption="clean")
+    assert len(ds) == 4 and ds[3]["points"].shape[1] == 4
+    it = PointCloudIterableDataset(url, corruption="beam_del")
+    keys = [x["key"] for x in DataLoader(it, batch_size=None, num_workers=2)]
+    assert sorted(keys) == sorted(f"mini-c/{f}/beam_del/{s}" for f in ("000000", "000001", "000002", "000003")
+                                  for s in range(1, 6))
+    # plain pyarrow on the same filesystem (the AWS chain's credentials and endpoint)
+    bucket_path = url.removeprefix("s3://")
+    t = pads.dataset(f"{bucket_path}/data", filesystem=s3_filesystem(), partitioning="hive").to_table(
+        columns=["key", "corruption", "severity"])
+    assert t.num_rows == STORED
+    with pytest.raises(ValueError, match="no manifest"):
+        open_version(f"{s3prefix}/mini-c/9.9.9")

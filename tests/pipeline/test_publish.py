@@ -93,7 +93,25 @@ def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
     pdir = tmp_path / "part" / "mini-c" / "0.1.0"
     assert sorted(data_files(pdir)) == [f"data/corruption=beam_del/severity=3/part-0000{i}-of-00004.parquet"
                                         for i in range(FRAMES)]
-    assert read_manifest(pdir)["partial"]["corruption"] == "beam_del" and verify_version(pdir).ok
+    assert read_manifest(pdir)["partial"]["selections"] == [{"corruption": "beam_del", "severity": 3}]
+    assert verify_version(pdir).ok
+    # a second partial pull composes with the first: one manifest of the union, every file verified
+    (pdir / "data/corruption=beam_del/severity=3/part-00001-of-00004.parquet").write_bytes(b"damaged")
+    clean = pull_version(f"{s3prefix}/mini-c", tmp_path / "part", corruption="clean", progress=False)
+    assert clean.ok and len(clean.transferred) == FRAMES + 1 and len(clean.skipped) == FRAMES - 1  # + the damaged
+    merged = read_manifest(pdir)
+    assert merged["partial"]["selections"] == [{"corruption": "beam_del", "severity": 3},
+                                               {"corruption": "clean", "severity": None}]
+    assert len(merged["shards"]) == 2 * FRAMES and verify_version(pdir).ok
+    assert set(merged["counts"]["by_partition"]) == {"beam_del/3", "clean/0"}
+    from pipeline.reader import open_version
+
+    ds = open_version(pdir)  # both partitions read, neither as 0 examples
+    assert len(list(ds.examples(corruption="beam_del", severity=3))) == FRAMES
+    assert len(list(ds.examples(severity=0))) == FRAMES
+    header = (pdir / "README.md").read_text().split("\n---\n")[0]  # HF configs: only what this copy holds
+    assert 'config_name: "clean"' in header and 'config_name: "beam_del_3"' in header
+    assert 'config_name: "beam_del_2"' not in header
     # pulling again downloads nothing
     again = pull_version(f"{s3prefix}/mini-c", tmp_path / "p", version="0.1.0", progress=False)
     assert again.ok and not again.transferred and len(again.skipped) == 84
