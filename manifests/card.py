@@ -152,7 +152,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "import pyarrow.dataset as pads; t = pads.dataset('data', partitioning='hive').to_table()",
         "import duckdb; duckdb.sql(\"SELECT corruption, severity, count(*) FROM "
         "read_parquet('data/**/*.parquet', hive_partitioning=true) GROUP BY ALL\")",
-        "import datasets; d = datasets.load_dataset('.', '" + first_config + "', split='" + split + "')  # configs above",
+        "import datasets; d = datasets.load_dataset('.', '" + first_config + "', split='" + split + "')  # see configs",
         "from pipeline.loaders import PointCloudDataset  # PyTorch, with bench-build installed",
         "```",
         "",

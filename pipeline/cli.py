@@ -408,8 +408,17 @@ def bench(
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
+    loaders: Annotated[bool, typer.Option(help="Instead: read examples/s of a version: raw Parquet vs PyTorch "
+                                               "DataLoader with 0 and 2 workers")] = False,
+    version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
+                                                         "the kitti-c demo of --frames frames)")] = None,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
+    if loaders:
+        from pipeline.bench_loaders import run_bench_loaders
+
+        run_bench_loaders(version_dir, frames=frames)
+        return
     if publish:
         from pipeline.bench_publish import run_bench_publish
 
