@@ -27,7 +27,8 @@ build (so all files share one schema and DuckDB/pyarrow unify them), absent othe
 - per example (from ``Frame.attrs[name]``, the source's facts): ``class_name`` string, ``class_id`` int32,
   ``split`` string, ``track`` string (3DOS), ``scenario`` string, ``known`` bool (open-set known class),
   ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64, ``synset`` / ``model_id`` string
-  (ShapeNetCore).
+  (ShapeNetCore), ``unknown_set`` string (3DOS: the unknown set an unknown example belongs to), ``domain``
+  string (``synthetic`` / ``real``).
 
 A frame carrying a per-point label or a source attribute that is not a declared column is refused (it would
 otherwise be lost without a word).
@@ -84,7 +85,8 @@ POINT_COLUMNS: dict[str, pa.DataType] = {
 EXAMPLE_COLUMNS: dict[str, pa.DataType] = {
     "class_name": pa.string(), "class_id": pa.int32(), "split": pa.string(), "track": pa.string(),
     "scenario": pa.string(), "known": pa.bool_(), "sequence": pa.string(), "timestamp_us": pa.int64(),
-    "synset": pa.string(), "model_id": pa.string(),
+    "synset": pa.string(), "model_id": pa.string(), "unknown_set": pa.string(),
+    "domain": pa.string(),
 }
 OPTIONAL_COLUMNS = (*POINT_COLUMNS, *EXAMPLE_COLUMNS)
 

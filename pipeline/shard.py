@@ -39,6 +39,16 @@ PARQUET_OPTIONS = {
 }
 
 
+def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
+    """The optional columns of every file of a build: those the source fills (``Source.columns``) and those
+    its recipe's stages add (``@stage(..., columns=...)``), in canonical order. Known before any file is
+    written, so all files of a build share one schema (what DuckDB and pyarrow need to read them as one)."""
+    names = set(getattr(source, "columns", ()))
+    for c in recipe.corruptions:
+        names |= set(get_stage(c.stage).columns)
+    return canonical_columns(names)
+
+
 def partition_meta(recipe: Recipe, corruption: str, severity: int) -> dict[str, Any]:
     """What a partition is: its stage, stage version and that severity's parameters (``stage`` None for clean).
 
@@ -129,7 +139,7 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
-        "columns": list(canonical_columns(getattr(source, "columns", ()))),
+        "columns": list(build_columns(recipe, source)),
     }
     files = []
     for corruption, severity, rel in spec.partitions(recipe):

@@ -35,6 +35,8 @@ class Stage:
     params: type
     fn: StageFn
     summary: str
+    # optional row columns the stage writes (e.g. ("sigma", "mu")); a build's files carry source ∪ stage columns
+    columns: tuple[str, ...] = ()
 
     def apply(self, frame: Frame, params: Any, rng: np.random.Generator) -> Frame:
         if not isinstance(params, self.params):
@@ -49,9 +51,11 @@ _REGISTRY: dict[str, Stage] = {}
 _discovered = False
 
 
-def stage(name: str, *, params: type, version: int = 1) -> Callable[[StageFn], StageFn]:
+def stage(name: str, *, params: type, version: int = 1, columns: tuple[str, ...] = ()) -> Callable[[StageFn], StageFn]:
     """Register ``fn`` as stage ``name``. Bump ``version`` whenever its output for the same inputs changes:
-    the version is part of every recipe fingerprint, so a resumed build never mixes old and new output."""
+    the version is part of every recipe fingerprint, so a resumed build never mixes old and new output.
+    ``columns`` names the optional row columns (pipeline/schema.py) the stage adds to a frame, e.g. per-point
+    ``sigma``/``mu``: every file of a build using the stage then has them."""
     if not (dataclasses.is_dataclass(params) and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"stage {name}: params must be a frozen dataclass")
 
@@ -60,7 +64,7 @@ def stage(name: str, *, params: type, version: int = 1) -> Callable[[StageFn], S
             raise ValueError(f"stage {name!r} is registered twice ({_REGISTRY[name].fn.__module__}, {fn.__module__})")
         family = fn.__module__.split(".")[1] if fn.__module__.count(".") >= 2 else "misc"
         summary = (sys.modules[fn.__module__].__doc__ or "").strip().split("\n")[0]
-        _REGISTRY[name] = Stage(name, family, version, params, fn, summary)
+        _REGISTRY[name] = Stage(name, family, version, params, fn, summary, tuple(columns))
         return fn
 
     return register

@@ -86,7 +86,7 @@ def smallest_eigenvectors(cov: np.ndarray) -> np.ndarray:
     return v
 
 
-@stage("sensor_noise", params=SensorNoiseParams, version=2)  # v2: closed-form eigenvectors
+@stage("sensor_noise", params=SensorNoiseParams, version=2, columns=("sigma", "mu"))  # v2: closed-form eigenvectors
 def sensor_noise(frame: Frame, params: SensorNoiseParams, rng: np.random.Generator) -> Frame:
     for name in ("a", "b", "c", "k", "q"):
         lo, hi = getattr(params, name)

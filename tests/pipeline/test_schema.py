@@ -147,3 +147,14 @@ def test_every_source_encodes_losslessly_with_the_columns_it_declares(tmp_path):
             assert expect[src.kind] in ex.labels, src.kind
         else:
             assert ex.attrs["class_name"] and table.schema.field("class_name").type == pa.string(), src.kind
+
+
+def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
+    from types import SimpleNamespace
+
+    from pipeline.shard import build_columns
+
+    recipe = SimpleNamespace(corruptions=[SimpleNamespace(stage="object_jitter"), SimpleNamespace(stage="sensor_noise")])
+    source = SimpleNamespace(columns=("split", "class_id", "class_name"))
+    assert build_columns(recipe, source) == ("sigma", "mu", "class_name", "class_id", "split")
+    assert build_columns(SimpleNamespace(corruptions=[SimpleNamespace(stage="fog")]), object()) == ()

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from manifests.manifest import MANIFEST_VERSION
 from pipeline.cli import app
 from pipeline.schema import encode_rows, schema_with_metadata
 from pipeline.score import PredictionError, score_version
@@ -24,7 +25,7 @@ runner = CliRunner()
 
 def write_manifest(root: Path, dataset: str, shards: list[dict], severity_names=None) -> None:
     (root / "manifest.json").write_text(json.dumps({
-        "manifest_version": 1, "dataset": dataset, "version": "0.1.0", "source": {"kind": "test"},
+        "manifest_version": MANIFEST_VERSION, "dataset": dataset, "version": "0.1.0", "source": {"kind": "test"},
         "recipe": {"name": dataset, "severity_names": severity_names or []}, "shards": shards}))
 
 
