@@ -40,9 +40,11 @@ def test_demo_build_verify_resume(tmp_path, monkeypatch):
     assert verify_version(version_dir).ok
     rows = ds.dataset(version_dir / "data", format="parquet", partitioning="hive").to_table(
         columns=["corruption", "num_points", "points", "semantic", "point_tag"]).to_pylist()
-    assert len(rows) == 7 * 3  # corrupted examples; the clean scan is stored once, beside data/
-    for r in rows:  # one label per point in every stored example
-        assert len(r["semantic"]) == r["num_points"] == len(r["points"]) // 5
+    assert len(rows) == 1 + 7 * 3  # the clean scan (stored once, a partition of the same tree) + corrupted
+    assert sum(r["corruption"] == "clean" for r in rows) == 1
+    for r in rows:  # one label per point in every stored example; points are N rows of C = 5
+        assert len(r["semantic"]) == r["num_points"] == len(r["points"])
+        assert {len(p) for p in r["points"]} == {5}
         if r["corruption"] == "crosstalk":
             sem, tag = np.array(r["semantic"]), np.array(r["point_tag"])
             assert (sem[tag == 5] == 43).all() and (tag == 5).any()
