@@ -154,7 +154,7 @@ def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
 
     from pipeline.shard import build_columns
 
-    recipe = SimpleNamespace(corruptions=[SimpleNamespace(stage="object_jitter"), SimpleNamespace(stage="sensor_noise")])
+    recipe = SimpleNamespace(corruptions=[SimpleNamespace(stage=s) for s in ("object_jitter", "sensor_noise")])
     source = SimpleNamespace(columns=("split", "class_id", "class_name"))
     assert build_columns(recipe, source) == ("sigma", "mu", "class_name", "class_id", "split")
     assert build_columns(SimpleNamespace(corruptions=[SimpleNamespace(stage="fog")]), object()) == ()
