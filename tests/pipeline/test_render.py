@@ -124,3 +124,29 @@ def test_publish_and_pull_carry_the_renders(built, tmp_path):
     assert published.read_bytes() == (built / "renders" / "contact_sheet.png").read_bytes()
     p = pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "local", progress=False)
     assert p.ok and (tmp_path / "local" / "mini-c" / "0.1.0" / "renders" / "contact_sheet.png").is_file()
+
+
+def test_reads_layout_v2_points(tmp_path):
+    """Layout v2 stores points as list<fixed_size_list<float32, C>> and keeps partition keys in the path only."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.render import read_views
+    from pipeline.storage import LocalStore
+
+    pts = [np.arange(12, dtype=np.float32).reshape(3, 4), np.ones((2, 4), np.float32)]
+    flat = pa.array(np.concatenate([p.ravel() for p in pts]))
+    points = pa.ListArray.from_arrays(pa.array([0, 3, 5], pa.int32()), pa.FixedSizeListArray.from_arrays(flat, 4))
+    tags = pa.ListArray.from_arrays(pa.array([0, 3, 5], pa.int32()), pa.array([0, 7, 7, 0, 0], pa.uint8()))
+    rel = "data/corruption=clean/severity=0/part-00000-of-00001.parquet"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    pq.write_table(pa.table({"key": ["b/a/clean/0", "b/b/clean/0"], "frame_id": ["a", "b"], "points": points,
+                             "point_tag": tags}), tmp_path / rel)
+    manifest = {"shards": [{"path": rel, "corruption": "clean", "severity": 0}], "recipe": {"corruptions": []}}
+    frame_id, views = read_views(LocalStore(tmp_path), manifest, "b")
+    assert frame_id == "b" and len(views) == 1
+    np.testing.assert_array_equal(views[0].points, np.ones((2, 3)))
+    assert views[0].is_object  # no boxes, inside the unit cube: drawn as three views
+    _, views = read_views(LocalStore(tmp_path), manifest)  # default: the first frame of the first shard
+    np.testing.assert_array_equal(views[0].points, pts[0][:, :3])
+    assert views[0].tags.tolist() == [0, 7, 7] and not views[0].is_object
