@@ -53,8 +53,6 @@ class ThreeDOSSource:
                "unknown_set", "domain")  # optional row columns (pipeline/schema.py)
     fields = XYZ
     intensity_scale = "unit"
-    columns = ("class_name", "class_id", "split", "track", "scenario", "known", "unknown_set", "domain", "synset",
-               "model_id")  # optional row columns (pipeline/schema.py); null where an example has none
 
     def __init__(self, root: str | Path | None = None, *, shapenet: str | Path | None = None,
                  modelnet40: str | Path | None = None, scanobjectnn: str | Path | None = None) -> None:
