@@ -171,11 +171,23 @@ def spatial_order(xyz: np.ndarray, cell: float = 2.0) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
-def query_in_spatial_order(tree, xyz: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``tree.query(xyz, k)`` (distances, indices as (n, k) arrays), computed in `spatial_order`."""
+def query_in_spatial_order(tree, xyz: np.ndarray, k: int,
+                           near: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``tree.query(xyz, k)`` (distances, indices as (n, k) arrays), computed in `spatial_order`.
+
+    ``near``: when most queries have their k neighbours within this distance, search that far first
+    (pruning makes it faster) and query the rest without a bound; the result is the same."""
     xyz = np.asarray(xyz, dtype=np.float64).reshape(-1, 3)
     order = spatial_order(xyz)
-    d, i = tree.query(xyz[order], k=k)
+    if near is None:
+        d, i = tree.query(xyz[order], k=k)
+    else:
+        d, i = tree.query(xyz[order], k=k, distance_upper_bound=near)
+        d, i = np.asarray(d).reshape(len(xyz), k), np.asarray(i).reshape(len(xyz), k)
+        miss = ~np.isfinite(d[:, -1])
+        if miss.any():
+            d2, i2 = tree.query(xyz[order][miss], k=k)
+            d[miss], i[miss] = np.asarray(d2).reshape(-1, k), np.asarray(i2).reshape(-1, k)
     dist = np.empty((len(xyz), k))
     idx = np.empty((len(xyz), k), dtype=np.int64)
     dist[order] = np.asarray(d).reshape(len(xyz), k)
@@ -183,11 +195,12 @@ def query_in_spatial_order(tree, xyz: np.ndarray, k: int) -> tuple[np.ndarray, n
     return dist, idx
 
 
-def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5) -> np.ndarray:
+def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5, near: float | None = None) -> np.ndarray:
     """Mean intensity of each query point's k nearest points of ``frame`` (Li et al.'s released code fills
-    the intensity of every point it adds this way: background, upsample)."""
+    the intensity of every point it adds this way: background, upsample); ``near`` as in
+    `query_in_spatial_order`."""
     k = min(k, len(frame))
-    _, nn = query_in_spatial_order(frame.kdtree, xyz, k)
+    _, nn = query_in_spatial_order(frame.kdtree, xyz, k, near)
     return frame.intensity.astype(np.float64)[nn].mean(axis=1)
 
 

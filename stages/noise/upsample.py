@@ -48,6 +48,7 @@ def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> 
     new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
     check_rule(params.rule, "upsample")
     if params.rule == "code":
-        new[:, frame.fields.index("intensity")] = mean_intensity_of_nearest(frame, new[:, :3], 5)
+        # a new point lies within 0.17 m of its parent: its 5 nearest are almost always within 0.4 m
+        new[:, frame.fields.index("intensity")] = mean_intensity_of_nearest(frame, new[:, :3], 5, near=0.4)
     labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
     return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)
