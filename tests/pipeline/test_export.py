@@ -17,29 +17,20 @@ from pipeline.reader import open_version
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, demo_kitti_master):
-    from pipeline.build import run_build
-    from tests.conftest import SMALL_RECIPE
-
-    tmp = tmp_path_factory.mktemp("export")
-    recipe = tmp / "mini-c.toml"
-    recipe.write_text(SMALL_RECIPE)
-    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=1, max_frames=2,
-                    frames_per_shard=2, progress=False)
-    assert res.ok
-    return res.version_dir
+@pytest.fixture
+def built(mini_build):
+    return mini_build
 
 
 @pytest.fixture(scope="module")
 def kitti_images(tmp_path_factory) -> Path:
-    """A KITTI object root with what a build does not store: left images and road planes."""
+    """A KITTI object root with what a build does not store: left images and road planes (of mini_build's 4 frames)."""
     from matplotlib.image import imsave
 
     root = tmp_path_factory.mktemp("kitti_src")
     for sub in ("image_2", "planes"):
         (root / "training" / sub).mkdir(parents=True)
-    for fid in ("000000", "000001"):
+    for fid in ("000000", "000001", "000002", "000003"):
         imsave(root / "training" / "image_2" / f"{fid}.png", np.zeros((375, 1242, 3), np.uint8))
         (root / "training" / "planes" / f"{fid}.txt").write_text("# Plane\nWidth 4\nHeight 1\n0 -1 0 1.65\n")
     return root
@@ -98,11 +89,11 @@ def _wrap(a):
 
 def test_partition_export_passes_openpcdet_checks(built, kitti_images, tmp_path):
     r = export_version(built, tmp_path / "root", corruption="translation", severity=3, source=kitti_images)
-    assert r.frames == 2 and r.notes == []
+    assert r.frames == 4 and r.notes == []
     assert (tmp_path / "root" / "training" / "image_2").resolve() == (kitti_images / "training" / "image_2")
     assert (tmp_path / "root" / "training" / "planes" / "000000.txt").is_file()
     infos = openpcdet_get_infos(tmp_path / "root", "val")  # a build without --split lists its frames under val
-    assert sorted(infos) == ["000000", "000001"]
+    assert sorted(infos) == ["000000", "000001", "000002", "000003"]
     assert (tmp_path / "root" / "ImageSets" / "train.txt").read_text() == ""
     ds = open_version(built)
     for fid, info in infos.items():
@@ -126,13 +117,13 @@ def test_all_writes_robo3d_layout(built, kitti_images, tmp_path):
     for c in ("gaussian_rad", "beam_del", "background", "translation"):
         for s in range(1, 6):
             vel = sorted(p.name for p in (bench / c / str(s) / "velodyne").iterdir())
-            assert vel == ["000000.bin", "000001.bin"]
+            assert vel == ["000000.bin", "000001.bin", "000002.bin", "000003.bin"]
             # only the object-level corruption moved boxes, so only it carries its own labels
             assert (bench / c / str(s) / "label_2").is_dir() == (c == "translation")
     ex = open_version(built).example("000001", "beam_del", 5)
     back = np.fromfile(bench / "beam_del" / "5" / "velodyne" / "000001.bin", np.float32).reshape(-1, 4)
     np.testing.assert_array_equal(back, ex.points[:, :4])
-    assert "velodyne only" in res.output and "wrote 42 frames in 21 partitions" in res.output
+    assert "velodyne only" in res.output and "wrote 84 frames in 21 partitions" in res.output
     # --layout kitti: a full data root per partition
     r = export_version(built, tmp_path / "k", all_partitions=True, layout="kitti", source=kitti_images)
     openpcdet_get_infos(tmp_path / "k" / "mini-c" / "background" / "4", "val")
@@ -144,7 +135,7 @@ def test_without_source_names_what_to_supply(built, tmp_path):
                               "--split", "train"])
     assert res.exit_code == 0, res.output
     assert "training/image_2 not written" in res.output and "--source" in res.output
-    assert (tmp_path / "ImageSets" / "train.txt").read_text().split() == ["000000", "000001"]
+    assert (tmp_path / "ImageSets" / "train.txt").read_text().split() == ["000000", "000001", "000002", "000003"]
     assert not (tmp_path / "training" / "image_2").exists()
 
 
@@ -167,7 +158,7 @@ def test_source_without_images_is_refused(built, tmp_path):
     with pytest.raises(ExportError, match="no training/image_2 directory"):
         export_version(built, tmp_path / "o", corruption="clean", severity=0, source=tmp_path / "src")
     (tmp_path / "src" / "training" / "image_2").mkdir()
-    with pytest.raises(ExportError, match=r"2 of 2 exported frames have no image, e.g. 000000.png"):
+    with pytest.raises(ExportError, match=r"4 of 4 exported frames have no image, e.g. 000000.png"):
         export_version(built, tmp_path / "o", corruption="clean", severity=0, source=tmp_path / "src")
 
 

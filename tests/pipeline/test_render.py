@@ -68,18 +68,9 @@ def test_sheet_panels_share_the_clean_extent():
     assert [ax.get_title() for ax in shown][1:4] == ["fog 1 (light)", "fog 2 (moderate)", "fog 3 (heavy)"]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, demo_kitti_master):
-    from pipeline.build import run_build
-    from tests.conftest import SMALL_RECIPE
-
-    tmp = tmp_path_factory.mktemp("render")
-    recipe = tmp / "mini-c.toml"
-    recipe.write_text(SMALL_RECIPE)
-    res = run_build(str(recipe), source=str(demo_kitti_master), out=tmp / "out", workers=1, max_frames=2,
-                    frames_per_shard=2, progress=False)
-    assert res.ok
-    return res.version_dir
+@pytest.fixture
+def built(mini_build):
+    return mini_build
 
 
 def test_build_card_embeds_the_contact_sheet(built):
@@ -92,7 +83,7 @@ def test_build_card_embeds_the_contact_sheet(built):
     assert card.splitlines()[0].startswith("# mini-c 0.1.0 — demo build") or "\n# mini-c 0.1.0 — demo build" in card
     assert "- Source: generated demo data" in card and "inherits the licence of the source dataset" not in card
     assert "no real dataset's scans or labels are included" in card
-    assert "| gaussian_rad | 2 | 2 | 2 | 2 | 2 |" in card and "| clean (severity 0) | 2 |" in card
+    assert "| gaussian_rad | 4 | 4 | 4 | 4 | 4 |" in card and "| clean (severity 0) | 4 |" in card
     assert "## Intended use and limitations" in card and "This is a demo build" in card
     assert card.index("## See the corruptions") < card.index("## Counts per corruption × severity")
     assert "| beam_del | `beam_del` v1 | count_divisor=100 | count_divisor=30 |" in card
