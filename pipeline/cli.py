@@ -398,6 +398,21 @@ def demo_data(
     out_console.print(f"wrote {frames} frames to {out}")
 
 
+@app.command("demo-objects")
+def demo_objects(
+    out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to")],
+    *,
+    per_class: Annotated[int, typer.Option(help="Shapes per class and split")] = 2,
+) -> None:
+    """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
+    from pipeline.sources.demo_objects import write_demo_objects
+
+    n = per_class
+    write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
+                       shapenet={"train": n, "test": n})
+    out_console.print(f"wrote modelnet40_ply_hdf5_2048/, ModelNet40/, ScanObjectNN/ and ShapeNetCore.v2/ to {out}")
+
+
 @app.command()
 def bench(
     *,

@@ -126,10 +126,19 @@ def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, local
         assert 0 <= mu.min() and mu.max() <= info["k"] * (1 + 1e-6)
     clean = t.filter(pads.field("corruption") == "clean").to_pylist()
     assert all(r["sigma"] is None or not any(r["sigma"]) for r in clean)
-    # the same build on one worker with another shard size is byte-identical per example
+    # the same build on one worker is byte-identical
     b = run_build("modelnet40-e", source=str(objects), out=tmp_path / "b", frames_per_shard=16, workers=1,
                   progress=False)
     assert _files(a.version_dir) == _files(b.version_dir)
+    # it publishes (here to a local publication root) and pulls back verified, σ/μ columns included
+    from pipeline.publish import publish_version, pull_version
+
+    pub = publish_version(a.version_dir, str(tmp_path / "pub"), progress=False)
+    assert pub.ok, pub.problems
+    pulled = pull_version(str(tmp_path / "pub" / "modelnet40-e"), tmp_path / "pulled", progress=False)
+    assert pulled.ok and verify_version(tmp_path / "pulled" / "modelnet40-e" / "1.0.0").ok
+    back = _table(tmp_path / "pulled" / "modelnet40-e" / "1.0.0")
+    assert back.num_rows == t.num_rows and back.schema.field("sigma").type == t.schema.field("sigma").type
 
 
 def test_3dos_scenarios_read_back(objects, tmp_path, local_ray):

@@ -287,3 +287,15 @@ def test_demo_object_classes_are_distinguishable(demo):
     same = np.mean([np.linalg.norm(v[0] - v[1]) for v in by.values()])
     other = np.mean([np.linalg.norm(by[i][0] - by[(i + 1) % 40][1]) for i in range(40)])
     assert same < 0.5 * other
+
+
+def test_demo_objects_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    out = CliRunner().invoke(app, ["demo-objects", str(tmp_path), "--per-class", "1"])
+    assert out.exit_code == 0, out.output
+    assert len(ModelNet40H5Source(tmp_path, "all").list_frames()) == 80
+    assert len(ScanObjectNNSource(tmp_path, "all").list_frames()) == 45
+    assert len(ShapeNetCoreSource(tmp_path).list_frames()) == 110
