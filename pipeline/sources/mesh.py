@@ -35,7 +35,9 @@ def load_mesh(path: Path, file_type: str):
     if not path.is_file():
         raise SourceError(path, "mesh file not found")
     try:
-        mesh = trimesh.load(str(path), file_type=file_type, force="mesh", process=False)
+        # geometry only: materials/textures (ShapeNet's .mtl and jpgs) are never read
+        extra = {"skip_materials": True} if file_type == "obj" else {}
+        mesh = trimesh.load(str(path), file_type=file_type, force="mesh", process=False, **extra)
     except Exception as e:  # trimesh raises many types for malformed text
         raise SourceError(path, f"cannot parse as {file_type.upper()}: {type(e).__name__}: {e}") from None
     if not isinstance(mesh, trimesh.Trimesh) or len(mesh.faces) == 0:

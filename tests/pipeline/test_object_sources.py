@@ -299,3 +299,20 @@ def test_demo_objects_cli(tmp_path):
     assert len(ModelNet40H5Source(tmp_path, "all").list_frames()) == 80
     assert len(ScanObjectNNSource(tmp_path, "all").list_frames()) == 45
     assert len(ShapeNetCoreSource(tmp_path).list_frames()) == 110
+
+
+def test_shapenet_obj_with_materials_groups_and_missing_mtl(tmp_path):
+    """Real ShapeNet OBJs reference a .mtl and textures and have several groups: geometry is read, materials not."""
+    root = tmp_path / "ShapeNetCore.v2"
+    obj = root / "02691156" / "abc" / "models" / "model_normalized.obj"
+    obj.parent.mkdir(parents=True)
+    obj.write_text("mtllib model_normalized.mtl\nusemtl m0\nv 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nvt 0 0\n"
+                   "f 1/1 2/1 3/1\nusemtl m1\nf 1/1 2/1 4/1\ng part2\nf 1 3 4\n")
+    (root / "taxonomy.json").write_text(json.dumps([{"synsetId": "02691156", "name": "airplane", "children": [],
+                                                     "numInstances": 1}]))
+    src = ShapeNetCoreSource(root, points=64, dense=256)
+    fr = src.read("02691156/abc")
+    assert fr.points.shape == (64, 3)
+    # all three triangles are sampled (none lost with the groups): points on the x=0, y=0 and z=0 faces
+    p = fr.points
+    assert (np.abs(p[:, 2]) < 1e-6).any() and (np.abs(p[:, 1]) < 1e-6).any() and (np.abs(p[:, 0]) < 1e-6).any()
