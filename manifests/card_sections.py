@@ -122,11 +122,14 @@ def counts_matrix(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
 
 
 def intended_use_section(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
+    use = ("measuring how a model trained on the clean source data degrades under each corruption and severity"
+           if recipe.corruptions else
+           "measuring how well a classifier trained on the known classes of a scenario tells known from unknown "
+           "test shapes")
     lines = [
         "## Intended use and limitations",
         "",
-        "- **Intended use**: measuring how a model trained on the clean source data degrades under each "
-        "corruption and severity (`bench-build score` computes the paper's metrics), and comparing models on the "
+        f"- **Intended use**: {use} (`bench-build score` computes the paper's metrics), and comparing models on the "
         "same examples. Every example is reproducible from its key and the recipe seed.",
         "- **Not intended** as training data for the evaluated models (that would measure augmentation, not "
         "robustness), nor as a stand-in for real adverse-weather or faulty-sensor recordings: the corruptions "

@@ -120,9 +120,11 @@ def object_raster(view: View, radius: float, color_by: str, px: int = PANEL_PX) 
     ext = (-radius, radius, -radius, radius)
     rgb = _colors(view.tags, p[:, 2], color_by, (-radius, radius))
     panels = []
+    half = max(px // 2, 1)  # a shape has ~1,000 points: paint at half resolution, so each is a 2×2 dot
     for a, b, depth in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
         key = view.tags.astype(np.float64) * 100 + p[:, depth] if color_by == "tag" else p[:, depth]
-        panels.append(paint(p[:, a], p[:, b], rgb, key, ext, px))
+        small = paint(p[:, a], p[:, b], rgb, key, ext, half)
+        panels.append(np.repeat(np.repeat(small, 2, axis=0), 2, axis=1)[:px, :px])
     return np.concatenate(panels, axis=1)
 
 

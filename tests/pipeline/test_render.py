@@ -48,8 +48,9 @@ def test_object_three_views():
     img = object_raster(View("clean", 0, pts, np.array([PointTag.SYNTHETIC]), None, True), 1.0, "tag", px=20)
     assert img.shape == (20, 60, 3)
     red = np.all(img == (np.array(TAG_COLORS[PointTag.SYNTHETIC]) * 255 + 0.5).astype(np.uint8), axis=2)
-    # top (x–y) and front (x–z): u = 0.5 → column 15, v = 0 → row 10; side (y–z): the centre of the 3rd view
-    assert red[10, 15] and red[10, 35] and red[10, 50] and red.sum() == 3
+    # painted at half resolution (10 px) as 2×2 dots: top (x–y) and front (x–z): u = 0.5 → column 7 → 14–15,
+    # v = 0 → row 5 → 10–11; side (y–z): the centre of the third view, columns 50–51
+    assert red[10:12, 14:16].all() and red[10:12, 34:36].all() and red[10:12, 50:52].all() and red.sum() == 12
 
 
 def test_sheet_panels_share_the_clean_extent():
