@@ -109,7 +109,7 @@ class NuScenesSource:
     """Reads the LIDAR_TOP key frames of a nuScenes split, with lidarseg labels and boxes in the LiDAR frame."""
 
     kind = "nuscenes"
-    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "sequence", "timestamp_us")  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity", "ring")
     intensity_scale = "byte"
 
@@ -171,7 +171,8 @@ class NuScenesSource:
                 except KeyError:
                     seg = None
             self.index[token] = {
-                "scene": scene_name, "sd_token": sd["token"], "filename": sd["filename"], "lidarseg": seg,
+                "scene": scene_name, "timestamp": int(sample["timestamp"]), "sd_token": sd["token"],
+                "filename": sd["filename"], "lidarseg": seg,
                 "cs": (cs["translation"], cs["rotation"]), "ego": (ego["translation"], ego["rotation"]),
                 "anns": [(a["translation"], a["size"], a["rotation"], a["category_name"], a["token"])
                          for a in anns],
@@ -229,7 +230,8 @@ class NuScenesSource:
                 raise SourceError(seg_path, f"label {int(seg.max())} is not a category index of category.json")
             labels["semantic"] = seg.astype(np.uint32)
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
-                     labels=labels, boxes=self.boxes(frame_id), sensor=HDL32E)
+                     labels=labels, boxes=self.boxes(frame_id), sensor=HDL32E,
+                     attrs={"sequence": rec["scene"], "timestamp_us": rec["timestamp"]})
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "root": str(self.root), "version": self.version, "split": self.split,

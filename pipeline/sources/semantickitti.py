@@ -14,7 +14,8 @@ labels are read and validated here. Frame ids are ``NN_FFFFFF`` (sequence, scan)
 labels), or sequence numbers, e.g. ``08`` or ``00,01``.
 
 Per point, the ``semantic`` label column holds the raw SemanticKITTI id (``label & 0xFFFF``; e.g. 10 car,
-40 road, 252 moving-car); the instance half is dropped, as most of Robo3D's scripts do. The 19-class
+40 road, 252 moving-car) and ``instance`` the upper half (``label >> 16``), so the released ``.label`` value
+is ``instance << 16 | semantic``; each example records its ``sequence``. The 19-class
 ``learning_map`` (raw → train id) is `LEARNING_MAP` and is recorded in the dataset card. Scans are kept in
 raw file order (ring by ring), which the azimuth-wrap ring recovery of beam missing / cross-sensor needs.
 """
@@ -84,7 +85,7 @@ class SemanticKittiSource:
     """Reads SemanticKITTI scans + labels of the sequences of ``split`` (default ``val`` = sequence 08)."""
 
     kind = "semantickitti"
-    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "instance", "sequence")  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity")
     intensity_scale = "unit"
 
@@ -150,10 +151,12 @@ class SemanticKittiSource:
         if p["label"].is_file():
             raw = read_label_file(p["label"], len(points), p["velodyne"])
             labels["semantic"] = (raw & 0xFFFF).astype(np.uint32)
+            labels["instance"] = (raw >> 16).astype(np.uint32)
         elif seq not in SPLITS["test"] and (self.sequence_dir(seq) / "labels").is_dir():
             raise SourceError(p["label"], f"label file missing for scan {p['velodyne'].name}")
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
-                     labels=labels, calib=_calib_from_pykitti(self.odometry(seq).calib), sensor=HDL64E)
+                     labels=labels, calib=_calib_from_pykitti(self.odometry(seq).calib), sensor=HDL64E,
+                     attrs={"sequence": seq})
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "root": str(self.root), "split": self.split, "sequences": list(self.sequences),

@@ -26,7 +26,8 @@ intensity is unbounded; tanh is the usual normalisation, declared as the ``tanh`
 row (0 = top beam), elongation = tanh(raw elongation). Frame ids are ``<context>-<timestamp>``. With a
 ``lidar_segmentation`` folder the frames are those whose TOP laser is labelled (WOD-C corrupts the
 5,976 labelled validation frames), and ``semantic`` holds the class of ``Segmentation.Type`` (0 undefined,
-1 car, … 22 sidewalk); without it, every TOP frame of the ``lidar`` files.
+1 car, … 22 sidewalk) and ``instance`` the label's instance id; each example records its ``sequence``
+(context) and ``timestamp_us``; without it, every TOP frame of the ``lidar`` files.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class WaymoSource:
     """Reads TOP-laser first returns of Waymo v2 frames (with semantic labels and boxes when present)."""
 
     kind = "waymo"
-    columns = ("semantic",)  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "instance", "sequence", "timestamp_us")  # optional row columns (pipeline/schema.py)
     fields = ("x", "y", "z", "intensity", "ring", "elongation")
     intensity_scale = "tanh"
 
@@ -301,9 +302,11 @@ class WaymoSource:
                     raise SourceError(seg_path, f"label image {list(seg.shape[:2])} does not match the range image "
                                                 f"{list(ri.shape[:2])} of {path.name}")
                 labels["semantic"] = seg[..., 1].reshape(-1)[idx].astype(np.uint32)
+                labels["instance"] = seg[..., 0].reshape(-1)[idx].astype(np.uint32)
         sensor = Sensor("waymo-top", tuple(float(v) for v in np.degrees(incl)), max_range=MAX_RANGE)
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
-                     labels=labels, boxes=self.boxes(ctx, ts), sensor=sensor)
+                     labels=labels, boxes=self.boxes(ctx, ts), sensor=sensor,
+                     attrs={"sequence": ctx, "timestamp_us": ts})
 
     def boxes(self, ctx: str, ts: int) -> Boxes | None:
         path = self.component("lidar_box", ctx)

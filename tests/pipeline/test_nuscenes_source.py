@@ -45,6 +45,7 @@ def test_val_split_frames_points_and_labels(nu_root):
     seg = np.fromfile(nu_root / src.index[ids[0]]["lidarseg"], dtype=np.uint8)
     np.testing.assert_array_equal(f.labels["semantic"], seg)
     assert src.describe()["categories"]["17"] == "vehicle.car"
+    assert f.attrs["sequence"] == "scene-0103" and f.attrs["timestamp_us"] == 1532402927647951
 
 
 def test_boxes_in_lidar_frame_hold_their_labelled_points(nu_root):

@@ -60,6 +60,9 @@ def test_labels_follow_points_through_every_corruption(labelled):
                 want = np.where(special, label_id, want)
                 seen_special[c.name] = seen_special.get(c.name, 0) + int(special.sum())
             np.testing.assert_array_equal(out.labels["semantic"], want, err_msg=f"{name} {c.name} {s}")
+            if "instance" in frame.labels:  # SemanticKITTI / Waymo: the instance id follows its point too
+                inst = frame.labels["instance"]
+                np.testing.assert_array_equal(out.labels["instance"], np.where(added, 0, inst[np.maximum(pid - 1, 0)]))
             assert out.sensor == frame.sensor and out.intensity_scale == frame.intensity_scale
     assert seen_special["crosstalk"] > 0 and seen_special["fog"] > 0, seen_special
 

@@ -36,7 +36,8 @@ def test_reads_scans_and_raw_semantic_ids(sk_root):
         lab = np.fromfile(seq / "labels" / f"{fid[3:]}.label", dtype="<u4")
         np.testing.assert_array_equal(f.points, raw)
         np.testing.assert_array_equal(f.labels["semantic"], lab & 0xFFFF)
-        assert (lab >> 16).max() > 0  # instance ids were written, and dropped by the reader
+        np.testing.assert_array_equal(f.labels["instance"], lab >> 16)
+        assert (lab >> 16).max() > 0 and f.attrs == {"sequence": "08"}
         assert f.intensity_scale == "unit" and f.sensor == HDL64E
         assert 0.0 <= f.intensity.min() and f.intensity.max() <= 1.0
         # calibration: pykitti's Tr, written as the demo's velodyne → rectified camera transform

@@ -24,6 +24,10 @@ from pipeline.sources.waymo import (
 from stages.geometry import assign_points_to_boxes
 
 
+def fid_ctx(fid: str) -> str:
+    return fid.rpartition("-")[0]
+
+
 @pytest.fixture(scope="module")
 def wo_root(tmp_path_factory) -> Path:
     return write_waymo(tmp_path_factory.mktemp("wo"), 4, width=650)
@@ -76,7 +80,9 @@ def test_labelled_frames_points_and_labels(wo_root):
     elev = np.degrees(np.arcsin(local[:, 2] / np.linalg.norm(local, axis=1)))
     assert np.abs(elev - f.sensor.elevations[ring.astype(int)]).max() < 1e-3
     # ground sits at vehicle z = 0 (the sensor is 1.73 m up)
-    road = f.labels["semantic"] == 18
+    inst = f.labels["instance"]
+    assert inst[road := f.labels["semantic"] == 18].max() == 0 and inst[f.labels["semantic"] == 1].min() > 0
+    assert f.attrs == {"sequence": fid_ctx(ids[0]), "timestamp_us": int(ids[0].rpartition("-")[2])}
     assert abs(np.median(f.xyz[road, 2])) < 0.05
     owner = assign_points_to_boxes(f.xyz, f.boxes)
     cars = np.isin(f.labels["semantic"], [1, 2, 3])
