@@ -18,6 +18,9 @@ def _fmt(v: Any) -> str:
 
 def print_report(report: ScoreReport, console: Console) -> None:
     """Per-partition metrics (one column per metric), then the headline numbers."""
+    if report.metric == "3dos":
+        _print_open_set(report, console)
+        return
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
     shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40"))][:10]
@@ -48,3 +51,16 @@ def _headline(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         elif isinstance(v, dict) and k != "per_corruption" and not prefix:
             out.update(_headline(v, f"{k} "))
     return out
+
+
+def _print_open_set(report: ScoreReport, console: Console) -> None:
+    """3DOS: one row per scenario × unknown set (and their union)."""
+    table = Table(title=f"{report.dataset} {report.version}: known (positive) vs unknown")
+    for col in ("scenario", "unknown", "AUROC", "FPR95", "known", "unknown n"):
+        table.add_column(col, justify="left" if col in ("scenario", "unknown") else "right")
+    by_scenario = report.summary if all(isinstance(v, dict) and "AUROC" not in v
+                                        for v in report.summary.values()) else {"—": report.summary}
+    for sc, sets in by_scenario.items():
+        for name, v in sets.items():
+            table.add_row(sc, name, _fmt(v["AUROC"]), _fmt(v["FPR95"]), str(v["n_known"]), str(v["n_unknown"]))
+    console.print(table)

@@ -184,6 +184,8 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     assert m["SN1"]["union"]["AUROC"] == pytest.approx(11.5 / 16)
     assert m["SN1"]["union"]["FPR95"] == pytest.approx(0.45)
     assert m["SR1"]["SR3"]["AUROC"] == 0.0 and "union" not in m["SR1"]  # one unknown set: no union
+    res = runner.invoke(app, ["score", str(v), str(p)])
+    assert res.exit_code == 0 and "known (positive) vs unknown" in res.output and "union" in res.output
 
 
 def test_segmentation_miou_and_bad_label_count(tmp_path):
