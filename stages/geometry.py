@@ -204,67 +204,49 @@ def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5, near: float | 
     return frame.intensity.astype(np.float64)[nn].mean(axis=1)
 
 
-_REBUILD = 0.6  # rebuild the KD-tree on the survivors when fewer than this share of its points remain
-_MARGIN = 1.3  # neighbours queried per centre, relative to k / share of the tree still present
+# the schedule of the centre draws (kept from the KD-tree implementation, whose trees were rebuilt on the
+# survivors whenever fewer than _REBUILD of their points remained): it fixes the rng stream and so the output
+_REBUILD = 0.6
 
 
 def remove_neighbourhoods_sequentially(frame, n_ops: int, k: int, n_drop: int,
                                        rng: np.random.Generator) -> np.ndarray:
     """Boolean keep-mask after ``n_ops`` operations, one after another on the shrinking cloud, each of
     which picks a centre uniformly among the points still present, takes its ``k`` nearest present
-    points (itself included) and deletes a random ``n_drop`` of them (all k when n_drop ≥ k).
+    points (itself included, in increasing distance) and deletes a random ``n_drop`` of them (all k when
+    n_drop ≥ k).
 
     This is the rule of Li et al.'s released `cutout` / `density_dec` (scene level), computed without
-    their O(N) scan per operation: the k nearest *present* points are the first k present ones in the
-    centre's neighbour list on the original scan (one cached KD-tree), and a uniform centre among the
-    present points is a uniform draw over all points, redrawn while it hits a deleted one.
+    their O(N) scan per operation: one static grid over the original scan, searched with the deletion
+    mask (`stages.grid_knn`, exact k nearest present points), and a uniform centre among the present
+    points is a uniform draw over all points, redrawn while it hits a deleted one. Centres are drawn in
+    chunks whose sizes depend only on the counts of deleted points (the schedule of the earlier KD-tree
+    implementation, kept so the same rng gives the same bytes).
     """
     n = len(frame)
     keep = np.ones(n, dtype=bool)
     if n_ops <= 0 or k <= 0 or n_drop <= 0 or n == 0:
         return keep
-    from scipy.spatial import cKDTree
+    from stages.grid_knn import Grid, _sequential_ops
 
-    xyz = frame.xyz.astype(np.float64)
+    xyz = np.ascontiguousarray(frame.xyz, dtype=np.float64)
     n_drop = min(n_drop, k)
-    # an independent random n_drop-subset of the k slots of every operation, drawn at once
-    subsets = np.argsort(rng.random((n_ops, k)), axis=1)[:, :n_drop] if n_drop < k else None
-    tree, ids = frame.kdtree, np.arange(n)  # the tree's points (rebuilt on the survivors as they thin out)
+    # an independent random n_drop-subset of the k slots of every operation, drawn at once: the slots of
+    # the n_drop smallest of k uniforms (a partition finds the same set as a full argsort, faster)
+    subsets = np.argpartition(rng.random((n_ops, k)), n_drop - 1, axis=1)[:, :n_drop] if n_drop < k else None
+    grid = Grid(xyz, 0.4)
+    sub = np.zeros((0, 0), dtype=np.int64) if subsets is None else np.ascontiguousarray(subsets, dtype=np.int64)
+    n_ids = n  # survivors when the schedule last "rebuilt"
     present = n
     op = 0
     while op < n_ops and present > 0:
-        if present < _REBUILD * len(ids):
-            ids = np.flatnonzero(keep)
-            tree = cKDTree(xyz[ids], balanced_tree=False, compact_nodes=False)
+        if present < _REBUILD * n_ids:
+            n_ids = present
         # candidate centres for the next operations, uniform over all points; deleted ones are skipped
-        # (enough for the operations until the next rebuild, allowing for the rejected ones)
-        ops_ahead = min(n_ops - op, int((present - _REBUILD * len(ids)) / n_drop) + 1)
+        ops_ahead = min(n_ops - op, int((present - _REBUILD * n_ids) / n_drop) + 1)
         chunk = min(4096, int(ops_ahead * n / present * 1.1) + 4)
         cand = rng.integers(0, n, size=chunk)
-        cand = cand[keep[cand]]
-        kq = min(len(ids), int(k * len(ids) / present * _MARGIN) + 8)
-        _, nbrs = query_in_spatial_order(tree, xyz[cand], kq)
-        nbrs = ids[nbrs]
-        for i in range(len(cand)):
-            c = cand[i]
-            if not keep[c]:
-                continue
-            nb = nbrs[i]
-            live = nb[keep[nb]]
-            want = min(k, present)
-            kk = kq
-            while len(live) < want and kk < len(ids):  # a depleted neighbourhood: look further out
-                kk = min(len(ids), kk * 2)
-                _, nb = tree.query(xyz[c], k=kk)
-                nb = ids[np.atleast_1d(nb)]
-                live = nb[keep[nb]]
-            live = live[:want]
-            live = live[subsets[op]] if subsets is not None and want == k else live[:n_drop]
-            keep[live] = False
-            present -= len(live)
-            op += 1
-            if op == n_ops or present == 0:
-                break
-            if present < _REBUILD * len(ids):
-                break
+        cand = np.ascontiguousarray(cand[keep[cand]], dtype=np.int64)
+        op, present = _sequential_ops(xyz, cand, keep, sub, subsets is not None, op, n_ops, k, n_drop, present,
+                                      _REBUILD * n_ids, *grid.args())
     return keep
