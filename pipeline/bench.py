@@ -147,7 +147,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     from pipeline.sources.shapenet import ShapeNetCoreSource
     from stages.registry import get_stage
 
-    root = ensure_demo_objects()
+    root = ensure_demo_objects(("modelnet40", "shapenet"))
     src = ModelNet40H5Source(root, "test")
     full = [src.read(i) for i in src.list_frames()[:shapes]]
     results: dict = {"stages": {}}

@@ -51,9 +51,11 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         if bad:
             raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes no --source-{bad[0]}")
         if path is None and len(roots) < len(COMPOSITE_ROOTS.get(recipe.source, ("",))):
-            from pipeline.sources.demo_objects import ensure_demo_objects
+            from pipeline.sources.demo_objects import DEMO_PARTS, ensure_demo_objects
 
-            path = ensure_demo_objects()  # roots not given default to the demo objects
+            needed = COMPOSITE_ROOTS.get(recipe.source, (recipe.source,))
+            # roots not given default to the demo objects (only the datasets the recipe reads are generated)
+            path = ensure_demo_objects(tuple(d for d in needed if d in DEMO_PARTS and d not in roots))
         return _object_source(recipe.source, path, split or recipe.split, roots)
     if roots:
         raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")

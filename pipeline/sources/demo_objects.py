@@ -41,7 +41,7 @@ MODELNET40_CLASSES = (
     "mantel", "monitor", "night_stand", "person", "piano", "plant", "radio", "range_hood", "sink", "sofa",
     "stairs", "stool", "table", "tent", "toilet", "tv_stand", "vase", "wardrobe", "xbox",
 )
-DEMO_VERSION = 1  # bump when the generated files change (part of the cache directory name)
+DEMO_VERSION = 2  # bump when the generated files change (part of the cache directory name)
 
 
 def class_mesh(name: str, instance: int, seed: int = DEMO_OBJECT_SEED):
@@ -186,20 +186,40 @@ def write_demo_objects(out: str | Path, *, modelnet: dict[str, int] | None = Non
     return out
 
 
-def ensure_demo_objects(seed: int = DEMO_OBJECT_SEED) -> Path:
-    """The demo object root in the cache directory, generated on first use (atomically renamed into place)."""
+#: Which top-level folders each demo dataset writes (generated on demand, one dataset at a time).
+DEMO_PARTS: dict[str, tuple[str, ...]] = {
+    "modelnet40": ("modelnet40_ply_hdf5_2048", "ModelNet40"),
+    "scanobjectnn": ("ScanObjectNN",),
+    "shapenet": ("ShapeNetCore.v2",),
+}
+
+
+def ensure_demo_objects(datasets: tuple[str, ...] = tuple(DEMO_PARTS), seed: int = DEMO_OBJECT_SEED) -> Path:
+    """The demo object root in the cache directory with ``datasets`` generated (each on first use only, under
+    a file lock, renamed into place when complete: a killed run never leaves a half-written dataset)."""
+    import fcntl
+
     from pipeline.sources.demo import demo_cache_dir
 
     root = demo_cache_dir().parent / "demo-objects" / f"seed{seed}-v{DEMO_VERSION}"
-    if not (root / ".complete").is_file():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
-        write_demo_objects(tmp, seed=seed)
-        (tmp / ".complete").write_text("ok\n")
-        if root.exists() and not (root / ".complete").is_file():
-            shutil.rmtree(root, ignore_errors=True)  # a half-written copy of a killed run (never a complete one)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process finished first: keep its copy
-            shutil.rmtree(tmp, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    writers = {"modelnet40": lambda out: write_modelnet40(out, {"train": 2, "test": 2}, seed),
+               "scanobjectnn": lambda out: write_scanobjectnn(out, {"training": 3, "test": 2}, seed),
+               "shapenet": lambda out: write_shapenet(out, {"train": 2, "test": 2}, seed)}
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first runs generate each dataset once
+        for ds in datasets:
+            marker = root / f".complete-{ds}"
+            if marker.is_file():
+                continue
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+            try:
+                writers[ds](tmp)
+                for sub in DEMO_PARTS[ds]:
+                    if (root / sub).exists():  # left by a killed run (no marker)
+                        shutil.rmtree(root / sub)
+                    os.rename(tmp / sub, root / sub)
+                marker.write_text("ok\n")
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     return root

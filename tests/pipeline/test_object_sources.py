@@ -316,3 +316,18 @@ def test_shapenet_obj_with_materials_groups_and_missing_mtl(tmp_path):
     # all three triangles are sampled (none lost with the groups): points on the x=0, y=0 and z=0 faces
     p = fr.points
     assert (np.abs(p[:, 2]) < 1e-6).any() and (np.abs(p[:, 1]) < 1e-6).any() and (np.abs(p[:, 0]) < 1e-6).any()
+
+
+def test_demo_objects_cache_generates_only_what_a_recipe_reads(tmp_path, monkeypatch):
+    from pipeline.sources.demo_objects import ensure_demo_objects
+
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    root = ensure_demo_objects(("scanobjectnn",))
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["ScanObjectNN"]
+    first = (root / "ScanObjectNN" / "h5_files" / "main_split" / "test_objectdataset.h5").stat().st_mtime_ns
+    assert ensure_demo_objects(("scanobjectnn", "modelnet40")) == root
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [
+        "ModelNet40", "ScanObjectNN", "modelnet40_ply_hdf5_2048"]
+    assert (root / "ScanObjectNN" / "h5_files" / "main_split" / "test_objectdataset.h5").stat().st_mtime_ns == first
+    assert len(ScanObjectNNSource(root, "all").list_frames()) == 15 * 5
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
