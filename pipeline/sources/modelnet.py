@@ -135,7 +135,7 @@ class ModelNet40H5Source:
         return files
 
     @cached_property
-    def _index(self) -> dict[str, tuple[Path, np.ndarray]]:
+    def _index(self) -> dict[str, tuple[list[Path], np.ndarray]]:
         """split → (files, cumulative shape counts); reads only h5 metadata and labels."""
         out: dict[str, Any] = {}
         n_classes = len(self.class_names)

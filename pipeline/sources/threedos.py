@@ -40,7 +40,7 @@ from manifests.threedos import (
 )
 from pipeline.sources.base import SourceError
 from pipeline.sources.modelnet import XYZ, ModelNet40H5Source
-from pipeline.sources.scanobjectnn import ScanObjectNNSource
+from pipeline.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
 from pipeline.sources.shapenet import ShapeNetCoreSource
 from stages.frame import Frame
 
@@ -75,7 +75,6 @@ class ThreeDOSSource:
         mn_labels = self.modelnet40.labels()
         mn_names = self.modelnet40.class_names
         sonn = self.scanobjectnn.labels()
-        from pipeline.sources.scanobjectnn import SONN_CLASSES
 
         def add(sc, split, dataset, sid, name, cid, known, domain, unknown_set=None, **extra):
             out[f"{sc.name}/{split}/{dataset}/{sid}"] = {
