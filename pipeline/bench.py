@@ -161,6 +161,15 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
         print(f"\n(object shapes of {name}: {len(demo[0])} points each, best of {repeat}, CPU time of this "
               "process: shapes are small, so wall time on a shared machine mostly measures the neighbours)")
         results["stages"][name] = _stage_table(recipe, demo, repeat, clock=time.process_time)
+    from stages.object.sensor_noise import pca_normals
+
+    normals_ms = _timeit(lambda: [pca_normals(f.xyz.astype(np.float64), 10) for f in full], repeat,
+                         time.process_time) / len(full) * 1e3
+    per_sev = max(results["stages"]["modelnet40-e"]["noise"])
+    results["sensor_noise_normals_ms"] = normals_ms
+    print(f"modelnet40-e: normals {normals_ms:.2f} ms CPU once per shape (cached on the frame, shared by the 3 "
+          f"severities) + ≤ {per_sev:.2f} ms per severity = {(normals_ms + 3 * per_sev) / 3:.2f} ms per example "
+          "on average")
     sn = ShapeNetCoreSource(root, "test")
     sn.read(sn.list_frames()[0])  # imports trimesh/open3d once, outside the timing
     t = time.process_time()

@@ -226,6 +226,12 @@ class Frame:
         return self.boxes is not None and len(self.boxes) > 0
 
     @cached_property
+    def derived(self) -> dict[Any, Any]:
+        """Per-frame cache of data derived from this frame's points (e.g. PCA normals), filled by stages that
+        need it, so the severities of one frame share it; a new frame (with_points, take, …) starts empty."""
+        return {}
+
+    @cached_property
     def kdtree(self):  # -> scipy.spatial.cKDTree (imported lazily: scipy is slow to import)
         from scipy.spatial import cKDTree
 

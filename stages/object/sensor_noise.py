@@ -12,7 +12,8 @@ With probability q a point is replaced by a uniform sample of the box [−0.5, 0
 ``SYNTHETIC``; its σ and μ keep their analytic values, as the released generator); the other points
 are tagged ``JITTER``. σ and μ are written as the per-point columns ``sigma`` and ``mu``; the sensor
 position and the drawn a, b, c, k, q go to ``info``. Normals are computed for all points at once
-(KD-tree query + 3×3 covariances + closed-form smallest eigenvectors; no per-point Python loop).
+(KD-tree query + 3×3 covariances + closed-form smallest eigenvectors; no per-point Python loop), once
+per shape: they are cached on the frame (``Frame.derived``) and shared by its three severities.
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ def sensor_noise(frame: Frame, params: SensorNoiseParams, rng: np.random.Generat
     v = xyz - sensor
     r = np.sqrt((v * v).sum(axis=1))
     u = v / r[:, None]
-    normals = pca_normals(xyz, params.neighbors)
+    key = ("pca_normals", params.neighbors)
+    if key not in frame.derived:  # once per shape: every severity of it reuses the same normals
+        frame.derived[key] = pca_normals(xyz, params.neighbors)
+    normals = frame.derived[key]
     cos_t = np.abs(np.clip((u * normals).sum(axis=1), -1.0, 1.0))
     sigma = (a + b * r) * (1.0 + c * (1.0 - cos_t))
     mu = k * (1.0 - cos_t)

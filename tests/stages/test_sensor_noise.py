@@ -110,3 +110,14 @@ def test_closed_form_eigenvectors_match_eigh_including_degenerate_rows():
     assert residual.max() < 1e-8 * max(1.0, np.abs(cov).max())
     ref = np.linalg.eigh(cov[15:])[1][:, :, 0]
     assert np.abs(np.abs((v[15:] * ref).sum(axis=1)) - 1).max() < 1e-6
+
+
+def test_normals_are_computed_once_per_shape_and_reused():
+    shape = make_sphere(3)
+    params = SensorNoiseParams(**LEVELS["light"])
+    a = sensor_noise(shape, params, rng_for(1))
+    cached = shape.derived[("pca_normals", 10)]
+    np.testing.assert_array_equal(cached, pca_normals(shape.xyz.astype(np.float64), 10))
+    b = sensor_noise(shape, params, rng_for(1))  # same key → same output, from the cached normals
+    np.testing.assert_array_equal(a.points, b.points)
+    assert "pca_normals" not in str(list(a.derived))  # the output frame is a new frame with its own cache
