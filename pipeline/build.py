@@ -7,6 +7,7 @@ flight, so the driver's memory stays flat whatever the dataset size.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -22,7 +23,7 @@ from manifests.card_sections import complete_card
 from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
-from pipeline.ledger import Ledger
+from pipeline.ledger import Ledger, identity_digest
 from pipeline.plan import ShardSpec, plan_shards
 from pipeline.progress import BuildProgress
 from pipeline.schema import SCHEMA_VERSION
@@ -121,6 +122,7 @@ def run_build(
     endpoint_url: str | None = None,
     profile: str | None = None,
     roots: dict[str, str] | None = None,
+    allow_empty_frames: bool = False,
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
@@ -128,7 +130,8 @@ def run_build(
     t0 = time.time()
     recipe = load_recipe(benchmark)
     demo = source is None and not any((roots or {}).values())
-    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots)
+    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
+                      allow_empty=allow_empty_frames)
     frame_ids = src.list_frames()
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
@@ -159,7 +162,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
 
-    pending = [s for s in specs if not ledger.check_done(s.name, fingerprint, recheck)[0]]
+    pending = [s for s in specs if not ledger.check_done(s.name, fingerprint, recheck, src)[0]]
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
     result = BuildResult(version_dir, len(specs), len(specs) - len(pending))
@@ -179,7 +182,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     else:
         bar.close()
     result.seconds = time.time() - t0
-    if not result.failures and all(ledger.check_done(s.name, fingerprint, "size")[0] for s in specs):
+    if not result.failures and all(ledger.check_done(s.name, fingerprint, "size", src)[0] for s in specs):
         result.manifest = write_manifest(store, recipe, src.describe(), specs, ledger, fingerprint,
                                          fps, result.seconds)
     if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
@@ -250,6 +253,10 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         fields, scale = meta.get("fields"), meta.get("intensity_scale")
     columns = meta.get("columns", []) if shards else []
     n_frames = sum(len(s.frame_ids) for s in specs)
+    frame_digests = {}
+    for spec in specs:
+        recorded = (ledger.done_entry(spec.name) or {}).get("sources") or {}
+        frame_digests.update({fid: identity_digest(recorded.get(fid)) for fid in spec.frame_ids})
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "schema_version": SCHEMA_VERSION,
@@ -276,6 +283,12 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
             "by_partition": by_part,
         },
         "shards": shards,
+        # what each frame was built from: sha256 over its source files' (path, size, sha256); null when the
+        # reader cannot name a frame's files. A changed scan changes its digest (and is rebuilt by `run`).
+        "source_identity": {
+            "digest": hashlib.sha256(json.dumps(sorted(frame_digests.items())).encode()).hexdigest(),
+            "frames": frame_digests,
+        },
     }
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
     card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)

@@ -60,6 +60,8 @@ def run(
     version: Annotated[str | None, typer.Option(
         help="nuScenes table version (v1.0-trainval, v1.0-mini; default: trainval if present); same as "
              "--split VERSION:SPLIT")] = None,
+    allow_empty_frames: Annotated[bool, typer.Option(
+        help="Accept 0-byte scans as frames with no points (default: an error naming the file)")] = False,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
@@ -76,7 +78,8 @@ def run(
                            overwrite=overwrite, recheck=recheck, progress=progress, endpoint_url=endpoint_url,
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
-                                  "scanobjectnn": source_scanobjectnn})
+                                  "scanobjectnn": source_scanobjectnn},
+                           allow_empty_frames=allow_empty_frames)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
     if result.manifest:

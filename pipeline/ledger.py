@@ -8,13 +8,18 @@ Layout under ``OUT/<benchmark>/<version>/_ledger/`` (a directory, or objects und
 
 Every ledger entry is written whole — locally to a temporary name then renamed, on S3 as one PUT —
 so a kill at any moment leaves either the old entry or the new one. A shard counts as done only if
-its entry has the build's fingerprint and every file it lists is still there with the recorded size
-and (with ``recheck="sha256"``, the default) sha256.
+its entry has the build's fingerprint, every file it lists is still there with the recorded size
+and (with ``recheck="sha256"``, the default) sha256, and every source file its frames were read
+from is unchanged: same set of files, same size and mtime, and (``recheck="sha256"``) same sha256.
+The worker records each frame's source identity (`frame_identity`) as it reads the frame, so a
+scan fixed after a build rebuilds exactly the shards that hold it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,66 @@ LEDGER_DIR = "_ledger"
 
 class LedgerMismatch(RuntimeError):
     """The output directory holds a build of a different recipe/frame list."""
+
+
+# -- source identity -------------------------------------------------------------------------------
+def frame_files(source: Any, frame_id: str) -> dict[str, Path] | None:
+    """The source files ``frame_id`` is read from (those that exist), keyed by path relative to the
+    source root; None when the reader cannot say (its frames then have no recorded identity)."""
+    if hasattr(source, "frame_files"):
+        files = list(source.frame_files(frame_id))
+    elif hasattr(source, "paths"):
+        files = list(source.paths(frame_id).values())
+    else:
+        return None
+    root = getattr(source, "root", None)
+    out = {}
+    for f in files:
+        f = Path(f)
+        if f.is_file():
+            rel = f.relative_to(root).as_posix() if root is not None and f.is_relative_to(root) else str(f)
+            out[rel] = f
+    return out
+
+
+def frame_identity(source: Any, frame_id: str) -> dict[str, dict[str, Any]] | None:
+    """{file: {size, mtime_ns, sha256}} of every source file of ``frame_id`` (None: reader cannot say)."""
+    files = frame_files(source, frame_id)
+    if files is None:
+        return None
+    out = {}
+    for rel, path in sorted(files.items()):
+        st = path.stat()
+        out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(path)}
+    return out
+
+
+def identity_digest(identity: dict[str, dict[str, Any]] | None) -> str | None:
+    """Content digest of a frame's sources (paths, sizes, sha256 — not mtimes: copies of a dataset agree)."""
+    if identity is None:
+        return None
+    rows = sorted((rel, v["size"], v["sha256"]) for rel, v in identity.items())
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def source_changed(source: Any, frame_id: str, recorded: dict[str, dict[str, Any]] | None,
+                   recheck: str) -> str | None:
+    """Why the source of ``frame_id`` differs from ``recorded`` (None if it does not, or is unknowable).
+
+    Cheap check: the same files with the same size and mtime; ``recheck="sha256"`` also re-hashes them."""
+    files = frame_files(source, frame_id)
+    if files is None or recorded is None:
+        return None
+    if set(files) != set(recorded):
+        added, gone = sorted(set(files) - set(recorded)), sorted(set(recorded) - set(files))
+        return f"frame {frame_id}: source files changed (new: {added or '-'}, gone: {gone or '-'})"
+    for rel, path in files.items():
+        st, rec = os.stat(path), recorded[rel]
+        if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+            return f"frame {frame_id}: {rel} changed since it was built (size {rec['size']} → {st.st_size})"
+        if recheck == "sha256" and sha256_file(path) != rec["sha256"]:
+            return f"frame {frame_id}: {rel} content changed since it was built (sha256 differs)"
+    return None
 
 
 class Ledger:
@@ -86,13 +151,23 @@ class Ledger:
     def failed_entry(self, shard: str) -> dict[str, Any] | None:
         return self._read(self._entry(shard, failed=True))
 
-    def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256") -> tuple[bool, str]:
-        """Is ``shard`` done for this fingerprint with its files intact? (ok, reason if not)."""
+    def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256",
+                   source: Any = None) -> tuple[bool, str]:
+        """Is ``shard`` done for this fingerprint with its files intact and, given ``source``, built from
+        the source files as they are now? (ok, reason if not)."""
         entry = self.done_entry(shard)
         if entry is None:
             return False, "not built"
         if entry.get("fingerprint") != fingerprint:
             return False, "built with another fingerprint"
+        if source is not None:
+            recorded = entry.get("sources")
+            if recorded is None:
+                return False, "no source identity recorded (built by an older bench-build)"
+            for fid in entry.get("frames", []):
+                reason = source_changed(source, fid, recorded.get(fid), recheck)
+                if reason:
+                    return False, reason
         for f in entry["files"]:
             info = self.store.head(f["path"])
             if info is None:

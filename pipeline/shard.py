@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from manifests.manifest import config_name, partition_dir
 from manifests.recipe import Recipe, _jsonable
-from pipeline.ledger import Ledger
+from pipeline.ledger import Ledger, frame_identity
 from pipeline.plan import CLEAN, ShardSpec, example_key, example_rng
 from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
 from pipeline.sources.base import Source, SourceError
@@ -127,8 +127,10 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
     store = root.open() if isinstance(root, StoreSpec) else open_store(root)
     ledger = Ledger(store)
     frames: list[Frame] = []
+    sources: dict[str, Any] = {}
     for fid in spec.frame_ids:
         try:
+            sources[fid] = frame_identity(source, fid)  # before reading: a later change is then always seen
             frames.append(source.read(fid))
         except SourceError as e:
             raise ShardFailed(spec.name, f"frame {fid}: {e}", e.path) from None
@@ -170,7 +172,7 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
         if on_file is not None:
             on_file(rows)
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
-             "files": files, "read_seconds": round(read_seconds, 4),
+             "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}
     ledger.record_done(spec.name, entry)
     return entry

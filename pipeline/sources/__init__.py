@@ -40,11 +40,14 @@ DEMO_KINDS = ("semantickitti", "nuscenes", "waymo")
 
 
 def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = None,
-                demo_frames: int = 8, roots: dict[str, str] | None = None) -> Source:
+                demo_frames: int = 8, roots: dict[str, str] | None = None,
+                allow_empty: bool = False) -> Source:
     """The recipe's source at ``path``; without a path, the generated demo data (KITTI layout, the real
     SemanticKITTI / nuScenes / Waymo v2 layout for those kinds, or the demo objects of
     `pipeline.sources.demo_objects` for object benchmarks). ``roots`` names the dataset roots of a
-    composite source (3dos: shapenet, modelnet40, scanobjectnn)."""
+    composite source (3dos: shapenet, modelnet40, scanobjectnn).
+
+    ``allow_empty``: accept 0-point scans (KITTI layout) instead of failing their shard."""
     roots = {k: v for k, v in (roots or {}).items() if v}
     if recipe.source in OBJECT_KINDS:
         bad = sorted(set(roots) - set(COMPOSITE_ROOTS.get(recipe.source, ())))
@@ -75,6 +78,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         if split:
             src = KittiSource(src.root, split)
         return src
+    if allow_empty and recipe.source == "kitti":
+        return KittiSource(path, split or recipe.split, allow_empty=True)
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 

@@ -29,12 +29,15 @@ CALIB_KEYS = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_
 REQUIRED_CALIB = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam")
 
 
-def read_velodyne(path: Path) -> np.ndarray:
-    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness)."""
+def read_velodyne(path: Path, *, allow_empty: bool = False) -> np.ndarray:
+    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         raise SourceError(path, "file not found") from None
+    if size == 0 and not allow_empty:
+        raise SourceError(path, "empty scan (0 bytes, no points); if the dataset really has empty frames, "
+                                "pass --allow-empty-frames")
     if size % 16:
         raise SourceError(path, f"size {size} bytes is not a multiple of 16 (4 float32 per point)")
     pts = np.fromfile(path, dtype="<f4").reshape(-1, 4)
@@ -177,8 +180,9 @@ class KittiSource:
     intensity_scale = "unit"
     sensor = HDL64E  # Velodyne HDL-64E (an S2); scans store no laser id
 
-    def __init__(self, root: str | Path, split: str | None = None) -> None:
+    def __init__(self, root: str | Path, split: str | None = None, *, allow_empty: bool = False) -> None:
         root = Path(root)
+        self.allow_empty = allow_empty  # 0-byte scans are an error unless the dataset really has empty frames
         if not root.is_dir():
             raise SourceError(root, "KITTI root directory not found")
         split = split or "training"
@@ -209,7 +213,7 @@ class KittiSource:
 
     def read(self, frame_id: str) -> Frame:
         p = self.paths(frame_id)
-        points = read_velodyne(p["velodyne"])
+        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
         calib = read_calib(p["calib"]) if p["calib"].is_file() else None
         boxes = None
         if p["label"].is_file():

@@ -5,10 +5,13 @@ Each test reproduces one defect of issue 16 with real `bench-build` subprocesses
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -116,3 +119,69 @@ def test_s3_lease_refuses_a_second_writer_and_takes_over_an_expired_one(s3prefix
                                             "expires": time.time() + 600}).encode())
     with pytest.raises(VersionLocked, match="pid 1 on elsewhere"), store.writer_lock("third"):
         pass
+
+
+def _run_ids(version: Path) -> dict[str, str]:
+    return {p.stem: json.loads(p.read_text())["run_id"] for p in (version / "_ledger" / "shards").glob("part-*.json")
+            if not p.name.endswith(".failed.json")}
+
+
+def _clean_points(version: Path, shard: str) -> np.ndarray:
+    """Points of the clean copy of the (single-frame) shard ``shard``, found through the manifest."""
+    entry = next(s for s in read_manifest(version)["shards"] if s["shard"] == shard and s["severity"] == 0)
+    pts = pq.read_table(version / entry["path"], columns=["points"]).column("points")[0].as_py()
+    return np.asarray(pts, dtype=np.float32).reshape(-1, 4)
+
+
+def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path):
+    out = tmp_path / "out"
+    args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--workers", "1",
+                "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
+    first = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    version = out / "mini-c" / "0.1.0"
+    ids, before = _run_ids(version), read_manifest(version)["source_identity"]["frames"]
+    assert set(before) == {"000000", "000001", "000002"} and all(before.values())
+
+    # fix a scan in place: same size, same mtime (only --recheck sha256, the default, can see it)
+    scan = demo_kitti / "training" / "velodyne" / "000001.bin"
+    st = scan.stat()
+    fixed = np.fromfile(scan, dtype="<f4").reshape(-1, 4)
+    fixed[:, :3] *= np.float32(1.01)
+    fixed.tofile(scan)
+    os.utime(scan, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert scan.stat().st_size == st.st_size
+
+    size_only = subprocess.run([*args, "--recheck", "size"], capture_output=True, text=True, timeout=300)
+    assert size_only.returncode == 0 and _run_ids(version) == ids  # size + mtime cannot tell: documented
+    second = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert "2 already done, 1 built" in second.stderr
+    after = _run_ids(version)
+    assert after["part-00001-of-00003"] != ids["part-00001-of-00003"]
+    assert {k: v for k, v in after.items() if k != "part-00001-of-00003"} == \
+        {k: v for k, v in ids.items() if k != "part-00001-of-00003"}
+    np.testing.assert_array_equal(_clean_points(version, "part-00001-of-00003"), fixed)
+    frames = read_manifest(version)["source_identity"]["frames"]
+    assert frames["000001"] != before["000001"]
+    assert {k: v for k, v in frames.items() if k != "000001"} == {k: v for k, v in before.items() if k != "000001"}
+    assert verify_version(version).ok
+
+    os.utime(scan)  # a new mtime alone is enough for the cheap check to rebuild
+    third = subprocess.run([*args, "--recheck", "size"], capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0 and "2 already done, 1 built" in third.stderr, third.stderr
+
+
+def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tmp_path):
+    empty = demo_kitti / "training" / "velodyne" / "000001.bin"
+    empty.write_bytes(b"")
+    run = subprocess.run(_cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(tmp_path / "o"),
+                              "--workers", "1", "--max-frames", "2", "--frames-per-shard", "1", "--no-progress"),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert f"{empty}: empty scan (0 bytes" in run.stderr
+    assert "1 built, 1 failed" in run.stderr
+    from pipeline.sources.kitti import KittiSource
+
+    frame = KittiSource(demo_kitti, allow_empty=True).read("000001")  # opt-in for datasets with empty frames
+    assert frame.points.shape == (0, 4)
