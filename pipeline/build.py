@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sys
 import time
 import uuid
 import warnings
@@ -27,7 +29,7 @@ from pipeline.ledger import Ledger, identity_digest
 from pipeline.plan import ShardSpec, plan_shards
 from pipeline.progress import BuildProgress
 from pipeline.schema import SCHEMA_VERSION
-from pipeline.shard import ShardFailed, build_shard, partition_table
+from pipeline.shard import ShardFailed, build_shard, os_error_message, partition_table
 from pipeline.sources import open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
@@ -43,6 +45,7 @@ class BuildResult:
     shards_skipped: int  # already done in the ledger
     shards_built: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
+    failure_kinds: dict[str, str] = field(default_factory=dict)  # "input", "resource" or "internal"
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
     validation: dict[str, Any] | None = None  # per corruption, when the recipe has [validate]
@@ -86,8 +89,67 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file)
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
-        ledger.record_failed(spec.name, {"shard": spec.name, "error": e.message, "path": e.path, "run_id": run_id})
-        return {"shard": spec.name, "ok": False, "error": e.message}
+        _record_failure(ledger, spec.name, {"shard": spec.name, "error": e.message, "path": e.path,
+                                            "kind": e.kind, "run_id": run_id})
+        return {"shard": spec.name, "ok": False, "error": e.message, "kind": e.kind}
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _record_failure(ledger: Ledger, shard: str, entry: dict[str, Any]) -> None:
+    """Record a failed shard in the ledger; if even that fails (the disk is full), say so on stderr and go on:
+    recording a failure must never turn into a crash of its own."""
+    try:
+        ledger.record_failed(shard, entry)
+    except Exception as e:
+        print(f"[bench-build] could not record the failure of {shard} in the ledger "
+              f"({os_error_message(e) if isinstance(e, OSError) else redact(str(e))}); it was: {entry['error']}",
+              file=sys.stderr, flush=True)
+
+
+def _ledger_read(ledger: Ledger, shard: str) -> dict[str, Any] | None:
+    try:
+        return ledger.done_entry(shard)
+    except Exception:  # unreadable (e.g. the store is gone): not done
+        return None
+
+
+def describe_task_error(e: BaseException) -> tuple[str, str]:
+    """(one line naming the root cause, kind) of an exception ``ray.get`` raised for a shard task.
+
+    kind: "resource" (disk, memory, a dead worker or node: the input is fine) or "internal"."""
+    import ray.exceptions as rx
+
+    for _ in range(5):  # unwrap RayTaskError(OSError) → the OSError raised in the worker
+        cause = getattr(e, "cause", None)
+        if isinstance(e, rx.RayTaskError) and isinstance(cause, BaseException) and cause is not e:
+            e = cause
+        else:
+            break
+    if isinstance(e, OSError):
+        return os_error_message(e), "resource"
+    if isinstance(e, rx.OutOfMemoryError):
+        return "worker killed by Ray's memory monitor (out of memory; retries exhausted)", "resource"
+    if isinstance(e, rx.OutOfDiskError):
+        return "Ray's local disk is full (object store spilling); retries exhausted", "resource"
+    if isinstance(e, rx.NodeDiedError | rx.LocalRayletDiedError | rx.OwnerDiedError | rx.ObjectLostError):
+        return f"Ray node died ({type(e).__name__}): the raylet or the machine running the shard is gone", "resource"
+    if isinstance(e, rx.WorkerCrashedError):
+        return "worker died (retries exhausted): its process exited unexpectedly (killed, out of memory or " \
+               "crashed in native code)", "resource"
+    if isinstance(e, rx.RaySystemError | rx.TaskCancelledError | rx.ActorDiedError):
+        return f"Ray failure ({type(e).__name__}): {_first_line(str(e))}", "resource"
+    if isinstance(e, rx.RayTaskError):  # an exception in the task body that is not an OSError
+        cause = getattr(e, "cause", None)
+        text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
+        return redact(_first_line(text)), "internal"
+    return redact(_first_line(f"{type(e).__name__}: {e}")), "internal"
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in ANSI.sub("", text).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
 
 
 def init_ray(workers: int | None, address: str | None) -> bool:
@@ -183,8 +245,13 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         bar.close()
     result.seconds = time.time() - t0
     if not result.failures and all(ledger.check_done(s.name, fingerprint, "size", src)[0] for s in specs):
-        result.manifest = write_manifest(store, recipe, src.describe(), specs, ledger, fingerprint,
-                                         fps, result.seconds)
+        try:
+            result.manifest = write_manifest(store, recipe, src.describe(), specs, ledger, fingerprint,
+                                             fps, result.seconds)
+        except OSError as e:  # every shard is written and kept: re-running writes only the manifest
+            result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
+                                                              store.key_url(MANIFEST_NAME))
+            result.failure_kinds[MANIFEST_NAME] = "resource"
     if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
         from pipeline.validate import validate_after_build
 
@@ -203,27 +270,49 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar) -> No
     base, finished_rows = bar.done, 0  # the bar = base + rows of finished shards + rows of running ones
     queue = list(pending)
     in_flight: dict[Any, ShardSpec] = {}
+    ledger = Ledger(store)
+
+    def finish(spec: ShardSpec, res: dict[str, Any]) -> None:
+        nonlocal finished_rows
+        if not res["ok"]:
+            # the worker may have finished and recorded the shard before it (or its node) died: the ledger decides
+            entry = _ledger_read(ledger, spec.name)
+            if entry is not None and entry.get("run_id") == run_id and entry.get("fingerprint") == fingerprint:
+                res = {"shard": spec.name, "ok": True, "entry": entry}
+            elif res.get("record"):
+                _record_failure(ledger, spec.name, {"shard": spec.name, "error": res["error"],
+                                                    "kind": res["kind"], "run_id": run_id})
+        if res["ok"]:
+            result.shards_built.append(spec.name)
+            finished_rows += sum(f["rows"] for f in res["entry"]["files"])
+        else:
+            result.failures[spec.name] = res["error"]
+            result.failure_kinds[spec.name] = res.get("kind", "input")
+            bar.fail(spec.name, res["error"])
+
     while queue or in_flight:
-        while queue and len(in_flight) < max_in_flight:
-            spec = queue.pop(0)
-            ref = task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter)
-            in_flight[ref] = spec
-        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+        try:
+            while queue and len(in_flight) < max_in_flight:
+                spec = queue.pop(0)
+                in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter)] = spec
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+        except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
+            message, kind = describe_task_error(e)
+            for spec in [*in_flight.values(), *queue]:
+                finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True})
+            return
         for ref in done:
             spec = in_flight.pop(ref)
             try:
                 res = ray.get(ref)
-            except Exception as e:  # the task crashed after its retries (e.g. a worker OOM-killed)
-                res = {"shard": spec.name, "ok": False, "error": redact(f"{type(e).__name__}: {e}")}
-                Ledger(store).record_failed(spec.name, {"shard": spec.name, "error": res["error"],
-                                                             "run_id": run_id})
-            if res["ok"]:
-                result.shards_built.append(spec.name)
-                finished_rows += sum(f["rows"] for f in res["entry"]["files"])
-            else:
-                result.failures[spec.name] = res["error"]
-                bar.fail(spec.name, res["error"])
-        running = ray.get(counter.snapshot.remote()) if counter is not None and in_flight else {}
+            except Exception as e:  # the task crashed after its retries (a worker or node died, disk full …)
+                message, kind = describe_task_error(e)
+                res = {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True}
+            finish(spec, res)
+        try:
+            running = ray.get(counter.snapshot.remote(), timeout=10) if counter is not None and in_flight else {}
+        except Exception:  # the progress actor is best effort; its death is not the build's
+            counter, running = None, {}
         bar.update_to(base + finished_rows + sum(running.get(s.name, 0) for s in in_flight.values()))
 
 

@@ -82,14 +82,27 @@ def run(
                            allow_empty_frames=allow_empty_frames)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
+    except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
+        from pipeline.shard import os_error_message
+
+        raise _fail(os_error_message(e), code=1) from None
+    from rich.markup import escape
+
     if result.manifest:
         _summary_table(result.manifest)
+    shard_failures = [k for k in result.failures if k != "manifest.json"]
     console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
-                  f"{len(result.shards_built)} built, {len(result.failures)} failed in {result.seconds:.1f} s")
+                  f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
     if result.failures:
         for shard, err in sorted(result.failures.items()):
-            console.print(f"[red]FAILED[/red] {shard}: {err.splitlines()[0]}")
-        console.print("fix the input and run the same command again: finished shards are kept")
+            console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
+                          highlight=False)
+        kinds = set(result.failure_kinds.values()) or {"input"}
+        if "input" in kinds:
+            console.print("fix the input named above and run the same command again: finished shards are kept")
+        if kinds - {"input"}:
+            console.print("the input is not at fault: free disk space / memory or check the Ray cluster, then run "
+                          "the same command again: finished shards are kept")
         raise typer.Exit(code=1)
     console.print(f"[green]done:[/green] {result.version_dir}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -56,10 +57,12 @@ class BuildProgress:
 
     def fail(self, shard: str, error: str) -> None:
         if self.enabled:
-            first = error.splitlines()[0] if error else ""
+            first = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", error).strip().splitlines()[0] if error.strip() else ""
             msg = f"shard {shard} FAILED: {first}"
             if self._progress is not None:
-                self._progress.console.print(f"[red]{msg}")
+                from rich.markup import escape
+
+                self._progress.console.print(f"[red]{escape(msg)}")
             else:
                 print(f"[bench-build] {msg}", file=sys.stderr, flush=True)
 

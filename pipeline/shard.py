@@ -101,9 +101,30 @@ def _batches(examples, schema, size: int = ROW_GROUP_EXAMPLES):
 
 
 class ShardFailed(RuntimeError):
-    def __init__(self, shard: str, message: str, path: str | None = None) -> None:
+    """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them) or "resource"
+    (disk full, I/O error: the input is fine, the machine is not)."""
+
+    def __init__(self, shard: str, message: str, path: str | None = None, kind: str = "input") -> None:
         super().__init__(message)
-        self.shard, self.message, self.path = shard, message, path
+        self.shard, self.message, self.path, self.kind = shard, message, path, kind
+
+
+def os_error_message(e: BaseException, where: str | None = None) -> str:
+    """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``).
+
+    pyarrow's write errors carry no errno; their text does, so ENOSPC is recognised from either."""
+    import errno as errno_mod
+
+    err = getattr(e, "errno", None)
+    text = str(e)
+    if err == errno_mod.ENOSPC or "No space left on device" in text:
+        cause = "No space left on device"
+    elif isinstance(err, int) and err > 0:
+        cause = os.strerror(err)
+    else:
+        cause = text.splitlines()[0] if text else type(e).__name__
+    path = where or getattr(e, "filename", None)
+    return f"{cause}: {path}" if path else cause
 
 
 def _preprocess(spec: ShardSpec, recipe: Recipe, frame: Frame) -> Frame:
@@ -137,6 +158,19 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
     if recipe.preprocess is not None:
         frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
+    try:
+        return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, t0,
+                            read_seconds, sources)
+    except ShardFailed:
+        raise
+    except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
+        where = getattr(e, "bench_build_key", None) or getattr(e, "filename", None) or store.url
+        raise ShardFailed(spec.name, os_error_message(e, where), where, kind="resource") from None
+
+
+def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
+                 run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: float,
+                 read_seconds: float, sources: dict[str, Any]) -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
@@ -166,7 +200,11 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
                     yield key, corruption, severity, out
         schema = schema_with_metadata(meta)
-        rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema), store)
+        try:
+            rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema), store)
+        except OSError as e:
+            e.bench_build_key = store.key_url(rel)  # type: ignore[attr-defined]  # the file, not its temp name
+            raise
         files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
                       "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
         if on_file is not None:

@@ -185,3 +185,100 @@ def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tm
 
     frame = KittiSource(demo_kitti, allow_empty=True).read("000001")  # opt-in for datasets with empty frames
     assert frame.points.shape == (0, 4)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MB tmpfs (a real disk that fills up); skipped where mounting is not permitted — the injected
+    ENOSPC test below covers the same code path everywhere."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, demo_kitti, small_fs):
+    args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(small_fs), "--workers", "1",
+                "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
+    for _ in range(2):  # the first run, and a re-run on the still-full disk, say the same thing
+        run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 1, run.stderr
+        assert f"No space left on device: {small_fs}/mini-c/0.1.0/" in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr and "RayTaskError" not in run.stderr, run.stderr
+        assert "\x1b[" not in run.stderr  # no colour codes in a log file
+        assert "the input is not at fault" in run.stderr and "fix the input" not in run.stderr
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert verify_version(small_fs / "mini-c" / "0.1.0").ok
+
+
+def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe, demo_kitti, tmp_path, monkeypatch):
+    """The same path without a mount: ENOSPC raised by the storage layer (a shard file, then the manifest)."""
+    import errno
+
+    from manifests.recipe import load_recipe
+    from pipeline import shard as shard_mod
+    from pipeline.build import run_build
+    from pipeline.plan import plan_shards
+    from pipeline.shard import ShardFailed, build_shard
+    from pipeline.sources.kitti import KittiSource
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(shard_mod, "_write_parquet", full)
+        spec = plan_shards(["000000"], 1)[0]
+        with pytest.raises(ShardFailed) as e:
+            build_shard(spec, load_recipe(small_recipe), KittiSource(demo_kitti), tmp_path / "v", "f" * 64, "r")
+    assert e.value.kind == "resource"
+    assert e.value.message.startswith(f"No space left on device: {tmp_path / 'v'}/")
+    assert e.value.message.endswith(".parquet") and ".tmp" not in e.value.message
+
+    real_write = LocalStore.write_text
+
+    def manifest_full(self, key, text):
+        if key == "manifest.json":
+            full()
+        return real_write(self, key, text)
+
+    monkeypatch.setattr(LocalStore, "write_text", manifest_full)
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", workers=1, max_frames=1,
+                    progress=False)
+    assert res.manifest is None and res.shards_built == ["part-00000-of-00001"]
+    assert res.failures == {"manifest.json": f"No space left on device: {res.version_dir}/manifest.json"}
+    assert res.failure_kinds == {"manifest.json": "resource"}
+
+
+def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch):
+    import ray
+
+    from pipeline.build import run_build
+    from pipeline.sources.kitti import KittiSource
+
+    class DyingSource(KittiSource):  # defined here so Ray ships it by value to its workers
+        def read(self, frame_id):
+            if frame_id == "000001":
+                os._exit(9)  # the worker process dies, as under the OOM killer
+            return super().read(frame_id)
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        monkeypatch.setattr("pipeline.build.open_source", lambda *a, **k: DyingSource(demo_kitti))
+        res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2,
+                        frames_per_shard=1, progress=False)
+    finally:
+        ray.shutdown()
+    assert res.shards_built == ["part-00000-of-00002"]
+    assert res.failures["part-00001-of-00002"].startswith("worker died (retries exhausted)")
+    assert res.failure_kinds["part-00001-of-00002"] == "resource"
+    from pipeline.ledger import Ledger
+
+    recorded = Ledger(res.version_dir).failed_entry("part-00001-of-00002")
+    assert recorded["error"].startswith("worker died") and recorded["kind"] == "resource"
