@@ -52,8 +52,11 @@ class ManifestError(ValueError):
 
 def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
     """Parse and check a manifest's text (``where`` names it in errors)."""
+    def no_constant(name: str) -> Any:  # NaN / Infinity are not JSON: a manifest holding them is refused
+        raise ManifestError(f"{where}: not valid JSON: {name} is not a JSON number")
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as e:
         raise ManifestError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:

@@ -157,7 +157,7 @@ class Recipe:
 
     def fingerprint(self, frame_ids: Sequence[str]) -> str:
         payload = {"recipe": self.canonical(), "frames": list(frame_ids)}
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def examples_defined(self, n_frames: int) -> int:
@@ -246,8 +246,8 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     severities = bench["severities"]
     if not isinstance(severities, int) or isinstance(severities, bool) or severities < 0:
         raise RecipeError(f"{origin}: [benchmark] severities must be a non-negative integer, got {severities!r}")
-    if not isinstance(bench["seed"], int):
-        raise RecipeError(f"{origin}: [benchmark] seed must be an integer, got {bench['seed']!r}")
+    if not isinstance(bench["seed"], int) or isinstance(bench["seed"], bool) or bench["seed"] < 0:
+        raise RecipeError(f"{origin}: [benchmark] seed must be a non-negative integer, got {bench['seed']!r}")
     paper_frames = bench.get("paper_frames")
     if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
                                      or paper_frames < 1):
@@ -423,11 +423,55 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
         values = _per_severity(where, fname, entry[fname], _field_type(stage, fname), severities)
         for s, v in enumerate(values):
             per_severity[s][fname] = v
+    for s, kw in enumerate(per_severity, 1):
+        _check_values(where, s, kw)
     try:
         params = tuple(stage.params(**kw) for kw in per_severity)
     except (TypeError, ValueError) as e:
         raise RecipeError(f"{where}: {e}") from None
     return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+
+
+#: Parameters that may legitimately be negative (every other number of a stage is a magnitude, a count,
+#: a rate or a distance: ≥ 0). Empty today; a stage with a signed parameter names it here.
+SIGNED_PARAMS: frozenset[str] = frozenset()
+#: (low, high) name patterns of parameter pairs that must satisfy low ≤ high.
+_PAIRS = (("min_", "max_", "prefix"), ("_min", "_max", "suffix"), ("_low", "_high", "suffix"),
+          ("_start", "_stop", "suffix"))
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [x for v in value for x in _numbers(v)]
+    return []
+
+
+def _check_values(where: str, severity: int, kw: dict[str, Any]) -> None:
+    """Values a stage would only choke on inside a worker, refused at load: NaN anywhere, a negative
+    magnitude/count, a zero divisor, a pair with min > max. The message names the key and severity."""
+    for name, value in kw.items():
+        for x in _numbers(value):
+            if isinstance(x, float) and math.isnan(x):
+                raise RecipeError(f"{where}: parameter {name!r} (severity {severity}) is NaN")
+            if x < 0 and name not in SIGNED_PARAMS:
+                raise RecipeError(f"{where}: parameter {name!r} (severity {severity}) is {x!r}; it must be ≥ 0")
+            if x == 0 and name.endswith("_divisor"):
+                raise RecipeError(f"{where}: parameter {name!r} (severity {severity}) is 0; a divisor must be > 0")
+    for low, high, kind in _PAIRS:
+        for name in kw:
+            if kind == "prefix" and name.startswith(low):
+                other = high + name[len(low):]
+            elif kind == "suffix" and name.endswith(low):
+                other = name[: -len(low)] + high
+            else:
+                continue
+            a, b = kw[name], kw.get(other)
+            if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a > b:
+                raise RecipeError(f"{where}: {name} = {a!r} > {other} = {b!r} (severity {severity})")
 
 
 def _field_type(stage: Stage, fname: str) -> Any:
@@ -465,6 +509,8 @@ def _coerce(where: str, fname: str, v: Any, tp: Any) -> Any:
     if isinstance(v, str) and v in ("inf", "+inf") and tp is float:
         return math.inf
     if tp is float and isinstance(v, int | float) and not isinstance(v, bool):
+        if math.isnan(v):
+            raise RecipeError(f"{where}: parameter {fname!r} is NaN")
         return float(v)
     if tp is int and isinstance(v, int) and not isinstance(v, bool):
         return v

@@ -73,11 +73,16 @@ class ProgressCounter:
 
 
 def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
-               counter: Any = None) -> dict:
+               counter: Any = None, owner: dict[str, Any] | None = None) -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
 
-    ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain."""
+    ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
+    the driver's writer-lock record: a task whose run is over (driver dead, lock taken over) writes nothing,
+    so a killed run's surviving workers never race the next run."""
     store = root.open()
+    if owner is not None and not store.still_writer(owner):
+        return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
+                "holds the version's writer lock", "kind": "resource"}
     ledger = Ledger(store)
     on_file = None
     if counter is not None:
@@ -86,9 +91,12 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         def on_file(rows: int) -> None:
             counter.add.remote(spec.name, rows)
     try:
-        entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file)
+        entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
+                            before_commit=None if owner is None else lambda: store.still_writer(owner))
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
+        if e.kind == "superseded":  # this run is over: write nothing more into the version
+            return {"shard": spec.name, "ok": False, "error": e.message, "kind": "resource"}
         _record_failure(ledger, spec.name, {"shard": spec.name, "error": e.message, "path": e.path,
                                             "kind": e.kind, "run_id": run_id})
         return {"shard": spec.name, "ok": False, "error": e.message, "kind": e.kind}
@@ -164,7 +172,7 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         ray.init(address=address, **kwargs)
     else:
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
-        ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, **kwargs)
+        ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
     return True
 
 
@@ -190,6 +198,11 @@ def run_build(
 
     ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn)."""
     t0 = time.time()
+    for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if recheck not in ("sha256", "size"):
+        raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
     recipe = load_recipe(benchmark)
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
@@ -202,24 +215,25 @@ def run_build(
     from pipeline.sources import OBJECT_KINDS
 
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
-    fps = frames_per_shard or (demo_fps if demo else recipe.frames_per_shard)
+    fps = frames_per_shard if frames_per_shard is not None else (
+        demo_fps if demo else recipe.frames_per_shard)
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}"])
     store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
         f"{recipe.name}/{recipe.version}")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
-    with store.writer_lock("bench-build run"):
+    with store.writer_lock("bench-build run") as owner:
         store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
-                             progress=progress)
+                             progress=progress, owner=owner)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
                   store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
-                  progress: bool) -> BuildResult:
+                  progress: bool, owner: dict[str, Any] | None = None) -> BuildResult:
     ledger = Ledger(store)
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
@@ -234,7 +248,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if pending:
         started = init_ray(workers, address)
         try:
-            _execute(pending, recipe, src, store, fingerprint, result, bar)
+            _execute(pending, recipe, src, store, fingerprint, result, bar, owner)
         finally:
             bar.close()
             if started:
@@ -259,7 +273,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     return result
 
 
-def _execute(pending, recipe, src, store: Store, fingerprint, result, bar) -> None:
+def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None) -> None:
     import ray
 
     run_id = uuid.uuid4().hex[:12]
@@ -294,7 +308,8 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar) -> No
         try:
             while queue and len(in_flight) < max_in_flight:
                 spec = queue.pop(0)
-                in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter)] = spec
+                in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter,
+                                      owner)] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
             message, kind = describe_task_error(e)
@@ -383,7 +398,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
     sheet = _contact_sheet(store, manifest)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
-    store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True))
+    store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
     return manifest
 
 

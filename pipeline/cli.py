@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,13 @@ out_console = Console(soft_wrap=True)
 # Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.
 EndpointOpt = Annotated[str | None, typer.Option(
     "--endpoint-url", help="S3 endpoint for S3-compatible stores (default: AWS_ENDPOINT_URL, the profile's, AWS)")]
+
+
+class Recheck(StrEnum):  # a typer choice: anything else is a usage error (exit 2), never silently "size"
+    sha256 = "sha256"
+    size = "size"
+
+
 ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/config (default: AWS_PROFILE)")]
 
 
@@ -38,16 +46,19 @@ def run(
     out: Annotated[str, typer.Option(
         help="Output root (path, file:// or s3://bucket/prefix); the build goes to OUT/<benchmark>/<version>")
     ] = "bench-out",
-    workers: Annotated[int | None, typer.Option(help="CPUs of the local Ray instance (default: all)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all)")] = None,
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. auto, ray://host:10001)")]
     = None,
-    max_frames: Annotated[int | None, typer.Option(help="Only the first N frames (smoke runs)")] = None,
+    max_frames: Annotated[int | None, typer.Option(min=1, help="Only the first N frames (smoke runs)")] = None,
     split: Annotated[str | None, typer.Option(
         help="KITTI: training, testing or an ImageSets list (train, val); SemanticKITTI: val, train, test or "
              "sequences (08,09); nuScenes: a devkit split (val) or VERSION:SPLIT; Waymo: the split folder")] = None,
-    frames_per_shard: Annotated[int | None, typer.Option(help="Frames per shard (default: the recipe's)")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per shard (default: the recipe's)")]
+    = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a build of a different recipe/frame list")] = False,
-    recheck: Annotated[str, typer.Option(help="How resume checks finished shards: sha256 or size")] = "sha256",
+    recheck: Annotated[Recheck, typer.Option(help=(
+        "How resume checks finished shards and their source scans: sha256 (re-hash) or size (size + mtime)"))]
+    = Recheck.sha256,
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
@@ -75,7 +86,7 @@ def run(
     try:
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
                            max_frames=max_frames, split=split, frames_per_shard=frames_per_shard,
-                           overwrite=overwrite, recheck=recheck, progress=progress, endpoint_url=endpoint_url,
+                           overwrite=overwrite, recheck=recheck.value, progress=progress, endpoint_url=endpoint_url,
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
@@ -185,7 +196,7 @@ def publish(
     to: Annotated[str, typer.Option(help="Publication root, e.g. s3://bench/datasets → <to>/<dataset>/<version>/")],
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
-    jobs: Annotated[int, typer.Option(help="Files transferred in parallel")] = 8,
+    jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
     latest: Annotated[bool, typer.Option(help="Move the <dataset>/latest pointer to this version")] = True,
     takeover: Annotated[bool, typer.Option(help="Take over an interrupted publish of this version with "
                                                 "different content")] = False,
@@ -247,10 +258,10 @@ def pull(
     out: Annotated[Path, typer.Option(help="Local root; the version goes to OUT/<dataset>/<version>")],
     version: Annotated[str | None, typer.Option(help="Version to pull (default: latest)")] = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean)")] = None,
-    severity: Annotated[int | None, typer.Option(help="Only this severity (0 = clean)")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
-    jobs: Annotated[int, typer.Option(help="Files transferred in parallel")] = 8,
+    jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
 ) -> None:
     """Download a published version and verify every file's sha256 (manifest written last)."""
@@ -279,7 +290,7 @@ def export(
     out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
     *,
     corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
-    severity: Annotated[int | None, typer.Option(help="Severity (0 = clean)")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Severity (0 = clean)")] = None,
     all_partitions: Annotated[bool, typer.Option("--all", help="Every partition: OUT/<benchmark>/clean/ as a data "
                                                                "root, the others per --layout")] = False,
     layout: Annotated[str, typer.Option(help="With --all: robo3d (<corruption>/<severity>/velodyne, reusing "
@@ -291,9 +302,18 @@ def export(
 ) -> None:
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
     ImageSets; image_2/planes linked from --source)."""
-    from manifests.manifest import ManifestError
+    from manifests.manifest import ManifestError, read_manifest
     from pipeline.export import ExportError, export_version
 
+    try:  # a partition the version does not have is a usage error, not "0 frames written"
+        recipe = read_manifest(version_dir)["recipe"]
+    except ManifestError as e:
+        raise _fail(e) from None
+    names, top = [c["name"] for c in recipe["corruptions"]], recipe["severities"]
+    if (corruption is not None and corruption not in ("clean", *names)) or (severity is not None and severity > top) \
+            or (corruption == "clean" and severity not in (None, 0)):
+        raise _fail(ValueError(f"{version_dir} has no partition corruption={corruption} severity={severity} "
+                               f"(corruptions: {', '.join(names)} with severities 1..{top}; clean = severity 0)"))
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
                            source=source, split=split, layout=layout)

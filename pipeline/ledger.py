@@ -127,7 +127,7 @@ class Ledger:
             self.clear()
         elif old is None and overwrite:
             self.clear()
-        self.store.write_text(f"{LEDGER_DIR}/run.json", json.dumps(info, indent=1, sort_keys=True))
+        self.store.write_text(f"{LEDGER_DIR}/run.json", json.dumps(info, indent=1, sort_keys=True, allow_nan=False))
 
     def clear(self) -> None:
         """Delete a previous build's data, manifest and ledger (for --overwrite)."""
@@ -138,12 +138,13 @@ class Ledger:
 
     # -- shards -------------------------------------------------------------------------------
     def record_done(self, shard: str, entry: dict[str, Any]) -> None:
-        self.store.write_text(self._entry(shard), json.dumps({"status": "done", **entry}, indent=1, sort_keys=True))
+        self.store.write_text(self._entry(shard), json.dumps({"status": "done", **entry}, indent=1, sort_keys=True,
+                                                                        allow_nan=False))
         self.store.delete(self._entry(shard, failed=True))
 
     def record_failed(self, shard: str, entry: dict[str, Any]) -> None:
         self.store.write_text(self._entry(shard, failed=True),
-                              json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True))
+                              json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True, allow_nan=False))
 
     def done_entry(self, shard: str) -> dict[str, Any] | None:
         return self._read(self._entry(shard))

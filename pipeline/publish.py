@@ -435,7 +435,7 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
                 from manifests.card import card_with_header
 
                 _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
-            _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True).encode())
+            _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True, allow_nan=False).encode())
     report.seconds = time.time() - t0
     return report
 

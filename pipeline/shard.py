@@ -139,11 +139,14 @@ def _preprocess(spec: ShardSpec, recipe: Recipe, frame: Frame) -> Frame:
 
 
 def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
-                fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None) -> dict[str, Any]:
+                fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
+                before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
     ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
-    ``on_file(rows)`` is called after each partition file is in place (live progress)."""
+    ``on_file(rows)`` is called after each partition file is in place (live progress).
+    ``before_commit()`` is asked before the shard is recorded as done; False (the run that started this
+    task lost the version's writer lock) fails the shard instead of recording it."""
     t0 = time.perf_counter()
     store = root.open() if isinstance(root, StoreSpec) else open_store(root)
     ledger = Ledger(store)
@@ -160,7 +163,7 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
     read_seconds = time.perf_counter() - t0
     try:
         return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, t0,
-                            read_seconds, sources)
+                            read_seconds, sources, before_commit)
     except ShardFailed:
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
@@ -170,7 +173,8 @@ def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Pat
 
 def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
                  run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: float,
-                 read_seconds: float, sources: dict[str, Any]) -> dict[str, Any]:
+                 read_seconds: float, sources: dict[str, Any],
+                 before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
@@ -212,5 +216,8 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}
+    if before_commit is not None and not before_commit():
+        raise ShardFailed(spec.name, "superseded: the run that started this task no longer holds the version's "
+                                     "writer lock; not recorded", kind="superseded")
     ledger.record_done(spec.name, entry)
     return entry

@@ -96,7 +96,7 @@ def owner_tag() -> str:
 
 
 def owner_info(purpose: str) -> dict[str, Any]:
-    return {"host": _host(), "pid": os.getpid(), "purpose": purpose,
+    return {"host": _host(), "pid": os.getpid(), "purpose": purpose, "id": uuid.uuid4().hex,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]}
 
@@ -337,10 +337,22 @@ class Store:
         yield  # pragma: no cover
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str) -> Iterator[None]:
-        """Hold this root's exclusive writer lock for the block; raise `VersionLocked` naming the holder."""
+    def writer_lock(self, purpose: str) -> Iterator[dict[str, Any]]:
+        """Hold this root's exclusive writer lock for the block (yields the holder record: host, pid, id …);
+        raise `VersionLocked` naming the holder."""
         raise NotImplementedError
         yield  # pragma: no cover
+
+    def writer_holder(self) -> dict[str, Any] | None:
+        """The current holder record of the writer lock, or None."""
+        return None
+
+    def still_writer(self, owner: dict[str, Any]) -> bool:
+        """Does ``owner`` (a record `writer_lock` yielded) still hold the lock? A worker whose driver died or
+        was superseded must not write: its run is over even if the worker has not noticed yet."""
+        holder = self.writer_holder()
+        return holder is not None and holder.get("id") == owner.get("id") and \
+            not owner_dead(owner.get("host"), owner.get("pid"))
 
     def remove_dead_temps(self) -> int:
         """Delete temp files under the root whose owner process is dead; how many."""
@@ -517,7 +529,7 @@ class LocalStore(Store):
 
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str) -> Iterator[None]:
+    def writer_lock(self, purpose: str) -> Iterator[dict[str, Any]]:
         """``flock`` on ``<root>/.bench-build.lock``: released by the kernel when the holder dies (never stale).
 
         The lock file is never deleted (deleting it would let a second writer lock a new inode while
@@ -537,16 +549,23 @@ class LocalStore(Store):
                         break
                     time.sleep(0.05)
                 raise VersionLocked(describe_holder(str(self.root), other)) from None
+            me = owner_info(purpose)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(owner_info(purpose)).encode(), 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
             try:
-                yield
+                yield me
             finally:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def writer_holder(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.root / LOCK_NAME).read_text() or "null")
+        except (OSError, ValueError):
+            return None
 
     def remove_dead_temps(self) -> int:
         """Delete every temp file under the root whose owner is dead (call while holding the writer lock)."""
@@ -795,11 +814,10 @@ class S3Store(Store):
 
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str, *, ttl: float = LEASE_TTL) -> Iterator[None]:
+    def writer_lock(self, purpose: str, *, ttl: float = LEASE_TTL) -> Iterator[dict[str, Any]]:
         """A lease ``_lease.json``: created only if absent, renewed by compare-and-swap every ``ttl / 4``,
         taken over only when expired (or its holder is a dead process of this host), deleted at the end."""
         me = owner_info(purpose)
-        me["id"] = uuid.uuid4().hex
 
         def body() -> bytes:
             return json.dumps({**me, "expires": time.time() + ttl}).encode()
@@ -846,7 +864,7 @@ class S3Store(Store):
         thread = threading.Thread(target=renew, name="lease-renew", daemon=True)
         thread.start()
         try:
-            yield
+            yield me
         finally:
             stop.set()
             thread.join(timeout=5)
@@ -854,6 +872,13 @@ class S3Store(Store):
                 cur = self.get(LEASE_NAME)
                 if cur is not None and json.loads(cur[0]).get("id") == me["id"]:
                     self.delete(LEASE_NAME)
+
+    def writer_holder(self) -> dict[str, Any] | None:
+        try:
+            got = self.get(LEASE_NAME)
+            return json.loads(got[0]) if got is not None else None
+        except (StorageError, ValueError):
+            return None
 
     def remove_dead_temps(self) -> int:
         return 0  # S3 has no temp objects: staged files live in the local staging directory

@@ -282,3 +282,67 @@ def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, d
 
     recorded = Ledger(res.version_dir).failed_entry("part-00001-of-00002")
     assert recorded["error"].startswith("worker died") and recorded["kind"] == "resource"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("sigma = [0.04, 0.06, 0.08, 0.10, 0.12]", "sigma = [0.04, nan, 0.08, 0.10, 0.12]"), "'sigma' is NaN"),
+    (("sigma = [0.04, 0.06, 0.08, 0.10, 0.12]", "sigma = [0.04, -0.06, 0.08, 0.10, 0.12]"),
+     "'sigma' (severity 2) is -0.06; it must be ≥ 0"),
+    (("count_divisor = [100, 30, 10, 5, 3]", "count_divisor = [100, 30, 0, 5, 3]"),
+     "'count_divisor' (severity 3) is 0; a divisor must be > 0"),
+    (("min_distance = [0.0, 0.3, 0.5, 0.7, 0.9]", "min_distance = [0.0, 0.3, 0.5, 0.9, 0.9]"),
+     "min_distance = 0.9 > max_distance = 0.8 (severity 4)"),
+    (("seed = 7", "seed = -7"), "seed must be a non-negative integer"),
+])
+def test_bad_recipe_values_exit_2_at_load_naming_file_and_key(small_recipe, edit, message):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    small_recipe.write_text(small_recipe.read_text().replace(*edit))
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(small_recipe.parent / "o"), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    flat = " ".join(run.output.split())
+    assert str(small_recipe) in flat and message in flat, run.output
+    assert not (small_recipe.parent / "o").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("args", [["--recheck", "bogus"], ["--max-frames", "-1"], ["--max-frames", "0"],
+                                  ["--frames-per-shard", "0"], ["--workers", "0"]])
+def test_bad_run_options_are_usage_errors(small_recipe, tmp_path, args):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    out = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(tmp_path / "o"), *args])
+    assert out.exit_code == 2, out.output
+    assert f"Invalid value for '{args[0]}'" in " ".join(out.output.replace("│", " ").split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from manifests.manifest import MANIFEST_VERSION
+    from pipeline.cli import app
+
+    version = tmp_path / "mini-c" / "0.1.0"
+    version.mkdir(parents=True)
+    (version / "manifest.json").write_text(json.dumps({
+        "manifest_version": MANIFEST_VERSION, "dataset": "mini-c", "version": "0.1.0", "shards": [],
+        "recipe": {"corruptions": [{"name": "fog"}], "severities": 5}}))
+    for args, bad in ((["--corruption", "fog", "--severity", "9"], "severity=9"),
+                      (["--corruption", "smoke", "--severity", "1"], "corruption=smoke"),
+                      (["--corruption", "clean", "--severity", "2"], "severity=2")):
+        out = CliRunner().invoke(app, ["export", str(version), str(tmp_path / "x"), *args])
+        assert out.exit_code == 2 and bad in out.output, out.output
+    out = CliRunner().invoke(app, ["export", str(version), str(tmp_path / "x"), "--corruption", "fog",
+                                   "--severity", "-1"])
+    assert out.exit_code == 2
+
+
+def test_manifests_are_strict_json():
+    from manifests.manifest import MANIFEST_VERSION, ManifestError, parse_manifest
+
+    with pytest.raises(ManifestError, match="NaN is not a JSON number"):
+        parse_manifest(f'{{"manifest_version": {MANIFEST_VERSION}, "x": NaN}}', "m.json")
