@@ -22,7 +22,8 @@ flat ``list<float32>`` points) is refused with a message saying so: rebuild it (
 same examples) rather than mixing layouts.
 
 `verify_version` re-checks every listed file: presence, byte size, sha256 and the row count in the
-Parquet footer.
+Parquet footer; that the version holds no unlisted file (`check_file_set`: an unlisted ``.parquet`` is
+an error, other files a warning); and that the manifest's counts agree with its shards (`check_counts`).
 """
 
 from __future__ import annotations
@@ -131,10 +132,68 @@ def stable_view(manifest: dict[str, Any]) -> dict[str, Any]:
 class VerifyReport:
     checked: int = 0
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # unlisted non-data files: reported, not failing
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+#: Files of a version that are not data and are never listed: the manifest itself and the dataset card.
+#: Directories and files whose name starts with ``_`` or ``.`` (``_ledger/``, the writer lock, temp files)
+#: are run state that no reader opens (pyarrow ignores them); ``validation/`` and ``renders/`` are reports.
+UNLISTED_OK = (MANIFEST_NAME, "README.md")
+UNLISTED_DIRS = ("validation", "renders")
+
+
+def check_file_set(manifest: dict[str, Any], present: list[str]) -> tuple[list[str], list[str]]:
+    """(problems, warnings) for files present in a version but not listed in its manifest.
+
+    Driven only by the manifest's listed paths, whatever the layout: an unlisted ``.parquet`` is an error
+    (every glob reader — pandas, DuckDB, pyarrow.dataset — would read its rows), any other unlisted
+    file a warning. Listed files that are missing are reported by the per-file check."""
+    listed = {e.get("path") for e in manifest.get("shards", []) if isinstance(e, dict)}
+    problems, warnings = [], []
+    for rel in sorted(present):
+        parts = rel.split("/")
+        if rel in listed or rel in UNLISTED_OK or parts[0] in UNLISTED_DIRS or \
+                any(p.startswith(("_", ".")) for p in parts):
+            continue
+        if rel.endswith(".parquet"):
+            problems.append(f"{rel}: not listed in the manifest (a stray shard: glob readers would read its rows)")
+        else:
+            warnings.append(f"{rel}: not listed in the manifest")
+    return problems, warnings
+
+
+def check_counts(manifest: dict[str, Any]) -> list[str]:
+    """The manifest's totals against its own shard list: examples_stored, counts.by_partition (examples,
+    bytes) and ``frames`` (every partition present holds every frame once)."""
+    problems = []
+    shards = manifest.get("shards", [])
+    counts = manifest.get("counts", {})
+    totals = sum(e["rows"] for e in shards)
+    if totals != counts.get("examples_stored"):
+        problems.append(f"manifest lists {totals} rows but counts say {counts.get('examples_stored')}")
+    parts: dict[str, dict[str, int]] = {}
+    for e in shards:
+        p = parts.setdefault(f"{e['corruption']}/{e['severity']}", {"examples": 0, "bytes": 0})
+        p["examples"] += e["rows"]
+        p["bytes"] += e["bytes"]
+    by_part = counts.get("by_partition", {})
+    for key in sorted(set(parts) | set(by_part)):
+        got, said = parts.get(key), by_part.get(key)
+        if got is None:
+            problems.append(f"counts.by_partition has {key} but no shard of it is listed")
+        elif said is None:
+            problems.append(f"shards of {key} are listed but counts.by_partition has no {key}")
+        elif (said.get("examples"), said.get("bytes")) != (got["examples"], got["bytes"]):
+            problems.append(f"counts.by_partition[{key}] says {said.get('examples')} examples / {said.get('bytes')} "
+                            f"bytes, its shards hold {got['examples']} / {got['bytes']}")
+        if got is not None and isinstance(manifest.get("frames"), int) and got["examples"] != manifest["frames"]:
+            problems.append(f"partition {key} holds {got['examples']} examples, the manifest says "
+                            f"{manifest['frames']} frames")
+    return problems
 
 
 def sha256_file(path: str | Path) -> str:
@@ -181,7 +240,7 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
             report.checked += 1
             if problem:
                 report.problems.append(problem)
-    totals = sum(e["rows"] for e in manifest["shards"])
-    if totals != manifest["counts"]["examples_stored"]:
-        report.problems.append(f"manifest lists {totals} rows but counts say {manifest['counts']['examples_stored']}")
+    present = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    extra, report.warnings = check_file_set(manifest, present)
+    report.problems += extra + check_counts(manifest)
     return report

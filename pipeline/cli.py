@@ -181,12 +181,17 @@ def verify(
             report = verify_version(open_store(version_dir).root)  # type: ignore[attr-defined]
     except (ManifestError, StorageError) as e:
         raise _fail(e) from None
+    from rich.markup import escape
+
     for p in report.problems:
-        out_console.print(f"[red]BAD[/red] {p}")
+        out_console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for w in report.warnings:
+        out_console.print(f"[yellow]WARN[/yellow] {escape(w)}", highlight=False)
     if not report.ok:
-        out_console.print(f"{len(report.problems)} of {report.checked} files failed verification")
+        out_console.print(f"{len(report.problems)} problem(s); {report.checked} listed files checked")
         raise typer.Exit(code=1)
-    out_console.print(f"OK: {report.checked} files verified")
+    out_console.print(f"OK: {report.checked} files verified, no unlisted data file"
+                      + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
 
 
 @app.command()

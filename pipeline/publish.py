@@ -46,6 +46,8 @@ from manifests.manifest import (
     SAFE_NAME,
     ManifestError,
     VerifyReport,
+    check_counts,
+    check_file_set,
     check_manifest,
     parse_manifest,
 )
@@ -518,7 +520,6 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
                 report.problems.append(problem)
     finally:
         bar.close()
-    totals = sum(e["rows"] for e in manifest["shards"])
-    if totals != manifest["counts"]["examples_stored"]:
-        report.problems.append(f"manifest lists {totals} rows but counts say {manifest['counts']['examples_stored']}")
+    extra, report.warnings = check_file_set(manifest, [o.key for o in store.list()])
+    report.problems += extra + check_counts(manifest)
     return report

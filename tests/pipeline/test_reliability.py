@@ -346,3 +346,42 @@ def test_manifests_are_strict_json():
 
     with pytest.raises(ManifestError, match="NaN is not a JSON number"):
         parse_manifest(f'{{"manifest_version": {MANIFEST_VERSION}, "x": NaN}}', "m.json")
+
+
+def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo_kitti, tmp_path):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from pipeline.build import run_build
+    from pipeline.cli import app
+
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2,
+                    frames_per_shard=1, progress=False)
+    version = Path(res.version_dir)
+    manifest = read_manifest(version)
+
+    def verify() -> tuple[int, str]:
+        out = CliRunner().invoke(app, ["verify", str(version)])
+        return out.exit_code, " ".join(out.output.split())
+
+    assert verify()[0] == 0
+    listed = next(s["path"] for s in manifest["shards"] if s["severity"] == 1)
+    stray = Path(listed).with_name("part-00009-of-00004.parquet").as_posix()  # beside a listed shard
+    shutil.copy(version / listed, version / stray)
+    assert pq.ParquetFile(version / stray).metadata.num_rows > 0  # a glob reader would read these rows
+    code, text = verify()
+    assert code == 1 and f"BAD {stray}: not listed in the manifest" in text
+    (version / stray).unlink()
+
+    (version / "notes.txt").write_text("hello")  # an unlisted non-data file: a warning only
+    code, text = verify()
+    assert code == 0 and "WARN notes.txt: not listed in the manifest" in text
+
+    tampered = json.loads((version / "manifest.json").read_text())
+    key = next(iter(tampered["counts"]["by_partition"]))
+    tampered["counts"]["by_partition"][key]["examples"] += 1
+    tampered["frames"] += 1
+    (version / "manifest.json").write_text(json.dumps(tampered))
+    code, text = verify()
+    assert code == 1 and f"counts.by_partition[{key}] says" in text and "the manifest says 3 frames" in text
