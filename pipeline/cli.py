@@ -254,6 +254,10 @@ def versions(
                           f"{v['examples_stored']} examples{mark}")
     for name in info["incomplete"]:
         out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish)")
+    from rich.markup import escape
+
+    for bad in info["unsafe"]:
+        out_console.print(f"{bad['version']}  [red]UNSAFE[/red]: {escape(bad['reason'])}", highlight=False)
 
 
 @app.command()

@@ -7,22 +7,27 @@ Layout of a publication root (``--to s3://bench/datasets``; a path or file:// wo
     <root>/<dataset>/<version>/README.md           the dataset card
     <root>/<dataset>/<version>/clean/…, data/…     every shard the manifest lists (never ``_ledger/``)
 
-Protocol of `publish_version` (why each step is safe to kill and re-run):
+Protocol of `publish_version` (why each step is safe to kill and re-run, and why two concurrent
+publishes never mix):
 
-1. If ``<version>/manifest.json`` exists the version is published: refused (versions are immutable).
-2. Take the version's publish lock ``<version>/_publishing.json`` with a create-if-absent write. It
-   names the *content* being published (a hash of every shard's path, size and sha256). A publish
-   of the same content — a re-run after a kill, or a concurrent twin — shares it; one of different
-   content is refused (``--takeover`` replaces the lock of a dead publish, conditionally on its etag).
+1. Take the version's publish lease ``<dataset>/_publishing/<version>/_lease.json`` — *outside* the
+   version's prefix, created only if absent, renewed while the publish runs (see
+   `Store.writer_lock`). Another live publish of this version is refused, naming its holder; a dead
+   one's lease (its process gone on this host, or expired after 2 min) is taken over, ``--takeover``
+   takes it over at once.
+2. Only then check ``<version>/manifest.json``: if it exists the version is published and immutable:
+   refused, having written nothing. (Checked under the lease, a publish that lost the race can never
+   write into a committed version.)
 3. Upload every shard not already there with the same size and sha256 (recorded as object metadata,
    so the check is a HEAD): local hash first (a file that no longer matches its manifest is never
    uploaded), then one PUT — multipart above 64 MB — that makes the object appear whole.
-4. Check every listed shard is present with the right size and sha256, upload the dataset card, then
-   commit with ``manifest.json`` written *only if absent* (``If-None-Match: *``): of two concurrent
-   publishes exactly one wins; the other fails cleanly. A reader sees either no version or a
-   complete one: the manifest never lists a shard that is not there.
-5. Move ``<dataset>/latest`` last, conditionally on the pointer read (``If-Match: <etag>``, retried on
-   contention); it never moves to an older version than the one it names.
+4. Delete anything else under the (uncommitted) version prefix — leftovers of an interrupted publish
+   of other content — so the committed prefix holds exactly the manifest's files plus the card.
+5. Check every listed shard is present with the right size and sha256, upload the dataset card, then
+   commit with ``manifest.json`` written *only if absent* (``If-None-Match: *``). A reader sees either
+   no version or a complete one: the manifest never lists a shard that is not there.
+6. Release the lease, then move ``<dataset>/latest`` (``If-Match: <etag>``, retried on contention); it
+   never moves to an older version than the one it names.
 """
 
 from __future__ import annotations
@@ -31,13 +36,11 @@ import hashlib
 import json
 import os
 import re
-import socket
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +61,13 @@ from pipeline.storage import (
     PreconditionFailed,
     StorageError,
     Store,
+    VersionLocked,
     open_store,
     sha256_file,
 )
 
 LATEST = "latest"
-LOCK = "_publishing.json"
+PUBLISHING = "_publishing"  # <dataset>/_publishing/<version>/_lease.json: the publish lease, outside the version
 CARD = "README.md"
 RENDERS = "renders/"  # the PNGs the card embeds: published and pulled with it
 DEFAULT_JOBS = 8
@@ -164,15 +168,34 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
     report = TransferReport(dest.url, dataset, version, files=len(manifest["shards"]))
     manifest_sha = hashlib.sha256(raw).hexdigest()
 
-    existing = dest.get(MANIFEST_NAME)
-    if existing is not None:
-        same = existing[0] == raw
-        if same and update_latest:  # a publish killed after its commit: finish moving the pointer
-            _advance_latest(root, version, manifest_sha)
-        raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: published "
-                            "versions are immutable; bump the recipe's version to publish a new one")
+    try:
+        lease = root.child(PUBLISHING).child(version).writer_lock("bench-build publish", force=takeover)
+        with lease:
+            existing = dest.get(MANIFEST_NAME)  # under the lease: nothing can commit meanwhile
+            if existing is not None:
+                same = existing[0] == raw
+                if same and update_latest:  # a publish killed after its commit: finish moving the pointer
+                    _advance_latest(root, version, manifest_sha)
+                raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: "
+                                    "published versions are immutable; bump the recipe's version to publish a new "
+                                    "one")
+            _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress)
+    except VersionLocked as e:
+        raise PublishConflict(f"{dest.url}: another publish of this version is running — {e}; if it is dead, "
+                              "wait for its lease to expire or re-run with --takeover") from None
+    if report.problems:
+        report.seconds = time.time() - t0
+        return report  # nothing committed: fix the build and re-run (uploaded shards are kept)
+    if update_latest:
+        report.latest = _advance_latest(root, version, manifest_sha)
+    report.seconds = time.time() - t0
+    return report
 
-    _take_lock(dest, content_identity(manifest), takeover)
+
+def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, Any], manifest_sha: str,
+                       report: TransferReport, jobs: int, progress: bool) -> None:
+    """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest."""
+    dataset, version = manifest["dataset"], manifest["version"]
     bar = TransferProgress(sum(s["bytes"] for s in manifest["shards"]), f"upload {dataset} {version}",
                            enabled=progress)
     try:
@@ -209,8 +232,12 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         bar.close()
     _tally(report, manifest["shards"])
     if report.problems:
-        report.seconds = time.time() - t0
-        return report  # nothing committed: fix the build and re-run (uploaded shards are kept)
+        return
+    # leftovers of an interrupted publish of other content: the committed prefix holds only what is listed
+    keep = {e["path"] for e in manifest["shards"]} | {CARD}
+    for obj in list(dest.list()):
+        if obj.key not in keep:
+            dest.delete(obj.key)
 
     # every listed shard must be there, whole, before the manifest can name it
     present = _parallel(lambda e: _remote_matches_head(dest, e), manifest["shards"], jobs)
@@ -229,14 +256,6 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         raise VersionExists(f"{dest.url} was published by a concurrent publish while this one ran; "
                             "this one lost the race and committed nothing (the published version is complete)") \
             from None
-    try:
-        dest.delete(LOCK)
-    except StorageError:
-        pass  # a leftover lock of a committed version is harmless
-    if update_latest:
-        report.latest = _advance_latest(root, version, manifest_sha)
-    report.seconds = time.time() - t0
-    return report
 
 
 def _tally(report: TransferReport, shards: list[dict[str, Any]]) -> None:
@@ -248,37 +267,6 @@ def _tally(report: TransferReport, shards: list[dict[str, Any]]) -> None:
 def _remote_matches_head(dest: Store, entry: dict[str, Any]) -> bool:
     info = dest.head(entry["path"])
     return info is not None and info.size == entry["bytes"] and info.sha256 in (None, entry["sha256"])
-
-
-def _take_lock(dest: Store, identity: str, takeover: bool) -> None:
-    body = json.dumps({"identity": identity, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-                       "host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex}).encode()
-    for _ in range(5):
-        try:
-            dest.put_bytes(LOCK, body, if_absent=True)
-            return
-        except PreconditionFailed:
-            pass
-        cur = dest.get(LOCK)
-        if cur is None:
-            continue  # released meanwhile: try again
-        try:
-            other = json.loads(cur[0])
-        except json.JSONDecodeError:
-            other = {}
-        if other.get("identity") == identity:
-            return  # the same content: a resumed or concurrent twin publish; the manifest commit arbitrates
-        if not takeover:
-            raise PublishConflict(
-                f"{dest.url}: another publish of this version with different content is running or was "
-                f"interrupted (started {other.get('started', '?')} on {other.get('host', '?')}); if it is dead, "
-                "re-run with --takeover")
-        try:
-            dest.put_bytes(LOCK, body, if_match=cur[1])
-            return
-        except PreconditionFailed:
-            continue
-    raise PublishConflict(f"{dest.url}: could not take the publish lock (too much contention)")
 
 
 def _advance_latest(root: Store, version: str, manifest_sha: str, attempts: int = 20) -> str:
@@ -314,26 +302,38 @@ def _latest_version(raw: bytes) -> str | None:
 # -- versions ----------------------------------------------------------------------------------------
 def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
                   profile: str | None = None) -> dict[str, Any]:
-    """Published versions under ``<root>/<dataset>`` (those with a manifest), and which one is latest."""
+    """Published versions under ``<root>/<dataset>`` (those with a safe manifest), which one is latest, and
+    the prefixes that are ``incomplete`` (no or unreadable manifest) or ``unsafe`` (a manifest whose shard
+    paths escape the version directory, or that names another version: `pull` refuses these)."""
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     latest_raw = root.get(LATEST)
     latest = _latest_version(latest_raw[0]) if latest_raw else None
-    versions, incomplete = [], []
+    versions, incomplete, unsafe = [], [], []
     for name in root.list_dirs():
+        if name.startswith(("_", ".")):  # the publish leases (_publishing/), never a version
+            continue
         got = root.child(name).get(MANIFEST_NAME)
         if got is None:
             incomplete.append(name)
             continue
+        where = root.key_url(f"{name}/{MANIFEST_NAME}")
         try:
-            m = parse_manifest(got[0], root.key_url(f"{name}/{MANIFEST_NAME}"))
+            m = parse_manifest(got[0], where)
         except ManifestError as e:
             incomplete.append(f"{name} ({e})")
+            continue
+        try:  # a manifest whose paths escape the version (or names another version) is never listed as usable
+            check_manifest(m, where)
+            if m.get("version") != name:
+                raise ManifestError(f"{where}: says version {m.get('version')!r}, but it is published as {name!r}")
+        except ManifestError as e:
+            unsafe.append({"version": name, "reason": str(e)})
             continue
         versions.append({"version": name, "created": m.get("created"), "fingerprint": m.get("fingerprint"),
                          "files": len(m.get("shards", [])), "bytes": m.get("counts", {}).get("bytes"),
                          "examples_stored": m.get("counts", {}).get("examples_stored"), "latest": name == latest})
     versions.sort(key=lambda v: version_key(v["version"]))
-    return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete}
+    return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe}
 
 
 # -- pull ----------------------------------------------------------------------------------------------

@@ -78,6 +78,10 @@ class SeaweedServer:
                 client.create_bucket(Bucket=pending[0])
                 pending.pop(0)
             except Exception as e:
+                code = getattr(e, "response", {}).get("Error", {}).get("Code")
+                if code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):  # a restart on its old data dir
+                    pending.pop(0)
+                    continue
                 if time.time() > deadline:
                     self.stop()
                     raise RuntimeError(f"SeaweedFS did not answer within {timeout:.0f} s: {type(e).__name__}") \

@@ -337,7 +337,7 @@ class Store:
         yield  # pragma: no cover
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str) -> Iterator[dict[str, Any]]:
+    def writer_lock(self, purpose: str, *, force: bool = False) -> Iterator[dict[str, Any]]:
         """Hold this root's exclusive writer lock for the block (yields the holder record: host, pid, id …);
         raise `VersionLocked` naming the holder."""
         raise NotImplementedError
@@ -529,11 +529,12 @@ class LocalStore(Store):
 
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str) -> Iterator[dict[str, Any]]:
+    def writer_lock(self, purpose: str, *, force: bool = False) -> Iterator[dict[str, Any]]:
         """``flock`` on ``<root>/.bench-build.lock``: released by the kernel when the holder dies (never stale).
 
         The lock file is never deleted (deleting it would let a second writer lock a new inode while
-        the first still holds the old one); it holds the holder's pid/host/command while locked."""
+        the first still holds the old one); it holds the holder's pid/host/command while locked. ``force`` has
+        no meaning here: the kernel already frees the lock of a dead holder."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)
@@ -814,9 +815,10 @@ class S3Store(Store):
 
 
     @contextlib.contextmanager
-    def writer_lock(self, purpose: str, *, ttl: float = LEASE_TTL) -> Iterator[dict[str, Any]]:
+    def writer_lock(self, purpose: str, *, ttl: float = LEASE_TTL, force: bool = False) -> Iterator[dict[str, Any]]:
         """A lease ``_lease.json``: created only if absent, renewed by compare-and-swap every ``ttl / 4``,
-        taken over only when expired (or its holder is a dead process of this host), deleted at the end."""
+        taken over only when expired (or its holder is a dead process of this host, or ``force``: the
+        user says the holder is dead), deleted at the end."""
         me = owner_info(purpose)
 
         def body() -> bytes:
@@ -837,7 +839,7 @@ class S3Store(Store):
             except ValueError:
                 other = {}
             expired = not isinstance(other.get("expires"), int | float) or other["expires"] < time.time()
-            if not (expired or owner_dead(other.get("host"), other.get("pid"))):
+            if not (force or expired or owner_dead(other.get("host"), other.get("pid"))):
                 raise VersionLocked(describe_holder(self.url, other) + f" (lease {self.key_url(LEASE_NAME)})")
             try:
                 etag = self.put_bytes(LEASE_NAME, body(), if_match=cur[1])  # take over a dead holder's lease

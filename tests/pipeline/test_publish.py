@@ -273,3 +273,92 @@ def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3en
     target = f"{s3prefix}/published"
     assert publish_version(version_url, target, progress=False).ok
     assert not [k for k in remote_keys(s3env, f"{target}/mini-c/0.1.0") if k.startswith("_ledger")]
+
+
+def _variant(built: Path, dest: Path, drop: str) -> Path:
+    """A copy of the build whose manifest leaves out every file of shard ``drop``: same dataset and
+    version, different content (what two builds racing to publish one version look like)."""
+    import shutil
+
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns("_ledger", ".*"))
+    manifest = json.loads((dest / "manifest.json").read_text())
+    for s in [s for s in manifest["shards"] if s["shard"] == drop]:
+        (dest / s["path"]).unlink()
+    manifest["shards"] = [s for s in manifest["shards"] if s["shard"] != drop]
+    manifest["frames"] -= 1
+    counts = manifest["counts"]
+    counts["examples_stored"] = sum(s["rows"] for s in manifest["shards"])
+    counts["bytes"] = sum(s["bytes"] for s in manifest["shards"])
+    for key, part in counts["by_partition"].items():
+        mine = [s for s in manifest["shards"] if f"{s['corruption']}/{s['severity']}" == key]
+        part["examples"], part["bytes"] = sum(s["rows"] for s in mine), sum(s["bytes"] for s in mine)
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    return dest
+
+
+def test_concurrent_publishes_of_different_content_leave_exactly_the_winners_files(built, s3prefix, s3env,
+                                                                                    tmp_path):
+    variants = [_variant(built, tmp_path / f"v{i}", f"part-{i:05d}-of-{FRAMES:05d}") for i in range(FRAMES)]
+    procs = [subprocess.Popen(_cli("publish", str(v), "--to", s3prefix, "--no-progress", "--jobs", "2"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+             for v in variants]
+    results = [(p.wait(timeout=180), p.stdout.read().decode()) for p in procs]
+    codes = [code for code, _ in results]
+    assert sorted(codes) == [0] + [2] * (FRAMES - 1), results
+    for code, text in results:
+        if code:
+            assert "another publish of this version is running" in text or "already published" in text, text
+    winner = variants[codes.index(0)]
+    manifest = json.loads((winner / "manifest.json").read_text())
+    keys = set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0"))
+    assert keys == {s["path"] for s in manifest["shards"]} | {"manifest.json", "README.md"}  # nothing else
+    assert remote_objects(s3env, f"{s3prefix}/mini-c/0.1.0")["manifest.json"] == (winner / "manifest.json").read_bytes()
+    assert verify_remote(f"{s3prefix}/mini-c/0.1.0", progress=False).ok
+    assert not remote_keys(s3env, f"{s3prefix}/mini-c/_publishing")  # every lease was released
+
+    # a later publish of other content is refused under the lease and writes nothing
+    loser = variants[(codes.index(0) + 1) % FRAMES]
+    again = subprocess.run(_cli("publish", str(loser), "--to", s3prefix, "--no-progress"), capture_output=True,
+                           text=True, env={**os.environ}, timeout=120)
+    assert again.returncode == 2 and "already published" in again.stderr
+    assert set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0")) == keys
+
+
+def test_interrupted_publish_of_other_content_leaves_no_stray_in_the_committed_version(built, s3prefix, s3env,
+                                                                                      tmp_path):
+    """Shards an interrupted publish of *other* content left behind are removed before the commit."""
+    from pipeline.storage import open_store
+
+    dest = open_store(f"{s3prefix}/mini-c/0.1.0")
+    dest.put_bytes("data/corruption=gone/severity=1/part-00000-of-00004.parquet", b"PAR1 stray")
+    assert publish_version(built, s3prefix, progress=False).ok
+    keys = set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0"))
+    assert keys == {s["path"] for s in read_manifest(built)["shards"]} | {"manifest.json", "README.md"}
+
+
+def test_versions_flags_unsafe_manifests(built, s3prefix, s3env):
+    from pipeline.storage import open_store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    evil = json.loads((built / "manifest.json").read_text())
+    evil["version"] = "6.6.6"
+    evil["shards"][0]["path"] = "../../../etc/passwd"
+    open_store(f"{s3prefix}/mini-c/6.6.6").put_bytes("manifest.json", json.dumps(evil).encode())
+    out = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
+    assert out.exit_code == 0, out.output
+    flat = " ".join(out.output.split())
+    assert "6.6.6 UNSAFE" in flat and "escape the version directory" in flat
+    info = json.loads(runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"]).output)
+    assert [v["version"] for v in info["versions"]] == ["0.1.0"]
+    assert [u["version"] for u in info["unsafe"]] == ["6.6.6"]
+
+
+def test_seaweed_restarts_on_its_existing_data_dir(tmp_path):
+    from pipeline.seaweed import SeaweedServer
+    from tests.pipeline.conftest import ACCESS_KEY, SECRET_KEY
+
+    server = SeaweedServer(tmp_path / "weed", ACCESS_KEY, SECRET_KEY, ("keep",))
+    with server:
+        server.client().put_object(Bucket="keep", Key="k", Body=b"v")
+    with SeaweedServer(tmp_path / "weed", ACCESS_KEY, SECRET_KEY, ("keep",)) as again:  # bucket already exists
+        assert again.client().get_object(Bucket="keep", Key="k")["Body"].read() == b"v"
