@@ -131,7 +131,7 @@ class Ledger:
 
     def clear(self) -> None:
         """Delete a previous build's data, manifest and ledger (for --overwrite)."""
-        for sub in ("clean", "data", LEDGER_DIR, "validation"):
+        for sub in ("clean", "data", LEDGER_DIR, "validation", "renders"):
             self.store.delete_prefix(sub)
         for name in ("manifest.json", "README.md"):
             self.store.delete(name)

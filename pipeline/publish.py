@@ -181,8 +181,8 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
                                     "one")
             _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress)
     except VersionLocked as e:
-        raise PublishConflict(f"{dest.url}: another publish of this version is running — {e}; if it is dead, "
-                              "wait for its lease to expire or re-run with --takeover") from None
+        raise PublishConflict(f"a concurrent publish of {dest.url} holds its lease: {e}; if it is dead, "
+                              "wait for the lease to expire (2 min) or re-run with --takeover") from None
     if report.problems:
         report.seconds = time.time() - t0
         return report  # nothing committed: fix the build and re-run (uploaded shards are kept)

@@ -23,6 +23,22 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", *args]
 
 
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One local Ray for the in-process builds of this module (run_build then neither starts nor stops one);
+    the `bench-build run` subprocesses start their own, as users' runs do."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
@@ -133,15 +149,21 @@ def _clean_points(version: Path, shard: str) -> np.ndarray:
     return np.asarray(pts, dtype=np.float32).reshape(-1, 4)
 
 
-def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path):
+def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path, shared_ray):
+    from pipeline.build import run_build
+
     out = tmp_path / "out"
-    args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--workers", "1",
-                "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
-    first = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    first = subprocess.run(_cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out),
+                                "--workers", "1", "--max-frames", "3", "--frames-per-shard", "1", "--no-progress"),
+                           capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     version = out / "mini-c" / "0.1.0"
     ids, before = _run_ids(version), read_manifest(version)["source_identity"]["frames"]
     assert set(before) == {"000000", "000001", "000002"} and all(before.values())
+
+    def rerun(recheck: str):
+        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=3, frames_per_shard=1,
+                         recheck=recheck, progress=False)
 
     # fix a scan in place: same size, same mtime (only --recheck sha256, the default, can see it)
     scan = demo_kitti / "training" / "velodyne" / "000001.bin"
@@ -152,11 +174,10 @@ def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitt
     os.utime(scan, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert scan.stat().st_size == st.st_size
 
-    size_only = subprocess.run([*args, "--recheck", "size"], capture_output=True, text=True, timeout=300)
-    assert size_only.returncode == 0 and _run_ids(version) == ids  # size + mtime cannot tell: documented
-    second = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    assert "2 already done, 1 built" in second.stderr
+    size_only = rerun("size")
+    assert size_only.ok and size_only.shards_built == [] and _run_ids(version) == ids  # size + mtime cannot tell
+    second = rerun("sha256")
+    assert second.ok and second.shards_built == ["part-00001-of-00003"] and second.shards_skipped == 2
     after = _run_ids(version)
     assert after["part-00001-of-00003"] != ids["part-00001-of-00003"]
     assert {k: v for k, v in after.items() if k != "part-00001-of-00003"} == \
@@ -168,8 +189,8 @@ def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitt
     assert verify_version(version).ok
 
     os.utime(scan)  # a new mtime alone is enough for the cheap check to rebuild
-    third = subprocess.run([*args, "--recheck", "size"], capture_output=True, text=True, timeout=300)
-    assert third.returncode == 0 and "2 already done, 1 built" in third.stderr, third.stderr
+    third = rerun("size")
+    assert third.ok and third.shards_built == ["part-00001-of-00003"], third
 
 
 def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tmp_path):
@@ -202,7 +223,7 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, demo_kitti, small_fs):
+def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, demo_kitti, small_fs, shared_ray):
     args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(small_fs), "--workers", "1",
                 "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
     for _ in range(2):  # the first run, and a re-run on the still-full disk, say the same thing
@@ -213,12 +234,16 @@ def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, de
         assert "\x1b[" not in run.stderr  # no colour codes in a log file
         assert "the input is not at fault" in run.stderr and "fix the input" not in run.stderr
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
-    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    from pipeline.build import run_build
+
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=small_fs, max_frames=3, frames_per_shard=1,
+                    progress=False)
+    assert res.ok, res.failures
     assert verify_version(small_fs / "mini-c" / "0.1.0").ok
 
 
-def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe, demo_kitti, tmp_path, monkeypatch):
+def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe, demo_kitti, tmp_path, monkeypatch,
+                                                                   shared_ray):
     """The same path without a mount: ENOSPC raised by the storage layer (a shard file, then the manifest)."""
     import errno
 
@@ -249,16 +274,14 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
         return real_write(self, key, text)
 
     monkeypatch.setattr(LocalStore, "write_text", manifest_full)
-    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", workers=1, max_frames=1,
-                    progress=False)
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", max_frames=1, progress=False)
     assert res.manifest is None and res.shards_built == ["part-00000-of-00001"]
     assert res.failures == {"manifest.json": f"No space left on device: {res.version_dir}/manifest.json"}
     assert res.failure_kinds == {"manifest.json": "resource"}
 
 
-def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch):
-    import ray
-
+def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,
+                                                                  shared_ray):
     from pipeline.build import run_build
     from pipeline.sources.kitti import KittiSource
 
@@ -268,13 +291,9 @@ def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, d
                 os._exit(9)  # the worker process dies, as under the OOM killer
             return super().read(frame_id)
 
-    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        monkeypatch.setattr("pipeline.build.open_source", lambda *a, **k: DyingSource(demo_kitti))
-        res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2,
-                        frames_per_shard=1, progress=False)
-    finally:
-        ray.shutdown()
+    monkeypatch.setattr("pipeline.build.open_source", lambda *a, **k: DyingSource(demo_kitti))
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
+                    progress=False)
     assert res.shards_built == ["part-00000-of-00002"]
     assert res.failures["part-00001-of-00002"].startswith("worker died (retries exhausted)")
     assert res.failure_kinds["part-00001-of-00002"] == "resource"
@@ -348,7 +367,7 @@ def test_manifests_are_strict_json():
         parse_manifest(f'{{"manifest_version": {MANIFEST_VERSION}, "x": NaN}}', "m.json")
 
 
-def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo_kitti, tmp_path):
+def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo_kitti, tmp_path, shared_ray):
     import shutil
 
     from typer.testing import CliRunner
@@ -356,8 +375,8 @@ def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo
     from pipeline.build import run_build
     from pipeline.cli import app
 
-    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2,
-                    frames_per_shard=1, progress=False)
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
+                    progress=False)
     version = Path(res.version_dir)
     manifest = read_manifest(version)
 
