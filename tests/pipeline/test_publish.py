@@ -334,6 +334,13 @@ def test_interrupted_publish_of_other_content_leaves_no_stray_in_the_committed_v
     assert publish_version(built, s3prefix, progress=False).ok
     keys = set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0"))
     assert keys == {s["path"] for s in read_manifest(built)["shards"]} | {"manifest.json", "README.md"}
+    # verify in place lists what the manifest does not: a stray shard is an error, anything else a warning
+    dest.put_bytes("data/corruption=gone/severity=1/part-00000-of-00004.parquet", b"PAR1 stray")
+    dest.put_bytes("notes.txt", b"hello")
+    report = verify_remote(f"{s3prefix}/mini-c/0.1.0", progress=False)
+    assert report.problems == ["data/corruption=gone/severity=1/part-00000-of-00004.parquet: not listed in the "
+                               "manifest (a stray shard: glob readers would read its rows)"]
+    assert report.warnings == ["notes.txt: not listed in the manifest"]
 
 
 def test_versions_flags_unsafe_manifests(built, s3prefix, s3env):

@@ -404,3 +404,18 @@ def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo
     (version / "manifest.json").write_text(json.dumps(tampered))
     code, text = verify()
     assert code == 1 and f"counts.by_partition[{key}] says" in text and "the manifest says 3 frames" in text
+
+
+def test_every_ray_init_in_the_suite_starts_its_own_local_instance():
+    """A test must never join a `ray start` cluster it did not start (it would fail, or run on it)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in [*(root / "tests").rglob("*.py"), *(root / "pipeline").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "init" and \
+                    getattr(node.func, "value", None) is not None and getattr(node.func.value, "id", None) == "ray":
+                if not any(k.arg == "address" for k in node.keywords):
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not offenders, f"ray.init without address= (use address='local'): {offenders}"
