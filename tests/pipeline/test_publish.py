@@ -275,6 +275,11 @@ def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3en
     assert not [k for k in remote_keys(s3env, f"{target}/mini-c/0.1.0") if k.startswith("_ledger")]
 
 
+def _renders(version: Path) -> set[str]:
+    """The card's pictures, published with it (nothing else beside the manifest's files and the card)."""
+    return {p.relative_to(version).as_posix() for p in (version / "renders").rglob("*") if p.is_file()}
+
+
 def _variant(built: Path, dest: Path, drop: str) -> Path:
     """A copy of the build whose manifest leaves out every file of shard ``drop``: same dataset and
     version, different content (what two builds racing to publish one version look like)."""
@@ -311,7 +316,7 @@ def test_concurrent_publishes_of_different_content_leave_exactly_the_winners_fil
     winner = variants[codes.index(0)]
     manifest = json.loads((winner / "manifest.json").read_text())
     keys = set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0"))
-    assert keys == {s["path"] for s in manifest["shards"]} | {"manifest.json", "README.md"}  # nothing else
+    assert keys == {s["path"] for s in manifest["shards"]} | {"manifest.json", "README.md"} | _renders(winner)
     assert remote_objects(s3env, f"{s3prefix}/mini-c/0.1.0")["manifest.json"] == (winner / "manifest.json").read_bytes()
     assert verify_remote(f"{s3prefix}/mini-c/0.1.0", progress=False).ok
     assert not remote_keys(s3env, f"{s3prefix}/mini-c/_publishing")  # every lease was released
@@ -333,7 +338,8 @@ def test_interrupted_publish_of_other_content_leaves_no_stray_in_the_committed_v
     dest.put_bytes("data/corruption=gone/severity=1/part-00000-of-00004.parquet", b"PAR1 stray")
     assert publish_version(built, s3prefix, progress=False).ok
     keys = set(remote_keys(s3env, f"{s3prefix}/mini-c/0.1.0"))
-    assert keys == {s["path"] for s in read_manifest(built)["shards"]} | {"manifest.json", "README.md"}
+    assert keys == {s["path"] for s in read_manifest(built)["shards"]} | {"manifest.json", "README.md"} | \
+        _renders(built)
     # verify in place lists what the manifest does not: a stray shard is an error, anything else a warning
     dest.put_bytes("data/corruption=gone/severity=1/part-00000-of-00004.parquet", b"PAR1 stray")
     dest.put_bytes("notes.txt", b"hello")
