@@ -311,18 +311,9 @@ def export(
 ) -> None:
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
     ImageSets; image_2/planes linked from --source)."""
-    from manifests.manifest import ManifestError, read_manifest
+    from manifests.manifest import ManifestError
     from pipeline.export import ExportError, export_version
 
-    try:  # a partition the version does not have is a usage error, not "0 frames written"
-        recipe = read_manifest(version_dir)["recipe"]
-    except ManifestError as e:
-        raise _fail(e) from None
-    names, top = [c["name"] for c in recipe["corruptions"]], recipe["severities"]
-    if (corruption is not None and corruption not in ("clean", *names)) or (severity is not None and severity > top) \
-            or (corruption == "clean" and severity not in (None, 0)):
-        raise _fail(ValueError(f"{version_dir} has no partition corruption={corruption} severity={severity} "
-                               f"(corruptions: {', '.join(names)} with severities 1..{top}; clean = severity 0)"))
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
                            source=source, split=split, layout=layout)

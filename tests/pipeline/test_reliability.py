@@ -350,9 +350,9 @@ def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
     (version / "manifest.json").write_text(json.dumps({
         "manifest_version": MANIFEST_VERSION, "dataset": "mini-c", "version": "0.1.0", "shards": [],
         "recipe": {"corruptions": [{"name": "fog"}], "severities": 5}}))
-    for args, bad in ((["--corruption", "fog", "--severity", "9"], "severity=9"),
-                      (["--corruption", "smoke", "--severity", "1"], "corruption=smoke"),
-                      (["--corruption", "clean", "--severity", "2"], "severity=2")):
+    for args, bad in ((["--corruption", "fog", "--severity", "9"], "severity 9 is outside 0…5"),
+                      (["--corruption", "smoke", "--severity", "1"], "no corruption 'smoke'"),
+                      (["--corruption", "clean", "--severity", "2"], "clean has only severity 0")):
         out = CliRunner().invoke(app, ["export", str(version), str(tmp_path / "x"), *args])
         assert out.exit_code == 2 and bad in out.output, out.output
     out = CliRunner().invoke(app, ["export", str(version), str(tmp_path / "x"), "--corruption", "fog",
