@@ -8,7 +8,8 @@ Layout (``ROOT`` may be the dataset root or its ``training``/``testing`` folder)
     ROOT/ImageSets/{train,val,test}.txt optional frame lists (``split``)
 
 Labels are converted to the LiDAR frame with the frame's own calibration:
-X_rect = R0_rect · Tr_velo_to_cam · X_velo, the label location is the bottom centre of the box.
+X_rect = R0_rect · Tr_velo_to_cam · X_velo, the label location is the bottom centre of the box; the
+LiDAR box centre is rect→LiDAR(location) + h/2 on LiDAR z, as OpenPCDet's ``gt_boxes_lidar``.
 The writers here are the exact inverse and are used by the demo source and label export.
 """
 
@@ -113,9 +114,11 @@ def read_labels(path: Path, calib: Calib | None) -> Boxes:
     heading = np.full(len(rows), -10.0)
     dims = np.stack([length, w, h], axis=1)
     if care.any():
-        bottom = calib.rect_to_lidar(loc[care])
-        up = calib.rect_to_lidar(loc[care] - np.stack([np.zeros(care.sum()), h[care], np.zeros(care.sum())], 1))
-        center[care] = (bottom + up) / 2
+        # OpenPCDet's gt_boxes_lidar (and Li et al.'s released generator): the bottom centre in the LiDAR
+        # frame, raised by h/2 along LiDAR z (not the midpoint of the transformed bottom and top centres,
+        # which tilts with the calibration by ~1 cm)
+        center[care] = calib.rect_to_lidar(loc[care])
+        center[care, 2] += h[care] / 2
         heading[care] = rot_y_to_lidar_heading(rot_y[care], calib)
     return Boxes(
         center=center,
@@ -132,11 +135,11 @@ def read_labels(path: Path, calib: Calib | None) -> Boxes:
 def format_labels(boxes: Boxes, calib: Calib) -> str:
     """KITTI ``label_2`` text for LiDAR-frame boxes (the inverse of `read_labels`)."""
     lines = []
-    # KITTI's box height runs along the rectified camera's y axis (read_labels: centre = location −
-    # (0, h/2, 0) in that frame), so go down by h/2 along camera y, not along LiDAR z: with a real,
-    # slightly tilted calibration the two differ by ~1 cm and each write→read cycle would drift.
-    rect_bottom = calib.lidar_to_rect(boxes.center)
-    rect_bottom[:, 1] += boxes.dims[:, 2] / 2
+    # the exact inverse of read_labels: down by h/2 along LiDAR z, then to the rectified camera frame
+    # (going down along camera y instead would drift by ~1 cm per write→read cycle on a tilted calibration)
+    lidar_bottom = boxes.center.astype(np.float64)
+    lidar_bottom[:, 2] -= boxes.dims[:, 2] / 2
+    rect_bottom = calib.lidar_to_rect(lidar_bottom)
     rot_y = lidar_heading_to_rot_y(boxes.heading, calib)
     for j in range(len(boxes)):
         left, top, right, bottom = boxes.bbox2d[j]

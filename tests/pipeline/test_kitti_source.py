@@ -140,16 +140,21 @@ def test_real_kitti_label_line_converts_to_lidar_frame(tmp_path):
     boxes = read_labels(label_path, read_calib(calib_path))
     assert len(boxes) == 1 and boxes.cls[0] == "Car"
 
-    # independent expectation: X_velo = inv(R0 · Tr) · (loc − (0, h/2, 0))
+    # independent expectation, OpenPCDet's gt_boxes_lidar (and the released KITTI-C generator):
+    # X_velo = inv(R0 · Tr) · loc (the bottom centre), then + h/2 on LiDAR z
     r0 = np.eye(4)
     r0[:3, :3] = _matrix(KITTI_CALIB_TEXT, "R0_rect", (3, 3))
+    assert not np.allclose(r0, np.eye(4), atol=1e-3)  # a real, non-identity rectification
     tr = np.eye(4)
     tr[:3, :] = _matrix(KITTI_CALIB_TEXT, "Tr_velo_to_cam", (3, 4))
     inv = np.linalg.inv(r0 @ tr)
     h, w, length = 1.67, 1.87, 3.69
-    centre_cam = np.array([-16.53, 2.39 - h / 2, 58.49, 1.0])
-    expected = (inv @ centre_cam)[:3]
+    loc = np.array([-16.53, 2.39, 58.49, 1.0])
+    expected = (inv @ loc)[:3] + np.array([0.0, 0.0, h / 2])
     assert np.allclose(boxes.center[0], expected, atol=1e-9)
+    # the other convention (midpoint of the transformed bottom and top centres) is measurably elsewhere
+    midpoint = (inv @ (loc - np.array([0.0, h / 2, 0.0, 0.0])))[:3]
+    assert np.linalg.norm(boxes.center[0] - midpoint) > 0.005
     assert boxes.center[0] == pytest.approx([58.8, 16.5, -0.9], abs=0.15)
     assert np.allclose(boxes.dims[0], [length, w, h])
     # heading: the camera-frame direction (cos ry, 0, −sin ry) of rotation_y = 1.57, taken to LiDAR
