@@ -228,7 +228,8 @@ def source_section(src: dict[str, Any]) -> list[str]:
         lines.append(f"- Sensor: `{sensor['name']}`, {sensor['beams']} beams, max range {sensor['max_range']} m")
     if src.get("semantic"):
         lines.append(f"- `semantic` column: {src['semantic']}; 0 = unlabelled, also given to points a stage adds")
-    for key, title in (("learning_map", "SemanticKITTI learning map (raw id → train id)"),
+    for key, title in (("learning_map", "learning map (raw label → train id; `score` maps ground truth through it, "
+                                        "0 = ignored)"),
                        ("train_classes", "train classes (id order)"),
                        ("categories", "lidarseg categories (index → name)"), ("classes", "classes (id order)")):
         if src.get(key):
@@ -239,6 +240,8 @@ def source_section(src: dict[str, Any]) -> list[str]:
             else:
                 text = ", ".join(map(str, value))
             lines.append(f"- {title}: {text}")
+        if key == "learning_map" and src.get("learning_map_source"):
+            lines.append(f"- learning map source: {src['learning_map_source']}")
     return ["", "## Source", "", *lines] if lines else []
 
 

@@ -6,7 +6,7 @@ Which metrics a version gets follows from its dataset name (or ``metric=`` expli
 |---------------|--------------------------------|-----------------------------------------|
 | ``kitti-c``   | kitti-c                        | KITTI result dirs                       |
 | ``robo3d-det``| robo3d-kitti-c                 | KITTI result dirs                       |
-| ``robo3d-seg``| robo3d-semantickitti-c, …      | ``labels`` per key                      |
+| ``robo3d-seg``| robo3d-semantickitti-c, …      | ``labels`` per key (train ids)          |
 | ``modelnet-c``| modelnet-c                     | ``probs`` or ``pred`` per key           |
 | ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
 | ``3dos``      | 3dos*                          | ``score`` per key                       |
@@ -146,13 +146,15 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     preds = read_predictions(predictions)
     gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
     keys = []
-    # SemanticKITTI stores raw ids; the benchmark's mIoU is over the train ids of its learning map (0 = ignored)
-    lmap = (manifest_of(version_dir).get("source") or {}).get("learning_map")
-    lut = None
+    # SemanticKITTI and nuScenes store raw ids; the benchmarks' mIoU is over the train ids of the learning map
+    # the build recorded (0 = ignored): SemanticKITTI's 19 classes, nuScenes-lidarseg's 16
+    lmap = _learning_map(manifest_of(version_dir).get("source") or {})
+    lut, max_label = None, None
     if lmap:
-        lut = np.zeros(max(int(k) for k in lmap) + 1, np.int64)
+        lut = np.zeros(max(lmap) + 1, np.int64)
         for k, v in lmap.items():
-            lut[int(k)] = int(v)
+            lut[k] = v
+        max_label = max(lmap.values())
     for part, cols in iter_columns(version_dir, ["key", "semantic"]):
         if "semantic" not in cols:
             raise ValueError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
@@ -172,6 +174,10 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             raise PredictionError(f"{predictions}: key {k!r}: no 'labels' list")
         if lab and (min(lab) < 0 or not all(isinstance(x, int) for x in lab)):
             raise PredictionError(f"{predictions}: key {k!r}: labels must be non-negative integers")
+        if max_label is not None and lab and max(lab) > max_label:
+            i = next(i for i, x in enumerate(lab) if x > max_label)
+            raise PredictionError(f"{predictions}: key {k!r}: label {lab[i]} (point {i}) is not a train id "
+                                  f"0…{max_label} of the benchmark's learning map")
         num_classes = max(num_classes, 1 + max(lab, default=0))
     acc = {}
     for part, items in gts.items():
@@ -185,6 +191,18 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         report.add(part[0], part[1], "mIoU", acc[part])
     table = "nuscenes-c-seg" if "nuscenes" in dataset else "semantickitti-c"
     report.summary = _robo3d_summary(acc, table)
+
+
+def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
+    """Raw label → train id of a segmentation build: the map its source recorded; for a nuScenes build made
+    before the map was recorded, the devkit's lidarseg map of the category table it recorded."""
+    if source.get("learning_map"):
+        return {int(k): int(v) for k, v in source["learning_map"].items()}
+    if source.get("kind") == "nuscenes" and source.get("categories"):
+        from pipeline.sources.nuscenes import lidarseg_learning_map
+
+        return lidarseg_learning_map({name: int(i) for i, name in source["categories"].items()})[0]
+    return None
 
 
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:

@@ -19,7 +19,10 @@ annotations); workers get that index, not the devkit object (the trainval tables
 are the devkit's ``.pcd.bin`` format with its fifth column (ring) kept — ``LidarPointCloud.from_file``
 drops it and beam missing / cross-sensor need it. Boxes are built with the devkit's ``Box`` and moved to
 the LiDAR frame exactly as ``NuScenes.get_sample_data`` does (global → ego → sensor). The ``semantic``
-label column holds the raw lidarseg index; `describe` records category.json's index → name map.
+label column holds the raw lidarseg index; `describe` records category.json's index → name map and the
+``learning_map`` index → class of the nuScenes-lidarseg benchmark (16 classes, 0 = ignore), which is what
+Robo3D's and the lidarseg challenge's mIoU are over and what `bench-build score` maps ground truth through.
+The map is the devkit's own (`lidarseg_learning_map`), taken at run time, not a copy.
 """
 
 from __future__ import annotations
@@ -62,6 +65,26 @@ DETECTION_TO_FINE = {"car": "vehicle.car", "truck": "vehicle.truck", "bus": "veh
                      "bicycle": "vehicle.bicycle", "traffic_cone": "movable_object.trafficcone",
                      "barrier": "movable_object.barrier"}
 POINT_BYTES = 20  # 5 float32
+LEARNING_MAP_SOURCE = ("nuscenes-devkit nuscenes.eval.lidarseg.utils.LidarsegClassMapper (nuScenes-lidarseg "
+                       "challenge: 16 classes, 0 = ignore)")
+
+
+def lidarseg_learning_map(name_to_index: dict[str, int]) -> tuple[dict[int, int], list[str]]:
+    """(category index → lidarseg benchmark class id, the 17 class names in id order, 0 = ``ignore``), from the
+    devkit's ``LidarsegClassMapper``: the official 32 → 16 mapping (e.g. adult/child/police/construction-worker
+    → pedestrian, bendy/rigid bus → bus; noise, animal, ambulance, debris, static.other, ego … → 0).
+
+    The mapper wants a ``NuScenes`` object but reads only its ``lidarseg_name2idx_mapping`` (category name →
+    category.json index; devkit 1.2.0), so a build records the map from the tables it read, and `score` can
+    derive it from the index → name map an older build recorded."""
+    from types import SimpleNamespace
+
+    from nuscenes.eval.lidarseg.utils import LidarsegClassMapper
+
+    mapper = LidarsegClassMapper(SimpleNamespace(lidarseg_name2idx_mapping=dict(name_to_index)))  # type: ignore[arg-type]
+    coarse = mapper.coarse_name_2_coarse_idx_mapping
+    names = [n for n, _ in sorted(coarse.items(), key=lambda kv: kv[1])]
+    return {int(k): int(v) for k, v in sorted(mapper.fine_idx_2_coarse_idx_mapping.items())}, names
 
 
 def _parse_split(root: Path, split: str | None, default: str = "val") -> tuple[str, str]:
@@ -123,6 +146,8 @@ class NuScenesSource:
         self.index: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.categories: dict[int, str] = {}
+        self.learning_map: dict[int, int] = {}
+        self.train_classes: list[str] = []
         self._load()
 
     def _load(self) -> None:
@@ -147,6 +172,8 @@ class NuScenesSource:
         has_seg = hasattr(nusc, "lidarseg")
         if has_seg:
             self.categories = {int(c["index"]): c["name"] for c in nusc.category}
+            # (the devkit already refuses a category name outside its 32, so the mapper knows every one)
+            self.learning_map, self.train_classes = lidarseg_learning_map(nusc.lidarseg_name2idx_mapping)
         rows = []
         for scene in nusc.scene:
             if scene["name"] not in wanted:
@@ -237,7 +264,10 @@ class NuScenesSource:
         return {"kind": self.kind, "root": str(self.root), "version": self.version, "split": self.split,
                 "fields": list(self.fields), "intensity_scale": self.intensity_scale, "sensor": HDL32E.describe(),
                 "semantic": "raw nuScenes-lidarseg category index (category.json)" if self.categories else None,
-                "categories": {str(k): v for k, v in sorted(self.categories.items())}}
+                "categories": {str(k): v for k, v in sorted(self.categories.items())},
+                "learning_map": {str(k): v for k, v in self.learning_map.items()} or None,
+                "learning_map_source": LEARNING_MAP_SOURCE if self.learning_map else None,
+                "train_classes": self.train_classes or None}
 
 
 # ---- fixture writer ------------------------------------------------------------------------------

@@ -67,6 +67,27 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+#: the nuScenes-lidarseg benchmark's 16 classes (devkit docs / challenge page), class → fine categories; every
+#: other category is ignored (0)
+LIDARSEG_16 = {
+    "barrier": ["movable_object.barrier"], "bicycle": ["vehicle.bicycle"],
+    "bus": ["vehicle.bus.bendy", "vehicle.bus.rigid"], "car": ["vehicle.car"],
+    "construction_vehicle": ["vehicle.construction"], "motorcycle": ["vehicle.motorcycle"],
+    "pedestrian": ["human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.construction_worker",
+                   "human.pedestrian.police_officer"],
+    "traffic_cone": ["movable_object.trafficcone"], "trailer": ["vehicle.trailer"], "truck": ["vehicle.truck"],
+    "driveable_surface": ["flat.driveable_surface"], "other_flat": ["flat.other"], "sidewalk": ["flat.sidewalk"],
+    "terrain": ["flat.terrain"], "manmade": ["static.manmade"], "vegetation": ["static.vegetation"]}
+
+
+def test_the_build_records_the_lidarseg_benchmark_map(nu_root):
+    d = NuScenesSource(nu_root).describe()
+    assert d["train_classes"] == ["ignore", *LIDARSEG_16]
+    want = {FINE_INDEX[fine]: 1 + i for i, fines in enumerate(LIDARSEG_16.values()) for fine in fines}
+    assert {int(k): v for k, v in d["learning_map"].items()} == {i: want.get(i, 0) for i in range(32)}
+    assert "LidarsegClassMapper" in d["learning_map_source"]
+
+
 def test_lidarseg_length_mismatch_names_the_label_file(nu_root, tmp_path):
     root = _copy(nu_root, tmp_path / "r")
     src = NuScenesSource(root)

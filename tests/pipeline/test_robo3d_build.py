@@ -51,6 +51,24 @@ def test_demo_build_verify_resume(tmp_path, monkeypatch):
     card = (version_dir / "README.md").read_text()
     assert "## Source" in card and "17→vehicle.car" in card and "velodyne-hdl32e" in card
     assert "not from the released data" in card and "nuScenes-lidarseg: CC BY-NC-SA 4.0" in card
+    # the devkit's 16-class lidarseg benchmark map is recorded; `score` maps ground truth through it, so
+    # predictions that are the mapped ground truth (0 where it is ignored) score 100 % mIoU in every partition
+    from pipeline.sources.nuscenes import FINE_INDEX
+
+    lmap = {int(k): v for k, v in m["source"]["learning_map"].items()}
+    assert lmap[FINE_INDEX["vehicle.car"]] == 4 and lmap[FINE_INDEX["human.pedestrian.child"]] == 7
+    assert "17→4" in card and "LidarsegClassMapper" in card
+    keyed = ds.dataset(version_dir / "data", format="parquet", partitioning="hive").to_table(
+        columns=["key", "semantic"]).to_pylist()
+    lut = np.zeros(256, np.int64)
+    lut[list(lmap)] = list(lmap.values())
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps({"key": r["key"], "labels": lut[np.minimum(r["semantic"], 255)].tolist()})
+                             + "\n" for r in keyed))
+    scored = runner.invoke(app, ["score", str(version_dir), str(preds), "--out", str(tmp_path / "res")])
+    assert scored.exit_code == 0, scored.output
+    ious = [r["value"] for r in json.loads((tmp_path / "res.json").read_text())["rows"] if r["metric"] == "mIoU"]
+    assert len(ious) == 1 + 7 * 3 and all(v == 100.0 for v in ious)
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "0 built" in again.output, again.output
     assert json.loads((version_dir / "manifest.json").read_text())["frames"] == 1

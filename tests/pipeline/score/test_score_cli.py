@@ -214,6 +214,37 @@ def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
     assert score_version(v, p).rows[0]["value"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2)
 
 
+def test_nuscenes_ground_truth_goes_through_the_lidarseg_16_class_map(tmp_path):
+    from pipeline.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
+
+    fine = ["human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.police_officer",  # → pedestrian 7
+            "vehicle.bus.bendy", "vehicle.bus.rigid", "vehicle.car",                               # → bus 3, car 4
+            "noise", "animal", "vehicle.ego", "flat.driveable_surface"]                            # → 0, 0, 0, 11
+    key = "robo3d-nuscenes-c/" + "a" * 32 + "/clean/0"
+    rows = [{"key": key, "corruption": "clean", "severity": 0, "class_id": 0,
+             "semantic": [FINE_INDEX[n] for n in fine]}]
+    v = write_object_version(tmp_path / "n" / "1", "robo3d-nuscenes-c", rows)
+    m = json.loads((v / "manifest.json").read_text())
+    categories = {str(i): n for i, n in enumerate(FINE_CLASSES)}
+    m["source"] = {"kind": "nuscenes", "categories": categories,
+                   "learning_map": {str(k): c for k, c in lidarseg_learning_map(FINE_INDEX)[0].items()}}
+    (v / "manifest.json").write_text(json.dumps(m))
+    p = tmp_path / "seg.jsonl"
+    p.write_text(json.dumps({"key": key, "labels": [7, 7, 4, 3, 3, 4, 5, 9, 16, 11]}) + "\n")  # the 16 train ids
+    # pedestrian: tp 2, fn 1 → 2/3; bus: 2/2; car: tp 1, fp 1 → 1/2; driveable surface 1/1; the three ignored
+    # points (noise, animal, ego) and their predictions 5, 9, 16 do not count
+    expected = 100 * (2 / 3 + 1 + 1 / 2 + 1) / 4
+    assert score_version(v, p).rows[0]["value"] == pytest.approx(expected)
+    m["source"] = {"kind": "nuscenes", "categories": categories}  # a build from before the map was recorded
+    (v / "manifest.json").write_text(json.dumps(m))
+    assert score_version(v, p).rows[0]["value"] == pytest.approx(expected)
+    p.write_text(json.dumps({"key": key, "labels": [7, 7, 17, 3, 3, 4, 0, 0, 0, 11]}) + "\n")  # a raw index
+    with pytest.raises(PredictionError, match=rf"key '{key}': label 17 \(point 2\) is not a train id 0…16"):
+        score_version(v, p)
+    res = runner.invoke(app, ["score", str(v), str(p)])
+    assert res.exit_code == 2 and key in res.output
+
+
 @pytest.fixture
 def small_mnc(tmp_path) -> Path:
     rows = [{"key": f"modelnet-c/{i:04d}/clean/0", "corruption": "clean", "severity": 0, "class_id": 0}
