@@ -419,3 +419,49 @@ def test_every_ray_init_in_the_suite_starts_its_own_local_instance():
                 if not any(k.arg == "address" for k in node.keywords):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, f"ray.init without address= (use address='local'): {offenders}"
+
+
+def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti, tmp_path, shared_ray):
+    """Killing the raylet of a running build: Ray ends the driver (it lost its object store), every shard the
+    ledger recorded is intact, and the same command resumes from exactly those."""
+    import signal
+
+    import psutil
+
+    out = tmp_path / "out"
+    args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--workers", "1",
+                "--max-frames", "5", "--frames-per-shard", "1", "--no-progress")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    version = out / "mini-c" / "0.1.0"
+    try:
+        deadline = time.time() + 120
+        while not ((version / "_ledger" / "shards").is_dir() and _run_ids(version)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "the build never recorded a shard"
+            time.sleep(0.05)
+        raylets = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"]
+        assert raylets, "no raylet under the driver"
+        for p in raylets:
+            p.kill()
+        proc.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # GCS and workers the dead driver left behind
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+    assert proc.returncode != 0
+    recorded = _run_ids(version)
+    assert 1 <= len(recorded) and not (version / "manifest.json").exists()
+    from pipeline.ledger import Ledger
+
+    ledger = Ledger(version)
+    fingerprint = ledger.run_info()["fingerprint"]
+    assert all(ledger.check_done(s, fingerprint, "sha256")[0] for s in recorded)  # intact, checksums and all
+    from pipeline.build import run_build
+
+    again = run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=5, frames_per_shard=1,
+                      progress=False)
+    assert again.ok and again.shards_skipped == len(recorded) and len(again.shards_built) == 5 - len(recorded)
+    assert {k: v for k, v in _run_ids(version).items() if k in recorded} == recorded
+    assert verify_version(version).ok
