@@ -203,8 +203,9 @@ def publish(
     profile: ProfileOpt = None,
     jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
     latest: Annotated[bool, typer.Option(help="Move the <dataset>/latest pointer to this version")] = True,
-    takeover: Annotated[bool, typer.Option(help="Take over an interrupted publish of this version with "
-                                                "different content")] = False,
+    takeover: Annotated[bool, typer.Option(help="Take over this version's publish lease at once (its holder is "
+                                                "dead on another host; a dead holder on this host, or one silent "
+                                                "for 2 min, is taken over anyway)")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
 ) -> None:
     """Publish a built version (immutable): shards, then the manifest (only if absent), then `latest`."""

@@ -135,6 +135,8 @@ def test_s3_lease_refuses_a_second_writer_and_takes_over_an_expired_one(s3prefix
                                             "expires": time.time() + 600}).encode())
     with pytest.raises(VersionLocked, match="pid 1 on elsewhere"), store.writer_lock("third"):
         pass
+    with store.writer_lock("takeover", force=True):  # `publish --takeover`: the user says the holder is dead
+        assert json.loads(store.read_bytes(LEASE_NAME))["purpose"] == "takeover"
 
 
 def _run_ids(version: Path) -> dict[str, str]:
