@@ -45,7 +45,9 @@ FOV_TARGET_MS = {"snow": 100.0, "wet_ground": 30.0}
 
 
 def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c", repeat: int = 2,
-              extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",)) -> dict:
+              extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",), costs_out: Path | None = None) -> dict:
+    """... and with ``costs_out``, the cost table of ``recipe_name`` for `plan` and task sizing, measured as CPU
+    time of this process (what a worker pays; wall time grows when other processes share the cores)."""
     from manifests.recipe import load_recipe
     from pipeline.sources.demo import generate_frame
 
@@ -66,6 +68,21 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     results["frame_prep_ms"] = prep * 1e3
     print(f"\nshared per-frame preparation (KD-tree + box index + ring recovery): {prep * 1e3:.1f} ms per frame "
           "(once per frame)")
+    from pipeline.costs import CACHES
+
+    clock = time.process_time if costs_out is not None else time.perf_counter
+    prep_ms = {}
+    for cache in CACHES:  # each cache on fresh copies, so one's cost never hides in the other's
+        fresh = [replace(f) for f in demo]
+        t = clock()
+        for f in fresh:
+            getattr(f, cache)
+        prep_ms[cache] = (clock() - t) / frames * 1e3
+    results["prep_ms"] = prep_ms
+    results["read_ms"] = _read_ms(demo, repeat, clock)
+    results["needs"] = _cache_needs(recipe, demo[0])
+    print(f"  of which {', '.join(f'{k} {v:.1f} ms' for k, v in prep_ms.items())} (rebuilt by every task that needs "
+          f"it); reading + decoding a scan (KITTI .bin, labels, calib): {results['read_ms']:.1f} ms per frame")
 
     # CPU time of this process: a stage's own cost, robust to other jobs on a shared machine
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
@@ -98,7 +115,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as w:
                 w.write_batch(encode_rows(examples))
 
-        floor = _timeit(write, repeat)
+        floor = _timeit(write, repeat, clock)
         size = path.stat().st_size
     results["io_floor_ms_per_example"] = floor / frames * 1e3
     raw = sum(f.points.nbytes for f in demo)
@@ -107,6 +124,20 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
           f"{size / raw:.0%} of raw)")
 
     results["render_s_per_panel"] = _render_bench(demo[0], recipe)
+
+    if costs_out is not None:
+        from pipeline.costs import CostTable
+
+        table = CostTable(recipe=recipe.name, read_ms=round(results["read_ms"], 2),
+                          write_ms=round(results["io_floor_ms_per_example"], 2),
+                          prep_ms={k: round(v, 2) for k, v in prep_ms.items()},
+                          stage_ms={c: tuple(round(x, 2) for x in row)
+                                    for c, row in results["stages"][recipe.name].items()},
+                          needs={c: n for c, n in results["needs"].items() if n},
+                          measured=f"bench-build bench --frames {frames} --costs-out: demo scans, mean {n_pts:,.0f} "
+                                   f"points, CPU time of one process, best of {repeat}")
+        Path(costs_out).write_text(table.to_json() + "\n")
+        print(f"\ncost table written to {costs_out}")
 
     if builds:
         from pipeline.build import run_build
@@ -196,6 +227,34 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
                 results["builds"][workers] = n / dt
                 print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s")
     return results
+
+
+def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
+    """ms per frame to read one scan back through the KITTI reader (what every task pays per frame)."""
+    from pipeline.sources.kitti import KittiSource, write_frame
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in demo:
+            write_frame(Path(tmp), f)
+        src = KittiSource(tmp)
+        ids = src.list_frames()
+        return _timeit(lambda: [src.read(i) for i in ids], repeat, clock) / len(ids) * 1e3
+
+
+def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
+    """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame)."""
+    from pipeline.costs import CACHES
+    from pipeline.plan import example_key, example_rng
+    from stages.registry import get_stage
+
+    out = {}
+    for c in recipe.corruptions:
+        fresh = replace(frame)
+        get_stage(c.stage).apply(fresh, c.params_for(1), example_rng(recipe.seed, example_key(
+            recipe.name, fresh.frame_id, c.name, 1)))
+        used = fresh.__dict__
+        out[c.name] = tuple(k for k in CACHES if k in used or (k == "box_index" and "box_points" in used))
+    return out
 
 
 def _stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tuple[str, ...] | None = None,

@@ -451,6 +451,68 @@ def demo_objects(
 
 
 @app.command()
+def plan(
+    benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name or a recipe .toml file")],
+    *,
+    source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)")]
+    = None,
+    frames: Annotated[int | None, typer.Option(help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
+    = None,
+    split: Annotated[str | None, typer.Option(help="training, testing, or an ImageSets list (train, val)")] = None,
+    workers: Annotated[list[int] | None, typer.Option(help="Worker counts to simulate (repeatable)")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(help="Frames per block (default: the recipe's)")] = None,
+    groups: Annotated[int | None, typer.Option(help="Task groups per block (default: sized from the costs)")]
+    = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
+    nothing."""
+    from manifests.recipe import RecipeError, load_recipe
+    from pipeline.costs import load_costs
+    from pipeline.scale import plan_build
+    from pipeline.sources import SourceError, open_source
+
+    try:
+        recipe = load_recipe(benchmark)
+        if frames is not None and source is not None:
+            raise ValueError("give --source or --frames, not both")
+        if frames is not None:
+            if frames < 1:
+                raise ValueError("--frames must be ≥ 1")
+            frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
+        else:
+            from pipeline.build import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
+
+            src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
+            frame_ids = src.list_frames()
+            fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
+        report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
+                            groups=groups, costs=load_costs(recipe, costs))
+    except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
+        raise _fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(report))
+        return
+    t = report["task_seconds"]
+    out_console.print(f"{report['recipe']}: {report['frames']} frames → {report['blocks']} blocks of "
+                      f"{report['frames_per_shard']} × {report['groups_per_block']} groups = [bold]{report['tasks']}"
+                      f"[/bold] tasks; {report['examples_stored']:,} examples stored "
+                      f"({report['examples_defined']:,} defined)")
+    out_console.print(f"task cost (CPU-s): min {t['min']:.1f}, mean {t['mean']:.1f}, max {t['max']:.1f}; "
+                      f"total {report['cpu_hours']:.2f} CPU-hours ({report['cpu_hours_one_task_per_block']:.2f} as one "
+                      f"task per block: groups rebuild the per-frame caches they need); costs: {report['costs']}")
+    table = Table()
+    for col in ("workers", "makespan", "utilisation"):
+        table.add_column(col, justify="right")
+    for row in report["schedule"]:
+        m = row["makespan_s"]
+        table.add_row(str(row["workers"]), f"{m / 3600:.2f} h" if m >= 3600 else f"{m / 60:.1f} min",
+                      f"{row['utilisation']:.1%}")
+    out_console.print(table)
+
+
+@app.command()
 def bench(
     *,
     frames: Annotated[int, typer.Option(help="Demo frames to measure on")] = 4,
@@ -464,6 +526,8 @@ def bench(
                                                "DataLoader with 0 and 2 workers")] = False,
     version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
                                                          "the kitti-c demo of --frames frames)")] = None,
+    costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
+                                                        "for `plan` and task sizing (pipeline/cost_tables/)")] = None,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
     if loaders:
@@ -479,7 +543,7 @@ def bench(
     from pipeline.bench import run_bench, run_object_bench
 
     if not only_objects:
-        run_bench(frames=frames, builds=builds)
+        run_bench(frames=frames, builds=builds, costs_out=costs_out)
     if objects or only_objects:
         run_object_bench(builds=builds)
 

@@ -1,0 +1,100 @@
+"""Cost model of a build, from stage costs that `bench-build bench` measures. Pure: no Ray, no I/O but reading
+the shipped table.
+
+A table (``pipeline/cost_tables/<recipe>.json``, written by ``bench-build bench --costs-out``) holds, on one
+core and full-resolution scans:
+
+- ``read_ms``: reading and decoding one scan (per frame, paid by every task that holds the frame);
+- ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``): paid once per frame
+  by a task only if one of its stages uses that cache;
+- ``write_ms``: encoding + writing one example as Parquet (the I/O floor), paid by every partition, clean
+  included;
+- ``stage_ms[corruption]``: compute per example at severities 1..S; ``needs[corruption]``: the caches it uses.
+
+The table is data, not a live measurement, so a plan is a pure function of (recipe, frames, table) and two
+runs of the same command always cut the same tasks (resume depends on it). A recipe without a table gets
+`default_costs`: every stage costs the same, so tasks are still of equal *size*.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from manifests.recipe import Recipe
+
+TABLES = Path(__file__).parent / "cost_tables"
+CACHES = ("kdtree", "box_index")  # Frame's shared per-frame caches (cached properties), in prep order
+
+# Defaults for a recipe without a measured table: the medians of the KITTI-C table on this project's machine.
+DEFAULT_READ_MS = 5.0
+DEFAULT_PREP_MS = {"kdtree": 60.0, "box_index": 25.0}
+DEFAULT_WRITE_MS = 10.0
+DEFAULT_STAGE_MS = 10.0
+
+
+@dataclass(frozen=True)
+class CostTable:
+    recipe: str
+    read_ms: float
+    write_ms: float
+    prep_ms: dict[str, float]
+    stage_ms: dict[str, tuple[float, ...]]
+    needs: dict[str, tuple[str, ...]]
+    measured: str = ""  # how and where (command, machine, points per scan)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def partition_ms(self, corruption: str, severity: int) -> float:
+        """Cost of one example of a partition (compute + write), per frame."""
+        if severity == 0:
+            return self.write_ms
+        row = self.stage_ms.get(corruption)
+        compute = DEFAULT_STAGE_MS if not row else row[min(severity, len(row)) - 1]
+        return compute + self.write_ms
+
+    def needs_of(self, corruption: str) -> tuple[str, ...]:
+        return self.needs.get(corruption, ())
+
+    def to_json(self) -> str:
+        return json.dumps({"recipe": self.recipe, "measured": self.measured, "read_ms": self.read_ms,
+                           "write_ms": self.write_ms, "prep_ms": self.prep_ms,
+                           "stage_ms": {k: list(v) for k, v in self.stage_ms.items()},
+                           "needs": {k: list(v) for k, v in self.needs.items()}, **self.extra},
+                          indent=1, sort_keys=True)
+
+
+def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
+    try:
+        known = {"recipe", "measured", "read_ms", "write_ms", "prep_ms", "stage_ms", "needs"}
+        table = CostTable(
+            recipe=str(data["recipe"]), measured=str(data.get("measured", "")),
+            read_ms=float(data["read_ms"]), write_ms=float(data["write_ms"]),
+            prep_ms={str(k): float(v) for k, v in data["prep_ms"].items()},
+            stage_ms={str(k): tuple(float(x) for x in v) for k, v in data["stage_ms"].items()},
+            needs={str(k): tuple(str(x) for x in v) for k, v in data.get("needs", {}).items()},
+            extra={k: v for k, v in data.items() if k not in known})
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{origin}: not a cost table ({type(e).__name__}: {e})") from None
+    bad = [c for c, n in table.needs.items() for x in n if x not in CACHES]
+    if bad or any(v < 0 for v in (table.read_ms, table.write_ms, *table.prep_ms.values())):
+        raise ValueError(f"{origin}: unknown cache or negative cost ({bad})")
+    return table
+
+
+def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
+    """The cost table of ``recipe``: ``path`` if given, else the shipped one, else `default_costs`."""
+    p = Path(path) if path else TABLES / f"{recipe.name}.json"
+    if not p.is_file():
+        if path:
+            raise FileNotFoundError(f"cost table {p} does not exist")
+        return default_costs(recipe)
+    return parse_costs(json.loads(p.read_text()), str(p))
+
+
+def default_costs(recipe: Recipe) -> CostTable:
+    return CostTable(recipe=recipe.name, read_ms=DEFAULT_READ_MS, write_ms=DEFAULT_WRITE_MS,
+                     prep_ms=dict(DEFAULT_PREP_MS),
+                     stage_ms={c.name: (DEFAULT_STAGE_MS,) * recipe.severities for c in recipe.corruptions},
+                     needs={}, measured="defaults (no measured table for this recipe)")

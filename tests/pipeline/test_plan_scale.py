@@ -1,0 +1,136 @@
+"""Task granularity (frame block × partition group), the cost model and `bench-build plan`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from manifests.recipe import load_recipe
+from pipeline.cli import app
+from pipeline.costs import CostTable, default_costs, load_costs
+from pipeline.plan import (
+    CLEAN,
+    group_cost_ms,
+    group_partitions,
+    groups_for,
+    partition_order,
+    plan_shards,
+    plan_tasks,
+)
+from pipeline.scale import TASK_OVERHEAD_S, plan_build, simulate
+
+KITTI_FRAMES = 7481
+
+
+@pytest.fixture(scope="module")
+def kitti_c():
+    return load_recipe("kitti-c")
+
+
+def test_groups_cover_every_partition_once_with_clean_in_group_zero(kitti_c):
+    costs = load_costs(kitti_c)
+    for g in (1, 2, 7, 18, 500):
+        cut = group_partitions(kitti_c, costs, g)
+        flat = [p for grp in cut for p in grp]
+        assert sorted(flat) == sorted(partition_order(kitti_c, costs))
+        assert len(flat) == len(set(flat)) == 1 + 25 * 5
+        assert cut[0][0] == (CLEAN, 0) and 1 <= len(cut) <= min(g, 126)
+        assert cut == group_partitions(kitti_c, costs, g)  # deterministic
+
+
+def test_groups_are_balanced_and_share_caches(kitti_c):
+    costs = load_costs(kitti_c)
+    cut = group_partitions(kitti_c, costs, 18)
+    per = [group_cost_ms(grp, costs) for grp in cut]
+    # no group costs more than the cheapest possible cap: the costliest single partition (with its cache),
+    # or an even share of everything, whichever is larger, times the slack of cutting whole partitions
+    single = max(group_cost_ms([p], costs) for p in partition_order(kitti_c, costs))
+    assert max(per) <= max(single, group_cost_ms(partition_order(kitti_c, costs), costs) / len(cut)) * 1.6
+    # stages sharing a cache are contiguous: each cache is built by as few groups as its stages' cost allows
+    for cache in costs.prep_ms:
+        users = [i for i, grp in enumerate(cut) if any(s > 0 and cache in costs.needs_of(c) for c, s in grp)]
+        assert users == list(range(users[0], users[-1] + 1)), (cache, users)
+
+
+def test_tasks_write_exactly_the_files_of_one_task_per_block(kitti_c):
+    costs = load_costs(kitti_c)
+    shards = plan_shards([f"{i:06d}" for i in range(200)], 64)
+    whole = sorted(rel for s in shards for _, _, rel in s.partitions(kitti_c))
+    for g in (1, 5, 18):
+        tasks = plan_tasks(shards, kitti_c, costs, g)
+        files = [rel for t in tasks for _, _, rel in t.partitions()]
+        assert sorted(files) == whole  # same names whatever the grouping: no file written twice
+        assert len({t.name for t in tasks}) == len(tasks) == len(shards) * tasks[0].groups
+    assert [t.name for t in plan_tasks(shards, kitti_c, costs, 1)] == [s.name for s in shards]
+    assert plan_tasks(shards, kitti_c, costs, 5)[1].name == "part-00000-of-00004-g001-of-005"
+
+
+def test_simulated_schedule_matches_list_scheduling_by_hand():
+    # 10 equal tasks of 3 s on 4 workers: 3 waves → makespan 3 × (3 + overhead)
+    r = simulate([3.0] * 10, 4)
+    assert r["makespan_s"] == pytest.approx(3 * (3 + TASK_OVERHEAD_S))
+    assert r["utilisation"] == pytest.approx(30 / (4 * r["makespan_s"]))
+    # one long task dominates: the others fill the remaining workers
+    r = simulate([10.0, 1.0, 1.0, 1.0], 2, overhead_s=0.0)
+    assert r["makespan_s"] == 10.0 and r["utilisation"] == pytest.approx(13 / 20)
+
+
+def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_busy(kitti_c):
+    r = plan_build(kitti_c, [f"{i:06d}" for i in range(KITTI_FRAMES)], frames_per_shard=64,
+                   workers=(2, 16, 64, 256))
+    assert r["examples_defined"] == 1_122_150 and r["blocks"] == 117
+    assert r["tasks"] >= 2000 and r["tasks"] == 117 * r["groups_per_block"]
+    t = r["task_seconds"]
+    assert t["max"] <= 1.25 * t["mean"]
+    util = {row["workers"]: row["utilisation"] for row in r["schedule"]}
+    assert util[256] >= 0.90 and util[2] >= util[16] >= util[64] >= util[256]
+    # makespan is at least the work spread over the workers, and at least the longest task
+    for row in r["schedule"]:
+        assert row["makespan_s"] >= max(r["cpu_hours"] * 3600 / row["workers"], t["max"])
+
+
+def test_groups_per_block_follow_the_costs(kitti_c):
+    cheap = default_costs(kitti_c)
+    dear = CostTable(**{**cheap.__dict__, "write_ms": cheap.write_ms * 10})
+    assert groups_for(kitti_c, dear, 64) > groups_for(kitti_c, cheap, 64)
+    block_s = 64 * group_cost_ms(partition_order(kitti_c, cheap), cheap) / 1e3
+    assert groups_for(kitti_c, cheap, 64, target_seconds=block_s / 10) == 10
+    assert groups_for(kitti_c, cheap, 2, target_seconds=1e9) == 1
+
+
+def test_plan_cli(kitti_c):
+    res = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", str(KITTI_FRAMES), "--workers", "256", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output)
+    assert r["tasks"] >= 2000 and [row["workers"] for row in r["schedule"]] == [256]
+    text = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "100", "--groups", "4"])
+    assert text.exit_code == 0 and "2 blocks of 64 × 4 groups = 8 tasks" in text.output
+    bad = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--source", "/nonexistent"])
+    assert bad.exit_code == 2 and "not both" in bad.output
+    missing = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--costs", "/nonexistent.json"])
+    assert missing.exit_code == 2 and "nonexistent.json" in missing.output
+
+
+RSS_SCRIPT = """
+import resource, sys
+from pipeline.scale import plan_build
+frames = int(sys.argv[1])
+r = plan_build("kitti-c", [f"{i:07d}" for i in range(frames)], frames_per_shard=64)
+assert r["examples_stored"] >= 1_000_000 * (frames // 8000)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def test_driver_memory_stays_flat_as_the_plan_grows():
+    """Planning only (no Ray): 1 M stored examples (8,000 frames) and 10 M, each in a fresh process."""
+    rss = {}
+    for frames in (8_000, 80_000):
+        out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(frames)], capture_output=True, text=True,
+                             check=True)
+        rss[frames] = float(out.stdout.strip().splitlines()[-1])
+    assert rss[8_000] <= 500, rss
+    assert rss[80_000] <= 500 and rss[80_000] - rss[8_000] <= 100, rss  # 10× the plan, not 10× the memory
