@@ -25,8 +25,9 @@ from manifests.card_sections import complete_card
 from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
-from pipeline.ledger import Ledger, identity_digest
-from pipeline.plan import ShardSpec, plan_shards
+from pipeline.costs import load_costs
+from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
+from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.shard import ShardFailed, build_shard, os_error_message, partition_table
@@ -193,6 +194,7 @@ def run_build(
     profile: str | None = None,
     roots: dict[str, str] | None = None,
     allow_empty_frames: bool = False,
+    groups: int | None = None,
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
@@ -227,24 +229,30 @@ def run_build(
         store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
-                             progress=progress, owner=owner)
+                             progress=progress, owner=owner, groups=groups)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
                   store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
-                  progress: bool, owner: dict[str, Any] | None = None) -> BuildResult:
+                  progress: bool, owner: dict[str, Any] | None = None,
+                  groups: int | None = None) -> BuildResult:
     ledger = Ledger(store)
+    # a local Ray's size is known: split only as far as it shortens the build; a cluster gets the cost-sized split
+    cut = task_groups(recipe, fps, groups, ledger.run_info(), fingerprint, overwrite,
+                      shards=specs, workers=None if address else (workers or os.cpu_count() or 1))
+    tasks = [TaskSpec(s, g, len(cut), parts) for s in specs for g, parts in enumerate(cut)]
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
-                  "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs)}, overwrite=overwrite)
+                  "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs),
+                  "task_groups": [[list(p) for p in grp] for grp in cut]}, overwrite=overwrite)
 
-    pending = [s for s in specs if not ledger.check_done(s.name, fingerprint, recheck, src)[0]]
+    pending = [t for t in tasks if not ledger.check_done(t.name, fingerprint, recheck, src)[0]]
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
-    result = BuildResult(version_dir, len(specs), len(specs) - len(pending))
-    per_shard = recipe.examples_stored(1)
-    bar = BuildProgress(total=len(frame_ids) * per_shard, enabled=progress)
-    bar.advance(sum(len(s.frame_ids) for s in specs if s not in pending) * per_shard)
+    result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))
+    bar = BuildProgress(total=len(frame_ids) * recipe.examples_stored(1), enabled=progress)
+    pending_names = {t.name for t in pending}
+    bar.advance(sum(len(t.frame_ids) * len(t.parts) for t in tasks if t.name not in pending_names))
     if pending:
         started = init_ray(workers, address)
         try:
@@ -258,9 +266,9 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     else:
         bar.close()
     result.seconds = time.time() - t0
-    if not result.failures and all(ledger.check_done(s.name, fingerprint, "size", src)[0] for s in specs):
+    if not result.failures and all(ledger.check_done(t.name, fingerprint, "size", src)[0] for t in tasks):
         try:
-            result.manifest = write_manifest(store, recipe, src.describe(), specs, ledger, fingerprint,
+            result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
                                              fps, result.seconds)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
             result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
@@ -273,6 +281,39 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     return result
 
 
+def task_groups(recipe: Recipe, fps: int, groups: int | None, old_run: dict | None, fingerprint: str,
+                overwrite: bool, *, shards: list[ShardSpec] | None = None,
+                workers: int | None = None) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """How each block's partitions are split into tasks.
+
+    A resumed build keeps the split its ledger recorded (whatever the cost table says today), so a done
+    task is never redone and never half-overlaps a new one; asking for another number of groups on a build
+    in progress is refused. A ledger from before grouping is one task per block. A new build cuts
+    ``groups`` with `group_partitions`; by default, for a known number of ``workers`` (a local Ray) the
+    number that minimises the simulated makespan (`scale.choose_groups`: one task per block on a few
+    workers, as splitting rebuilds per-frame caches), else (a cluster) the cost-sized number (`groups_for`),
+    whose thousands of short tasks also bound what a lost node or a straggler costs."""
+    if old_run is not None and old_run.get("fingerprint") == fingerprint and not overwrite:
+        recorded = old_run.get("task_groups")
+        if recorded is None:  # one task per block, as builds were before tasks were split
+            from pipeline.plan import CLEAN
+
+            recorded = [[[CLEAN, 0]] + [[c.name, s] for c in recipe.corruptions
+                                        for s in range(1, recipe.severities + 1)]]
+        if groups is not None and groups != len(recorded):
+            raise LedgerMismatch(
+                f"this build was started with {len(recorded)} task group(s) per block, not {groups}: run again "
+                f"without --groups (or with --groups {len(recorded)}) to resume it, or pass --overwrite to "
+                "start over")
+        return tuple(tuple((str(c), int(s)) for c, s in grp) for grp in recorded)
+    costs = load_costs(recipe)
+    if groups is None and workers is not None and shards:
+        from pipeline.scale import choose_groups
+
+        groups = choose_groups(recipe, costs, shards, workers)
+    return group_partitions(recipe, costs, groups or groups_for(recipe, costs, fps))
+
+
 def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None) -> None:
     import ray
 
@@ -283,10 +324,10 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
     counter = ray.remote(num_cpus=0)(ProgressCounter).remote() if bar.enabled else None
     base, finished_rows = bar.done, 0  # the bar = base + rows of finished shards + rows of running ones
     queue = list(pending)
-    in_flight: dict[Any, ShardSpec] = {}
+    in_flight: dict[Any, TaskSpec] = {}
     ledger = Ledger(store)
 
-    def finish(spec: ShardSpec, res: dict[str, Any]) -> None:
+    def finish(spec: TaskSpec, res: dict[str, Any]) -> None:
         nonlocal finished_rows
         if not res["ok"]:
             # the worker may have finished and recorded the shard before it (or its node) died: the ledger decides
@@ -331,22 +372,31 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
         bar.update_to(base + finished_rows + sum(running.get(s.name, 0) for s in in_flight.values()))
 
 
-def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict, specs: list[ShardSpec],
-                   ledger: Ledger, fingerprint: str, fps: int, seconds: float) -> dict[str, Any]:
-    """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards."""
+def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
+                   specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
+                   seconds: float) -> dict[str, Any]:
+    """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards.
+
+    Files are listed block by block in the recipe's partition order, whatever the tasks were, so the
+    manifest does not depend on how blocks were split into tasks."""
     store = open_store(version_dir)
     shards, by_part = [], {}
     fields, scale = None, None
+    rank = {("clean", 0): 0} | {(c.name, sv): 1 + i * recipe.severities + sv
+                                 for i, c in enumerate(recipe.corruptions) for sv in range(1, recipe.severities + 1)}
+    files = []
     for spec in specs:
         entry = ledger.done_entry(spec.name)
         assert entry is not None
-        for f in entry["files"]:
-            shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
-                           "shard": spec.name, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"]})
-            part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
-            part["examples"] += f["rows"]
-            part["bytes"] += f["bytes"]
-            part["seconds"] = round(part["seconds"] + f["seconds"], 4)
+        files += [(spec.file_stem, f) for f in entry["files"]]
+    files.sort(key=lambda sf: (sf[0], rank.get((sf[1]["corruption"], sf[1]["severity"]), 0)))
+    for stem, f in files:
+        shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
+                       "shard": stem, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"]})
+        part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
+        part["examples"] += f["rows"]
+        part["bytes"] += f["bytes"]
+        part["seconds"] = round(part["seconds"] + f["seconds"], 4)
     if shards:
         import pyarrow.parquet as pq
 
@@ -356,7 +406,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
             meta = file_metadata(pq.read_schema(f))
         fields, scale = meta.get("fields"), meta.get("intensity_scale")
     columns = meta.get("columns", []) if shards else []
-    n_frames = sum(len(s.frame_ids) for s in specs)
+    n_frames = sum(len(ids) for ids in {s.file_stem: s.frame_ids for s in specs}.values())
     frame_digests = {}
     for spec in specs:
         recorded = (ledger.done_entry(spec.name) or {}).get("sources") or {}
@@ -431,7 +481,9 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     info = ledger.run_info()
     if info is None:
         raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
-    specs = plan_shards(info["frames"], info["frames_per_shard"])
+    cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)
+    specs = [TaskSpec(s, g, len(cut), parts) for s in plan_shards(info["frames"], info["frames_per_shard"])
+             for g, parts in enumerate(cut)]
     done, failed, pending = [], {}, []
     seconds, examples = 0.0, 0
     for s in specs:

@@ -55,6 +55,9 @@ def run(
              "sequences (08,09); nuScenes: a devkit split (val) or VERSION:SPLIT; Waymo: the split folder")] = None,
     frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per shard (default: the recipe's)")]
     = None,
+    groups: Annotated[int | None, typer.Option(
+        min=1, help="Tasks per frame block: its partitions split into this many groups (default: sized from the "
+                    "cost table, see `plan`; a resumed build keeps its own)")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a build of a different recipe/frame list")] = False,
     recheck: Annotated[Recheck, typer.Option(help=(
         "How resume checks finished shards and their source scans: sha256 (re-hash) or size (size + mtime)"))]
@@ -85,7 +88,7 @@ def run(
 
     try:
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
-                           max_frames=max_frames, split=split, frames_per_shard=frames_per_shard,
+                           max_frames=max_frames, split=split, frames_per_shard=frames_per_shard, groups=groups,
                            overwrite=overwrite, recheck=recheck.value, progress=progress, endpoint_url=endpoint_url,
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
@@ -494,21 +497,29 @@ def plan(
     if as_json:
         out_console.print_json(json.dumps(report))
         return
-    t = report["task_seconds"]
-    out_console.print(f"{report['recipe']}: {report['frames']} frames → {report['blocks']} blocks of "
-                      f"{report['frames_per_shard']} × {report['groups_per_block']} groups = [bold]{report['tasks']}"
-                      f"[/bold] tasks; {report['examples_stored']:,} examples stored "
-                      f"({report['examples_defined']:,} defined)")
-    out_console.print(f"task cost (CPU-s): min {t['min']:.1f}, mean {t['mean']:.1f}, max {t['max']:.1f}; "
-                      f"total {report['cpu_hours']:.2f} CPU-hours ({report['cpu_hours_one_task_per_block']:.2f} as one "
-                      f"task per block: groups rebuild the per-frame caches they need); costs: {report['costs']}")
-    table = Table()
-    for col in ("workers", "makespan", "utilisation"):
+    z = report["sized"]
+    out_console.print(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
+                      f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
+                      f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
+                      f"CPU-hours as one task per block")
+    out_console.print(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
+                      f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
+                      f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
+                      f"{z['cpu_hours']:.2f} CPU-hours "
+                      f"(each group rebuilds the per-frame caches it needs)")
+    out_console.print(f"costs: {report['costs']}")
+    table = Table(caption="best split for N workers | cost-sized split on N workers")
+    for col in ("workers", "groups", "tasks", "task s", "span", "util", "CPU-h", "span", "util"):
         table.add_column(col, justify="right")
+
+    def span(m: float) -> str:
+        return f"{m / 3600:.2f}h" if m >= 3600 else f"{m / 60:.1f}m"
+
     for row in report["schedule"]:
-        m = row["makespan_s"]
-        table.add_row(str(row["workers"]), f"{m / 3600:.2f} h" if m >= 3600 else f"{m / 60:.1f} min",
-                      f"{row['utilisation']:.1%}")
+        table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
+                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), f"{row['utilisation']:.1%}",
+                      f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
+                      f"{row['sized']['utilisation']:.1%}")
     out_console.print(table)
 
 

@@ -68,6 +68,11 @@ class ShardSpec:
     def name(self) -> str:
         return f"part-{self.index:05d}-of-{self.count:05d}"
 
+    @property
+    def file_stem(self) -> str:
+        """The stem of every file this block writes (what a file's footer names as its shard)."""
+        return self.name
+
     def partitions(self, recipe: Recipe) -> list[tuple[str, int, str]]:
         """(corruption, severity, relative path) of every file this shard writes, in write order."""
         out = [(CLEAN, 0, partition_path(CLEAN, 0, self.name))]
@@ -123,6 +128,11 @@ class TaskSpec:
     def frame_ids(self) -> tuple[str, ...]:
         return self.shard.frame_ids
 
+    @property
+    def file_stem(self) -> str:
+        """Files keep their block's name, so their bytes never depend on the grouping."""
+        return self.shard.name
+
     def partitions(self, recipe: Recipe | None = None) -> list[tuple[str, int, str]]:
         """(corruption, severity, relative path) of every file this task writes, in write order."""
         return [(c, s, partition_path(c, s, self.shard.name)) for c, s in self.parts]
@@ -145,10 +155,19 @@ def group_cost_ms(parts: Sequence[tuple[str, int]], costs: CostTable) -> float:
 
 
 def _pack(order: list[tuple[str, int]], costs: CostTable, cap: float) -> list[list[tuple[str, int]]]:
-    groups: list[list[tuple[str, int]]] = [[]]
+    """Greedy contiguous packing under ``cap`` (ms per frame), costs kept incrementally (O(partitions))."""
+    groups: list[list[tuple[str, int]]] = []
+    total, caches = cap + 1.0, set()  # forces a first group
     for p in order:
-        if groups[-1] and group_cost_ms([*groups[-1], p], costs) > cap:
+        new = [n for n in costs.needs_of(p[0]) if n not in caches] if p[1] > 0 else []
+        add = costs.partition_ms(*p) + sum(costs.prep_ms.get(n, 0.0) for n in new)
+        if not groups or total + add > cap:
             groups.append([])
+            caches = set(costs.needs_of(p[0])) if p[1] > 0 else set()
+            total = costs.read_ms + costs.partition_ms(*p) + sum(costs.prep_ms.get(n, 0.0) for n in caches)
+        else:
+            caches.update(new)
+            total += add
         groups[-1].append(p)
     return groups
 

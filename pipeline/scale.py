@@ -15,7 +15,7 @@ from typing import Any
 
 from manifests.recipe import Recipe, load_recipe
 from pipeline.costs import CostTable, load_costs
-from pipeline.plan import group_cost_ms, groups_for, plan_shards, plan_tasks
+from pipeline.plan import ShardSpec, group_cost_ms, group_partitions, groups_for, plan_shards
 
 TASK_OVERHEAD_S = 0.05  # Ray task scheduling + start + ledger write per task, measured on loopback (order of)
 
@@ -33,28 +33,61 @@ def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TA
             "utilisation": busy / (workers * makespan) if makespan else 1.0}
 
 
+def _task_seconds(shards: Sequence[ShardSpec], cut, costs: CostTable) -> list[float]:
+    per = [group_cost_ms(parts, costs) / 1e3 for parts in cut]
+    return [len(s.frame_ids) * c for s in shards for c in per]
+
+
+def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[ShardSpec], workers: int,
+                  max_groups: int | None = None) -> int:
+    """Groups per block that minimise the simulated makespan on ``workers``, up to the cost-sized number
+    (`groups_for`). Splitting is not free — every group rebuilds the per-frame caches its stages use — so
+    a split must shorten the makespan by ≥ 2 % to be preferred to a coarser one: a few workers get one
+    task per block (least CPU), hundreds get thousands of tasks."""
+    fps = max(len(s.frame_ids) for s in shards)
+    best_s, best_g = float("inf"), 1
+    for g in range(1, (max_groups or groups_for(recipe, costs, fps)) + 1):
+        cut = group_partitions(recipe, costs, g)
+        if len(cut) < g:  # no finer cut exists
+            break
+        m = simulate(_task_seconds(shards, cut, costs), workers)["makespan_s"]
+        if m < best_s * 0.98:
+            best_s, best_g = m, g
+    return best_g
+
+
 def plan_build(recipe: Recipe | str, frame_ids: Sequence[str], *, frames_per_shard: int,
                workers: Sequence[int] = (2, 16, 64, 256), groups: int | None = None,
                costs: CostTable | None = None) -> dict[str, Any]:
-    """Tasks, per-task cost estimate, and makespan/utilisation per worker count for building ``frame_ids``."""
+    """Tasks, per-task cost estimate, and makespan/utilisation per worker count for building ``frame_ids``.
+
+    Per worker count: the groups per block `choose_groups` picks for it (or ``groups``), the tasks, their
+    cost, the simulated makespan and utilisation, and the CPU-hours (caches rebuilt by each group
+    included). ``sized`` is the plan at the cost-sized split (`groups_for`), independent of workers."""
     recipe = load_recipe(recipe) if isinstance(recipe, str) else recipe
     costs = costs or load_costs(recipe)
     shards = plan_shards(list(frame_ids), frames_per_shard)
-    g = groups or groups_for(recipe, costs, frames_per_shard)
-    tasks = plan_tasks(shards, recipe, costs, g)
-    per_group = {parts: group_cost_ms(parts, costs) / 1e3 for parts in {t.parts for t in tasks}}
-    seconds = [len(t.frame_ids) * per_group[t.parts] for t in tasks]
-    n = len(seconds)
-    mean = sum(seconds) / n
-    whole = group_cost_ms(tuple(p for parts in tasks[0:tasks[0].groups] for p in parts.parts), costs) / 1e3
-    unsplit = sum(len(s.frame_ids) for s in shards) * whole  # one task per block: each cache built once
+
+    def at(g: int) -> dict[str, Any]:
+        cut = group_partitions(recipe, costs, g)
+        seconds = _task_seconds(shards, cut, costs)
+        return {"groups_per_block": len(cut), "tasks": len(seconds),
+                "task_seconds": {"min": min(seconds), "mean": sum(seconds) / len(seconds), "max": max(seconds)},
+                "cpu_hours": sum(seconds) / 3600, "_seconds": seconds}
+
+    sized = at(groups or groups_for(recipe, costs, frames_per_shard))
+    rows = []
+    for w in workers:
+        p = at(groups or choose_groups(recipe, costs, shards, w))
+        rows.append({"workers": w, **{k: v for k, v in p.items() if k != "_seconds"},
+                     **{k: v for k, v in simulate(p["_seconds"], w).items() if k != "workers"},
+                     "sized": {k: v for k, v in simulate(sized["_seconds"], w).items() if k != "workers"}})
     return {
         "recipe": recipe.name, "costs": costs.measured, "frames": len(frame_ids),
-        "frames_per_shard": frames_per_shard, "blocks": len(shards), "groups_per_block": tasks[0].groups,
-        "tasks": n, "examples_stored": recipe.examples_stored(len(frame_ids)),
+        "frames_per_shard": frames_per_shard, "blocks": len(shards),
+        "examples_stored": recipe.examples_stored(len(frame_ids)),
         "examples_defined": recipe.examples_defined(len(frame_ids)),
-        "task_seconds": {"min": min(seconds), "mean": mean, "max": max(seconds)},
-        "cpu_hours": sum(seconds) / 3600, "cpu_hours_one_task_per_block": unsplit / 3600,
-        "overhead_s_per_task": TASK_OVERHEAD_S,
-        "schedule": [simulate(seconds, w) for w in workers],
+        "cpu_hours_one_task_per_block": at(1)["cpu_hours"], "overhead_s_per_task": TASK_OVERHEAD_S,
+        "sized": {k: v for k, v in sized.items() if k != "_seconds"},
+        "schedule": rows,
     }

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from manifests.manifest import config_name, partition_dir
 from manifests.recipe import Recipe, _jsonable
 from pipeline.ledger import Ledger, frame_identity
-from pipeline.plan import CLEAN, ShardSpec, example_key, example_rng
+from pipeline.plan import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
 from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
 from pipeline.sources.base import Source, SourceError
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store
@@ -127,7 +127,7 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
     return f"{cause}: {path}" if path else cause
 
 
-def _preprocess(spec: ShardSpec, recipe: Recipe, frame: Frame) -> Frame:
+def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Frame:
     """The recipe's [preprocess] stage on a source frame; it draws from the clean example's RNG."""
     entry = recipe.preprocess
     assert entry is not None
@@ -138,7 +138,7 @@ def _preprocess(spec: ShardSpec, recipe: Recipe, frame: Frame) -> Frame:
         raise ShardFailed(spec.name, f"preprocess {entry.stage} failed on {key}: {type(e).__name__}: {e}") from e
 
 
-def build_shard(spec: ShardSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
+def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
                 before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
@@ -177,7 +177,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                  before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
     base_meta = {
-        "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.name,
+        "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.file_stem,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
         "columns": list(build_columns(recipe, source)),
     }

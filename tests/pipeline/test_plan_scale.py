@@ -83,14 +83,20 @@ def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_bu
     r = plan_build(kitti_c, [f"{i:06d}" for i in range(KITTI_FRAMES)], frames_per_shard=64,
                    workers=(2, 16, 64, 256))
     assert r["examples_defined"] == 1_122_150 and r["blocks"] == 117
-    assert r["tasks"] >= 2000 and r["tasks"] == 117 * r["groups_per_block"]
-    t = r["task_seconds"]
+    sized = r["sized"]  # the cost-sized split (what a cluster run uses by default)
+    assert sized["tasks"] >= 2000 and sized["tasks"] == 117 * sized["groups_per_block"]
+    t = sized["task_seconds"]
     assert t["max"] <= 1.25 * t["mean"]
-    util = {row["workers"]: row["utilisation"] for row in r["schedule"]}
-    assert util[256] >= 0.90 and util[2] >= util[16] >= util[64] >= util[256]
-    # makespan is at least the work spread over the workers, and at least the longest task
-    for row in r["schedule"]:
-        assert row["makespan_s"] >= max(r["cpu_hours"] * 3600 / row["workers"], t["max"])
+    rows = {row["workers"]: row for row in r["schedule"]}
+    assert rows[256]["sized"]["utilisation"] >= 0.90
+    assert rows[2]["groups_per_block"] == 1  # a few workers: no split, no cache rebuilt
+    for w, row in rows.items():
+        # the best split is never slower than the cost-sized one, and never cheaper than no split at all
+        assert row["makespan_s"] <= row["sized"]["makespan_s"] * 1.0001
+        assert row["cpu_hours"] >= r["cpu_hours_one_task_per_block"] * 0.9999
+        # makespan is at least the work spread over the workers, and at least the longest task
+        assert row["makespan_s"] >= max(row["busy_cpu_s"] / w, row["task_seconds"]["max"])
+        assert row["utilisation"] == pytest.approx(row["busy_cpu_s"] / (w * row["makespan_s"]))
 
 
 def test_groups_per_block_follow_the_costs(kitti_c):
@@ -106,9 +112,10 @@ def test_plan_cli(kitti_c):
     res = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", str(KITTI_FRAMES), "--workers", "256", "--json"])
     assert res.exit_code == 0, res.output
     r = json.loads(res.output)
-    assert r["tasks"] >= 2000 and [row["workers"] for row in r["schedule"]] == [256]
-    text = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "100", "--groups", "4"])
-    assert text.exit_code == 0 and "2 blocks of 64 × 4 groups = 8 tasks" in text.output
+    assert r["sized"]["tasks"] >= 2000 and [row["workers"] for row in r["schedule"]] == [256]
+    text = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "100", "--groups", "4", "--workers", "3"])
+    assert text.exit_code == 0 and "100 frames in 2 blocks of 64" in text.output
+    assert "4 groups per block = 8 tasks" in text.output.replace("[bold]", "")
     bad = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--source", "/nonexistent"])
     assert bad.exit_code == 2 and "not both" in bad.output
     missing = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--costs", "/nonexistent.json"])
@@ -134,3 +141,40 @@ def test_driver_memory_stays_flat_as_the_plan_grows():
         rss[frames] = float(out.stdout.strip().splitlines()[-1])
     assert rss[8_000] <= 500, rss
     assert rss[80_000] <= 500 and rss[80_000] - rss[8_000] <= 100, rss  # 10× the plan, not 10× the memory
+
+
+def _data_files(version_dir) -> dict[str, bytes]:
+    return {p.relative_to(version_dir).as_posix(): p.read_bytes()
+            for p in sorted(version_dir.rglob("*.parquet")) if "_ledger" not in p.parts}
+
+
+def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(small_recipe, demo_kitti, tmp_path):
+    from manifests.manifest import read_manifest, stable_view
+    from pipeline.build import run_build
+    from pipeline.ledger import LedgerMismatch
+
+    common = {"source": str(demo_kitti), "workers": 2, "max_frames": 4, "frames_per_shard": 2, "progress": False}
+    whole = run_build(str(small_recipe), out=tmp_path / "whole", groups=1, **common)
+    split = run_build(str(small_recipe), out=tmp_path / "split", groups=4, **common)
+    assert whole.ok and split.ok and whole.shards_total == 2 and split.shards_total == 2 * 4
+    assert _data_files(split.version_dir) == _data_files(whole.version_dir)  # 2 × 21 files, same bytes
+    assert len(_data_files(whole.version_dir)) == 2 * 21
+    assert stable_view(read_manifest(split.version_dir)) == stable_view(read_manifest(whole.version_dir))
+    # each task recorded its own files; together every file exactly once, clean only in group 0
+    shards = split.version_dir / "_ledger" / "shards"
+    entries = {p.stem: json.loads(p.read_text()) for p in shards.glob("part-*.json")}
+    files = [f["path"] for e in entries.values() for f in e["files"]]
+    assert len(files) == len(set(files)) == 2 * 21
+    assert {n for n, e in entries.items() if any(f["corruption"] == "clean" for f in e["files"])} == {
+        "part-00000-of-00002-g000-of-004", "part-00001-of-00002-g000-of-004"}
+    # two tasks "never finished": a re-run without --groups redoes exactly those, with the recorded split
+    lost = ["part-00000-of-00002-g002-of-004", "part-00001-of-00002-g003-of-004"]
+    for name in lost:
+        (shards / f"{name}.json").unlink()
+    resumed = run_build(str(small_recipe), out=tmp_path / "split", **common)
+    assert resumed.ok and resumed.shards_skipped == 6 and sorted(resumed.shards_built) == lost
+    assert _data_files(split.version_dir) == _data_files(whole.version_dir)
+    # another split on a build in progress is refused, saying how to resume
+    (shards / f"{lost[0]}.json").unlink()
+    with pytest.raises(LedgerMismatch, match="started with 4 task group"):
+        run_build(str(small_recipe), out=tmp_path / "split", groups=2, **common)
