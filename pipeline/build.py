@@ -429,7 +429,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "columns": columns,
         "partitions": partition_table(recipe),
         # row r of every partition file of a shard is frame shard_frames[shard][r]: loaders index without a scan
-        "shard_frames": {spec.name: list(spec.frame_ids) for spec in specs},
+        "shard_frames": {spec.file_stem: list(spec.frame_ids) for spec in specs},
         "counts": {
             "examples_defined": recipe.examples_defined(n_frames),
             "examples_stored": sum(s["rows"] for s in shards),
