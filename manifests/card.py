@@ -124,6 +124,9 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in "
         "`data/corruption=clean/severity=0/`), "
         f"{counts['bytes'] / 1e6:,.1f} MB in {len(manifest['shards'])} Parquet files",
+        "- Encoding: compact — corrupted rows store `point_ref` (index of the byte-identical clean point, or -1) "
+        "and only their other points; bench-build's reader, loaders and export materialise them, plain "
+        "pandas/DuckDB/HF readers see them as stored" if manifest.get("encoding") == "compact" else "",
         "",
         "## Corruptions",
         "",

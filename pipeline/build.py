@@ -74,7 +74,7 @@ class ProgressCounter:
 
 
 def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
-               counter: Any = None, owner: dict[str, Any] | None = None) -> dict:
+               counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full") -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
 
     ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
@@ -93,7 +93,8 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
             counter.add.remote(spec.name, rows)
     try:
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
-                            before_commit=None if owner is None else lambda: store.still_writer(owner))
+                            before_commit=None if owner is None else lambda: store.still_writer(owner),
+                            encoding=encoding)
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
         if e.kind == "superseded":  # this run is over: write nothing more into the version
@@ -195,6 +196,7 @@ def run_build(
     roots: dict[str, str] | None = None,
     allow_empty_frames: bool = False,
     groups: int | None = None,
+    encoding: str = "full",
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
@@ -219,7 +221,9 @@ def run_build(
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
     fps = frames_per_shard if frames_per_shard is not None else (
         demo_fps if demo else recipe.frames_per_shard)
-    fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}"])
+    # compact files differ in bytes: part of the fingerprint (full builds keep the fingerprint they always had)
+    fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
+                                      *([f"encoding={encoding}"] if encoding != "full" else [])])
     store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
         f"{recipe.name}/{recipe.version}")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
@@ -229,14 +233,14 @@ def run_build(
         store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
-                             progress=progress, owner=owner, groups=groups)
+                             progress=progress, owner=owner, groups=groups, encoding=encoding)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
                   store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
-                  groups: int | None = None) -> BuildResult:
+                  groups: int | None = None, encoding: str = "full") -> BuildResult:
     ledger = Ledger(store)
     # a local Ray's size is known: split only as far as it shortens the build; a cluster gets the cost-sized split
     cut = task_groups(recipe, fps, groups, ledger.run_info(), fingerprint, overwrite,
@@ -256,7 +260,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if pending:
         started = init_ray(workers, address)
         try:
-            _execute(pending, recipe, src, store, fingerprint, result, bar, owner)
+            _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding)
         finally:
             bar.close()
             if started:
@@ -314,7 +318,8 @@ def task_groups(recipe: Recipe, fps: int, groups: int | None, old_run: dict | No
     return group_partitions(recipe, costs, groups or groups_for(recipe, costs, fps))
 
 
-def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None) -> None:
+def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,
+             encoding: str = "full") -> None:
     import ray
 
     run_id = uuid.uuid4().hex[:12]
@@ -350,7 +355,7 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
             while queue and len(in_flight) < max_in_flight:
                 spec = queue.pop(0)
                 in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter,
-                                      owner)] = spec
+                                      owner, encoding)] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
             message, kind = describe_task_error(e)
@@ -406,6 +411,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
             meta = file_metadata(pq.read_schema(f))
         fields, scale = meta.get("fields"), meta.get("intensity_scale")
     columns = meta.get("columns", []) if shards else []
+    encoding = meta.get("encoding", "full") if shards else "full"
     n_frames = sum(len(ids) for ids in {s.file_stem: s.frame_ids for s in specs}.values())
     frame_digests = {}
     for spec in specs:
@@ -427,6 +433,7 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "fields": fields,
         "intensity_scale": scale,
         "columns": columns,
+        "encoding": encoding,
         "partitions": partition_table(recipe),
         # row r of every partition file of a shard is frame shard_frames[shard][r]: loaders index without a scan
         "shard_frames": {spec.file_stem: list(spec.frame_ids) for spec in specs},

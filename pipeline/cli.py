@@ -76,6 +76,9 @@ def run(
              "--split VERSION:SPLIT")] = None,
     allow_empty_frames: Annotated[bool, typer.Option(
         help="Accept 0-byte scans as frames with no points (default: an error naming the file)")] = False,
+    encoding: Annotated[str, typer.Option(
+        help="full, or compact: corrupted examples as references into the clean scan + changed rows (smaller; "
+             "bench-build's reader, loaders and export materialise them)")] = "full",
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
@@ -93,7 +96,7 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames)
+                           allow_empty_frames=allow_empty_frames, encoding=encoding)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header

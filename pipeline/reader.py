@@ -129,7 +129,7 @@ class Version:
             raise
         self.manifest = parse_manifest(text, where)
         check_manifest(self.manifest, where)  # its paths are data: they must stay inside the version
-        self._metas: dict[str, dict[str, Any]] = {}
+        self._clean_cache: tuple[tuple[str, int], dict[str, np.ndarray]] | None = None
 
     @property
     def is_local(self) -> bool:
@@ -186,6 +186,7 @@ class Version:
         """The examples of one manifest entry (optionally some row groups / frames only), row group by row group."""
         pf = self.open_file(entry["path"])
         meta = file_metadata(pf.schema_arrow)
+        compact = "point_ref" in pf.schema_arrow.names
         wanted = None if frames is None else pa.array(sorted(set(frames)), pa.string())
         for rg in range(pf.num_row_groups) if row_groups is None else row_groups:
             table = pf.read_row_group(rg)
@@ -193,7 +194,30 @@ class Version:
                 table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
                 if table.num_rows == 0:
                     continue
-            yield from rows_of(table, meta, entry["corruption"], entry["severity"], writable=writable)
+            clean = self._clean_points(entry, rg, table["frame_id"].to_pylist()) if compact else None
+            yield from rows_of(table, meta, entry["corruption"], entry["severity"], writable=writable, clean=clean)
+
+    def _clean_points(self, entry: dict[str, Any], rg: int, frame_ids: list[str]) -> dict[str, np.ndarray]:
+        """Clean points of ``frame_ids`` from the clean file of ``entry``'s shard (what compact rows refer to):
+        its row group ``rg`` first (files of one shard list the same frames in the same row groups)."""
+        clean = next((s for s in self.manifest["shards"] if s["corruption"] == CLEAN
+                      and s.get("shard") == entry.get("shard")), None)
+        if clean is None:
+            raise ManifestError(f"{self.url}: {entry['path']} is compact-encoded but its shard's clean file is "
+                                "not in the manifest (pull the clean partition too)")
+        key = (clean["path"], rg)
+        if self._clean_cache is None or self._clean_cache[0] != key:
+            pf = self.open_file(clean["path"])
+            groups = [rg] if rg < pf.num_row_groups else []
+            table = pf.read_row_groups(groups, columns=["frame_id", "points"]) if groups else None
+            got = {} if table is None else dict(zip(table["frame_id"].to_pylist(),
+                                                    decode_points(table["points"], writable=False), strict=True))
+            if not set(frame_ids) <= set(got):
+                table = pf.read(columns=["frame_id", "points"])
+                got = dict(zip(table["frame_id"].to_pylist(), decode_points(table["points"], writable=False),
+                               strict=True))
+            self._clean_cache = (key, got)
+        return self._clean_cache[1]
 
     def examples(self, corruption: str | None = None, severity: int | None = None,
                  frames: Iterable[str] | None = None) -> Iterator[Example]:
@@ -208,10 +232,23 @@ class Version:
 
 
 def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: int, *,
-            writable: bool = True) -> Iterator[Example]:
-    """Examples of a table of v2 rows (one partition: ``corruption``/``severity`` come from its path)."""
+            writable: bool = True, clean: dict[str, np.ndarray] | None = None) -> Iterator[Example]:
+    """Examples of a table of v2 rows (one partition: ``corruption``/``severity`` come from its path).
+    Compact rows (``point_ref`` not null) are materialised from ``clean`` (frame id → clean points)."""
     fields = tuple(meta["fields"])
     points = decode_points(table["points"].combine_chunks(), writable=writable)
+    if "point_ref" in table.column_names:
+        from pipeline.compact import materialize
+
+        col = table["point_ref"].combine_chunks()
+        nulls = col.is_null().to_pylist()
+        refs = decode_points(col, writable=False)
+        fids = table["frame_id"].to_pylist()
+        for i, null in enumerate(nulls):
+            if not null:
+                if clean is None or fids[i] not in clean:
+                    raise ValueError(f"compact row {fids[i]}: its clean scan was not given")
+                points[i] = materialize(refs[i], points[i], clean[fids[i]])
     tags = decode_points(table["point_tag"].combine_chunks(), writable=writable)
     labels: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
     for c in POINT_COLUMNS:

@@ -266,6 +266,18 @@ def _rg_may_hold(pf: pq.ParquetFile, rg: int, frame_id: str) -> bool:
     return st.min <= frame_id <= st.max
 
 
+def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id: str, width: int) -> np.ndarray:
+    """xyz of ``frame_id`` in the clean file of ``entry``'s shard (what a compact-encoded row refers to)."""
+    clean = next((s for s in manifest["shards"] if s["corruption"] == "clean" and s.get("shard") == entry.get("shard")),
+                 None)
+    if clean is None:
+        raise RenderError(f"{entry['path']} is compact-encoded but its shard's clean file is not in the manifest")
+    with store.open_input(clean["path"]) as f:
+        t = pq.ParquetFile(f).read(columns=["frame_id", "points"])
+    t = t.filter(pc.equal(t["frame_id"], frame_id))
+    return _points_xyz(t["points"], width)[0]
+
+
 def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
                partitions: Iterable[tuple[str, int]] | None = None) -> tuple[str, list[View]]:
     """The views of one frame (default: the first frame of the first shard) in every (or the given)
@@ -287,7 +299,7 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
             pf = pq.ParquetFile(f)
             meta = file_metadata(pf.schema_arrow)
             w = len(meta.get("fields") or []) or width
-            cols = [c for c in ("frame_id", "points", "point_tag", "boxes") if c in pf.schema_arrow.names]
+            cols = [c for c in ("frame_id", "points", "point_ref", "point_tag", "boxes") if c in pf.schema_arrow.names]
             for rg in range(pf.num_row_groups):
                 if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
                     continue
@@ -298,6 +310,12 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
                 if t.num_rows == 0:
                     continue
                 pts = _points_xyz(t["points"], w)[0]
+                if "point_ref" in t.column_names and t["point_ref"][0].is_valid:  # compact: refs into clean
+                    from pipeline.compact import materialize
+
+                    clean = _clean_xyz(store, manifest, s, frame_id, width)
+                    ref = np.asarray(t["point_ref"][0].as_py(), dtype=np.int32)
+                    pts = materialize(ref, pts.astype(np.float32), clean.astype(np.float32)).astype(np.float64)
                 tags = _tags(t["point_tag"])[0] if "point_tag" in t.column_names else np.zeros(len(pts), np.uint8)
                 boxes = decode_boxes(t["boxes"][0].as_py()) if "boxes" in t.column_names else None
                 is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)

@@ -103,8 +103,10 @@ def canonical_columns(columns: Sequence[str]) -> tuple[str, ...]:
     return tuple(c for c in OPTIONAL_COLUMNS if c in set(columns))
 
 
-def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Sequence[str] = ()) -> pa.Schema:
-    """The Arrow schema of a build whose points have ``fields`` and whose source declares ``columns``."""
+def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Sequence[str] = (),
+               compact: bool = False) -> pa.Schema:
+    """The Arrow schema of a build whose points have ``fields`` and whose source declares ``columns``;
+    ``compact`` adds ``point_ref`` (pipeline/compact.py: ``points`` then holds only the unreferenced rows)."""
     cols = canonical_columns(columns)
     return pa.schema(
         [
@@ -112,6 +114,7 @@ def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Se
             ("frame_id", pa.string()),
             ("num_points", pa.int32()),
             pa.field("points", points_type(len(fields)), metadata={b"fields": ",".join(fields).encode()}),
+            *([("point_ref", pa.list_(pa.int32()))] if compact else []),
             ("point_tag", pa.list_(pa.uint8())),
             *[(c, pa.list_(POINT_COLUMNS[c])) for c in cols if c in POINT_COLUMNS],
             ("boxes", pa.list_(BOX_TYPE)),
@@ -132,7 +135,8 @@ def schema_with_metadata(meta: dict[str, Any], fields: Sequence[str] | None = No
     fields = tuple(fields if fields is not None else meta.get("fields", ("x", "y", "z", "intensity")))
     columns = canonical_columns(columns if columns is not None else meta.get("columns", ()))
     body = {"schema_version": SCHEMA_VERSION, **meta, "fields": list(fields), "columns": list(columns)}
-    return row_schema(fields, columns).with_metadata({METADATA_KEY: json.dumps(body, sort_keys=True).encode()})
+    compact = meta.get("encoding") == "compact"
+    return row_schema(fields, columns, compact).with_metadata({METADATA_KEY: json.dumps(body, sort_keys=True).encode()})
 
 
 def file_metadata(schema: pa.Schema) -> dict[str, Any]:
@@ -146,10 +150,15 @@ def _list_array(counts: np.ndarray, values: pa.Array) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
-def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema | None = None) -> pa.RecordBatch:
-    """A record batch of examples ``(key, corruption, severity, frame)`` in ``schema`` (default: derived from
-    the first frame's fields, no optional column) — vectorised, no per-point loops. Corruption and severity
-    are the file's partition, not columns."""
+#: (key, corruption, severity, frame[, clean frame])
+ExampleRow = tuple[str, str, int, Frame] | tuple[str, str, int, Frame, Frame | None]
+
+
+def encode_rows(examples: list[ExampleRow], schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """A record batch of examples ``(key, corruption, severity, frame[, clean frame])`` in ``schema`` (default:
+    derived from the first frame's fields, no optional column) — vectorised, no per-point loops. Corruption
+    and severity are the file's partition, not columns. With a ``point_ref`` column (compact encoding) an
+    example given its clean frame is stored as references into it plus its other rows (pipeline/compact.py)."""
     frames = [e[3] for e in examples]
     if schema is None:
         schema = row_schema(frames[0].fields if frames else ("x", "y", "z", "intensity"))
@@ -168,8 +177,18 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema |
             raise ValueError(f"frame {f.frame_id}: source attribute(s) {extra} are not columns of this build "
                              f"(declared: {columns or 'none'}); declare them in the source's `columns`")
     counts = np.array([len(f) for f in frames], dtype=np.int64)
-    flat = np.concatenate([f.points.ravel() for f in frames]) if frames else np.zeros(0, np.float32)
-    points = _list_array(counts, pa.FixedSizeListArray.from_arrays(pa.array(flat), width))
+    rows = [f.points for f in frames]
+    refs: list[np.ndarray | None] = [None] * len(frames)
+    if "point_ref" in schema.names:
+        from pipeline.compact import encode_refs
+
+        for i, e in enumerate(examples):
+            clean = e[4] if len(e) > 4 else None
+            if clean is not None:
+                refs[i], rows[i] = encode_refs(frames[i].points, clean.points)
+    flat = np.concatenate([r.ravel() for r in rows]) if frames else np.zeros(0, np.float32)
+    points = _list_array(np.array([len(r) for r in rows], dtype=np.int64),
+                         pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), width))
     tags = _list_array(counts, pa.array(np.concatenate([f.point_tag.astype(np.uint8) for f in frames])
                                         if frames else np.zeros(0, np.uint8)))
     arrays: dict[str, pa.Array] = {
@@ -177,6 +196,7 @@ def encode_rows(examples: list[tuple[str, str, int, Frame]], schema: pa.Schema |
         "frame_id": pa.array([f.frame_id for f in frames], pa.string()),
         "num_points": pa.array(counts.astype(np.int32)),
         "points": points,
+        "point_ref": pa.array(refs, pa.list_(pa.int32())),
         "point_tag": tags,
         "boxes": pa.array([_boxes_to_py(f.boxes) for f in frames], pa.list_(BOX_TYPE)),
         "calib": pa.array([None if f.calib is None else _calib_to_py(f.calib) for f in frames], CALIB_TYPE),

@@ -34,9 +34,14 @@ PARQUET_OPTIONS = {
     "compression_level": 3,
     "use_dictionary": ["frame_id", "boxes.list.element.cls", "class_name", "split", "track", "scenario",
                        "sequence"],
-    "use_byte_stream_split": ["points.list.element.list.element", "sigma.list.element", "mu.list.element"],
     "write_statistics": ["key", "frame_id", "num_points"],
+    # floats: BYTE_STREAM_SPLIT; compact encoding's references into the clean scan are mostly increasing runs,
+    # a few bits each with DELTA_BINARY_PACKED (pyarrow takes one or the other option, hence column_encoding)
+    "column_encoding": {"points.list.element.list.element": "BYTE_STREAM_SPLIT",
+                        "sigma.list.element": "BYTE_STREAM_SPLIT", "mu.list.element": "BYTE_STREAM_SPLIT",
+                        "point_ref.list.element": "DELTA_BINARY_PACKED"},
 }
+ENCODINGS = ("full", "compact")
 
 
 def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
@@ -140,13 +145,16 @@ def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Fra
 
 def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
-                before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
+                before_commit: Callable[[], bool] | None = None, encoding: str = "full") -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
     ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
     ``on_file(rows)`` is called after each partition file is in place (live progress).
     ``before_commit()`` is asked before the shard is recorded as done; False (the run that started this
-    task lost the version's writer lock) fails the shard instead of recording it."""
+    task lost the version's writer lock) fails the shard instead of recording it. ``encoding="compact"``
+    stores corrupted examples as references into the clean scan (pipeline/compact.py)."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
     t0 = time.perf_counter()
     store = root.open() if isinstance(root, StoreSpec) else open_store(root)
     ledger = Ledger(store)
@@ -179,7 +187,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.file_stem,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
-        "columns": list(build_columns(recipe, source)),
+        "columns": list(build_columns(recipe, source)), "encoding": encoding,
     }
     files = []
     for corruption, severity, rel in spec.partitions(recipe):
@@ -202,7 +210,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                     except Exception as e:
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
-                    yield key, corruption, severity, out
+                    yield key, corruption, severity, out, (f if encoding == "compact" else None)
         schema = schema_with_metadata(meta)
         try:
             rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema), store)
