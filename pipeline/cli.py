@@ -279,6 +279,8 @@ def pull(
     profile: ProfileOpt = None,
     jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+    materialize: Annotated[bool, typer.Option(help="Rewrite compact-encoded files in full encoding after "
+                                                   "verifying them (for pandas/DuckDB/HF readers)")] = False,
 ) -> None:
     """Download a published version and verify every file's sha256 (manifest written last)."""
     from manifests.manifest import ManifestError
@@ -287,7 +289,8 @@ def pull(
 
     try:
         r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
-                         endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress)
+                         endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
+                         materialize=materialize)
     except (ManifestError, StorageError) as e:
         raise _fail(e) from None
     for p in r.problems:

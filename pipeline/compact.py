@@ -20,6 +20,8 @@ the same order; the reader matches them by ``frame_id``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 NO_REF = -1
@@ -66,6 +68,42 @@ def materialize(ref: np.ndarray, literal: np.ndarray, clean: np.ndarray) -> np.n
         raise ValueError(f"compact row: {n_lit} unreferenced points but {len(literal)} literal rows")
     out[~has] = literal
     return out
+
+
+def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str]:
+    """Rewrite the compact Parquet file ``path`` in full encoding in place (atomically), its row groups and
+    footer kept (``encoding`` → ``full``); ``clean_path`` is the clean file of its shard. Returns (bytes, sha256).
+
+    The rows go through the build's own writer (`encode_rows` with the full schema), so the points are
+    byte-identical to what a full build stores."""
+    import pyarrow.parquet as pq
+
+    from pipeline.reader import rows_of
+    from pipeline.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
+    from pipeline.shard import _write_parquet
+    from pipeline.storage import LocalStore
+
+    path = Path(path)
+    pf = pq.ParquetFile(path)
+    meta = file_metadata(pf.schema_arrow)
+    if "point_ref" not in pf.schema_arrow.names:
+        from manifests.manifest import sha256_file
+
+        return path.stat().st_size, sha256_file(path)
+    clean_table = pq.read_table(clean_path, columns=["frame_id", "points"])
+    clean = dict(zip(clean_table["frame_id"].to_pylist(), decode_points(clean_table["points"], writable=False),
+                     strict=True))
+    schema = schema_with_metadata({**meta, "encoding": "full"})
+
+    def batches():
+        for rg in range(pf.num_row_groups):
+            table = pf.read_row_group(rg)
+            rows = rows_of(table, meta, meta["corruption"], meta["severity"], clean=clean)
+            yield encode_rows([(ex.key, ex.corruption, ex.severity, ex.to_frame()) for ex in rows], schema)
+
+    with LocalStore(path.parent).staged_file(path.name) as staged:
+        _write_parquet(staged.path, schema, batches())
+    return staged.size, staged.sha256
 
 
 def size_report(version_dir: str) -> dict[str, float]:

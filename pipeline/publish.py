@@ -357,10 +357,12 @@ def _selected(shards: list[dict], corruption: str | None, severity: int | None) 
 
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
                  severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
-                 jobs: int = DEFAULT_JOBS, progress: bool = True) -> TransferReport:
+                 jobs: int = DEFAULT_JOBS, progress: bool = True, materialize: bool = False) -> TransferReport:
     """Download ``<dataset_url>/<version>`` (default: latest) into ``out/<dataset>/<version>``, verifying
     every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
-    and composes with earlier pulls of the same version into ``out``: the union, every file verified."""
+    and composes with earlier pulls of the same version into ``out``: the union, every file verified.
+    ``materialize`` rewrites compact-encoded files in full encoding after they are verified (the clean files
+    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -386,6 +388,11 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
         shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
         selections = earlier.get("partial", {}).get("selections", []) + selections
+    if materialize and manifest.get("encoding") == "compact":  # compact rows refer to their shard's clean file
+        need = {e.get("shard") for e in shards}
+        have = {e["path"] for e in shards}
+        shards += [e for e in manifest["shards"] if e["corruption"] == CLEAN and e.get("shard") in need
+                   and e["path"] not in have]
     report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
     bar = TransferProgress(sum(s["bytes"] for s in shards), f"download {manifest['dataset']} {version}",
                            enabled=progress)
@@ -422,17 +429,34 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     finally:
         bar.close()
     _tally(report, shards)
+    materialized = report.ok and materialize and manifest.get("encoding") == "compact"
+    if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
+        from pipeline.compact import materialize_file
+
+        clean_of = {e.get("shard"): e for e in manifest["shards"] if e["corruption"] == CLEAN}
+        rewritten = []
+        for e in shards:
+            if e["corruption"] != CLEAN and (e.get("shard") in clean_of):
+                size, sha = materialize_file(dest / e["path"], dest / clean_of[e["shard"]]["path"])
+                e = {**e, "bytes": size, "sha256": sha}
+            rewritten.append(e)
+        shards = rewritten
     if report.ok:  # the manifest last: a local copy with a manifest is complete and verified
         card = src.get(CARD)
         if card is not None:  # the renders the card embeds
             for obj in src.list(RENDERS):
                 _write_local(dest / obj.key, src.read_bytes(obj.key))
-        if len(shards) == len(manifest["shards"]):
+        if len(shards) == len(manifest["shards"]) and not materialized:
             if card is not None:
                 _write_local(dest / CARD, card[0])
             _write_local(dest / MANIFEST_NAME, raw)
         else:
             local = _partial_manifest(manifest, shards, selections, full_sha)
+            if materialized:
+                local["encoding"] = "full"
+                local["materialized"] = {"of_manifest_sha256": full_sha, "from_encoding": "compact"}
+                if len(shards) == len(manifest["shards"]):
+                    local.pop("partial")
             if card is not None:  # its YAML configs name only the partitions this copy holds
                 from manifests.card import card_with_header
 
@@ -463,7 +487,8 @@ def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | Non
         local = parse_manifest(data, str(path))
     except ManifestError:
         return None
-    return local if local.get("partial", {}).get("of_manifest_sha256") == full_sha else None
+    of = local.get("partial", {}).get("of_manifest_sha256") or local.get("materialized", {}).get("of_manifest_sha256")
+    return local if of == full_sha else None
 
 
 def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: list[dict[str, Any]],

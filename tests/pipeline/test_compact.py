@@ -118,3 +118,28 @@ def test_render_materialises_compact_rows(compact_build, mini_build):
     assert len(views[compact_build]) == 4
     for part, pts in views[mini_build].items():
         np.testing.assert_array_equal(views[compact_build][part], pts)
+
+
+def test_pull_materialize_gives_full_files_plain_readers_can_use(compact_build, mini_build, tmp_path):
+    import pandas as pd
+
+    from manifests.manifest import read_manifest, verify_version
+    from pipeline.publish import pull_version, publish_version
+    from pipeline.reader import open_version
+
+    pub = tmp_path / "pub"
+    assert publish_version(compact_build, str(pub), progress=False).ok
+    r = pull_version(str(pub / "mini-c"), tmp_path / "p", corruption="beam_del", severity=5, materialize=True,
+                     progress=False)
+    assert r.ok
+    local = tmp_path / "p" / "mini-c" / "0.1.0"
+    m = read_manifest(local)
+    assert m["encoding"] == "full" and m["materialized"]["from_encoding"] == "compact"
+    assert {s["corruption"] for s in m["shards"]} == {"beam_del", "clean"}  # clean came along: refs need it
+    assert verify_version(local).ok  # the manifest lists the rewritten files' sizes and hashes
+    df = pd.read_parquet(local / "data", filters=[("corruption", "=", "beam_del")])
+    assert "point_ref" not in df.columns and len(df) == 4
+    assert all(len(p) == n for p, n in zip(df["points"], df["num_points"], strict=True))  # full rows, as stored
+    want = {ex.key: ex.points for ex in open_version(mini_build).examples(corruption="beam_del", severity=5)}
+    got = {ex.key: ex.points for ex in open_version(local).examples(corruption="beam_del", severity=5)}
+    assert got.keys() == want.keys() and all(got[k].tobytes() == want[k].tobytes() for k in want)
