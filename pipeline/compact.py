@@ -33,15 +33,30 @@ def _row_keys(points: np.ndarray) -> np.ndarray:
     return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
 
 
+_INDEX: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (clean array, keys, order, sorted)
+_INDEX_SIZE = 16  # ≥ the frames of one row group: a shard encodes every corruption of a frame against it
+
+
+def _clean_index(clean: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row keys of ``clean``, their sort order and the sorted keys — computed once per clean scan (the shard
+    writer encodes every corruption × severity of a frame against the same array)."""
+    for arr, keys, order, sorted_keys in _INDEX:
+        if arr is clean:
+            return keys, order, sorted_keys
+    keys = _row_keys(clean)
+    order = np.argsort(keys, kind="stable")
+    _INDEX.append((clean, keys, order, keys[order]))
+    del _INDEX[:-_INDEX_SIZE]
+    return _INDEX[-1][1:]
+
+
 def encode_refs(points: np.ndarray, clean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(point_ref (N,) int32, literal rows (M, C))`` of ``points`` against ``clean`` (same C, float32)."""
     if points.shape[1] != clean.shape[1] or points.dtype != clean.dtype:
         return np.full(len(points), NO_REF, np.int32), points
     if len(clean) == 0 or len(points) == 0:
         return np.full(len(points), NO_REF, np.int32), points
-    ckeys = _row_keys(clean)
-    order = np.argsort(ckeys, kind="stable")
-    sorted_keys = ckeys[order]
+    ckeys, order, sorted_keys = _clean_index(clean)
     okeys = _row_keys(points)
     pos = np.searchsorted(sorted_keys, okeys)
     pos_c = np.minimum(pos, len(sorted_keys) - 1)
