@@ -124,7 +124,7 @@ def test_pull_materialize_gives_full_files_plain_readers_can_use(compact_build, 
     import pandas as pd
 
     from manifests.manifest import read_manifest, verify_version
-    from pipeline.publish import pull_version, publish_version
+    from pipeline.publish import publish_version, pull_version
     from pipeline.reader import open_version
 
     pub = tmp_path / "pub"
