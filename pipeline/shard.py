@@ -171,7 +171,7 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     read_seconds = time.perf_counter() - t0
     try:
         return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, t0,
-                            read_seconds, sources, before_commit)
+                            read_seconds, sources, before_commit, encoding)
     except ShardFailed:
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
@@ -182,7 +182,7 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
 def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
                  run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: float,
                  read_seconds: float, sources: dict[str, Any],
-                 before_commit: Callable[[], bool] | None = None) -> dict[str, Any]:
+                 before_commit: Callable[[], bool] | None = None, encoding: str = "full") -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.file_stem,
