@@ -499,7 +499,10 @@ def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: 
     counts = dict(manifest["counts"])
     counts["examples_stored"] = sum(s["rows"] for s in shards)
     counts["bytes"] = sum(s["bytes"] for s in shards)
-    counts["by_partition"] = {k: v for k, v in counts.get("by_partition", {}).items() if k in keep}
+    counts["by_partition"] = {k: dict(v) for k, v in counts.get("by_partition", {}).items() if k in keep}
+    for k, part in counts["by_partition"].items():  # from the files held (materialised files have new sizes)
+        held = [e for e in shards if f"{e['corruption']}/{e['severity']}" == k]
+        part["examples"], part["bytes"] = sum(e["rows"] for e in held), sum(e["bytes"] for e in held)
     return {**manifest, "counts": counts, "shards": shards,
             "partial": {"selections": selections, "of_manifest_sha256": full_sha,
                         "files_in_version": len(manifest["shards"])}}
