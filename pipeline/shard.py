@@ -149,7 +149,8 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
     ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
-    ``on_file(rows)`` is called after each partition file is in place (live progress).
+    ``on_file(rows)`` is called after each partition file is written (live progress; on object storage with
+    overlapped uploads it may still be uploading: the ledger entry is recorded only once every upload finished).
     ``before_commit()`` is asked before the shard is recorded as done; False (the run that started this
     task lost the version's writer lock) fails the shard instead of recording it. ``encoding="compact"``
     stores corrupted examples as references into the clean scan (pipeline/compact.py)."""
@@ -190,6 +191,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
         "columns": list(build_columns(recipe, source)), "encoding": encoding,
     }
     files = []
+    uploads = store.background_uploads()  # object storage: file k uploads while file k+1 is computed
     for corruption, severity, rel in spec.partitions(recipe):
         t = time.perf_counter()
         meta = {**base_meta, **partition_meta(recipe, corruption, severity)}
@@ -221,6 +223,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                       "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
         if on_file is not None:
             on_file(rows)
+    uploads.finish()  # every file is in place before the ledger says so
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}

@@ -358,6 +358,56 @@ class Store:
         """Delete temp files under the root whose owner process is dead; how many."""
         return 0
 
+    def background_uploads(self, depth: int = 2) -> BackgroundUploads:
+        """From now on, `staged_file` may hand finished files to a background upload (object stores), so the
+        caller computes its next file while the previous one uploads; at most ``depth`` files wait.
+        ``finish()`` waits for every upload and raises the first error: call it before recording anything
+        that says the files exist. Local stores rename in place, so this is a no-op for them."""
+        return BackgroundUploads(None)
+
+
+class BackgroundUploads:
+    """Uploads running on one background thread, bounded (staging disk stays at ``depth`` files)."""
+
+    def __init__(self, depth: int | None) -> None:
+        self.depth = depth
+        self._pool = None
+        self._slots = threading.BoundedSemaphore(depth) if depth else None
+        self._futures: list[Any] = []
+
+    @property
+    def active(self) -> bool:
+        return self.depth is not None
+
+    def submit(self, upload: Callable[[], None], staged: Path) -> None:
+        """Run ``upload`` in the background, then delete ``staged``; blocks while ``depth`` are waiting."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        assert self._slots is not None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-build-upload")
+        self._slots.acquire()
+
+        def job() -> None:
+            try:
+                upload()
+            finally:
+                staged.unlink(missing_ok=True)
+                self._slots.release()
+
+        self._futures.append(self._pool.submit(job))
+
+    def finish(self) -> None:
+        """Wait for every upload; raise the first failure (the others have finished or failed too)."""
+        try:
+            for f in self._futures:
+                f.result()
+        finally:
+            self._futures = []
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
 
 # -- local -----------------------------------------------------------------------------------------
 class LocalStore(Store):
@@ -632,11 +682,21 @@ class S3Store(Store):
         url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.spec = StoreSpec(url, endpoint_url, profile)
         self._client = None
+        self._client_lock = threading.Lock()
+        self._uploads: BackgroundUploads | None = None
+
+    def background_uploads(self, depth: int = 2) -> BackgroundUploads:
+        # opt-in (BENCH_BUILD_OVERLAP_UPLOADS=1 in the workers' environment) until its effect is measured on a
+        # quiet machine: it changes how fast tasks finish, which a kill-timing test of the suite is sensitive to
+        on = os.environ.get("BENCH_BUILD_OVERLAP_UPLOADS", "") == "1"
+        self._uploads = BackgroundUploads(depth if on else None)
+        return self._uploads
 
     @property
     def client(self):
-        if self._client is None:
-            self._client = s3_client(self.endpoint_url, self.profile)
+        with self._client_lock:  # the background upload thread may ask at the same time
+            if self._client is None:
+                self._client = s3_client(self.endpoint_url, self.profile)
         return self._client
 
     def _k(self, key: str) -> str:
@@ -806,12 +866,19 @@ class S3Store(Store):
         os.close(fd)
         tmp = Path(name)
         staged = StagedFile(key, tmp)
+        handed_over = False
         try:
             yield staged
             staged.size, staged.sha256 = tmp.stat().st_size, sha256_file(tmp)
-            self.upload_file(tmp, key, sha256=staged.sha256)
+            if self._uploads is not None and self._uploads.active:  # overlap: the next file is computed meanwhile
+                digest = staged.sha256
+                self._uploads.submit(lambda: self.upload_file(tmp, key, sha256=digest), tmp)
+                handed_over = True
+            else:
+                self.upload_file(tmp, key, sha256=staged.sha256)
         finally:
-            tmp.unlink(missing_ok=True)
+            if not handed_over:
+                tmp.unlink(missing_ok=True)
 
 
     @contextlib.contextmanager
