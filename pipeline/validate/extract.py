@@ -84,15 +84,29 @@ def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess
     ids: list[str] = []
     sev: list[int] = []
     clouds: list[np.ndarray] = []
+    compact = "point_ref" in pf.schema_arrow.names
+    clean: dict[str, np.ndarray] = {}
+    if compact:  # compact encoding: rows refer to the clean file of the same block (same name, clean partition)
+        from pathlib import Path
+
+        cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
+        ct = pq.read_table(cpath, columns=["frame_id", "points"])
+        clean = dict(zip(ct["frame_id"].to_pylist(), decode_points(ct["points"], writable=False), strict=True))
     for rg in range(pf.num_row_groups):
-        table = pf.read_row_group(rg, columns=["key", "frame_id", "points"])
+        table = pf.read_row_group(rg, columns=["key", "frame_id", "points", *(["point_ref"] if compact else [])])
         if wanted is not None:
             table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
         if table.num_rows == 0:
             continue
         keys = table["key"].to_pylist()
-        for key, fid, pts in zip(keys, table["frame_id"].to_pylist(),
-                                 decode_points(table["points"].combine_chunks(), writable=False), strict=True):
+        points = decode_points(table["points"].combine_chunks(), writable=False)
+        if compact:
+            from pipeline.compact import materialize
+
+            refs = table["point_ref"].to_pylist()
+            points = [p if r is None else materialize(np.asarray(r, np.int32), p, clean[f])
+                      for p, r, f in zip(points, refs, table["frame_id"].to_pylist(), strict=True)]
+        for key, fid, pts in zip(keys, table["frame_id"].to_pylist(), points, strict=True):
             try:
                 clouds.append(prep.apply(pts, fields, scale, key, seed))
             except (EmptyScanError, ValueError) as e:
