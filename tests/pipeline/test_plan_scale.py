@@ -122,13 +122,16 @@ def test_plan_cli(kitti_c):
     assert missing.exit_code == 2 and "nonexistent.json" in missing.output
 
 
+# Peak RSS from /proc/self/status VmHWM: it belongs to this process's own address space. ru_maxrss does
+# not: Linux carries it across fork + execve, so a child of a large pytest process reports the parent's peak.
 RSS_SCRIPT = """
-import resource, sys
+import re, sys
 from pipeline.scale import plan_build
 frames = int(sys.argv[1])
 r = plan_build("kitti-c", [f"{i:07d}" for i in range(frames)], frames_per_shard=64)
 assert r["examples_stored"] >= 1_000_000 * (frames // 8000)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+status = open("/proc/self/status").read()
+print(int(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1)) / 1024)
 """
 
 
