@@ -128,27 +128,34 @@ def _scene_meshes(rng: np.random.Generator, objs: list[_Obj]):
     return parts
 
 
-def _raycast(parts, rng: np.random.Generator, azimuth_step_deg: float):
+def cast_grid(parts, el: np.ndarray, az: np.ndarray):
+    """Ray-cast the scene's parts from the origin at every (elevation row, azimuth column).
+
+    ``el`` (rows×1) and ``az`` (1×columns) in radians. Returns the unit directions (rows×columns×3) and,
+    per ray in row-major order, the hit distance, the part index and the surface normal."""
     import open3d as o3d
 
     scene = o3d.t.geometry.RaycastingScene()
-    albedo = []
-    for mesh, alb, _ in parts:
+    for mesh, _, _ in parts:
         scene.add_triangles(o3d.t.geometry.TriangleMesh.from_legacy(mesh))
-        albedo.append(alb)
-    albedo = np.array(albedo, dtype=np.float64)
-    n_az = round(360.0 / azimuth_step_deg)
-    el = np.radians(ELEVATIONS_DEG + rng.normal(0, 0.01, 64))[:, None]
-    az = (np.arange(n_az) * (2 * np.pi / n_az))[None, :] + rng.uniform(0, 2 * np.pi / n_az)
     dirs = np.stack(np.broadcast_arrays(np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)), -1)
-    dirs = dirs.reshape(-1, 3)
-    rays = np.concatenate([np.zeros_like(dirs), dirs], axis=1).astype(np.float32)
+    flat = dirs.reshape(-1, 3)
+    rays = np.concatenate([np.zeros_like(flat), flat], axis=1).astype(np.float32)
     ans = scene.cast_rays(o3d.core.Tensor(rays))
     t = ans["t_hit"].numpy().astype(np.float64)
     geom = ans["geometry_ids"].numpy().astype(np.int64)
     normals = ans["primitive_normals"].numpy().astype(np.float64)
+    return dirs, t, geom, normals
+
+
+def _raycast(parts, rng: np.random.Generator, azimuth_step_deg: float):
+    albedo = np.array([alb for _, alb, _ in parts], dtype=np.float64)
+    n_az = round(360.0 / azimuth_step_deg)
+    el = np.radians(ELEVATIONS_DEG + rng.normal(0, 0.01, 64))[:, None]
+    az = (np.arange(n_az) * (2 * np.pi / n_az))[None, :] + rng.uniform(0, 2 * np.pi / n_az)
+    dirs, t, geom, normals = cast_grid(parts, el, az)
     ring = np.repeat(np.arange(64), n_az)
-    return dirs.astype(np.float64), t, geom, normals, ring, albedo
+    return dirs.reshape(-1, 3).astype(np.float64), t, geom, normals, ring, albedo
 
 
 def generate_frame(index: int, seed: int = DEMO_SEED, *, azimuth_step_deg: float = AZIMUTH_STEP_DEG) -> Frame:

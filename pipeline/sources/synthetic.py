@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes
+from pipeline.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes, cast_grid
 
 GENERIC_CLASSES = ("unlabelled", "road", "sidewalk", "building", "pole", "car", "car_moving", "truck", "bus",
                    "pedestrian", "bicyclist")
@@ -62,14 +62,10 @@ def object_class(obj_cls: str, index: int) -> str:
 def cast_scan(index: int, elevations_deg: np.ndarray, azimuths_rad: np.ndarray, *, seed: int = DEMO_SEED,
               max_range: float = MAX_RANGE, min_range: float = 1.0, dropout: bool = True) -> RayScan:
     """Ray-cast demo scene ``index`` with rays at every (elevation row, azimuth column)."""
-    import open3d as o3d
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, index, 11]))
     objs = _place_objects(rng)
     parts = _scene_meshes(rng, objs)
-    scene = o3d.t.geometry.RaycastingScene()
-    for mesh, _, _ in parts:
-        scene.add_triangles(o3d.t.geometry.TriangleMesh.from_legacy(mesh))
     albedo = np.array([p[1] for p in parts], dtype=np.float64)
     obj_of_part = np.array([p[2] for p in parts], dtype=np.int64)
     obj_classes = tuple(object_class(o.cls, i) for i, o in enumerate(objs))
@@ -84,14 +80,9 @@ def cast_scan(index: int, elevations_deg: np.ndarray, azimuths_rad: np.ndarray, 
 
     el = np.radians(np.asarray(elevations_deg, dtype=np.float64))[:, None]
     az = np.asarray(azimuths_rad, dtype=np.float64)[None, :]
-    dirs = np.stack(np.broadcast_arrays(np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)), -1)
+    dirs, t, geom, normals = cast_grid(parts, el, az)
     h, w = dirs.shape[:2]
     flat = dirs.reshape(-1, 3)
-    rays = np.concatenate([np.zeros_like(flat), flat], axis=1).astype(np.float32)
-    ans = scene.cast_rays(o3d.core.Tensor(rays))
-    t = ans["t_hit"].numpy().astype(np.float64)
-    geom = ans["geometry_ids"].numpy().astype(np.int64)
-    normals = ans["primitive_normals"].numpy().astype(np.float64)
     hit = np.isfinite(t) & (t < max_range) & (t > min_range)
     geom = np.where(hit, geom, 0)
     cos_inc = np.abs(np.einsum("ij,ij->i", flat, normals))
