@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import time
 import uuid
@@ -37,6 +38,7 @@ from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 DEMO_FRAMES = 8
 DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
 DEMO_OBJECTS_PER_SHARD = 16  # demo object sets hold 75–855 small shapes: 5–54 shards
+RAYLET_GONE_GRACE_S = 2.0  # after the local raylet died: time for its workers to exit before the ledger is read
 
 
 @dataclass
@@ -92,9 +94,11 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         def on_file(rows: int) -> None:
             counter.add.remote(spec.name, rows)
     try:
+        _test_kill_point("before-record", spec.name)
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
                             before_commit=None if owner is None else lambda: store.still_writer(owner),
                             encoding=encoding)
+        _test_kill_point("after-record", spec.name)
         return {"shard": spec.name, "ok": True, "entry": entry}
     except ShardFailed as e:
         if e.kind == "superseded":  # this run is over: write nothing more into the version
@@ -102,6 +106,21 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         _record_failure(ledger, spec.name, {"shard": spec.name, "error": e.message, "path": e.path,
                                             "kind": e.kind, "run_id": run_id})
         return {"shard": spec.name, "ok": False, "error": e.message, "kind": e.kind}
+
+
+TEST_KILL_ENV = "BENCH_BUILD_TEST_KILL"
+
+
+def _test_kill_point(moment: str, task: str) -> None:
+    """Fault injection for the reliability tests, inert unless ``BENCH_BUILD_TEST_KILL`` is set.
+
+    ``BENCH_BUILD_TEST_KILL="before-record:part-00001-of-00003,after-record:part-00000-of-00003"`` SIGKILLs the
+    Ray worker running that task at that moment (before it builds anything / right after the ledger recorded
+    it as done), on every attempt, so Ray's retries run out. Workers of a local Ray inherit the driver's
+    environment, which is how a `bench-build run` subprocess passes it on."""
+    wanted = os.environ.get(TEST_KILL_ENV)
+    if wanted and f"{moment}:{task}" in wanted.split(","):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -164,6 +183,12 @@ def _first_line(text: str) -> str:
 
 def init_ray(workers: int | None, address: str | None) -> bool:
     """Start (or join) Ray; return True if this call started it (so the caller shuts it down)."""
+    if "ray" not in sys.modules and not sys.stdout.isatty():
+        # a log file: Ray's forwarded worker/raylet lines without colour codes. Its de-duplicated lines end in a
+        # green "[repeated Nx across cluster]" whatever RAY_COLOR_PREFIX says, so a log keeps every line
+        # instead (both read by Ray when first imported; a user's own setting wins)
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
 
     if ray.is_initialized():
@@ -260,7 +285,8 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if pending:
         started = init_ray(workers, address)
         try:
-            _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding)
+            _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding,
+                     raylet=_local_raylet() if started and not address else None)
         finally:
             bar.close()
             if started:
@@ -318,8 +344,25 @@ def task_groups(recipe: Recipe, fps: int, groups: int | None, old_run: dict | No
     return group_partitions(recipe, costs, groups or groups_for(recipe, costs, fps))
 
 
+def _local_raylet() -> Any:
+    """The `Popen` of the raylet this process started (``ray.init(address="local")``), or None if unknown."""
+    try:
+        from ray._private import ray_constants, worker
+
+        infos = worker._global_node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+        return infos[0].process if len(infos) == 1 and hasattr(infos[0].process, "poll") else None
+    except Exception:  # a private Ray API: without it the build runs as before, only without this watch
+        return None
+
+
 def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,
-             encoding: str = "full") -> None:
+             encoding: str = "full", raylet: Any = None) -> None:
+    """Run ``pending`` on Ray, recording each outcome in ``result``.
+
+    ``raylet``: the local raylet's process, watched every second. When it dies Ray loses the driver's object
+    store and, once the GCS declares the node dead (13 s later in a test), terminates this process from C++ (no Python
+    runs then). So the driver does not wait for that: it reports every unfinished shard as failed with the
+    cause (shards the ledger recorded count as built) and returns, so the summary is printed first."""
     import ray
 
     run_id = uuid.uuid4().hex[:12]
@@ -362,6 +405,14 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
             for spec in [*in_flight.values(), *queue]:
                 finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True})
             return
+        if raylet is not None and raylet.poll() is not None:
+            time.sleep(RAYLET_GONE_GRACE_S)  # its workers notice and exit: none records a shard after the read below
+            message = (f"Ray node died (local raylet pid {raylet.pid} exited with {raylet.returncode}): the raylet "
+                       "or the machine running the shard is gone")
+            for spec in [*in_flight.values(), *queue]:
+                finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": "resource",
+                              "record": True})
+            return
         for ref in done:
             spec = in_flight.pop(ref)
             try:
@@ -371,7 +422,8 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
                 res = {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True}
             finish(spec, res)
         try:
-            running = ray.get(counter.snapshot.remote(), timeout=10) if counter is not None and in_flight else {}
+            running = ray.get(counter.snapshot.remote(), timeout=10) if counter is not None and in_flight and \
+                (raylet is None or raylet.poll() is None) else {}
         except Exception:  # the progress actor is best effort; its death is not the build's
             counter, running = None, {}
         bar.update_to(base + finished_rows + sum(running.get(s.name, 0) for s in in_flight.values()))

@@ -258,6 +258,14 @@ def test_worker_node_killed_mid_build_local_disk(head, recipe, single_node, demo
     assert open_store(version_dir).remove_dead_temps() == len(temps)
     assert not [p for p in version_dir.rglob("*") if p.name.endswith(".tmp")]
     assert len(done_shards()) == FRAMES and verify_version(version_dir).ok
+    _assert_summary_is_the_ledger(r["log"], len(done_shards()))
+
+
+def _assert_summary_is_the_ledger(log: str, done: int) -> None:
+    """The driver's summary counts what the ledger holds: the shards the dead node's workers had recorded and
+    those Ray retried on the head are all built, none failed (the defect was "0 built, 4 failed")."""
+    assert f"{FRAMES} shards: 0 already done, {done} built, 0 failed" in log, log[-3000:]
+    assert not [ln for ln in log.splitlines() if ln.startswith("FAILED ")], log[-3000:]
 
 
 def test_worker_node_killed_mid_build_s3(head, recipe, single_node, demo_kitti_master, seaweed):
@@ -289,3 +297,4 @@ def test_worker_node_killed_mid_build_s3(head, recipe, single_node, demo_kitti_m
     paths = [s["path"] for s in manifest["shards"]]
     assert len(paths) == len(set(paths)) == FRAMES * 21
     assert len(done_shards()) == FRAMES
+    _assert_summary_is_the_ledger(r["log"], len(done_shards()))

@@ -305,6 +305,58 @@ def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, d
     assert recorded["error"].startswith("worker died") and recorded["kind"] == "resource"
 
 
+def _data_files(version: Path) -> dict[str, bytes]:
+    return {p.relative_to(version).as_posix(): p.read_bytes() for p in sorted((version / "data").rglob("*.parquet"))}
+
+
+def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, demo_kitti, tmp_path, shared_ray):
+    """`bench-build run` with two workers SIGKILLed on every attempt (so Ray's retries run out): one right after
+    the ledger recorded its shard, one before it built anything. The summary, the ledger and `status` agree:
+    the recorded shard is built, the other failed with "worker died (retries exhausted)" (not bad input);
+    exit 1; the same command resumes and the result equals a build nobody killed, byte for byte."""
+    from manifests.manifest import stable_view
+    from pipeline.build import TEST_KILL_ENV, build_status, run_build
+    from pipeline.ledger import Ledger
+
+    recorded, killed = "part-00000-of-00003", "part-00001-of-00003"
+    out = tmp_path / "out"
+    args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--workers", "2",
+            "--max-frames", "3", "--frames-per-shard", "1", "--no-progress"]
+    env = {**os.environ, TEST_KILL_ENV: f"after-record:{recorded},before-record:{killed}"}
+    run = subprocess.run(_cli(*args), capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 1, run.stderr  # README: 1 = the run did work but some of it failed
+    lines = run.stderr.splitlines()
+    assert "3 shards: 0 already done, 2 built, 1 failed" in run.stderr, run.stderr
+    assert [ln for ln in lines if ln.startswith("FAILED")] == [
+        f"FAILED {killed}: worker died (retries exhausted): its process exited unexpectedly (killed, out of "
+        "memory or crashed in native code)"], run.stderr
+    assert "the input is not at fault" in run.stderr and "fix the input" not in run.stderr
+    assert "\x1b[" not in run.stdout + run.stderr  # Ray's forwarded worker lines included
+    version = out / "mini-c" / "0.1.0"
+    ledger = Ledger(version)
+    assert set(_run_ids(version)) == {recorded, "part-00002-of-00003"}  # the ledger's done = the summary's built
+    failed = ledger.failed_entry(killed)
+    assert failed["error"].startswith("worker died (retries exhausted)") and failed["kind"] == "resource"
+    assert ledger.failed_entry(recorded) is None
+    assert not (version / "manifest.json").exists()  # a failed run writes no manifest
+    status = build_status(str(small_recipe), out)
+    assert (status["done"], set(status["failed"]), status["pending"]) == (2, {killed}, 0)
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    again = CliRunner().invoke(app, args)  # the same command, nobody killed (shared Ray: no second start-up)
+    assert again.exit_code == 0, again.output
+    assert "3 shards: 2 already done, 1 built, 0 failed" in again.output
+    reference = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "ref", max_frames=3,
+                          frames_per_shard=1, progress=False)
+    assert reference.ok
+    assert _data_files(version) == _data_files(Path(reference.version_dir))
+    assert stable_view(read_manifest(version)) == stable_view(read_manifest(reference.version_dir))
+    assert verify_version(version).ok
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (("sigma = [0.04, 0.06, 0.08, 0.10, 0.12]", "sigma = [0.04, nan, 0.08, 0.10, 0.12]"), "'sigma' is NaN"),
     (("sigma = [0.04, 0.06, 0.08, 0.10, 0.12]", "sigma = [0.04, -0.06, 0.08, 0.10, 0.12]"),
@@ -424,8 +476,9 @@ def test_every_ray_init_in_the_suite_starts_its_own_local_instance():
 
 
 def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti, tmp_path, shared_ray):
-    """Killing the raylet of a running build: Ray ends the driver (it lost its object store), every shard the
-    ledger recorded is intact, and the same command resumes from exactly those."""
+    """Killing the raylet of a running build: the driver notices before Ray ends it (it lost its object store),
+    prints a summary that agrees with the ledger and exits 1; every shard the ledger recorded is intact, and
+    the same command resumes from exactly those."""
     import signal
 
     import psutil
@@ -445,19 +498,26 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
         assert raylets, "no raylet under the driver"
         for p in raylets:
             p.kill()
-        proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # GCS and workers the dead driver left behind
         except ProcessLookupError:
             pass
         proc.wait(timeout=30)
-    assert proc.returncode != 0
+    assert proc.returncode == 1, stderr  # README: 1 = the run did work but some of it failed
     recorded = _run_ids(version)
     assert 1 <= len(recorded) and not (version / "manifest.json").exists()
+    # the summary agrees with the ledger: its "built" are the recorded shards, every other one failed naming Ray
+    assert f"5 shards: 0 already done, {len(recorded)} built, {5 - len(recorded)} failed" in stderr, stderr
+    failed = sorted(ln.split()[1].rstrip(":") for ln in stderr.splitlines() if ln.startswith("FAILED "))
+    assert failed == sorted({f"part-{i:05d}-of-00005" for i in range(5)} - set(recorded)), stderr
+    assert all(f"FAILED {s}: Ray node died (local raylet pid {raylets[0].pid} exited" in stderr for s in failed)
+    assert "the input is not at fault" in stderr and "fix the input" not in stderr and "Traceback" not in stderr
     from pipeline.ledger import Ledger
 
     ledger = Ledger(version)
+    assert all(ledger.failed_entry(s)["error"].startswith("Ray node died") for s in failed)
     fingerprint = ledger.run_info()["fingerprint"]
     assert all(ledger.check_done(s, fingerprint, "sha256")[0] for s in recorded)  # intact, checksums and all
     from pipeline.build import run_build
