@@ -52,6 +52,10 @@ class BuildResult:
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
     validation: dict[str, Any] | None = None  # per corruption, when the recipe has [validate]
+    # contact-sheet panels of the first frame, painted by the tasks that built it ((corruption, severity) → Panel)
+    sheet_panels: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
+    # wall seconds of the driver's phases (plan, ray_start, tasks, manifest, contact_sheet, validate)
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -88,6 +92,7 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
                 "holds the version's writer lock", "kind": "resource"}
     ledger = Ledger(store)
     on_file = None
+    panels: dict = {}
     if counter is not None:
         counter.start.remote(spec.name)
 
@@ -97,9 +102,9 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         _test_kill_point("before-record", spec.name)
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
                             before_commit=None if owner is None else lambda: store.still_writer(owner),
-                            encoding=encoding)
+                            encoding=encoding, panels=panels)
         _test_kill_point("after-record", spec.name)
-        return {"shard": spec.name, "ok": True, "entry": entry}
+        return {"shard": spec.name, "ok": True, "entry": entry, **({"panels": panels} if panels else {})}
     except ShardFailed as e:
         if e.kind == "superseded":  # this run is over: write nothing more into the version
             return {"shard": spec.name, "ok": False, "error": e.message, "kind": "resource"}
@@ -279,35 +284,48 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
     result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))
+    result.phases["plan"] = round(time.time() - t0, 3)
     bar = BuildProgress(total=len(frame_ids) * recipe.examples_stored(1), enabled=progress)
     pending_names = {t.name for t in pending}
     bar.advance(sum(len(t.frame_ids) * len(t.parts) for t in tasks if t.name not in pending_names))
     if pending:
+        t = time.time()
         started = init_ray(workers, address)
+        result.phases["ray_start"] = round(time.time() - t, 3)
+        t = time.time()
         try:
             _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding,
                      raylet=_local_raylet() if started and not address else None)
         finally:
             bar.close()
+            result.phases["tasks"] = round(time.time() - t, 3)
             if started:
                 import ray
 
+                t = time.time()
                 ray.shutdown()
+                result.phases["ray_stop"] = round(time.time() - t, 3)
     else:
         bar.close()
     result.seconds = time.time() - t0
     if not result.failures and all(ledger.check_done(t.name, fingerprint, "size", src)[0] for t in tasks):
+        t = time.time()
         try:
             result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
-                                             fps, result.seconds)
+                                             fps, result.seconds, panels=result.sheet_panels,
+                                             phases=result.phases)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
             result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
                                                               store.key_url(MANIFEST_NAME))
             result.failure_kinds[MANIFEST_NAME] = "resource"
+        result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
     if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
         from pipeline.validate import validate_after_build
 
+        t = time.time()
         result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
+        result.phases["validate"] = round(time.time() - t, 3)
+    result.sheet_panels = {}  # pictures of one frame: not kept with the result
     return result
 
 
@@ -387,6 +405,7 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
                                                     "kind": res["kind"], "run_id": run_id})
         if res["ok"]:
             result.shards_built.append(spec.name)
+            result.sheet_panels.update(res.get("panels") or {})
             finished_rows += sum(f["rows"] for f in res["entry"]["files"])
         else:
             result.failures[spec.name] = res["error"]
@@ -431,8 +450,12 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
 
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
                    specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
-                   seconds: float) -> dict[str, Any]:
+                   seconds: float, *, panels: dict | None = None, phases: dict[str, float] | None = None,
+                   ) -> dict[str, Any]:
     """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards.
+
+    ``panels``: the contact sheet's panels as the build tasks painted them (else the sheet's frame is read
+    back from the files); ``phases`` gets the seconds the contact sheet took.
 
     Files are listed block by block in the recipe's partition order, whatever the tasks were, so the
     manifest does not depend on how blocks were split into tasks."""
@@ -505,7 +528,10 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     }
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
     card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
-    sheet = _contact_sheet(store, manifest)
+    t = time.time()
+    sheet = _contact_sheet(store, manifest, panels)
+    if phases is not None:
+        phases["contact_sheet"] = round(time.time() - t, 3)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
     return manifest
@@ -519,12 +545,12 @@ def _demo(source: dict[str, Any]) -> bool:
                for k, v in source.items())
 
 
-def _contact_sheet(store, manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _contact_sheet(store, manifest: dict[str, Any], panels: dict | None = None) -> dict[str, Any] | None:
     """Render the card's contact sheet into ``renders/``; a picture never fails a finished build."""
     from pipeline.render import write_contact_sheet
 
     try:
-        return write_contact_sheet(store, manifest)
+        return write_contact_sheet(store, manifest, panels=panels)
     except Exception as e:  # matplotlib, an odd frame: say so and keep the build
         warnings.warn(f"contact sheet not rendered: {type(e).__name__}: {e}", stacklevel=2)
         return None

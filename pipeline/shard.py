@@ -105,6 +105,51 @@ def _batches(examples, schema, size: int = ROW_GROUP_EXAMPLES):
         yield encode_rows(buf, schema)
 
 
+def _block_index(spec: ShardSpec | TaskSpec) -> int:
+    return spec.shard.index if isinstance(spec, TaskSpec) else spec.index
+
+
+class _SheetPainter:
+    """Paints the contact-sheet panel of ``frame`` (the version's default sheet frame: first frame of the
+    first block) in every partition a task writes, with the clean frame's extent, into ``panels``. A
+    picture never fails a shard: a panel that cannot be painted is left out (the driver then reads the
+    files back, as `bench-build render` does)."""
+
+    def __init__(self, frame: Frame, panels: dict) -> None:
+        self.frame, self.panels = frame, panels
+        c = time.process_time()
+        try:
+            from pipeline.render import sheet_extent
+
+            self.extent, self.radius = sheet_extent(self.view(CLEAN, 0, frame))
+        except Exception:
+            self.frame = None  # type: ignore[assignment]
+        self.cpu_seconds = time.process_time() - c  # a picture of one frame: not a cost of the dataset
+
+    @staticmethod
+    def view(corruption: str, severity: int, f: Frame):
+        import numpy as np
+
+        from pipeline.render import View
+
+        pts = np.asarray(f.points[:, :3], dtype=np.float64)
+        is_object = f.boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
+        return View(corruption, severity, pts, f.point_tag.astype(np.uint8), f.boxes, is_object)
+
+    def __call__(self, corruption: str, severity: int, source: Frame, out: Frame) -> None:
+        if source is not self.frame:
+            return
+        c = time.process_time()
+        try:
+            from pipeline.render import make_panel
+
+            self.panels[(corruption, severity)] = make_panel(self.view(corruption, severity, out),
+                                                             extent=self.extent, radius=self.radius)
+        except Exception:
+            self.panels.pop((corruption, severity), None)
+        self.cpu_seconds += time.process_time() - c
+
+
 class ShardFailed(RuntimeError):
     """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them) or "resource"
     (disk full, I/O error: the input is fine, the machine is not)."""
@@ -145,7 +190,8 @@ def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Fra
 
 def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
-                before_commit: Callable[[], bool] | None = None, encoding: str = "full") -> dict[str, Any]:
+                before_commit: Callable[[], bool] | None = None, encoding: str = "full",
+                panels: dict | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
     ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
@@ -153,10 +199,12 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     overlapped uploads it may still be uploading: the ledger entry is recorded only once every upload finished).
     ``before_commit()`` is asked before the shard is recorded as done; False (the run that started this
     task lost the version's writer lock) fails the shard instead of recording it. ``encoding="compact"``
-    stores corrupted examples as references into the clean scan (pipeline/compact.py)."""
+    stores corrupted examples as references into the clean scan (pipeline/compact.py). ``panels``: if given
+    and this is the first block, filled with the contact-sheet panels of its first frame ((corruption,
+    severity) → `pipeline.render.Panel`), painted from memory so the driver need not read the files back."""
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     store = root.open() if isinstance(root, StoreSpec) else open_store(root)
     ledger = Ledger(store)
     frames: list[Frame] = []
@@ -171,8 +219,8 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
         frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
     try:
-        return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, t0,
-                            read_seconds, sources, before_commit, encoding)
+        return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, (t0, cpu0),
+                            read_seconds, sources, before_commit, encoding, panels)
     except ShardFailed:
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
@@ -181,10 +229,12 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
 
 
 def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
-                 run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: float,
+                 run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: tuple[float, float],
                  read_seconds: float, sources: dict[str, Any],
-                 before_commit: Callable[[], bool] | None = None, encoding: str = "full") -> dict[str, Any]:
+                 before_commit: Callable[[], bool] | None = None, encoding: str = "full",
+                 panels: dict | None = None) -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
+    paint = _SheetPainter(frames[0], panels) if panels is not None and frames and _block_index(spec) == 0 else None
     base_meta = {
         "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.file_stem,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
@@ -199,6 +249,8 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
 
             def examples(corruption=corruption):
                 for f in frames:
+                    if paint is not None:
+                        paint(corruption, 0, f, f)
                     yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
         else:
             stage = get_stage(recipe.corruption(corruption).stage)
@@ -212,6 +264,8 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                     except Exception as e:
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
+                    if paint is not None:
+                        paint(corruption, severity, f, out)
                     yield key, corruption, severity, out, (f if encoding == "compact" else None)
         schema = schema_with_metadata(meta)
         try:
@@ -226,7 +280,10 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
     uploads.finish()  # every file is in place before the ledger says so
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
-             "seconds": round(time.perf_counter() - t0, 4), "pid": os.getpid()}
+             "seconds": round(time.perf_counter() - t0[0], 4), "pid": os.getpid(),
+             # CPU time of the worker process for this task (all its threads): what `bench` extrapolates from
+             "cpu_seconds": round(time.process_time() - t0[1], 4),
+             **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {})}
     if before_commit is not None and not before_commit():
         raise ShardFailed(spec.name, "superseded: the run that started this task no longer holds the version's "
                                      "writer lock; not recorded", kind="superseded")

@@ -9,13 +9,19 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.render import (
+    PANEL_PX,
+    SHEET_GAP_PX,
     TAG_COLORS,
     View,
+    bev_raster,
     box_outlines,
     object_raster,
     paint,
     scene_extent,
-    sheet_figure,
+    sheet_image,
+    sheet_layout,
+    sheet_panels,
+    sheet_title,
 )
 from stages.frame import Boxes, PointTag
 
@@ -58,15 +64,39 @@ def test_sheet_panels_share_the_clean_extent():
     clean = rng.uniform(-20, 20, (500, 3))
     far = np.r_[clean, [[90.0, 90.0, 0.0]]]  # a corruption that adds a far point must not zoom out
     tags = np.zeros(len(far), np.uint8)
-    views = [View("clean", 0, clean, tags[:500], None, False)]
-    views += [View(c, s, far, tags, None, False) for c in ("fog", "snow") for s in (1, 2, 3)]
-    fig = sheet_figure(views, frame_id="000000", severity_names=["light", "moderate", "heavy"])
-    shown = [ax for ax in fig.axes if ax.axison]
-    assert len(shown) == 7
+    boxes = Boxes(center=np.array([[0.0, 0.0, -1.0]]), dims=np.array([[4.0, 2.0, 1.5]]), heading=np.zeros(1),
+                  cls=np.array(["Car"], dtype=object), truncated=np.zeros(1), occluded=np.zeros(1, np.int64),
+                  alpha=np.zeros(1), bbox2d=np.zeros((1, 4)))
+    views = [View("clean", 0, clean, tags[:500], boxes, False)]
+    views += [View(c, s, far, tags, boxes, False) for c in ("fog", "snow") for s in (1, 2, 3)]
+    panels = sheet_panels(views)
     x0, x1, y0, y1 = scene_extent(clean)
-    assert {ax.get_xlim() for ax in shown} == {(x0, x1)} and {ax.get_ylim() for ax in shown} == {(y0, y1)}
     assert x1 < 90
-    assert [ax.get_title() for ax in shown][1:4] == ["fog 1 (light)", "fog 2 (moderate)", "fog 3 (heavy)"]
+    expect = bev_raster(views[0], (x0, x1, y0, y1), "tag")
+    for p in panels:  # every panel is painted with the clean extent: the far point falls outside
+        np.testing.assert_array_equal(p.image, expect)
+        # the box outline in pixels: x right from x0, y down from y1, px per metre = PANEL_PX / width
+        (cls, o), = p.outlines
+        k = PANEL_PX / (x1 - x0)
+        assert cls == "Car" and np.allclose(o.min(0), [(-2 - x0) * k, (y1 - 1) * k])
+        assert np.allclose(o.max(0), [(2 - x0) * k, (y1 + 1) * k])
+    titles = [sheet_title(p, "000000", ["light", "moderate", "heavy"]) for p in panels]
+    assert titles[:4] == ["clean · frame 000000", "fog 1 (light)", "fog 2 (moderate)", "fog 3 (heavy)"]
+    corruptions, severities, cells = sheet_layout(panels)
+    assert corruptions == ["fog", "snow"] and severities == [1, 2, 3]
+    assert cells[("clean", 0)] == (0, 0) and cells[("snow", 3)] == (2, 2)
+    bare = sheet_panels([View(v.corruption, v.severity, v.points, v.tags, None, False) for v in views])
+    image = sheet_image(bare, frame_id="000000")  # tiles: snow 3 at row 2, column 2, ending the image
+    x = SHEET_GAP_PX + 2 * (PANEL_PX + SHEET_GAP_PX)
+    assert image.shape[1] == x + PANEL_PX + SHEET_GAP_PX
+    np.testing.assert_array_equal(image[-PANEL_PX:, x:x + PANEL_PX], expect)
+    boxed = sheet_image(panels, frame_id="000000")  # the outline is drawn in red over the same tile
+    tile = boxed[-PANEL_PX:, x:x + PANEL_PX].astype(int)
+    red = (tile[..., 0] - tile[..., 1] > 60) & (tile[..., 0] - tile[..., 2] > 60)
+    rows, cols = np.nonzero(red)
+    k = PANEL_PX / (x1 - x0)
+    assert red.sum() > 20 and abs(cols.min() - (-2 - x0) * k) <= 2 and abs(cols.max() - (2 - x0) * k) <= 2
+    assert abs(rows.min() - (y1 - 1) * k) <= 2 and abs(rows.max() - (y1 + 1) * k) <= 2
 
 
 @pytest.fixture
