@@ -11,7 +11,9 @@ unchanged (offset = 0 with a positive count adds exact duplicates).
 
 ``rule = "code"`` (default, the released generator behind the published numbers): the new point's
 intensity is the mean intensity of its 5 nearest original points (other columns and labels still
-come from the parent). ``rule = "text"``: the parent's intensity.
+come from the parent). ``rule = "text"``: the parent's intensity. The 5 nearest are found by an exact
+grid search (`stages.column_knn`: the same neighbours, hence the same bytes, as the frame's KD-tree,
+which still answers tied and far queries), ≈ 2× faster than KD-tree queries at N/2 new points.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.column_knn import mean_of_nearest
 from stages.frame import Frame, PointTag
-from stages.geometry import check_rule, mean_intensity_of_nearest
+from stages.geometry import check_rule
 from stages.registry import stage
 
 
@@ -44,11 +47,13 @@ def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> 
     if n_add == 0:
         return frame
     parents = rng.choice(n, size=n_add, replace=False)
-    new = frame.points[parents].astype(np.float64)
+    new = np.take(frame.points, parents, axis=0).astype(np.float64)  # = points[parents], 5× faster
     new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
     check_rule(params.rule, "upsample")
     if params.rule == "code":
-        # a new point lies within 0.17 m of its parent: its 5 nearest are almost always within 0.4 m
-        new[:, frame.fields.index("intensity")] = mean_intensity_of_nearest(frame, new[:, :3], 5, near=0.4)
+        # a new point lies within 0.17 m of its parent, so next to the data: an exact grid search answers it
+        # (the same neighbours as the frame's KD-tree, which answers ties and the few far ones)
+        col = frame.fields.index("intensity")
+        new[:, col] = mean_of_nearest(frame.points, col, new[:, :3], min(5, n), lambda: frame.kdtree)
     labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
     return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)

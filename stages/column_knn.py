@@ -1,0 +1,369 @@
+"""Exact k-nearest-neighbour search for many query points next to the data, compiled with numba.
+
+Used by `upsample` (released rule: every new point, which lies within 0.17 m of its parent, takes the
+mean intensity of its 5 nearest original points), where a KD-tree query costs ≈ 1 µs a point.
+
+The points are bucketed into cells of ``cell`` × ``cell`` × ``hz`` metres and stored column by column
+(x–y), cell by cell up each column, so the cells of one column between two heights are one contiguous
+slice; columns are found through a dense table of the occupied B × B blocks of columns, so the index
+costs O(N) to build whatever the scan's extent. Queries are answered in the storage order of their
+columns (neighbouring queries reuse the same memory). Each query scans every cell within a radius that
+is a guess of its (k+1)-th nearest distance (twice the squared one of the previous query), with
+branch-free compaction of the points within it; when fewer than k+1 points lie within the guess it grows
+it, up to a radius known to hold k+1 points (the farthest of the previous query's neighbours). Scanning
+all points within a radius that holds at least k+1 of them gives exactly the k+1 nearest.
+
+Same neighbours as ``scipy.spatial.cKDTree.query``: the queries this search cannot settle the way the
+KD-tree does are answered by the KD-tree itself: two (near-)equal consecutive squared distances among the
+k+1 nearest (which of the tied points the KD-tree returns depends on its traversal), fewer than k+1
+points within ``_REACH`` cells, or at most k + 1 points in all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numba
+import numpy as np
+
+B = 8  # columns per block side
+_MAX_BLOCKS = 4_000_000  # block-table cap: the cell grows for very wide scans
+_MAX_Z_CELLS = 4096  # height-cell cap: the cell height grows for very tall scans
+_REACH = 4  # cells: the search radius never exceeds this many cells (then the KD-tree answers)
+_SLACK = 1e-9  # metres added to every search radius, far above the rounding error of the cell arithmetic
+_NEAR_TIE = 1e-10  # relative gap between consecutive squared distances below which the KD-tree decides
+_GUESS = 2.0  # a query's first squared search radius: this × the previous query's (k+1)-th squared distance
+_GROW = 3.0  # fewer than k+1 points within the radius: grow the squared radius by this (up to a known bound)
+CELL, HZ = 0.15, 0.1  # metres: the fastest on the demo scans (0.1–0.3 m cells cost within 10 % of it)
+
+
+class CellGrid:
+    """``points[:, :3]`` in cells of ``cell`` × ``cell`` × ``hz`` metres, stored column by column, cell by cell up
+    a column (counting sorts; O(N)); with ``value_col``, each stored point carries ``points[:, value_col]``."""
+
+    def __init__(self, points: np.ndarray, cell: float = CELL, hz: float = HZ, value_col: int | None = None):
+        lo, hi = _bounds(points)  # any float dtype and strides: a Frame's float32 points are read in place
+        span = np.maximum(hi - lo, 1e-9)
+        cell = max(cell, math.sqrt(float(span[0] * span[1]) / _MAX_BLOCKS) / B)
+        hz = max(hz, float(span[2]) / (_MAX_Z_CELLS - 1))
+        self.cell, self.hz = cell, hz
+        self.x0, self.y0, self.z0 = (float(v) for v in lo)
+        self.nx, self.ny = int(span[0] // cell) + 1, int(span[1] // cell) + 1
+        self.nz = int(span[2] // hz) + 1
+        self.block, self.cols, self.zs, self.order, self.pts = _build(
+            points, -1 if value_col is None else value_col, self.x0, self.y0, self.z0, cell, hz, self.nx, self.ny,
+            self.nz)
+
+    def args(self) -> tuple:
+        return (self.block, self.cols, self.zs, self.order, self.pts, self.x0, self.y0, self.z0, self.cell, self.hz,
+                self.nx, self.ny)
+
+
+@numba.njit(cache=True)
+def _bounds(points):
+    """Minimum and maximum of x, y, z (zeros when empty); numpy's axis-0 reduction of an (N, 3) array is ≈ 10×
+    slower."""
+    lo = np.zeros(3)
+    hi = np.zeros(3)
+    if points.shape[0]:
+        for c in range(3):
+            lo[c] = points[0, c]
+            hi[c] = points[0, c]
+    for i in range(points.shape[0]):
+        for c in range(3):
+            lo[c] = min(lo[c], points[i, c])
+            hi[c] = max(hi[c], points[i, c])
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _counting_sort(key, n_keys, src):
+    """Stable: the entries of ``src`` ordered by ``key[src]``."""
+    cnt = np.zeros(n_keys + 1, np.int64)
+    for t in range(src.shape[0]):
+        cnt[key[src[t]] + 1] += 1
+    for c in range(n_keys):
+        cnt[c + 1] += cnt[c]
+    out = np.empty(src.shape[0], np.int64)
+    for t in range(src.shape[0]):
+        c = key[src[t]]
+        out[cnt[c]] = src[t]
+        cnt[c] += 1
+    return out
+
+
+@numba.njit(cache=True)
+def _build(points, value_col, x0, y0, z0, cell, hz, nx, ny, nz):
+    """(block, cols, zs, order, pts): block[bx · nby + by] numbers the occupied B × B blocks of columns (-1:
+    empty); column (cx, cy) of block b is slot s = b·B² + (cx mod B)·B + cy mod B; cols[s] = (zlo, zhi, base)
+    (zhi < zlo: empty column); the points of its height cells za … zb (zlo ≤ za ≤ zb ≤ zhi) are the storage
+    positions zs[base + za] … zs[base + zb + 1] - 1; storage position j holds point order[j], whose x, y, z and
+    value are pts[j]. Storage order: (slot, height cell, index)."""
+    n = points.shape[0]
+    nby = (ny + B - 1) // B
+    nbx = (nx + B - 1) // B
+    icell = 1.0 / cell
+    ihz = 1.0 / hz
+    slot = np.empty(n, np.int64)
+    cz = np.empty(n, np.int64)
+    block = np.full(nbx * nby, -1, np.int32)
+    for i in range(n):
+        cx = min(max(math.floor((points[i, 0] - x0) * icell), 0), nx - 1)
+        cy = min(max(math.floor((points[i, 1] - y0) * icell), 0), ny - 1)
+        cz[i] = min(max(math.floor((points[i, 2] - z0) * ihz), 0), nz - 1)
+        b = (cx // B) * nby + cy // B
+        slot[i] = b * (B * B) + (cx % B) * B + cy % B  # block-table entry, column within the block
+        block[b] = 0
+    n_blocks = 0
+    for c in range(nbx * nby):
+        if block[c] == 0:
+            block[c] = n_blocks
+            n_blocks += 1
+    n_slots = n_blocks * B * B
+    for i in range(n):
+        b = slot[i] // (B * B)
+        slot[i] = block[b] * (B * B) + slot[i] - b * (B * B)
+    by_slot = _counting_sort(slot, n_slots, np.arange(n))
+    # then by height cell inside each column: a counting sort over the column's own cells, which also gives
+    # where each cell starts
+    cols = np.empty((n_slots, 3), np.int32)
+    cols[:, 0] = 1
+    cols[:, 1] = 0
+    cols[:, 2] = 0
+    zs = np.empty(n + 2 * n_slots + 1, np.int32)
+    order = np.empty(n, np.int64)
+    pts = np.zeros((n, 4), np.float64)
+    m = 0
+    j = 0
+    while j < n:
+        s = slot[by_slot[j]]
+        e = j
+        lo = cz[by_slot[j]]
+        hi = lo
+        while e < n and slot[by_slot[e]] == s:
+            lo = min(lo, cz[by_slot[e]])
+            hi = max(hi, cz[by_slot[e]])
+            e += 1
+        if m + hi - lo + 2 > zs.shape[0]:
+            zs = np.concatenate((zs, np.empty(zs.shape[0] + hi - lo + 2, np.int32)))
+        base = m - lo
+        for c in range(lo, hi + 2):
+            zs[base + c] = 0
+        for t in range(j, e):
+            zs[base + cz[by_slot[t]] + 1] += 1
+        zs[base + lo] = j
+        for c in range(lo, hi + 1):
+            zs[base + c + 1] += zs[base + c]
+        for t in range(j, e):  # scatter: zs[base + c] runs ahead while cell c fills ...
+            i = by_slot[t]
+            p = zs[base + cz[i]]
+            zs[base + cz[i]] = p + 1
+            order[p] = i
+            pts[p, 0] = points[i, 0]
+            pts[p, 1] = points[i, 1]
+            pts[p, 2] = points[i, 2]
+            if value_col >= 0:
+                pts[p, 3] = points[i, value_col]
+        for c in range(hi, lo, -1):  # ... and then holds where cell c + 1 starts: shift back by one
+            zs[base + c] = zs[base + c - 1]
+        zs[base + lo] = j
+        cols[s, 0] = lo
+        cols[s, 1] = hi
+        cols[s, 2] = base
+        m = base + hi + 2
+        j = e
+    return block, cols, zs[:m].copy(), order, pts
+
+
+@numba.njit(cache=True, inline="always")
+def _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j):
+    """Every point within squared distance ``lim`` of q into buf_d / buf_j (squared distances, storage positions;
+    unordered): every cell the ball can reach is read, and each point is written and kept by advancing the
+    count only when it is within ``lim`` (no unpredictable branch). Returns the number kept."""
+    nby = (ny + B - 1) // B
+    r = math.sqrt(lim) + _SLACK
+    ax = max(math.floor((qx - r - x0) * icell), 0)
+    bx = min(math.floor((qx + r - x0) * icell), nx - 1)
+    ay = max(math.floor((qy - r - y0) * icell), 0)
+    by = min(math.floor((qy + r - y0) * icell), ny - 1)
+    za0 = math.floor((qz - r - z0) * ihz)
+    zb0 = math.floor((qz + r - z0) * ihz)
+    w = 0
+    for cx in range(ax, bx + 1):
+        for cy in range(ay, by + 1):
+            b = block[(cx // B) * nby + cy // B]
+            if b < 0:
+                continue
+            c = b * (B * B) + (cx % B) * B + cy % B
+            za = max(za0, cols[c, 0])
+            zb = min(zb0, cols[c, 1])
+            if za > zb:
+                continue
+            base = cols[c, 2]
+            for j in range(zs[base + za], zs[base + zb + 1]):
+                dx = pts[j, 0] - qx
+                dy = pts[j, 1] - qy
+                dz = pts[j, 2] - qz
+                d = dx * dx + dy * dy + dz * dz
+                buf_d[w] = d
+                buf_j[w] = j
+                w += d <= lim
+    return w
+
+
+@numba.njit(cache=True, inline="always")
+def _select(w, kk, buf_d, buf_j, bj, bd):
+    """The kk smallest of buf_d[:w] (w ≥ kk) into bd, their storage positions into bj; sorted by distance."""
+    cnt = 0
+    for t in range(w):
+        d = buf_d[t]
+        if cnt == kk:
+            if d >= bd[kk - 1]:
+                continue
+            p = kk - 1
+        else:
+            p = cnt
+            cnt += 1
+        while p > 0 and bd[p - 1] > d:
+            bd[p] = bd[p - 1]
+            bj[p] = bj[p - 1]
+            p -= 1
+        bd[p] = d
+        bj[p] = buf_j[t]
+
+
+@numba.njit(cache=True)
+def _knn_batch(q, k, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
+    """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query (sorted by distance), the mean
+    of their values (summed left to right, then divided: numpy's ``mean(axis=1)`` of the row), and whether the
+    query is settled; exact is False where the KD-tree must answer (fewer than k+1 points within reach, or two
+    (near-)equal consecutive squared distances among the k+1 nearest)."""
+    m = q.shape[0]
+    kk = k + 1
+    nby = (ny + B - 1) // B
+    n_slots = cols.shape[0]
+    icell = 1.0 / cell
+    ihz = 1.0 / hz
+    idx = np.zeros((m, k), np.int64)
+    means = np.zeros(m, np.float64)
+    exact = np.zeros(m, np.bool_)
+    # the queries in the storage order of their columns (those outside every block last)
+    key = np.empty(m, np.int64)
+    for t in range(m):
+        cx = math.floor((q[t, 0] - x0) * icell)
+        cy = math.floor((q[t, 1] - y0) * icell)
+        key[t] = n_slots
+        if 0 <= cx < nx and 0 <= cy < ny:
+            b = block[(cx // B) * nby + cy // B]
+            if b >= 0:
+                key[t] = b * (B * B) + (cx % B) * B + cy % B
+    seq = _counting_sort(key, n_slots + 1, np.arange(m))
+    sq = np.empty((m, 3), np.float64)  # the queries in that order (one pass of scattered reads)
+    for u in range(m):
+        sq[u, 0] = q[seq[u], 0]
+        sq[u, 1] = q[seq[u], 1]
+        sq[u, 2] = q[seq[u], 2]
+    far = (_REACH * cell) ** 2
+    buf_d = np.empty(pts.shape[0] + 1, np.float64)
+    buf_j = np.empty(pts.shape[0] + 1, np.int64)
+    bj = np.empty(kk, np.int64)
+    bd = np.empty(kk, np.float64)
+    prev = np.empty(kk, np.int64)
+    prev_d = far
+    have_prev = False
+    for u in range(m):
+        t = seq[u]
+        qx = sq[u, 0]
+        qy = sq[u, 1]
+        qz = sq[u, 2]
+        # a radius known to hold kk points: the farthest of the previous query's kk neighbours
+        bound = far
+        if have_prev:
+            w = 0.0
+            for s in range(kk):
+                j = prev[s]
+                dx = pts[j, 0] - qx
+                dy = pts[j, 1] - qy
+                dz = pts[j, 2] - qz
+                w = max(w, dx * dx + dy * dy + dz * dz)
+            bound = min(bound, w * (1 + 1e-12))
+        lim = min(bound, _GUESS * prev_d)
+        while True:
+            cnt = _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j)
+            if cnt >= kk or lim >= bound:
+                break
+            lim = min(bound, _GROW * lim)
+        if cnt < kk:
+            continue  # fewer than kk points within reach
+        _select(cnt, kk, buf_d, buf_j, bj, bd)
+        for s in range(kk):
+            prev[s] = bj[s]
+        prev_d = bd[kk - 1]
+        have_prev = True
+        tie = False
+        for s in range(1, kk):
+            if bd[s] - bd[s - 1] <= _NEAR_TIE * bd[s]:
+                tie = True
+        if tie:
+            continue
+        exact[t] = True
+        total = pts[bj[0], 3]
+        idx[t, 0] = order[bj[0]]
+        for s in range(1, k):
+            total += pts[bj[s], 3]
+            idx[t, s] = order[bj[s]]
+        means[t] = total / k
+    return idx, means, exact
+
+
+def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | None):
+    queries = np.asarray(queries, dtype=np.float64).reshape(-1, 3)  # any strides: read in place
+    if k <= 0 or len(queries) == 0 or len(points) <= k + 1:
+        return queries, None, None, np.zeros(len(queries), dtype=bool)
+    grid = CellGrid(points, value_col=value_col)
+    idx, means, exact = _knn_batch(queries, k, *grid.args())
+    return queries, idx, means, exact
+
+
+def knn_near(xyz: np.ndarray, queries: np.ndarray, k: int, tree: Callable[[], object]) -> np.ndarray:
+    """Indices (m, k) of the k nearest points of ``xyz`` (n, ≥ 3) to every query, sorted by distance: exactly
+    ``tree().query(queries, k)[1]`` for ``tree()`` a KD-tree over ``xyz`` (called only when the KD-tree must
+    answer some queries: (near-)tied distances, neighbours beyond reach, at most k + 1 points). ``k`` ≤ n.
+    Fast for queries near the data (each costs about the points of the cells within its k-th distance)."""
+    from stages.geometry import query_in_spatial_order
+
+    queries, idx, _, exact = _search(xyz, queries, k, None)
+    if idx is None:
+        return query_in_spatial_order(tree(), queries, k)[1]
+    if not exact.all():
+        idx[~exact] = query_in_spatial_order(tree(), queries[~exact], k)[1]
+    return idx
+
+
+def mean_of_nearest(points: np.ndarray, value_col: int, queries: np.ndarray, k: int,
+                    tree: Callable[[], object]) -> np.ndarray:
+    """``points[:, value_col].astype(np.float64)[nn].mean(axis=1)`` (the same bytes) with ``nn`` =
+    ``knn_near(points, queries, k, tree)``: the mean value of every query's k nearest points."""
+    from stages.geometry import query_in_spatial_order
+
+    queries, idx, means, exact = _search(points, queries, k, value_col)
+    if idx is None:
+        return row_means(points[:, value_col], query_in_spatial_order(tree(), queries, k)[1])
+    if not exact.all():
+        means[~exact] = row_means(points[:, value_col], query_in_spatial_order(tree(), queries[~exact], k)[1])
+    return means
+
+
+@numba.njit(cache=True)
+def row_means(values: np.ndarray, nn: np.ndarray) -> np.ndarray:
+    """``values.astype(np.float64)[nn].mean(axis=1)`` (the same bytes: numpy sums a row left to right, then
+    divides), without the (m, k) temporary."""
+    m, k = nn.shape
+    out = np.empty(m, np.float64)
+    for t in range(m):
+        s = np.float64(values[nn[t, 0]])
+        for j in range(1, k):
+            s += np.float64(values[nn[t, j]])
+        out[t] = s / k
+    return out

@@ -1,0 +1,135 @@
+"""stages.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
+same bytes of the mean intensity), on the demo scan and on adversarial clouds (ties, duplicates, tiny N,
+far queries, tall columns); and `upsample` gives the same bytes as its KD-tree version (transcribed here)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.spatial import cKDTree
+
+from manifests.recipe import load_recipe
+from stages.column_knn import _search, knn_near, mean_of_nearest, row_means
+from stages.frame import Frame, PointTag
+from stages.geometry import query_in_spatial_order
+from stages.noise.upsample import UpsampleParams, upsample
+from tests.stages.conftest import make_scene, rng_for
+
+CODE = load_recipe("kitti-c").corruption("upsample").params
+
+
+def _near_queries(xyz: np.ndarray, m: int, seed: int, offset: float = 0.1) -> np.ndarray:
+    """``m`` points at distinct data points + U(−offset, offset)³: what upsample asks."""
+    rng = np.random.default_rng(seed)
+    parents = rng.choice(len(xyz), size=m, replace=False)
+    return xyz[parents].astype(np.float64) + rng.uniform(-offset, offset, (m, 3))
+
+
+def _check(points: np.ndarray, queries: np.ndarray, k: int) -> None:
+    """knn_near / mean_of_nearest against the KD-tree, byte for byte."""
+    xyz = points[:, :3].astype(np.float64)
+    tree = cKDTree(xyz)
+    want = np.asarray(tree.query(queries, k=k)[1]).reshape(len(queries), k)
+    got = knn_near(points, queries, k, lambda: tree)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    means = mean_of_nearest(points, 3, queries, k, lambda: tree)
+    assert means.tobytes() == points[:, 3].astype(np.float64)[want].mean(axis=1).tobytes()
+
+
+def test_demo_scan_is_the_kdtrees_answer_and_mostly_settled_by_the_grid(demo_scan):
+    for m, seed in ((len(demo_scan) // 2, 0), (len(demo_scan) // 10, 1)):
+        q = _near_queries(demo_scan.xyz, m, seed)
+        _check(demo_scan.points, q, 5)
+        _, _, _, exact = _search(demo_scan.points, q, 5, 3)
+        assert exact.mean() > 0.95  # the KD-tree answers only the few far queries: the grid path is what is tested
+
+
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_scene_with_far_and_outside_queries(k):
+    frame = make_scene(3)
+    rng = np.random.default_rng(k)
+    q = np.concatenate([
+        _near_queries(frame.xyz, 4000, k),
+        rng.uniform(-60, 60, (300, 3)),  # far from the data: beyond the grid's reach
+        frame.xyz[:50].astype(np.float64),  # exactly on data points
+        np.array([[1e3, -1e3, 50.0], [frame.xyz[:, 0].max() + 0.05, 0.0, -1.7]]),  # outside the bounding box
+    ])
+    _check(frame.points, q, k)
+
+
+def test_ties_and_duplicates_are_left_to_the_kdtree():
+    """A lattice (every query at a lattice point or a cell centre has many equidistant neighbours) with every
+    point doubled: any order of tied points is the KD-tree's, which answers them."""
+    g = np.stack(np.meshgrid(np.arange(12.0), np.arange(10.0), np.arange(4.0), indexing="ij"), -1).reshape(-1, 3)
+    xyz = np.concatenate([g, g[::3]]) * 0.25
+    rng = np.random.default_rng(5)
+    points = np.concatenate([xyz, rng.uniform(0, 1, (len(xyz), 1))], axis=1).astype(np.float32)
+    centres = (g[:200] + 0.5) * 0.25
+    q = np.concatenate([centres, xyz[:100] * 1.0, _near_queries(xyz, 300, 6, 0.05)])
+    _check(points, q, 5)
+    _, _, _, exact = _search(points, centres, 5, 3)
+    assert not exact.any()  # 8 equidistant corners: all answered by the KD-tree
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 5, 6, 7, 8, 30])
+def test_tiny_clouds(n):
+    rng = np.random.default_rng(n)
+    points = np.concatenate([rng.normal(0, 1, (n, 3)), rng.uniform(0, 1, (n, 1))], axis=1).astype(np.float32)
+    q = points[:, :3].astype(np.float64) + rng.uniform(-0.1, 0.1, (n, 3))
+    _check(points, q, min(5, n))
+
+
+def test_tall_column_flat_ground_and_far_coordinates():
+    """A pole (every point in one x–y column), a flat floor (one height) and the same cloud 1 km away."""
+    rng = np.random.default_rng(9)
+    pole = np.stack([rng.normal(0, 0.02, 3000), rng.normal(0, 0.02, 3000), rng.uniform(-2, 20, 3000)], axis=1)
+    floor = np.stack([rng.uniform(-5, 5, 6000), rng.uniform(-5, 5, 6000), np.full(6000, -1.7)], axis=1)
+    xyz = np.concatenate([pole, floor])
+    for shift in (0.0, 1000.0):
+        points = np.concatenate([xyz + shift, rng.uniform(0, 1, (len(xyz), 1))], axis=1).astype(np.float32)
+        _check(points, _near_queries(points[:, :3], 3000, 10), 5)
+
+
+def test_row_means_are_numpys_bytes():
+    rng = np.random.default_rng(11)
+    values = (rng.random(5000) * 10.0 ** rng.integers(-12, 3, 5000)).astype(np.float32)  # inexact sums
+    nn = rng.integers(0, 5000, (20000, 5))
+    assert row_means(values, nn).tobytes() == values.astype(np.float64)[nn].mean(axis=1).tobytes()
+
+
+def _upsample_kdtree(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> Frame:
+    """`upsample` before the grid search (KD-tree queries in spatial order, numpy mean)."""
+    n = len(frame)
+    n_add = 0 if math.isinf(params.count_divisor) else min(n, int(n // params.count_divisor))
+    if n_add == 0:
+        return frame
+    parents = rng.choice(n, size=n_add, replace=False)
+    new = frame.points[parents].astype(np.float64)
+    new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
+    if params.rule == "code":
+        _, nn = query_in_spatial_order(frame.kdtree, new[:, :3], min(5, n), near=0.4)
+        new[:, frame.fields.index("intensity")] = frame.intensity.astype(np.float64)[nn].mean(axis=1)
+    labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
+    return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)
+
+
+@pytest.mark.parametrize("severity", [1, 5])
+def test_upsample_is_byte_identical_to_the_kdtree_version(demo_scan, severity):
+    p = CODE[severity - 1]
+    assert p.rule == "code"
+    got = upsample(demo_scan, p, rng_for(severity))
+    want = _upsample_kdtree(demo_scan, p, rng_for(severity))
+    assert got.points.tobytes() == want.points.tobytes()
+    assert np.array_equal(got.point_tag, want.point_tag)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 6, 7, 40])
+def test_upsample_tiny_frames_are_byte_identical_to_the_kdtree_version(n):
+    rng = np.random.default_rng(n)
+    pts = np.concatenate([rng.normal(0, 0.3, (n, 3)), rng.uniform(0, 1, (n, 1))], axis=1).astype(np.float32)
+    frame = Frame("tiny", pts, fields=("x", "y", "z", "intensity"))
+    p = UpsampleParams(2)
+    got, want = upsample(frame, p, rng_for(n)), _upsample_kdtree(frame, p, rng_for(n))
+    assert got.points.tobytes() == want.points.tobytes() and len(got) == n + n // 2
