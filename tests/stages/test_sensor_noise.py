@@ -7,7 +7,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from stages.frame import PointTag
-from stages.object.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise
+from stages.object.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
 from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
 
 # paper Table 1 (×10³ and % converted), light / moderate / heavy
@@ -27,6 +27,59 @@ def test_normals_equal_the_per_point_loop_of_the_anchor():
         w, v = np.linalg.eigh(np.cov(xyz[idx[i]].T))
         if w[1] - w[0] > 1e-9 * max(w[2], 1e-30):  # a well-defined smallest direction
             assert abs(abs(fast[i] @ v[:, 0]) - 1) < 1e-6
+
+
+def _kdtree_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
+    """`pca_normals` up to stage version 2 (scipy KD-tree query + NumPy sums): the reference for the bytes."""
+    k = min(neighbors, len(xyz))
+    _, idx = cKDTree(xyz, balanced_tree=False, compact_nodes=False).query(xyz, k=k)
+    idx = idx.reshape(len(xyz), k)
+    cols = [xyz[:, j][idx] for j in range(3)]
+    cols = [c - c.mean(axis=1, keepdims=True) for c in cols]
+    cov = np.empty((len(xyz), 3, 3))
+    for i in range(3):
+        for j in range(i, 3):
+            cov[:, i, j] = cov[:, j, i] = (cols[i] * cols[j]).sum(axis=1)
+    return smallest_eigenvectors(cov)
+
+
+def _normal_cases() -> dict[str, np.ndarray]:
+    from pipeline.sources.demo_objects import class_mesh
+    from pipeline.sources.mesh import sample_surface, unit_sphere
+
+    rng = np.random.default_rng(11)
+    demo = {f"demo {c}": unit_sphere(sample_surface(class_mesh(c, 1000), 2048, np.random.default_rng(i)))
+            for i, c in enumerate(("airplane", "chair", "lamp", "table"))}
+    shape = demo["demo chair"]
+    g = np.arange(40) * 0.025
+    grid = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    cases = {
+        **demo,
+        "sphere": make_sphere(4).xyz,
+        "chair boxes": make_object(5, n=2048).xyz,
+        "duplicated points": np.concatenate([shape[:1500], shape[rng.integers(0, 1500, 548)]]),
+        "coplanar grid (exact ties)": np.column_stack([grid, np.zeros(len(grid))]),
+        "coplanar random": np.column_stack([rng.uniform(-1, 1, (2048, 2)), np.full(2048, 0.25)]),
+        "N < k": shape[:6],
+        "N = k": shape[:10],
+        "N = k + 1": shape[:11],
+        "one point ×50": np.tile(shape[:1], (50, 1)),
+        "a 1e-7 cluster": shape[0] + rng.normal(0, 1e-7, (300, 3)),
+    }
+    return {name: np.asarray(v, dtype=np.float32).astype(np.float64) for name, v in cases.items()}
+
+
+@pytest.mark.parametrize("name", list(_normal_cases()))
+def test_normals_are_the_bytes_of_the_kdtree_version(name):
+    """The grid search + numba sums give the very bytes of the KD-tree version (stage version unchanged),
+    ties and degenerate neighbourhoods included."""
+    xyz = _normal_cases()[name]
+    for k in (1, 3, 10, 20):
+        got, want = pca_normals(xyz, k), _kdtree_normals(xyz, k)
+        assert got.shape == want.shape == (len(xyz), 3)
+        np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+    with pytest.raises(ValueError, match="neighbors"):
+        pca_normals(xyz, 129)
 
 
 def test_zero_noise_is_identity():
