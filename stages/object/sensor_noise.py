@@ -19,6 +19,7 @@ three severities. They are the same bytes as the KD-tree version they replaced (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numba
@@ -76,31 +77,68 @@ def smallest_eigenvectors(cov: np.ndarray) -> np.ndarray:
 
     Closed form (trigonometric eigenvalues, then the largest cross product of two rows of A − λI), ≈ 2×
     faster than batched ``eigh``; rows where the two smallest eigenvalues are (nearly) equal, so the
-    direction is ill-conditioned, fall back to ``eigh``."""
-    a, b, c = cov[:, 0, 0], cov[:, 1, 1], cov[:, 2, 2]
-    d, e, f = cov[:, 0, 1], cov[:, 0, 2], cov[:, 1, 2]
-    q = (a + b + c) / 3.0
-    p = np.sqrt(((a - q) ** 2 + (b - q) ** 2 + (c - q) ** 2 + 2.0 * (d * d + e * e + f * f)) / 6.0)
-    ps = np.where(p > 0, p, 1.0)
-    aq, bq, cq = (a - q) / ps, (b - q) / ps, (c - q) / ps
-    dp, ep, fp = d / ps, e / ps, f / ps
-    det = aq * (bq * cq - fp * fp) - dp * (dp * cq - fp * ep) + ep * (dp * fp - bq * ep)
-    phi = np.arccos(np.clip(det / 2.0, -1.0, 1.0)) / 3.0
-    lam_max = q + 2.0 * p * np.cos(phi)
-    lam_min = q + 2.0 * p * np.cos(phi + 2.0 * np.pi / 3.0)
-    lam_mid = 3.0 * q - lam_max - lam_min
-    m = cov - lam_min[:, None, None] * np.eye(3)
-    r0, r1, r2 = m[:, 0], m[:, 1], m[:, 2]
-    crosses = np.stack([np.cross(r0, r1), np.cross(r0, r2), np.cross(r1, r2)], axis=1)
-    norms = (crosses * crosses).sum(axis=2)
-    best = norms.argmax(axis=1)
-    v = crosses[np.arange(len(cov)), best]
-    n = np.sqrt(norms[np.arange(len(cov)), best])
-    bad = (lam_mid - lam_min <= 1e-6 * np.maximum(np.abs(lam_max), 1e-300)) | ~(n > 0)
-    v = v / np.where(n > 0, n, 1.0)[:, None]
+    direction is ill-conditioned, fall back to ``eigh``. The arithmetic runs in numba in the operation order
+    of the NumPy version it replaced; arccos and cos stay NumPy's (SIMD on some CPUs: numba's libm could
+    round differently), so the bytes are the same."""
+    cov = np.ascontiguousarray(cov, dtype=np.float64)
+    p, q, half_det = _eigen_terms(cov)
+    phi = np.arccos(np.clip(half_det, -1.0, 1.0)) / 3.0
+    v, bad = _eigen_vectors(cov, p, q, np.cos(phi), np.cos(phi + 2.0 * np.pi / 3.0))
     if bad.any():
         v[bad] = np.linalg.eigh(cov[bad])[1][:, :, 0]
     return v
+
+
+@numba.njit(cache=True)
+def _eigen_terms(cov):
+    """Per matrix: p (√ of the deviatoric norm / 6), q (trace / 3) and det((A − qI) / p) / 2."""
+    n = cov.shape[0]
+    p, q, half_det = np.empty(n), np.empty(n), np.empty(n)
+    for i in range(n):
+        a, b, c = cov[i, 0, 0], cov[i, 1, 1], cov[i, 2, 2]
+        d, e, f = cov[i, 0, 1], cov[i, 0, 2], cov[i, 1, 2]
+        qi = (a + b + c) / 3.0
+        pi = math.sqrt(((a - qi) * (a - qi) + (b - qi) * (b - qi) + (c - qi) * (c - qi)
+                        + 2.0 * (d * d + e * e + f * f)) / 6.0)
+        ps = pi if pi > 0 else 1.0
+        aq, bq, cq = (a - qi) / ps, (b - qi) / ps, (c - qi) / ps
+        dp, ep, fp = d / ps, e / ps, f / ps
+        det = aq * (bq * cq - fp * fp) - dp * (dp * cq - fp * ep) + ep * (dp * fp - bq * ep)
+        p[i], q[i], half_det[i] = pi, qi, det / 2.0
+    return p, q, half_det
+
+
+@numba.njit(cache=True)
+def _eigen_vectors(cov, p, q, cos_max, cos_min):
+    """The unit cross product of largest norm among the rows of A − λ_min·I, and the rows to hand to eigh
+    (λ_mid − λ_min ≤ 1e-6·|λ_max|, or all cross products zero)."""
+    n = cov.shape[0]
+    v = np.empty((n, 3))
+    bad = np.zeros(n, np.bool_)
+    m = np.empty((3, 3))
+    cr = np.empty((3, 3))
+    for i in range(n):
+        lam_max = q[i] + 2.0 * p[i] * cos_max[i]
+        lam_min = q[i] + 2.0 * p[i] * cos_min[i]
+        lam_mid = 3.0 * q[i] - lam_max - lam_min
+        for r in range(3):
+            for s in range(3):  # A − λ·I as NumPy formed it: λ·0 on the off-diagonal (−0 if λ < 0)
+                m[r, s] = cov[i, r, s] - lam_min * (1.0 if r == s else 0.0)
+        for t, (r, s) in enumerate(((0, 1), (0, 2), (1, 2))):
+            cr[t, 0] = m[r, 1] * m[s, 2] - m[r, 2] * m[s, 1]
+            cr[t, 1] = m[r, 2] * m[s, 0] - m[r, 0] * m[s, 2]
+            cr[t, 2] = m[r, 0] * m[s, 1] - m[r, 1] * m[s, 0]
+        best, best_norm = 0, -1.0
+        for t in range(3):
+            norm = cr[t, 0] * cr[t, 0] + cr[t, 1] * cr[t, 1] + cr[t, 2] * cr[t, 2]
+            if norm > best_norm:  # the first of equal norms, as argmax
+                best, best_norm = t, norm
+        length = math.sqrt(best_norm)
+        bad[i] = lam_mid - lam_min <= 1e-6 * max(abs(lam_max), 1e-300) or not length > 0
+        div = length if length > 0 else 1.0
+        for s in range(3):
+            v[i, s] = cr[best, s] / div
+    return v, bad
 
 
 @numba.njit(cache=True)
@@ -115,7 +153,7 @@ def _near_ties(d2, atol):
     return tied
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _numpy_dot(x, y, n):
     """Σ x[i]·y[i] for i < n ≤ 128, summed in NumPy's order for ``(x * y).sum()``: the products, then one
     pairwise block (8 accumulators, then the tail; NumPy halves longer rows first — not needed, see
@@ -152,18 +190,21 @@ def _neighbourhood_covariances(xyz, idx, k):
     ``(cols[a] * cols[b]).sum(axis=1)``."""
     n = idx.shape[0]
     cov = np.empty((n, 3, 3))
-    col = np.empty((3, k))
+    cx, cy, cz = np.empty(k), np.empty(k), np.empty(k)
     ones = np.ones(k)
     for i in range(n):
-        for a in range(3):
-            for t in range(k):
-                col[a, t] = xyz[idx[i, t], a]
-            mean = _numpy_dot(col[a], ones, k) / k
-            for t in range(k):
-                col[a, t] = col[a, t] - mean
-        for a in range(3):
-            for b in range(a, 3):
-                cov[i, a, b] = cov[i, b, a] = _numpy_dot(col[a], col[b], k)
+        for t in range(k):
+            j = idx[i, t]
+            cx[t], cy[t], cz[t] = xyz[j, 0], xyz[j, 1], xyz[j, 2]
+        mx, my, mz = _numpy_dot(cx, ones, k) / k, _numpy_dot(cy, ones, k) / k, _numpy_dot(cz, ones, k) / k
+        for t in range(k):
+            cx[t], cy[t], cz[t] = cx[t] - mx, cy[t] - my, cz[t] - mz
+        cov[i, 0, 0] = _numpy_dot(cx, cx, k)
+        cov[i, 0, 1] = cov[i, 1, 0] = _numpy_dot(cx, cy, k)
+        cov[i, 0, 2] = cov[i, 2, 0] = _numpy_dot(cx, cz, k)
+        cov[i, 1, 1] = _numpy_dot(cy, cy, k)
+        cov[i, 1, 2] = cov[i, 2, 1] = _numpy_dot(cy, cz, k)
+        cov[i, 2, 2] = _numpy_dot(cz, cz, k)
     return cov
 
 

@@ -29,6 +29,34 @@ def test_normals_equal_the_per_point_loop_of_the_anchor():
             assert abs(abs(fast[i] @ v[:, 0]) - 1) < 1e-6
 
 
+def _numpy_smallest_eigenvectors(cov: np.ndarray) -> np.ndarray:
+    """`smallest_eigenvectors` as it was in NumPy (transcribed): the reference for the bytes."""
+    a, b, c = cov[:, 0, 0], cov[:, 1, 1], cov[:, 2, 2]
+    d, e, f = cov[:, 0, 1], cov[:, 0, 2], cov[:, 1, 2]
+    q = (a + b + c) / 3.0
+    p = np.sqrt(((a - q) ** 2 + (b - q) ** 2 + (c - q) ** 2 + 2.0 * (d * d + e * e + f * f)) / 6.0)
+    ps = np.where(p > 0, p, 1.0)
+    aq, bq, cq = (a - q) / ps, (b - q) / ps, (c - q) / ps
+    dp, ep, fp = d / ps, e / ps, f / ps
+    det = aq * (bq * cq - fp * fp) - dp * (dp * cq - fp * ep) + ep * (dp * fp - bq * ep)
+    phi = np.arccos(np.clip(det / 2.0, -1.0, 1.0)) / 3.0
+    lam_max = q + 2.0 * p * np.cos(phi)
+    lam_min = q + 2.0 * p * np.cos(phi + 2.0 * np.pi / 3.0)
+    lam_mid = 3.0 * q - lam_max - lam_min
+    m = cov - lam_min[:, None, None] * np.eye(3)
+    r0, r1, r2 = m[:, 0], m[:, 1], m[:, 2]
+    crosses = np.stack([np.cross(r0, r1), np.cross(r0, r2), np.cross(r1, r2)], axis=1)
+    norms = (crosses * crosses).sum(axis=2)
+    best = norms.argmax(axis=1)
+    v = crosses[np.arange(len(cov)), best]
+    n = np.sqrt(norms[np.arange(len(cov)), best])
+    bad = (lam_mid - lam_min <= 1e-6 * np.maximum(np.abs(lam_max), 1e-300)) | ~(n > 0)
+    v = v / np.where(n > 0, n, 1.0)[:, None]
+    if bad.any():
+        v[bad] = np.linalg.eigh(cov[bad])[1][:, :, 0]
+    return v
+
+
 def _kdtree_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
     """`pca_normals` up to stage version 2 (scipy KD-tree query + NumPy sums): the reference for the bytes."""
     k = min(neighbors, len(xyz))
@@ -40,7 +68,7 @@ def _kdtree_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
     for i in range(3):
         for j in range(i, 3):
             cov[:, i, j] = cov[:, j, i] = (cols[i] * cols[j]).sum(axis=1)
-    return smallest_eigenvectors(cov)
+    return _numpy_smallest_eigenvectors(cov)
 
 
 def _normal_cases() -> dict[str, np.ndarray]:
@@ -163,6 +191,20 @@ def test_closed_form_eigenvectors_match_eigh_including_degenerate_rows():
     assert residual.max() < 1e-8 * max(1.0, np.abs(cov).max())
     ref = np.linalg.eigh(cov[15:])[1][:, :, 0]
     assert np.abs(np.abs((v[15:] * ref).sum(axis=1)) - 1).max() < 1e-6
+
+
+def test_closed_form_eigenvectors_are_the_bytes_of_the_numpy_version():
+    rng = np.random.default_rng(8)
+    a = rng.normal(size=(3000, 3, 3)) * 10.0 ** rng.integers(-6, 3, (3000, 1, 1))
+    cov = a @ a.transpose(0, 2, 1)
+    cov[:4] = 0.0  # a single repeated point
+    cov[4:8] = np.eye(3)
+    cov[8:12] = np.diag([1.0, 1.0, 4.0])
+    cov[12:16] = np.diag([0.0, 2.0, 3.0])
+    cov[16:20, 0, 1] = cov[16:20, 1, 0] = -0.0  # signed zeros survive A − λI as NumPy formed it
+    cov[20:24] = np.diag([-1e-18, 1.0, 2.0])  # λ_min < 0 by rounding: λ·0 = −0 off the diagonal
+    v = smallest_eigenvectors(cov)
+    np.testing.assert_array_equal(v.view(np.int64), _numpy_smallest_eigenvectors(cov).view(np.int64))
 
 
 def test_normals_are_computed_once_per_shape_and_reused():
