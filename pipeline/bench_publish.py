@@ -8,11 +8,18 @@ On a demo version it measures, against a local SeaweedFS (started on 127.0.0.1 f
 2. ``publish`` throughput (upload MB/s, every file new);
 3. ``pull`` throughput (download + sha256 of every file, MB/s);
 4. remote ``verify`` throughput (streamed sha256 + footer row counts, MB/s).
+
+`run_bench_s3_build` (``bench-build bench --s3-build``) times only the builds, interleaved and repeated:
+local directory, ``s3://`` with uploads overlapping compute (the default) and ``s3://`` with overlap off
+(``BENCH_BUILD_OVERLAP_UPLOADS=0``); it prints each run, the medians, the overhead of each s3 mode over
+local, the CPU seconds the SeaweedFS server used (on loopback it shares the machine's cores with the
+build) and the load average before and after (other work on a shared machine inflates every number).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -76,6 +83,84 @@ def run_bench_publish(frames: int = 8, workers: int = 2, to: str | None = None, 
         assert report.ok
         results["verify_mb_s"] = mb / dt
         print(f"verify (remote): {report.checked} files in {dt:.2f} s = {mb / dt:.0f} MB/s")
+    return results
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _build_cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped descendants (the local Ray's raylet reaps its workers and
+    is reaped at ``ray.shutdown``): what a build cost in CPU, whatever else the machine runs."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
+
+
+def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recipe: str = "kitti-c",
+                       modes: tuple[str, ...] = S3_BUILD_MODES) -> dict:
+    """Median wall time of a demo build per mode (interleaved ``repeat`` times) and each s3 mode's overhead
+    over ``local``, against a throwaway SeaweedFS on 127.0.0.1."""
+    from pipeline.build import run_build
+    from pipeline.seaweed import SeaweedServer
+    from pipeline.storage import OVERLAP_ENV
+
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    server_cpu: dict[str, list[float]] = {m: [] for m in modes}
+    build_cpu: dict[str, list[float]] = {m: [] for m in modes}
+    load_before = os.getloadavg()
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-s3-build-")))
+        secret = uuid.uuid4().hex
+        server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
+        keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", OVERLAP_ENV)
+        saved = {k: os.environ.get(k) for k in keys}
+        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=server.endpoint)
+        stack.callback(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+                                for k, v in saved.items()])
+        print(f"local SeaweedFS at {server.endpoint}; demo build of {recipe}: {frames} frames, {workers} workers "
+              f"(Ray start-up included), {repeat} rounds of {', '.join(modes)}")
+        for i in range(repeat):
+            for mode in modes:
+                os.environ[OVERLAP_ENV] = "0" if mode == "s3-serial" else "1"  # the local Ray's workers inherit it
+                out = tmp / f"local-{i}" if mode == "local" else f"s3://bench/{mode}-{i}-{uuid.uuid4().hex[:6]}"
+                cpu0, build_cpu0 = _proc_cpu_seconds(server.proc.pid), _build_cpu_seconds()
+                t = time.perf_counter()
+                res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
+                dt = time.perf_counter() - t
+                assert res.ok, res.failures
+                times[mode].append(dt)
+                server_cpu[mode].append(_proc_cpu_seconds(server.proc.pid) - cpu0)
+                build_cpu[mode].append(_build_cpu_seconds() - build_cpu0)
+                # res.seconds ends when the last task returned: the rest is the ledger check + manifest + card
+                print(f"  round {i + 1} {mode:>10}: {dt:6.1f} s (of which finishing {dt - res.seconds:4.1f} s; "
+                      f"build CPU {build_cpu[mode][-1]:5.1f} s, server CPU {server_cpu[mode][-1]:5.1f} s, "
+                      f"load {os.getloadavg()[0]:.2f})", flush=True)
+    load_after = os.getloadavg()
+    med = {m: statistics.median(v) for m, v in times.items()}
+    results: dict = {"median_s": med, "runs_s": times, "server_cpu_s": {m: statistics.median(v)
+                                                                        for m, v in server_cpu.items()},
+                     "build_cpu_s": {m: statistics.median(v) for m, v in build_cpu.items()},
+                     "load_before": load_before, "load_after": load_after}
+    print(f"medians over {repeat} interleaved rounds (load average 1/5/15 min: before "
+          f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}):")
+    for m in modes:
+        extra = ""
+        if m != "local" and "local" in med:
+            results[f"overhead_{m}_pct"] = (med[m] / med["local"] - 1) * 100
+            extra = f"  overhead vs local {med[m] - med['local']:+.1f} s ({results[f'overhead_{m}_pct']:+.0f} %)"
+        print(f"  {m:>10}: {med[m]:6.1f} s  build CPU {results['build_cpu_s'][m]:5.1f} s  "
+              f"server CPU {results['server_cpu_s'][m]:5.1f} s{extra}")
     return results
 
 

@@ -536,6 +536,11 @@ def bench(
     builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
     publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
                                                "pull, verify) against a throwaway local SeaweedFS")] = False,
+    s3_build: Annotated[bool, typer.Option(help="Instead: demo build to a local directory vs to s3:// (a throwaway "
+                                                "local SeaweedFS) with uploads overlapping compute and without, "
+                                                "interleaved --repeat times; medians and overhead %")] = False,
+    repeat: Annotated[int, typer.Option(help="With --s3-build: rounds of the three builds")] = 3,
+    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds")] = 2,
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
@@ -552,10 +557,15 @@ def bench(
 
         run_bench_loaders(version_dir, frames=frames)
         return
+    if s3_build:
+        from pipeline.bench_publish import run_bench_s3_build
+
+        run_bench_s3_build(frames=frames, workers=workers, repeat=repeat)
+        return
     if publish:
         from pipeline.bench_publish import run_bench_publish
 
-        run_bench_publish(frames=frames)
+        run_bench_publish(frames=frames, workers=workers)
         return
     from pipeline.bench import run_bench, run_object_bench
 

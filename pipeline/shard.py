@@ -219,8 +219,11 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
         frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
     try:
-        return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file, (t0, cpu0),
-                            read_seconds, sources, before_commit, encoding, panels)
+        try:
+            return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file,
+                                (t0, cpu0), read_seconds, sources, before_commit, encoding, panels)
+        finally:  # a task that failed mid-way drops its queued uploads and waits for the running one
+            store.end_background_uploads()
     except ShardFailed:
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
@@ -277,7 +280,7 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                       "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
         if on_file is not None:
             on_file(rows)
-    uploads.finish()  # every file is in place before the ledger says so
+    uploads.finish()  # every file is in place before the ledger says so (raises the first failed upload)
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
              "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0[0], 4), "pid": os.getpid(),

@@ -82,7 +82,14 @@ class VersionLocked(StorageError):
 
 LOCK_NAME = ".bench-build.lock"  # local writer lock (a dot file: never listed, published or read as data)
 LEASE_NAME = "_lease.json"  # S3 writer lease, beside the version's data (never listed in a manifest)
+OVERLAP_ENV = "BENCH_BUILD_OVERLAP_UPLOADS"  # "0": an s3 build uploads each file before computing the next
 LEASE_TTL = 120.0  # seconds a lease lives without renewal; the holder renews every TTL / 4
+
+
+def overlap_uploads() -> bool:
+    """Do s3 builds upload each file in the background while the next is computed? Yes unless
+    ``BENCH_BUILD_OVERLAP_UPLOADS`` is ``0`` / ``false`` / ``no`` / ``off`` in the workers' environment."""
+    return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 # -- owners (who writes a temp file or holds a lock) ------------------------------------------------
@@ -365,19 +372,29 @@ class Store:
         that says the files exist. Local stores rename in place, so this is a no-op for them."""
         return BackgroundUploads(None)
 
+    def end_background_uploads(self) -> None:
+        """Abandon a batch of `background_uploads` its caller did not `finish` (it is failing): no upload
+        outlives the task that staged it. A no-op after `finish`, and for stores without background uploads."""
+
 
 class BackgroundUploads:
-    """Uploads running on one background thread, bounded (staging disk stays at ``depth`` files)."""
+    """Uploads running on one background thread, bounded (staging disk stays at ``depth`` files).
+
+    The owner must end every batch with `finish` (success: wait, raise the first failure) or `abandon`
+    (its task failed: drop what has not started, wait for what has), so no upload outlives its task."""
 
     def __init__(self, depth: int | None) -> None:
         self.depth = depth
         self._pool = None
         self._slots = threading.BoundedSemaphore(depth) if depth else None
-        self._futures: list[Any] = []
+        self._jobs: list[tuple[Any, Path]] = []  # (future, staged file)
+        self._closed = False
 
     @property
     def active(self) -> bool:
-        return self.depth is not None
+        """Does `staged_file` hand files over? Not after `finish` / `abandon`: a later file uploads in place,
+        never to a batch nobody waits for."""
+        return self.depth is not None and not self._closed
 
     def submit(self, upload: Callable[[], None], staged: Path) -> None:
         """Run ``upload`` in the background, then delete ``staged``; blocks while ``depth`` are waiting."""
@@ -395,18 +412,36 @@ class BackgroundUploads:
                 staged.unlink(missing_ok=True)
                 self._slots.release()
 
-        self._futures.append(self._pool.submit(job))
+        try:
+            self._jobs.append((self._pool.submit(job), staged))
+        except BaseException:
+            self._slots.release()
+            raise
 
     def finish(self) -> None:
         """Wait for every upload; raise the first failure (the others have finished or failed too)."""
         try:
-            for f in self._futures:
+            for f, _ in self._jobs:
                 f.result()
         finally:
-            self._futures = []
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            self._close()
+
+    def abandon(self) -> None:
+        """Cancel uploads not yet started (deleting their staged files), wait for the running one, ignore
+        failures: the caller is already failing, and an object is either whole or absent."""
+        for f, staged in self._jobs:
+            if f.cancel():
+                staged.unlink(missing_ok=True)
+                assert self._slots is not None
+                self._slots.release()
+        self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._jobs = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 # -- local -----------------------------------------------------------------------------------------
@@ -686,11 +721,12 @@ class S3Store(Store):
         self._uploads: BackgroundUploads | None = None
 
     def background_uploads(self, depth: int = 2) -> BackgroundUploads:
-        # opt-in (BENCH_BUILD_OVERLAP_UPLOADS=1 in the workers' environment) until its effect is measured on a
-        # quiet machine: it changes how fast tasks finish, which a kill-timing test of the suite is sensitive to
-        on = os.environ.get("BENCH_BUILD_OVERLAP_UPLOADS", "") == "1"
-        self._uploads = BackgroundUploads(depth if on else None)
+        self._uploads = BackgroundUploads(depth if overlap_uploads() else None)
         return self._uploads
+
+    def end_background_uploads(self) -> None:
+        if self._uploads is not None:
+            self._uploads.abandon()
 
     @property
     def client(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -231,7 +232,19 @@ def test_wrong_credentials_fail_clearly_and_write_nothing(built, s3prefix, s3env
     assert not (tmp_path / "o").exists()
 
 
-def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3env, small_recipe, demo_kitti_master):
+def _mid_upload(keys: list[str]) -> bool:
+    """A shard is recorded and another one has some of its objects but no ledger entry: that shard's
+    files are being written and uploaded right now."""
+    recorded = {Path(k).stem for k in keys if k.startswith("_ledger/shards/") and not k.endswith(".failed.json")}
+    started = {Path(k).stem.split("-of-")[0] for k in keys if k.endswith(".parquet")}
+    return bool(recorded) and bool(started - {r.split("-of-")[0] for r in recorded})
+
+
+def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3env, small_recipe, demo_kitti_master,
+                                                          monkeypatch):
+    """Uploads overlap compute (the default, set explicitly here): killed while a shard's files are uploading,
+    the run leaves no recorded shard without all its objects, and resuming gives the clean build's bytes."""
+    monkeypatch.setenv("BENCH_BUILD_OVERLAP_UPLOADS", "1")  # the subprocess, its Ray workers and the resume
     common = ["--source", str(demo_kitti_master), "--workers", "1", "--frames-per-shard", "1", "--max-frames",
               str(FRAMES), "--no-progress"]
     version_url = f"{s3prefix}/mini-c/0.1.0"
@@ -240,12 +253,12 @@ def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3en
     deadline = time.time() + 120
     try:
         while time.time() < deadline:
-            if [k for k in remote_keys(s3env, version_url) if k.startswith("_ledger/shards/")]:
+            if _mid_upload(remote_keys(s3env, version_url)):
                 break
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.05)
         else:
-            pytest.fail("build never recorded a shard")
+            pytest.fail("build never got to a second shard's uploads")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray workers and raylet die mid-build
     finally:
         proc.wait(timeout=30)
@@ -254,9 +267,15 @@ def test_s3_build_resumes_after_sigkill_like_a_local_build(built, s3prefix, s3en
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    done_before = [k for k in remote_keys(s3env, version_url) if k.startswith("_ledger/shards/")]
+    after_kill = remote_objects(s3env, version_url)
+    done_before = [k for k in after_kill if k.startswith("_ledger/shards/")]
     assert 1 <= len(done_before) < FRAMES, "the kill should land mid-build"
-    assert "manifest.json" not in remote_keys(s3env, version_url)
+    assert "manifest.json" not in after_kill
+    for k in done_before:  # every recorded shard has all its objects, whole (what resume trusts)
+        for f in json.loads(after_kill[k])["files"]:
+            assert f["path"] in after_kill, f"{k} recorded but {f['path']} missing"
+            digest = hashlib.sha256(after_kill[f["path"]]).hexdigest()
+            assert digest == f["sha256"], f"{k} recorded, {f['path']} partial"
 
     resumed = run_build(str(small_recipe), source=str(demo_kitti_master), out=s3prefix, workers=1,
                         max_frames=FRAMES, frames_per_shard=1, progress=False)

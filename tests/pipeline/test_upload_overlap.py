@@ -1,5 +1,6 @@
 """Uploads overlap compute on object storage: a staged file uploads in the background while the next is
-written; `finish()` waits for all and reports failures; staging disk stays bounded."""
+written; `finish()` waits for all and reports failures; staging disk stays bounded; a shard is recorded in
+the ledger only after every one of its uploads finished, and a failed shard leaves no upload running."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from pipeline.storage import LocalStore, open_store
+from pipeline.storage import OVERLAP_ENV, LocalStore, open_store
 
 
 def _write(store, key: str, data: bytes) -> str:
@@ -20,7 +21,7 @@ def _write(store, key: str, data: bytes) -> str:
 
 def test_background_uploads_land_every_file_and_bound_the_backlog(s3prefix, s3env, monkeypatch, tmp_path):
     monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
-    monkeypatch.setenv("BENCH_BUILD_OVERLAP_UPLOADS", "1")
+    monkeypatch.setenv(OVERLAP_ENV, "1")
     store = open_store(s3prefix)
     real_upload = store.upload_file
     in_flight, peak, lock = [0], [0], threading.Lock()
@@ -55,7 +56,7 @@ def test_background_uploads_land_every_file_and_bound_the_backlog(s3prefix, s3en
 
 def test_a_failed_background_upload_is_raised_by_finish(s3prefix, s3env, monkeypatch, tmp_path):
     monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
-    monkeypatch.setenv("BENCH_BUILD_OVERLAP_UPLOADS", "1")
+    monkeypatch.setenv(OVERLAP_ENV, "1")
     store = open_store(s3prefix)
     real_upload = store.upload_file
 
@@ -75,9 +76,108 @@ def test_a_failed_background_upload_is_raised_by_finish(s3prefix, s3env, monkeyp
     assert not list((tmp_path / "staging").glob("*.tmp"))
 
 
-def test_overlap_is_off_unless_asked_for(s3prefix, s3env, monkeypatch):
-    monkeypatch.delenv("BENCH_BUILD_OVERLAP_UPLOADS", raising=False)
+def test_overlap_is_on_by_default_and_can_be_switched_off(s3prefix, s3env, monkeypatch):
+    monkeypatch.delenv(OVERLAP_ENV, raising=False)
+    assert open_store(s3prefix).background_uploads().active
+    monkeypatch.setenv(OVERLAP_ENV, "0")
     assert not open_store(s3prefix).background_uploads().active
+
+
+def _shard_inputs(small_recipe, demo_kitti):
+    from manifests.recipe import load_recipe
+    from pipeline.plan import plan_shards
+    from pipeline.sources.kitti import KittiSource
+
+    recipe = load_recipe(small_recipe)
+    spec = plan_shards(["000000"], 1)[0]
+    return recipe, spec, KittiSource(demo_kitti)
+
+
+def _upload_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("bench-build-upload")]
+
+
+def test_a_shard_is_recorded_only_after_its_last_upload_finished(s3prefix, s3env, monkeypatch, tmp_path,
+                                                                small_recipe, demo_kitti):
+    from pipeline.ledger import Ledger
+    from pipeline.shard import build_shard
+
+    monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    recipe, spec, source = _shard_inputs(small_recipe, demo_kitti)
+    store = open_store(f"{s3prefix}/v")
+    keys = [rel for _, _, rel in spec.partitions(recipe)]
+    real_upload = store.upload_file
+    started, release = threading.Event(), threading.Event()
+
+    def gated(local, key, **kw):  # the last file's upload hangs until the test has looked at the ledger
+        if key == keys[-1]:
+            started.set()
+            assert release.wait(120)
+        real_upload(local, key, **kw)
+
+    monkeypatch.setattr(store, "upload_file", gated)
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.update(entry=build_shard(spec, recipe, source, store, "f" * 64, "r")))
+    worker.start()
+    try:
+        assert started.wait(120), "the last file was never handed to the uploader"
+        time.sleep(0.3)  # a writer that did not wait for its uploads would record the shard now
+        assert worker.is_alive()
+        assert Ledger(store).done_entry(spec.name) is None  # every file written, one not uploaded: not done
+        assert not store.exists(keys[-1]) and all(store.exists(k) for k in keys[:-1])
+    finally:
+        release.set()
+        worker.join(120)
+    entry = Ledger(store).done_entry(spec.name)
+    assert entry is not None and entry["files"] == out["entry"]["files"]
+    assert [f["path"] for f in entry["files"]] == keys
+    for f in entry["files"]:  # recorded ⇒ every object is there, whole
+        assert store.sha256(f["path"]) == f["sha256"] and store.head(f["path"]).size == f["bytes"]
+    assert not _upload_threads() and not list((tmp_path / "staging").glob("*.tmp"))
+
+
+def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s3env, monkeypatch, tmp_path,
+                                                                    small_recipe, demo_kitti):
+    from pipeline import shard as shard_mod
+    from pipeline.ledger import Ledger
+    from pipeline.shard import ShardFailed, build_shard
+
+    monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    recipe, spec, source = _shard_inputs(small_recipe, demo_kitti)
+    store = open_store(f"{s3prefix}/v")
+    keys = [rel for _, _, rel in spec.partitions(recipe)]
+    real_upload, real_write = store.upload_file, shard_mod._write_parquet
+    first_started, uploaded = threading.Event(), []
+
+    def slow(local, key, **kw):  # file 0 is still uploading when the shard fails on file 3
+        if key == keys[0]:
+            first_started.set()
+            time.sleep(1.0)
+        real_upload(local, key, **kw)
+        uploaded.append(key)
+
+    calls = [0]
+
+    def failing_write(path, schema, batches):
+        calls[0] += 1
+        if calls[0] == 4:
+            assert first_started.wait(60)
+            raise OSError(28, "No space left on device")
+        return real_write(path, schema, batches)
+
+    monkeypatch.setattr(store, "upload_file", slow)
+    monkeypatch.setattr(shard_mod, "_write_parquet", failing_write)
+    with pytest.raises(ShardFailed) as e:
+        build_shard(spec, recipe, source, store, "f" * 64, "r")
+    assert e.value.kind == "resource" and keys[3] in e.value.message
+    # build_shard returned only after the running upload ended; the queued ones were dropped, not left running
+    assert not _upload_threads()
+    assert uploaded and uploaded[0] == keys[0] and set(uploaded) <= set(keys[:3])
+    assert sorted(o.key for o in store.list()) == sorted(uploaded)  # whole objects only, no ledger entry
+    assert Ledger(store).done_entry(spec.name) is None
+    assert not list((tmp_path / "staging").glob("*.tmp"))
 
 
 def test_local_store_writes_in_place(tmp_path):
@@ -93,7 +193,7 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
                                                                demo_kitti, tmp_path):
     from pipeline.build import run_build
 
-    monkeypatch.setenv("BENCH_BUILD_OVERLAP_UPLOADS", "1")  # the local Ray's workers inherit it
+    monkeypatch.setenv(OVERLAP_ENV, "1")  # the local Ray's workers inherit it
     common = {"source": str(demo_kitti), "workers": 1, "max_frames": 2, "frames_per_shard": 1, "progress": False}
     remote = run_build(str(small_recipe), out=s3prefix, **common)
     local = run_build(str(small_recipe), out=tmp_path / "local", **common)
