@@ -110,7 +110,11 @@ S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
 def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recipe: str = "kitti-c",
                        modes: tuple[str, ...] = S3_BUILD_MODES) -> dict:
     """Median wall time of a demo build per mode (interleaved ``repeat`` times) and each s3 mode's overhead
-    over ``local``, against a throwaway SeaweedFS on 127.0.0.1."""
+    over ``local``. Every s3 build gets a fresh SeaweedFS on 127.0.0.1 (started and stopped outside the
+    timed region, its data deleted after), and every local build's output is deleted after it is timed, so
+    the runs are alike and the disk holds one build at a time."""
+    import shutil
+
     from pipeline.build import run_build
     from pipeline.seaweed import SeaweedServer
     from pipeline.storage import OVERLAP_ENV
@@ -119,37 +123,48 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     server_cpu: dict[str, list[float]] = {m: [] for m in modes}
     build_cpu: dict[str, list[float]] = {m: [] for m in modes}
     load_before = os.getloadavg()
-    with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-s3-build-")))
-        secret = uuid.uuid4().hex
-        server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
-        keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", OVERLAP_ENV)
-        saved = {k: os.environ.get(k) for k in keys}
-        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=server.endpoint)
-        stack.callback(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-                                for k, v in saved.items()])
-        print(f"local SeaweedFS at {server.endpoint}; demo build of {recipe}: {frames} frames, {workers} workers "
-              f"(Ray start-up included), {repeat} rounds of {', '.join(modes)}")
-        for i in range(repeat):
-            for mode in modes:
-                os.environ[OVERLAP_ENV] = "0" if mode == "s3-serial" else "1"  # the local Ray's workers inherit it
-                out = tmp / f"local-{i}" if mode == "local" else f"s3://bench/{mode}-{i}-{uuid.uuid4().hex[:6]}"
-                cpu0, build_cpu0 = _proc_cpu_seconds(server.proc.pid), _build_cpu_seconds()
-                t = time.perf_counter()
-                res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
-                dt = time.perf_counter() - t
-                assert res.ok, res.failures
-                times[mode].append(dt)
-                server_cpu[mode].append(_proc_cpu_seconds(server.proc.pid) - cpu0)
-                build_cpu[mode].append(_build_cpu_seconds() - build_cpu0)
-                # res.seconds ends when the last task returned: the rest is the ledger check + manifest + card
-                print(f"  round {i + 1} {mode:>10}: {dt:6.1f} s (of which finishing {dt - res.seconds:4.1f} s; "
-                      f"build CPU {build_cpu[mode][-1]:5.1f} s, server CPU {server_cpu[mode][-1]:5.1f} s, "
-                      f"load {os.getloadavg()[0]:.2f})", flush=True)
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", OVERLAP_ENV)
+    saved = {k: os.environ.get(k) for k in keys}
+    print(f"demo build of {recipe}: {frames} frames, {workers} workers (Ray start-up included), {repeat} rounds "
+          f"of {', '.join(modes)}; s3 = a fresh SeaweedFS on 127.0.0.1 per build")
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-s3-build-") as tmp_name:
+            tmp = Path(tmp_name)
+            for i in range(repeat):
+                for mode in modes:
+                    os.environ[OVERLAP_ENV] = "0" if mode == "s3-serial" else "1"  # the local Ray's workers inherit it
+                    with ExitStack() as stack:
+                        server = None
+                        if mode == "local":
+                            out: str | Path = tmp / "local"
+                        else:
+                            secret = uuid.uuid4().hex
+                            server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
+                            os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY=secret,
+                                              AWS_ENDPOINT_URL=server.endpoint)
+                            out = f"s3://bench/{mode}-{i}"
+                        cpu0 = _proc_cpu_seconds(server.proc.pid) if server else 0.0
+                        build_cpu0 = _build_cpu_seconds()
+                        t = time.perf_counter()
+                        res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
+                        dt = time.perf_counter() - t
+                        assert res.ok, res.failures
+                        times[mode].append(dt)
+                        server_cpu[mode].append(_proc_cpu_seconds(server.proc.pid) - cpu0 if server else 0.0)
+                        build_cpu[mode].append(_build_cpu_seconds() - build_cpu0)
+                    shutil.rmtree(tmp / "local", ignore_errors=True)
+                    shutil.rmtree(tmp / "seaweed", ignore_errors=True)
+                    # res.seconds ends when the last task returned: the rest is the ledger check + manifest + card
+                    print(f"  round {i + 1} {mode:>10}: {dt:6.1f} s (finishing {dt - res.seconds:4.1f} s; "
+                          f"build CPU {build_cpu[mode][-1]:5.1f} s, server CPU {server_cpu[mode][-1]:5.1f} s, "
+                          f"load {os.getloadavg()[0]:.2f})", flush=True)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     load_after = os.getloadavg()
     med = {m: statistics.median(v) for m, v in times.items()}
-    results: dict = {"median_s": med, "runs_s": times, "server_cpu_s": {m: statistics.median(v)
-                                                                        for m, v in server_cpu.items()},
+    results: dict = {"median_s": med, "runs_s": times,
+                     "server_cpu_s": {m: statistics.median(v) for m, v in server_cpu.items()},
                      "build_cpu_s": {m: statistics.median(v) for m, v in build_cpu.items()},
                      "load_before": load_before, "load_after": load_after}
     print(f"medians over {repeat} interleaved rounds (load average 1/5/15 min: before "
