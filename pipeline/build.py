@@ -288,6 +288,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     bar = BuildProgress(total=len(frame_ids) * recipe.examples_stored(1), enabled=progress)
     pending_names = {t.name for t in pending}
     bar.advance(sum(len(t.frame_ids) * len(t.parts) for t in tasks if t.name not in pending_names))
+    stopping = None
     if pending:
         t = time.time()
         started = init_ray(workers, address)
@@ -299,14 +300,36 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         finally:
             bar.close()
             result.phases["tasks"] = round(time.time() - t, 3)
-            if started:
+            if started and not result.failures and sys.exc_info()[0] is None:
+                stopping = _stop_ray_in_background()  # Ray stops (≈ 1 s) while the manifest and card are written
+            elif started:  # a failed run (a dead raylet …) stops Ray in the foreground, as it always did
                 import ray
 
-                t = time.time()
                 ray.shutdown()
-                result.phases["ray_stop"] = round(time.time() - t, 3)
     else:
         bar.close()
+    try:
+        return _finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
+                       workers=workers, address=address, stopping=stopping)
+    finally:
+        if stopping is not None:
+            stopping.join()
+
+
+def _stop_ray_in_background():
+    import threading
+
+    import ray
+
+    stopping = threading.Thread(target=ray.shutdown, name="bench-build-ray-shutdown")
+    stopping.start()
+    return stopping
+
+
+def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
+            version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
+            workers: int | None, address: str | None, stopping: Any = None) -> BuildResult:
+    """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
     result.seconds = time.time() - t0
     if not result.failures and all(ledger.check_done(t.name, fingerprint, "size", src)[0] for t in tasks):
         t = time.time()
@@ -322,6 +345,8 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
         from pipeline.validate import validate_after_build
 
+        if stopping is not None:  # validation may start a Ray of its own
+            stopping.join()
         t = time.time()
         result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
