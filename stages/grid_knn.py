@@ -303,9 +303,9 @@ def _knn_blocks(xyz, k, start, order, pts, x0, y0, z0, cell, nx, ny, nz, out_i, 
     with d² ≤ t2, where t2 is the smaller of (a) gap², gap = distance from q to the block's faces less
     1e-9 cell (faces on the grid's border are open: no point lies beyond them), and (b) the largest d² from
     q to the k neighbours of an earlier query next to it (k points within that bound), then keeps the k best
-    (d², index). The result is exact when the k-th best d² < gap² (every point outside the block is at
-    least gap away); otherwise, or if fewer than k candidates passed, q is answered by `_ball` with a
-    growing radius."""
+    (d², index) of those (compacted first, without a branch per candidate). The result is exact when the
+    k-th best d² < gap² (every point outside the block is at least gap away); otherwise, or if fewer than k
+    candidates passed, q is answered by `_ball` with a growing radius."""
     n = pts.shape[0]
     bx, by, bz = np.empty(n), np.empty(n), np.empty(n)
     bidx = np.empty(n, np.int64)
@@ -333,10 +333,18 @@ def _knn_blocks(xyz, k, start, order, pts, x0, y0, z0, cell, nx, ny, nz, out_i, 
             qx, qy, qz = pts[j, 0], pts[j, 1], pts[j, 2]
             gap = min(qx - lx, hx - qx, qy - ly, hy - qy, qz - lz, hz - qz) - 1e-9 * cell
             t2 = gap * gap if gap > 0 else 0.0
-            # an earlier query next to q: the previous point of this cell, else of the cell below / behind
+            # an earlier query next to q: the nearest earlier point of this cell, else the last point of the
+            # cell below / the first of the cell behind (their k neighbours bound q's k-th distance)
             src = -1
-            if j > start[c]:
-                src = order[j - 1]
+            if j > start[c]:  # the nearest earlier point of this cell
+                best = np.inf
+                for jj in range(start[c], j):
+                    dx = pts[jj, 0] - qx
+                    dy = pts[jj, 1] - qy
+                    dz = pts[jj, 2] - qz
+                    d = dx * dx + dy * dy + dz * dz
+                    if d < best:
+                        best, src = d, order[jj]
             elif cz > 0 and start[c - 1] < start[c]:
                 src = order[start[c] - 1]
             elif cy > 0 and start[c - nz] < start[c - nz + 1]:
