@@ -124,56 +124,48 @@ def _build(points, value_col, x0, y0, z0, cell, hz, nx, ny, nz):
     for i in range(n):
         b = slot[i] // (B * B)
         slot[i] = block[b] * (B * B) + slot[i] - b * (B * B)
-    by_slot = _counting_sort(slot, n_slots, np.arange(n))
-    # then by height cell inside each column: a counting sort over the column's own cells, which also gives
-    # where each cell starts
-    cols = np.empty((n_slots, 3), np.int32)
-    cols[:, 0] = 1
-    cols[:, 1] = 0
-    cols[:, 2] = 0
-    zs = np.empty(n + 2 * n_slots + 1, np.int32)
+    # storage order (slot, height cell, index), built with passes over the points in memory order (sequential
+    # reads; only the small per-column tables are accessed at random)
+    cols = np.empty((n_slots, 3), np.int32)  # zlo, zhi, base; empty column: zlo > zhi
+    cols[:, 0] = nz
+    cols[:, 1] = -1
+    for i in range(n):
+        s = slot[i]
+        cols[s, 0] = min(cols[s, 0], cz[i])
+        cols[s, 1] = max(cols[s, 1], cz[i])
+    m = 0
+    for s in range(n_slots):  # each column's cells lo … hi + 1 get entries of zs (the last: its end)
+        if cols[s, 1] >= cols[s, 0]:
+            cols[s, 2] = m - cols[s, 0]
+            m += cols[s, 1] - cols[s, 0] + 2
+        else:
+            cols[s, 0] = 1
+            cols[s, 1] = 0
+            cols[s, 2] = 0
+    zs = np.zeros(m, np.int32)
+    for i in range(n):
+        zs[cols[slot[i], 2] + cz[i] + 1] += 1
+    j = 0
+    for s in range(n_slots):  # counts → starts
+        if cols[s, 1] >= cols[s, 0]:
+            base = cols[s, 2]
+            zs[base + cols[s, 0]] = j
+            for c in range(cols[s, 0], cols[s, 1] + 1):
+                j += zs[base + c + 1]
+                zs[base + c + 1] = j
     order = np.empty(n, np.int64)
     pts = np.zeros((n, 4), np.float64)
-    m = 0
-    j = 0
-    while j < n:
-        s = slot[by_slot[j]]
-        e = j
-        lo = cz[by_slot[j]]
-        hi = lo
-        while e < n and slot[by_slot[e]] == s:
-            lo = min(lo, cz[by_slot[e]])
-            hi = max(hi, cz[by_slot[e]])
-            e += 1
-        if m + hi - lo + 2 > zs.shape[0]:
-            zs = np.concatenate((zs, np.empty(zs.shape[0] + hi - lo + 2, np.int32)))
-        base = m - lo
-        for c in range(lo, hi + 2):
-            zs[base + c] = 0
-        for t in range(j, e):
-            zs[base + cz[by_slot[t]] + 1] += 1
-        zs[base + lo] = j
-        for c in range(lo, hi + 1):
-            zs[base + c + 1] += zs[base + c]
-        for t in range(j, e):  # scatter: zs[base + c] runs ahead while cell c fills ...
-            i = by_slot[t]
-            p = zs[base + cz[i]]
-            zs[base + cz[i]] = p + 1
-            order[p] = i
-            pts[p, 0] = points[i, 0]
-            pts[p, 1] = points[i, 1]
-            pts[p, 2] = points[i, 2]
-            if value_col >= 0:
-                pts[p, 3] = points[i, value_col]
-        for c in range(hi, lo, -1):  # ... and then holds where cell c + 1 starts: shift back by one
-            zs[base + c] = zs[base + c - 1]
-        zs[base + lo] = j
-        cols[s, 0] = lo
-        cols[s, 1] = hi
-        cols[s, 2] = base
-        m = base + hi + 2
-        j = e
-    return block, cols, zs[:m].copy(), order, pts
+    fill = zs.copy()
+    for i in range(n):
+        p = fill[cols[slot[i], 2] + cz[i]]
+        fill[cols[slot[i], 2] + cz[i]] = p + 1
+        order[p] = i
+        pts[p, 0] = points[i, 0]
+        pts[p, 1] = points[i, 1]
+        pts[p, 2] = points[i, 2]
+        if value_col >= 0:
+            pts[p, 3] = points[i, value_col]
+    return block, cols, zs, order, pts
 
 
 @numba.njit(cache=True, inline="always")
@@ -234,9 +226,9 @@ def _select(w, kk, buf_d, buf_j, bj, bd):
 
 
 @numba.njit(cache=True)
-def _knn_batch(q, k, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
-    """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query (sorted by distance), the mean
-    of their values (summed left to right, then divided: numpy's ``mean(axis=1)`` of the row), and whether the
+def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
+    """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query (sorted by distance; only with
+    ``want_idx``, else idx is empty), the mean of their values (summed left to right, then divided: numpy's ``mean(axis=1)`` of the row), and whether the
     query is settled; exact is False where the KD-tree must answer (fewer than k+1 points within reach, or two
     (near-)equal consecutive squared distances among the k+1 nearest)."""
     m = q.shape[0]
@@ -245,7 +237,7 @@ def _knn_batch(q, k, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
     n_slots = cols.shape[0]
     icell = 1.0 / cell
     ihz = 1.0 / hz
-    idx = np.zeros((m, k), np.int64)
+    idx = np.zeros((m if want_idx else 0, k), np.int64)
     means = np.zeros(m, np.float64)
     exact = np.zeros(m, np.bool_)
     # the queries in the storage order of their columns (those outside every block last)
@@ -309,11 +301,12 @@ def _knn_batch(q, k, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
             continue
         exact[t] = True
         total = pts[bj[0], 3]
-        idx[t, 0] = order[bj[0]]
         for s in range(1, k):
             total += pts[bj[s], 3]
-            idx[t, s] = order[bj[s]]
         means[t] = total / k
+        if want_idx:
+            for s in range(k):
+                idx[t, s] = order[bj[s]]
     return idx, means, exact
 
 
@@ -322,7 +315,7 @@ def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | No
     if k <= 0 or len(queries) == 0 or len(points) <= k + 1:
         return queries, None, None, np.zeros(len(queries), dtype=bool)
     grid = CellGrid(points, value_col=value_col)
-    idx, means, exact = _knn_batch(queries, k, *grid.args())
+    idx, means, exact = _knn_batch(queries, k, value_col is None, *grid.args())
     return queries, idx, means, exact
 
 
