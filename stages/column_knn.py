@@ -227,10 +227,11 @@ def _select(w, kk, buf_d, buf_j, bj, bd):
 
 @numba.njit(cache=True)
 def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz, nx, ny):
-    """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query (sorted by distance; only with
-    ``want_idx``, else idx is empty), the mean of their values (summed left to right, then divided: numpy's ``mean(axis=1)`` of the row), and whether the
-    query is settled; exact is False where the KD-tree must answer (fewer than k+1 points within reach, or two
-    (near-)equal consecutive squared distances among the k+1 nearest)."""
+    """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query, sorted by distance (only with
+    ``want_idx``; else idx is empty); the mean of their values (summed left to right, then divided: numpy's
+    ``mean(axis=1)`` of the row); whether the query is settled. exact is False where the KD-tree must answer:
+    fewer than k+1 points within reach, or two (near-)equal consecutive squared distances among the k+1
+    nearest."""
     m = q.shape[0]
     kk = k + 1
     nby = (ny + B - 1) // B
@@ -310,23 +311,30 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
     return idx, means, exact
 
 
-def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | None):
+def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | None, cache: dict | None = None):
     queries = np.asarray(queries, dtype=np.float64).reshape(-1, 3)  # any strides: read in place
     if k <= 0 or len(queries) == 0 or len(points) <= k + 1:
         return queries, None, None, np.zeros(len(queries), dtype=bool)
-    grid = CellGrid(points, value_col=value_col)
+    key = ("column_knn.CellGrid", CELL, HZ, value_col)
+    grid = None if cache is None else cache.get(key)
+    if grid is None:
+        grid = CellGrid(points, value_col=value_col)
+        if cache is not None:
+            cache[key] = grid
     idx, means, exact = _knn_batch(queries, k, value_col is None, *grid.args())
     return queries, idx, means, exact
 
 
-def knn_near(xyz: np.ndarray, queries: np.ndarray, k: int, tree: Callable[[], object]) -> np.ndarray:
+def knn_near(xyz: np.ndarray, queries: np.ndarray, k: int, tree: Callable[[], object],
+             cache: dict | None = None) -> np.ndarray:
     """Indices (m, k) of the k nearest points of ``xyz`` (n, ≥ 3) to every query, sorted by distance: exactly
     ``tree().query(queries, k)[1]`` for ``tree()`` a KD-tree over ``xyz`` (called only when the KD-tree must
     answer some queries: (near-)tied distances, neighbours beyond reach, at most k + 1 points). ``k`` ≤ n.
-    Fast for queries near the data (each costs about the points of the cells within its k-th distance)."""
+    Fast for queries near the data (each costs about the points of the cells within its k-th distance).
+    ``cache``: a per-frame dict (`Frame.derived`) that keeps the grid for the next call on the same points."""
     from stages.geometry import query_in_spatial_order
 
-    queries, idx, _, exact = _search(xyz, queries, k, None)
+    queries, idx, _, exact = _search(xyz, queries, k, None, cache)
     if idx is None:
         return query_in_spatial_order(tree(), queries, k)[1]
     if not exact.all():
@@ -335,12 +343,12 @@ def knn_near(xyz: np.ndarray, queries: np.ndarray, k: int, tree: Callable[[], ob
 
 
 def mean_of_nearest(points: np.ndarray, value_col: int, queries: np.ndarray, k: int,
-                    tree: Callable[[], object]) -> np.ndarray:
+                    tree: Callable[[], object], cache: dict | None = None) -> np.ndarray:
     """``points[:, value_col].astype(np.float64)[nn].mean(axis=1)`` (the same bytes) with ``nn`` =
-    ``knn_near(points, queries, k, tree)``: the mean value of every query's k nearest points."""
+    ``knn_near(points, queries, k, tree, cache)``: the mean value of every query's k nearest points."""
     from stages.geometry import query_in_spatial_order
 
-    queries, idx, means, exact = _search(points, queries, k, value_col)
+    queries, idx, means, exact = _search(points, queries, k, value_col, cache)
     if idx is None:
         return row_means(points[:, value_col], query_in_spatial_order(tree(), queries, k)[1])
     if not exact.all():

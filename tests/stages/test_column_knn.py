@@ -133,3 +133,12 @@ def test_upsample_tiny_frames_are_byte_identical_to_the_kdtree_version(n):
     p = UpsampleParams(2)
     got, want = upsample(frame, p, rng_for(n)), _upsample_kdtree(frame, p, rng_for(n))
     assert got.points.tobytes() == want.points.tobytes() and len(got) == n + n // 2
+
+
+def test_grid_is_cached_on_the_frame_and_shared_by_severities(demo_scan):
+    frame = demo_scan.with_points(demo_scan.points)  # a fresh frame: empty cache
+    outs = [upsample(frame, CODE[s - 1], rng_for(s)) for s in (2, 4)]
+    grids = [v for key, v in frame.derived.items() if key[0] == "column_knn.CellGrid"]
+    assert len(grids) == 1  # built once, by the first severity
+    for s, out in zip((2, 4), outs, strict=True):
+        assert out.points.tobytes() == _upsample_kdtree(demo_scan, CODE[s - 1], rng_for(s)).points.tobytes()
