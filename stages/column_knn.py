@@ -321,6 +321,8 @@ def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | No
         grid = CellGrid(points, value_col=value_col)
         if cache is not None:
             cache[key] = grid
+    if grid.cell > 2 * CELL:  # a scan kilometres wide (outliers): coarse cells would be slow, the KD-tree is not
+        return queries, None, None, np.zeros(len(queries), dtype=bool)
     idx, means, exact = _knn_batch(queries, k, value_col is None, *grid.args())
     return queries, idx, means, exact
 

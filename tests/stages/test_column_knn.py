@@ -142,3 +142,12 @@ def test_grid_is_cached_on_the_frame_and_shared_by_severities(demo_scan):
     assert len(grids) == 1  # built once, by the first severity
     for s, out in zip((2, 4), outs, strict=True):
         assert out.points.tobytes() == _upsample_kdtree(demo_scan, CODE[s - 1], rng_for(s)).points.tobytes()
+
+
+def test_a_scan_kilometres_wide_is_left_to_the_kdtree():
+    rng = np.random.default_rng(12)
+    xyz = np.concatenate([rng.normal(0, 5, (5000, 3)), [[4e4, -4e4, 0.0]]])
+    points = np.concatenate([xyz, rng.uniform(0, 1, (len(xyz), 1))], axis=1).astype(np.float32)
+    q = _near_queries(points[:, :3], 500, 13)
+    _check(points, q, 5)
+    assert _search(points, q, 5, 3)[1] is None  # coarse cells: the KD-tree answers every query
