@@ -95,13 +95,21 @@ def _proc_cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def _build_cpu_seconds() -> float:
-    """CPU seconds of this process and its reaped descendants (the local Ray's raylet reaps its workers and
-    is reaped at ``ray.shutdown``): what a build cost in CPU, whatever else the machine runs."""
+def _driver_cpu_seconds() -> float:
     import resource
 
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def _tasks_cpu_seconds(res) -> float:
+    """CPU seconds the build's tasks recorded in the ledger (each worker process's time over the task, upload
+    threads included): with the driver's, what a build cost in CPU whatever else the machine runs."""
+    from pipeline.ledger import Ledger
+    from pipeline.storage import open_store
+
+    ledger = Ledger(open_store(res.version_dir))
+    return sum((ledger.done_entry(name) or {}).get("cpu_seconds", 0.0) for name in res.shards_built)
 
 
 S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
@@ -144,14 +152,14 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
                                               AWS_ENDPOINT_URL=server.endpoint)
                             out = f"s3://bench/{mode}-{i}"
                         cpu0 = _proc_cpu_seconds(server.proc.pid) if server else 0.0
-                        build_cpu0 = _build_cpu_seconds()
+                        build_cpu0 = _driver_cpu_seconds()
                         t = time.perf_counter()
                         res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
                         dt = time.perf_counter() - t
                         assert res.ok, res.failures
                         times[mode].append(dt)
                         server_cpu[mode].append(_proc_cpu_seconds(server.proc.pid) - cpu0 if server else 0.0)
-                        build_cpu[mode].append(_build_cpu_seconds() - build_cpu0)
+                        build_cpu[mode].append(_driver_cpu_seconds() - build_cpu0 + _tasks_cpu_seconds(res))
                     shutil.rmtree(tmp / "local", ignore_errors=True)
                     shutil.rmtree(tmp / "seaweed", ignore_errors=True)
                     # res.seconds ends when the last task returned: the rest is the ledger check + manifest + card

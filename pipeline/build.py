@@ -331,7 +331,11 @@ def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprin
             workers: int | None, address: str | None, stopping: Any = None) -> BuildResult:
     """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
     result.seconds = time.time() - t0
-    if not result.failures and all(ledger.check_done(t.name, fingerprint, "size", src)[0] for t in tasks):
+    complete = False
+    if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
+        sizes = ledger.object_sizes()
+        complete = all(ledger.check_done(t.name, fingerprint, "size", src, sizes)[0] for t in tasks)
+    if complete:
         t = time.time()
         try:
             result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
