@@ -107,6 +107,24 @@ def test_resume_after_sigkill_matches_uninterrupted_build(small_recipe, demo_kit
     assert stable_view(read_manifest(version_dir)) == stable_view(read_manifest(clean.version_dir))
 
 
+def test_check_done_from_one_listing_sees_missing_and_resized_files(tmp_path):
+    from pipeline.storage import LocalStore
+
+    store = LocalStore(tmp_path)
+    ledger = Ledger(store)
+    for name, data in (("data/a.parquet", b"aaaa"), ("data/b.parquet", b"bb")):
+        store.put_bytes(name, data)
+    files = [{"path": "data/a.parquet", "bytes": 4, "sha256": ""}, {"path": "data/b.parquet", "bytes": 2, "sha256": ""}]
+    ledger.record_done("s", {"fingerprint": "f", "files": files})
+    sizes = ledger.object_sizes()
+    assert sizes["data/a.parquet"] == 4 and ledger.check_done("s", "f", "size", sizes=sizes) == (True, "")
+    store.put_bytes("data/b.parquet", b"b")
+    assert ledger.check_done("s", "f", "size", sizes=ledger.object_sizes()) == \
+        (False, "data/b.parquet has 1 bytes, the ledger recorded 2")
+    store.delete("data/a.parquet")
+    assert ledger.check_done("s", "f", "size", sizes=ledger.object_sizes()) == (False, "data/a.parquet is missing")
+
+
 def test_altered_shard_fails_verify_and_is_rebuilt(small_recipe, demo_kitti, tmp_path):
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=2, frames_per_shard=3,
                     progress=False)
