@@ -62,13 +62,18 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     from stages.ring import frame_rings
 
-    t = time.perf_counter()
+    times = []
     for f in demo:
+        t = time.process_time()
         _ = f.kdtree, f.box_index, frame_rings(f)  # computed once per frame, shared by its corruptions
-    prep = (time.perf_counter() - t) / frames
+        times.append(time.process_time() - t)
+    # the first frame also pays one-offs of the process (imports, numba's cached machine code): a worker pays
+    # them once, not per frame
+    prep = float(np.mean(times[1:])) if frames > 1 else times[0]
     results["frame_prep_ms"] = prep * 1e3
-    print(f"\nshared per-frame preparation (KD-tree + box index + ring recovery): {prep * 1e3:.1f} ms per frame "
-          "(once per frame)")
+    results["frame_prep_first_ms"] = times[0] * 1e3
+    print(f"\nshared per-frame preparation (KD-tree + box index + ring recovery): {prep * 1e3:.1f} ms CPU per frame "
+          f"(once per frame; the process's first frame: {times[0] * 1e3:.0f} ms, with one-off imports and loads)")
     from pipeline.costs import CACHES
 
     clock = time.process_time  # CPU time of this process: robust to other jobs on a shared machine

@@ -63,11 +63,24 @@ class View:
 
 # ---- rasters ---------------------------------------------------------------------------------------
 
+_TAG_LUT: np.ndarray | None = None
+
+
+def _tag_lut() -> np.ndarray:
+    global _TAG_LUT
+    if _TAG_LUT is None:
+        _TAG_LUT = np.array([TAG_COLORS.get(PointTag(i), (0, 0, 0)) if i in PointTag._value2member_map_
+                             else (0, 0, 0) for i in range(256)])
+    return _TAG_LUT
+
+
+def _lut8() -> np.ndarray:
+    return (_tag_lut() * 255 + 0.5).astype(np.uint8)
+
+
 def _colors(tags: np.ndarray, z: np.ndarray, color_by: str, z_range: tuple[float, float]) -> np.ndarray:
     if color_by == "tag":
-        lut = np.array([TAG_COLORS.get(PointTag(i), (0, 0, 0)) if i in PointTag._value2member_map_ else (0, 0, 0)
-                        for i in range(256)])
-        return lut[tags.astype(np.uint8)]
+        return _tag_lut()[tags.astype(np.uint8)]
     if color_by == "height":
         from matplotlib import colormaps
 
@@ -78,15 +91,16 @@ def _colors(tags: np.ndarray, z: np.ndarray, color_by: str, z_range: tuple[float
 
 def paint(u: np.ndarray, v: np.ndarray, rgb: np.ndarray, order_key: np.ndarray,
           extent: tuple[float, float, float, float], px: int) -> np.ndarray:
-    """An (px, px, 3) uint8 raster, white background, row 0 at the top (v = extent[3])."""
+    """An (px, px, 3) uint8 raster, white background, row 0 at the top (v = extent[3]). ``rgb``: colours
+    in [0, 1], or already as uint8."""
     u0, u1, v0, v1 = extent
     iu = ((u - u0) * (px / (u1 - u0))).astype(np.int64)
     iv = ((v1 - v) * (px / (v1 - v0))).astype(np.int64)
-    ok = (iu >= 0) & (iu < px) & (iv >= 0) & (iv < px) & (u >= u0) & (v <= v1)
-    pix = (iv * px + iu)[ok]
-    order = np.argsort(order_key[ok])  # later (higher key) points overwrite earlier ones
+    inside = np.flatnonzero((iu >= 0) & (iu < px) & (iv >= 0) & (iv < px) & (u >= u0) & (v <= v1))
+    order = inside[np.argsort(order_key[inside])]  # later (higher key) points overwrite earlier ones
     img = np.full((px * px, 3), 255, np.uint8)
-    img[pix[order]] = (np.asarray(rgb)[ok][order] * 255 + 0.5).astype(np.uint8)
+    rgb = np.asarray(rgb)
+    img[iv[order] * px + iu[order]] = rgb[order] if rgb.dtype == np.uint8 else (rgb[order] * 255 + 0.5).astype(np.uint8)
     return img.reshape(px, px, 3)
 
 
@@ -109,7 +123,9 @@ def object_extent(points: np.ndarray) -> float:
 
 def bev_raster(view: View, extent, color_by: str, px: int = PANEL_PX) -> np.ndarray:
     p = view.points
-    rgb = _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5))
+    # by tag: the LUT in uint8 (the same bytes paint would round to), one (N, 3) gather instead of three passes
+    rgb = (_lut8()[view.tags.astype(np.uint8)] if color_by == "tag"
+           else _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5)))
     key = view.tags.astype(np.float64) * 100 + p[:, 2] if color_by == "tag" else p[:, 2]
     return paint(p[:, 0], p[:, 1], rgb, key, extent, px)
 
