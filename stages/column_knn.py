@@ -8,15 +8,16 @@ The points are bucketed into cells of ``cell`` × ``cell`` × ``hz`` metres and 
 slice; columns are found through a dense table of the occupied B × B blocks of columns, so the index
 costs O(N) to build whatever the scan's extent. Queries are answered in the storage order of their
 columns (neighbouring queries reuse the same memory). Each query scans every cell within a radius that
-is a guess of its (k+1)-th nearest distance (twice the squared one of the previous query), with
-branch-free compaction of the points within it; when fewer than k+1 points lie within the guess it grows
-it, up to a radius known to hold k+1 points (the farthest of the previous query's neighbours). Scanning
-all points within a radius that holds at least k+1 of them gives exactly the k+1 nearest.
+is a guess of its k-th nearest distance (twice the squared one of the previous query), with branch-free
+compaction of the points within it; when fewer than k points lie within the guess it grows it, up to a
+radius known to hold k points (just beyond the farthest of the previous query's neighbours). Scanning all
+points within a radius that holds at least k of them gives exactly the k nearest, and shows whether any
+other point is level with the k-th.
 
 Same neighbours as ``scipy.spatial.cKDTree.query``: the queries this search cannot settle the way the
 KD-tree does are answered by the KD-tree itself: two (near-)equal consecutive squared distances among the
-k+1 nearest (which of the tied points the KD-tree returns depends on its traversal), fewer than k+1
-points within ``_REACH`` cells, or at most k + 1 points in all.
+k nearest or between the k-th and the next (which of the tied points the KD-tree returns depends on its
+traversal), fewer than k points within ``_REACH`` cells, or at most k + 1 points in all.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ _MAX_Z_CELLS = 4096  # height-cell cap: the cell height grows for very tall scan
 _REACH = 4  # cells: the search radius never exceeds this many cells (then the KD-tree answers)
 _SLACK = 1e-9  # metres added to every search radius, far above the rounding error of the cell arithmetic
 _NEAR_TIE = 1e-10  # relative gap between consecutive squared distances below which the KD-tree decides
-_GUESS = 2.0  # a query's first squared search radius: this × the previous query's (k+1)-th squared distance
-_GROW = 3.0  # fewer than k+1 points within the radius: grow the squared radius by this (up to a known bound)
+_GUESS = 2.0  # a query's first squared search radius: this × the previous query's k-th squared distance
+_GROW = 3.0  # fewer than k points within the radius: grow the squared radius by this (up to a known bound)
 CELL, HZ = 0.15, 0.1  # metres: the fastest on the demo scans (0.1–0.3 m cells cost within 10 % of it)
 
 
@@ -230,10 +231,10 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
     """(idx (m, k), means (m,), exact (m,)): the k nearest points of every query, sorted by distance (only with
     ``want_idx``; else idx is empty); the mean of their values (summed left to right, then divided: numpy's
     ``mean(axis=1)`` of the row); whether the query is settled. exact is False where the KD-tree must answer:
-    fewer than k+1 points within reach, or two (near-)equal consecutive squared distances among the k+1
-    nearest."""
+    fewer than k points within reach, or two (near-)equal consecutive squared distances among the k nearest
+    and the next."""
     m = q.shape[0]
-    kk = k + 1
+    kk = k
     nby = (ny + B - 1) // B
     n_slots = cols.shape[0]
     icell = 1.0 / cell
@@ -270,7 +271,8 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
         qx = sq[u, 0]
         qy = sq[u, 1]
         qz = sq[u, 2]
-        # a radius known to hold kk points: the farthest of the previous query's kk neighbours
+        # a radius known to hold kk points: the farthest of the previous query's kk neighbours (a little beyond,
+        # so that the tie test below can see past the k-th distance)
         bound = far
         if have_prev:
             w = 0.0
@@ -280,13 +282,13 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
                 dy = pts[j, 1] - qy
                 dz = pts[j, 2] - qz
                 w = max(w, dx * dx + dy * dy + dz * dz)
-            bound = min(bound, w * (1 + 1e-12))
+            bound = min(bound, w * (1 + 4 * _NEAR_TIE))
         lim = min(bound, _GUESS * prev_d)
         while True:
             cnt = _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j)
             if cnt >= kk or lim >= bound:
                 break
-            lim = min(bound, _GROW * lim)
+            lim = min(bound, _GROW * lim) if lim > 0 else bound  # (lim 0: k coincident points before)
         if cnt < kk:
             continue  # fewer than kk points within reach
         _select(cnt, kk, buf_d, buf_j, bj, bd)
@@ -294,11 +296,17 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             prev[s] = bj[s]
         prev_d = bd[kk - 1]
         have_prev = True
-        tie = False
+        # ties: two (near-)equal consecutive distances among the k nearest, or another point (near-)level with
+        # the k-th: every point within lim was kept, so count those within the k-th distance (+ tolerance)
+        tie = lim < bd[kk - 1] * (1 + _NEAR_TIE)
         for s in range(1, kk):
             if bd[s] - bd[s - 1] <= _NEAR_TIE * bd[s]:
                 tie = True
-        if tie:
+        edge = bd[kk - 1] * (1 + _NEAR_TIE)
+        level = 0
+        for w in range(cnt):
+            level += buf_d[w] <= edge
+        if tie or level > kk:
             continue
         exact[t] = True
         total = pts[bj[0], 3]

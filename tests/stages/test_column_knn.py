@@ -151,3 +151,13 @@ def test_a_scan_kilometres_wide_is_left_to_the_kdtree():
     q = _near_queries(points[:, :3], 500, 13)
     _check(points, q, 5)
     assert _search(points, q, 5, 3)[1] is None  # coarse cells: the KD-tree answers every query
+
+
+def test_coincident_points_do_not_stall_the_search():
+    """Queries exactly on a point repeated more than k times (the previous query's k-th distance is 0, so the
+    next query's first guess is 0 too): answered (by the KD-tree where tied), no endless growth of a zero radius."""
+    rng = np.random.default_rng(14)
+    xyz = np.concatenate([np.repeat(rng.normal(0, 1, (40, 3)), 7, axis=0), rng.normal(0, 1, (2000, 3))])
+    points = np.concatenate([xyz, rng.uniform(0, 1, (len(xyz), 1))], axis=1).astype(np.float32)
+    q = np.concatenate([points[:280:7, :3], _near_queries(points[:, :3], 500, 15, 0.01)]).astype(np.float64)
+    _check(points, q, 5)
