@@ -29,7 +29,7 @@ from pipeline import __version__
 from pipeline.costs import load_costs
 from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
-from pipeline.progress import BuildProgress
+from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.shard import ShardFailed, build_shard, os_error_message, partition_table
 from pipeline.sources import open_source
@@ -60,23 +60,6 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return not self.failures and self.manifest is not None
-
-
-class ProgressCounter:
-    """Ray actor: examples written so far per shard, so the driver's bar moves file by file, not shard by
-    shard. A shard's count restarts when its task (re)starts, so retries are not counted twice."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
-
-    def start(self, shard: str) -> None:
-        self.rows[shard] = 0
-
-    def add(self, shard: str, rows: int) -> None:
-        self.rows[shard] = self.rows.get(shard, 0) + rows
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(self.rows)
 
 
 def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,

@@ -139,3 +139,22 @@ class TransferProgress:
             self._progress = None
         elif self.enabled and self.total:
             self._log()
+
+
+class ProgressCounter:
+    """Ray actor: examples written so far per shard, so the driver's bar moves file by file, not shard by
+    shard. A shard's count restarts when its task (re)starts, so retries are not counted twice. It lives
+    in this light module so that the actor's process imports nothing else (from `pipeline.build` it imported
+    the whole pipeline: ≈ 0.5 s of CPU taken from the workers at the start of every build)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def start(self, shard: str) -> None:
+        self.rows[shard] = 0
+
+    def add(self, shard: str, rows: int) -> None:
+        self.rows[shard] = self.rows.get(shard, 0) + rows
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.rows)
