@@ -28,6 +28,7 @@ from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
 from pipeline.costs import load_costs
 from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
+from pipeline.numeric import build_profile, check_profile, profile_differences, worker_env
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
@@ -63,17 +64,25 @@ class BuildResult:
 
 
 def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
-               counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full") -> dict:
+               counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
+               numeric_profile: dict[str, Any] | None = None) -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
 
     ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
     the driver's writer-lock record: a task whose run is over (driver dead, lock taken over) writes nothing,
-    so a killed run's surviving workers never race the next run."""
+    so a killed run's surviving workers never race the next run. ``numeric_profile``: the build's
+    (`pipeline.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
+    AVX-512, other library versions …) fails the shard, naming the node and the difference, and writes nothing."""
     store = root.open()
     if owner is not None and not store.still_writer(owner):
         return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
                 "holds the version's writer lock", "kind": "resource"}
     ledger = Ledger(store)
+    mismatch = check_profile(numeric_profile)
+    if mismatch is not None:
+        _record_failure(ledger, spec.name, {"shard": spec.name, "error": mismatch, "kind": "resource",
+                                            "run_id": run_id})
+        return {"shard": spec.name, "ok": False, "error": mismatch, "kind": "resource"}
     on_file = None
     panels: dict = {}
     if counter is not None:
@@ -182,7 +191,9 @@ def init_ray(workers: int | None, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False,
+                              # every worker of the job, on any node, starts with the numeric pin (before NumPy)
+                              "runtime_env": {"env_vars": worker_env()}}
     if address:
         ray.init(address=address, **kwargs)
     else:
@@ -255,13 +266,19 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full") -> BuildResult:
     ledger = Ledger(store)
+    old_run = ledger.run_info()
+    profile = build_profile()
+    if _numeric_profile_changed(old_run, fingerprint, profile, overwrite, version_dir):
+        ledger.clear()  # --overwrite of a build started under another numeric profile: start it over
+        old_run = None
     # a local Ray's size is known: split only as far as it shortens the build; a cluster gets the cost-sized split
-    cut = task_groups(recipe, fps, groups, ledger.run_info(), fingerprint, overwrite,
+    cut = task_groups(recipe, fps, groups, old_run, fingerprint, overwrite,
                       shards=specs, workers=None if address else (workers or os.cpu_count() or 1))
     tasks = [TaskSpec(s, g, len(cut), parts) for s in specs for g, parts in enumerate(cut)]
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs),
-                  "task_groups": [[list(p) for p in grp] for grp in cut]}, overwrite=overwrite)
+                  "task_groups": [[list(p) for p in grp] for grp in cut], "numeric_profile": profile},
+                 overwrite=overwrite)
 
     pending = [t for t in tasks if not ledger.check_done(t.name, fingerprint, recheck, src)[0]]
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
@@ -279,7 +296,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         t = time.time()
         try:
             _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding,
-                     raylet=_local_raylet() if started and not address else None)
+                     raylet=_local_raylet() if started and not address else None, numeric_profile=profile)
         finally:
             bar.close()
             result.phases["tasks"] = round(time.time() - t, 3)
@@ -293,10 +310,28 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         bar.close()
     try:
         return _finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
-                       workers=workers, address=address, stopping=stopping)
+                       workers=workers, address=address, stopping=stopping, numeric_profile=profile)
     finally:
         if stopping is not None:
             stopping.join()
+
+
+def _numeric_profile_changed(old_run: dict[str, Any] | None, fingerprint: str, profile: dict[str, Any],
+                             overwrite: bool, version_dir: Path | str) -> bool:
+    """True if the build in progress was started under another numeric profile and ``overwrite`` starts it over;
+    without ``overwrite`` that is refused (LedgerMismatch, exit 2): its done shards and this run's could differ in
+    bytes for the same keys. A ledger from before profiles were recorded is resumed (and gets this one)."""
+    if old_run is None or old_run.get("fingerprint") != fingerprint or not old_run.get("numeric_profile"):
+        return False
+    diffs = profile_differences(old_run["numeric_profile"], profile)
+    if not diffs:
+        return False
+    if overwrite:
+        return True
+    raise LedgerMismatch(
+        f"{version_dir} was started under another numeric profile ({'; '.join(diffs)}): resuming it here could mix "
+        "shards whose bytes differ for the same keys. Resume it with the image and environment it started with, "
+        "or pass --overwrite to rebuild it from scratch (README: Reproducibility across machines)")
 
 
 def _stop_ray_in_background():
@@ -311,7 +346,8 @@ def _stop_ray_in_background():
 
 def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
             version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
-            workers: int | None, address: str | None, stopping: Any = None) -> BuildResult:
+            workers: int | None, address: str | None, stopping: Any = None,
+            numeric_profile: dict[str, Any] | None = None) -> BuildResult:
     """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
     result.seconds = time.time() - t0
     complete = False
@@ -323,7 +359,7 @@ def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprin
         try:
             result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
                                              fps, result.seconds, panels=result.sheet_panels,
-                                             phases=result.phases)
+                                             phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
             result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
                                                               store.key_url(MANIFEST_NAME))
@@ -386,7 +422,7 @@ def _local_raylet() -> Any:
 
 
 def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,
-             encoding: str = "full", raylet: Any = None) -> None:
+             encoding: str = "full", raylet: Any = None, numeric_profile: dict[str, Any] | None = None) -> None:
     """Run ``pending`` on Ray, recording each outcome in ``result``.
 
     ``raylet``: the local raylet's process, watched every second. When it dies Ray loses the driver's object
@@ -396,7 +432,8 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
     import ray
 
     run_id = uuid.uuid4().hex[:12]
-    task = ray.remote(num_cpus=1, max_retries=3)(_run_shard)
+    # the numeric pin per task too: a Ray the caller started (without init_ray's runtime_env) still runs it pinned
+    task = ray.remote(num_cpus=1, max_retries=3, runtime_env={"env_vars": worker_env()})(_run_shard)
     recipe_ref, src_ref = ray.put(recipe), ray.put(src)
     max_in_flight = max(2, int(2 * ray.cluster_resources().get("CPU", 1)))
     counter = ray.remote(num_cpus=0)(ProgressCounter).remote() if bar.enabled else None
@@ -429,7 +466,7 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
             while queue and len(in_flight) < max_in_flight:
                 spec = queue.pop(0)
                 in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter,
-                                      owner, encoding)] = spec
+                                      owner, encoding, numeric_profile)] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
             message, kind = describe_task_error(e)
@@ -463,7 +500,7 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
                    specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
                    seconds: float, *, panels: dict | None = None, phases: dict[str, float] | None = None,
-                   ) -> dict[str, Any]:
+                   numeric_profile: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards.
 
     ``panels``: the contact sheet's panels as the build tasks painted them (else the sheet's frame is read
@@ -512,6 +549,9 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "build_seconds": round(seconds, 2),
         "code_version": __version__,
+        # what every task computed under (each checked its own against it): platform, library versions, NumPy
+        # SIMD dispatch, OpenBLAS core, and whether that is bench-build's pin or a user's override
+        **({"numeric_profile": numeric_profile} if numeric_profile is not None else {}),
         "fingerprint": fingerprint,
         "recipe": recipe.canonical(),
         "source": {**{k: v for k, v in source.items() if k != "root"}, **({"demo": True} if _demo(source) else {})},

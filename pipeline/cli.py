@@ -11,6 +11,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.numeric import pin_environment
+
+# Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
+# starts compute with the numeric pin (NumPy without AVX-512 dispatch, OpenBLAS on Haswell kernels), so shard
+# and demo-data bytes do not depend on the machine's CPU. A user's own setting of either variable is kept.
+pin_environment()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
 console = Console(stderr=True, soft_wrap=True)
@@ -625,6 +631,37 @@ def validate(
                           f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
                           f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
                           f"{version_dir}/validation/{r['corruption']}/summary.md")
+
+
+@app.command("repro-check")
+def repro_check(
+    *,
+    out: Annotated[Path | None, typer.Option(help="Write this machine's battery (hashes, numeric profile) here")]
+    = None,
+    compare: Annotated[Path | None, typer.Option(help="Another machine's battery JSON: list what differs "
+                                                     "(exit 1 if any partition's bytes or probe differ)")] = None,
+    recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (default: every built-in and "
+                                                     "variant)")] = None,
+    probe: Annotated[bool, typer.Option(help="Also hash the float64 results of NumPy's CPU-dependent functions "
+                                             "per example (slower; sees what one frame's stored bytes hide)")] = False,
+) -> None:
+    """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
+    each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
+    from manifests.recipe import RecipeError
+    from pipeline.repro_check import battery, compare_files, summary
+
+    try:
+        res = battery(recipes.split(",") if recipes else None, probe=probe)
+    except (RecipeError, ValueError, FileNotFoundError) as e:
+        raise _fail(e) from None
+    if out is not None:
+        out.write_text(json.dumps(res, indent=1, sort_keys=True))
+    out_console.print(summary(res), highlight=False)
+    if compare is not None:
+        text, differs = compare_files(compare, res)
+        out_console.print(text, highlight=False)
+        if differs:
+            raise typer.Exit(code=1)
 
 
 if __name__ == "__main__":

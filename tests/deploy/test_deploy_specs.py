@@ -75,6 +75,17 @@ def test_dockerfile_passes_hadolint():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_dockerfile_pins_the_numeric_environment_of_every_process():
+    """The image's ENV is bench-build's numeric pin, value for value: `ray start`, its workers and the driver
+    all compute without NumPy's AVX-512 paths and with OpenBLAS's Haswell kernels (README: Reproducibility)."""
+    import shlex
+
+    from pipeline.numeric import PIN
+
+    env = dict(kv.split("=", 1) for op, arg in _dockerfile_instructions() if op == "ENV" for kv in shlex.split(arg))
+    assert {k: env.get(k) for k in PIN} == PIN
+
+
 def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
     ins = _dockerfile_instructions()
     ops = [op for op, _ in ins]

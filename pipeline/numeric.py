@@ -1,0 +1,215 @@
+"""The numeric profile of a process: what, besides the recipe and seed, decides the bytes a stage computes.
+
+NumPy picks a SIMD implementation of many functions by CPU when it is imported, and its bundled OpenBLAS picks
+a kernel by CPU when it is loaded. On x86-64 the AVX-512 code paths give different float64 results from the
+AVX2 ones (``arccos``, ``exp``, ``arctan2``; ``argsort`` orders ties differently) — measured on the stages with
+``python -m pipeline.repro_check --matrix`` (README, "Reproducibility across machines"). A Ray cluster mixing
+AVX-512 nodes (Xeon SP, Zen 4) with AVX2 ones (Zen 2/3, older Xeons) would write different bytes for the same
+key depending on where a task ran.
+
+So every process that computes shard bytes runs *pinned* (`PIN`): NumPy's AVX-512 dispatch targets disabled
+(``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported) and OpenBLAS on its Haswell (AVX2 + FMA3) kernels
+(``OPENBLAS_CORETYPE``, read when it is loaded). Both must be in the environment before ``import numpy``:
+`pin_environment` sets them at the top of the CLI, and Ray workers get them from the job's and each task's
+``runtime_env`` (`worker_env`), whatever node they start on. A user may set either variable to another value
+(an override, recorded as such) or set ``BENCH_BUILD_NUMERIC_PIN=off`` (no pin; still recorded and checked).
+
+`build_profile` is what a build expects its tasks to run under (computed by the driver; recorded in the ledger
+and the manifest); `live_profile` is what a process actually runs under; `profile_differences` names what
+differs. A task whose live profile differs from its build's fails its shard before writing anything.
+
+This module imports nothing heavy at import time: the CLI imports it before NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import warnings
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+#: NumPy 1.26's AVX-512 dispatch targets (``numpy.core._multiarray_umath.__cpu_dispatch__``). All of them:
+#: disabling AVX512F alone leaves AVX512_SKX … ICL active. A name NumPy does not dispatch (e.g. NumPy 2's
+#: AVX512_SPR) makes it print a warning, so the list is exactly 1.26's; on a CPU without AVX-512 it is a no-op.
+AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL",
+                  "AVX512_ICL")
+PIN: dict[str, str] = {
+    "NPY_DISABLE_CPU_FEATURES": " ".join(AVX512_TARGETS),
+    # OpenBLAS's AVX2 + FMA3 kernels (also what Zen would get as "Zen", but with other block sizes)
+    "OPENBLAS_CORETYPE": "Haswell",
+}
+#: ``off``: do not pin (the profile is still recorded, and tasks still checked against the driver's)
+PIN_SWITCH = "BENCH_BUILD_NUMERIC_PIN"
+#: the libraries whose version is part of the profile (their code computes or encodes shard bytes)
+LIBRARIES = ("numpy", "scipy", "numba", "llvmlite", "pyarrow", "open3d-cpu", "trimesh")
+
+
+def pin_disabled(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(PIN_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def worker_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The numeric variables a process computing shard bytes must start with: the pin, where the user did not
+    set a variable to something else (an override, kept); with ``BENCH_BUILD_NUMERIC_PIN=off`` only the user's."""
+    if pin_disabled(environ):
+        return {k: environ[k] for k in PIN if k in environ}
+    return {k: environ.get(k, v) for k, v in PIN.items()}
+
+
+def pin_mode(environ: Mapping[str, str] = os.environ) -> str:
+    """"pinned" (the defaults), "override" (a variable set to another value) or "off"."""
+    if pin_disabled(environ):
+        return "off"
+    return "pinned" if worker_env(environ) == PIN else "override"
+
+
+def pin_environment(environ: Any = os.environ) -> list[str]:
+    """Put the pin into ``environ`` (where not set) for this process and its children; call before NumPy is
+    imported. If NumPy was imported already under another setting, warns (RuntimeWarning) and returns the
+    warning: this process then computes with its import-time dispatch (its Ray workers are still pinned)."""
+    for k, v in worker_env(environ).items():
+        environ.setdefault(k, v)
+    if "numpy" not in sys.modules:
+        return []
+    got, want = active_simd(), expected_simd(worker_env(environ))
+    if got == want:
+        return []
+    message = (f"NumPy was imported before the numeric pin: this process dispatches {_fmt(got)}, the pin "
+               f"{_fmt(want)}; its Ray workers are pinned, but bytes it computes itself (demo data) may differ from "
+               f"another machine's (set {' and '.join(PIN)} before starting Python to pin it too)")
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return [message]
+
+
+def _fmt(features: list[str]) -> str:
+    return " ".join(features) if features else "(baseline only)"
+
+
+# -- what a process runs under ---------------------------------------------------------------------
+def active_simd() -> list[str]:
+    """NumPy's dispatch targets active in this process (its CPU minus those disabled at import), in NumPy's order."""
+    from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    return [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
+
+
+def expected_simd(env: Mapping[str, str]) -> list[str]:
+    """The dispatch targets a process started with ``env`` would have on this machine's CPU."""
+    from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    disabled = set(env.get("NPY_DISABLE_CPU_FEATURES", "").replace(",", " ").split())
+    return [t for t in __cpu_dispatch__ if __cpu_features__.get(t) and t not in disabled]
+
+
+def openblas_cores() -> dict[str, str]:
+    """{"numpy": core, "scipy": core}: the kernel set NumPy's OpenBLAS (``@``, ``np.linalg``) and SciPy's (scipy.linalg,
+    and numba's ``np.linalg``, which calls SciPy's LAPACK) chose. Both honour ``OPENBLAS_CORETYPE``; other copies
+    (OpenCV bundles a fixed Prescott build for itself) are not ours to pin."""
+    import numpy  # noqa: F401  (loads NumPy's OpenBLAS)
+    import scipy.linalg  # noqa: F401  (loads SciPy's)
+    from threadpoolctl import threadpool_info
+
+    out = {}
+    for info in threadpool_info():
+        if info.get("internal_api") != "openblas":
+            continue
+        for lib in ("numpy", "scipy"):
+            if f"{os.sep}{lib}.libs{os.sep}" in info.get("filepath", ""):
+                out[lib] = str(info.get("architecture"))
+    return out
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _platform() -> dict[str, str]:
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        libc = ""
+    return {"arch": platform.machine(), "python": ".".join(map(str, sys.version_info[:2])),
+            "libc": libc}  # glibc's libm also picks FMA variants by CPU: same on every AVX2 + FMA3 node
+
+
+def build_profile(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """The profile the driver expects every task of its build to run under: this machine's platform and library
+    versions, NumPy dispatch as a process started with `worker_env` would have it, and OpenBLAS on the pinned core
+    (without a pin: the core this process's OpenBLAS chose)."""
+    env = worker_env(environ)
+    core = env.get("OPENBLAS_CORETYPE")
+    cores = openblas_cores() if core is None else {lib: core for lib in ("numpy", "scipy")}
+    return {**_platform(), "libraries": _versions(), "simd": expected_simd(env), "openblas": cores,
+            "pin": pin_mode(environ), "env": env}
+
+
+@lru_cache(maxsize=1)
+def live_profile() -> dict[str, Any]:
+    """What this process runs under (computed once per process: a few milliseconds)."""
+    import numpy  # noqa: F401
+
+    return {**_platform(), "libraries": _versions(), "simd": active_simd(), "openblas": openblas_cores(),
+            "env": {k: os.environ[k] for k in PIN if k in os.environ}}
+
+
+#: the keys compared between a task and its build ("pin" and "env" describe how the build got there)
+COMPARED = ("arch", "python", "libc", "libraries", "simd", "openblas")
+
+
+def profile_differences(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
+    """What differs between two profiles, one phrase per key (empty: the same numbers)."""
+    out = []
+    for key in COMPARED:
+        a, b = expected.get(key), got.get(key)
+        if key == "openblas" and isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{lib}'s OpenBLAS core {b.get(lib)} (build: {a.get(lib)})" for lib in sorted(set(a) | set(b))
+                    if str(a.get(lib)).lower() != str(b.get(lib)).lower()]
+        elif key == "libraries" and isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{name} {b.get(name)} (build: {a.get(name)})" for name in sorted(set(a) | set(b))
+                    if a.get(name) != b.get(name)]
+        elif key == "simd" and isinstance(a, list) and isinstance(b, list):
+            if a != b:
+                extra, missing = [t for t in b if t not in a], [t for t in a if t not in b]
+                out.append("NumPy SIMD " + "; ".join([f"also dispatches {_fmt(extra)}"] * bool(extra)
+                                                     + [f"lacks {_fmt(missing)}"] * bool(missing)))
+        elif a != b:
+            out.append(f"{key.replace('_', ' ')} {b} (build: {a})")
+    return out
+
+
+def node_name() -> str:
+    """``host (ip)`` of this process: the node a message about a task should name."""
+    host = socket.gethostname()
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return f"{host} ({ray.util.get_node_ip_address()})"
+    except Exception:
+        pass
+    return host
+
+
+def check_profile(expected: Mapping[str, Any] | None) -> str | None:
+    """None if this process computes like ``expected`` (or there is nothing to compare), else the message a
+    task fails its shard with: the node and every difference, and where to read about it."""
+    if not expected:
+        return None
+    diffs = profile_differences(expected, live_profile())
+    if not diffs:
+        return None
+    return (f"numeric profile of node {node_name()} differs from the build's: {'; '.join(diffs)}. Its bytes could "
+            "differ from the other nodes', so nothing was written; run this node with the build's image and "
+            "environment (README: Reproducibility across machines)")
