@@ -99,6 +99,19 @@ def card_with_header(card: str, manifest: dict[str, Any]) -> str:
     return yaml_header(manifest) + "\n\n" + body.lstrip("\n")
 
 
+def numeric_profile_line(profile: dict[str, Any] | None) -> str | None:
+    """The card's line on what the shards were computed under (manifest ``numeric_profile``; None: no line)."""
+    if not profile:
+        return None
+    libs = profile.get("libraries") or {}
+    cores = sorted(set((profile.get("openblas") or {}).values()))
+    simd = profile.get("simd") or []
+    return (f"- Numeric profile ({profile.get('pin', '?')}): {profile.get('arch')}, NumPy {libs.get('numpy')} "
+            f"dispatching up to {simd[-1] if simd else 'its baseline'}, OpenBLAS {'/'.join(cores) or '?'} kernels, "
+            f"SciPy {libs.get('scipy')}, numba {libs.get('numba')}, pyarrow {libs.get('pyarrow')}, "
+            f"{profile.get('libc')}; every node that built it matched it")
+
+
 def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
     """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]
@@ -118,6 +131,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"point fields {', '.join(manifest['fields'])}, intensity scale `{manifest['intensity_scale']}`",
         f"- Recipe: `{recipe.origin}`, seed {recipe.seed}, fingerprint `{manifest['fingerprint']}`",
         f"- Built by bench-build {manifest['code_version']} on {manifest['created']}",
+        numeric_profile_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
         f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
         "severity 0 = clean)",

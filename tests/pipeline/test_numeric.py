@@ -153,6 +153,9 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
     assert prof == build_profile() and prof["pin"] == "pinned" and prof["env"] == PIN
     assert profile_differences(prof, worker) == []  # what every task checked itself against
     assert Ledger(Path(res.version_dir)).run_info()["numeric_profile"] == prof
+    card = (Path(res.version_dir) / "README.md").read_text()
+    assert f"- Numeric profile (pinned): {prof['arch']}, NumPy {prof['libraries']['numpy']} dispatching up to AVX2, " \
+        "OpenBLAS Haswell kernels" in card
 
     # resuming under another profile (another image's NumPy) is refused before anything runs
     other = {**prof, "libraries": {**prof["libraries"], "numpy": "1.26.0"}}
@@ -226,7 +229,7 @@ def test_repro_check_command_compares_two_nodes_batteries(tmp_path, monkeypatch)
     assert runner.invoke(app, ["repro-check", "--recipes", "modelnet-c", "--compare", str(a)]).exit_code == 0
     key = next(k for k in battery_a["hashes"] if "corruption=jitter/severity=2" in k)
     other = {**battery_a, "hashes": {**battery_a["hashes"], key: "0" * 64},
-             "profile": {**battery_a["profile"], "openblas": {"numpy": "SkylakeX", "scipy": "SkylakeX"}}}
+             "profile": {**battery_a["profile"], "openblas": {"numpy": "Nehalem", "scipy": "Nehalem"}}}
     b = tmp_path / "node-b.json"
     b.write_text(json.dumps(other))
     res = runner.invoke(app, ["repro-check", "--recipes", "modelnet-c", "--compare", str(b)])
