@@ -83,14 +83,19 @@ def test_overlap_is_on_by_default_and_can_be_switched_off(s3prefix, s3env, monke
     assert not open_store(s3prefix).background_uploads().active
 
 
-def _shard_inputs(small_recipe, demo_kitti):
+def _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path):
+    """One shard of the small recipe to build into ``s3prefix/v`` with overlapped uploads (staging under
+    ``tmp_path``): recipe, spec, source, store and the shard's file keys in writing order."""
     from manifests.recipe import load_recipe
     from pipeline.plan import plan_shards
     from pipeline.sources.kitti import KittiSource
 
+    monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
+    monkeypatch.setenv(OVERLAP_ENV, "1")
     recipe = load_recipe(small_recipe)
     spec = plan_shards(["000000"], 1)[0]
-    return recipe, spec, KittiSource(demo_kitti)
+    store = open_store(f"{s3prefix}/v")
+    return recipe, spec, KittiSource(demo_kitti), store, [rel for _, _, rel in spec.partitions(recipe)]
 
 
 def _upload_threads() -> list[threading.Thread]:
@@ -102,11 +107,7 @@ def test_a_shard_is_recorded_only_after_its_last_upload_finished(s3prefix, s3env
     from pipeline.ledger import Ledger
     from pipeline.shard import build_shard
 
-    monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
-    monkeypatch.setenv(OVERLAP_ENV, "1")
-    recipe, spec, source = _shard_inputs(small_recipe, demo_kitti)
-    store = open_store(f"{s3prefix}/v")
-    keys = [rel for _, _, rel in spec.partitions(recipe)]
+    recipe, spec, source, store, keys = _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path)
     real_upload = store.upload_file
     started, release = threading.Event(), threading.Event()
 
@@ -143,11 +144,7 @@ def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s
     from pipeline.ledger import Ledger
     from pipeline.shard import ShardFailed, build_shard
 
-    monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
-    monkeypatch.setenv(OVERLAP_ENV, "1")
-    recipe, spec, source = _shard_inputs(small_recipe, demo_kitti)
-    store = open_store(f"{s3prefix}/v")
-    keys = [rel for _, _, rel in spec.partitions(recipe)]
+    recipe, spec, source, store, keys = _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path)
     real_upload, real_write = store.upload_file, shard_mod._write_parquet
     first_started, uploaded = threading.Event(), []
 
