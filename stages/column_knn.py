@@ -10,9 +10,10 @@ costs O(N) to build whatever the scan's extent. Queries are answered in the stor
 columns (neighbouring queries reuse the same memory). Each query scans every cell within a radius that
 is a guess of its k-th nearest distance (twice the squared one of the previous query), with branch-free
 compaction of the points within it; when fewer than k points lie within the guess it grows it, up to a
-radius known to hold k points (just beyond the farthest of the previous query's neighbours). Scanning all
-points within a radius that holds at least k of them gives exactly the k nearest, and shows whether any
-other point is level with the k-th.
+radius known to hold k points (just beyond the farthest of the last settled query's neighbours). Scanning
+all points within a radius that holds at least k of them gives exactly the k nearest, and shows whether
+any other point is level with the k-th; the k nearest are then picked without data-dependent branches (a
+min/max chain, then ranks by counting), as mispredicted branches, not arithmetic, dominate the cost.
 
 Same neighbours as ``scipy.spatial.cKDTree.query``: the queries this search cannot settle the way the
 KD-tree does are answered by the KD-tree itself: two (near-)equal consecutive squared distances among the
@@ -100,7 +101,8 @@ def _build(points, value_col, x0, y0, z0, cell, hz, nx, ny, nz):
     empty); column (cx, cy) of block b is slot s = b·B² + (cx mod B)·B + cy mod B; cols[s] = (zlo, zhi, base)
     (zhi < zlo: empty column); the points of its height cells za … zb (zlo ≤ za ≤ zb ≤ zhi) are the storage
     positions zs[base + za] … zs[base + zb + 1] - 1; storage position j holds point order[j], whose x, y, z and
-    value are pts[j]. Storage order: (slot, height cell, index)."""
+    value are pts[0, j], pts[1, j], pts[2, j], pts[3, j] (one row per coordinate: the search reads three
+    contiguous rows, with no stride arithmetic). Storage order: (slot, height cell, index)."""
     n = points.shape[0]
     nby = (ny + B - 1) // B
     nbx = (nx + B - 1) // B
@@ -155,25 +157,26 @@ def _build(points, value_col, x0, y0, z0, cell, hz, nx, ny, nz):
                 j += zs[base + c + 1]
                 zs[base + c + 1] = j
     order = np.empty(n, np.int64)
-    pts = np.zeros((n, 4), np.float64)
+    pts = np.zeros((4, n), np.float64)
     fill = zs.copy()
     for i in range(n):
         p = fill[cols[slot[i], 2] + cz[i]]
         fill[cols[slot[i], 2] + cz[i]] = p + 1
         order[p] = i
-        pts[p, 0] = points[i, 0]
-        pts[p, 1] = points[i, 1]
-        pts[p, 2] = points[i, 2]
+        pts[0, p] = points[i, 0]
+        pts[1, p] = points[i, 1]
+        pts[2, p] = points[i, 2]
         if value_col >= 0:
-            pts[p, 3] = points[i, value_col]
+            pts[3, p] = points[i, value_col]
     return block, cols, zs, order, pts
 
 
 @numba.njit(cache=True, inline="always")
-def _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j):
+def _scan(qx, qy, qz, lim, block, cols, zs, px, py, pz, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j):
     """Every point within squared distance ``lim`` of q into buf_d / buf_j (squared distances, storage positions;
     unordered): every cell the ball can reach is read, and each point is written and kept by advancing the
-    count only when it is within ``lim`` (no unpredictable branch). Returns the number kept."""
+    count only when it is within ``lim`` (no unpredictable branch). Returns the number kept. The point loop
+    indexes with unsigned integers: numba then omits its negative-index wrap-around (≈ 10 % of the search)."""
     nby = (ny + B - 1) // B
     r = math.sqrt(lim) + _SLACK
     ax = max(math.floor((qx - r - x0) * icell), 0)
@@ -182,7 +185,7 @@ def _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny,
     by = min(math.floor((qy + r - y0) * icell), ny - 1)
     za0 = math.floor((qz - r - z0) * ihz)
     zb0 = math.floor((qz + r - z0) * ihz)
-    w = 0
+    w = np.uint64(0)
     for cx in range(ax, bx + 1):
         for cy in range(ay, by + 1):
             b = block[(cx // B) * nby + cy // B]
@@ -194,36 +197,64 @@ def _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny,
             if za > zb:
                 continue
             base = cols[c, 2]
-            for j in range(zs[base + za], zs[base + zb + 1]):
-                dx = pts[j, 0] - qx
-                dy = pts[j, 1] - qy
-                dz = pts[j, 2] - qz
+            for j in range(np.uint64(zs[base + za]), np.uint64(zs[base + zb + 1])):
+                dx = px[j] - qx
+                dy = py[j] - qy
+                dz = pz[j] - qz
                 d = dx * dx + dy * dy + dz * dz
                 buf_d[w] = d
                 buf_j[w] = j
-                w += d <= lim
-    return w
+                w += np.uint64(d <= lim)
+    return np.int64(w)
 
 
 @numba.njit(cache=True, inline="always")
 def _select(w, kk, buf_d, buf_j, bj, bd):
-    """The kk smallest of buf_d[:w] (w ≥ kk) into bd, their storage positions into bj; sorted by distance."""
-    cnt = 0
+    """The kk smallest of buf_d[:w] (w ≥ kk) into bd, sorted; bj[r] = the storage position of the entry whose
+    distance has rank r among them (bj has kk + 1 slots: entries beyond the kk-th land in the spare one). No
+    data-dependent branch: the distances pass down a min/max chain, then each entry's rank is a count of
+    comparisons. Equal distances share a rank (one of their positions is kept): the caller leaves such queries
+    to the KD-tree (its tie test sees them in bd)."""
+    if kk == 5:  # upsample's k: the five in registers (≈ 2× the array chain's speed)
+        d0 = d1 = d2 = d3 = d4 = np.inf
+        for t in range(w):
+            d = buf_d[t]
+            e = max(d0, d)
+            d0 = min(d0, d)
+            d = e
+            e = max(d1, d)
+            d1 = min(d1, d)
+            d = e
+            e = max(d2, d)
+            d2 = min(d2, d)
+            d = e
+            e = max(d3, d)
+            d3 = min(d3, d)
+            d4 = min(d4, e)
+        for t in range(w):
+            d = buf_d[t]
+            bj[np.uint64(d > d0) + np.uint64(d > d1) + np.uint64(d > d2) + np.uint64(d > d3)
+               + np.uint64(d > d4)] = buf_j[t]
+        bd[0] = d0
+        bd[1] = d1
+        bd[2] = d2
+        bd[3] = d3
+        bd[4] = d4
+        return
+    for p in range(kk):
+        bd[p] = np.inf
     for t in range(w):
         d = buf_d[t]
-        if cnt == kk:
-            if d >= bd[kk - 1]:
-                continue
-            p = kk - 1
-        else:
-            p = cnt
-            cnt += 1
-        while p > 0 and bd[p - 1] > d:
-            bd[p] = bd[p - 1]
-            bj[p] = bj[p - 1]
-            p -= 1
-        bd[p] = d
-        bj[p] = buf_j[t]
+        for p in range(kk):
+            e = max(bd[p], d)
+            bd[p] = min(bd[p], d)
+            d = e
+    for t in range(w):
+        d = buf_d[t]
+        r = np.uint64(0)
+        for p in range(kk):
+            r += np.uint64(d > bd[p])
+        bj[r] = buf_j[t]
 
 
 @numba.njit(cache=True)
@@ -259,11 +290,15 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
         sq[u, 1] = q[seq[u], 1]
         sq[u, 2] = q[seq[u], 2]
     far = (_REACH * cell) ** 2
-    buf_d = np.empty(pts.shape[0] + 1, np.float64)
-    buf_j = np.empty(pts.shape[0] + 1, np.int64)
-    bj = np.empty(kk, np.int64)
+    px = pts[0]
+    py = pts[1]
+    pz = pts[2]
+    pv = pts[3]
+    buf_d = np.empty(pts.shape[1] + 1, np.float64)
+    buf_j = np.empty(pts.shape[1] + 1, np.uint64)
+    bj = np.empty(kk + 1, np.uint64)
     bd = np.empty(kk, np.float64)
-    prev = np.empty(kk, np.int64)
+    prev = np.empty(kk, np.uint64)
     prev_d = far
     have_prev = False
     for u in range(m):
@@ -271,31 +306,28 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
         qx = sq[u, 0]
         qy = sq[u, 1]
         qz = sq[u, 2]
-        # a radius known to hold kk points: the farthest of the previous query's kk neighbours (a little beyond,
-        # so that the tie test below can see past the k-th distance)
+        # a radius known to hold kk points: the farthest of the last settled query's kk neighbours (a little
+        # beyond, so that the tie test below can see past the k-th distance)
         bound = far
         if have_prev:
             w = 0.0
             for s in range(kk):
                 j = prev[s]
-                dx = pts[j, 0] - qx
-                dy = pts[j, 1] - qy
-                dz = pts[j, 2] - qz
+                dx = px[j] - qx
+                dy = py[j] - qy
+                dz = pz[j] - qz
                 w = max(w, dx * dx + dy * dy + dz * dz)
             bound = min(bound, w * (1 + 4 * _NEAR_TIE))
         lim = min(bound, _GUESS * prev_d)
         while True:
-            cnt = _scan(qx, qy, qz, lim, block, cols, zs, pts, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j)
+            cnt = _scan(qx, qy, qz, lim, block, cols, zs, px, py, pz, x0, y0, z0, icell, ihz, nx, ny, buf_d, buf_j)
             if cnt >= kk or lim >= bound:
                 break
             lim = min(bound, _GROW * lim) if lim > 0 else bound  # (lim 0: k coincident points before)
         if cnt < kk:
             continue  # fewer than kk points within reach
         _select(cnt, kk, buf_d, buf_j, bj, bd)
-        for s in range(kk):
-            prev[s] = bj[s]
         prev_d = bd[kk - 1]
-        have_prev = True
         # ties: two (near-)equal consecutive distances among the k nearest, or another point (near-)level with
         # the k-th: every point within lim was kept, so count those within the k-th distance (+ tolerance)
         tie = lim < bd[kk - 1] * (1 + _NEAR_TIE)
@@ -308,10 +340,14 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             level += buf_d[w] <= edge
         if tie or level > kk:
             continue
+        # settled: bj holds the kk nearest, each once (with equal distances it would not: see _select)
+        for s in range(kk):
+            prev[s] = bj[s]
+        have_prev = True
         exact[t] = True
-        total = pts[bj[0], 3]
+        total = pv[bj[0]]
         for s in range(1, k):
-            total += pts[bj[s], 3]
+            total += pv[bj[s]]
         means[t] = total / k
         if want_idx:
             for s in range(k):

@@ -11,7 +11,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
-from stages.column_knn import _search, knn_near, mean_of_nearest, row_means
+from stages.column_knn import _search, _select, knn_near, mean_of_nearest, row_means
 from stages.frame import Frame, PointTag
 from stages.geometry import query_in_spatial_order
 from stages.noise.upsample import UpsampleParams, upsample
@@ -97,6 +97,24 @@ def test_row_means_are_numpys_bytes():
     values = (rng.random(5000) * 10.0 ** rng.integers(-12, 3, 5000)).astype(np.float32)  # inexact sums
     nn = rng.integers(0, 5000, (20000, 5))
     assert row_means(values, nn).tobytes() == values.astype(np.float64)[nn].mean(axis=1).tobytes()
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 8])
+def test_select_gives_the_k_smallest_with_their_positions(k):
+    """The branch-free pick (a min/max chain, then ranks by counting; k = 5 has its own register version): the k
+    smallest distances in order, each with its storage position; with equal distances (queries the caller
+    leaves to the KD-tree) the distances are still the k smallest."""
+    rng = np.random.default_rng(20 + k)
+    for w in (k, k + 1, 3 * k + 7):
+        d = rng.random(w)
+        j = rng.permutation(w).astype(np.uint64) + 100
+        bd, bj = np.empty(k), np.zeros(k + 1, np.uint64)
+        _select(w, k, d, j, bj, bd)
+        first = np.argsort(d)[:k]
+        assert np.array_equal(bd, d[first]) and np.array_equal(bj[:k], j[first])
+        equal = np.round(d * 3) / 3  # many equal distances
+        _select(w, k, equal, j, bj, bd)
+        assert np.array_equal(bd, np.sort(equal)[:k])
 
 
 def _upsample_kdtree(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> Frame:
