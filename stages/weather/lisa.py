@@ -70,7 +70,7 @@ per chunk one uniform and one exponential per candidate, then one normal per kep
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import ClassVar
 
@@ -319,26 +319,123 @@ def draw_counts(expected: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (base + (rng.random(len(expected)) < expected - base)).astype(np.int64)
 
 
-def _candidate_region(ranges, t, model):
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_GAMMA_3_2 = math.sqrt(math.pi) / 2.0  # Γ(3/2)
+_GAMMA_5_2 = 1.5 * _GAMMA_3_2  # Γ(5/2)
+_LOG_TWO_OVER_SQRT_PI = math.log(_TWO_OVER_SQRT_PI)
+
+
+@numba.njit(cache=True)
+def _q32(x):
+    """Q(3/2, x) = erfc(√x) + 2·√(x/π)·e^{−x}: the regularised upper incomplete gamma function of shape 3/2 in
+    closed form (two positive terms: no cancellation; ≈ 2 ulp of absolute error). +inf → 0."""
+    if x == math.inf:
+        return 0.0
+    s = math.sqrt(x)
+    return math.erfc(s) + _TWO_OVER_SQRT_PI * s * math.exp(-x)
+
+
+@numba.njit(cache=True)
+def q32(x):
+    """`_q32` of every element of a 1-D array (≈ 5× faster than scipy's general ``gammaincc(1.5, x)``, which
+    it matches to ~1e-13 relative)."""
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = _q32(x[i])
+    return out
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _q32_inverse(q, upper):
+    """y ≥ 0 with Q(3/2, y) = q, given ``upper`` ≥ y (Q(upper) ≤ q); q ≤ 0 → +inf, q ≥ 1 → 0.
+
+    Halley's method on h(y) = log Q(y) − log q (h′ = −2√(y/π)·e^{−y}/Q) from a lower bound of the root:
+    (Γ(5/2)·(1 − q))^{2/3} (as P(3/2, y) ≤ y^{3/2}/Γ(5/2)) for q > 1/2, else the solution of 2√(y/π)·e^{−y} = q
+    (as Q(y) ≥ that term); 3 steps on average, ≤ 7 seen. Stops when a step moves y by at most 1e-14 of it (the
+    cubic convergence then leaves only rounding error) or no longer shrinks (rounding noise). Where Q
+    underflows (y ≳ 700, reached only for q < 1e-300) the answer is capped at 700."""
+    if q <= 0.0:
+        return math.inf
+    if q >= 1.0:
+        return 0.0
+    log_q = math.log(q)
+    if q > 0.5:
+        y = (_GAMMA_5_2 * (1.0 - q)) ** (2.0 / 3.0)
+    else:
+        y = max(-log_q, 1.0)
+        for _ in range(3):  # y = log(2/√π) + ½·log y − log q: a contraction for y ≥ 1
+            y = max(_LOG_TWO_OVER_SQRT_PI + 0.5 * math.log(y) - log_q, 0.5)
+    y = min(y, upper, 700.0)
+    if not y > 0.0:
+        return 0.0
+    step = math.inf
+    for _ in range(100):  # a bound, never reached (≤ 7 steps seen)
+        s = math.sqrt(y)
+        tail = _TWO_OVER_SQRT_PI * s * math.exp(-y)  # −Q′(y)
+        qy = math.erfc(s) + tail  # Q(y), as `_q32`
+        if qy <= 0.0:
+            return y
+        h = math.log(qy) - log_q
+        h1 = -tail / qy
+        h2 = h1 * (0.5 / y - 1.0 - h1)  # (Q² would underflow where Q < 1e-162)
+        d = -2.0 * h * h1 / (2.0 * h1 * h1 - h * h2)  # Halley's step
+        new = y + d
+        if not new > 0.0:  # rounding past 0 from a root next to it
+            new = 0.25 * y
+        new = min(new, 700.0)
+        if abs(new - y) <= 1e-14 * y or abs(d) >= step:  # converged, or steps no longer shrink (rounding)
+            return new
+        step = abs(d)
+        y = new
+    return y
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _candidate_region(ranges, t, lam, r_min, d_st, tan_div, rho_p):
     """Per beam: k (mm/m²), the cone-part weight w1, the gamma-part weight w2, r₀, lower bound of the
     gamma part, and Q(3/2, ·) at both ends of it. p = 3(w1 + w2)/R³ is the candidate probability."""
-    from scipy.special import gamma as gamma_fn
-    from scipy.special import gammaincc
-
-    lam, r_min, d_st = model.lam, model.r_min, model.d_start_mm
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        k = 1000.0 * model.tan_div * np.sqrt(t / model.rho_p)
-        r0 = np.sqrt(d_st / k)
-        b1 = np.minimum(r0, ranges)
-        w1 = np.where(b1 > r_min, (b1**3 - r_min**3) / 3.0, 0.0)
-        a = lam * k
-        lo2 = np.maximum(r0, r_min)
-        q_lo = gammaincc(1.5, a * lo2**2)
-        q_hi = gammaincc(1.5, a * ranges**2)
-        w2 = np.where(ranges > lo2, math.exp(lam * d_st) * gamma_fn(1.5) / (2.0 * a**1.5) * (q_lo - q_hi), 0.0)
-    w1 = np.where(np.isfinite(w1), w1, 0.0)
-    w2 = np.where(np.isfinite(w2) & (w2 > 0), w2, 0.0)
+    n = ranges.shape[0]
+    k = np.empty(n)
+    w1 = np.empty(n)
+    w2 = np.empty(n)
+    r0 = np.empty(n)
+    lo2 = np.empty(n)
+    q_lo = np.empty(n)
+    q_hi = np.empty(n)
+    c2 = math.exp(lam * d_st) * _GAMMA_3_2 / 2.0
+    rm3 = r_min**3
+    for i in range(n):
+        r = ranges[i]
+        ki = 1000.0 * tan_div * math.sqrt(t[i] / rho_p)
+        r0i = math.sqrt(d_st / ki) if ki > 0 else math.inf
+        b1 = min(r0i, r)
+        v1 = (b1 * b1 * b1 - rm3) / 3.0 if b1 > r_min else 0.0
+        a = lam * ki
+        lo = max(r0i, r_min)
+        ql = _q32(a * lo * lo)
+        qh = _q32(a * r * r)
+        v2 = c2 / (a * math.sqrt(a)) * (ql - qh) if r > lo else 0.0
+        k[i] = ki
+        w1[i] = v1 if math.isfinite(v1) else 0.0
+        w2[i] = v2 if (math.isfinite(v2) and v2 > 0) else 0.0
+        r0[i] = r0i
+        lo2[i] = lo
+        q_lo[i] = ql
+        q_hi[i] = qh
     return k, w1, w2, r0, lo2, q_lo, q_hi
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _gamma_part_ranges(sg, frac, q_lo, q_hi, k, lam, lo2, ranges):
+    """Ranges of the gamma-part candidates (beams ``sg``, uniform ``frac`` in [0, 1]) by inverse CDF: y = Λk·r²
+    with Q(3/2, y) = q_lo − frac·(q_lo − q_hi), r clipped to [lo2, R]."""
+    r = np.empty(sg.shape[0])
+    for i in range(sg.shape[0]):
+        b = sg[i]
+        a = lam * k[b]
+        y = _q32_inverse(q_lo[b] - frac[i] * (q_lo[b] - q_hi[b]), a * ranges[b] * ranges[b])
+        r[i] = min(max(math.sqrt(y / a), lo2[b]), ranges[b])
+    return r
 
 
 def _power(r, d, model):
@@ -350,8 +447,6 @@ def _power(r, d, model):
 
 def _sample_candidates(seg, ranges, k, w1, w2, r0, lo2, q_lo, q_hi, model, rng):
     """Ranges and diameters of candidates (segment ids ``seg``) from the law restricted to S."""
-    from scipy.special import gammainccinv
-
     u = rng.random(len(seg))
     e = rng.exponential(1.0 / model.lam, len(seg))
     w1s, w2s = w1[seg], w2[seg]
@@ -368,8 +463,7 @@ def _sample_candidates(seg, ranges, k, w1, w2, r0, lo2, q_lo, q_hi, model, rng):
     if len(g):
         sg = seg[g]
         frac = np.clip((uw[g] - w1s[g]) / w2s[g], 0.0, 1.0)
-        y = gammainccinv(1.5, q_lo[sg] - frac * (q_lo[sg] - q_hi[sg]))
-        r[g] = np.clip(np.sqrt(y / (model.lam * k[sg])), lo2[sg], ranges[sg])
+        r[g] = _gamma_part_ranges(sg, frac, q_lo, q_hi, k, model.lam, lo2, ranges)
     d = np.maximum(model.d_start_mm, k[seg] * r * r) + e
     return r, d
 
@@ -389,14 +483,105 @@ def _sample_complement(seg, ranges, k, model, rng):
     return r, d
 
 
+@numba.njit(cache=True)
+def _best_per_sorted_segment(seg, key):
+    """`_best_per_segment` for ``seg`` in non-decreasing order (the default path's candidates): one pass."""
+    ids = np.empty(seg.shape[0], seg.dtype)
+    idx = np.empty(seg.shape[0], np.int64)
+    m = -1
+    for i in range(seg.shape[0]):
+        if m < 0 or seg[i] != ids[m]:
+            m += 1
+            ids[m] = seg[i]
+            idx[m] = i
+        elif key[i] > key[idx[m]]:
+            idx[m] = i
+    return ids[:m + 1], idx[:m + 1]
+
+
 def _best_per_segment(seg, key):
     """For segments in ``seg`` (any order): the unique segment ids and the index of each one's
     largest ``key`` (ties: first)."""
+    if len(seg) and (len(seg) == 1 or bool(np.all(seg[1:] >= seg[:-1]))):
+        return _best_per_sorted_segment(seg, key)
     order = np.lexsort((-key, seg))
     s_sorted = seg[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = s_sorted[1:] != s_sorted[:-1]
     return s_sorted[first], order[first]
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _returns(xyz, rho, two_alpha):
+    """Per point (any float dtype, any strides): range R, attenuation e^{−2αR} and P_0 = ρ·e^{−2αR}/R² (0 at R = 0)."""
+    n = xyz.shape[0]
+    ranges = np.empty(n)
+    att = np.empty(n)
+    p0 = np.empty(n)
+    for i in range(n):
+        x = np.float64(xyz[i, 0])
+        y = np.float64(xyz[i, 1])
+        z = np.float64(xyz[i, 2])
+        r = math.sqrt(x * x + y * y + z * z)
+        e = math.exp(-two_alpha * r)
+        ranges[i] = r
+        att[i] = e
+        p0[i] = rho[i] * e / (r * r) if r > 0 else 0.0
+    return ranges, att, p0
+
+
+@numba.njit(cache=True)
+def _outcomes(ranges, p0, p_min, has_scatter, strongest):
+    """Outcome per point (see `simulate`) and the number of KEPT points."""
+    n = ranges.shape[0]
+    outcome = np.empty(n, np.int8)
+    n_kept = 0
+    for i in range(n):
+        if not ranges[i] > 0:
+            outcome[i] = UNTOUCHED
+            continue
+        detectable = p0[i] >= p_min
+        if strongest:
+            scattered = has_scatter[i]
+            kept = detectable and not scattered
+        else:
+            kept = detectable
+            scattered = has_scatter[i] and not kept
+        if kept:
+            outcome[i] = KEPT
+            n_kept += 1
+        elif scattered:
+            outcome[i] = SCATTERED
+        else:
+            outcome[i] = LOST
+    return outcome, n_kept
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _new_returns(outcome, ranges, att, p0, rho, best_r, best_refl, p_min, range_accuracy, noise):
+    """New range and reflectance per point: KEPT R + σ·noise (the KEPT points' normal draws in order),
+    σ = ΔR/√(2·P_0/P_min), ρ·e^{−2αR}; SCATTERED the best particle's; LOST 0; UNTOUCHED as given."""
+    n = ranges.shape[0]
+    new_range = np.empty(n)
+    refl = np.empty(n)
+    j = 0
+    for i in range(n):
+        o = outcome[i]
+        if o == KEPT:
+            sigma = range_accuracy / math.sqrt(2.0 * p0[i] / p_min)
+            new_range[i] = ranges[i] + sigma * noise[j]
+            refl[i] = rho[i] * att[i]
+            j += 1
+        elif o == SCATTERED:
+            new_range[i] = best_r[i]
+            refl[i] = best_refl[i]
+        elif o == LOST:
+            new_range[i] = 0.0
+            refl[i] = 0.0
+        else:
+            new_range[i] = ranges[i]
+            refl[i] = rho[i]
+    return new_range, refl
 
 
 def simulate(
@@ -413,19 +598,19 @@ def simulate(
     every beam is drawn (the non-candidates from that generator) and evaluated — a slow reference
     path whose output is identical to the default one.
     """
-    xyz = np.asarray(xyz, dtype=np.float64)
-    rho = np.asarray(reflectance, dtype=np.float64)
+    return _simulate(xyz, reflectance, model, rng, unpruned_rng)[0]
+
+
+def _simulate(xyz, reflectance, model, rng, unpruned_rng):
+    """`simulate` and the ranges it computed (xyz: any float dtype and strides)."""
+    xyz = np.asarray(xyz)
+    if xyz.dtype.kind != "f":
+        xyz = xyz.astype(np.float64)
+    rho = np.ascontiguousarray(reflectance, dtype=np.float64)
     n = len(xyz)
-    ranges = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
-    outcome = np.full(n, LOST, dtype=np.int8)
-    new_range = ranges.copy()
-    refl_out = rho.copy()
-    valid = ranges > 0
-    outcome[~valid] = UNTOUCHED
     p_min = model.p_min
-    with np.errstate(divide="ignore", invalid="ignore"):
-        att = np.exp(-2.0 * model.alpha * ranges)
-        p0 = np.where(valid, rho * att / ranges**2, 0.0)
+    ranges, att, p0 = _returns(xyz, rho, 2.0 * model.alpha)
+    valid = ranges > 0
 
     # ---- particles --------------------------------------------------------------------------------
     best_r = np.zeros(n)
@@ -441,7 +626,9 @@ def simulate(
             t = np.full(len(beams), p_min)
             relevant = p0[beams] < p_min
         rb = ranges[beams]
-        k, w1, w2, r0, lo2, q_lo, q_hi = _candidate_region(rb, t, model)
+        p0b = p0[beams]
+        k, w1, w2, r0, lo2, q_lo, q_hi = _candidate_region(rb, t, model.lam, model.r_min, model.d_start_mm,
+                                                            model.tan_div, model.rho_p)
         p = np.clip(3.0 * (w1 + w2) / rb**3, 0.0, 1.0)
         p = np.where(relevant, p, 0.0)
         n_cand = rng.binomial(counts, p)
@@ -462,7 +649,7 @@ def simulate(
                 seg, r, d = seg[keep], r[keep], d[keep]
             pj, refl = _power(r, d, model)
             if model.return_mode == "strongest":
-                ok = (pj > p0[beams][seg]) & (pj >= p_min)
+                ok = (pj > p0b[seg]) & (pj >= p_min)
                 key = pj
             else:
                 ok = (pj >= p_min) & relevant[seg]
@@ -477,25 +664,43 @@ def simulate(
             start = stop
 
     # ---- outcomes ---------------------------------------------------------------------------------
-    detectable = valid & (p0 >= p_min)
-    if model.return_mode == "strongest":
-        scattered = has_scatter
-        kept = detectable & ~scattered
-    else:
-        kept = detectable
-        scattered = has_scatter & ~kept
-    outcome[scattered] = SCATTERED
-    new_range[scattered] = best_r[scattered]
-    refl_out[scattered] = best_refl[scattered]
-    outcome[kept] = KEPT
-    kept_idx = np.flatnonzero(kept)
-    sigma = model.range_accuracy / np.sqrt(2.0 * p0[kept_idx] / p_min)
-    new_range[kept_idx] = ranges[kept_idx] + sigma * rng.standard_normal(len(kept_idx))
-    refl_out[kept_idx] = rho[kept_idx] * att[kept_idx]
-    lost = outcome == LOST
-    new_range[lost] = 0.0
-    refl_out[lost] = 0.0
-    return LisaResult(outcome=outcome, new_range=new_range, reflectance=refl_out)
+    outcome, n_kept = _outcomes(ranges, p0, p_min, has_scatter, model.return_mode == "strongest")
+    noise = rng.standard_normal(n_kept)
+    new_range, refl_out = _new_returns(outcome, ranges, att, p0, rho, best_r, best_refl, p_min,
+                                       model.range_accuracy, noise)
+    return LisaResult(outcome=outcome, new_range=new_range, reflectance=refl_out), ranges
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _frame_rows(points, i_col, outcome, new_range, ranges, refl, scale, tags, tag_scatter, tag_attenuated,
+                keep_lost):
+    """The output rows: moved points (all but UNTOUCHED) scaled along their ray to the new range (computed in
+    float64, stored float32), intensity = reflectance × scale; tags KEPT/LOST → ``tag_attenuated``, SCATTERED →
+    ``tag_scatter``; LOST rows dropped unless ``keep_lost`` (then x = y = z = intensity = 0). Returns
+    (points, tags, kept-row mask)."""
+    n, c = points.shape
+    keep = np.empty(n, np.bool_)
+    m = 0
+    for i in range(n):
+        keep[i] = keep_lost or outcome[i] != LOST
+        m += keep[i]
+    out = np.empty((m, c), np.float32)
+    out_tags = np.empty(m, np.uint8)
+    j = 0
+    for i in range(n):
+        if not keep[i]:
+            continue
+        o = outcome[i]
+        for f in range(c):
+            out[j, f] = points[i, f]
+        if o != UNTOUCHED:
+            factor = new_range[i] / ranges[i]
+            for f in range(3):
+                out[j, f] = np.float32(np.float64(points[i, f]) * factor)
+            out[j, i_col] = np.float32(refl[i] * scale)
+        out_tags[j] = tag_scatter if o == SCATTERED else (tag_attenuated if o != UNTOUCHED else tags[i])
+        j += 1
+    return out, out_tags, keep
 
 
 # ---- frame wrapper shared by rain_lisa and snow_lisa -------------------------------------------------
@@ -522,27 +727,17 @@ def apply_to_frame(
         return frame
     scale = frame.intensity_max
     i_col = frame.fields.index("intensity")
-    rho = np.maximum(frame.points[:, i_col].astype(np.float64) / scale, 0.0)
+    intensity = frame.points[:, i_col]
+    rho = np.maximum(intensity.astype(np.float64) / scale, 0.0)
     if zero_intensity_rho:
-        rho = np.where(frame.points[:, i_col] == 0, LI_ZERO_INTENSITY_FACTOR / model.r_max**2, rho)
-    xyz = frame.points[:, :3].astype(np.float64)
-    res = simulate(xyz, rho, model, rng, unpruned_rng=unpruned_rng)
-
-    ranges = np.sqrt(np.einsum("ij,ij->i", xyz, xyz))
-    moved = res.outcome != UNTOUCHED
-    points = frame.points.astype(np.float64)
-    factor = np.zeros(len(frame))
-    factor[moved] = res.new_range[moved] / ranges[moved]
-    points[moved, :3] = xyz[moved] * factor[moved, None]
-    points[moved, i_col] = res.reflectance[moved] * scale
-    tag = frame.point_tag.copy()
-    tag[res.outcome == KEPT] = PointTag.ATTENUATED
-    tag[res.outcome == SCATTERED] = scatter_tag
-    tag[res.outcome == LOST] = PointTag.ATTENUATED
-    out = frame.with_points(points.astype(np.float32), point_tag=tag.astype(np.uint8))
-    if keep_lost_rows:
-        return out
-    return out.take(res.outcome != LOST)
+        rho = np.where(intensity == 0, LI_ZERO_INTENSITY_FACTOR / model.r_max**2, rho)
+    res, ranges = _simulate(frame.points[:, :3], rho, model, rng, unpruned_rng)
+    points, tags, keep = _frame_rows(frame.points, i_col, res.outcome, res.new_range, ranges, res.reflectance,
+                                     float(scale), frame.point_tag, int(scatter_tag), int(PointTag.ATTENUATED),
+                                     keep_lost_rows)
+    labels = {k: v if keep_lost_rows else v[keep] for k, v in frame.labels.items()}
+    labels["point_tag"] = tags
+    return replace(frame, points=points, labels=labels)
 
 
 # ---- parameter resolution shared by the stages ---------------------------------------------------------

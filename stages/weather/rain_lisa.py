@@ -81,6 +81,6 @@ def model_for(params: RainLisaParams) -> lisa.LisaModel:
     return lisa.model_from_params(params, "marshall_palmer")
 
 
-@stage("rain_lisa", params=RainLisaParams)
+@stage("rain_lisa", params=RainLisaParams, version=2)  # v2: closed-form Q(3/2) + numba core (bits may differ rarely)
 def rain_lisa(frame: Frame, params: RainLisaParams, rng: np.random.Generator) -> Frame:
     return lisa.apply_stage(frame, params, rng, model_for, PointTag.SCATTER_RAIN)

@@ -85,6 +85,6 @@ def model_for(params: SnowLisaParams) -> lisa.LisaModel:
     return lisa.model_from_params(params, "marshall_gunn", mie_index=lisa.WATER_INDEX if water else None)
 
 
-@stage("snow_lisa", params=SnowLisaParams)
+@stage("snow_lisa", params=SnowLisaParams, version=2)  # v2: closed-form Q(3/2) + numba core (bits may differ rarely)
 def snow_lisa(frame: Frame, params: SnowLisaParams, rng: np.random.Generator) -> Frame:
     return lisa.apply_stage(frame, params, rng, model_for, PointTag.SCATTER_SNOW)

@@ -289,3 +289,62 @@ def test_edge_ranges():
     assert res.outcome[4] in (lisa.LOST, lisa.SCATTERED)  # ρ = 0 is never kept
     empty = lisa.simulate(np.zeros((0, 3)), np.zeros(0), m, np.random.default_rng(0))
     assert len(empty.outcome) == 0
+
+
+# ---- the closed-form incomplete gamma of shape 3/2 and its inverse (the candidates' range law) ----------
+def test_q32_matches_scipy_gammaincc():
+    """Q(3/2, x) = erfc(√x) + 2√(x/π)·e^{−x} is the regularised upper incomplete gamma function: it agrees with
+    scipy's general implementation wherever that is not underflowing, and has its limits at 0 and ∞."""
+    from scipy.special import gammaincc
+
+    x = np.concatenate([[0.0, 1e-300, 1e-12, 0.5, 1.5, 700.0], 10 ** np.random.default_rng(0).uniform(-8, 3, 20000)])
+    got, ref = lisa.q32(x), gammaincc(1.5, x)
+    big = ref > 1e-290
+    assert np.allclose(got[big], ref[big], rtol=1e-12, atol=0)
+    assert np.all(np.abs(got - ref) <= 4e-15)  # a few ulp of 1
+    assert lisa.q32(np.array([0.0]))[0] == 1.0
+    assert lisa.q32(np.array([np.inf]))[0] == 0.0
+    assert np.all(np.diff(lisa.q32(np.sort(x))) <= 1e-15)  # a survival function: non-increasing (up to rounding)
+
+
+@pytest.mark.parametrize("lo, hi", [(-2, 0), (0, 1), (1, 2.84)])
+def test_q32_inverse_matches_scipy_and_round_trips(lo, hi):
+    """The inverse returns y with Q(3/2, y) = q to ~1e-13 relative (as scipy's gammainccinv), from any upper
+    bound of the root (the far end of the beam in the stage), on small, moderate and huge y (up to 692: Q ≈ 1e-300)."""
+    from scipy.special import gammaincc, gammainccinv
+
+    rng = np.random.default_rng(int(10 * hi))
+    y = 10 ** rng.uniform(lo, hi, 5000)
+    q = gammaincc(1.5, y)
+    upper = y * rng.uniform(1.0, 100.0, len(y))
+    got = np.array([lisa._q32_inverse(a, b) for a, b in zip(q, upper, strict=True)])
+    assert np.allclose(got, gammainccinv(1.5, q), rtol=1e-12, atol=0)
+    assert np.allclose(lisa.q32(got), q, rtol=1e-12, atol=0)
+
+
+def test_q32_inverse_limits():
+    """q = 0 → +∞ and q = 1 → 0 (scipy's convention, so the caller's clip to [lo, R] is unchanged); a root past the
+    upper bound given by rounding is still found; q below Q's underflow is capped."""
+    from scipy.special import gammaincc
+
+    assert lisa._q32_inverse(0.0, 5.0) == math.inf
+    assert lisa._q32_inverse(1.0, 5.0) == 0.0
+    assert lisa._q32_inverse(1.0 - 1e-15, 5.0) == pytest.approx((lisa._GAMMA_5_2 * 1e-15) ** (2 / 3), rel=1e-3)
+    q = gammaincc(1.5, 3.0)
+    assert lisa._q32_inverse(q, 3.0 * (1 - 1e-12)) == pytest.approx(3.0, rel=1e-12)
+    assert lisa._q32_inverse(1e-320, 1e4) == 700.0
+
+
+def test_best_per_sorted_segment_equals_general():
+    """The one-pass best-per-beam for sorted beam ids (the pruned path) equals the general lexsort (ties → first)."""
+    rng = np.random.default_rng(3)
+    seg = np.sort(rng.integers(0, 300, 4000))
+    key = rng.integers(0, 5, 4000).astype(np.float64)  # many ties
+    ids, idx = lisa._best_per_segment(seg, key)
+    shuffled = rng.permutation(len(seg))  # the general path
+    ids2, idx2 = lisa._best_per_segment(seg[shuffled], key[shuffled])
+    assert np.array_equal(ids, ids2)
+    assert np.array_equal(key[idx], key[shuffled][idx2])
+    for s, i in zip(ids[:50], idx[:50], strict=True):
+        members = np.flatnonzero(seg == s)
+        assert i == members[np.argmax(key[members])]  # the first of the largest
