@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from stages.column_knn import mean_of_nearest
@@ -48,14 +49,40 @@ def upsample(frame: Frame, params: UpsampleParams, rng: np.random.Generator) -> 
     if n_add == 0:
         return frame
     parents = rng.choice(n, size=n_add, replace=False)
-    new = np.take(frame.points, parents, axis=0).astype(np.float64)  # = points[parents], 5× faster
-    new[:, :3] += rng.uniform(-params.offset, params.offset, size=(n_add, 3))
+    new = np.take(frame.points, parents, axis=0)  # float32 rows = points[parents], 5× faster
+    # x, y, z of the new points in float64: the parent's plus its offset (added in place into the offsets)
+    xyz = _add_xyz(rng.uniform(-params.offset, params.offset, size=(n_add, 3)), new)
     check_rule(params.rule, "upsample")
+    col, means = -1, np.empty(0)
     if params.rule == "code":
         # a new point lies within 0.17 m of its parent, so next to the data: an exact grid search answers it
         # (the same neighbours as the frame's KD-tree, which answers ties and the few far ones)
         col = frame.fields.index("intensity")
         # the grid is kept in the frame's cache (Frame.derived, like the KD-tree): its 5 severities share it
-        new[:, col] = mean_of_nearest(frame.points, col, new[:, :3], min(5, n), lambda: frame.kdtree, frame.derived)
+        means = mean_of_nearest(frame.points, col, xyz, min(5, n), lambda: frame.kdtree, frame.derived)
+    _round_into(new, xyz, col, means)
     labels = {name: col[parents] for name, col in frame.labels.items() if name != "point_tag"}
-    return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)
+    return frame.append(new, tag=PointTag.SYNTHETIC, **labels)
+
+
+# The new rows are the parents' float32 rows with x, y, z (and with rule "code" the intensity) replaced by
+# float64 values rounded to float32: the bytes of building the rows in float64 and casting them, without the
+# two (n, F) float64 temporaries (other columns pass through unconverted, so a signalling NaN in them stays
+# signalling where the float64 round trip would have quietened it).
+@numba.njit(cache=True)
+def _add_xyz(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``offsets += rows[:, :3]`` in float64, in place (IEEE addition commutes: the bytes of rows + offsets)."""
+    for i in range(offsets.shape[0]):
+        for c in range(3):
+            offsets[i, c] += np.float64(rows[i, c])
+    return offsets
+
+
+@numba.njit(cache=True)
+def _round_into(rows: np.ndarray, xyz: np.ndarray, col: int, means: np.ndarray) -> None:
+    """``rows[:, :3] = xyz`` and, for ``col`` ≥ 0, ``rows[:, col] = means``, rounded to float32, in place."""
+    for i in range(rows.shape[0]):
+        for c in range(3):
+            rows[i, c] = np.float32(xyz[i, c])
+        if col >= 0:
+            rows[i, col] = np.float32(means[i])

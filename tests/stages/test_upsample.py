@@ -108,3 +108,25 @@ def test_code_rule_new_intensity_is_the_mean_of_the_5_nearest(demo_scan, severit
         assert q[3] == pytest.approx(inten[np.argsort(d)[:5]].mean(), abs=1e-6)
         d_parent.append(np.sqrt(d.min()))
     assert max(d_parent) <= 0.1 * np.sqrt(3) + 1e-5  # within the ±0.1 m cube of a parent
+
+
+@pytest.mark.parametrize("rule", ["code", "text"])
+def test_new_rows_are_the_bytes_of_building_them_in_float64(rule):
+    """The new rows are assembled in float32 in place (the parents' rows, then x, y, z and, with rule "code",
+    the intensity rounded from float64): byte for byte the rows built in float64 and cast, ring column included."""
+    from scipy.spatial import cKDTree
+
+    frame = _grid_frame()
+    rng = np.random.default_rng(4)
+    frame = frame.with_points(frame.points + rng.normal(0, 0.2, frame.points.shape).astype(np.float32))  # no ties
+    p = UpsampleParams(3, rule=rule)
+    got = upsample(frame, p, rng_for(3))
+    n, rng = len(frame), rng_for(3)
+    parents = rng.choice(n, size=n // 3, replace=False)
+    new = frame.points[parents].astype(np.float64)
+    new[:, :3] += rng.uniform(-p.offset, p.offset, size=(n // 3, 3))
+    if rule == "code":
+        nn = cKDTree(frame.xyz.astype(np.float64)).query(new[:, :3], k=5)[1]
+        new[:, 3] = frame.points[:, 3].astype(np.float64)[nn].mean(axis=1)
+    assert got.points[n:].tobytes() == new.astype(np.float32).tobytes()
+    assert np.array_equal(got.labels["semantic"][n:], parents)
