@@ -32,7 +32,7 @@ from pipeline.numeric import build_profile, check_profile, profile_differences, 
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
-from pipeline.shard import ShardFailed, build_shard, os_error_message, partition_table
+from pipeline.shard import ShardFailed, build_shard, os_error_message, parquet_format, partition_table
 from pipeline.sources import open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
@@ -245,9 +245,10 @@ def run_build(
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
     fps = frames_per_shard if frames_per_shard is not None else (
         demo_fps if demo else recipe.frames_per_shard)
-    # compact files differ in bytes: part of the fingerprint (full builds keep the fingerprint they always had)
+    # what decides the bytes besides the recipe and frames: shard size, encoding, Parquet writer options
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
-                                      *([f"encoding={encoding}"] if encoding != "full" else [])])
+                                      *([f"encoding={encoding}"] if encoding != "full" else []),
+                                      f"parquet={parquet_format()}"])
     store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
         f"{recipe.name}/{recipe.version}")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
@@ -277,7 +278,8 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     tasks = [TaskSpec(s, g, len(cut), parts) for s in specs for g, parts in enumerate(cut)]
     ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
                   "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs),
-                  "task_groups": [[list(p) for p in grp] for grp in cut], "numeric_profile": profile},
+                  "task_groups": [[list(p) for p in grp] for grp in cut], "numeric_profile": profile,
+                  "parquet_format": parquet_format()},
                  overwrite=overwrite)
 
     pending = [t for t in tasks if not ledger.check_done(t.name, fingerprint, recheck, src)[0]]

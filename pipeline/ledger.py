@@ -119,9 +119,16 @@ class Ledger:
         old = self.run_info()
         if old is not None and old["fingerprint"] != info["fingerprint"]:
             if not overwrite:
+                why = "recipe, stage versions, frames or shard size differ"
+                if old.get("parquet_format") is None and info.get("parquet_format"):
+                    why = ("it was written by an older bench-build, with other Parquet writer options: the same "
+                           "examples would be other bytes")
+                elif old.get("parquet_format") != info.get("parquet_format"):
+                    why = (f"its Parquet writer options ({old['parquet_format']}) differ from this bench-build's "
+                           f"({info['parquet_format']}): the same examples would be other bytes")
                 raise LedgerMismatch(
                     f"{self.store.url} holds a build with fingerprint {old['fingerprint'][:12]} "
-                    f"(recipe, frames or shard size differ from this run's {info['fingerprint'][:12]}); "
+                    f"({why}; this run's is {info['fingerprint'][:12]}); "
                     "pass --overwrite to replace it, or choose another --out"
                 )
             self.clear()

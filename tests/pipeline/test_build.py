@@ -177,7 +177,12 @@ def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitt
     assert verify_version(version_dir).ok
 
 
-def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path):
+def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path, monkeypatch):
+    """A build is resumed only by the same recipe, frames, shard size and Parquet writer options (other writer
+    options would write the same examples as other bytes); otherwise the run refuses, naming what differs."""
+    import pipeline.shard
+    from pipeline.ledger import LedgerMismatch
+
     run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2,
               frames_per_shard=2, progress=False)
     small_recipe.write_text(small_recipe.read_text().replace("0.04, 0.06", "0.05, 0.06"))
@@ -189,6 +194,20 @@ def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path
     out = runner.invoke(app, [*args, "--overwrite"])
     assert out.exit_code == 0, out.output
     assert read_manifest(tmp_path / "mini-c" / "0.1.0")["recipe"]["corruptions"][0]["params"][0]["sigma"] == 0.05
+
+    ledger = Ledger(tmp_path / "mini-c" / "0.1.0")
+    assert ledger.run_info()["parquet_format"] == pipeline.shard.parquet_format()
+    kwargs = dict(source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2, frames_per_shard=2, progress=False)
+    with monkeypatch.context() as m:  # another writer (zstd level 3): refused before anything is built
+        m.setattr(pipeline.shard, "PARQUET_OPTIONS", {**pipeline.shard.PARQUET_OPTIONS, "compression_level": 3})
+        with pytest.raises(LedgerMismatch, match=r"Parquet writer options \(\w+\) differ from this bench-build's"):
+            run_build(str(small_recipe), **kwargs)
+    # a build by a bench-build from before the writer options were recorded (and part of the fingerprint)
+    info = ledger.run_info()
+    del info["parquet_format"]
+    ledger.store.write_text("_ledger/run.json", json.dumps({**info, "fingerprint": "0" * 64}))
+    with pytest.raises(LedgerMismatch, match="written by an older bench-build, with other Parquet writer options"):
+        run_build(str(small_recipe), **kwargs)
 
 
 def test_demo_build_with_no_arguments(tmp_path, monkeypatch):
