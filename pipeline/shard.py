@@ -299,6 +299,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
              "seconds": round(time.perf_counter() - t0[0], 4), "pid": os.getpid(),
              # CPU time of the worker process for this task (all its threads): what `bench` extrapolates from
              "cpu_seconds": round(time.process_time() - t0[1], 4),
+             # the process's CPU time when the task started: the smallest per pid marks its first task, which
+             # also paid the process's one-off warm-up (imports, numba's cached code)
+             "process_cpu_start": round(t0[1], 4),
              **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {})}
     if before_commit is not None and not before_commit():
         raise ShardFailed(spec.name, "superseded: the run that started this task no longer holds the version's "

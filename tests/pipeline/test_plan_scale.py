@@ -185,3 +185,29 @@ def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(
     assert "7/8 shards done" in status.output and "1 pending" in status.output
     with pytest.raises(LedgerMismatch, match="started with 4 task group"):
         run_build(str(small_recipe), out=tmp_path / "split", groups=2, **common)
+
+
+def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
+    """`bench` extrapolates full-build CPU from a demo build's ledger: per-example CPU from the tasks that ran in an
+    already warm process, and the warm-up (imports, numba's cached code) as what each process's first task cost
+    beyond that rate; the contact-sheet painting is excluded. Where a process ran only one task, nothing can be
+    separated and every task counts."""
+    from pipeline.bench import task_cpu_per_example
+    from pipeline.ledger import Ledger
+
+    ledger = Ledger(tmp_path)
+    rate, warmup = 0.02, 1.5  # s per example, s per process
+
+    def entry(pid, start, rows, sheet=0.0, first=False):
+        return {"pid": pid, "process_cpu_start": start, "files": [{"rows": rows}],
+                "cpu_seconds": rate * rows + sheet + (warmup if first else 0.0), "sheet_cpu_seconds": sheet}
+
+    tasks = {"t0": entry(11, 0.4, 100, sheet=2.0, first=True), "t1": entry(11, 5.0, 200), "t2": entry(11, 9.0, 50),
+             "t3": entry(12, 0.5, 120, first=True), "t4": entry(12, 4.0, 80)}
+    for name, e in tasks.items():
+        ledger.record_done(name, e)
+    got_rate, got_warmup = task_cpu_per_example(tmp_path, list(tasks))
+    assert got_rate == pytest.approx(rate) and got_warmup == pytest.approx(warmup)
+    # each process ran one task: the rate is everything over everything, no warm-up separated
+    got_rate, got_warmup = task_cpu_per_example(tmp_path, ["t0", "t3"])
+    assert got_rate == pytest.approx((rate * 220 + 2 * warmup) / 220) and got_warmup == 0.0
