@@ -46,6 +46,7 @@ class SeaweedServer:
     access_key: str
     secret_key: str
     buckets: tuple[str, ...] = ("bench",)
+    options: tuple[str, ...] = ()  # extra ``weed mini`` flags (``-name=value``), after the defaults
     proc: subprocess.Popen | None = field(default=None, repr=False)
     endpoint: str = ""
 
@@ -58,7 +59,7 @@ class SeaweedServer:
         args = [binary, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.data_dir}",
                 *(f"-{k}={v}" for k, v in ports.items()),
                 "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                "-master.telemetry=false", "-master.volumeSizeLimitMB=64"]
+                "-master.telemetry=false", "-master.volumeSizeLimitMB=64", *self.options]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         # with credentials in its environment, weed mini creates that admin identity and enforces signing
         env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)

@@ -302,7 +302,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
              # the process's CPU time when the task started: the smallest per pid marks its first task, which
              # also paid the process's one-off warm-up (imports, numba's cached code)
              "process_cpu_start": round(t0[1], 4),
-             **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {})}
+             **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {}),
+             # object storage: CPU of the threads that uploaded this task's files (part of cpu_seconds)
+             **({"upload_cpu_seconds": round(store.upload_cpu_seconds, 4)} if not store.is_local else {})}
     if before_commit is not None and not before_commit():
         raise ShardFailed(spec.name, "superseded: the run that started this task no longer holds the version's "
                                      "writer lock; not recorded", kind="superseded")

@@ -22,6 +22,12 @@ hold on both backends:
   finished temp file (fails if the name exists) and an ``flock``-guarded compare-and-rename.
 - **Checksums travel with objects.** Uploads record the file's sha256 as object metadata
   (``x-amz-meta-sha256``) so a resumed publish can skip files already present without re-reading them.
+  A file up to `MULTIPART_THRESHOLD` goes up in one PutObject whose ``x-amz-checksum-sha256`` header is
+  that same sha256 (signed with the request): the store hashes what it received and refuses the PUT
+  (``BadDigest``) unless it matches, so the bytes are checked end to end against the hash the ledger and
+  manifest record, and botocore need not hash the body a second time for the SigV4 signature
+  (``UNSIGNED-PAYLOAD``). ``BENCH_BUILD_S3_CHECKSUM=sigv4`` restores the signed payload without the
+  header, for a store that does not implement S3's checksum headers. Multipart uploads keep SigV4-signed parts.
 
 Credentials come only from the standard AWS chain (environment, ``AWS_PROFILE`` / ``--profile`` and
 ``~/.aws/config`` + ``credentials``, instance roles); the endpoint from ``--endpoint-url`` or
@@ -32,6 +38,7 @@ known secret from any text this module produces.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -83,7 +90,19 @@ class VersionLocked(StorageError):
 LOCK_NAME = ".bench-build.lock"  # local writer lock (a dot file: never listed, published or read as data)
 LEASE_NAME = "_lease.json"  # S3 writer lease, beside the version's data (never listed in a manifest)
 OVERLAP_ENV = "BENCH_BUILD_OVERLAP_UPLOADS"  # "0": an s3 build uploads each file before computing the next
+CHECKSUM_ENV = "BENCH_BUILD_S3_CHECKSUM"  # "sha256" (default) or "sigv4": how a single-PUT upload is verified
 LEASE_TTL = 120.0  # seconds a lease lives without renewal; the holder renews every TTL / 4
+
+
+def upload_checksum_mode() -> str:
+    """How a single-PUT upload proves its bytes: ``sha256`` (default: the file's known sha256 in the signed
+    ``x-amz-checksum-sha256`` header, verified by the store; the body is not hashed again) or ``sigv4``
+    (botocore hashes the body into the SigV4 signature: one more pass over every byte, for stores without
+    S3 checksum headers). From ``BENCH_BUILD_S3_CHECKSUM`` in the uploading process's environment."""
+    mode = os.environ.get(CHECKSUM_ENV, "sha256").strip().lower() or "sha256"
+    if mode not in ("sha256", "sigv4"):
+        raise StorageError(f"{CHECKSUM_ENV}={mode!r}: use 'sha256' (default) or 'sigv4'")
+    return mode
 
 
 def overlap_uploads() -> bool:
@@ -263,6 +282,7 @@ class Store:
 
     spec: StoreSpec
     is_local = False
+    upload_cpu_seconds = 0.0  # object stores: CPU seconds their uploads took on the uploading threads
 
     @property
     def url(self) -> str:
@@ -661,6 +681,7 @@ class LocalStore(Store):
 # -- S3 --------------------------------------------------------------------------------------------
 _CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
+_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
 _AUTH_CODES = {"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken",
                "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed", "403"}
 
@@ -669,13 +690,16 @@ def endpoint_from_env() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-def s3_client(endpoint_url: str | None = None, profile: str | None = None):
-    """One boto3 S3 client per (endpoint, profile) per process (clients are thread-safe)."""
+def s3_client(endpoint_url: str | None = None, profile: str | None = None, *, unsigned_payload: bool = False):
+    """One boto3 S3 client per (endpoint, profile, payload signing) per process (clients are thread-safe).
+
+    ``unsigned_payload``: requests are signed with ``UNSIGNED-PAYLOAD`` instead of the body's sha256, even over
+    plain http; only for requests whose body carries its own verified checksum header (`S3Store.upload_file`)."""
     # the environment's part of the AWS chain is part of the key: a changed secret gets a new client
     chain = "\0".join(os.environ.get(k, "") for k in (
         "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE",
         "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"))
-    key = (endpoint_url, profile, hashlib.sha256(chain.encode()).hexdigest())
+    key = (endpoint_url, profile, hashlib.sha256(chain.encode()).hexdigest(), unsigned_payload)
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
@@ -688,13 +712,16 @@ def s3_client(endpoint_url: str | None = None, profile: str | None = None):
         except botocore.exceptions.ProfileNotFound as e:
             raise StorageError(f"AWS profile not found: {e}") from None
         custom = endpoint_url or endpoint_from_env()
+        s3: dict[str, Any] = {"addressing_style": "path"} if custom else {}
+        if unsigned_payload:
+            s3["payload_signing_enabled"] = False
         config = Config(
             retries={"max_attempts": 3, "mode": "standard"},
             max_pool_connections=32,
             connect_timeout=10,
             read_timeout=120,
             # S3-compatible stores: path-style addressing, and no optional CRC trailers they may not know
-            s3={"addressing_style": "path"} if custom else {},
+            s3=s3,
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
@@ -717,8 +744,10 @@ class S3Store(Store):
         url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.spec = StoreSpec(url, endpoint_url, profile)
         self._client = None
+        self._put_client = None
         self._client_lock = threading.Lock()
         self._uploads: BackgroundUploads | None = None
+        self.upload_cpu_seconds = 0.0  # CPU time of the threads that ran this store's uploads (see upload_file)
 
     def background_uploads(self, depth: int = 2) -> BackgroundUploads:
         self._uploads = BackgroundUploads(depth if overlap_uploads() else None)
@@ -734,6 +763,14 @@ class S3Store(Store):
             if self._client is None:
                 self._client = s3_client(self.endpoint_url, self.profile)
         return self._client
+
+    @property
+    def put_client(self):
+        """The client of single-PUT uploads that carry ``x-amz-checksum-sha256``: no payload hash in the signature."""
+        with self._client_lock:
+            if self._put_client is None:
+                self._put_client = s3_client(self.endpoint_url, self.profile, unsigned_payload=True)
+        return self._put_client
 
     def _k(self, key: str) -> str:
         key = _check_key(key)
@@ -757,6 +794,9 @@ class S3Store(Store):
                 return NotFound(f"{where}: not found")
             if code in ("412", "PreconditionFailed", "ConditionalRequestConflict", "409"):
                 return PreconditionFailed(f"{where}: conditional {op} refused ({code})")
+            if code in _DIGEST_CODES:
+                return StorageError(f"{where}: {op} refused ({code}): the bytes the store received do not match "
+                                    "the sha256 sent with them (the local file changed, or was damaged in transit)")
             if code == "NoSuchBucket":
                 return StorageError(f"{where}: bucket {self.bucket!r} does not exist")
             if code in _AUTH_CODES:
@@ -860,12 +900,36 @@ class S3Store(Store):
 
     def upload_file(self, local: str | Path, key: str, *, sha256: str | None = None,
                     progress: Progress | None = None) -> None:
-        """One PUT, or a multipart upload above 64 MB: either way the object appears only when complete."""
+        """One PUT, or a multipart upload above `MULTIPART_THRESHOLD`: either way the object appears only when
+        complete. ``sha256`` (the file's, hex; computed if not given) is stored as metadata and, on a single PUT,
+        sent as the ``x-amz-checksum-sha256`` the store verifies (see the module docstring): a file whose bytes
+        do not match it is refused, never stored. The calling thread's CPU time is added to
+        ``upload_cpu_seconds`` (a multipart upload's parts run on s3transfer's threads: not counted)."""
         sha256 = sha256 or sha256_file(local)
-        with self._calls(key, "upload"):
-            self.client.upload_file(str(local), self.bucket, self._k(key),
-                                    ExtraArgs={"Metadata": {SHA256_META: sha256}}, Callback=progress,
-                                    Config=self._transfer_config())
+        cpu0 = time.thread_time()
+        try:
+            size = os.path.getsize(local)
+            if size > MULTIPART_THRESHOLD:
+                with self._calls(key, "upload"):
+                    self.client.upload_file(str(local), self.bucket, self._k(key),
+                                            ExtraArgs={"Metadata": {SHA256_META: sha256}}, Callback=progress,
+                                            Config=self._transfer_config())
+                return
+            # one PutObject straight from the file: no s3transfer machinery (a thread pool per call) for a
+            # file that goes up in one request anyway; botocore rewinds the file itself on a retry
+            kw: dict[str, Any] = {"Metadata": {SHA256_META: sha256}}
+            client = self.client
+            if upload_checksum_mode() == "sha256":
+                kw["ChecksumSHA256"] = base64.b64encode(bytes.fromhex(sha256)).decode()
+                client = self.put_client
+            with open(local, "rb") as body, self._calls(key, "upload"):
+                client.put_object(Bucket=self.bucket, Key=self._k(key), Body=body, **kw)
+            if progress is not None:
+                progress(size)
+        finally:
+            cpu = time.thread_time() - cpu0
+            with self._client_lock:
+                self.upload_cpu_seconds += cpu
 
     def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
         local = Path(local)

@@ -1,0 +1,109 @@
+"""How an upload proves its bytes, against the real SeaweedFS test server.
+
+A single-PUT upload sends the file's sha256 (the one the ledger and manifest record) as a signed
+``x-amz-checksum-sha256`` header and an ``UNSIGNED-PAYLOAD`` signature, so botocore does not hash the body
+again; the store must then refuse bytes that do not match. ``BENCH_BUILD_S3_CHECKSUM=sigv4`` goes back to a
+payload hash inside the signature. Files above the multipart threshold still go up in signed parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+import pipeline.storage as storage
+from pipeline.storage import CHECKSUM_ENV, StorageError, open_store
+
+
+def _file(tmp_path: Path, name: str, size: int) -> tuple[Path, bytes]:
+    data = os.urandom(size)
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path, data
+
+
+def _capture(client, sent: list[dict[str, str]]):
+    """Record the headers of every PutObject ``client`` sends; returns the unregister callback."""
+    def hook(request, **_):
+        sent.append({k.lower(): (v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()})
+
+    client.meta.events.register("before-send.s3.PutObject", hook)
+    return lambda: client.meta.events.unregister("before-send.s3.PutObject", hook)
+
+
+def _signed_headers(headers: dict[str, str]) -> set[str]:
+    auth = headers["authorization"]
+    return set(auth.split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";"))
+
+
+def test_single_put_sends_the_known_sha256_as_a_signed_checksum(s3prefix, tmp_path):
+    store = open_store(s3prefix)
+    path, data = _file(tmp_path, "a.bin", 300_000)
+    digest = hashlib.sha256(data).hexdigest()
+    sent: list[dict[str, str]] = []
+    unregister = _capture(store.put_client, sent)
+    progressed: list[int] = []
+    try:
+        store.upload_file(path, "a.bin", sha256=digest, progress=progressed.append)
+    finally:
+        unregister()
+    assert len(sent) == 1
+    h = sent[0]
+    assert h["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"  # the body is not hashed a second time ...
+    assert h["x-amz-checksum-sha256"] == base64.b64encode(bytes.fromhex(digest)).decode()
+    assert "x-amz-checksum-sha256" in _signed_headers(h)  # ... its hash is bound to the signature instead
+    assert sum(progressed) == len(data)
+    assert store.read_bytes("a.bin") == data
+    info = store.head("a.bin")
+    assert info is not None and info.sha256 == digest and info.size == len(data)
+    stored = store.client.head_object(Bucket=store.bucket, Key=store._k("a.bin"), ChecksumMode="ENABLED")
+    assert stored.get("ChecksumSHA256") == h["x-amz-checksum-sha256"]
+    assert store.upload_cpu_seconds > 0
+
+
+def test_bytes_that_do_not_match_their_sha256_are_refused(s3prefix, tmp_path):
+    """What the header buys: a file that changed after it was hashed (or bytes damaged on the way) is
+    refused by the store, not stored under its final name."""
+    store = open_store(s3prefix)
+    path, data = _file(tmp_path, "b.bin", 200_000)
+    recorded = hashlib.sha256(data).hexdigest()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit flipped after hashing
+    with pytest.raises(StorageError) as e:
+        store.upload_file(path, "b.bin", sha256=recorded)
+    assert "do not match the sha256" in str(e.value) and "b.bin" in str(e.value)
+    assert store.head("b.bin") is None
+
+
+def test_sigv4_mode_signs_the_payload_hash(s3prefix, tmp_path, monkeypatch):
+    monkeypatch.setenv(CHECKSUM_ENV, "sigv4")
+    store = open_store(s3prefix)
+    path, data = _file(tmp_path, "c.bin", 100_000)
+    sent: list[dict[str, str]] = []
+    unregister = _capture(store.client, sent)
+    try:
+        store.upload_file(path, "c.bin")
+    finally:
+        unregister()
+    assert len(sent) == 1
+    assert sent[0]["x-amz-content-sha256"] == hashlib.sha256(data).hexdigest()
+    assert not any(k.startswith("x-amz-checksum-") for k in sent[0])
+    assert store.read_bytes("c.bin") == data
+    monkeypatch.setenv(CHECKSUM_ENV, "md5")
+    with pytest.raises(StorageError, match=CHECKSUM_ENV):
+        store.upload_file(path, "c2.bin")
+
+
+def test_a_file_above_the_threshold_goes_up_in_parts(s3prefix, tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "MULTIPART_THRESHOLD", 1 << 20)
+    monkeypatch.setattr(storage, "MULTIPART_CHUNK", 5 << 20)  # S3's smallest part
+    store = open_store(s3prefix)
+    path, data = _file(tmp_path, "d.bin", (5 << 20) + 123_457)
+    store.upload_file(path, "d.bin")
+    info = store.head("d.bin")
+    assert info is not None and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert info.etag is not None and info.etag.strip('"').endswith("-2")  # a multipart object of 2 parts
+    assert store.read_bytes("d.bin") == data
