@@ -12,8 +12,10 @@ On a demo version it measures, against a local SeaweedFS (started on 127.0.0.1 f
 `run_bench_s3_build` (``bench-build bench --s3-build``) times only the builds, interleaved and repeated:
 local directory, ``s3://`` with uploads overlapping compute (the default) and ``s3://`` with overlap off
 (``BENCH_BUILD_OVERLAP_UPLOADS=0``); it prints each run, the medians, the overhead of each s3 mode over
-local, the CPU seconds the SeaweedFS server used (on loopback it shares the machine's cores with the
-build) and the load average before and after (other work on a shared machine inflates every number).
+local, the CPU seconds of the build (driver + tasks) and, of those, of the threads that ran the uploads
+(recorded per task in the ledger as ``upload_cpu_seconds``), the CPU seconds the SeaweedFS server used (on
+loopback it shares the machine's cores with the build), and the load average before and after (other work
+on a shared machine inflates wall times; CPU seconds much less).
 """
 
 from __future__ import annotations
@@ -87,10 +89,11 @@ def run_bench_publish(frames: int = 8, workers: int = 2, to: str | None = None, 
 
 
 def _proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    """User + system CPU seconds of process ``pid`` so far, its waited-for children included (Linux ``/proc``;
+    0 elsewhere). ``weed mini`` runs every component in one process."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
 
@@ -102,14 +105,16 @@ def _driver_cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime
 
 
-def _tasks_cpu_seconds(res) -> float:
-    """CPU seconds the build's tasks recorded in the ledger (each worker process's time over the task, upload
-    threads included): with the driver's, what a build cost in CPU whatever else the machine runs."""
+def _tasks_cpu_seconds(res) -> tuple[float, float]:
+    """CPU seconds the build's tasks recorded in the ledger: (each worker process's time over the task, upload
+    threads included — with the driver's, what a build cost in CPU whatever else the machine runs; of that, the
+    threads that ran the uploads to object storage)."""
     from pipeline.ledger import Ledger
     from pipeline.storage import open_store
 
     ledger = Ledger(open_store(res.version_dir))
-    return sum((ledger.done_entry(name) or {}).get("cpu_seconds", 0.0) for name in res.shards_built)
+    entries = [ledger.done_entry(name) or {} for name in res.shards_built]
+    return sum(e.get("cpu_seconds", 0.0) for e in entries), sum(e.get("upload_cpu_seconds", 0.0) for e in entries)
 
 
 S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
@@ -130,6 +135,7 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     times: dict[str, list[float]] = {m: [] for m in modes}
     server_cpu: dict[str, list[float]] = {m: [] for m in modes}
     build_cpu: dict[str, list[float]] = {m: [] for m in modes}
+    upload_cpu: dict[str, list[float]] = {m: [] for m in modes}
     load_before = os.getloadavg()
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", OVERLAP_ENV)
     saved = {k: os.environ.get(k) for k in keys}
@@ -159,12 +165,15 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
                         assert res.ok, res.failures
                         times[mode].append(dt)
                         server_cpu[mode].append(_proc_cpu_seconds(server.proc.pid) - cpu0 if server else 0.0)
-                        build_cpu[mode].append(_driver_cpu_seconds() - build_cpu0 + _tasks_cpu_seconds(res))
+                        tasks_cpu, uploads_cpu = _tasks_cpu_seconds(res)
+                        build_cpu[mode].append(_driver_cpu_seconds() - build_cpu0 + tasks_cpu)
+                        upload_cpu[mode].append(uploads_cpu)
                     shutil.rmtree(tmp / "local", ignore_errors=True)
                     shutil.rmtree(tmp / "seaweed", ignore_errors=True)
                     # res.seconds ends when the last task returned: the rest is the ledger check + manifest + card
                     print(f"  round {i + 1} {mode:>10}: {dt:6.1f} s (finishing {dt - res.seconds:4.1f} s; "
-                          f"build CPU {build_cpu[mode][-1]:5.1f} s, server CPU {server_cpu[mode][-1]:5.1f} s, "
+                          f"build CPU {build_cpu[mode][-1]:5.1f} s of which uploads {upload_cpu[mode][-1]:4.1f} s, "
+                          f"server CPU {server_cpu[mode][-1]:5.1f} s, "
                           f"load {os.getloadavg()[0]:.2f})", flush=True)
     finally:
         for k, v in saved.items():
@@ -174,6 +183,7 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     results: dict = {"median_s": med, "runs_s": times,
                      "server_cpu_s": {m: statistics.median(v) for m, v in server_cpu.items()},
                      "build_cpu_s": {m: statistics.median(v) for m, v in build_cpu.items()},
+                     "upload_cpu_s": {m: statistics.median(v) for m, v in upload_cpu.items()},
                      "load_before": load_before, "load_after": load_after}
     print(f"medians over {repeat} interleaved rounds (load average 1/5/15 min: before "
           f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}):")
@@ -182,8 +192,19 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
         if m != "local" and "local" in med:
             results[f"overhead_{m}_pct"] = (med[m] / med["local"] - 1) * 100
             extra = f"  overhead vs local {med[m] - med['local']:+.1f} s ({results[f'overhead_{m}_pct']:+.0f} %)"
-        print(f"  {m:>10}: {med[m]:6.1f} s  build CPU {results['build_cpu_s'][m]:5.1f} s  "
-              f"server CPU {results['server_cpu_s'][m]:5.1f} s{extra}")
+        print(f"  {m:>10}: {med[m]:6.1f} s  build CPU {results['build_cpu_s'][m]:5.1f} s (uploads "
+              f"{results['upload_cpu_s'][m]:4.1f} s)  server CPU {results['server_cpu_s'][m]:5.1f} s{extra}")
+    if "local" in med:
+        cores = os.cpu_count() or 1
+        print("what an s3 build adds, ours vs the server's (CPU seconds per build, medians; the wall-time overhead "
+              "above is the headline, nothing subtracted):")
+        for m in modes:
+            if m == "local":
+                continue
+            extra_build = results["build_cpu_s"][m] - results["build_cpu_s"]["local"]
+            print(f"  {m:>10}: client (bench-build) {extra_build:+5.1f} CPU-s over local, of which upload threads "
+                  f"{results['upload_cpu_s'][m]:4.1f}; server {results['server_cpu_s'][m]:5.1f} CPU-s "
+                  f"(on loopback it runs on the build's {cores} cores)")
     return results
 
 

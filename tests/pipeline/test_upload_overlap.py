@@ -204,3 +204,10 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
     files = {p.relative_to(local.version_dir).as_posix(): p.read_bytes()
              for p in local.version_dir.rglob("*.parquet") if "_ledger" not in p.parts}
     assert objects == files and len(files) == 2 * 21
+    # each task records the CPU its uploads took (what `bench --s3-build` reports as the client's share)
+    from pipeline.ledger import Ledger
+
+    remote_entries = [Ledger(store).done_entry(n) for n in remote.shards_built]
+    local_entries = [Ledger(LocalStore(local.version_dir)).done_entry(n) for n in local.shards_built]
+    assert all(0 < e["upload_cpu_seconds"] <= e["cpu_seconds"] for e in remote_entries)
+    assert all("upload_cpu_seconds" not in e for e in local_entries)
