@@ -1,10 +1,10 @@
 """Pictures of a built version: bird's-eye views of scenes, three-view scatters of objects, and the
 contact sheet every card embeds (one panel per corruption × severity of the same frame).
 
-Points are painted straight into an RGB raster (vectorised NumPy: one pixel per point, drawn in
-order so that corruption-made points — scatter, crosstalk, synthetic — and higher points land on
-top), then shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet
-uses the extent of the clean frame, so a corruption's effect is not hidden by a changed zoom.
+Points are painted straight into an RGB raster (one pass in numba with a per-pixel key buffer, so
+that corruption-made points — scatter, crosstalk, synthetic — and higher points land on top), then
+shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet uses the extent
+of the clean frame, so a corruption's effect is not hidden by a changed zoom.
 
 Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
 crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,15 +93,39 @@ def _colors(tags: np.ndarray, z: np.ndarray, color_by: str, z_range: tuple[float
 def paint(u: np.ndarray, v: np.ndarray, rgb: np.ndarray, order_key: np.ndarray,
           extent: tuple[float, float, float, float], px: int) -> np.ndarray:
     """An (px, px, 3) uint8 raster, white background, row 0 at the top (v = extent[3]). ``rgb``: colours
-    in [0, 1], or already as uint8."""
-    u0, u1, v0, v1 = extent
-    iu = ((u - u0) * (px / (u1 - u0))).astype(np.int64)
-    iv = ((v1 - v) * (px / (v1 - v0))).astype(np.int64)
-    inside = np.flatnonzero((iu >= 0) & (iu < px) & (iv >= 0) & (iv < px) & (u >= u0) & (v <= v1))
-    order = inside[np.argsort(order_key[inside])]  # later (higher key) points overwrite earlier ones
-    img = np.full((px * px, 3), 255, np.uint8)
+    in [0, 1], or already as uint8. Where points share a pixel, the one with the highest ``order_key`` is
+    drawn (on equal keys the later one). u, v and the key may be any float dtype: positions are computed in
+    float64, so float32 and float64 copies of the same points paint the same raster."""
     rgb = np.asarray(rgb)
-    img[iv[order] * px + iu[order]] = rgb[order] if rgb.dtype == np.uint8 else (rgb[order] * 255 + 0.5).astype(np.uint8)
+    rgb8 = rgb if rgb.dtype == np.uint8 else (rgb * 255 + 0.5).astype(np.uint8)
+    u0, u1, v0, v1 = (float(e) for e in extent)
+    return _zbuffer(u, v, rgb8, order_key, u0, u1, v0, v1, int(px))
+
+
+@numba.njit(cache=True)
+def _zbuffer(u, v, rgb8, key, u0, u1, v0, v1, px):
+    """`paint` in one pass over the points with a per-pixel key buffer (was: argsort of every key, ≈ 6 ms of the
+    ≈ 8 ms a 130k-point panel cost)."""
+    img = np.full((px * px, 3), 255, np.uint8)
+    best = np.full(px * px, -np.inf)
+    su = px / (u1 - u0)
+    sv = px / (v1 - v0)
+    for i in range(u.shape[0]):
+        uu = np.float64(u[i])
+        vv = np.float64(v[i])
+        if not (uu >= u0 and vv <= v1):  # (also drops NaN)
+            continue
+        iu = int((uu - u0) * su)  # ≥ 0 here: truncation is the floor
+        iv = int((v1 - vv) * sv)
+        if iu >= px or iv >= px:
+            continue
+        p = iv * px + iu
+        k = np.float64(key[i])
+        if k >= best[p]:
+            best[p] = k
+            img[p, 0] = rgb8[i, 0]
+            img[p, 1] = rgb8[i, 1]
+            img[p, 2] = rgb8[i, 2]
     return img.reshape(px, px, 3)
 
 
@@ -123,11 +148,25 @@ def object_extent(points: np.ndarray) -> float:
 
 def bev_raster(view: View, extent, color_by: str, px: int = PANEL_PX) -> np.ndarray:
     p = view.points
-    # by tag: the LUT in uint8 (the same bytes paint would round to), one (N, 3) gather instead of three passes
-    rgb = (_lut8()[view.tags.astype(np.uint8)] if color_by == "tag"
-           else _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5)))
-    key = view.tags.astype(np.float64) * 100 + p[:, 2] if color_by == "tag" else p[:, 2]
-    return paint(p[:, 0], p[:, 1], rgb, key, extent, px)
+    if color_by == "tag":  # `paint` with colour = the tag's (LUT in uint8) and key = tag·100 + z, in one pass
+        u0, u1, v0, v1 = (float(e) for e in extent)
+        return _zbuffer_tags(p, np.asarray(view.tags, dtype=np.uint8), _lut8(), u0, u1, v0, v1, int(px))
+    return paint(p[:, 0], p[:, 1], _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5)), p[:, 2], extent, px)
+
+
+@numba.njit(cache=True)
+def _zbuffer_tags(p, tags, lut8, u0, u1, v0, v1, px):
+    """`_zbuffer` of x, y with colours ``lut8[tag]`` and keys tag·100 + z (later corruption tags on top)."""
+    n = p.shape[0]
+    rgb8 = np.empty((n, 3), np.uint8)
+    key = np.empty(n)
+    for i in range(n):
+        t = tags[i]
+        rgb8[i, 0] = lut8[t, 0]
+        rgb8[i, 1] = lut8[t, 1]
+        rgb8[i, 2] = lut8[t, 2]
+        key[i] = np.float64(t) * 100 + np.float64(p[i, 2])
+    return _zbuffer(p[:, 0], p[:, 1], rgb8, key, u0, u1, v0, v1, px)
 
 
 def object_raster(view: View, radius: float, color_by: str, px: int = PANEL_PX) -> np.ndarray:
