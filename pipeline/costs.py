@@ -5,8 +5,8 @@ A table (``pipeline/cost_tables/<recipe>.json``, written by ``bench-build bench 
 core and full-resolution scans:
 
 - ``read_ms``: reading and decoding one scan (per frame, paid by every task that holds the frame);
-- ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``): paid once per frame
-  by a task only if one of its stages uses that cache;
+- ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``, ``deletion_grid``):
+  paid once per frame by a task only if one of its stages uses that cache;
 - ``write_ms``: encoding + writing one example as Parquet (the I/O floor), paid by every partition, clean
   included;
 - ``stage_ms[corruption]``: compute per example at severities 1..S; ``needs[corruption]``: the caches it uses.
@@ -26,11 +26,11 @@ from typing import Any
 from manifests.recipe import Recipe
 
 TABLES = Path(__file__).parent / "cost_tables"
-CACHES = ("kdtree", "box_index")  # Frame's shared per-frame caches (cached properties), in prep order
+CACHES = ("kdtree", "box_index", "deletion_grid")  # Frame's shared per-frame caches (cached properties)
 
 # Defaults for a recipe without a measured table: the medians of the KITTI-C table on this project's machine.
 DEFAULT_READ_MS = 5.0
-DEFAULT_PREP_MS = {"kdtree": 60.0, "box_index": 25.0}
+DEFAULT_PREP_MS = {"kdtree": 60.0, "box_index": 25.0, "deletion_grid": 4.0}
 DEFAULT_WRITE_MS = 10.0
 DEFAULT_STAGE_MS = 10.0
 

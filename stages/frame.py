@@ -232,6 +232,17 @@ class Frame:
         return {}
 
     @cached_property
+    def deletion_grid(self):  # -> (float64 xyz, stages.grid_knn.Grid)
+        """The search grid of the sequential neighbourhood deletions (`cutout`, `local_dec`: exact k nearest
+        present points, `stages.geometry.remove_neighbourhoods_sequentially`) over this frame's points, with
+        their float64 xyz: built once (≈ 4 ms for 130k points), shared by both stages' severities."""
+        from stages.geometry import DELETION_GRID_CELL
+        from stages.grid_knn import Grid
+
+        xyz = np.ascontiguousarray(self.xyz, dtype=np.float64)
+        return xyz, Grid(xyz, DELETION_GRID_CELL)
+
+    @cached_property
     def kdtree(self):  # -> scipy.spatial.cKDTree (imported lazily: scipy is slow to import)
         from scipy.spatial import cKDTree
 

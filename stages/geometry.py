@@ -209,6 +209,9 @@ def mean_intensity_of_nearest(frame, xyz: np.ndarray, k: int = 5, near: float | 
 _REBUILD = 0.6
 
 
+DELETION_GRID_CELL = 0.4  # metres: the x–y cell of the sequential deletions' search grid (`Frame.deletion_grid`)
+
+
 def remove_neighbourhoods_sequentially(frame, n_ops: int, k: int, n_drop: int,
                                        rng: np.random.Generator) -> np.ndarray:
     """Boolean keep-mask after ``n_ops`` operations, one after another on the shrinking cloud, each of
@@ -227,14 +230,13 @@ def remove_neighbourhoods_sequentially(frame, n_ops: int, k: int, n_drop: int,
     keep = np.ones(n, dtype=bool)
     if n_ops <= 0 or k <= 0 or n_drop <= 0 or n == 0:
         return keep
-    from stages.grid_knn import Grid, _sequential_ops
+    from stages.grid_knn import _sequential_ops
 
-    xyz = np.ascontiguousarray(frame.xyz, dtype=np.float64)
+    xyz, grid = frame.deletion_grid  # built once per frame: cutout and local_dec at every severity share it
     n_drop = min(n_drop, k)
     # an independent random n_drop-subset of the k slots of every operation, drawn at once: the slots of
     # the n_drop smallest of k uniforms (a partition finds the same set as a full argsort, faster)
     subsets = np.argpartition(rng.random((n_ops, k)), n_drop - 1, axis=1)[:, :n_drop] if n_drop < k else None
-    grid = Grid(xyz, 0.4)
     sub = np.zeros((0, 0), dtype=np.int64) if subsets is None else np.ascontiguousarray(subsets, dtype=np.int64)
     n_ids = n  # survivors when the schedule last "rebuilt"
     present = n

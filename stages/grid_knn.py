@@ -28,9 +28,11 @@ class Grid:
     """Points bucketed by x–y cell of side ``cell`` metres (counting sort; O(N))."""
 
     def __init__(self, xyz: np.ndarray, cell: float):
+        from stages.column_knn import _bounds
+
         xyz = np.ascontiguousarray(xyz, dtype=np.float64)
-        lo = xyz[:, :2].min(axis=0) if len(xyz) else np.zeros(2)
-        hi = xyz[:, :2].max(axis=0) if len(xyz) else np.zeros(2)
+        lo, hi = _bounds(xyz)  # (numpy's axis-0 min/max of the (N, 2) columns took ≈ 5 ms of the ≈ 8 ms build)
+        lo, hi = lo[:2], hi[:2]
         span = np.maximum(hi - lo, 1e-9)
         cell = max(cell, math.sqrt(float(span[0] * span[1]) / _MAX_CELLS))
         self.cell, self.x0, self.y0 = cell, float(lo[0]), float(lo[1])

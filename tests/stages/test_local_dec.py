@@ -116,3 +116,26 @@ def test_code_rule_removes_exactly_centres_times_80(demo_scan, severity):
     n_drop = int(p.drop_fraction * p.k)  # int((4/5)·100) = 80 in the released code
     assert removed.sum() == (len(frame) // int(p.count_divisor)) * n_drop
     assert removed.mean() == pytest.approx(n_drop / p.count_divisor, abs=2e-4)  # 26.7 / 40.0 / 80.0 %
+
+
+def test_cutout_and_local_dec_share_one_deletion_grid_per_frame():
+    """The sequential deletions' search grid is a per-frame cache (`Frame.deletion_grid`): built by the first
+    of cutout / local_dec on a frame, reused by every later severity of both, and the output is the same as on
+    a fresh copy of the frame that builds its own."""
+    from dataclasses import replace
+
+    from pipeline.sources.demo import generate_frame
+    from stages.density.cutout import CutoutParams, cutout
+
+    frame = generate_frame(0)
+    assert "deletion_grid" not in frame.__dict__
+    a = cutout(frame, CutoutParams(count_divisor=60), np.random.default_rng(1))
+    grid = frame.__dict__["deletion_grid"]
+    b = local_dec(frame, LocalDecParams(count_divisor=100), np.random.default_rng(2))
+    assert frame.deletion_grid is grid  # not rebuilt
+    for out, fn, params, seed in ((a, cutout, CutoutParams(count_divisor=60), 1),
+                                  (b, local_dec, LocalDecParams(count_divisor=100), 2)):
+        fresh = replace(frame)
+        assert "deletion_grid" not in fresh.__dict__
+        again = fn(fresh, params, np.random.default_rng(seed))
+        assert np.array_equal(again.points, out.points) and len(out) < len(frame)
