@@ -121,14 +121,13 @@ def knn_with_intensity(frame: Frame, centres: np.ndarray, k: int) -> np.ndarray:
     them can be closer; centres for which that does not hold are re-queried with more candidates.
     """
     n = len(frame)
-    xyz = frame.xyz.astype(np.float64)
-    inten = frame.intensity.astype(np.float64)
+    inten = frame.intensity  # float32: only the gathered values are widened (the same float64 values)
     out = np.empty((len(centres), k), dtype=np.int64)
     todo = np.arange(len(centres))
     kq = min(n, 2 * k)
     while todo.size:
-        d3, cand = query_in_spatial_order(frame.kdtree, xyz[centres[todo]], kq)
-        d4 = d3 ** 2 + (inten[cand] - inten[centres[todo]][:, None]) ** 2
+        d3, cand = query_in_spatial_order(frame.kdtree, frame.xyz[centres[todo]].astype(np.float64), kq)
+        d4 = d3 ** 2 + (inten[cand].astype(np.float64) - inten[centres[todo]].astype(np.float64)[:, None]) ** 2
         order = np.argsort(d4, axis=1, kind="stable")[:, :k]
         out[todo] = np.take_along_axis(cand, order, axis=1)
         kth = np.take_along_axis(d4, order[:, -1:], axis=1)[:, 0]

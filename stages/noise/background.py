@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.column_knn import _bounds
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule, mean_intensity_of_nearest
 from stages.registry import stage
@@ -42,9 +43,12 @@ def background(frame: Frame, params: BackgroundParams, rng: np.random.Generator)
     if n_add == 0:
         return frame
     check_rule(params.rule, "background")
-    lo, hi = frame.xyz.min(axis=0).astype(np.float64), frame.xyz.max(axis=0).astype(np.float64)
+    lo, hi = _bounds(frame.xyz)  # float64 min / max of x, y, z (numpy's axis-0 reduction of the view: ≈ 5 ms)
     if params.rule == "code":
-        lo[2], hi[2] = trimmed_z_range(frame.xyz[:, 2], params.z_trim)
+        key = ("background.trimmed_z_range", params.z_trim)  # the same at every severity of a frame
+        if key not in frame.derived:
+            frame.derived[key] = trimmed_z_range(frame.xyz[:, 2], params.z_trim)
+        lo[2], hi[2] = frame.derived[key]
     new = np.full((n_add, len(frame.fields)), -1.0, dtype=np.float32)
     new[:, :3] = rng.uniform(lo, hi, size=(n_add, 3))
     if params.rule == "code":
