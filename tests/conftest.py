@@ -13,6 +13,12 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+# The numeric pin (pipeline/numeric.py) before anything imports NumPy, as the CLI sets it: tests compute under
+# the dispatch `bench-build` and its Ray workers use, and the CLI's late-pin warning is not raised in every run.
+from pipeline.numeric import pin_environment  # noqa: E402
+
+pin_environment()
+
 # Coarse azimuth steps keep the e2e fixtures small (≈15k points per scan) while every other
 # property of the demo generator (rings, objects, labels, calib, file layout) stays the same.
 FIXTURE_AZIMUTH_STEP = 0.72
