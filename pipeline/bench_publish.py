@@ -122,10 +122,10 @@ S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
 
 def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recipe: str = "kitti-c",
                        modes: tuple[str, ...] = S3_BUILD_MODES) -> dict:
-    """Median wall time of a demo build per mode (interleaved ``repeat`` times) and each s3 mode's overhead
-    over ``local``. Every s3 build gets a fresh SeaweedFS on 127.0.0.1 (started and stopped outside the
-    timed region, its data deleted after), and every local build's output is deleted after it is timed, so
-    the runs are alike and the disk holds one build at a time."""
+    """Median wall time of a demo build per mode (interleaved ``repeat`` times, after one untimed 1-frame
+    warm-up build) and each s3 mode's overhead over ``local``. Every s3 build gets a fresh SeaweedFS on
+    127.0.0.1 (started and stopped outside the timed region, its data deleted after), and every local build's
+    output is deleted after it is timed, so the runs are alike and the disk holds one build at a time."""
     import shutil
 
     from pipeline.build import run_build
@@ -144,6 +144,12 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     try:
         with tempfile.TemporaryDirectory(prefix="bench-s3-build-") as tmp_name:
             tmp = Path(tmp_name)
+            # untimed: the first build of a process (and the first after a code change: numba recompiles its
+            # on-disk cache) pays one-off costs that would land on whichever mode happens to run first
+            t = time.perf_counter()
+            assert run_build(recipe, out=tmp / "warmup", workers=workers, max_frames=1, progress=False).ok
+            shutil.rmtree(tmp / "warmup", ignore_errors=True)
+            print(f"  warm-up build (1 frame, not counted): {time.perf_counter() - t:.1f} s", flush=True)
             for i in range(repeat):
                 for mode in modes:
                     os.environ[OVERLAP_ENV] = "0" if mode == "s3-serial" else "1"  # the local Ray's workers inherit it
