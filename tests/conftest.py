@@ -15,7 +15,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 # The numeric pin (pipeline/numeric.py) before anything imports NumPy, as the CLI sets it: tests compute under
 # the dispatch `bench-build` and its Ray workers use, and the CLI's late-pin warning is not raised in every run.
-from pipeline.numeric import pin_environment  # noqa: E402
+from pipeline.numeric import pin_environment
 
 pin_environment()
 
