@@ -45,6 +45,23 @@ DEFAULT_TARGET_MS = 30.0
 FOV_TARGET_MS = {"snow": 100.0, "wet_ground": 30.0}
 
 
+def one_thread(fn):
+    """Run ``fn`` with NumPy's BLAS / OpenMP thread pools at one thread, as a Ray task with one CPU runs (Ray sets
+    OMP_NUM_THREADS=1 in its workers). Without it the CPU time of a stage that calls BLAS counts the spinning of
+    an idle core's BLAS thread: on an idle machine Robo3D snow on a camera-FOV crop read 130 ms instead of 65."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@one_thread
 def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c", repeat: int = 2,
               extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",), costs_out: Path | None = None) -> dict:
     """... and with ``costs_out``, the cost table of ``recipe_name`` for `plan` and task sizing, measured as CPU
@@ -248,6 +265,7 @@ def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
     return per_panel
 
 
+@one_thread
 def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> dict:
     """Object stages on demo ModelNet40 shapes (as the recipes preprocess them), then a ModelNet-C demo build."""
     from manifests.recipe import load_recipe
