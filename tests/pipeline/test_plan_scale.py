@@ -211,3 +211,17 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     # each process ran one task: the rate is everything over everything, no warm-up separated
     got_rate, got_warmup = task_cpu_per_example(tmp_path, ["t0", "t3"])
     assert got_rate == pytest.approx((rate * 220 + 2 * warmup) / 220) and got_warmup == 0.0
+
+
+def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
+    """`bench` times stages inside `one_thread`: the BLAS/OpenMP pools are limited to one thread while it runs (a
+    one-CPU Ray task's setting) and restored after, so an idle core's spinning BLAS thread is not counted."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from pipeline.bench import one_thread
+
+    with threadpool_limits(limits=2):  # whatever the machine has, start from more than one
+        before = [p["num_threads"] for p in threadpool_info()]
+        inside = one_thread(lambda: [p["num_threads"] for p in threadpool_info()])()
+        assert inside and all(n == 1 for n in inside)
+        assert [p["num_threads"] for p in threadpool_info()] == before
