@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from stages.frame import Boxes, Calib
@@ -63,22 +64,47 @@ def assign_points_to_boxes(xyz: np.ndarray, boxes: Boxes, margin: float = 0.0) -
     A point is inside when |local coordinate| ≤ half the box size + ``margin`` on every axis, in
     the box's own oriented frame (the exact oriented box for margin 0). Points in overlapping boxes
     belong to the first box, so no point is moved twice by an object-level stage.
+
+    One pass over the points in numba (the per-box numpy passes cost ≈ 30 ms on a 130k-point KITTI scan,
+    and the per-frame box index is rebuilt by every task of a split block); the arithmetic is
+    `points_in_box_frame`'s, with each box's cos/sin taken by numpy as before, so the result is the same.
     """
-    xyz = np.asarray(xyz, dtype=np.float64)
-    out = np.full(len(xyz), -1, dtype=np.int64)
-    valid = boxes.valid
-    for j in range(len(boxes)):
-        if not valid[j]:
-            continue
-        half = boxes.dims[j] / 2 + margin
-        radius = float(np.linalg.norm(half))
-        near = np.flatnonzero(np.abs(xyz - boxes.center[j]).max(axis=1) <= radius)
-        if near.size == 0:
-            continue
-        local = points_in_box_frame(xyz[near], boxes.center[j], boxes.heading[j])
-        inside = near[np.all(np.abs(local) <= half, axis=1)]
-        free = inside[out[inside] < 0]
-        out[free] = j
+    xyz = np.asarray(xyz)
+    if xyz.ndim != 2 or xyz.shape[1] != 3:
+        raise ValueError(f"assign_points_to_boxes: xyz must be (N, 3), got {xyz.shape}")
+    if xyz.dtype not in (np.float32, np.float64):
+        xyz = xyz.astype(np.float64)
+    keep = np.flatnonzero(boxes.valid)
+    half = np.asarray(boxes.dims, dtype=np.float64)[keep] / 2 + margin
+    radius = np.array([float(np.linalg.norm(h)) for h in half])
+    heading = np.asarray(boxes.heading, dtype=np.float64)
+    cos_sin = np.array([[np.cos(heading[j]), np.sin(heading[j])] for j in keep]).reshape(-1, 2)
+    center = np.ascontiguousarray(np.asarray(boxes.center, dtype=np.float64)[keep])
+    return _assign(xyz, center, np.ascontiguousarray(half), radius, cos_sin, keep.astype(np.int64))
+
+
+@numba.njit(cache=True)
+def _assign(xyz, center, half, radius, cos_sin, ids):
+    out = np.full(xyz.shape[0], -1, np.int64)
+    for i in range(xyz.shape[0]):
+        x = np.float64(xyz[i, 0])
+        y = np.float64(xyz[i, 1])
+        z = np.float64(xyz[i, 2])
+        for k in range(ids.shape[0]):
+            dx = x - center[k, 0]
+            dy = y - center[k, 1]
+            dz = z - center[k, 2]
+            r = radius[k]
+            # written as "not within" so that NaN coordinates are never inside, as in the numpy form
+            if not (abs(dx) <= r and abs(dy) <= r and abs(dz) <= r):
+                continue
+            c = cos_sin[k, 0]
+            s = cos_sin[k, 1]
+            lx = dx * c + dy * s
+            ly = -dx * s + dy * c
+            if abs(lx) <= half[k, 0] and abs(ly) <= half[k, 1] and abs(dz) <= half[k, 2]:
+                out[i] = ids[k]
+                break
     return out
 
 
