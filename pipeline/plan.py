@@ -103,8 +103,9 @@ def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[ShardSpec]:
 
 # A task's target cost (CPU-seconds on one core, from the cost table): long enough that Ray's per-task overhead
 # (≈ 10 ms) and each task's own scan reads stay below 1 %, short enough that full KITTI-C has > 2,000 tasks
-# and the last wave of a 256-worker build is short.
-TARGET_TASK_SECONDS = 8.0
+# and the last wave of a 256-worker build is short (with the Nov 2026 cost table: 21 groups per block, 2,457
+# tasks of 4.9–6.7 CPU-s; splitting then adds ≈ 6 % CPU for rebuilt caches and re-read scans).
+TARGET_TASK_SECONDS = 6.0
 
 
 @dataclass(frozen=True)
