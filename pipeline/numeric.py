@@ -10,8 +10,9 @@ key depending on where a task ran.
 So every process that computes shard bytes runs *pinned* (`PIN`): NumPy's AVX-512 dispatch targets disabled
 (``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported) and OpenBLAS on its Haswell (AVX2 + FMA3) kernels
 (``OPENBLAS_CORETYPE``, read when it is loaded). Both must be in the environment before ``import numpy``:
-`pin_environment` sets them at the top of the CLI, and Ray workers get them from the job's and each task's
-``runtime_env`` (`worker_env`), whatever node they start on. A user may set either variable to another value
+`pin_environment` sets them at the top of the CLI. Ray workers of a local Ray that `init_ray` starts inherit them
+(they are in the environment its raylet starts with); on a cluster, or a Ray the caller started, they come from
+the job's and each task's ``runtime_env`` (`worker_env`), whatever node the worker starts on. A user may set either variable to another value
 (an override, recorded as such) or set ``BENCH_BUILD_NUMERIC_PIN=off`` (no pin; still recorded and checked).
 
 `build_profile` is what a build expects its tasks to run under (computed by the driver; recorded in the ledger

@@ -121,13 +121,22 @@ def _worker_profile() -> dict:
 
 @pytest.fixture(scope="module")
 def pinned_ray():
-    """A local Ray started the way `run` starts it (`init_ray`: the pin in the job's runtime_env)."""
+    """A local Ray started the way `run` starts it (`init_ray`: the pin in its raylet's environment, which the
+    workers inherit), from a driver whose own environment lacks the pin (a library caller's): the workers must
+    still be pinned, and the caller's environment comes back as it was."""
     import ray
 
     from pipeline.build import init_ray
 
     assert not ray.is_initialized()
-    init_ray(1, None)
+    saved = {k: os.environ.pop(k) for k in PIN if k in os.environ}
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"  # one of the two already set as pinned, the other absent
+    try:
+        init_ray(1, None)
+        assert "NPY_DISABLE_CPU_FEATURES" not in os.environ and os.environ["OPENBLAS_CORETYPE"] == "Haswell"
+    finally:
+        os.environ.pop("OPENBLAS_CORETYPE")
+        os.environ.update(saved)
     try:
         yield
     finally:
