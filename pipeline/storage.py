@@ -106,8 +106,9 @@ def upload_checksum_mode() -> str:
 
 
 def overlap_uploads() -> bool:
-    """Do s3 builds upload each file in the background while the next is computed? Yes unless
-    ``BENCH_BUILD_OVERLAP_UPLOADS`` is ``0`` / ``false`` / ``no`` / ``off`` in the workers' environment."""
+    """Do build tasks commit each file in the background while the next is computed (s3: its upload; local: its
+    fsync + rename)? Yes unless ``BENCH_BUILD_OVERLAP_UPLOADS`` is ``0`` / ``false`` / ``no`` / ``off`` in the
+    workers' environment."""
     return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -239,6 +240,16 @@ def _fsync_replace(tmp: str | Path, path: Path) -> None:
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _fsync_replace_named(tmp: Path, path: Path) -> None:
+    """`_fsync_replace` on a background thread: a failure (disk full, I/O error) names the file it was for, as the
+    task's error message must (`fsync` itself names no file)."""
+    try:
+        _fsync_replace(tmp, path)
+    except OSError as e:
+        e.bench_build_key = str(path)  # type: ignore[attr-defined]
+        raise
 
 
 def _check_key(key: str) -> str:
@@ -386,10 +397,10 @@ class Store:
         return 0
 
     def background_uploads(self, depth: int = 2) -> BackgroundUploads:
-        """From now on, `staged_file` may hand finished files to a background upload (object stores), so the
-        caller computes its next file while the previous one uploads; at most ``depth`` files wait.
-        ``finish()`` waits for every upload and raises the first error: call it before recording anything
-        that says the files exist. Local stores rename in place, so this is a no-op for them."""
+        """From now on, `staged_file` may hand finished files to a background upload (object stores) or
+        fsync + rename (local stores), so the caller computes its next file meanwhile; at most ``depth`` files
+        wait. ``finish()`` waits for every one and raises the first error: call it before recording anything
+        that says the files exist. A store without background work returns an inactive batch."""
         return BackgroundUploads(None)
 
     def end_background_uploads(self) -> None:
@@ -471,6 +482,19 @@ class LocalStore(Store):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.spec = StoreSpec(str(self.root))
+        self._uploads: BackgroundUploads | None = None
+
+    def background_uploads(self, depth: int = 2) -> BackgroundUploads:
+        """A finished file's fsync and rename run on a background thread while the caller computes the next
+        file (its size and sha256 are taken first, by the caller): the worker's core is not idle while the disk
+        flushes. Until ``finish()`` a staged file may still be under its temp name; it never has its final name
+        before its bytes are on disk. ``BENCH_BUILD_OVERLAP_UPLOADS=0`` commits in place instead."""
+        self._uploads = BackgroundUploads(depth if overlap_uploads() else None)
+        return self._uploads
+
+    def end_background_uploads(self) -> None:
+        if self._uploads is not None:
+            self._uploads.abandon()
 
     def path(self, key: str) -> Path:
         return self.root / _check_key(key) if key else self.root
@@ -622,14 +646,18 @@ class LocalStore(Store):
         remove_dead_temps(path.parent, f".{glob_escape(path.name)}.*.tmp")
         tmp = Path(self._temp(path))
         staged = StagedFile(key, tmp)
+        handed_over = False
         try:
             yield staged
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
             staged.size, staged.sha256 = tmp.stat().st_size, sha256_file(tmp)
-            os.replace(tmp, path)
+            if self._uploads is not None and self._uploads.active:  # fsync + rename while the next file is computed
+                self._uploads.submit(lambda: _fsync_replace_named(tmp, path), tmp)
+                handed_over = True
+            else:
+                _fsync_replace(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)
+            if not handed_over:
+                tmp.unlink(missing_ok=True)
         staged.path = path
 
 

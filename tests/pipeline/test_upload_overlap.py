@@ -1,5 +1,5 @@
-"""Uploads overlap compute on object storage: a staged file uploads in the background while the next is
-written; `finish()` waits for all and reports failures; staging disk stays bounded; a shard is recorded in
+"""Uploads overlap compute on object storage (and a local file's fsync + rename on local disk): a staged file
+uploads in the background while the next is written; `finish()` waits for all and reports failures; staging disk stays bounded; a shard is recorded in
 the ledger only after every one of its uploads finished, and a failed shard leaves no upload running."""
 
 from __future__ import annotations
@@ -177,13 +177,78 @@ def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s
     assert not list((tmp_path / "staging").glob("*.tmp"))
 
 
-def test_local_store_writes_in_place(tmp_path):
+def test_local_store_commits_in_place_when_overlap_is_off(tmp_path, monkeypatch):
+    monkeypatch.setenv(OVERLAP_ENV, "0")
     store = LocalStore(tmp_path)
     uploads = store.background_uploads()
     assert not uploads.active
     _write(store, "a/b.bin", b"z")
     assert (tmp_path / "a" / "b.bin").read_bytes() == b"z"  # already in place, before finish()
     uploads.finish()
+
+
+def test_local_store_fsyncs_and_renames_in_the_background_never_a_partial_final_name(tmp_path, monkeypatch):
+    """Local builds: a file's fsync + rename run on the background thread while the next file is written; its
+    size and sha256 are known at once; until the flush ends the file has only its temp name; ``finish()``
+    waits for all; a failed batch (``abandon``) leaves no temp file and nothing under a final name it did not
+    flush."""
+    import os
+
+    from pipeline import storage
+
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    store = LocalStore(tmp_path)
+    real_fsync = os.fsync
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow_fsync(fd):
+        entered.set()
+        assert gate.wait(60)
+        real_fsync(fd)
+
+    monkeypatch.setattr(storage.os, "fsync", slow_fsync)
+    uploads = store.background_uploads(depth=2)
+    assert uploads.active
+    digest = _write(store, "a/0.bin", b"first")
+    assert digest == hashlib.sha256(b"first").hexdigest()
+    assert entered.wait(60)
+    assert not (tmp_path / "a" / "0.bin").exists()  # flushing: only the temp name exists
+    assert list((tmp_path / "a").glob(".0.bin.*.tmp"))
+    _write(store, "a/1.bin", b"second")  # the caller went on while file 0 was flushing
+    gate.set()
+    uploads.finish()
+    assert (tmp_path / "a" / "0.bin").read_bytes() == b"first" and (tmp_path / "a" / "1.bin").read_bytes() == b"second"
+    assert not list((tmp_path / "a").glob("*.tmp")) and not _upload_threads()
+
+    # a failing task abandons its batch: the running flush completes, queued ones are dropped with their temps
+    gate.clear()
+    entered.clear()
+    uploads = store.background_uploads(depth=2)
+    _write(store, "b/0.bin", b"x")
+    assert entered.wait(60)
+    _write(store, "b/1.bin", b"y")  # queued behind the blocked flush
+    threading.Timer(0.3, gate.set).start()
+    store.end_background_uploads()
+    assert (tmp_path / "b" / "0.bin").read_bytes() == b"x" and not (tmp_path / "b" / "1.bin").exists()
+    assert not list((tmp_path / "b").glob("*.tmp")) and not _upload_threads()
+
+
+def test_local_flush_failure_fails_the_batch(tmp_path, monkeypatch):
+    from pipeline import storage
+
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    store = LocalStore(tmp_path)
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "fsync", full)
+    uploads = store.background_uploads()
+    _write(store, "c.bin", b"data")
+    with pytest.raises(OSError, match="No space") as e:
+        uploads.finish()
+    assert e.value.bench_build_key == str(tmp_path / "c.bin")  # the task's error names the file, not the directory
+    assert not (tmp_path / "c.bin").exists() and not list(tmp_path.glob("*.tmp"))
 
 
 def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, monkeypatch, small_recipe,
@@ -211,3 +276,33 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
     local_entries = [Ledger(LocalStore(local.version_dir)).done_entry(n) for n in local.shards_built]
     assert all(0 < e["upload_cpu_seconds"] <= e["cpu_seconds"] for e in remote_entries)
     assert all("upload_cpu_seconds" not in e for e in local_entries)
+
+
+def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_nothing(tmp_path, monkeypatch,
+                                                                                      small_recipe, demo_kitti):
+    from manifests.recipe import load_recipe
+    from pipeline import storage
+    from pipeline.ledger import Ledger
+    from pipeline.plan import ShardSpec
+    from pipeline.shard import ShardFailed, build_shard
+    from pipeline.sources.kitti import KittiSource
+
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    source = KittiSource(demo_kitti)
+    spec = ShardSpec(0, 1, tuple(source.list_frames()[:1]))
+    real, calls = storage.os.fsync, [0]
+
+    def flaky(fd):
+        calls[0] += 1
+        if calls[0] == 3:  # the third file's flush, on the background thread
+            raise OSError(28, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(storage.os, "fsync", flaky)
+    store = LocalStore(tmp_path / "v")
+    with pytest.raises(ShardFailed) as e:
+        build_shard(spec, load_recipe(str(small_recipe)), source, store, "f" * 64, "r")
+    assert e.value.kind == "resource" and "No space left" in e.value.message
+    assert str(tmp_path / "v") in e.value.message and ".parquet" in e.value.message  # the file, not just the dir
+    assert Ledger(store).done_entry(spec.name) is None
+    assert not list((tmp_path / "v").rglob("*.tmp")) and not _upload_threads()
