@@ -3,9 +3,10 @@
 Prints, on demo scans (full resolution, ≈130k points):
 1. the one-off per-frame preparation shared by all stages (KD-tree, points-in-box index, ring ids);
 2. the cost per example of every corruption of a recipe at every severity;
-3. the I/O floor: encoding + writing the same clean examples as Parquet with the build's options;
+3. the I/O floor: committing the clean examples, and each partition's own output, to Parquet as a task does;
 4. examples/s of a whole demo build at 1 and 2 workers (including Ray start-up), the speed-up, where the driver's
-   serial time goes (its phases), and the CPU time full KITTI-C needs, extrapolated two ways (`extrapolate`);
+   serial time goes (its phases), the CPU time full KITTI-C needs (from the parts, from the build's tasks, and
+   from the cost table scaled by their ratio).
 5. (`pipeline.bench_sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
    ≤ 20 ms per 64 × 2650 image) and the robo3d-nuscenes-c stages on 32-beam scans.
 6. object benchmarks (`run_object_bench`): per-shape cost of every ModelNet-C / ModelNet40-E corruption and
@@ -63,9 +64,12 @@ def one_thread(fn):
 
 @one_thread
 def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c", repeat: int = 2,
-              extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",), costs_out: Path | None = None) -> dict:
+              extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",), costs_out: Path | None = None,
+              build_rounds: int = 1) -> dict:
     """... and with ``costs_out``, the cost table of ``recipe_name`` for `plan` and task sizing, measured as CPU
-    time of this process (what a worker pays; wall time grows when other processes share the cores)."""
+    time of this process (what a worker pays; wall time grows when other processes share the cores).
+    ``build_rounds``: how many times the 1- and 2-worker demo builds run, alternating which goes first; the
+    speed-up, the builds' examples/s and the task CPU per example are medians (one round is noise here)."""
     from manifests.recipe import load_recipe
     from pipeline.sources.demo import generate_frame
 
@@ -76,6 +80,9 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             for f in (generate_frame(i) for i in range(frames))]
     n_pts = np.mean([len(f) for f in demo])
     print(f"bench-build benchmark on {frames} demo frames (mean {n_pts:,.0f} points), best of {repeat}")
+    results["speed_probe_ms"] = [speed_probe()]
+    print(f"speed probe (a fixed CPU workload, to compare absolute numbers across runs and machines): "
+          f"{results['speed_probe_ms'][0]:.0f} ms")
 
     from stages.ring import frame_rings
 
@@ -132,28 +139,15 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     results["sources"] = run_bench_sources(repeat=repeat)
 
-    import pyarrow.parquet as pq
-
-    from pipeline.plan import example_key
-    from pipeline.schema import encode_rows, schema_with_metadata
-    from pipeline.shard import PARQUET_OPTIONS
-
-    examples = [(example_key(recipe.name, f.frame_id, "clean", 0), "clean", 0, f) for f in demo]
-    schema = schema_with_metadata({"fields": list(demo[0].fields)})
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "floor.parquet"
-
-        def write():
-            with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as w:
-                w.write_batch(encode_rows(examples))
-
-        floor = _timeit(write, repeat, clock)
-        size = path.stat().st_size
-    results["io_floor_ms_per_example"] = floor / frames * 1e3
-    raw = sum(f.points.nbytes for f in demo)
-    print(f"\nI/O floor: {floor / frames * 1e3:.1f} ms per example to encode + write Parquet "
-          f"({raw / floor / 1e6:.0f} MB/s of raw points; {size / frames / 1e6:.2f} MB per example on disk, "
-          f"{size / raw:.0%} of raw)")
+    floor, write_by, size = _write_costs(recipe, demo, max(repeat, 3), clock)
+    results["io_floor_ms_per_example"] = floor
+    results["write_ms_by"] = write_by
+    raw = sum(f.points.nbytes for f in demo) / frames
+    print(f"\nI/O floor: {floor:.1f} ms CPU per clean example to commit it to a Parquet file as a task does (encode, "
+          f"compress, write, fsync, sha256, rename; {raw / floor / 1e3:.0f} MB/s of raw points; {size / 1e6:.2f} MB per "
+          f"example on disk, {size / raw:.0%} of raw); corrupted outputs "
+          f"{min(min(r) for r in write_by.values()):.1f}–{max(max(r) for r in write_by.values()):.1f} ms "
+          f"(more points, or noise that compresses worse), per partition in the cost table's write_ms_by")
 
     results["render_s_per_panel"] = _render_bench(demo[0], recipe)
 
@@ -161,45 +155,57 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     table = CostTable(recipe=recipe.name, read_ms=round(results["read_ms"], 2),
                           write_ms=round(results["io_floor_ms_per_example"], 2),
+                          write_ms_by={c: tuple(round(x, 2) for x in row) for c, row in results["write_ms_by"].items()},
                           prep_ms={k: round(v, 2) for k, v in prep_ms.items()},
                           stage_ms={c: tuple(round(x, 2) for x in row)
                                     for c, row in results["stages"][recipe.name].items()},
                           needs={c: n for c, n in results["needs"].items() if n},
                           measured=f"bench-build bench --frames {frames} --costs-out: demo scans, mean {n_pts:,.0f} "
-                                   f"points, CPU time of one process, best of {repeat}")
+                                   f"points, CPU time of one process; stages best of {repeat}, writes median of "
+                                   f"{max(repeat, 3)}; scale from the 1-worker demo build's tasks"
+                                   + ("" if builds else " (not measured: --no-builds)"))
     results["full_cpu_hours_model"] = model_cpu_hours(recipe, table)
     print(f"\nfull {recipe.name} ({FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT):,} frames, "
           f"{recipe.examples_stored(FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)):,} stored examples), from the "
-          f"costs above (read + per-frame caches once + every stage + Parquet, one task per block): "
-          f"{results['full_cpu_hours_model']:.2f} CPU-hours")
-    if costs_out is not None:
-        Path(costs_out).write_text(table.to_json() + "\n")
-        print(f"\ncost table written to {costs_out}")
+          f"costs above (read + per-frame caches once + every stage + Parquet, one task per block, each part as "
+          f"timed alone): {results['full_cpu_hours_model']:.2f} CPU-hours")
 
     if builds:
         from pipeline.build import run_build
 
-        print("\nwhole demo build (8 frames, every corruption × severity, Ray start-up included):")
-        results["builds"], walls = {}, {}
-        for workers in (1, 2):
-            with tempfile.TemporaryDirectory() as tmp:
-                t = time.perf_counter()
-                res = run_build(recipe_name, out=tmp, workers=workers, progress=False)
-                dt = time.perf_counter() - t
-                n = res.manifest["counts"]["examples_stored"] if res.manifest else 0
-                results["builds"][workers] = n / dt
-                walls[workers] = dt
-                phases = ", ".join(f"{k} {v:.1f}" for k, v in res.phases.items())
-                print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s (driver phases, s: "
-                      f"{phases})")
-                if workers == 1 and res.manifest:
-                    measured, warmup = task_cpu_per_example(res.version_dir, res.shards_built)
-                    results["task_cpu_ms_per_example"] = measured * 1e3
-                    results["worker_warmup_cpu_s"] = warmup
-                    results["full_cpu_hours_measured"] = measured * recipe.examples_stored(
-                        FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)) / 3600
-        results["speedup_2_vs_1"] = walls[1] / walls[2]
-        print(f"  speed-up 2 vs 1 workers: {walls[1] / walls[2]:.2f}× (target ≥ 1.8)")
+        print("\nwhole demo build (8 frames, every corruption × severity, Ray start-up included"
+              + (f"; {build_rounds} rounds, alternating which goes first; medians" if build_rounds > 1 else "") + "):")
+        results["builds"], walls, rates, warmups = {}, {1: [], 2: []}, [], []
+        for r in range(build_rounds):
+            for workers in ((1, 2) if r % 2 == 0 else (2, 1)):
+                with tempfile.TemporaryDirectory() as tmp:
+                    t = time.perf_counter()
+                    res = run_build(recipe_name, out=tmp, workers=workers, progress=False)
+                    dt = time.perf_counter() - t
+                    n = res.manifest["counts"]["examples_stored"] if res.manifest else 0
+                    walls[workers].append(dt)
+                    phases = ", ".join(f"{k} {v:.1f}" for k, v in res.phases.items())
+                    print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s (driver phases, "
+                          f"s: {phases})")
+                    if workers == 1 and res.manifest:
+                        measured, warmup = task_cpu_per_example(res.version_dir, res.shards_built)
+                        rates.append(measured)
+                        warmups.append(warmup)
+                        if "model_ms_per_example_demo" not in results:  # the same tasks every round
+                            results["model_ms_per_example_demo"] = model_ms_per_example(
+                                res.version_dir, res.shards_built, table)
+        wall = {w: float(np.median(v)) for w, v in walls.items()}
+        results["builds"] = {w: (n / wall[w] if n else 0.0) for w in wall}
+        if rates:
+            measured = float(np.median(rates))
+            results["task_cpu_ms_per_example"] = measured * 1e3
+            results["worker_warmup_cpu_s"] = float(np.median(warmups))
+            results["full_cpu_hours_measured"] = measured * recipe.examples_stored(
+                FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)) / 3600
+        results["speedup_2_vs_1"] = wall[1] / wall[2]
+        per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(walls[1], walls[2]))
+        print(f"  speed-up 2 vs 1 workers: {wall[1] / wall[2]:.2f}× (target ≥ 1.8)"
+              + (f"; per round {per_round}" if build_rounds > 1 else ""))
         if "full_cpu_hours_measured" in results:
             warm = (f"; each worker process's first task also paid {results['worker_warmup_cpu_s']:.1f} s of one-off "
                     "warm-up (imports, numba's cached code), a cost per process like Ray start and the driver, "
@@ -208,6 +214,25 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             print(f"  full {recipe.name} from the 1-worker build's tasks (their CPU time, "
                   f"{results['task_cpu_ms_per_example']:.1f} ms per stored example{warm}): "
                   f"{results['full_cpu_hours_measured']:.2f} CPU-hours (target ≤ 5)")
+            pred = results["model_ms_per_example_demo"]
+            ratio = results["task_cpu_ms_per_example"] / pred
+            print(f"  the parts above predict {pred:.1f} ms per stored example for these same tasks (their frames and "
+                  f"partitions): measured/predicted = {ratio:.2f}, the cost table's scale (its parts are each timed "
+                  "alone on hot caches; a task pays for them interleaved)")
+            if 0.2 <= ratio <= 5.0:
+                table = replace(table, scale=round(ratio, 3))
+                results["cost_scale"] = table.scale
+                results["full_cpu_hours_model_scaled"] = model_cpu_hours(recipe, table)
+                print(f"  full {recipe.name} from the scaled cost table (what `plan` and task sizing use): "
+                      f"{results['full_cpu_hours_model_scaled']:.2f} CPU-hours (target ≤ 5)")
+    results["speed_probe_ms"].append(speed_probe())
+    print(f"\nspeed probe at the end: {results['speed_probe_ms'][1]:.0f} ms (at the start "
+          f"{results['speed_probe_ms'][0]:.0f}): absolute costs above carry that spread")
+    if costs_out is not None:
+        table = replace(table, extra={**table.extra, "speed_probe_ms": [round(x) for x in results["speed_probe_ms"]]})
+        Path(costs_out).write_text(table.to_json() + "\n")
+        print(f"\ncost table written to {costs_out}" + ("" if table.scale != 1.0 else
+              " (scale 1.0: no build measured it; run without --no-builds for a table in real task seconds)"))
     return results
 
 
@@ -221,6 +246,24 @@ def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
 
     frames = FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT) if frames is None else frames
     return frames * group_cost_ms(partition_order(recipe, table), table) / 3.6e6
+
+
+def model_ms_per_example(version_dir, tasks, table) -> float:
+    """What ``table`` predicts a finished build's tasks cost per stored example: each task's frames × (read + the
+    caches its partitions need + its partitions), from the ledger — to check the table against `task_cpu_per_example`."""
+    from pipeline.ledger import Ledger
+    from pipeline.plan import group_cost_ms
+    from pipeline.storage import open_store
+
+    ledger = Ledger(open_store(version_dir))
+    ms = rows = 0.0
+    for e in (ledger.done_entry(name) for name in tasks):
+        if e is None:
+            continue
+        parts = sorted({(f["corruption"], f["severity"]) for f in e["files"]})
+        ms += len(e["frames"]) * group_cost_ms(parts, table)
+        rows += sum(f["rows"] for f in e["files"])
+    return ms / rows if rows else 0.0
 
 
 def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
@@ -347,6 +390,72 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
                 results["builds"][workers] = n / dt
                 print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s")
     return results
+
+
+def speed_probe(repeat: int = 5) -> float:
+    """ms of CPU for a fixed workload like a build's (a sort, float32 arithmetic, a Python loop), best of
+    ``repeat``. This project's VM runs the same code 0.6–0.95× as fast from one minute to the next; printed at
+    the start and end of `bench` (and kept in a cost table), it tells whether two runs' absolute numbers are
+    comparable. Ratios measured within one run do not need it."""
+    rng = np.random.default_rng(0)
+    x = rng.random(1 << 20, dtype=np.float32)
+
+    def work() -> None:
+        np.sort(x)
+        np.sqrt(x * x + x).sum()
+        sum(i * i for i in range(200_000))
+
+    return _timeit(work, repeat, time.process_time) * 1e3
+
+
+def _median_time(fn, repeat: int, clock=time.perf_counter) -> float:
+    """Median of ``repeat`` timed calls after one untimed call (a writer's first call pays one-off set-up)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = clock()
+        fn()
+        times.append(clock() - t)
+    return float(np.median(times))
+
+
+def _write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
+    """(clean ms, {corruption: ms at severities 1..S}, clean bytes) per example to commit a partition's examples
+    to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
+    write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
+    a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
+    from pipeline.plan import CLEAN, example_key, example_rng
+    from pipeline.schema import schema_with_metadata
+    from pipeline.shard import _batches, build_columns, partition_meta, write_parquet_atomic
+    from pipeline.storage import LocalStore
+    from stages.registry import get_stage
+
+    columns = list(build_columns(recipe, None))
+    with tempfile.TemporaryDirectory(prefix="bench-build-write-") as tmp:
+        store = LocalStore(Path(tmp))
+
+        def commit(corruption: str, severity: int, outs) -> tuple[float, int]:
+            meta = {"benchmark": recipe.name, "fields": list(demo[0].fields), "columns": columns,
+                    **partition_meta(recipe, corruption, severity)}
+            schema = schema_with_metadata(meta)
+            rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
+                    for f, o in zip(demo, outs)]
+            rel = Path(f"{corruption}-{severity}.parquet")
+            t = _median_time(lambda: write_parquet_atomic(rel, schema, _batches(iter(rows), schema), store),
+                             repeat, clock)
+            return t / len(demo) * 1e3, store.path(rel.as_posix()).stat().st_size // len(demo)
+
+        clean, size = commit(CLEAN, 0, demo)
+        by = {}
+        for c in recipe.corruptions:
+            stage, row = get_stage(c.stage), []
+            for s in range(1, recipe.severities + 1):
+                outs = [stage.apply(f, c.params_for(s), example_rng(recipe.seed, example_key(recipe.name, f.frame_id,
+                                                                                              c.name, s)))
+                        for f in demo]
+                row.append(commit(c.name, s, outs)[0])
+            by[c.name] = row
+    return clean, by, size
 
 
 def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:

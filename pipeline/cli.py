@@ -546,6 +546,9 @@ def bench(
                                                 "local SeaweedFS) with uploads overlapping compute and without, "
                                                 "interleaved --repeat times; medians and overhead %")] = False,
     repeat: Annotated[int, typer.Option(help="With --s3-build: rounds of the three builds")] = 3,
+    build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
+                                                          "which goes first); the speed-up and the task CPU are "
+                                                          "medians")] = 1,
     workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds")] = 2,
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
@@ -555,7 +558,9 @@ def bench(
     version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
                                                          "the kitti-c demo of --frames frames)")] = None,
     costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
-                                                        "for `plan` and task sizing (pipeline/cost_tables/)")] = None,
+                                                        "for `plan` and task sizing (pipeline/cost_tables/); "
+                                                        "scaled to real task seconds by the demo build unless "
+                                                        "--no-builds")] = None,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
     if loaders:
@@ -576,7 +581,7 @@ def bench(
     from pipeline.bench import run_bench, run_object_bench
 
     if not only_objects:
-        run_bench(frames=frames, builds=builds, costs_out=costs_out)
+        run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
     if objects or only_objects:
         run_object_bench(builds=builds)
 

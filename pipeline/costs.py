@@ -7,9 +7,17 @@ core and full-resolution scans:
 - ``read_ms``: reading and decoding one scan (per frame, paid by every task that holds the frame);
 - ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``, ``deletion_grid``):
   paid once per frame by a task only if one of its stages uses that cache;
-- ``write_ms``: encoding + writing one example as Parquet (the I/O floor), paid by every partition, clean
-  included;
-- ``stage_ms[corruption]``: compute per example at severities 1..S; ``needs[corruption]``: the caches it uses.
+- ``write_ms``: committing one clean example to a Parquet file as a task does (encode, compress, write, fsync,
+  sha256, rename), paid by every partition;
+- ``write_ms_by[corruption]``: the same for that corruption's output at severities 1..S (more points, or noise in
+  the low bits that compresses worse, cost more: 10–25 ms against ≈ 12 for clean); a partition without a row
+  pays ``write_ms`` (tables written before this field);
+- ``stage_ms[corruption]``: compute per example at severities 1..S; ``needs[corruption]``: the caches it uses;
+- ``scale``: what a real build's tasks cost over what the parts above predict for them (`bench` builds the demo
+  and divides; 1.0 in a table measured without builds). Each part is timed alone on the same two frames, with
+  hot caches and a warm allocator; a task interleaves them over fresh arrays and pays ≈ 30 % more. Every cost
+  the table reports (`read`, `prep`, `partition_ms`) is scaled, so plans and CPU-hours are in real task
+  seconds while the parts keep their measured ratios for balancing tasks.
 
 The table is data, not a live measurement, so a plan is a pure function of (recipe, frames, table) and two
 runs of the same command always cut the same tasks (resume depends on it). A recipe without a table gets
@@ -43,16 +51,27 @@ class CostTable:
     prep_ms: dict[str, float]
     stage_ms: dict[str, tuple[float, ...]]
     needs: dict[str, tuple[str, ...]]
+    write_ms_by: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    scale: float = 1.0
     measured: str = ""  # how and where (command, machine, points per scan)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def partition_ms(self, corruption: str, severity: int) -> float:
         """Cost of one example of a partition (compute + write), per frame."""
         if severity == 0:
-            return self.write_ms
+            return self.scale * self.write_ms
         row = self.stage_ms.get(corruption)
         compute = DEFAULT_STAGE_MS if not row else row[min(severity, len(row)) - 1]
-        return compute + self.write_ms
+        out = self.write_ms_by.get(corruption)
+        return self.scale * (compute + (self.write_ms if not out else out[min(severity, len(out)) - 1]))
+
+    def read(self) -> float:
+        """Cost of reading one frame (ms, scaled)."""
+        return self.scale * self.read_ms
+
+    def prep(self, cache: str) -> float:
+        """Cost of one per-frame cache (ms, scaled; 0 for an unknown name)."""
+        return self.scale * self.prep_ms.get(cache, 0.0)
 
     def needs_of(self, corruption: str) -> tuple[str, ...]:
         return self.needs.get(corruption, ())
@@ -61,25 +80,33 @@ class CostTable:
         return json.dumps({"recipe": self.recipe, "measured": self.measured, "read_ms": self.read_ms,
                            "write_ms": self.write_ms, "prep_ms": self.prep_ms,
                            "stage_ms": {k: list(v) for k, v in self.stage_ms.items()},
+                           **({"write_ms_by": {k: list(v) for k, v in self.write_ms_by.items()}}
+                              if self.write_ms_by else {}),
+                           **({"scale": self.scale} if self.scale != 1.0 else {}),
                            "needs": {k: list(v) for k, v in self.needs.items()}, **self.extra},
                           indent=1, sort_keys=True)
 
 
 def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
     try:
-        known = {"recipe", "measured", "read_ms", "write_ms", "prep_ms", "stage_ms", "needs"}
+        known = {"recipe", "measured", "read_ms", "write_ms", "prep_ms", "stage_ms", "needs", "write_ms_by", "scale"}
         table = CostTable(
             recipe=str(data["recipe"]), measured=str(data.get("measured", "")),
             read_ms=float(data["read_ms"]), write_ms=float(data["write_ms"]),
             prep_ms={str(k): float(v) for k, v in data["prep_ms"].items()},
             stage_ms={str(k): tuple(float(x) for x in v) for k, v in data["stage_ms"].items()},
             needs={str(k): tuple(str(x) for x in v) for k, v in data.get("needs", {}).items()},
+            write_ms_by={str(k): tuple(float(x) for x in v) for k, v in data.get("write_ms_by", {}).items()},
+            scale=float(data.get("scale", 1.0)),
             extra={k: v for k, v in data.items() if k not in known})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{origin}: not a cost table ({type(e).__name__}: {e})") from None
     bad = [c for c, n in table.needs.items() for x in n if x not in CACHES]
-    if bad or any(v < 0 for v in (table.read_ms, table.write_ms, *table.prep_ms.values())):
+    writes = [x for row in table.write_ms_by.values() for x in row]
+    if bad or any(v < 0 for v in (table.read_ms, table.write_ms, *table.prep_ms.values(), *writes)):
         raise ValueError(f"{origin}: unknown cache or negative cost ({bad})")
+    if not 0.2 <= table.scale <= 5.0:
+        raise ValueError(f"{origin}: scale {table.scale} is not a measured/predicted ratio (expected 0.2–5)")
     return table
 
 

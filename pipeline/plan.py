@@ -101,11 +101,13 @@ def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[ShardSpec]:
     ]
 
 
-# A task's target cost (CPU-seconds on one core, from the cost table): long enough that Ray's per-task overhead
-# (≈ 10 ms) and each task's own scan reads stay below 1 %, short enough that full KITTI-C has > 2,000 tasks
-# and the last wave of a 256-worker build is short (with the Nov 2026 cost table: 21 groups per block, 2,457
-# tasks of 4.9–6.7 CPU-s; splitting then adds ≈ 6 % CPU for rebuilt caches and re-read scans).
-TARGET_TASK_SECONDS = 6.0
+# A task's target cost (CPU-seconds on one core, from the cost table, which is scaled to what real tasks cost):
+# long enough that Ray's per-task overhead (≈ 10 ms) and each task's own scan reads stay below 1 %, short
+# enough that full KITTI-C has > 2,000 tasks and the last wave of a 256-worker build is short. With the
+# shipped table (7.1 CPU-hours, measured in a slow hour of this VM): 28 groups per block, 3,276 tasks of
+# 5.8–9.8 CPU-s, +8 % CPU for rebuilt caches and re-read scans; a table measured in a fast hour (≈ 5.3
+# CPU-hours) gives 21 groups, 2,457 tasks, still above 2,000.
+TARGET_TASK_SECONDS = 8.0
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,7 @@ def partition_order(recipe: Recipe, costs: CostTable) -> list[tuple[str, int]]:
 def group_cost_ms(parts: Sequence[tuple[str, int]], costs: CostTable) -> float:
     """Estimated ms per frame of one task holding ``parts``: its reads, its caches once, its partitions."""
     caches = {n for c, s in parts if s > 0 for n in costs.needs_of(c)}
-    return (costs.read_ms + sum(costs.prep_ms.get(n, 0.0) for n in caches)
-            + sum(costs.partition_ms(c, s) for c, s in parts))
+    return costs.read() + sum(costs.prep(n) for n in caches) + sum(costs.partition_ms(c, s) for c, s in parts)
 
 
 def _pack(order: list[tuple[str, int]], costs: CostTable, cap: float) -> list[list[tuple[str, int]]]:
@@ -161,11 +162,11 @@ def _pack(order: list[tuple[str, int]], costs: CostTable, cap: float) -> list[li
     total, caches = cap + 1.0, set()  # forces a first group
     for p in order:
         new = [n for n in costs.needs_of(p[0]) if n not in caches] if p[1] > 0 else []
-        add = costs.partition_ms(*p) + sum(costs.prep_ms.get(n, 0.0) for n in new)
+        add = costs.partition_ms(*p) + sum(costs.prep(n) for n in new)
         if not groups or total + add > cap:
             groups.append([])
             caches = set(costs.needs_of(p[0])) if p[1] > 0 else set()
-            total = costs.read_ms + costs.partition_ms(*p) + sum(costs.prep_ms.get(n, 0.0) for n in caches)
+            total = costs.read() + costs.partition_ms(*p) + sum(costs.prep(n) for n in caches)
         else:
             caches.update(new)
             total += add

@@ -83,7 +83,10 @@ def plan_build(recipe: Recipe | str, frame_ids: Sequence[str], *, frames_per_sha
                      **{k: v for k, v in simulate(p["_seconds"], w).items() if k != "workers"},
                      "sized": {k: v for k, v in simulate(sized["_seconds"], w).items() if k != "workers"}})
     return {
-        "recipe": recipe.name, "costs": costs.measured, "frames": len(frame_ids),
+        "recipe": recipe.name, "costs": costs.measured + (f"; scale {costs.scale:g} (real task CPU / the parts' "
+                                                          "prediction)" if costs.scale != 1.0 else
+                                                          "; unscaled (parts timed alone)"),
+        "frames": len(frame_ids),
         "frames_per_shard": frames_per_shard, "blocks": len(shards),
         "examples_stored": recipe.examples_stored(len(frame_ids)),
         "examples_defined": recipe.examples_defined(len(frame_ids)),

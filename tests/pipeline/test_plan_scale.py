@@ -225,3 +225,70 @@ def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
         inside = one_thread(lambda: [p["num_threads"] for p in threadpool_info()])()
         assert inside and all(n == 1 for n in inside)
         assert [p["num_threads"] for p in threadpool_info()] == before
+
+
+def test_cost_table_write_cost_per_partition_round_trips_and_prices_partitions(kitti_c, tmp_path):
+    """A partition pays its own output's write cost when the table has one (``write_ms_by``), else ``write_ms``;
+    tables written before the field still load; a negative cost is refused."""
+    from pipeline.costs import parse_costs
+
+    base = default_costs(kitti_c)
+    table = CostTable(**{**base.__dict__, "write_ms_by": {"snow": (11.0, 12.0, 13.0, 14.0, 25.0)}})
+    assert table.partition_ms("snow", 5) == pytest.approx(base.stage_ms["snow"][4] + 25.0)
+    assert table.partition_ms("fog", 2) == pytest.approx(base.stage_ms["fog"][1] + base.write_ms)
+    assert table.partition_ms(CLEAN, 0) == base.write_ms
+    again = parse_costs(json.loads(table.to_json()), "t")
+    assert again.write_ms_by == table.write_ms_by and again.partition_ms("snow", 5) == table.partition_ms("snow", 5)
+    old = json.loads(base.to_json())
+    assert "write_ms_by" not in old and parse_costs(old, "old").write_ms_by == {}
+    with pytest.raises(ValueError, match="negative"):
+        parse_costs({**json.loads(table.to_json()), "write_ms_by": {"snow": [1.0, -2.0]}}, "bad")
+    # the scale (a real build's tasks over the parts' prediction) multiplies every cost, keeps their ratios
+    scaled = CostTable(**{**table.__dict__, "scale": 1.3})
+    parts = partition_order(kitti_c, table)
+    assert group_cost_ms(parts, scaled) == pytest.approx(1.3 * group_cost_ms(parts, table))
+    assert scaled.read() == pytest.approx(1.3 * table.read_ms) and scaled.prep("kdtree") == pytest.approx(
+        1.3 * table.prep_ms["kdtree"])
+    assert group_partitions(kitti_c, scaled, 7) == group_partitions(kitti_c, table, 7)
+    assert parse_costs(json.loads(scaled.to_json()), "s").scale == 1.3
+    with pytest.raises(ValueError, match="scale"):
+        parse_costs({**json.loads(table.to_json()), "scale": 40}, "bad")
+    shipped = load_costs(kitti_c)  # the shipped table prices every corrupted partition's own output
+    assert 1.0 < shipped.scale < 2.0  # measured by a demo build, not left at 1
+    assert set(shipped.write_ms_by) == {c.name for c in kitti_c.corruptions}
+    assert all(len(r) == kitti_c.severities and min(r) > 0 for r in shipped.write_ms_by.values())
+
+
+def test_model_prediction_for_a_finished_build_reads_its_tasks_from_the_ledger(kitti_c, tmp_path):
+    """`bench` checks the cost table against a real build: per stored example, what the table predicts for the
+    build's own tasks (each task's frames × its read, caches and partitions)."""
+    from pipeline.bench import model_ms_per_example
+    from pipeline.ledger import Ledger
+
+    table = default_costs(kitti_c)
+    a = [(CLEAN, 0), ("fog", 1), ("fog", 2)]
+    b = [("snow", 3)]
+    ledger = Ledger(tmp_path)
+    for name, parts, frames in (("t0", a, ["0", "1"]), ("t1", b, ["2", "3", "4"])):
+        ledger.record_done(name, {"frames": frames, "files": [{"corruption": c, "severity": s, "rows": len(frames)}
+                                                              for c, s in parts]})
+    want = (2 * group_cost_ms(a, table) + 3 * group_cost_ms(b, table)) / (2 * 3 + 3 * 1)
+    assert model_ms_per_example(tmp_path, ["t0", "t1", "missing"], table) == pytest.approx(want)
+
+
+def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
+    """The cost table's write costs come from committing each partition's real output as a task does (a file
+    under its name, every severity priced)."""
+    import numpy as np
+    from dataclasses import replace
+
+    from pipeline.bench import _write_costs
+    from pipeline.sources.demo import generate_frame
+
+    recipe = load_recipe(str(small_recipe))
+    demo = [replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
+            for f in (generate_frame(i) for i in range(2))]
+    clean, by, size = _write_costs(recipe, demo, repeat=1)
+    assert set(by) == {c.name for c in recipe.corruptions}
+    assert all(len(r) == recipe.severities and all(x > 0 for x in r) for r in by.values())
+    assert clean > 0 and 0.3 * demo[0].points.nbytes < size < demo[0].points.nbytes
