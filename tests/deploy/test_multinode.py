@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -38,10 +39,34 @@ RUN_TIMEOUT = 240.0
 RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
+def _ephemeral_range() -> range:
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return range(lo, hi + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+_RNG = random.Random()  # the ports only need to be free, not reproducible
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port no loopback socket holds, outside the kernel's ephemeral range: a port the kernel hands out for
+    ``bind(0)`` can be taken again, between this probe and Ray's bind, by one of the many outgoing connections
+    Ray and the S3 clients open, and Ray binds some ports on every address, not just 127.0.0.2."""
+    ephemeral = _ephemeral_range()
+    for _ in range(1000):
+        port = _RNG.randrange(20000, 32768)
+        if port in ephemeral:
+            continue
+        try:
+            for host in (HOST, "127.0.0.1"):
+                with socket.socket() as s:
+                    s.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port outside the ephemeral range on loopback")
 
 
 def _ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -86,19 +111,36 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+class NodeStartError(RuntimeError):
+    pass
+
+
+def _session_logs(temp_dir: Path, patterns: tuple[str, ...] = ("raylet*.out", "raylet*.err", "gcs_server.out"),
+                  tail: int = 1500) -> str:
+    """The tails of the cluster's raylet and GCS logs, for a start-up failure's message."""
+    logs = temp_dir / "session_latest" / "logs"
+    files = sorted({p for pat in patterns for p in logs.glob(pat)}) if logs.is_dir() else []
+    return "".join(f"\n--- {p.name} ---\n{p.read_text(errors='replace')[-tail:]}" for p in files)
+
+
 @dataclass
 class RayNode:
     proc: subprocess.Popen
     log: Path
+    temp_dir: Path  # the cluster's (a worker node writes its logs into the head's session directory)
 
     def wait_started(self) -> None:
+        """Return once `ray start` says the node runs; NodeStartError (with Ray's logs) if it exits or hangs."""
         deadline = time.time() + START_TIMEOUT
         while time.time() < deadline:
             if "Ray runtime started" in self.log.read_text(errors="replace"):
                 return
-            assert self.proc.poll() is None, f"ray start exited:\n{self.log.read_text()[-3000:]}"
+            if self.proc.poll() is not None:
+                raise NodeStartError(f"ray start exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}"
+                                     f"{_session_logs(self.temp_dir)}")
             time.sleep(0.2)
-        pytest.fail(f"Ray node did not start:\n{self.log.read_text()[-3000:]}")
+        raise NodeStartError(f"Ray node did not start in {START_TIMEOUT:.0f} s:\n{self.log.read_text()[-3000:]}"
+                             f"{_session_logs(self.temp_dir)}")
 
     def raylet_pid(self) -> int:
         pids = [pid for pid, cmd in _group_pids(self.proc.pid) if "/raylet " in cmd or cmd.startswith("raylet")
@@ -115,12 +157,12 @@ class RayNode:
         self.proc.wait(timeout=30)
 
 
-def _start_node(args: list[str], log: Path, env: dict[str, str]) -> RayNode:
+def _start_node(args: list[str], log: Path, env: dict[str, str], temp_dir: Path) -> RayNode:
     with open(log, "wb") as f:
         proc = subprocess.Popen([*RAY_CLI, "start", "--block", f"--node-ip-address={HOST}", "--num-cpus=1",
                                  "--disable-usage-stats", *_node_ports(), *args],
                                 stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return RayNode(proc, log)
+    return RayNode(proc, log, temp_dir)
 
 
 @dataclass
@@ -140,7 +182,7 @@ def head(seaweed, tmp_path_factory) -> Iterator[Head]:
     env = _ray_env(seaweed.env())
     port = _free_port()
     node = _start_node(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false"],
-                       logs / "head.log", env)
+                       logs / "head.log", env, temp_dir)
     try:
         node.wait_started()
         yield Head(f"{HOST}:{port}", node, temp_dir, env, logs)
@@ -179,16 +221,34 @@ def data_files(version_dir: Path) -> dict[str, bytes]:
             for p in sorted(version_dir.rglob("*.parquet")) if "_ledger" not in p.parts}
 
 
+def _join_worker_node(head: Head, name: str, attempts: int = 2) -> RayNode:
+    """`ray start --address` a worker node into ``head``'s cluster; started again (fresh ports) if it fails.
+
+    A joining node has a fixed 30 s in Ray (not configurable) for its raylet to register with the GCS; on a
+    2-core CI machine busy with another job that deadline was missed once ("Failed to get node info: Deadline
+    Exceeded"), which says nothing about the build under test. A second failure fails the test with both."""
+    errors = []
+    for attempt in range(1, attempts + 1):
+        worker = _start_node([f"--address={head.address}"], head.logs / f"{name}-worker-{attempt}.log", head.env,
+                             head.temp_dir)
+        try:
+            worker.wait_started()
+            return worker
+        except NodeStartError as e:
+            worker.stop()
+            errors.append(f"attempt {attempt}: {e}")
+    pytest.fail("the worker node did not join the cluster:\n" + "\n".join(errors))
+
+
 def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: str, done_shards, name: str) -> dict:
     """Join a worker node, run `bench-build run --address` over both nodes, and SIGKILL the worker node's
     raylet as soon as the ledger holds a shard built by one of that node's worker processes (so the node
     demonstrably takes part, and the build is mid-way); return what happened.
 
     ``done_shards()`` → {shard name: pid of the Ray worker that recorded it} from the ledger."""
-    worker = _start_node([f"--address={head.address}"], head.logs / f"{name}-worker.log", head.env)
+    worker = _join_worker_node(head, name)
     driver = None
     try:
-        worker.wait_started()
         raylet = worker.raylet_pid()
         driver_log = head.logs / f"{name}-driver.log"
         with open(driver_log, "wb") as f:
