@@ -194,6 +194,10 @@ def head(seaweed, tmp_path_factory) -> Iterator[Head]:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # Ray's own logs outlive the cluster in pytest's kept temp dirs (the last three sessions), for diagnosis
+        session_logs = temp_dir / "session_latest" / "logs"
+        if session_logs.is_dir():
+            shutil.copytree(session_logs, logs / "session", dirs_exist_ok=True, ignore_dangling_symlinks=True)
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not leftovers, f"Ray processes outlived the cluster: {leftovers}"
 
@@ -245,9 +249,16 @@ def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: 
     raylet as soon as the ledger holds a shard built by one of that node's worker processes (so the node
     demonstrably takes part, and the build is mid-way); return what happened.
 
+    Until then the head's Ray workers are held with SIGSTOP (then SIGCONT): left running, the head's warm
+    worker could build every shard (≈ 0.3 s each) while the worker node's first, cold one was still importing
+    on a loaded 2-core machine, and the kill would land after the build (seen under load: the head built 5 of
+    6 shards before the node's first). Held, the head runs tasks only after the kill — its share of the
+    build, and the retries of whatever the dead node held — so the kill is always mid-build.
+
     ``done_shards()`` → {shard name: pid of the Ray worker that recorded it} from the ledger."""
     worker = _join_worker_node(head, name)
-    driver = None
+    driver, held = None, set()
+    head_raylet = head.node.raylet_pid()
     try:
         raylet = worker.raylet_pid()
         driver_log = head.logs / f"{name}-driver.log"
@@ -259,24 +270,55 @@ def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: 
         deadline = time.time() + RUN_TIMEOUT
         node_pids: set[int] = set()
         done_at_kill: dict[str, int] = {}
+        t0, timeline = time.time(), []  # (s, worker node's processes, {shard: pid}), at each change
         while time.time() < deadline:
             assert driver.poll() is None, driver_log.read_text()[-3000:]
+            _hold_ray_workers(head_raylet, held)
             node_pids |= _descendants(raylet)  # the worker node's Ray workers so far
             done_at_kill = done_shards()
+            state = (sorted(node_pids), sorted(done_at_kill.items()))
+            if not timeline or timeline[-1][1:] != state:
+                timeline.append((round(time.time() - t0, 2), *state))
             if node_pids & set(done_at_kill.values()):
                 break
             time.sleep(0.05)
         else:
-            pytest.fail(f"the worker node never built a shard:\n{driver_log.read_text()[-3000:]}")
+            pytest.fail(f"the worker node never built a shard: {timeline}\n{driver_log.read_text()[-3000:]}")
         os.kill(raylet, signal.SIGKILL)  # the worker node dies: its raylet, and with it its running tasks
+        timeline.append(("head workers held", sorted(held)))
+        _release(held)
         rc = driver.wait(timeout=max(1.0, deadline - time.time()))
-        return {"rc": rc, "log": driver_log.read_text(), "done_at_kill": done_at_kill,
+        return {"rc": rc, "log": driver_log.read_text(), "done_at_kill": done_at_kill, "timeline": timeline,
                 "raylet_alive": Path(f"/proc/{raylet}").exists() and "zombie" not in _state(raylet)}
     finally:
+        _release(held)
         if driver is not None and driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
         worker.stop()
+
+
+def _hold_ray_workers(raylet: int, held: set[int]) -> None:
+    """SIGSTOP every Ray worker process of ``raylet`` (its descendants titled ``ray::…`` or running
+    ``default_worker.py``; not its agents) not held yet."""
+    procs = _processes()
+    for pid in _descendants(raylet) - held:
+        cmd = procs.get(pid, (0, 0, ""))[2]
+        if cmd.startswith("ray::") or "default_worker.py" in cmd:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                held.add(pid)
+            except ProcessLookupError:
+                pass
+
+
+def _release(held: set[int]) -> None:
+    for pid in held:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    held.clear()
 
 
 def _state(pid: int) -> str:
@@ -303,7 +345,7 @@ def test_worker_node_killed_mid_build_local_disk(head, recipe, single_node, demo
 
     r = _build_killing_the_worker_node(head, recipe, demo_kitti_master, str(out), done_shards, "local")
     assert r["rc"] == 0, r["log"][-3000:]
-    assert 1 <= len(r["done_at_kill"]) < FRAMES, "the kill must land mid-build"
+    assert 1 <= len(r["done_at_kill"]) < FRAMES, f"the kill must land mid-build: {r['timeline']}"
     assert not r["raylet_alive"]
     assert data_files(version_dir) == data_files(single_node)
     manifest = read_manifest(version_dir)
@@ -348,7 +390,7 @@ def test_worker_node_killed_mid_build_s3(head, recipe, single_node, demo_kitti_m
     r = _build_killing_the_worker_node(head, recipe, demo_kitti_master, f"s3://{seaweed.bucket}/{prefix}",
                                        done_shards, "s3")
     assert r["rc"] == 0, r["log"][-3000:]
-    assert 1 <= len(r["done_at_kill"]) < FRAMES, "the kill must land mid-build"
+    assert 1 <= len(r["done_at_kill"]) < FRAMES, f"the kill must land mid-build: {r['timeline']}"
     assert not r["raylet_alive"]
     objects = {k: client.get_object(Bucket=seaweed.bucket, Key=f"{version}/{k}")["Body"].read() for k in keys()}
     assert {k: v for k, v in objects.items() if k.endswith(".parquet")} == data_files(single_node)
