@@ -103,8 +103,9 @@ def _group_pids(pgid: int) -> list[tuple[int, str]]:
     return [(pid, cmd) for pid, (_, group, cmd) in _processes().items() if group == pgid]
 
 
-def _descendants(root: int) -> set[int]:
-    procs, found, frontier = _processes(), set(), {root}
+def _descendants(root: int, procs: dict[int, tuple[int, int, str]] | None = None) -> set[int]:
+    """Every descendant of ``root``, in ``procs`` (a `_processes` snapshot; taken now if not given)."""
+    procs, found, frontier = _processes() if procs is None else procs, set(), {root}
     while frontier:
         frontier = {pid for pid, (ppid, _, _) in procs.items() if ppid in frontier} - found
         found |= frontier
@@ -273,8 +274,9 @@ def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: 
         t0, timeline = time.time(), []  # (s, worker node's processes, {shard: pid}), at each change
         while time.time() < deadline:
             assert driver.poll() is None, driver_log.read_text()[-3000:]
-            _hold_ray_workers(head_raylet, held)
-            node_pids |= _descendants(raylet)  # the worker node's Ray workers so far
+            procs = _processes()  # one /proc scan per poll: under load the poll is what must stay quick
+            _hold_ray_workers(head_raylet, held, procs)
+            node_pids |= _descendants(raylet, procs)  # the worker node's Ray workers so far
             done_at_kill = done_shards()
             state = (sorted(node_pids), sorted(done_at_kill.items()))
             if not timeline or timeline[-1][1:] != state:
@@ -298,12 +300,11 @@ def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: 
         worker.stop()
 
 
-def _hold_ray_workers(raylet: int, held: set[int]) -> None:
+def _hold_ray_workers(raylet: int, held: set[int], procs: dict[int, tuple[int, int, str]]) -> None:
     """SIGSTOP every Ray worker process of ``raylet`` (its descendants titled ``ray::…`` or running
     ``default_worker.py``; not its agents) not held yet."""
-    procs = _processes()
-    for pid in _descendants(raylet) - held:
-        cmd = procs.get(pid, (0, 0, ""))[2]
+    for pid in _descendants(raylet, procs) - held:
+        cmd = procs[pid][2]
         if cmd.startswith("ray::") or "default_worker.py" in cmd:
             try:
                 os.kill(pid, signal.SIGSTOP)
