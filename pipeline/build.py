@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -447,6 +448,21 @@ def _local_raylet() -> Any:
         return None
 
 
+def _raylet_death(raylet: Any, wait: float = 0.0) -> str | None:
+    """The local raylet's death (``raylet``: its `Popen`, or None when not watched) as the failure message of
+    the shards it took with it, or None while it runs. ``wait``: seconds to give it to be seen dead — an error
+    a task or ``ray.wait`` raised can be that death, noticed by a worker (its socket closed) a moment before
+    the raylet's exit completes."""
+    if raylet is None:
+        return None
+    try:
+        raylet.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return None
+    return (f"Ray node died (local raylet pid {raylet.pid} exited with {raylet.returncode}): the raylet "
+            "or the machine running the shard is gone")
+
+
 def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,
              encoding: str = "full", raylet: Any = None, numeric_profile: dict[str, Any] | None = None,
              pinned_by_env: bool = False) -> None:
@@ -490,6 +506,13 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
             result.failure_kinds[spec.name] = res.get("kind", "input")
             bar.fail(spec.name, res["error"])
 
+    def fail_the_rest(message: str, kind: str, raylet_died: bool) -> None:
+        """Every shard not finished has failed with this cause (those the ledger recorded count as built)."""
+        if raylet_died:
+            time.sleep(RAYLET_GONE_GRACE_S)  # its workers notice and exit: none records a shard after the reads
+        for spec in [*in_flight.values(), *queue]:
+            finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True})
+
     while queue or in_flight:
         try:
             while queue and len(in_flight) < max_in_flight:
@@ -498,26 +521,29 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
                                       owner, encoding, numeric_profile)] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
-            message, kind = describe_task_error(e)
-            for spec in [*in_flight.values(), *queue]:
-                finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True})
+            dead = _raylet_death(raylet, 1.0)
+            if dead:
+                fail_the_rest(dead, "resource", raylet_died=True)
+            else:
+                fail_the_rest(*describe_task_error(e), raylet_died=False)
             return
-        if raylet is not None and raylet.poll() is not None:
-            time.sleep(RAYLET_GONE_GRACE_S)  # its workers notice and exit: none records a shard after the read below
-            message = (f"Ray node died (local raylet pid {raylet.pid} exited with {raylet.returncode}): the raylet "
-                       "or the machine running the shard is gone")
-            for spec in [*in_flight.values(), *queue]:
-                finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": "resource",
-                              "record": True})
+        dead = _raylet_death(raylet)
+        if dead:
+            fail_the_rest(dead, "resource", raylet_died=True)
             return
         for ref in done:
-            spec = in_flight.pop(ref)
             try:
                 res = ray.get(ref)
             except Exception as e:  # the task crashed after its retries (a worker or node died, disk full …)
+                # an exception raised in the task body (RayTaskError) is the task's own; anything else may be the
+                # local raylet's death, seen by the worker first
+                dead = _raylet_death(raylet, 0.0 if isinstance(e, ray.exceptions.RayTaskError) else 1.0)
+                if dead:  # the whole local node, not this task: every unfinished shard fails with that cause
+                    fail_the_rest(dead, "resource", raylet_died=True)
+                    return
                 message, kind = describe_task_error(e)
-                res = {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True}
-            finish(spec, res)
+                res = {"shard": in_flight[ref].name, "ok": False, "error": message, "kind": kind, "record": True}
+            finish(in_flight.pop(ref), res)
         try:
             running = ray.get(counter.snapshot.remote(), timeout=10) if counter is not None and in_flight and \
                 (raylet is None or raylet.poll() is None) else {}

@@ -475,6 +475,31 @@ def test_every_ray_init_in_the_suite_starts_its_own_local_instance():
     assert not offenders, f"ray.init without address= (use address='local'): {offenders}"
 
 
+def test_raylet_death_is_seen_within_the_wait_an_error_gives_it():
+    """A task error can arrive a moment before the killed raylet's exit completes (its workers see their socket
+    close first): the driver gives it ``wait`` seconds, so every unfinished shard names the raylet, not the
+    symptom one worker saw. A running raylet is not waited on without cause, and is never reported dead."""
+    import signal
+
+    from pipeline.build import _raylet_death
+
+    assert _raylet_death(None, 1.0) is None  # no raylet watched (a cluster, or a Ray the caller started)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t = time.perf_counter()
+        assert _raylet_death(proc) is None and time.perf_counter() - t < 0.5
+        assert _raylet_death(proc, 0.3) is None  # alive through the whole wait
+        t = time.perf_counter()
+        proc.send_signal(signal.SIGKILL)
+        message = _raylet_death(proc, 5.0)
+        assert time.perf_counter() - t < 5.0  # returns as soon as it is dead, not after the wait
+        assert message == (f"Ray node died (local raylet pid {proc.pid} exited with -9): the raylet or the machine "
+                           "running the shard is gone")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti, tmp_path, shared_ray):
     """Killing the raylet of a running build: the driver notices before Ray ends it (it lost its object store),
     prints a summary that agrees with the ledger and exits 1; every shard the ledger recorded is intact, and
@@ -512,7 +537,7 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
     assert f"5 shards: 0 already done, {len(recorded)} built, {5 - len(recorded)} failed" in stderr, stderr
     failed = sorted(ln.split()[1].rstrip(":") for ln in stderr.splitlines() if ln.startswith("FAILED "))
     assert failed == sorted({f"part-{i:05d}-of-00005" for i in range(5)} - set(recorded)), stderr
-    assert all(f"FAILED {s}: Ray node died (local raylet pid {raylets[0].pid} exited" in stderr for s in failed)
+    assert all(f"FAILED {s}: Ray node died (local raylet pid {raylets[0].pid} exited" in stderr for s in failed), stderr
     assert "the input is not at fault" in stderr and "fix the input" not in stderr and "Traceback" not in stderr
     from pipeline.ledger import Ledger
 
