@@ -557,6 +557,9 @@ def bench(
                                                "DataLoader with 0 and 2 workers")] = False,
     version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
                                                          "the kitti-c demo of --frames frames)")] = None,
+    points_layouts: Annotated[bool, typer.Option(help="Instead: write / read CPU and size of candidate layouts of the "
+                                                     "points column on --frames demo frames (for a schema decision)")]
+    = False,
     costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
                                                         "for `plan` and task sizing (pipeline/cost_tables/); "
                                                         "scaled to real task seconds by the demo build unless "
@@ -567,6 +570,11 @@ def bench(
         from pipeline.bench_loaders import run_bench_loaders
 
         run_bench_loaders(version_dir, frames=frames)
+        return
+    if points_layouts:
+        from pipeline.bench_layouts import run_bench_layouts
+
+        run_bench_layouts(frames=frames)
         return
     if s3_build:
         from pipeline.bench_publish import run_bench_s3_build
