@@ -143,9 +143,9 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     results["io_floor_ms_per_example"] = floor
     results["write_ms_by"] = write_by
     raw = sum(f.points.nbytes for f in demo) / frames
-    print(f"\nI/O floor: {floor:.1f} ms CPU per clean example to commit it to a Parquet file as a task does (encode, "
-          f"compress, write, fsync, sha256, rename; {raw / floor / 1e3:.0f} MB/s of raw points; {size / 1e6:.2f} MB per "
-          f"example on disk, {size / raw:.0%} of raw); corrupted outputs "
+    print(f"\nI/O floor: {floor:.1f} ms CPU per clean example to commit it to a Parquet file as a task does "
+          f"(encode, compress, write, fsync, sha256, rename; {raw / floor / 1e3:.0f} MB/s of raw points; "
+          f"{size / 1e6:.2f} MB per example on disk, {size / raw:.0%} of raw); corrupted outputs "
           f"{min(min(r) for r in write_by.values()):.1f}–{max(max(r) for r in write_by.values()):.1f} ms "
           f"(more points, or noise that compresses worse), per partition in the cost table's write_ms_by")
 
@@ -203,7 +203,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             results["full_cpu_hours_measured"] = measured * recipe.examples_stored(
                 FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)) / 3600
         results["speedup_2_vs_1"] = wall[1] / wall[2]
-        per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(walls[1], walls[2]))
+        per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(walls[1], walls[2], strict=True))
         print(f"  speed-up 2 vs 1 workers: {wall[1] / wall[2]:.2f}× (target ≥ 1.8)"
               + (f"; per round {per_round}" if build_rounds > 1 else ""))
         if "full_cpu_hours_measured" in results:
@@ -250,7 +250,8 @@ def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
 
 def model_ms_per_example(version_dir, tasks, table) -> float:
     """What ``table`` predicts a finished build's tasks cost per stored example: each task's frames × (read + the
-    caches its partitions need + its partitions), from the ledger — to check the table against `task_cpu_per_example`."""
+    caches its partitions need + its partitions), from the ledger — to check the table against
+    `task_cpu_per_example`."""
     from pipeline.ledger import Ledger
     from pipeline.plan import group_cost_ms
     from pipeline.storage import open_store
@@ -439,7 +440,7 @@ def _write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[fl
                     **partition_meta(recipe, corruption, severity)}
             schema = schema_with_metadata(meta)
             rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
-                    for f, o in zip(demo, outs)]
+                    for f, o in zip(demo, outs, strict=True)]
             rel = Path(f"{corruption}-{severity}.parquet")
             t = _median_time(lambda: write_parquet_atomic(rel, schema, _batches(iter(rows), schema), store),
                              repeat, clock)

@@ -12,8 +12,9 @@ So every process that computes shard bytes runs *pinned* (`PIN`): NumPy's AVX-51
 (``OPENBLAS_CORETYPE``, read when it is loaded). Both must be in the environment before ``import numpy``:
 `pin_environment` sets them at the top of the CLI. Ray workers of a local Ray that `init_ray` starts inherit them
 (they are in the environment its raylet starts with); on a cluster, or a Ray the caller started, they come from
-the job's and each task's ``runtime_env`` (`worker_env`), whatever node the worker starts on. A user may set either variable to another value
-(an override, recorded as such) or set ``BENCH_BUILD_NUMERIC_PIN=off`` (no pin; still recorded and checked).
+the job's and each task's ``runtime_env`` (`worker_env`), whatever node the worker starts on. A user may set either
+variable to another value (an override, recorded as such) or set ``BENCH_BUILD_NUMERIC_PIN=off`` (no pin; still
+recorded and checked).
 
 `build_profile` is what a build expects its tasks to run under (computed by the driver; recorded in the ledger
 and the manifest); `live_profile` is what a process actually runs under; `profile_differences` names what

@@ -279,8 +279,9 @@ def test_model_prediction_for_a_finished_build_reads_its_tasks_from_the_ledger(k
 def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
     """The cost table's write costs come from committing each partition's real output as a task does (a file
     under its name, every severity priced)."""
-    import numpy as np
     from dataclasses import replace
+
+    import numpy as np
 
     from pipeline.bench import _write_costs
     from pipeline.sources.demo import generate_frame

@@ -1,6 +1,7 @@
 """Uploads overlap compute on object storage (and a local file's fsync + rename on local disk): a staged file
-uploads in the background while the next is written; `finish()` waits for all and reports failures; staging disk stays bounded; a shard is recorded in
-the ledger only after every one of its uploads finished, and a failed shard leaves no upload running."""
+uploads in the background while the next is written; `finish()` waits for all and reports failures; staging disk
+stays bounded; a shard is recorded in the ledger only after every one of its uploads finished, and a failed shard
+leaves no upload running."""
 
 from __future__ import annotations
 
