@@ -15,7 +15,10 @@ local directory, ``s3://`` with uploads overlapping compute (the default) and ``
 local, the CPU seconds of the build (driver + tasks) and, of those, of the threads that ran the uploads
 (recorded per task in the ledger as ``upload_cpu_seconds``), the CPU seconds the SeaweedFS server used (on
 loopback it shares the machine's cores with the build), and the load average before and after (other work
-on a shared machine inflates wall times; CPU seconds much less).
+on a shared machine inflates wall times; CPU seconds much less). With ``--isolate-server`` the server runs on
+the last CPU and every build (driver, Ray, workers) on the others, in all three modes: the overhead is then
+what an s3 build costs the build itself, as with an object store on another host, and not the server's own
+hashing on the build's cores.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import statistics
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import typer
@@ -120,12 +124,37 @@ def _tasks_cpu_seconds(res) -> tuple[float, float]:
 S3_BUILD_MODES = ("local", "s3-overlap", "s3-serial")
 
 
+def split_cpus(cpus: set[int]) -> tuple[set[int], set[int]]:
+    """(the build's CPUs, the server's CPU) for ``--isolate-server``: the server gets the highest one."""
+    if len(cpus) < 2:
+        raise ValueError(f"--isolate-server needs at least 2 CPUs; this process may use {sorted(cpus)}")
+    return set(sorted(cpus)[:-1]), {max(cpus)}
+
+
+@contextmanager
+def thread_affinity(cpus: set[int] | None) -> Iterator[None]:
+    """Run the block with this thread's CPU mask set to ``cpus`` (None: unchanged). Linux applies
+    ``sched_setaffinity(0, …)`` to the calling thread, and processes it starts (Ray's GCS and raylet, whose
+    workers inherit from the raylet; the SeaweedFS server) inherit that mask."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recipe: str = "kitti-c",
-                       modes: tuple[str, ...] = S3_BUILD_MODES) -> dict:
+                       modes: tuple[str, ...] = S3_BUILD_MODES, isolate_server: bool = False) -> dict:
     """Median wall time of a demo build per mode (interleaved ``repeat`` times, after one untimed 1-frame
     warm-up build) and each s3 mode's overhead over ``local``. Every s3 build gets a fresh SeaweedFS on
     127.0.0.1 (started and stopped outside the timed region, its data deleted after), and every local build's
-    output is deleted after it is timed, so the runs are alike and the disk holds one build at a time."""
+    output is deleted after it is timed, so the runs are alike and the disk holds one build at a time.
+    ``isolate_server``: the server on the last CPU, every build on the others (``workers`` at most their
+    number), so the server's CPU does not come out of the build's."""
     import shutil
 
     from pipeline.build import run_build
@@ -139,15 +168,21 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     load_before = os.getloadavg()
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", OVERLAP_ENV)
     saved = {k: os.environ.get(k) for k in keys}
+    build_cpus = server_cpus = None
+    if isolate_server:
+        build_cpus, server_cpus = split_cpus(os.sched_getaffinity(0))
+        workers = min(workers, len(build_cpus))
     print(f"demo build of {recipe}: {frames} frames, {workers} workers (Ray start-up included), {repeat} rounds "
-          f"of {', '.join(modes)}; s3 = a fresh SeaweedFS on 127.0.0.1 per build")
+          f"of {', '.join(modes)}; s3 = a fresh SeaweedFS on 127.0.0.1 per build"
+          + (f"; server on CPU {sorted(server_cpus)}, builds on CPUs {sorted(build_cpus)}" if isolate_server else ""))
     try:
         with tempfile.TemporaryDirectory(prefix="bench-s3-build-") as tmp_name:
             tmp = Path(tmp_name)
             # untimed: the first build of a process (and the first after a code change: numba recompiles its
             # on-disk cache) pays one-off costs that would land on whichever mode happens to run first
             t = time.perf_counter()
-            assert run_build(recipe, out=tmp / "warmup", workers=workers, max_frames=1, progress=False).ok
+            with thread_affinity(build_cpus):
+                assert run_build(recipe, out=tmp / "warmup", workers=workers, max_frames=1, progress=False).ok
             shutil.rmtree(tmp / "warmup", ignore_errors=True)
             print(f"  warm-up build (1 frame, not counted): {time.perf_counter() - t:.1f} s", flush=True)
             for i in range(repeat):
@@ -159,14 +194,17 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
                             out: str | Path = tmp / "local"
                         else:
                             secret = uuid.uuid4().hex
-                            server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
+                            with thread_affinity(server_cpus):
+                                server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret,
+                                                                           ("bench",)))
                             os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY=secret,
                                               AWS_ENDPOINT_URL=server.endpoint)
                             out = f"s3://bench/{mode}-{i}"
                         cpu0 = _proc_cpu_seconds(server.proc.pid) if server else 0.0
                         build_cpu0 = _driver_cpu_seconds()
                         t = time.perf_counter()
-                        res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
+                        with thread_affinity(build_cpus):
+                            res = run_build(recipe, out=out, workers=workers, max_frames=frames, progress=False)
                         dt = time.perf_counter() - t
                         assert res.ok, res.failures
                         times[mode].append(dt)
@@ -190,7 +228,8 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
                      "server_cpu_s": {m: statistics.median(v) for m, v in server_cpu.items()},
                      "build_cpu_s": {m: statistics.median(v) for m, v in build_cpu.items()},
                      "upload_cpu_s": {m: statistics.median(v) for m, v in upload_cpu.items()},
-                     "load_before": load_before, "load_after": load_after}
+                     "load_before": load_before, "load_after": load_after, "workers": workers,
+                     "isolate_server": isolate_server}
     print(f"medians over {repeat} interleaved rounds (load average 1/5/15 min: before "
           f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}):")
     for m in modes:
@@ -210,7 +249,8 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
             extra_build = results["build_cpu_s"][m] - results["build_cpu_s"]["local"]
             print(f"  {m:>10}: client (bench-build) {extra_build:+5.1f} CPU-s over local, of which upload threads "
                   f"{results['upload_cpu_s'][m]:4.1f}; server {results['server_cpu_s'][m]:5.1f} CPU-s "
-                  f"(on loopback it runs on the build's {cores} cores)")
+                  + (f"(on its own CPU, {sorted(server_cpus)})" if isolate_server else
+                     f"(on loopback it runs on the build's {cores} cores)"))
     return results
 
 

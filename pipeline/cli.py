@@ -546,6 +546,8 @@ def bench(
                                                 "local SeaweedFS) with uploads overlapping compute and without, "
                                                 "interleaved --repeat times; medians and overhead %")] = False,
     repeat: Annotated[int, typer.Option(help="With --s3-build: rounds of the three builds")] = 3,
+    isolate_server: Annotated[bool, typer.Option(help="With --s3-build: SeaweedFS on the last CPU, the builds on the "
+                                                      "others (as with a store on another host)")] = False,
     build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
                                                           "which goes first); the speed-up and the task CPU are "
                                                           "medians")] = 1,
@@ -579,7 +581,7 @@ def bench(
     if s3_build:
         from pipeline.bench_publish import run_bench_s3_build
 
-        run_bench_s3_build(frames=frames, workers=workers, repeat=repeat)
+        run_bench_s3_build(frames=frames, workers=workers, repeat=repeat, isolate_server=isolate_server)
         return
     if publish:
         from pipeline.bench_publish import run_bench_publish
