@@ -2,9 +2,11 @@
 
 No Docker daemon, Kubernetes or cloud account is needed: the Dockerfile is linted with hadolint (a dev
 dependency) and parsed; the cluster config is validated against the JSON schema Ray ships for `ray up`;
-the RayJob is checked structurally (CRD fields KubeRay requires, every mount backed by a volume, credentials
-only from a Secret); and every command a spec runs is fed to our typer CLI with `CliRunner`, with the
-build itself replaced by a recorder, so a spec can never carry an option the CLI would reject.
+the RayJob is checked structurally (CRD fields KubeRay requires, no field its CRD does not define, every
+mount backed by a volume, credentials only from a Secret) and its pod templates against Kubernetes' own
+JSON schemas (kubernetes-validate, offline, unknown fields refused); and every command a spec runs is fed
+to our typer CLI with `CliRunner`, with the build itself replaced by a recorder, so a spec can never carry
+an option the CLI would reject.
 """
 
 from __future__ import annotations
@@ -161,6 +163,43 @@ def _pods(job: dict) -> list[dict]:
     return [c["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in c["workerGroupSpecs"]]
 
 
+# The fields KubeRay's RayJob (ray.io/v1) defines at the levels our manifests write, as in the CRD of KubeRay
+# 1.2 (the first with spec.backoffLimit: the minimum the README names). The operator's structural schema
+# drops an unknown field without an error, so a misspelt one would silently not take effect.
+RAYJOB_FIELDS = {
+    "RayJob": {"apiVersion", "kind", "metadata", "spec"},
+    "spec": {"activeDeadlineSeconds", "backoffLimit", "clusterSelector", "entrypoint", "entrypointNumCpus",
+             "entrypointNumGpus", "entrypointResources", "jobId", "metadata", "rayClusterSpec", "runtimeEnvYAML",
+             "shutdownAfterJobFinishes", "submissionMode", "submitterConfig", "submitterPodTemplate", "suspend",
+             "ttlSecondsAfterFinished"},
+    "rayClusterSpec": {"autoscalerOptions", "enableInTreeAutoscaling", "headGroupSpec", "headServiceAnnotations",
+                       "rayVersion", "suspend", "workerGroupSpecs"},
+    "headGroupSpec": {"enableIngress", "headService", "rayStartParams", "serviceType", "template"},
+    "workerGroupSpec": {"groupName", "maxReplicas", "minReplicas", "numOfHosts", "rayStartParams", "replicas",
+                        "scaleStrategy", "template"},
+}
+# Pod templates are Kubernetes' own PodTemplateSpec: validated, unknown fields refused, against the JSON schemas
+# that kubernetes-validate ships (offline) for the oldest and the newest Kubernetes it knows
+K8S_VERSIONS = ("1.25.0", "1.37.0")
+
+
+def _known_fields(where: str, obj: dict) -> None:
+    unknown = set(obj) - RAYJOB_FIELDS[where]
+    assert not unknown, f"{where}: fields KubeRay's RayJob does not define: {sorted(unknown)}"
+
+
+def _valid_pod_template(name: str, template: dict) -> None:
+    import kubernetes_validate
+
+    doc = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": template}
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            raise AssertionError(f"{name}'s pod template is not a valid Kubernetes {version} PodTemplateSpec: "
+                                 f"{e.message} at {'.'.join(map(str, e.path))}") from None
+
+
 def check_rayjob(job: dict) -> None:
     """What KubeRay's RayJob CRD (ray.io/v1) requires, and what this project requires of a run on it."""
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
@@ -168,6 +207,14 @@ def check_rayjob(job: dict) -> None:
     spec = job["spec"]
     assert isinstance(spec["entrypoint"], str) and spec["shutdownAfterJobFinishes"] is True
     cluster = spec["rayClusterSpec"]
+    _known_fields("RayJob", job)
+    _known_fields("spec", spec)
+    _known_fields("rayClusterSpec", cluster)
+    _known_fields("headGroupSpec", cluster["headGroupSpec"])
+    _valid_pod_template("headGroupSpec", cluster["headGroupSpec"]["template"])
+    for g in cluster["workerGroupSpecs"]:
+        _known_fields("workerGroupSpec", g)
+        _valid_pod_template(f"workerGroupSpecs[{g['groupName']}]", g["template"])
     assert isinstance(cluster["headGroupSpec"]["rayStartParams"], dict)
     assert all(isinstance(v, str) for v in cluster["headGroupSpec"]["rayStartParams"].values())  # CRD: strings
     for g in cluster["workerGroupSpecs"]:
@@ -201,6 +248,28 @@ def test_a_literal_secret_in_a_rayjob_is_caught():
     job = yaml.safe_load((DEPLOY / "kuberay" / "rayjob.yaml").read_text())
     _pods(job)[1]["containers"][0]["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "oops"})
     with pytest.raises(AssertionError):
+        check_rayjob(job)
+
+
+@pytest.mark.parametrize("typo", ["spec", "worker group", "container", "volume"])
+def test_a_misspelt_field_in_a_rayjob_is_caught(typo):
+    """Fields Kubernetes or KubeRay would drop without an error are refused by the check above."""
+    job = yaml.safe_load((DEPLOY / "kuberay" / "rayjob.yaml").read_text())
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    if typo == "spec":
+        job["spec"]["shutdownAfterJobFinish"] = True
+    elif typo == "worker group":
+        worker["replica"] = worker.pop("replicas")
+    elif typo == "container":
+        worker["template"]["spec"]["containers"][0]["envFrom"].append({"secretref": {"name": "bench-build-s3"}})
+    else:
+        worker["template"]["spec"]["volumes"][1]["emptydir"] = worker["template"]["spec"]["volumes"][1].pop(
+            "emptyDir")
+    expected = {"spec": "spec: fields KubeRay's RayJob does not define: ['shutdownAfterJobFinish']",
+                "worker group": "workerGroupSpec: fields KubeRay's RayJob does not define: ['replica']",
+                "container": "not a valid Kubernetes 1.25.0 PodTemplateSpec: .*'secretref' was unexpected",
+                "volume": "not a valid Kubernetes 1.25.0 PodTemplateSpec: .*'emptydir' was unexpected"}[typo]
+    with pytest.raises(AssertionError, match=re.compile(expected.replace("[", r"\[").replace("]", r"\]"))):
         check_rayjob(job)
 
 
