@@ -436,6 +436,33 @@ def list_benchmarks() -> None:
             out_console.print("  variants: " + ", ".join(f"{name}:{v}" for v in r.variants))
 
 
+@app.command()
+def warm(
+    benchmarks: Annotated[list[str] | None, typer.Argument(
+        help="Built-in benchmark names or recipe .toml files (default: every built-in benchmark)")] = None,
+) -> None:
+    """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
+    starts later load them instead of each compiling them in its first task (the image runs this at build)."""
+    from manifests.recipe import builtin_recipes
+    from pipeline.warm import numba_cache_dir
+    from pipeline.warm import warm as warm_kernels
+
+    names = benchmarks or sorted(builtin_recipes())
+    total = 0.0
+
+    def done(row: dict) -> None:
+        nonlocal total
+        total += row["cpu_seconds"]
+        out_console.print(f"{row['benchmark']}: {row['cpu_seconds']:.1f} s CPU (one demo frame, "
+                          f"{row['examples']} examples, nothing kept)")
+
+    try:
+        warm_kernels(names, on_done=done)
+    except (ValueError, FileNotFoundError) as e:
+        raise _fail(e) from None
+    out_console.print(f"{len(names)} benchmark(s) in {total:.1f} s CPU; numba kernels cached in {numba_cache_dir()}")
+
+
 @app.command("demo-data")
 def demo_data(
     out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to")],

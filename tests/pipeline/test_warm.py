@@ -1,0 +1,102 @@
+"""`bench-build warm`: after it, a new process compiles none of the benchmark's numba kernels (it loads them).
+
+Each step runs in a fresh interpreter with its own empty ``NUMBA_CACHE_DIR`` (numba reads it at import), and
+counts, over every numba dispatcher of bench-build's modules, the signatures compiled (cache misses) and loaded
+(cache hits). A build's first task is what the second process runs: `build_shard` on one demo frame.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARK = "modelnet40-e"  # small shapes, and numba kernels in several of its steps (normals, k-NN, noise)
+
+COUNT = textwrap.dedent("""
+    def kernel_stats():
+        import sys
+        from numba.core.dispatcher import Dispatcher
+        hits = misses = 0
+        for name, mod in list(sys.modules.items()):
+            if not name.startswith(("stages", "pipeline")):
+                continue
+            for obj in vars(mod).values():
+                if isinstance(obj, Dispatcher):
+                    hits += sum(obj.stats.cache_hits.values())
+                    misses += sum(obj.stats.cache_misses.values())
+        return {"hits": hits, "misses": misses}
+""")
+
+WARM = COUNT + textwrap.dedent("""
+    import json, sys
+    from pipeline.numeric import pin_environment
+    pin_environment()
+    from pipeline.warm import numba_cache_dir, warm
+    rows = warm([sys.argv[1]])
+    print(json.dumps({**kernel_stats(), "rows": rows, "cache": numba_cache_dir()}))
+""")
+
+TASK = COUNT + textwrap.dedent("""
+    import json, sys, tempfile
+    from pipeline.numeric import pin_environment
+    pin_environment()
+    from manifests.recipe import load_recipe
+    from pipeline.build import DEMO_FRAMES
+    from pipeline.plan import plan_shards
+    from pipeline.shard import build_shard
+    from pipeline.sources import open_source
+    recipe = load_recipe(sys.argv[1])
+    source = open_source(recipe, None, demo_frames=DEMO_FRAMES)
+    with tempfile.TemporaryDirectory() as tmp:
+        entry = build_shard(plan_shards(source.list_frames()[1:2], 1)[0], recipe, source, tmp, "f" * 64, "r")
+    print(json.dumps({**kernel_stats(), "files": len(entry["files"])}))
+""")
+
+
+def _run(code: str, env: dict[str, str]) -> dict:
+    res = subprocess.run([sys.executable, "-c", code, BENCHMARK], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), BENCH_BUILD_CACHE=str(tmp_path / "cache"))
+    return env
+
+
+def test_after_warm_a_new_process_loads_every_kernel_and_compiles_none(env, tmp_path):
+    # without warm: a worker's first task compiles the kernels itself
+    cold = _run(TASK, env)
+    assert cold["misses"] >= 5 and cold["files"] == 4, cold  # clean + 3 severities
+
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-warmed")
+    warmed = _run(WARM, env)
+    assert warmed["misses"] >= cold["misses"], warmed  # warm compiled at least what the task needs
+    assert warmed["rows"][0]["benchmark"] == BENCHMARK and warmed["rows"][0]["examples"] == 4
+    assert Path(warmed["cache"]) == tmp_path / "numba-warmed"
+    assert any(Path(warmed["cache"]).rglob("*.nbi")), "nothing written to the cache"
+
+    task = _run(TASK, env)  # the same first task of a worker, on another frame, after warm
+    assert task["misses"] == 0, task
+    # loaded instead (fewer than were compiled: a kernel another one calls comes inside its caller's code)
+    assert task["hits"] > 0, (task, cold)
+
+
+def test_warm_cli_names_an_unknown_benchmark():
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    res = CliRunner().invoke(app, ["warm", "no-such-benchmark"])
+    assert res.exit_code == 2
+    assert "no-such-benchmark" in res.output
