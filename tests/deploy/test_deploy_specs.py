@@ -113,6 +113,11 @@ def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
     users = [i for i, op in enumerate(ops) if op == "USER"]
     assert users and dict(ins[users[-1]: users[-1] + 1])["USER"].split(":")[0] not in ("0", "root")
     assert users[-1] > max(i for i, (op, arg) in enumerate(ins) if op == "RUN" and "pip install" in arg)
+    # numba's kernels compiled at image build, as the image's user, into the cache its workers read
+    warm = [i for i, (op, arg) in enumerate(ins) if op == "RUN" and "bench-build warm" in arg]
+    assert warm and warm[0] > users[-1], "the kernels must be compiled as the user the workers run as"
+    env = dict(kv.split("=", 1) for op, arg in ins[:warm[0]] if op == "ENV" for kv in shlex.split(arg))
+    assert env["NUMBA_CACHE_DIR"].startswith("/home/bench/")
     cmd = json.loads(dict(ins)["CMD"])
     assert cmd[0] == "bench-build"
     ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
