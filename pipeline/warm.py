@@ -31,7 +31,7 @@ def numba_cache_dir() -> str:
     from stages import grid_knn
 
     py_func = grid_knn._cells.py_func
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.61
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
     for cls in impl._locator_classes:
         locator = cls.from_function(py_func, inspect.getfile(py_func))
         if locator is not None:  # in-tree: each module's __pycache__; else one folder per package directory
