@@ -106,9 +106,11 @@ def numeric_profile_line(profile: dict[str, Any] | None) -> str | None:
     libs = profile.get("libraries") or {}
     cores = sorted(set((profile.get("openblas") or {}).values()))
     simd = profile.get("simd") or []
+    numba_cpu = (profile.get("env") or {}).get("NUMBA_CPU_NAME")  # unset: each process compiled for its own CPU
     return (f"- Numeric profile ({profile.get('pin', '?')}): {profile.get('arch')}, NumPy {libs.get('numpy')} "
             f"dispatching up to {simd[-1] if simd else 'its baseline'}, OpenBLAS {'/'.join(cores) or '?'} kernels, "
-            f"SciPy {libs.get('scipy')}, numba {libs.get('numba')}, pyarrow {libs.get('pyarrow')}, "
+            f"SciPy {libs.get('scipy')}, numba {libs.get('numba')} compiling for "
+            f"{numba_cpu or 'the CPU of each node'}, pyarrow {libs.get('pyarrow')}, "
             f"{profile.get('libc')}; every node that built it matched it")
 
 

@@ -8,11 +8,13 @@ AVX-512 nodes (Xeon SP, Zen 4) with AVX2 ones (Zen 2/3, older Xeons) would write
 key depending on where a task ran.
 
 So every process that computes shard bytes runs *pinned* (`PIN`): NumPy's AVX-512 dispatch targets disabled
-(``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported) and OpenBLAS on its Haswell (AVX2 + FMA3) kernels
-(``OPENBLAS_CORETYPE``, read when it is loaded). Both must be in the environment before ``import numpy``:
+(``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported), OpenBLAS on its Haswell (AVX2 + FMA3) kernels
+(``OPENBLAS_CORETYPE``, read when it is loaded) and numba compiling for the ``generic`` CPU (``NUMBA_CPU_NAME``,
+read when numba is imported; its target is also its cache key). All must be in the environment before ``import
+numpy`` and ``import numba``:
 `pin_environment` sets them at the top of the CLI. Ray workers of a local Ray that `init_ray` starts inherit them
 (they are in the environment its raylet starts with); on a cluster, or a Ray the caller started, they come from
-the job's and each task's ``runtime_env`` (`worker_env`), whatever node the worker starts on. A user may set either
+the job's and each task's ``runtime_env`` (`worker_env`), whatever node the worker starts on. A user may set any
 variable to another value (an override, recorded as such) or set ``BENCH_BUILD_NUMERIC_PIN=off`` (no pin; still
 recorded and checked).
 
@@ -43,6 +45,11 @@ PIN: dict[str, str] = {
     "NPY_DISABLE_CPU_FEATURES": " ".join(AVX512_TARGETS),
     # OpenBLAS's AVX2 + FMA3 kernels (also what Zen would get as "Zen", but with other block sizes)
     "OPENBLAS_CORETYPE": "Haswell",
+    # numba compiles for the architecture's baseline CPU (x86-64: SSE2; numba then adds no host features): the
+    # same machine code on every node, and a cache key every node shares, so kernels compiled once (in the image,
+    # by `bench-build warm`) load on any node instead of being compiled by each worker. Measured: no stage slower
+    # than with this CPU's own target (AVX-512), and the same bytes (README: Reproducibility across machines).
+    "NUMBA_CPU_NAME": "generic",
 }
 #: ``off``: do not pin (the profile is still recorded, and tasks still checked against the driver's)
 PIN_SWITCH = "BENCH_BUILD_NUMERIC_PIN"
@@ -70,19 +77,29 @@ def pin_mode(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def pin_environment(environ: Any = os.environ) -> list[str]:
-    """Put the pin into ``environ`` (where not set) for this process and its children; call before NumPy is
-    imported. If NumPy was imported already under another setting, warns (RuntimeWarning) and returns the
-    warning: this process then computes with its import-time dispatch (its Ray workers are still pinned)."""
+    """Put the pin into ``environ`` (where not set) for this process and its children; call before NumPy and
+    numba are imported. If either was imported already under another setting, warns (RuntimeWarning) and returns
+    the warning: this process then computes with its import-time dispatch and target (its Ray workers are still
+    pinned)."""
     for k, v in worker_env(environ).items():
         environ.setdefault(k, v)
-    if "numpy" not in sys.modules:
+    late = []
+    if "numpy" in sys.modules:
+        got, want = active_simd(), expected_simd(worker_env(environ))
+        if got != want:
+            late.append(f"NumPy was imported before the numeric pin: this process dispatches {_fmt(got)}, the pin "
+                        f"{_fmt(want)}")
+    if "numba" in sys.modules:
+        from numba.core import config
+
+        want_cpu = worker_env(environ).get("NUMBA_CPU_NAME")
+        if config.CPU_NAME != want_cpu:
+            late.append(f"numba was imported before the numeric pin: this process compiles for "
+                        f"{config.CPU_NAME or 'its own CPU'}, the pin for {want_cpu or 'its own CPU'}")
+    if not late:
         return []
-    got, want = active_simd(), expected_simd(worker_env(environ))
-    if got == want:
-        return []
-    message = (f"NumPy was imported before the numeric pin: this process dispatches {_fmt(got)}, the pin "
-               f"{_fmt(want)}; its Ray workers are pinned, but bytes it computes itself (demo data) may differ from "
-               f"another machine's (set {' and '.join(PIN)} before starting Python to pin it too)")
+    message = (f"{'; '.join(late)}. Its Ray workers are pinned, but bytes it computes itself (demo data) may differ "
+               f"from another machine's (set {', '.join(PIN)} before starting Python to pin it too)")
     warnings.warn(message, RuntimeWarning, stacklevel=2)
     return [message]
 

@@ -34,6 +34,12 @@ from pipeline.numeric import AVX512_TARGETS, PIN, PIN_SWITCH
 AVX2_AND_BELOW = ("SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2")
 _NO_AVX512 = " ".join(AVX512_TARGETS)
 
+#: numba compiling as it does natively on a Haswell (AVX2 + FMA3, no AVX-512) node. Both variables: with
+#: ``NUMBA_CPU_NAME`` alone numba adds this machine's CPU features (AVX-512 included) to the named CPU.
+HASWELL_NUMBA = {"NUMBA_CPU_NAME": "haswell",
+                 "NUMBA_CPU_FEATURES": "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,"
+                                       "+movbe,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave,"
+                                       "-avx512f"}
 #: name → the numeric variables of a battery subprocess (nothing else of the pin is set)
 CONFIGS: dict[str, dict[str, str]] = {
     "pinned": dict(PIN),
@@ -45,8 +51,9 @@ CONFIGS: dict[str, dict[str, str]] = {
     "blas-prescott": {"OPENBLAS_CORETYPE": "Prescott"},
     "blas-zen": {"OPENBLAS_CORETYPE": "Zen"},
     "pinned+blas-2-threads": {**PIN, "OPENBLAS_NUM_THREADS": "2"},
-    "pinned+numba-haswell": {**PIN, "NUMBA_CPU_NAME": "haswell"},
-    "pinned+numba-generic": {**PIN, "NUMBA_CPU_NAME": "generic"},
+    # numba not pinned: compiling for this CPU (AVX-512 here), and as a native Haswell node would
+    "pinned+numba-native": {k: v for k, v in PIN.items() if not k.startswith("NUMBA_")},
+    "pinned+numba-haswell": {**PIN, **HASWELL_NUMBA},
 }
 #: every variable a configuration may set: cleared from the parent's environment for each subprocess
 NUMERIC_VARS = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",

@@ -28,7 +28,7 @@ from pipeline.numeric import (
     profile_differences,
     worker_env,
 )
-from pipeline.repro_check import differing, run_in_subprocess
+from pipeline.repro_check import HASWELL_NUMBA, differing, run_in_subprocess
 
 
 def _cpu_has_avx512() -> bool:
@@ -50,7 +50,18 @@ def test_the_pin_fills_unset_variables_keeps_a_users_override_and_can_be_switche
     env = {"OPENBLAS_CORETYPE": "Zen", "PATH": "/bin"}
     pin_environment(env)
     assert env == {"PATH": "/bin", "OPENBLAS_CORETYPE": "Zen",
-                   "NPY_DISABLE_CPU_FEATURES": PIN["NPY_DISABLE_CPU_FEATURES"]}
+                   "NPY_DISABLE_CPU_FEATURES": PIN["NPY_DISABLE_CPU_FEATURES"], "NUMBA_CPU_NAME": "generic"}
+
+
+def test_pinning_after_numba_was_imported_under_another_target_warns():
+    import numba  # noqa: F401  (this process: pinned by conftest before numba was imported)
+    from numba.core import config
+
+    assert config.CPU_NAME == PIN["NUMBA_CPU_NAME"]
+    assert pin_environment(dict(PIN)) == []
+    with pytest.warns(RuntimeWarning, match="numba was imported before the numeric pin: this process compiles "
+                                            "for generic, the pin for haswell"):
+        pin_environment({"NUMBA_CPU_NAME": "haswell"})
 
 
 def test_profile_differences_name_every_difference_and_nothing_else():
@@ -119,6 +130,13 @@ def _worker_profile() -> dict:
     return live_profile()
 
 
+def _numba_target() -> list[str]:
+    """The CPU name and features numba compiles for in this process (what its cache entries are keyed by)."""
+    from numba.core.registry import cpu_target
+
+    return list(cpu_target.target_context.codegen().magic_tuple()[1:])
+
+
 @pytest.fixture(scope="module")
 def pinned_ray():
     """A local Ray started the way `run` starts it (`init_ray`: the pin in its raylet's environment, which the
@@ -155,6 +173,8 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
     worker = ray.get(ray.remote(_worker_profile).remote())
     assert not [t for t in worker["simd"] if t.startswith("AVX512")], worker["simd"]
     assert worker["openblas"] == {"numpy": "Haswell", "scipy": "Haswell"} and worker["env"] == PIN
+    # and numba compiles for the generic CPU, with no features of this one: its cache key on every node
+    assert ray.get(ray.remote(_numba_target).remote()) == ["generic", ""]
 
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, progress=False)
     assert res.ok, res.failures
@@ -165,6 +185,7 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
     card = (Path(res.version_dir) / "README.md").read_text()
     assert f"- Numeric profile (pinned): {prof['arch']}, NumPy {prof['libraries']['numpy']} dispatching up to AVX2, " \
         "OpenBLAS Haswell kernels" in card
+    assert f"numba {prof['libraries']['numba']} compiling for generic," in card
 
     # resuming under another profile (another image's NumPy) is refused before anything runs
     other = {**prof, "libraries": {**prof["libraries"], "numpy": "1.26.0"}}
@@ -199,10 +220,11 @@ def battery_sources(tmp_path_factory, demo_kitti_master) -> dict[str, str]:
 
 
 def test_the_battery_is_the_same_pinned_and_on_an_avx2_node_and_differs_unpinned(battery_sources):
-    """Pinned on this machine vs an AVX2-only node running the pin (simulated: NumPy's AVX-512 targets
-    disabled, OpenBLAS's Haswell kernels, numba compiling for Haswell): the same stored bytes and the same
+    """Pinned on this machine vs an AVX2-only node running the pin but numba compiling for its own CPU, as an
+    image from before numba was pinned did (simulated: NumPy's AVX-512 targets disabled, OpenBLAS's Haswell
+    kernels, numba for Haswell with Haswell's features and no others): the same stored bytes and the same
     float64 values in every stage. Unpinned on an AVX-512 CPU, stages compute other float64 values."""
-    configs = {"pinned": dict(PIN), "avx2-node": {**PIN, "NUMBA_CPU_NAME": "haswell"}}
+    configs = {"pinned": dict(PIN), "avx2-node": {**PIN, **HASWELL_NUMBA}}
     if _cpu_has_avx512():
         configs["unpinned"] = {}
     with ThreadPoolExecutor(len(configs)) as pool:

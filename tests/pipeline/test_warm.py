@@ -56,7 +56,22 @@ TASK = COUNT + textwrap.dedent("""
     source = open_source(recipe, None, demo_frames=DEMO_FRAMES)
     with tempfile.TemporaryDirectory() as tmp:
         entry = build_shard(plan_shards(source.list_frames()[1:2], 1)[0], recipe, source, tmp, "f" * 64, "r")
-    print(json.dumps({**kernel_stats(), "files": len(entry["files"])}))
+    print(json.dumps({**kernel_stats(), "files": len(entry["files"]), "target": globals().get("TARGET")}))
+""")
+
+
+#: the same first task on a node with another CPU, simulated: numba asks LLVM for the host's CPU name and
+#: features (its cache key, unless ``NUMBA_CPU_NAME`` names one); here they are a Haswell's, not this machine's
+OTHER_CPU = textwrap.dedent("""
+    import llvmlite.binding as ll
+    from pipeline.numeric import pin_environment
+    pin_environment()
+    from pipeline.repro_check import HASWELL_NUMBA
+    ll.get_host_cpu_name = lambda: HASWELL_NUMBA["NUMBA_CPU_NAME"]
+    import numba.core.codegen as codegen
+    codegen.get_host_cpu_features = lambda: HASWELL_NUMBA["NUMBA_CPU_FEATURES"]
+    from numba.core.registry import cpu_target
+    TARGET = list(cpu_target.target_context.codegen().magic_tuple()[1:])
 """)
 
 
@@ -100,3 +115,19 @@ def test_warm_cli_names_an_unknown_benchmark():
     res = CliRunner().invoke(app, ["warm", "no-such-benchmark"])
     assert res.exit_code == 2
     assert "no-such-benchmark" in res.output
+
+
+def test_the_kernels_warm_compiled_load_on_a_node_with_another_cpu(env, tmp_path):
+    """numba keys its cache by the CPU it compiles for; the numeric pin makes that the generic CPU on every node,
+    so kernels compiled on one machine (the image's builder) load on a node with another CPU. Without the pin
+    that node compiles them again: the simulation does change what numba compiles for."""
+    warmed = _run(WARM, env)
+    assert warmed["misses"] > 0, warmed
+
+    other = _run(OTHER_CPU + TASK, env)
+    assert other["target"] == ["generic", ""], other
+    assert other["misses"] == 0 and other["hits"] > 0, other
+
+    unpinned = _run(OTHER_CPU + TASK, {**env, "BENCH_BUILD_NUMERIC_PIN": "off"})
+    assert unpinned["target"][0] == "haswell" and "+avx2" in unpinned["target"][1], unpinned
+    assert unpinned["misses"] > 0, unpinned
