@@ -506,13 +506,16 @@ def plan(
     groups: Annotated[int | None, typer.Option(help="Task groups per block (default: sized from the costs)")]
     = None,
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
+    worker_start: Annotated[float | None, typer.Option(
+        help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
+             "loaded from the cache; default 2; add ≈ 11 where workers compile them)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
     from manifests.recipe import RecipeError, load_recipe
     from pipeline.costs import load_costs
-    from pipeline.scale import plan_build
+    from pipeline.scale import WORKER_START_S, plan_build
     from pipeline.sources import SourceError, open_source
 
     try:
@@ -530,7 +533,8 @@ def plan(
             frame_ids = src.list_frames()
             fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
-                            groups=groups, costs=load_costs(recipe, costs))
+                            groups=groups, costs=load_costs(recipe, costs),
+                            worker_start_s=WORKER_START_S if worker_start is None else worker_start)
     except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
         raise _fail(e) from None
     if as_json:
@@ -546,7 +550,9 @@ def plan(
                       f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
                       f"{z['cpu_hours']:.2f} CPU-hours "
                       f"(each group rebuilds the per-frame caches it needs)")
-    out_console.print(f"costs: {report['costs']}")
+    out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
+                      f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
+                      "scheduling")
     table = Table(caption="best split for N workers | cost-sized split on N workers")
     for col in ("workers", "groups", "tasks", "task s", "span", "util", "CPU-h", "span", "util"):
         table.add_column(col, justify="right")

@@ -77,6 +77,10 @@ def test_simulated_schedule_matches_list_scheduling_by_hand():
     # one long task dominates: the others fill the remaining workers
     r = simulate([10.0, 1.0, 1.0, 1.0], 2, overhead_s=0.0)
     assert r["makespan_s"] == 10.0 and r["utilisation"] == pytest.approx(13 / 20)
+    # every worker starts 2 s late: the same waves, shifted; the start is not busy time
+    r = simulate([3.0] * 10, 4, start_s=2.0)
+    assert r["makespan_s"] == pytest.approx(2.0 + 3 * (3 + TASK_OVERHEAD_S))
+    assert r["busy_cpu_s"] == 30.0 and r["utilisation"] == pytest.approx(30 / (4 * r["makespan_s"]))
 
 
 def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_busy(kitti_c):
@@ -95,8 +99,27 @@ def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_bu
         assert row["makespan_s"] <= row["sized"]["makespan_s"] * 1.0001
         assert row["cpu_hours"] >= r["cpu_hours_one_task_per_block"] * 0.9999
         # makespan is at least the work spread over the workers, and at least the longest task
-        assert row["makespan_s"] >= max(row["busy_cpu_s"] / w, row["task_seconds"]["max"])
+        assert row["makespan_s"] >= r["worker_start_s"] + max(row["busy_cpu_s"] / w, row["task_seconds"]["max"])
         assert row["utilisation"] == pytest.approx(row["busy_cpu_s"] / (w * row["makespan_s"]))
+
+
+def test_a_slower_worker_start_lowers_utilisation_most_where_tasks_are_short(kitti_c):
+    """Workers that compile numba's kernels themselves (≈ 11 s more before their first task) cost a 256-worker
+    build of full KITTI-C much more of its makespan than a 2-worker one: the plan says so."""
+    frames = [f"{i:06d}" for i in range(KITTI_FRAMES)]
+    cached = plan_build(kitti_c, frames, frames_per_shard=64, workers=(2, 256), groups=28)
+    compiling = plan_build(kitti_c, frames, frames_per_shard=64, workers=(2, 256), groups=28,
+                           worker_start_s=cached["worker_start_s"] + 11)
+    none = plan_build(kitti_c, frames, frames_per_shard=64, workers=(2, 256), groups=28, worker_start_s=0.0)
+    for a, b, c in zip(none["schedule"], cached["schedule"], compiling["schedule"], strict=True):
+        assert a["busy_cpu_s"] == b["busy_cpu_s"] == c["busy_cpu_s"]  # the same tasks, started later
+        assert a["makespan_s"] < b["makespan_s"] < c["makespan_s"]
+        assert c["makespan_s"] - a["makespan_s"] == pytest.approx(cached["worker_start_s"] + 11, abs=2.0)
+    lost = {row["workers"]: row["utilisation"] - c["utilisation"]
+            for row, c in zip(cached["schedule"], compiling["schedule"], strict=True)}
+    assert lost[2] < 0.002 and lost[256] > 0.05, lost
+    with pytest.raises(ValueError, match="cannot take -1"):
+        plan_build(kitti_c, frames[:10], frames_per_shard=64, worker_start_s=-1)
 
 
 def test_groups_per_block_follow_the_costs(kitti_c):
@@ -113,9 +136,14 @@ def test_plan_cli(kitti_c):
     assert res.exit_code == 0, res.output
     r = json.loads(res.output)
     assert r["sized"]["tasks"] >= 2000 and [row["workers"] for row in r["schedule"]] == [256]
+    assert r["worker_start_s"] == 2.0
+    late = json.loads(CliRunner().invoke(app, ["plan", "kitti-c", "--frames", str(KITTI_FRAMES), "--workers", "256",
+                                               "--worker-start", "13", "--json"]).output)
+    assert late["worker_start_s"] == 13.0 and late["schedule"][0]["utilisation"] < r["schedule"][0]["utilisation"]
     text = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "100", "--groups", "4", "--workers", "3"])
     assert text.exit_code == 0 and "100 frames in 2 blocks of 64" in text.output
     assert "4 groups per block = 8 tasks" in text.output.replace("[bold]", "")
+    assert "every worker starts 2 s before its first task" in text.output
     bad = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--source", "/nonexistent"])
     assert bad.exit_code == 2 and "not both" in bad.output
     missing = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--costs", "/nonexistent.json"])
