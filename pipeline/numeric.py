@@ -81,18 +81,19 @@ def pin_environment(environ: Any = os.environ) -> list[str]:
     numba are imported. If either was imported already under another setting, warns (RuntimeWarning) and returns
     the warning: this process then computes with its import-time dispatch and target (its Ray workers are still
     pinned)."""
-    for k, v in worker_env(environ).items():
+    env = worker_env(environ)
+    for k, v in env.items():
         environ.setdefault(k, v)
     late = []
     if "numpy" in sys.modules:
-        got, want = active_simd(), expected_simd(worker_env(environ))
+        got, want = active_simd(), expected_simd(env)
         if got != want:
             late.append(f"NumPy was imported before the numeric pin: this process dispatches {_fmt(got)}, the pin "
                         f"{_fmt(want)}")
     if "numba" in sys.modules:
         from numba.core import config
 
-        want_cpu = worker_env(environ).get("NUMBA_CPU_NAME")
+        want_cpu = env.get("NUMBA_CPU_NAME")
         if config.CPU_NAME != want_cpu:
             late.append(f"numba was imported before the numeric pin: this process compiles for "
                         f"{config.CPU_NAME or 'its own CPU'}, the pin for {want_cpu or 'its own CPU'}")
