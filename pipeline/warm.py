@@ -2,15 +2,16 @@
 
 The stages' numba kernels are compiled on their first call and cached on disk (``cache=True``): next to the
 module if that directory is writable (an editable checkout), else under ``NUMBA_CACHE_DIR`` or
-``~/.cache/numba`` (a package installed by root, as in the image). A process that finds no cache entry for this
-CPU compiles them itself: ≈ 11 CPU-s for KITTI-C's stages, inside its first task. Ray starts a machine's
+``~/.cache/numba`` (a package installed by root, as in the image). A process that finds no cache entry for the
+CPU it compiles for compiles them itself: ≈ 11 CPU-s for KITTI-C's stages, inside its first task. Ray starts a machine's
 workers together, so on a fresh machine or container each of them compiles the same kernels at the same time
 (16 workers of a 16-CPU node: ≈ 3 CPU-minutes, and ≈ 11 s before any of them has written a file).
 
 `warm` builds one demo frame of each benchmark in this process through the real task code (`build_shard`,
 contact-sheet painting included), into a temporary directory it then deletes, so every kernel a build calls
 is compiled with the argument types a build passes. Later processes on the machine load them (≈ 0.25 s).
-The image runs it at build time (deploy/Dockerfile), so its kernels are in the image for the builder's CPU.
+The image runs it at build time (deploy/Dockerfile). The numeric pin has numba compile for the generic CPU,
+its cache key on every node, so those kernels load on any x86-64 node, not only on the builder's CPU model.
 """
 
 from __future__ import annotations
