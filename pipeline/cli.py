@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,12 +12,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.numeric import pin_environment
+from pipeline.numeric import NumericPinError, pin_environment
 
 # Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
 # starts compute with the numeric pin (NumPy without AVX-512 dispatch, OpenBLAS on Haswell kernels), so shard
 # and demo-data bytes do not depend on the machine's CPU. A user's own setting of either variable is kept.
-pin_environment()
+try:
+    pin_environment()
+except NumericPinError as e:  # a NumPy whose dispatch targets the pin cannot judge: refuse before any work
+    print(f"bench-build: {e}", file=sys.stderr)
+    raise SystemExit(2) from None
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
 console = Console(stderr=True, soft_wrap=True)

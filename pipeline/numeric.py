@@ -7,8 +7,10 @@ AVX2 ones (``arccos``, ``exp``, ``arctan2``; ``argsort`` orders ties differently
 AVX-512 nodes (Xeon SP, Zen 4) with AVX2 ones (Zen 2/3, older Xeons) would write different bytes for the same
 key depending on where a task ran.
 
-So every process that computes shard bytes runs *pinned* (`PIN`): NumPy's AVX-512 dispatch targets disabled
-(``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported), OpenBLAS on its Haswell (AVX2 + FMA3) kernels
+So every process that computes shard bytes runs *pinned* (`pin`): NumPy's AVX-512 dispatch targets disabled
+(``NPY_DISABLE_CPU_FEATURES``, read when NumPy is imported; the names are taken from the installed NumPy's own
+dispatch list, since each NumPy line names them differently, and a target the pin cannot judge is refused),
+OpenBLAS on its Haswell (AVX2 + FMA3) kernels
 (``OPENBLAS_CORETYPE``, read when it is loaded) and numba compiling for the ``generic`` CPU (``NUMBA_CPU_NAME``,
 read when numba is imported; its target is also its cache key). All must be in the environment before ``import
 numpy`` and ``import numba``:
@@ -36,13 +38,12 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-#: NumPy 1.26's AVX-512 dispatch targets (``numpy.core._multiarray_umath.__cpu_dispatch__``). All of them:
-#: disabling AVX512F alone leaves AVX512_SKX … ICL active. A name NumPy does not dispatch (e.g. NumPy 2's
-#: AVX512_SPR) makes it print a warning, so the list is exactly 1.26's; on a CPU without AVX-512 it is a no-op.
-AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL",
-                  "AVX512_ICL")
-PIN: dict[str, str] = {
-    "NPY_DISABLE_CPU_FEATURES": " ".join(AVX512_TARGETS),
+#: x86-64 dispatch targets that need no more than AVX2 + FMA3 (NumPy 1.26–2.3 name each extension, 2.4+ group
+#: them as the x86-64-v2/v3 levels). Every other x86 target NumPy names is AVX-512 (``AVX512F`` … ``AVX512_SPR``;
+#: 2.4+'s ``X86_V4`` is x86-64-v4, i.e. AVX-512 F/CD/VL/BW/DQ); a name in neither group is unknown and refused.
+AVX2_AND_BELOW_TARGETS = frozenset({"SSE", "SSE2", "SSE3", "SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "XOP",
+                                    "FMA4", "FMA3", "AVX2", "X86_V2", "X86_V3"})
+PIN_OTHER: dict[str, str] = {
     # OpenBLAS's AVX2 + FMA3 kernels (also what Zen would get as "Zen", but with other block sizes)
     "OPENBLAS_CORETYPE": "Haswell",
     # numba compiles for the architecture's baseline CPU (x86-64: SSE2; numba then adds no host features): the
@@ -51,6 +52,102 @@ PIN: dict[str, str] = {
     # than with this CPU's own target (AVX-512), and the same bytes (README: Reproducibility across machines).
     "NUMBA_CPU_NAME": "generic",
 }
+#: the variables of the pin, in the order they are set
+PIN_VARS = ("NPY_DISABLE_CPU_FEATURES", *PIN_OTHER)
+
+
+class NumericPinError(RuntimeError):
+    """The installed NumPy dispatches a target the pin does not know how to judge: pinning it could leave an
+    AVX-512 code path active, so bench-build refuses rather than pin silently."""
+
+
+def is_avx512_target(name: str) -> bool:
+    return name.startswith("AVX512") or name == "X86_V4"
+
+
+def numpy_dispatch_targets() -> list[str]:
+    """The running NumPy's dispatch targets without importing NumPy into this process (the pin must be in the
+    environment before that): read in this process when NumPy is already here, else from a cache file keyed by
+    NumPy's extension module (path, size, mtime), else from a short subprocess (≈ 0.1 s, once per NumPy install)."""
+    if "numpy" in sys.modules:
+        return list(_dispatch_module().__cpu_dispatch__)
+    import importlib.util
+    import json
+    import subprocess
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("numpy")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    ext = sorted(p for r in roots for sub in ("_core", "core") for p in Path(r, sub).glob("_multiarray_umath*.so"))
+    key = None
+    cache = Path(os.environ.get("BENCH_BUILD_CACHE") or Path.home() / ".cache" / "bench-build") / "numpy-dispatch.json"
+    if ext:
+        st = ext[0].stat()
+        key = f"{ext[0]}:{st.st_size}:{st.st_mtime_ns}"
+        try:
+            cached = json.loads(cache.read_text())
+            if cached.get("key") == key:
+                return list(cached["dispatch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    code = ("import json\ntry:\n from numpy._core import _multiarray_umath as m\nexcept ImportError:\n"
+            " from numpy.core import _multiarray_umath as m\nprint(json.dumps(list(m.__cpu_dispatch__)))")
+    env = {k: v for k, v in os.environ.items() if k not in ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES")}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise NumericPinError(f"could not read NumPy's dispatch targets ({sys.executable}): "
+                              f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}")
+    dispatch = json.loads(res.stdout)
+    if key is not None:
+        try:  # a cache that cannot be written (read-only home) only costs the probe next time
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": key, "dispatch": dispatch}))
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return dispatch
+
+
+def _dispatch_module() -> Any:
+    try:  # NumPy 2's name; numpy.core is deprecated there
+        from numpy._core import _multiarray_umath as m
+    except ImportError:  # NumPy 1.26
+        from numpy.core import _multiarray_umath as m
+    return m
+
+
+def avx512_targets(dispatch: list[str], arch: str | None = None) -> list[str]:
+    """The targets of ``dispatch`` (NumPy's dispatch list, in its order) that need AVX-512: what the pin disables.
+    On x86-64 a target the pin cannot judge raises `NumericPinError`; other architectures have none."""
+    if (arch or platform.machine()).lower() not in ("x86_64", "amd64"):
+        return []
+    unknown = [t for t in dispatch if not is_avx512_target(t) and t not in AVX2_AND_BELOW_TARGETS]
+    if unknown:
+        raise NumericPinError(
+            f"NumPy dispatches {' '.join(unknown)}, which bench-build's numeric pin does not know (it knows NumPy "
+            f"1.26–2.x's x86 targets): the pin cannot tell whether its results match an AVX2 node's. Install a "
+            f"NumPy bench-build supports (see the lock file), or set {PIN_SWITCH}=off to build unpinned")
+    return [t for t in dispatch if is_avx512_target(t)]
+
+
+@lru_cache(maxsize=1)
+def _pin() -> tuple[tuple[str, str], ...]:
+    return (("NPY_DISABLE_CPU_FEATURES", " ".join(avx512_targets(numpy_dispatch_targets()))), *PIN_OTHER.items())
+
+
+def pin() -> dict[str, str]:
+    """The numeric pin for this machine's NumPy: its AVX-512 dispatch targets disabled (derived from NumPy's own
+    dispatch list, so each NumPy line gets its names), OpenBLAS on Haswell kernels, numba on the generic CPU."""
+    return dict(_pin())
+
+
+def __getattr__(name: str) -> Any:  # ``PIN``: computed on first use (it asks NumPy, see `numpy_dispatch_targets`)
+    if name == "PIN":
+        return pin()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: ``off``: do not pin (the profile is still recorded, and tasks still checked against the driver's)
 PIN_SWITCH = "BENCH_BUILD_NUMERIC_PIN"
 #: the libraries whose version is part of the profile (their code computes or encodes shard bytes)
@@ -65,15 +162,15 @@ def worker_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The numeric variables a process computing shard bytes must start with: the pin, where the user did not
     set a variable to something else (an override, kept); with ``BENCH_BUILD_NUMERIC_PIN=off`` only the user's."""
     if pin_disabled(environ):
-        return {k: environ[k] for k in PIN if k in environ}
-    return {k: environ.get(k, v) for k, v in PIN.items()}
+        return {k: environ[k] for k in PIN_VARS if k in environ}
+    return {k: environ.get(k, v) for k, v in pin().items()}
 
 
 def pin_mode(environ: Mapping[str, str] = os.environ) -> str:
     """"pinned" (the defaults), "override" (a variable set to another value) or "off"."""
     if pin_disabled(environ):
         return "off"
-    return "pinned" if worker_env(environ) == PIN else "override"
+    return "pinned" if worker_env(environ) == pin() else "override"
 
 
 def pin_environment(environ: Any = os.environ) -> list[str]:
@@ -100,7 +197,7 @@ def pin_environment(environ: Any = os.environ) -> list[str]:
     if not late:
         return []
     message = (f"{'; '.join(late)}. Its Ray workers are pinned, but bytes it computes itself (demo data) may differ "
-               f"from another machine's (set {', '.join(PIN)} before starting Python to pin it too)")
+               f"from another machine's (set {', '.join(PIN_VARS)} before starting Python to pin it too)")
     warnings.warn(message, RuntimeWarning, stacklevel=2)
     return [message]
 
@@ -112,17 +209,15 @@ def _fmt(features: list[str]) -> str:
 # -- what a process runs under ---------------------------------------------------------------------
 def active_simd() -> list[str]:
     """NumPy's dispatch targets active in this process (its CPU minus those disabled at import), in NumPy's order."""
-    from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-
-    return [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
+    m = _dispatch_module()
+    return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t)]
 
 
 def expected_simd(env: Mapping[str, str]) -> list[str]:
     """The dispatch targets a process started with ``env`` would have on this machine's CPU."""
-    from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-
+    m = _dispatch_module()
     disabled = set(env.get("NPY_DISABLE_CPU_FEATURES", "").replace(",", " ").split())
-    return [t for t in __cpu_dispatch__ if __cpu_features__.get(t) and t not in disabled]
+    return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t) and t not in disabled]
 
 
 def openblas_cores() -> dict[str, str]:
@@ -181,7 +276,7 @@ def live_profile() -> dict[str, Any]:
     import numpy  # noqa: F401
 
     return {**_platform(), "libraries": _versions(), "simd": active_simd(), "openblas": openblas_cores(),
-            "env": {k: os.environ[k] for k in PIN if k in os.environ}}
+            "env": {k: os.environ[k] for k in PIN_VARS if k in os.environ}}
 
 
 #: the keys compared between a task and its build ("pin" and "env" describe how the build got there)

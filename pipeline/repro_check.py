@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.numeric import AVX512_TARGETS, PIN, PIN_SWITCH
+from pipeline.numeric import PIN, PIN_SWITCH, is_avx512_target, numpy_dispatch_targets
 
-#: NumPy 1.26's dispatch targets above the SSE3 baseline, below AVX-512
-AVX2_AND_BELOW = ("SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2")
-_NO_AVX512 = " ".join(AVX512_TARGETS)
+#: the installed NumPy's dispatch targets above its baseline: below AVX-512, and AVX-512 (what the pin disables)
+AVX2_AND_BELOW = tuple(t for t in numpy_dispatch_targets() if not is_avx512_target(t))
+_NO_AVX512 = PIN["NPY_DISABLE_CPU_FEATURES"]
 
 #: numba compiling as it does natively on a Haswell (AVX2 + FMA3, no AVX-512) node. Both variables: with
 #: ``NUMBA_CPU_NAME`` alone numba adds this machine's CPU features (AVX-512 included) to the named CPU.
@@ -45,7 +45,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "pinned": dict(PIN),
     "default": {},
     "no-avx512": {"NPY_DISABLE_CPU_FEATURES": _NO_AVX512},
-    "sse3-baseline": {"NPY_DISABLE_CPU_FEATURES": " ".join(AVX2_AND_BELOW + AVX512_TARGETS)},
+    "sse3-baseline": {"NPY_DISABLE_CPU_FEATURES": " ".join(AVX2_AND_BELOW) + " " + _NO_AVX512},
     "blas-haswell": {"OPENBLAS_CORETYPE": "Haswell"},
     "blas-skylakex": {"OPENBLAS_CORETYPE": "SkylakeX"},
     "blas-prescott": {"OPENBLAS_CORETYPE": "Prescott"},

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# NumPy 2 renamed trapz to trapezoid (and removed trapz); 1.26 has only trapz. Same arithmetic in both.
+_trapezoid = getattr(np, "trapezoid", None) or np.trapz
+
 
 def roc_curve(scores: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fpr, tpr) at every distinct threshold, highest first, starting at (0, 0) as scikit-learn's.
@@ -30,7 +33,7 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float:
     if positive.all() or not positive.any():
         return float("nan")
     fpr, tpr = roc_curve(scores, positive)
-    return float(np.trapz(tpr, fpr))
+    return float(_trapezoid(tpr, fpr))
 
 
 def fpr_at_tpr(scores: np.ndarray, positive: np.ndarray, tpr_level: float = 0.95) -> float:
