@@ -246,9 +246,11 @@ def _out_dir_or_ancestor(out: Path) -> Path:
             if p.is_dir():
                 return p
             what = "a broken link" if p.is_symlink() else "a file"
-            where = "" if p == out else f" ({p} is {what})"
-            raise ExportError(f"{out} is {what if p == out else 'below a non-directory'}{where}, not a directory: "
-                              "export writes a tree of KITTI files; give a new or empty directory")
+            if p == out:
+                raise ExportError(f"{out} is {what}, not a directory: export writes a tree of KITTI files; give a "
+                                  "new or empty directory")
+            raise ExportError(f"{out}: {p} is {what}, not a directory, so {out} cannot be created; give a new or "
+                              "empty directory")
     raise ExportError(f"{out}: no existing ancestor directory")  # unreachable: '/' exists
 
 
@@ -264,9 +266,9 @@ def _check_targets(out: Path, parts: list[_Part], protected: list[tuple[str, Pat
     for what, p, real in guarded:
         if _inside(out_real, real):
             rel = "is" if out_real == real else "is inside"
-            raise ExportError(f"{out} {rel} {what} {p}: export writes velodyne, calib, label_2 and ImageSets files "
-                              "and would overwrite its own (--force does not change this); export to a directory "
-                              "outside it")
+            raise ExportError(f"{out} {rel} {what} {p}: export would write its velodyne, calib, label_2 and "
+                              "ImageSets files there, over the ones it reads from (--force does not change this); "
+                              "export to a directory outside it")
     ancestor = _out_dir_or_ancestor(out)
     files = [p for part in parts for p in part.files()]
     links = {link: target for part in parts for link, target in part.links.items()}

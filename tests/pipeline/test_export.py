@@ -272,7 +272,7 @@ def _out_is_a_file(t: Path, k: Path):
 
 def _out_below_a_file(t: Path, k: Path):
     (t / "o").write_text("a file")
-    return [str(t / "o" / "sub"), *PART], "is below a non-directory"
+    return [str(t / "o" / "sub"), *PART], f"{t / 'o'} is a file, not a directory, so {t / 'o' / 'sub'} cannot be"
 
 
 def _file_where_export_needs_a_directory(t: Path, k: Path):
@@ -330,6 +330,28 @@ def test_export_into_its_own_source_leaves_it_byte_identical(built, kitti_root):
         res = runner.invoke(app, ["export", str(built), str(kitti_root), *PART, "--source", str(kitti_root), *force])
         assert res.exit_code == 2 and "is --source" in res.output, res.output
     assert tree_state(kitti_root) == before
+
+
+def test_frame_id_that_is_not_a_plain_name_is_refused():
+    """A frame id becomes a file name (velodyne/<id>.bin): one with a path in it would write outside OUT."""
+    import pyarrow as pa
+
+    from pipeline.export import _rows
+
+    class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id
+        url = "v"
+
+        def shards(self, corruption, severity):
+            return [{"path": "part.parquet"}]
+
+        def open_file(self, path):
+            return self
+
+        def read(self, columns):
+            return pa.table({"key": ["k/../../x"], "frame_id": ["../../x"], "boxes": [None], "calib": [None]})
+
+    with pytest.raises(ExportError, match=r"k/\.\./\.\./x: frame id '\.\./\.\./x' is not a plain file name"):
+        _rows(Listing(), "clean", 0, None)
 
 
 def test_out_inside_the_version_is_refused(mini_build, tmp_path):
