@@ -21,6 +21,10 @@ One partition (``--corruption C --severity S``)::
 
 ``<severity>`` is the recipe's severity name (light, moderate, heavy) or the number. With
 ``--layout kitti`` every partition is a full data root of its own.
+
+Nothing is written until every file and link is decided and every precondition checked (`export_version`): OUT
+must be new or empty (``--force``: replace only the export's own files and links), and is never --source, the
+version, or inside either; no path the export writes may resolve into them. A refusal writes nothing.
 """
 
 from __future__ import annotations
