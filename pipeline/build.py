@@ -255,6 +255,9 @@ def run_build(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if recheck not in ("sha256", "size"):
         raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
+    root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
+    if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
+        root.refuse_non_directory("--out")
     recipe = load_recipe(benchmark)
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
@@ -273,8 +276,9 @@ def run_build(
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
                                       *([f"encoding={encoding}"] if encoding != "full" else []),
                                       f"parquet={parquet_format()}"])
-    store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
-        f"{recipe.name}/{recipe.version}")
+    store = root.child(f"{recipe.name}/{recipe.version}")
+    if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too
+        store.refuse_non_directory("the version directory under --out,")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it

@@ -329,17 +329,29 @@ def export(
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
     split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in (default: the build's "
                                                    "split if train/val/test/trainval, else val)")] = None,
+    force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
+                                             "writes, keep everything else")] = False,
 ) -> None:
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
-    ImageSets; image_2/planes linked from --source)."""
+    ImageSets; image_2/planes linked from --source). Every check runs before the first file is written: exit 2
+    means nothing was written. OUT must be new or empty (or --force) and never is, or lies inside, --source."""
     from manifests.manifest import ManifestError
-    from pipeline.export import ExportError, export_version
+    from pipeline.export import ExportError, ExportIncomplete, export_version
 
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
-                           source=source, split=split, layout=layout)
-    except (ExportError, ManifestError, KeyError) as e:
+                           source=source, split=split, layout=layout, force=force)
+    except (ExportError, ManifestError, KeyError) as e:  # the pre-flight: nothing was written
         raise _fail(e) from None
+    except ExportIncomplete as e:  # writing had begun: the message says how far
+        raise _fail(e, code=1) from None
+    except OSError as e:  # export_version turns its own OS errors into the two above; anything else is not refused
+        from pipeline.shard import os_error_message
+
+        raise _fail(os_error_message(e), code=1) from None
+    if r.replaced:
+        console.print(f"--force: replaced {r.replaced} existing files in {out}; nothing else in it was touched",
+                      highlight=False)
     for p in r.partitions:
         out_console.print(f"{p['corruption']}/{p['severity']}: {p['frames']} frames → {p['path']}"
                           + ("" if p["labels"] else " (velodyne only: boxes as clean)"))
