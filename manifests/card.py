@@ -221,6 +221,10 @@ def object_sections(recipe: Recipe, src: dict[str, Any]) -> list[str]:
             sn = src.get("shapenet", {})
             lines += ["", f"ShapeNet shapes: mesh → {sn.get('sampling', 'area-weighted surface samples → FPS 4,096')}"
                       " → a seeded 1,024 per example (`object_sample`) → centred, divided by the largest norm."]
+    if recipe.source_options:
+        lines += ["", "## Example membership (source options)", "",
+                  *(f"- `{k}` = {v}: {recipe.source_notes.get(k, '')}".rstrip(": ")
+                    for k, v in recipe.source_options.items())]
     counts = src.get("counts")
     if isinstance(counts, dict) and counts:
         lines += ["", "## Scenarios: known / unknown examples per split", "",
@@ -277,7 +281,7 @@ def differences_section(recipe: Recipe) -> list[str]:
             f"This build is the **{built}** {'variant' if recipe.variant else 'recipe'}. "
             f"Variant `{v.name}` ({v.description}; build it with `bench-build run "
             f"{v.base if recipe.origin.startswith('built-in') else '<recipe.toml>'}:{v.name}`, "
-            f"benchmark `{v.benchmark}`) differs from the default in {len(v.changes)} corruptions:",
+            f"benchmark `{v.benchmark}`) differs from the default in {_changed(v.changes)}:",
             "",
             f"| corruption | default (released generator) | `{v.name}` |",
             "| --- | --- | --- |",
@@ -289,6 +293,16 @@ def differences_section(recipe: Recipe) -> list[str]:
             lines.append(f"| {corruption} | {default}. {n_default} | {variant}. {n_variant} |")
         lines.append("")
     return lines
+
+
+def _changed(changes: dict[str, Any]) -> str:
+    """What a variant changes, in words: "3 corruptions", "the preprocessing", "the source options"."""
+    opts = [c.split(".", 1)[1] for c in changes if c.startswith("source_options.")]
+    n = sum(1 for c in changes if c != "preprocess" and not c.startswith("source_options."))
+    parts = [f"{n} corruption{'s' if n != 1 else ''}"] if n else []
+    parts += ["the preprocessing"] if "preprocess" in changes else []
+    parts += [f"source option{'s' if len(opts) > 1 else ''} {', '.join(f'`{o}`' for o in opts)}"] if opts else []
+    return " and ".join(parts) or "nothing"
 
 
 def _fmt_value(v: Any) -> str:

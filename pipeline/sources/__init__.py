@@ -20,11 +20,12 @@ OBJECT_KINDS = ("modelnet40", "scanobjectnn", "shapenet", "3dos")
 COMPOSITE_ROOTS = {"3dos": ("shapenet", "modelnet40", "scanobjectnn")}
 
 
-def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str]) -> Source:
+def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str],
+                   options: dict[str, str] | None = None) -> Source:
     if kind == "3dos":
         from pipeline.sources.threedos import ThreeDOSSource
 
-        return ThreeDOSSource(path, **roots)
+        return ThreeDOSSource(path, **roots, **(options or {}))
     if kind == "scanobjectnn":
         from pipeline.sources.scanobjectnn import ScanObjectNNSource
 
@@ -59,7 +60,7 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
             needed = COMPOSITE_ROOTS.get(recipe.source, (recipe.source,))
             # roots not given default to the demo objects (only the datasets the recipe reads are generated)
             path = ensure_demo_objects(tuple(d for d in needed if d in DEMO_PARTS and d not in roots))
-        return _object_source(recipe.source, path, split or recipe.split, roots)
+        return _object_source(recipe.source, path, split or recipe.split, roots, recipe.source_options)
     if roots:
         raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")
     if recipe.source not in SOURCE_KINDS:
