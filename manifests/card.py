@@ -114,6 +114,18 @@ def numeric_profile_line(profile: dict[str, Any] | None) -> str | None:
             f"{profile.get('libc')}; every node that built it matched it")
 
 
+def lock_line(profile: dict[str, Any] | None) -> str | None:
+    """The card's line on the lock the build's packages came from (manifest ``numeric_profile.lock``)."""
+    lock = (profile or {}).get("lock")
+    if not lock:
+        return None
+    head = f"- Environment: bench-build's lock `manifests/lock.txt` sha256 `{lock['sha256'][:16]}…`"
+    if lock.get("matches"):
+        return (f"{head}; every package that computes or encodes the shards was installed at its locked version, so "
+                "installing bench-build with that lock as pip constraints rebuilds these files bit for bit")
+    return f"{head}; installed at other versions than locked: {', '.join(lock.get('differs') or [])}"
+
+
 def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
     """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]
@@ -134,6 +146,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Recipe: `{recipe.origin}`, seed {recipe.seed}, fingerprint `{manifest['fingerprint']}`",
         f"- Built by bench-build {manifest['code_version']} on {manifest['created']}",
         numeric_profile_line(manifest.get("numeric_profile")),
+        lock_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
         f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
         "severity 0 = clean)",

@@ -215,6 +215,7 @@ def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
 
 
 def test_nuscenes_ground_truth_goes_through_the_lidarseg_16_class_map(tmp_path):
+    pytest.importorskip("nuscenes", reason="the lidarseg map is the devkit's: the nuscenes extra")
     from pipeline.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
 
     fine = ["human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.police_officer",  # → pedestrian 7
