@@ -469,12 +469,12 @@ def _pull_lock(dest: Path, wait: float, on_wait: Callable[[str], None] | None) -
             lock.enter_context(store.writer_lock("bench-build pull"))
         except VersionLocked as e:
             if time.monotonic() >= deadline:
-                raise VersionLocked(f"{e} (waited {wait:.0f} s)") from None
+                raise VersionLocked(f"{e} (waited {wait:g} s)") from None
             if not told and on_wait is not None:
                 holder = store.writer_holder() or {}
                 on_wait(f"{dest} is held by another {holder.get('purpose', 'process')} (pid {holder.get('pid', '?')} "
                         f"on {holder.get('host', '?')} since {holder.get('started', '?')}): waiting up to "
-                        f"{wait:.0f} s for it to finish")
+                        f"{wait:g} s for it to finish")
                 told = True
             time.sleep(0.1)
             continue
@@ -583,22 +583,31 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
     if not report.ok:  # nothing moves into place: the directory is as it was; verified downloads wait in _pull/
         report.kept = len(verified)
         return report
+    installed: list[tuple[Path, Path]] = []
     try:
-        _install(src, raw, manifest, dest, shards, verified, selections, full_sha, materialize)
+        _install(src, raw, manifest, dest, shards, verified, selections, full_sha, materialize, installed)
     except OSError as e:
+        # the manifest could not be written (disk full): files moved into place go back to _pull/, so no glob
+        # reader takes them for part of the version the directory's manifest describes
+        for final, staged in reversed(installed):
+            with contextlib.suppress(OSError):
+                os.replace(final, staged)
         raise _local_failure(e, dest) from None
     shutil.rmtree(staging, ignore_errors=True)
     return report
 
 
 def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shards: list[dict],
-             verified: dict[str, Path], selections: list[dict[str, Any]], full_sha: str, materialize: bool) -> None:
-    """Every file verified: move the staged ones into place, materialise if asked, then the card and the manifest
-    last (a local copy with a manifest is complete and verified; its manifest lists exactly what it holds)."""
+             verified: dict[str, Path], selections: list[dict[str, Any]], full_sha: str, materialize: bool,
+             installed: list[tuple[Path, Path]]) -> None:
+    """Every file verified: move the staged ones into place (recorded in ``installed``), materialise if asked, then
+    the card and the manifest last (a local copy with a manifest is complete and verified; its manifest lists
+    exactly what it holds)."""
     for rel, staged in sorted(verified.items()):
         final = local_path(dest, rel)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, final)
+        installed.append((final, staged))
     materialized = materialize and manifest.get("encoding") == "compact"
     if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
         from pipeline.compact import materialize_file
@@ -632,9 +641,12 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
 
 
 def _write_local(path: Path, data: bytes) -> None:
-    from pipeline.storage import LocalStore
-
-    LocalStore(path.parent).put_bytes(path.name, data)
+    try:
+        LocalStore(path.parent).put_bytes(path.name, data)
+    except OSError as e:
+        if not e.filename:  # a failed write()/fsync names no file: the error message must
+            e.filename = str(path)
+        raise
 
 
 def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | None:

@@ -648,3 +648,48 @@ def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(bu
     out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "ro"), "--no-progress"])
     assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
     assert f"Permission denied: {tmp_path / 'ro' / 'mini-c'}" in out.output and "Traceback" not in out.output
+
+
+def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place(built, tmp_path, monkeypatch):
+    import pipeline.publish as publish
+    from pipeline.storage import LocalStore
+
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    real_put = LocalStore.put_bytes
+
+    def full(self, key, data, **kw):
+        if key == "manifest.json" and "o" in self.root.parts:
+            raise OSError(errno.ENOSPC, "No space left on device")  # a failed write(): no file named
+        return real_put(self, key, data, **kw)
+
+    monkeypatch.setattr(LocalStore, "put_bytes", full)
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    pulled = tmp_path / "o" / "mini-c" / "0.1.0"
+    assert f"No space left on device: {pulled / 'manifest.json'}" in out.output
+    assert not [f for f in _files_under(pulled) if f.endswith((".parquet", ".png"))]  # none left in place
+    assert len(_files_under(pulled / publish.STAGING)) == 85  # 84 shards + the contact sheet, verified
+
+    monkeypatch.setattr(LocalStore, "put_bytes", real_put)
+    again = pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "o", progress=False)
+    assert again.ok and not again.transferred and len(again.skipped) == 84
+    assert verify_version(pulled).ok and not (pulled / publish.STAGING).exists()
+
+
+def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
+    from pipeline.storage import LocalStore
+
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dest = tmp_path / "o" / "mini-c" / "0.1.0"
+    with LocalStore(dest).writer_lock("bench-build run"):
+        out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                                  "--no-progress", "--wait", "0.5"])
+    assert out.exit_code == 2, out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 2 and "waiting up to 0.5 s" in lines[0] and "bench-build run" in lines[0], out.output
+    assert "being written by another bench-build run" in lines[1] and "(waited 0.5 s)" in lines[1]
+    assert _files_under(dest) == {".bench-build.lock"}
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 0 and verify_version(dest).ok, out.output
