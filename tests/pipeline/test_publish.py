@@ -693,3 +693,34 @@ def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
     out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
                               "--no-progress"])
     assert out.exit_code == 0 and verify_version(dest).ok, out.output
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MB tmpfs, as in test_reliability (skipped where mounting is not permitted: the injected ENOSPC test
+    above covers the same code path everywhere)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_real_disk_full_during_pull_is_one_line_and_the_pull_resumes(built, s3prefix, s3env, small_fs):
+    """A real full disk (1 MB tmpfs) under a pull from S3: boto's download, not a monkeypatch, hits ENOSPC."""
+    assert publish_version(built, s3prefix, progress=False).ok
+    args = _cli("pull", f"{s3prefix}/mini-c", "--out", str(small_fs), "--no-progress")
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert f"No space left on device: {small_fs}/mini-c/0.1.0/_pull/" in run.stderr, run.stderr
+    pulled = small_fs / "mini-c" / "0.1.0"
+    assert not [f for f in _files_under(pulled) if not f.startswith(("_pull/", "."))]
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert verify_version(pulled).ok and not (pulled / "_pull").exists()
