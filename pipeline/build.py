@@ -644,8 +644,19 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     if phases is not None:
         phases["contact_sheet"] = round(time.time() - t, 3)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
+    # what the build drew for its card, with checksums: publish and pull move exactly these (never whatever a
+    # listing of renders/ holds), verify checks them; an empty list says "none", unlike an old build's absent key
+    manifest["renders"] = _render_entries(store, sheet)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
     return manifest
+
+
+def _render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The manifest's ``renders``: path, bytes and sha256 of the contact sheet as stored (read back)."""
+    if not sheet:
+        return []
+    data = store.read_bytes(sheet["path"])
+    return [{"path": sheet["path"], "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
 
 
 def _demo(source: dict[str, Any]) -> bool:
