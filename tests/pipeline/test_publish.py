@@ -695,21 +695,6 @@ def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
     assert out.exit_code == 0 and verify_version(dest).ok, out.output
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MB tmpfs, as in test_reliability (skipped where mounting is not permitted: the injected ENOSPC test
-    above covers the same code path everywhere)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_real_disk_full_during_pull_is_one_line_and_the_pull_resumes(built, s3prefix, s3env, small_fs):
     """A real full disk (1 MB tmpfs) under a pull from S3: boto's download, not a monkeypatch, hits ENOSPC."""
     assert publish_version(built, s3prefix, progress=False).ok

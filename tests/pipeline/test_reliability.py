@@ -210,21 +210,6 @@ def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tm
     assert frame.points.shape == (0, 4)
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MB tmpfs (a real disk that fills up); skipped where mounting is not permitted — the injected
-    ENOSPC test below covers the same code path everywhere."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, demo_kitti, small_fs, shared_ray):
     args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(small_fs), "--workers", "1",
                 "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
