@@ -35,7 +35,7 @@ from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, pla
 from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.shard import ShardFailed, build_shard, os_error_message, parquet_format, partition_table
-from pipeline.sources import open_source
+from pipeline.sources import checked_frame_ids, open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
 DEMO_FRAMES = 8
@@ -262,7 +262,7 @@ def run_build(
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
-    frame_ids = src.list_frames()
+    frame_ids = checked_frame_ids(src, src.list_frames())
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
