@@ -29,7 +29,7 @@ from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
 from pipeline.costs import load_costs
-from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
+from pipeline.ledger import Ledger, LedgerMismatch, LedgerUnreadable, identity_digest
 from pipeline.numeric import build_profile, check_profile, profile_differences, worker_env
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress, ProgressCounter
@@ -295,7 +295,12 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full") -> BuildResult:
     ledger = Ledger(store)
-    old_run = ledger.run_info()
+    try:
+        old_run = ledger.run_info()
+    except LedgerUnreadable:
+        if not overwrite:
+            raise
+        old_run = None  # --overwrite starts the version over (begin clears the damaged ledger)
     profile = build_profile()
     if _numeric_profile_changed(old_run, fingerprint, profile, overwrite, version_dir):
         ledger.clear()  # --overwrite of a build started under another numeric profile: start it over
