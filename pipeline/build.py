@@ -205,9 +205,14 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         # every worker of the job, on any node, starts with the numeric pin (before NumPy)
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
     else:
+        from pipeline import reaper
+
+        before = set(reaper.children(os.getpid()))
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
         with _environ(worker_env()):
             ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
+        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/reaper.py)
+        reaper.start(sorted(set(reaper.children(os.getpid())) - before))
     return True
 
 
