@@ -202,6 +202,8 @@ class KittiSource:
     def list_frames(self) -> list[str]:
         if self.split in ("training", "testing"):
             return sorted(p.stem for p in (self.data_dir / "velodyne").glob("*.bin"))
+        if (why := name_problem(self.split)) is not None:  # a list name, never a path: "../../x" stays out
+            raise SourceError(self.root / "ImageSets", f"split {self.split!r} {why}; it names ImageSets/<split>.txt")
         listing = self.root / "ImageSets" / f"{self.split}.txt"
         if not listing.is_file():
             raise SourceError(listing, f"split list for --split {self.split} not found")

@@ -439,8 +439,18 @@ def test_every_builtin_recipe_is_within_the_rules():
 
 
 def test_manifest_safe_name_is_the_same_rule():
-    from manifests.manifest import SAFE_NAME
-    from manifests.names import name_problem
+    import itertools
 
-    for n in ("kitti-c", "1.0.0", "a..b", "a/b", ".x", "x" * 129, "ok\n", "a=b", "v1+local"):
+    from manifests.manifest import SAFE_NAME
+    from manifests.names import frame_id_problem, name_problem
+
+    for n in ("kitti-c", "1.0.0", "a..b", "a/b", ".x", "x" * 128, "x" * 129, "ok\n", "a=b", "v1+local"):
         assert bool(SAFE_NAME.match(n)) == (name_problem(n) is None), n
+    # the regex fast paths and the worded checks agree on every short string over a telling alphabet
+    for k in range(1, 5):
+        for chars in itertools.product("a.-/=\n ", repeat=k):
+            s = "".join(chars)
+            safe = all(c in "a.-" for c in s) and s[0] == "a" and ".." not in s
+            assert (name_problem(s) is None) == safe, s
+            parts = s.split("/")
+            assert (frame_id_problem(s) is None) == all(name_problem(p) is None for p in parts), s

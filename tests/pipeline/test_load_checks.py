@@ -63,6 +63,9 @@ def test_unsafe_split_list_id_exits_2_naming_the_split_file(small_recipe, demo_k
     assert run.exit_code == 2, run.output
     assert f"error: {listing}: line 2: frame id '../../etc/passwd' contains '..'" in _flat(run.output), run.output
     assert not out.exists()
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--split", "../../val",
+                                   "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2 and "ImageSets: split '../../val' contains '..'" in _flat(run.output), run.output
     listing.write_bytes(b"000000\n\xff\xfe\n")
     run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--split", "val",
                                    "--out", str(out), "--no-progress"])
