@@ -45,10 +45,10 @@ class LedgerMismatch(RuntimeError):
 class LedgerUnreadable(LedgerMismatch, ValueError):
     """A ledger file that is not the JSON object it should be (empty, truncated, not UTF-8)."""
 
-    def __init__(self, url: str, problem: str) -> None:
+    def __init__(self, url: str, problem: str, remedy: str = "") -> None:
         self.url = url
         self.problem = problem
-        super().__init__(f"ledger file {url} is unreadable ({problem})")
+        super().__init__(f"ledger file {url} is unreadable ({problem})" + (f"; {remedy}" if remedy else ""))
 
 
 # -- source identity -------------------------------------------------------------------------------
@@ -157,9 +157,9 @@ class Ledger:
         try:
             return self._read(f"{LEDGER_DIR}/run.json")
         except LedgerUnreadable as e:
-            raise LedgerUnreadable(e.url, f"{e.problem}; it records the build's recipe, frames and task split, so "
-                                          "the build cannot resume: start this version over with `bench-build run "
-                                          "… --overwrite`, or build into another --out") from None
+            raise LedgerUnreadable(e.url, e.problem, "it records the build's recipe, frames and task split, so the "
+                                   "build cannot resume: start this version over with `bench-build run … --overwrite`, "
+                                   "or build into another --out") from None
 
     def begin(self, info: dict[str, Any], *, overwrite: bool = False) -> None:
         """Record the build's identity; refuse to mix with a different build unless ``overwrite``."""
