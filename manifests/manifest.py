@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from manifests import names
+
 MANIFEST_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
                   "layout v2 only: rebuild it with `bench-build run` (same recipe and seed, same examples) or read it "
@@ -50,7 +52,8 @@ MANIFEST_NAME = "manifest.json"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # a dataset or version name usable as a path segment
+# a dataset or version name usable as a path segment: the one rule of manifests.names, also checked at load
+SAFE_NAME = names.SAFE_NAME
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
 
 
@@ -140,7 +143,7 @@ def check_manifest(manifest: dict[str, Any], where: str) -> None:
     for key in ("dataset", "version"):
         value = manifest.get(key)
         if not isinstance(value, str) or not SAFE_NAME.match(value):
-            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({SAFE_NAME.pattern})")
+            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({names.RULE})")
     shards = manifest.get("shards")
     if not isinstance(shards, list):
         raise ManifestError(f"{where}: no shard list")

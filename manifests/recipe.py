@@ -43,6 +43,16 @@ allowed values per source kind are `SOURCE_OPTIONS`). It changes which frames ex
 canonical JSON (only when present: recipes without it keep their fingerprint). A variant overrides its keys
 with ``[variants.<name>.source_options]``; the card lists both values like any other variant change.
 
+Names and sizes. Every name that becomes a path or a partition key follows the one safe-name rule of
+`manifests.names` (1–128 characters of ``A–Z a–z 0–9 _ - . +``, starting with a letter or digit, no
+``..``; so no ``/``, ``\\``, ``=``, whitespace or control characters): the benchmark's name and version (the
+build goes to ``OUT/<name>/<version>``), every corruption name (``data/corruption=<name>/``), every stage
+name and every severity name. A recipe is also bounded so a typo cannot ask for a build the size of a
+disk: ``severities`` ≤ `MAX_SEVERITIES` (20; the built-ins have at most 5), and in a corruption's or
+``[preprocess]``'s parameters every list (at any depth) has ≤ `MAX_PARAM_ITEMS` (256; built-ins ≤ 12)
+entries and every string ≤ `MAX_PARAM_CHARS` (256; built-ins ≤ 22) characters (``notes`` is free text
+and not bounded). Each violation is a `RecipeError` naming the recipe and the field, raised at load.
+
 Variants. A recipe may define named variants that override some parameters of some corruptions,
 without repeating the table. ``load_recipe("kitti-c:text")`` loads the variant ``text``; its
 benchmark name becomes ``<name>-<variant>`` (unless the variant sets ``name``), so it builds into
@@ -70,6 +80,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from manifests.names import check_safe_name
 from stages.registry import Stage, get_stage
 
 VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
@@ -77,6 +88,10 @@ BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
     "paper_frames",
 }
+#: Upper bounds of a recipe (documented in the module docstring; well above every built-in recipe).
+MAX_SEVERITIES = 20
+MAX_PARAM_ITEMS = 256
+MAX_PARAM_CHARS = 256
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
 #: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
 VALIDATE_KEYS: dict[str, Any] = {
@@ -260,13 +275,23 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     severities = bench["severities"]
     if not isinstance(severities, int) or isinstance(severities, bool) or severities < 0:
         raise RecipeError(f"{origin}: [benchmark] severities must be a non-negative integer, got {severities!r}")
+    if severities > MAX_SEVERITIES:
+        raise RecipeError(f"{origin}: [benchmark] severities = {severities} is more than {MAX_SEVERITIES}, the most a "
+                          "recipe may have (each severity is a full copy of every corrupted frame)")
+    for key in ("name", "version"):
+        check_safe_name(bench[key], f"{origin}: [benchmark] {key}", RecipeError)
     if not isinstance(bench["seed"], int) or isinstance(bench["seed"], bool) or bench["seed"] < 0:
         raise RecipeError(f"{origin}: [benchmark] seed must be a non-negative integer, got {bench['seed']!r}")
     paper_frames = bench.get("paper_frames")
     if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
                                      or paper_frames < 1):
         raise RecipeError(f"{origin}: [benchmark] paper_frames must be a positive integer, got {paper_frames!r}")
-    sev_names = tuple(bench.get("severity_names", ()))
+    sev_names = bench.get("severity_names", ())
+    if not isinstance(sev_names, list | tuple):
+        raise RecipeError(f"{origin}: [benchmark] severity_names must be a list of names, got {sev_names!r}")
+    sev_names = tuple(sev_names)
+    for sev_name in sev_names:
+        check_safe_name(sev_name, f"{origin}: [benchmark] severity_names entry", RecipeError)
     if sev_names and len(sev_names) != severities:
         raise RecipeError(f"{origin}: severity_names has {len(sev_names)} entries, severities is {severities}")
     raw = data.get("corruptions", {} if severities == 0 else None)
@@ -470,6 +495,8 @@ def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...]
 
 def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what: str = "") -> Corruption:
     where = f"{origin}: {what or f'corruption {name!r}'}"
+    if not what:  # a corruption's name is a partition directory: data/corruption=<name>/
+        check_safe_name(name, f"{origin}: [corruptions] name", RecipeError)
     if name == "clean":
         raise RecipeError(f"{where}: 'clean' is reserved for severity 0")
     if not isinstance(entry, dict):
@@ -479,6 +506,9 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     notes = str(entry.pop("notes", ""))
     if not isinstance(stage_name, str):
         raise RecipeError(f"{where}: missing 'stage'")
+    check_safe_name(stage_name, f"{where}: stage", RecipeError)
+    for key, value in entry.items():
+        _check_size(where, key, value)
     try:
         stage = get_stage(stage_name)
     except KeyError as e:
@@ -504,6 +534,23 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     except (TypeError, ValueError) as e:
         raise RecipeError(f"{where}: {e}") from None
     return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+
+
+def _check_size(where: str, key: str, value: Any) -> None:
+    """Refuse a parameter with a list longer than MAX_PARAM_ITEMS or a string longer than MAX_PARAM_CHARS (at
+    any depth), before it is expanded per severity: a stray paste must not become a huge build or recipe JSON."""
+    if isinstance(value, str) and len(value) > MAX_PARAM_CHARS:
+        raise RecipeError(f"{where}: parameter {key!r} is a string of {len(value)} characters (at most "
+                          f"{MAX_PARAM_CHARS})")
+    if isinstance(value, list):
+        if len(value) > MAX_PARAM_ITEMS:
+            raise RecipeError(f"{where}: parameter {key!r} is a list of {len(value)} values (at most "
+                              f"{MAX_PARAM_ITEMS})")
+        for v in value:
+            _check_size(where, key, v)
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_size(where, key, v)
 
 
 #: Parameters that may legitimately be negative (every other number of a stage is a magnitude, a count,

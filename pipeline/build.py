@@ -29,13 +29,13 @@ from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
 from pipeline.costs import load_costs
-from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
+from pipeline.ledger import Ledger, LedgerMismatch, LedgerUnreadable, identity_digest
 from pipeline.numeric import build_profile, check_profile, profile_differences, worker_env
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.shard import ShardFailed, build_shard, os_error_message, parquet_format, partition_table
-from pipeline.sources import open_source
+from pipeline.sources import checked_frame_ids, open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
 DEMO_FRAMES = 8
@@ -205,9 +205,14 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         # every worker of the job, on any node, starts with the numeric pin (before NumPy)
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
     else:
+        from pipeline import reaper
+
+        before = set(reaper.children(os.getpid()))
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
         with _environ(worker_env()):
             ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
+        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/reaper.py)
+        reaper.start(sorted(set(reaper.children(os.getpid())) - before))
     return True
 
 
@@ -262,7 +267,7 @@ def run_build(
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
-    frame_ids = src.list_frames()
+    frame_ids = checked_frame_ids(src, src.list_frames())
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
@@ -295,7 +300,12 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full") -> BuildResult:
     ledger = Ledger(store)
-    old_run = ledger.run_info()
+    try:
+        old_run = ledger.run_info()
+    except LedgerUnreadable:
+        if not overwrite:
+            raise
+        old_run = None  # --overwrite starts the version over (begin clears the damaged ledger)
     profile = build_profile()
     if _numeric_profile_changed(old_run, fingerprint, profile, overwrite, version_dir):
         ledger.clear()  # --overwrite of a build started under another numeric profile: start it over

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from manifests.names import frame_id_message, frame_id_problem
 from manifests.recipe import Recipe
 from pipeline.sources.base import Source, SourceError
 from pipeline.sources.kitti import KittiSource
@@ -84,5 +85,16 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 
+def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:
+    """``frame_ids`` if every one is a safe frame id (`manifests.names`: safe names joined by '/'), else a
+    SourceError naming the source and the first bad id. Frame ids become file names (KITTI reads
+    ``velodyne/<id>.bin``, `export` writes them), so a build refuses an unsafe one before any work starts."""
+    for fid in frame_ids:
+        if (why := frame_id_problem(fid)) is not None:
+            where = getattr(src, "root", None) or f"{src.kind} source"
+            raise SourceError(where, frame_id_message(fid, why))
+    return frame_ids
+
+
 __all__ = ["OBJECT_KINDS", "SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source",
-           "SourceError", "WaymoSource", "open_source"]
+           "SourceError", "WaymoSource", "checked_frame_ids", "open_source"]
