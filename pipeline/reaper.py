@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 POLL_S = 0.5
+#: the watchers this process started: kept referenced, so that no Popen is collected (and warned about) while its
+#: watcher still runs
+_WATCHERS: list[subprocess.Popen] = []
 
 
 def _start_time(pid: int) -> int | None:
@@ -91,8 +94,11 @@ def start(roots: list[int]) -> subprocess.Popen | None:
     process; None where /proc cannot tell children (not Linux), or there is nothing to watch."""
     if not roots or not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
         return None
-    return subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid()),
-                             *map(str, roots)], stdin=subprocess.DEVNULL, close_fds=True)
+    _WATCHERS[:] = [w for w in _WATCHERS if w.poll() is None]  # reap finished ones (no zombies pile up)
+    watcher = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid()),
+                                *map(str, roots)], stdin=subprocess.DEVNULL, close_fds=True)
+    _WATCHERS.append(watcher)
+    return watcher
 
 
 if __name__ == "__main__":
