@@ -133,8 +133,7 @@ def _yaw_quaternion(yaw: float):
 
 
 def ground_truth(frames: Mapping[str, list[dict[str, Any]] | None], frame: str,
-                 tables: Mapping[str, SampleTables] | None, counts: Mapping[str, list[int]] | None,
-                 where: str):
+                 tables: Mapping[str, SampleTables] | None, counts: Mapping[str, list[int]], where: str):
     """(devkit ``EvalBoxes`` of the build's boxes in ``frame``, the ``_Records`` the filters read)."""
     from nuscenes.eval.common.data_classes import EvalBoxes
     from nuscenes.eval.detection.data_classes import DetectionBox
@@ -167,7 +166,7 @@ def ground_truth(frames: Mapping[str, list[dict[str, Any]] | None], frame: str,
             name = category_to_detection_name(r["cls"])
             if name is None:
                 continue
-            n = t.num_pts[j] if t is not None else (counts[token][j] if counts is not None else -1)
+            n = t.num_pts[j] if t is not None else counts[token][j]
             boxes.append(DetectionBox(sample_token=token, translation=tuple(centre.tolist()), size=tuple(size),
                                       rotation=tuple(q.elements.tolist()), velocity=tuple(float(v) for v in vel),
                                       num_pts=int(n), detection_name=name,
@@ -307,7 +306,8 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
 
     manifest = manifest_of(version_dir)
     src = manifest.get("source") or {}
-    parts, counts = read_build(version_dir)
+    build, counts = read_build(version_dir)
+    parts = {p: {fid: rows for fid, (rows, _) in frames.items()} for p, frames in build.items()}
     if not parts:
         raise ValueError(f"{version_dir}: the version has no partitions")
     if any(any(r is None for r in frames.values()) for frames in parts.values()):
@@ -341,6 +341,7 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
             raise PredictionError(f"{path}: boxes in the global frame need the nuScenes tables for the poses: "
                                   "pass --source-root NUSCENES_DATAROOT, or write the boxes in the build's LiDAR "
                                   "frame with meta.frame = 'lidar'")
-        gt, records = ground_truth(frames, frame, tables, counts or None, str(version_dir))
+        gt, records = ground_truth(frames, frame, tables, {fid: counts[(part, fid)] for fid in frames},
+                                   str(version_dir))
         out[part] = metric_values(evaluate(gt, pred, records), motion_known=tables is not None)
     return out, notes

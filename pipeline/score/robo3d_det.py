@@ -27,6 +27,9 @@ from pipeline.score.truth import Partition, manifest_of
 
 DET_METRICS = {"nuscenes": "nuscenes-det", "wod": "wod-det"}
 BASELINE_TABLE = {"nuscenes-det": "nuscenes-c-det", "wod-det": "wod-c-det"}
+#: the columns `bench-build score` prints (the files have every per-class value too)
+PRINTED = {"nuscenes-det": ("NDS", "mAP", "mATE", "mASE", "mAOE", "mAVE", "mAAE"),
+           "wod-det": ("mAPH/L2", "mAP/L2", "mAPH/L1", "mAP/L1")}
 
 
 def scene_set(dataset: str) -> str | None:
@@ -151,22 +154,35 @@ def points_in_boxes(points: np.ndarray, boxes: list[dict[str, Any]]) -> list[int
     return out
 
 
-def read_build(version_dir: str | Path) -> tuple[dict[Partition, dict[str, list | None]], dict[str, list[int]]]:
-    """(partition → sample token → box rows, sample token → LiDAR points in each box of the clean frame)."""
+def read_build(version_dir: str | Path) -> tuple[dict[Partition, dict[str, tuple[list | None, str]]],
+                                               dict[tuple[Partition, str], list[int]]]:
+    """(partition → frame id → (box rows, example key), (partition, frame id) → LiDAR points in each box).
+
+    Point counts are the clean frame's for every partition (the ground truth of a corrupted scan is the clean
+    scan's boxes, as in the papers' evaluations); a version without a clean partition counts each frame's own.
+    """
     import pyarrow.parquet as pq
 
     from pipeline.schema import decode_points
 
     root = Path(version_dir)
-    parts: dict[Partition, dict[str, list | None]] = {}
-    counts: dict[str, list[int]] = {}
-    for s in manifest_of(root)["shards"]:
+    shards = manifest_of(root)["shards"]
+    has_clean = any(s["corruption"] == "clean" for s in shards)
+    parts: dict[Partition, dict[str, tuple[list | None, str]]] = {}
+    own: dict[tuple[Partition, str], list[int]] = {}
+    clean: dict[str, list[int]] = {}
+    for s in shards:
         part = Partition(s["corruption"], int(s["severity"]))
-        cols = ["frame_id", "boxes"] + (["points"] if part.corruption == "clean" else [])
-        table = pq.read_table(root / s["path"], columns=cols)
-        fids, boxes = table["frame_id"].to_pylist(), table["boxes"].to_pylist()
-        parts.setdefault(part, {}).update(zip(fids, boxes, strict=True))
-        if part.corruption == "clean":
+        with_points = part.corruption == "clean" or not has_clean
+        table = pq.read_table(root / s["path"], columns=["key", "frame_id", "boxes"] + (["points"] * with_points))
+        fids, keys, boxes = table["frame_id"].to_pylist(), table["key"].to_pylist(), table["boxes"].to_pylist()
+        parts.setdefault(part, {}).update(zip(fids, zip(boxes, keys, strict=True), strict=True))
+        if with_points:
             for fid, b, pts in zip(fids, boxes, decode_points(table["points"], writable=False), strict=True):
-                counts[fid] = points_in_boxes(pts, b or [])
+                own[(part, fid)] = clean[fid] = points_in_boxes(pts, b or [])
+    unclean = sorted({fid for frames in parts.values() for fid in frames} - set(clean)) if has_clean else []
+    if unclean:
+        raise ValueError(f"{root}: {len(unclean)} frames have no clean example to count box points in, e.g. "
+                         + ", ".join(unclean[:5]))
+    counts = {(p, fid): (clean[fid] if has_clean else own[(p, fid)]) for p, frames in parts.items() for fid in frames}
     return parts, counts
