@@ -66,22 +66,38 @@ class FrameBoxes:
 
 
 def iou_3d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(len(a), len(b)) IoU of upright 3D boxes (x, y, z centre, length, width, height, heading about +z), via
-    the KITTI evaluator's rotated-footprint intersection (a camera-style box whose x–z plane is our x–y plane:
-    rotation_y = −heading, the vertical extent as the camera's y interval)."""
-    from pipeline.score.kitti_eval import KittiObjects, box_overlaps
+    """(len(a), len(b)) IoU of upright 3D boxes (x, y, z centre, length, width, height, heading about +z).
 
-    def as_kitti(x: np.ndarray) -> KittiObjects:
-        n = len(x)
-        z = np.zeros(n)
-        return KittiObjects(name=np.full(n, "box", dtype=object), truncated=z, occluded=z, alpha=z,
-                            bbox=np.zeros((n, 4)), hwl=np.stack([x[:, 5], x[:, 4], x[:, 3]], 1),
-                            location=np.stack([x[:, 0], x[:, 2] + x[:, 5] / 2, x[:, 1]], 1),
-                            rotation_y=-x[:, 6], score=z)
+    Footprints are the KITTI evaluator's rotated rectangles (`kitti_eval._bev_polygons`, a camera-style box
+    whose x–z plane is our x–y plane: rotation_y = −heading); only pairs whose bounding circles meet are
+    intersected (a frame has thousands of pairs, a few dozen touch)."""
+    from pipeline.score.kitti_eval import KittiObjects, _bev_polygons
 
+    a, b = np.asarray(a, float).reshape(-1, 7), np.asarray(b, float).reshape(-1, 7)
+    out = np.zeros((len(a), len(b)))
     if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)))
-    return box_overlaps(as_kitti(np.asarray(a, float)), as_kitti(np.asarray(b, float)), "3d")
+        return out
+    ra, rb = np.hypot(a[:, 3], a[:, 4]) / 2, np.hypot(b[:, 3], b[:, 4]) / 2
+    dist = np.hypot(a[:, None, 0] - b[None, :, 0], a[:, None, 1] - b[None, :, 1])
+    dz = (np.minimum(a[:, None, 2] + a[:, None, 5] / 2, b[None, :, 2] + b[None, :, 5] / 2)
+          - np.maximum(a[:, None, 2] - a[:, None, 5] / 2, b[None, :, 2] - b[None, :, 5] / 2))
+    ia, ib = np.nonzero((dist < ra[:, None] + rb[None, :]) & (dz > 0))
+    if not len(ia):
+        return out
+
+    def footprints(x: np.ndarray) -> np.ndarray:
+        n, z = len(x), np.zeros(len(x))
+        return _bev_polygons(KittiObjects(name=np.full(n, "box", dtype=object), truncated=z, occluded=z, alpha=z,
+                                          bbox=np.zeros((n, 4)), hwl=x[:, [5, 4, 3]],
+                                          location=np.stack([x[:, 0], z, x[:, 1]], 1), rotation_y=-x[:, 6],
+                                          score=z))
+
+    import shapely
+
+    inter = shapely.area(shapely.intersection(footprints(a[ia]), footprints(b[ib]))) * dz[ia, ib]
+    union = a[ia, 3] * a[ia, 4] * a[ia, 5] + b[ib, 3] * b[ib, 4] * b[ib, 5] - inter
+    out[ia, ib] = np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+    return out
 
 
 def heading_accuracy(pred: np.ndarray, gt: np.ndarray) -> np.ndarray:
@@ -95,17 +111,22 @@ def _wrap(a: np.ndarray) -> np.ndarray:
     return (np.asarray(a, float) + np.pi) % (2 * np.pi) - np.pi
 
 
-def _match(iou: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """(prediction rows, ground-truth cols) of the Hungarian matching maximising the summed IoU of pairs with
-    IoU ≥ threshold; pairs below it never count as matches."""
+def _match(iou: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(prediction rows, ground-truth cols) of the Hungarian matching maximising the summed IoU of the
+    admissible pairs ``ok`` (IoU ≥ the class threshold); other pairs never count as matches."""
     from scipy.optimize import linear_sum_assignment
 
-    ok = iou >= threshold
-    if not ok.any():
+    r_any, c_any = np.flatnonzero(ok.any(1)), np.flatnonzero(ok.any(0))
+    if not len(r_any):
         return np.zeros(0, int), np.zeros(0, int)
-    rows, cols = linear_sum_assignment(np.where(ok, iou, 0.0), maximize=True)
-    keep = ok[rows, cols]
-    return rows[keep], cols[keep]
+    sub = ok[np.ix_(r_any, c_any)]
+    if (sub.sum(1) == 1).all() and (sub.sum(0) == 1).all():  # no two pairs compete: the pairs are the matching
+        rows, cols = np.nonzero(sub)
+        return r_any[rows], c_any[cols]
+    # only rows and columns with an admissible pair can be matched: solve that (usually tiny) block
+    rows, cols = linear_sum_assignment(np.where(sub, iou[np.ix_(r_any, c_any)], 0.0), maximize=True)
+    keep = sub[rows, cols]
+    return r_any[rows[keep]], c_any[cols[keep]]
 
 
 def measurements(frames: Sequence[FrameBoxes], threshold: float) -> dict[str, np.ndarray]:
@@ -117,19 +138,27 @@ def measurements(frames: Sequence[FrameBoxes], threshold: float) -> dict[str, np
         order = np.argsort(-f.score, kind="stable")
         pred, score = f.pred[order], f.score[order]
         iou = iou_3d(pred, f.gt)
-        # predictions kept at each cutoff are a prefix of the score-sorted list: match each distinct prefix once
-        kept = np.array([int(np.sum(score >= c)) for c in SCORE_CUTOFFS])
-        cache: dict[int, tuple[float, float, float, float, float]] = {}
-        for i, n in enumerate(kept):
-            if n not in cache:
-                r, c = _match(iou[:n], threshold)
+        ok = iou >= threshold
+        # the predictions kept at a cutoff are a prefix of the score-sorted list, and a prediction without an
+        # admissible pair never changes the matching: match once per number of admissible predictions kept
+        adm = np.flatnonzero(ok.any(1))
+        kept = len(score) - np.searchsorted(np.sort(score), SCORE_CUTOFFS, side="left")
+        n_adm = np.searchsorted(adm, kept, side="left")
+        cache: dict[int, tuple[int, int, int, float]] = {}
+        for i, (n, m) in enumerate(zip(kept, n_adm, strict=True)):
+            if m not in cache:
+                rows = adm[:m]
+                r, c = _match(iou[rows], ok[rows])
                 matched = np.zeros(len(f.gt), bool)
                 matched[c] = True
-                ha = float(heading_accuracy(pred[r, 6], f.gt[c, 6]).sum()) if len(r) else 0.0
-                cache[n] = (len(r), n - len(r), int(np.sum(~matched & (f.gt_level == 1))),
-                            int(np.sum(~matched)), ha)
-            for name, v in zip(("tp", "fp", "fn1", "fn2", "ha"), cache[n], strict=True):
-                out[name][i] += v
+                ha = float(heading_accuracy(pred[rows[r], 6], f.gt[c, 6]).sum()) if len(r) else 0.0
+                cache[m] = (len(r), int(np.sum(~matched & (f.gt_level == 1))), int(np.sum(~matched)), ha)
+            tp, fn1, fn2, ha = cache[m]
+            out["tp"][i] += tp
+            out["fp"][i] += n - tp
+            out["fn1"][i] += fn1
+            out["fn2"][i] += fn2
+            out["ha"][i] += ha
     return out
 
 

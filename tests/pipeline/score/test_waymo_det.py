@@ -188,3 +188,44 @@ def test_score_wod_c_refuses_ambiguous_and_bad_values(wod_version, tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
     res = runner.invoke(app, ["score", str(wod_version), str(p)])
     assert res.exit_code == 2 and "1 of 4 examples have no prediction" in res.output
+
+
+def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
+    """The per-cutoff counts (matched once per number of admissible predictions kept, IoU only for touching
+    boxes) equal a plain Hungarian matching of the full IoU matrix at each of the 101 cutoffs."""
+    from scipy.optimize import linear_sum_assignment
+
+    from pipeline.score.kitti_eval import KittiObjects, box_overlaps
+    from pipeline.score.waymo_det import SCORE_CUTOFFS, heading_accuracy, measurements
+
+    def kitti(x):
+        n, z = len(x), np.zeros(len(x))
+        return KittiObjects(np.full(n, "b", dtype=object), z, z, z, np.zeros((n, 4)), x[:, [5, 4, 3]],
+                            np.stack([x[:, 0], x[:, 2] + x[:, 5] / 2, x[:, 1]], 1), -x[:, 6], z)
+
+    rng = np.random.default_rng(7)
+    frames = []
+    for _ in range(6):
+        gt = np.column_stack([rng.uniform(-8, 8, (8, 2)), rng.uniform(0, 1, 8), rng.uniform(3.5, 5, 8),
+                              rng.uniform(1.7, 2.2, 8), rng.uniform(1.4, 2, 8), rng.uniform(-3, 3, 8)])
+        pred = gt[rng.integers(0, 8, 14)] + np.column_stack([rng.normal(0, 0.4, (14, 3)), np.zeros((14, 3)),
+                                                            rng.normal(0, 0.5, 14)])
+        frames.append(FrameBoxes(gt, rng.integers(1, 3, 8), pred, np.round(rng.uniform(0, 1, 14), 2)))
+    got = measurements(frames, 0.5)
+    for i, cut in enumerate(SCORE_CUTOFFS):
+        tp = fp = fn1 = fn2 = 0
+        ha = 0.0
+        for f in frames:
+            keep = f.score >= cut
+            iou = box_overlaps(kitti(f.pred[keep]), kitti(f.gt), "3d") if keep.any() else np.zeros((0, len(f.gt)))
+            r, c = linear_sum_assignment(np.where(iou >= 0.5, iou, 0), maximize=True)
+            good = iou[r, c] >= 0.5
+            r, c = r[good], c[good]
+            tp, fp = tp + len(r), fp + int(keep.sum()) - len(r)
+            missed = np.ones(len(f.gt), bool)
+            missed[c] = False
+            fn1, fn2 = fn1 + int((missed & (f.gt_level == 1)).sum()), fn2 + int(missed.sum())
+            ha += float(heading_accuracy(f.pred[keep][r, 6], f.gt[c, 6]).sum())
+        assert (got["tp"][i], got["fp"][i], got["fn1"][i], got["fn2"][i]) == (tp, fp, fn1, fn2), cut
+        assert got["ha"][i] == pytest.approx(ha)
+    assert got["tp"][0] > 0 and got["fp"][0] > 0
