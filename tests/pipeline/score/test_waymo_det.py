@@ -158,10 +158,13 @@ def test_score_wod_c_detection_end_to_end(wod_version, tmp_path):
     assert data["metric"] == "wod-det" and "mAPH/L2" in res.output
     got = {(r["corruption"], r["metric"]): r["value"] for r in data["rows"]}
     # clean: every box found. The second frame's pedestrian has no point: dropped, so its prediction is a false
-    # positive (precision 1/2 at recall 1 → AP 0.5); the first frame's (3 points) is LEVEL_2 only
+    # positive (precision 1/2 at recall 1 → AP 0.5). The first frame's (3 points) is LEVEL_2, and its match is a
+    # true positive at LEVEL_1 too (as in Waymo's metric), so LEVEL_1 is also 0.5; no cyclist: not in the means
     assert got[("clean", "Vehicle/APH/L2")] == pytest.approx(100)
-    assert got[("clean", "Pedestrian/AP/L2")] == pytest.approx(50) and got[("clean", "Pedestrian/AP/L1")] is None
+    assert got[("clean", "Pedestrian/AP/L2")] == pytest.approx(50)
+    assert got[("clean", "Pedestrian/AP/L1")] == pytest.approx(50) and got[("clean", "Cyclist/AP/L2")] is None
     assert got[("clean", "mAPH/L2")] == pytest.approx(75) and got[("fog", "mAPH/L2")] == pytest.approx(0)
+    assert got[("fog", "Pedestrian/AP/L1")] is None  # nothing detected, no LEVEL_1 pedestrian: nothing to recall
     assert "no mCE" in data["summary"]["note"]
     # the same version given point labels is scored as segmentation
     seg = tmp_path / "seg.jsonl"
@@ -216,7 +219,7 @@ def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
         tp = fp = fn1 = fn2 = 0
         ha = 0.0
         for f in frames:
-            keep = f.score >= cut
+            keep = f.score.astype(np.float32) >= cut  # the library compares float32 scores and cutoffs
             iou = box_overlaps(kitti(f.pred[keep]), kitti(f.gt), "3d") if keep.any() else np.zeros((0, len(f.gt)))
             r, c = linear_sum_assignment(np.where(iou >= 0.5, iou, 0), maximize=True)
             good = iou[r, c] >= 0.5
@@ -229,3 +232,29 @@ def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
         assert (got["tp"][i], got["fp"][i], got["fn1"][i], got["fn2"][i]) == (tp, fp, fn1, fn2), cut
         assert got["ha"][i] == pytest.approx(ha)
     assert got["tp"][0] > 0 and got["fp"][0] > 0
+
+
+def test_equals_waymos_own_metric_on_recorded_cases():
+    """AP and APH of 10 seeded 4-frame cases (all three classes, both levels, flipped headings, misses, false
+    positives) equal what waymo-open-dataset's detection_metrics op computed for them (recorded by
+    waymo_reference.py in a separate Python 3.10 env; the package does not install beside this project)."""
+    data = json.loads((Path(__file__).parent / "data" / "waymo_official_reference.json").read_text())
+    names = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}
+    compared = 0
+    for frames, official in zip(data["cases"], data["official"], strict=True):
+        by: dict[str, list[FrameBoxes]] = {}
+        for f in frames:
+            for t, cls in names.items():
+                g = [x for x in f["gt"] if x[1] == t]
+                p = [x for x in f["pred"] if x[1] == t]
+                by.setdefault(cls, []).append(FrameBoxes(
+                    np.array([x[0] for x in g], float).reshape(-1, 7), np.array([x[2] for x in g], int),
+                    np.array([x[0] for x in p], float).reshape(-1, 7), np.array([x[2] for x in p], float)))
+        ours = waymo_metrics(by)
+        for cls in names.values():
+            for level in (1, 2):
+                ap, aph = official[f"OBJECT_TYPE_TYPE_{cls.upper()}_LEVEL_{level}"]
+                assert ours[f"{cls}/AP/L{level}"] == pytest.approx(100 * ap, abs=1e-3), (cls, level)
+                assert ours[f"{cls}/APH/L{level}"] == pytest.approx(100 * aph, abs=1e-3), (cls, level)
+                compared += 1
+    assert compared == 60
