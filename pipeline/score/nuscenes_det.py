@@ -306,7 +306,11 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
 
     manifest = manifest_of(version_dir)
     src = manifest.get("source") or {}
-    build, counts = read_build(version_dir)
+    root = Path(source_root) if source_root is not None else Path(src["root"]) if src.get("root") else None
+    have_tables = root is not None and (root / str(src.get("version", ""))).is_dir()
+    if source_root is not None and not have_tables:
+        raise ValueError(f"{source_root}: no nuScenes table folder {src.get('version')!r} there")
+    build, counts = read_build(version_dir, count_points=not have_tables)  # the tables have the counts
     parts = {p: {fid: rows for fid, (rows, _) in frames.items()} for p, frames in build.items()}
     if not parts:
         raise ValueError(f"{version_dir}: the version has no partitions")
@@ -316,14 +320,12 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
     if pred_root.is_file() and len(parts) != 1:
         raise PredictionError(f"{pred_root}: this version has {len(parts)} partitions: give a directory with one "
                               "results file per partition (<corruption>/<severity>/results_nusc.json)")
-    root = Path(source_root) if source_root is not None else Path(src["root"]) if src.get("root") else None
     tables = None
     notes = []
-    if root is not None and (root / str(src.get("version", ""))).is_dir():
+    if have_tables:
+        assert root is not None
         tokens = sorted({t for frames in parts.values() for t in frames})
         tables = read_tables(root, str(src["version"]), tokens)
-    elif source_root is not None:
-        raise ValueError(f"{source_root}: no nuScenes table folder {src.get('version')!r} there")
     else:
         notes.append("the nuScenes tables the build was made from were not found (pass --source-root): ground "
                      "truth has no velocities, attributes or radar point counts, so mAVE, mAAE, NDS and mCE/mRR "
@@ -341,7 +343,7 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
             raise PredictionError(f"{path}: boxes in the global frame need the nuScenes tables for the poses: "
                                   "pass --source-root NUSCENES_DATAROOT, or write the boxes in the build's LiDAR "
                                   "frame with meta.frame = 'lidar'")
-        gt, records = ground_truth(frames, frame, tables, {fid: counts[(part, fid)] for fid in frames},
+        gt, records = ground_truth(frames, frame, tables, {fid: counts.get((part, fid), []) for fid in frames},
                                    str(version_dir))
         out[part] = metric_values(evaluate(gt, pred, records), motion_known=tables is not None)
     return out, notes

@@ -192,3 +192,19 @@ def test_robo3d_reproduces_second_mh_on_nuscenes_c():
     for c, ce, rr in zip(ROBO3D, ces, rrs, strict=True):
         assert m["per_corruption"][c]["CE"] == pytest.approx(ce, abs=0.011)
         assert m["per_corruption"][c]["RR"] == pytest.approx(rr, abs=0.011)
+
+
+def test_points_in_boxes_equals_the_devkits_points_in_box():
+    from nuscenes.utils.data_classes import Box
+    from nuscenes.utils.geometry_utils import points_in_box
+    from pyquaternion import Quaternion
+
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(-10, 10, (5000, 3))
+    boxes = [{"x": x, "y": y, "z": z, "dx": dx, "dy": dy, "dz": dz, "heading": h}
+             for x, y, z, dx, dy, dz, h in zip(*rng.uniform(-8, 8, (3, 40)), *rng.uniform(0.5, 6, (3, 40)),
+                                               rng.uniform(-4, 4, 40), strict=True)]
+    ours = points_in_boxes(pts, boxes)
+    ref = [int(points_in_box(Box([b["x"], b["y"], b["z"]], [b["dy"], b["dx"], b["dz"]],
+                                 Quaternion(axis=[0, 0, 1], radians=b["heading"])), pts.T).sum()) for b in boxes]
+    assert ours == ref and sum(ref) > 100
