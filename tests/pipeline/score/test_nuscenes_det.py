@@ -208,3 +208,36 @@ def test_points_in_boxes_equals_the_devkits_points_in_box():
     ref = [int(points_in_box(Box([b["x"], b["y"], b["z"]], [b["dy"], b["dx"], b["dz"]],
                                  Quaternion(axis=[0, 0, 1], radians=b["heading"])), pts.T).sum()) for b in boxes]
     assert ours == ref and sum(ref) > 100
+
+
+def test_the_same_boxes_in_the_lidar_frame_score_the_same(nusc_root, nusc_version, tmp_path):
+    """Predictions moved into the build's LiDAR frame (meta.frame = 'lidar') score exactly as the global ones:
+    the ground truth, its velocities and the ego origin of the range filter follow them there."""
+    from nuscenes.nuscenes import NuScenes
+    from pyquaternion import Quaternion
+
+    nusc = NuScenes(version="v1.0-mini", dataroot=str(nusc_root), verbose=False)
+    glob = _predictions(nusc_root, 5)
+    local: dict[str, list] = {}
+    for token, boxes in glob["results"].items():
+        sd = nusc.get("sample_data", nusc.get("sample", token)["data"]["LIDAR_TOP"])
+        cs = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
+        ego = nusc.get("ego_pose", sd["ego_pose_token"])
+        to_lidar = Quaternion(cs["rotation"]).inverse * Quaternion(ego["rotation"]).inverse
+        local[token] = []
+        for b in boxes:
+            c = Quaternion(ego["rotation"]).inverse.rotate(np.array(b["translation"]) - ego["translation"])
+            c = Quaternion(cs["rotation"]).inverse.rotate(c - np.array(cs["translation"]))
+            v = to_lidar.rotate(np.array([*b["velocity"], 0.0]))
+            local[token].append({**b, "translation": c.tolist(), "rotation": list((to_lidar * Quaternion(
+                b["rotation"])).elements), "velocity": v[:2].tolist()})
+    scores = []
+    for name, data in (("g", glob), ("l", {"meta": {"frame": "lidar"}, "results": local})):
+        for part in ("clean", "fog/1"):
+            (tmp_path / name / part).mkdir(parents=True)
+            (tmp_path / name / part / "results_nusc.json").write_text(json.dumps(data))
+        scores.append({(r["corruption"], r["metric"]): r["value"] for r in score_version(nusc_version,
+                                                                                      tmp_path / name).rows})
+    assert scores[0].keys() == scores[1].keys() and 0 < scores[0][("clean", "NDS")] < 100
+    for k, v in scores[0].items():
+        assert scores[1][k] == pytest.approx(v, abs=1e-6), k
