@@ -382,13 +382,18 @@ def score(
     version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
     predictions: Annotated[Path, typer.Argument(
         help="Predictions: .jsonl or .parquet keyed by example key; for detection a directory of KITTI "
-             "result files <corruption>/<severity>/<frame>.txt")],
+             "result files <corruption>/<severity>/<frame>.txt (nuScenes-C: of results JSON "
+             "<corruption>/<severity>/results_nusc.json; WOD-C: rows with boxes per key)")],
     *,
     out: Annotated[Path | None, typer.Option(help="Write OUT.csv and OUT.json (default: print only)")] = None,
-    metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e or "
-                                                    "3dos (default: from the dataset name)")] = None,
+    metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e, "
+                                                    "3dos, nuscenes-det or wod-det (default: from the dataset "
+                                                    "name and, on nuScenes-C/WOD-C, the predictions)")] = None,
     num_classes: Annotated[int | None, typer.Option(help="Classes of a classification benchmark "
                                                          "(default: the manifest's, else 40)")] = None,
+    source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
+                                                          "was made from (poses, velocities, attributes; default: "
+                                                          "the manifest's source root)")] = None,
 ) -> None:
     """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, ECE, AUROC, FPR95, ...)."""
     from manifests.manifest import ManifestError
@@ -396,7 +401,8 @@ def score(
     from pipeline.score.report import print_report
 
     try:
-        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes)
+        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
+                               source_root=source_root)
     except (PredictionError, ManifestError, ValueError, KeyError) as e:
         raise _fail(e) from None
     print_report(report, out_console)

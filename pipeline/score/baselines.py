@@ -21,7 +21,8 @@ def dgcnn_oa() -> dict[str, float]:
 
 
 def robo3d_baseline(table: str) -> dict[str, Any]:
-    """One Robo3D baseline table (``semantickitti-c``, ``nuscenes-c-seg``, ``kitti-c``, ``nuscenes-c-det``)."""
+    """One Robo3D baseline table (``semantickitti-c``, ``nuscenes-c-seg``, ``kitti-c``, ``nuscenes-c-det``,
+    ``wod-c-det``)."""
     tables = load_baseline("robo3d")["tables"]
     if table not in tables:
         raise KeyError(f"no Robo3D baseline table {table!r}; there are {', '.join(sorted(tables))}")

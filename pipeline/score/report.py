@@ -11,6 +11,8 @@ from pipeline.score.run import ScoreReport
 
 
 def _fmt(v: Any) -> str:
+    if v is None:  # not computed (e.g. NDS without ground-truth velocities)
+        return "—"
     if isinstance(v, float):
         return "nan" if v != v else f"{v:.4g}" if abs(v) < 1 else f"{v:.2f}"
     return str(v)
@@ -24,6 +26,9 @@ def print_report(report: ScoreReport, console: Console) -> None:
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
     shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40"))][:10]
+    from pipeline.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
+
+    shown = [m for m in PRINTED[report.metric] if m in metrics] if report.metric in PRINTED else shown
     table = Table(title=f"{report.dataset} {report.version}: {report.metric}")
     table.add_column("corruption")
     table.add_column("severity", justify="right")

@@ -7,6 +7,8 @@ Which metrics a version gets follows from its dataset name (or ``metric=`` expli
 | ``kitti-c``   | kitti-c                        | KITTI result dirs                       |
 | ``robo3d-det``| robo3d-kitti-c                 | KITTI result dirs                       |
 | ``robo3d-seg``| robo3d-semantickitti-c, …      | ``labels`` per key (train ids)          |
+| ``nuscenes-det`` | robo3d-nuscenes-c (boxes)   | nuScenes results JSON per partition     |
+| ``wod-det``   | robo3d-wod-c (boxes)           | ``boxes``/``scores``/``types`` per key  |
 | ``modelnet-c``| modelnet-c                     | ``probs`` or ``pred`` per key           |
 | ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
 | ``3dos``      | 3dos*                          | ``score`` per key                       |
@@ -25,7 +27,8 @@ import numpy as np
 from pipeline.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
 from pipeline.score.truth import iter_columns, manifest_of, object_truth
 
-METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos")
+METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos",
+           "nuscenes-det", "wod-det")
 
 
 def metric_for(dataset: str, source_kind: str | None = None) -> str:
@@ -80,9 +83,15 @@ def _json(v: Any) -> Any:
 
 def score_version(version_dir: str | Path, predictions: str | Path, *, metric: str | None = None,
                   classes: tuple[str, ...] = ("Car", "Pedestrian", "Cyclist"), num_classes: int | None = None,
-                  ignore_label: int | None = 0) -> ScoreReport:
+                  ignore_label: int | None = 0, source_root: str | Path | None = None) -> ScoreReport:
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
+    # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (pipeline.score.robo3d_det)
+    from pipeline.score.robo3d_det import scene_set, task_of
+
+    if scene_set(dataset) is not None:
+        metric = task_of(dataset, predictions, metric)
+    # ----
     metric = metric or metric_for(dataset, manifest.get("source", {}).get("kind"))
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
@@ -90,7 +99,11 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     from pipeline.export import severity_names as names_of
 
     severity_names = names_of(manifest)
-    if metric in ("kitti-c", "robo3d-det"):
+    if metric in ("nuscenes-det", "wod-det"):
+        from pipeline.score.robo3d_det import score_det3d
+
+        score_det3d(report, version_dir, predictions, severity_names, source_root)
+    elif metric in ("kitti-c", "robo3d-det"):
         _detection(report, version_dir, Path(predictions), severity_names, classes)
     elif metric == "robo3d-seg":
         _segmentation(report, version_dir, predictions, dataset, ignore_label)
