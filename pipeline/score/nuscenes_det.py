@@ -302,8 +302,11 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
                                                                     list[str]]:
     """Per partition the devkit's metrics (``NDS``, ``mAP``, ``mATE`` … ``mAAE``), and notes on what was
     not computable."""
-    from nuscenes.eval.detection.config import config_factory
+    from pipeline.sources.base import require_extra
 
+    # NDS is the devkit's own evaluation: without the nuscenes extra, say which one to install (exit 2)
+    config_factory = require_extra("nuscenes.eval.detection.config", "nuscenes", "nuScenes-C detection score",
+                                   "nuscenes-devkit").config_factory
     manifest = manifest_of(version_dir)
     src = manifest.get("source") or {}
     root = Path(source_root) if source_root is not None else Path(src["root"]) if src.get("root") else None

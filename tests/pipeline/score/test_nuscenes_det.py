@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+pytest.importorskip("nuscenes", reason="NDS is the devkit's evaluation: the nuscenes extra")
+
 from pipeline.cli import app
 from pipeline.score import PredictionError, score_version
 from pipeline.score.robo3d import robo3d_metrics
