@@ -360,14 +360,17 @@ def score(
                                                     "3dos (default: from the dataset name)")] = None,
     num_classes: Annotated[int | None, typer.Option(help="Classes of a classification benchmark "
                                                          "(default: the manifest's, else 40)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Processes scoring KITTI detection partitions "
+                                                            "(default: every CPU for versions of ≥ 5,000 frames, "
+                                                            "else 1)")] = None,
 ) -> None:
-    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, ECE, AUROC, FPR95, ...)."""
+    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, bug rates, ECE, AUROC, ...)."""
     from manifests.manifest import ManifestError
     from pipeline.score import PredictionError, score_version
     from pipeline.score.report import print_report
 
     try:
-        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes)
+        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes, workers=workers)
     except (PredictionError, ManifestError, ValueError, KeyError) as e:
         raise _fail(e) from None
     print_report(report, out_console)

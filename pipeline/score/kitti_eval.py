@@ -159,6 +159,18 @@ def frame_overlaps(dt: Sequence[KittiObjects], gt: Sequence[KittiObjects],
                      np.array([len(g) for g in gt], np.int64), metrics)
 
 
+def pair_index(n_dt: np.ndarray, n_gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every entry of a `FrameOverlaps`' ``flat``: its detection and ground-truth box, as indices into all
+    frames' objects concatenated (frame ``f`` has ``n_dt[f]`` detections and ``n_gt[f]`` boxes)."""
+    sizes = n_dt * n_gt
+    off = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    d_off = np.r_[0, np.cumsum(n_dt)].astype(np.int64)
+    g_off = np.r_[0, np.cumsum(n_gt)].astype(np.int64)
+    frame = np.repeat(np.arange(len(sizes)), sizes)
+    local = np.arange(int(off[-1]), dtype=np.int64) - off[frame]
+    return d_off[frame] + local // n_gt[frame], g_off[frame] + local % n_gt[frame]
+
+
 def _half_extents(obj: KittiObjects) -> tuple[np.ndarray, np.ndarray]:
     c, s = np.abs(np.cos(obj.rotation_y)), np.abs(np.sin(obj.rotation_y))
     w, length = np.abs(obj.hwl[:, 1]), np.abs(obj.hwl[:, 2])
@@ -175,12 +187,7 @@ def _overlaps(d: KittiObjects, g: KittiObjects, n_dt: np.ndarray, n_gt: np.ndarr
     total = int(off[-1])
     if total == 0:
         return {m: FrameOverlaps(np.zeros(0), off) for m in metrics}
-    d_off = np.r_[0, np.cumsum(n_dt)].astype(np.int64)
-    g_off = np.r_[0, np.cumsum(n_gt)].astype(np.int64)
-    frame = np.repeat(np.arange(len(sizes)), sizes)
-    local = np.arange(total, dtype=np.int64) - off[frame]
-    di = d_off[frame] + local // n_gt[frame]
-    gi = g_off[frame] + local % n_gt[frame]
+    di, gi = pair_index(n_dt, n_gt)
     # a relative and an absolute margin keep the rounding of the extents on the safe (GEOS) side
     exd, ezd = _half_extents(d)
     exg, ezg = _half_extents(g)

@@ -23,7 +23,7 @@ def print_report(report: ScoreReport, console: Console) -> None:
         return
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
-    shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40"))][:10]
+    shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40", "/AP_R11"))][:10]
     table = Table(title=f"{report.dataset} {report.version}: {report.metric}")
     table.add_column("corruption")
     table.add_column("severity", justify="right")
@@ -40,6 +40,44 @@ def print_report(report: ScoreReport, console: Console) -> None:
     headline = _headline(report.summary)
     if headline:
         console.print("  ".join(f"[bold]{k}[/bold] {_fmt(v)}" for k, v in headline.items()))
+    if any(m.endswith("/BR_TD") for m in metrics):
+        _print_bug_rates(report, console)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+def _print_bug_rates(report: ScoreReport, console: Console) -> None:
+    """Li et al.'s bug rates: BR (%) per partition and class, CR against clean, then mCR per class."""
+    from pipeline.score.bug_rates import BUGS
+
+    classes = list(dict.fromkeys(r["metric"].rpartition("/")[0] for r in report.rows
+                                 if r["metric"].endswith("/BR_TD")))
+    table = Table(title="bug rates (%): true detection, false classification, false detection, missed detection; "
+                        "CR = BR − BR_clean")
+    table.add_column("corruption")
+    table.add_column("severity", justify="right")
+    for cls in classes:
+        table.add_column(f"{cls} N_det", justify="right")
+        table.add_column(f"{cls} BR " + "/".join(BUGS), justify="right")
+        table.add_column(f"{cls} CR " + "/".join(BUGS), justify="right")
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in report.rows:
+        cells.setdefault((r["corruption"], str(r["severity"])), {})[r["metric"]] = r["value"]
+    for (c, s), vals in cells.items():
+        row = [c, s]
+        for cls in classes:
+            row.append(str(vals.get(f"{cls}/N_det", "")))
+            for kind in ("BR", "CR"):
+                got = [vals.get(f"{cls}/{kind}_{b}") for b in BUGS]
+                row.append("" if got[0] is None else " / ".join(_rate(v) for v in got))
+        table.add_row(*row)
+    console.print(table)
+    for cls, r in (report.summary.get("bug_rates") or {}).items():
+        console.print(f"[bold]{cls}[/bold] " + "  ".join(f"mCR_{b} {_rate(r[f'mCR_{b}'])}" for b in BUGS))
+
+
+def _rate(v: Any) -> str:
+    return "nan" if v is None or v != v else f"{v:.2f}"
 
 
 def _headline(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:

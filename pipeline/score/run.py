@@ -52,6 +52,7 @@ class ScoreReport:
     metric: str
     rows: list[dict[str, Any]] = field(default_factory=list)  # corruption, severity, name, value
     summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # said once, printed and written (e.g. ignored train keys)
 
     def add(self, corruption: str, severity: int | str, name: str, value: float) -> None:
         self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value})
@@ -65,22 +66,30 @@ class ScoreReport:
             w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value"])
             w.writeheader()
             w.writerows(self.rows)
-        json_path.write_text(json.dumps({"dataset": self.dataset, "version": self.version, "metric": self.metric,
-                                         "summary": self.summary, "rows": self.rows}, indent=1, default=_json))
+        doc = {"dataset": self.dataset, "version": self.version, "metric": self.metric, "summary": self.summary,
+               "rows": self.rows, "notes": self.notes}
+        # strict JSON: json.dumps writes NaN/Infinity literals for non-finite floats without calling `default`,
+        # so they are replaced before, and allow_nan=False proves none is left
+        json_path.write_text(json.dumps(_strict(doc), indent=1, allow_nan=False, default=str))
         return csv_path, json_path
 
 
-def _json(v: Any) -> Any:
+def _strict(v: Any) -> Any:
+    """``v`` with every non-finite float as None and NumPy scalars as Python ones (JSON ``null``, numbers)."""
     if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    return str(v)
+        v = v.item()
+    if isinstance(v, float):
+        return v if np.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _strict(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_strict(x) for x in v]
+    return v
 
 
 def score_version(version_dir: str | Path, predictions: str | Path, *, metric: str | None = None,
                   classes: tuple[str, ...] = ("Car", "Pedestrian", "Cyclist"), num_classes: int | None = None,
-                  ignore_label: int | None = 0) -> ScoreReport:
+                  ignore_label: int | None = 0, workers: int | None = None) -> ScoreReport:
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
     metric = metric or metric_for(dataset, manifest.get("source", {}).get("kind"))
@@ -91,7 +100,7 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
 
     severity_names = names_of(manifest)
     if metric in ("kitti-c", "robo3d-det"):
-        _detection(report, version_dir, Path(predictions), severity_names, classes)
+        _detection(report, version_dir, Path(predictions), severity_names, classes, workers)
     elif metric == "robo3d-seg":
         _segmentation(report, version_dir, predictions, dataset, ignore_label)
     else:
@@ -99,8 +108,9 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     return report
 
 
-def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes) -> None:
-    from pipeline.score.detection import score_detection
+def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes,
+               workers: int | None = None) -> None:
+    from pipeline.score.detection import score_partitions
     from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
 
     if not pred_root.is_dir():
@@ -108,12 +118,15 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
                               "(<corruption>/<severity>/<frame>.txt)")
     if report.metric == "robo3d-det":
         classes = ("Car",)
-    aps = score_detection(version_dir, pred_root, severity_names=severity_names, classes=classes)
+    scored = score_partitions(version_dir, pred_root, severity_names=severity_names, classes=classes,
+                              bugs=report.metric == "kitti-c", workers=workers)
+    aps = {p: r.ap for p, r in scored.items()}
     for part, res in aps.items():
         for cls, by_metric in res.items():
             for m, by_diff in by_metric.items():
                 for diff, v in by_diff.items():
-                    report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/AP_R40", v["AP_R40"])
+                    for ap in ("AP_R40", "AP_R11"):
+                        report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/{ap}", v[ap])
     if report.metric == "robo3d-det":
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
         report.summary = _robo3d_summary(acc, "kitti-c")
@@ -127,6 +140,28 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
             for (c, s), v in oa.items():
                 report.add(c, s, f"{cls}/{m}/OA", v)
     report.summary = summary
+    _bug_rates(report, {(p.corruption, p.severity): r.bugs for p, r in scored.items() if r.bugs is not None})
+
+
+def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str, float]]]) -> None:
+    """Li et al.'s BR per partition and class (rows ``<cls>/BR_TD`` …, ``<cls>/N_det``), CR per corrupted
+    partition (``<cls>/CR_TD`` …), and per corruption + mCR under ``summary["bug_rates"]``."""
+    from pipeline.score.bug_rates import BUGS, corruption_risk
+
+    for (c, s), by_cls in br.items():
+        for cls, v in by_cls.items():
+            report.add(c, s, f"{cls}/N_det", v["N_det"])
+            for b in BUGS:
+                report.add(c, s, f"{cls}/BR_{b}", v[f"BR_{b}"])
+    if ("clean", 0) not in br or len(br) < 2:
+        return
+    risk = corruption_risk(br)
+    for cls, r in risk.items():
+        for c, per in r["per_corruption"].items():
+            for s, v in per["CR_by_severity"].items():
+                for b in BUGS:
+                    report.add(c, s, f"{cls}/CR_{b}", v[f"CR_{b}"])
+    report.summary["bug_rates"] = risk
 
 
 def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, Any]:

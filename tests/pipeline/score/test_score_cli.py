@@ -73,7 +73,7 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
     res = runner.invoke(app, ["score", str(det_version), str(preds), "--out", str(tmp_path / "res" / "kitti")])
     assert res.exit_code == 0, res.output
-    data = json.loads((tmp_path / "res" / "kitti.json").read_text())
+    data = strict_json(tmp_path / "res" / "kitti.json")
     assert data["metric"] == "kitti-c"
     # the same numbers as the evaluator on the ground-truth text directly
     fids = KittiSource(demo_kitti_master).list_frames()[:4]
@@ -88,6 +88,34 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
     assert csv_rows[0] == "corruption,severity,metric,value" and any("Car/3d/OA" in r for r in csv_rows)
     assert "mCE_AP" in res.output
+    # Li et al.'s bug rates: a perfect detector's boxes are all true detections; no detections → no rate (null)
+    rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in data["rows"]}
+    assert rows[("clean", 0, "Car/BR_TD")] == 100 and rows[("clean", 0, "Car/BR_MD")] == 0
+    assert rows[("clean", 0, "Car/N_det")] == sum(int((g.name == "Car").sum()) for g in gts) > 0
+    assert rows[("beam_del", 1, "Car/N_det")] == 0 and rows[("beam_del", 1, "Car/BR_TD")] is None
+    assert rows[("gaussian_rad", 1, "Car/CR_FD")] == 0
+    bugs = data["summary"]["bug_rates"]["Car"]
+    assert bugs["per_corruption"]["gaussian_rad"]["CR_TD"] == 0 and bugs["mCR_TD"] is None
+    assert bugs["BR_clean"]["BR_TD"] == 100
+    # AP with 11 recall points is in the files too (the README says so)
+    assert ("clean", 0, "Car/3d/moderate/AP_R11") in rows
+    assert "mCR_TD" in res.output and "bug rates" in res.output
+
+
+def test_detection_partitions_in_parallel_processes_score_the_same(det_version, demo_kitti_master, tmp_path):
+    from pipeline.score.run import _strict
+
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
+    one, two = score_version(det_version, preds, workers=1), score_version(det_version, preds, workers=2)
+    assert _strict(two.rows) == _strict(one.rows) and _strict(two.summary) == _strict(one.summary)
+
+
+def strict_json(path: Path):
+    """Parse as a strict JSON parser does: NaN / Infinity literals are errors."""
+    def refuse(name):
+        raise ValueError(f"{path}: non-standard JSON constant {name}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
 
 
 def test_detection_missing_and_foreign_result_files(det_version, demo_kitti_master, tmp_path):
