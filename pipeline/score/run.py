@@ -203,22 +203,17 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             keys.append(k)
     check_keys(predictions, preds, keys, report.dataset)
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
+    from pipeline.score.validate import point_labels
+
+    labels = {}
     for k in keys:
-        lab = preds[k].get("labels")
-        if not isinstance(lab, list):
-            raise PredictionError(f"{predictions}: key {k!r}: no 'labels' list")
-        if lab and (min(lab) < 0 or not all(isinstance(x, int) for x in lab)):
-            raise PredictionError(f"{predictions}: key {k!r}: labels must be non-negative integers")
-        if max_label is not None and lab and max(lab) > max_label:
-            i = next(i for i, x in enumerate(lab) if x > max_label)
-            raise PredictionError(f"{predictions}: key {k!r}: label {lab[i]} (point {i}) is not a train id "
-                                  f"0…{max_label} of the benchmark's learning map")
-        num_classes = max(num_classes, 1 + max(lab, default=0))
+        labels[k] = point_labels(predictions, preds, k, max_label)
+        num_classes = max(num_classes, 1 + int(labels[k].max(initial=0)))
     acc = {}
     for part, items in gts.items():
         conf = np.zeros((num_classes, num_classes), np.int64)
         for k, g in items:
-            p = np.asarray(preds[k]["labels"], np.int64)
+            p = labels[k]
             if len(p) != len(g):
                 raise PredictionError(f"{predictions}: key {k!r}: {len(p)} labels for {len(g)} points")
             conf += confusion(g, p, num_classes, ignore_label)
@@ -274,7 +269,8 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         report.summary = summary
         return
     k = num_classes or len(manifest.get("classes") or []) or 40
-    probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c")
+    probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
+                        distribution=report.metric == "modelnet40-e")
     parts = [(p.corruption, p.severity) for p in truth.partition]
     groups: dict[tuple[str, int], list[int]] = {}
     for i, p in enumerate(parts):

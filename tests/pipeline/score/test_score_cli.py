@@ -319,7 +319,7 @@ def test_bad_parquet_predictions(small_mnc, tmp_path):
     pq.write_table(pa.table({"key": [f"modelnet-c/{i:04d}/clean/0" for i in range(8)],
                              "probs": [[1.0, float("inf")]] * 8}), p)
     with pytest.raises(PredictionError, match=r"row 0: key 'modelnet-c/0000/clean/0': probs\[1\] is inf"):
-        score_version(small_mnc, p)
+        score_version(small_mnc, p, num_classes=2)
     (tmp_path / "p.txt").write_text("x")
     with pytest.raises(PredictionError, match="unknown prediction format"):
         score_version(small_mnc, tmp_path / "p.txt")
