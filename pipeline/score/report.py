@@ -20,7 +20,13 @@ def print_report(report: ScoreReport, console: Console) -> None:
     """Per-partition metrics (one column per metric), then the headline numbers."""
     if report.metric == "3dos":
         _print_open_set(report, console)
-        return
+    else:
+        _print_partitions(report, console)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+def _print_partitions(report: ScoreReport, console: Console) -> None:
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
     shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40", "/AP_R11"))][:10]
@@ -42,8 +48,6 @@ def print_report(report: ScoreReport, console: Console) -> None:
         console.print("  ".join(f"[bold]{k}[/bold] {_fmt(v)}" for k, v in headline.items()))
     if any(m.endswith("/BR_TD") for m in metrics):
         _print_bug_rates(report, console)
-    for note in report.notes:
-        console.print(f"note: {note}", highlight=False)
 
 
 def _print_bug_rates(report: ScoreReport, console: Console) -> None:

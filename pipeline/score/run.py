@@ -235,6 +235,18 @@ def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
     return None
 
 
+def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other_split: dict[str, str]) -> None:
+    """Predictions for the build's train / val examples are dropped with one note: only test is scored."""
+    ignored = [k for k in preds if k in other_split]
+    if not ignored:
+        return
+    for k in ignored:
+        del preds[k]
+    splits = sorted({other_split[k] for k in ignored})
+    report.notes.append(f"{path}: {len(ignored)} predictions for {'/'.join(splits)} examples were ignored "
+                        f"(only the test split is scored), e.g. {ignored[0]}")
+
+
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
     from pipeline.score.modelnet40_e import modelnet40_e_metrics
     from pipeline.score.modelnet_c import modelnet_c_metrics
@@ -242,6 +254,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
 
     truth = object_truth(version_dir)
     preds = read_predictions(predictions)
+    _ignore_other_splits(report, predictions, preds, truth.other_split)
     check_keys(predictions, preds, truth.keys, dataset)
     if report.metric == "3dos":
         if truth.known is None:

@@ -216,6 +216,29 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     assert res.exit_code == 0 and "known (positive) vs unknown" in res.output and "union" in res.output
 
 
+def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
+    base = {"corruption": "clean", "severity": 0, "scenario": "SN1", "class_id": 0, "unknown_set": None}
+    rows = [{"key": f"3dos/SN1/{sp}/{n}/clean/0", **base, "known": n.startswith("k"), "split": sp,
+             "unknown_set": None if n.startswith("k") else "SN2"}
+            for sp, names in (("test", ("k0", "k1", "u0")), ("train", ("k2", "k3")), ("val", ("k4",)))
+            for n in names]
+    v = write_object_version(tmp_path / "3dos" / "1", "3dos", rows)
+    p = tmp_path / "o.jsonl"
+    p.write_text("".join(json.dumps({"key": r["key"], "score": 0.9 - 0.1 * i}) + "\n" for i, r in enumerate(rows)))
+    rep = score_version(v, p)
+    assert rep.summary["SN1"]["SN2"]["AUROC"] == 1.0 and rep.summary["SN1"]["SN2"]["n_known"] == 2
+    assert rep.notes == [f"{p}: 3 predictions for train/val examples were ignored (only the test split is scored), "
+                         "e.g. 3dos/SN1/train/k2/clean/0"]
+    res = runner.invoke(app, ["score", str(v), str(p), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0 and "3 predictions for train/val examples were ignored" in " ".join(res.output.split())
+    assert strict_json(tmp_path / "r.json")["notes"] == rep.notes
+    # a key that is in no split of the build is still refused
+    with p.open("a") as f:
+        f.write(json.dumps({"key": "3dos/SN1/test/k9/clean/0", "score": 0.5}) + "\n")
+    with pytest.raises(PredictionError, match="1 keys are not examples of this version: 3dos/SN1/test/k9/clean/0"):
+        score_version(v, p)
+
+
 def test_segmentation_miou_and_bad_label_count(tmp_path):
     rows = [{"key": "robo3d-semantickitti-c/000000/clean/0", "corruption": "clean", "severity": 0, "class_id": 0,
              "semantic": [0, 1, 1, 2, 2, 2, 0]}]
