@@ -592,7 +592,8 @@ def bench(
     build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
                                                           "which goes first); the speed-up and the task CPU are "
                                                           "medians")] = 1,
-    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds")] = 2,
+    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds; with --score: "
+                                              "scoring processes")] = 2,
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
@@ -603,12 +604,21 @@ def bench(
     points_layouts: Annotated[bool, typer.Option(help="Instead: write / read CPU and size of candidate layouts of the "
                                                      "points column on --frames demo frames (for a schema decision)")]
     = False,
+    score: Annotated[bool, typer.Option(help="Instead: time `score` on full-size KITTI-C partitions (7,481 synthetic "
+                                             "frames each at KITTI's label density, ~10 detections a frame; AP and "
+                                             "bug rates) at --workers processes and extrapolate to all 126")] = False,
+    score_partitions: Annotated[int, typer.Option(min=1, help="With --score: full-size partitions measured")] = 4,
     costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
                                                         "for `plan` and task sizing (pipeline/cost_tables/); "
                                                         "scaled to real task seconds by the demo build unless "
                                                         "--no-builds")] = None,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
+    if score:
+        from pipeline.bench_score import run_bench_score
+
+        run_bench_score(partitions=score_partitions, workers=workers)
+        return
     if loaders:
         from pipeline.bench_loaders import run_bench_loaders
 
