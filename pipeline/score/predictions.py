@@ -12,7 +12,8 @@ by the example key ``benchmark/frame_id/corruption/severity`` of the version bei
 | labels   | list<int>[N]    | Robo3D segmentation                       | predicted label of each of the N points   |
 
 Detection predictions are KITTI result files instead (see `pipeline.score.detection`).
-Every problem raises `PredictionError` naming the file and the key or line.
+Every problem raises `PredictionError` naming the file and the key or line; the values of the fields a
+metric reads are checked element by element in `pipeline.score.validate`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ Which metrics a version gets follows from its dataset name (or ``metric=`` expli
 | ``modelnet-c``| modelnet-c                     | ``probs`` or ``pred`` per key           |
 | ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
 | ``3dos``      | 3dos*                          | ``score`` per key                       |
+
+``kitti-c`` also gets Li et al.'s bug rates (`bug_rates`): BR per partition and class, CR against clean, mCR.
+Prediction values are checked element by element (`validate`); predictions for examples of a split that is
+not scored (train / val) are dropped with one note in ``ScoreReport.notes``. ``write`` emits strict JSON
+(non-finite numbers as ``null``).
 """
 
 from __future__ import annotations
@@ -205,15 +210,14 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
     from pipeline.score.validate import point_labels
 
-    labels = {}
+    # validated arrays are not kept: a full segmentation benchmark has billions of labels, already held once
     for k in keys:
-        labels[k] = point_labels(predictions, preds, k, max_label)
-        num_classes = max(num_classes, 1 + int(labels[k].max(initial=0)))
+        num_classes = max(num_classes, 1 + int(point_labels(predictions, preds, k, max_label).max(initial=0)))
     acc = {}
     for part, items in gts.items():
         conf = np.zeros((num_classes, num_classes), np.int64)
         for k, g in items:
-            p = labels[k]
+            p = np.asarray(preds[k]["labels"], np.int64)
             if len(p) != len(g):
                 raise PredictionError(f"{predictions}: key {k!r}: {len(p)} labels for {len(g)} points")
             conf += confusion(g, p, num_classes, ignore_label)
