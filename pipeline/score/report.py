@@ -51,37 +51,31 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
 
 
 def _print_bug_rates(report: ScoreReport, console: Console) -> None:
-    """Li et al.'s bug rates: BR (%) per partition and class, CR against clean, then mCR per class."""
+    """Li et al.'s bug rates: one row per partition and detected class, BR (%) and CR against clean, then mCR."""
     from pipeline.score.bug_rates import BUGS
 
     classes = list(dict.fromkeys(r["metric"].rpartition("/")[0] for r in report.rows
                                  if r["metric"].endswith("/BR_TD")))
-    table = Table(title="bug rates (%): true detection, false classification, false detection, missed detection; "
-                        "CR = BR − BR_clean")
-    table.add_column("corruption")
-    table.add_column("severity", justify="right")
-    for cls in classes:
-        table.add_column(f"{cls} N_det", justify="right")
-        table.add_column(f"{cls} BR " + "/".join(BUGS), justify="right")
-        table.add_column(f"{cls} CR " + "/".join(BUGS), justify="right")
+    table = Table(title="bug rates (%): TD true detection, FC false classification, FD false detection, "
+                        "MD missed detection; CR = BR − BR_clean")
+    for col in ("corruption", "severity", "class", "N_det", *(f"BR_{b}" for b in BUGS), *(f"CR_{b}" for b in BUGS)):
+        table.add_column(col, justify="left" if col in ("corruption", "class") else "right")
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for r in report.rows:
         cells.setdefault((r["corruption"], str(r["severity"])), {})[r["metric"]] = r["value"]
     for (c, s), vals in cells.items():
-        row = [c, s]
         for cls in classes:
-            row.append(str(vals.get(f"{cls}/N_det", "")))
-            for kind in ("BR", "CR"):
-                got = [vals.get(f"{cls}/{kind}_{b}") for b in BUGS]
-                row.append("" if got[0] is None else " / ".join(_rate(v) for v in got))
-        table.add_row(*row)
+            if f"{cls}/N_det" not in vals:
+                continue
+            table.add_row(c, s, cls, str(vals[f"{cls}/N_det"]),
+                          *(_rate(vals.get(f"{cls}/{kind}_{b}")) for kind in ("BR", "CR") for b in BUGS))
     console.print(table)
     for cls, r in (report.summary.get("bug_rates") or {}).items():
         console.print(f"[bold]{cls}[/bold] " + "  ".join(f"mCR_{b} {_rate(r[f'mCR_{b}'])}" for b in BUGS))
 
 
 def _rate(v: Any) -> str:
-    return "nan" if v is None or v != v else f"{v:.2f}"
+    return "" if v is None else "nan" if v != v else f"{v:.2f}"
 
 
 def _headline(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
