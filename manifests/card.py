@@ -114,6 +114,18 @@ def numeric_profile_line(profile: dict[str, Any] | None) -> str | None:
             f"{profile.get('libc')}; every node that built it matched it")
 
 
+def lock_line(profile: dict[str, Any] | None) -> str | None:
+    """The card's line on the lock the build's packages came from (manifest ``numeric_profile.lock``)."""
+    lock = (profile or {}).get("lock")
+    if not lock:
+        return None
+    head = f"- Environment: bench-build's lock `manifests/lock.txt` sha256 `{lock['sha256'][:16]}…`"
+    if lock.get("matches"):
+        return (f"{head}; every package that computes or encodes the shards was installed at its locked version, so "
+                "installing bench-build with that lock as pip constraints rebuilds these files bit for bit")
+    return f"{head}; installed at other versions than locked: {', '.join(lock.get('differs') or [])}"
+
+
 def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | None = None) -> str:
     """The card; ``validation`` is the relative link of a validation summary to mention, if any."""
     counts = manifest["counts"]
@@ -134,6 +146,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Recipe: `{recipe.origin}`, seed {recipe.seed}, fingerprint `{manifest['fingerprint']}`",
         f"- Built by bench-build {manifest['code_version']} on {manifest['created']}",
         numeric_profile_line(manifest.get("numeric_profile")),
+        lock_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
         f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
         "severity 0 = clean)",
@@ -221,6 +234,10 @@ def object_sections(recipe: Recipe, src: dict[str, Any]) -> list[str]:
             sn = src.get("shapenet", {})
             lines += ["", f"ShapeNet shapes: mesh → {sn.get('sampling', 'area-weighted surface samples → FPS 4,096')}"
                       " → a seeded 1,024 per example (`object_sample`) → centred, divided by the largest norm."]
+    if recipe.source_options:
+        lines += ["", "## Example membership (source options)", "",
+                  *(f"- `{k}` = {v}: {recipe.source_notes.get(k, '')}".rstrip(": ")
+                    for k, v in recipe.source_options.items())]
     counts = src.get("counts")
     if isinstance(counts, dict) and counts:
         lines += ["", "## Scenarios: known / unknown examples per split", "",
@@ -277,7 +294,7 @@ def differences_section(recipe: Recipe) -> list[str]:
             f"This build is the **{built}** {'variant' if recipe.variant else 'recipe'}. "
             f"Variant `{v.name}` ({v.description}; build it with `bench-build run "
             f"{v.base if recipe.origin.startswith('built-in') else '<recipe.toml>'}:{v.name}`, "
-            f"benchmark `{v.benchmark}`) differs from the default in {len(v.changes)} corruptions:",
+            f"benchmark `{v.benchmark}`) differs from the default in {_changed(v.changes)}:",
             "",
             f"| corruption | default (released generator) | `{v.name}` |",
             "| --- | --- | --- |",
@@ -289,6 +306,16 @@ def differences_section(recipe: Recipe) -> list[str]:
             lines.append(f"| {corruption} | {default}. {n_default} | {variant}. {n_variant} |")
         lines.append("")
     return lines
+
+
+def _changed(changes: dict[str, Any]) -> str:
+    """What a variant changes, in words: "3 corruptions", "the preprocessing", "the source options"."""
+    opts = [c.split(".", 1)[1] for c in changes if c.startswith("source_options.")]
+    n = sum(1 for c in changes if c != "preprocess" and not c.startswith("source_options."))
+    parts = [f"{n} corruption{'s' if n != 1 else ''}"] if n else []
+    parts += ["the preprocessing"] if "preprocess" in changes else []
+    parts += [f"source option{'s' if len(opts) > 1 else ''} {', '.join(f'`{o}`' for o in opts)}"] if opts else []
+    return " and ".join(parts) or "nothing"
 
 
 def _fmt_value(v: Any) -> str:

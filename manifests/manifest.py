@@ -15,7 +15,14 @@
                 "by_partition": {"clean/0": {...}, "fog/3": {"examples": 7481, "bytes": ..., "seconds": ...}}},
      "shards": [{"path": "data/corruption=fog/severity=3/part-00000-of-00117.parquet",
                  "corruption": "fog", "severity": 3, "shard": "part-00000-of-00117",
-                 "rows": 64, "bytes": 123, "sha256": "..."}, ...]}
+                 "rows": 64, "bytes": 123, "sha256": "..."}, ...],
+     "renders": [{"path": "renders/contact_sheet.png", "bytes": 123, "sha256": "..."}]}
+
+``renders`` lists the pictures the build wrote for its dataset card (always under ``renders/``): `publish`
+uploads and `pull` downloads exactly these, each checked against its sha256, never what a listing of
+``renders/`` holds (a PNG `bench-build render` adds later is the user's, and is neither verified nor
+published). Manifests written before renders were listed have no ``renders`` key: their card's pictures
+are not published or pulled.
 
 Layout v1 (``manifest_version`` 1: ``clean/`` outside the hive tree, partition keys duplicated in-file,
 flat ``list<float32>`` points) is refused with a message saying so: rebuild it (same recipe and seed give the
@@ -35,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from manifests import names
+
 MANIFEST_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
                   "layout v2 only: rebuild it with `bench-build run` (same recipe and seed, same examples) or read it "
@@ -43,7 +52,8 @@ MANIFEST_NAME = "manifest.json"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")  # a dataset or version name usable as a path segment
+# a dataset or version name usable as a path segment: the one rule of manifests.names, also checked at load
+SAFE_NAME = names.SAFE_NAME
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
 
 
@@ -102,12 +112,38 @@ def unsafe_path_reason(rel: Any) -> str | None:
     return None
 
 
+RENDERS_DIR = "renders/"  # the card's pictures, listed in the manifest's ``renders``
+
+
+def render_path_reason(rel: Any) -> str | None:
+    """Why ``rel`` may not be a listed render (`unsafe_path_reason`, or not under ``renders/``), or None."""
+    reason = unsafe_path_reason(rel)
+    if reason is None and not rel.startswith(RENDERS_DIR):
+        reason = f"not under {RENDERS_DIR}"
+    return reason
+
+
+def local_path(root: str | Path, rel: Any) -> Path:
+    """``root/rel`` for a path ``rel`` taken from a manifest: the one check every file written below a version
+    directory from a manifest (or a listing) passes. Refused with `ManifestError` when ``rel`` is unsafe
+    (`unsafe_path_reason`) or resolves outside ``root`` (a symbolic link on the way)."""
+    root = Path(root)
+    reason = unsafe_path_reason(rel)
+    if reason is not None:
+        raise ManifestError(f"{rel!r}: refusing a path that escapes {root} ({reason})")
+    path = root / rel
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ManifestError(f"{path}: resolves outside {root} (a symbolic link on the way); refusing to write "
+                            "through it: remove the link")
+    return path
+
+
 def check_manifest(manifest: dict[str, Any], where: str) -> None:
-    """Refuse a manifest whose dataset/version names or shard paths could escape its directory."""
+    """Refuse a manifest whose dataset/version names or shard / render paths could escape its directory."""
     for key in ("dataset", "version"):
         value = manifest.get(key)
         if not isinstance(value, str) or not SAFE_NAME.match(value):
-            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({SAFE_NAME.pattern})")
+            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({names.RULE})")
     shards = manifest.get("shards")
     if not isinstance(shards, list):
         raise ManifestError(f"{where}: no shard list")
@@ -115,6 +151,18 @@ def check_manifest(manifest: dict[str, Any], where: str) -> None:
            if (reason := unsafe_path_reason(e.get("path") if isinstance(e, dict) else None))]
     if bad:
         raise ManifestError(f"{where}: refusing a manifest whose shard paths escape the version directory: "
+                            + ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+    renders = manifest.get("renders", [])
+    if not isinstance(renders, list):
+        raise ManifestError(f"{where}: renders is not a list")
+    bad = []
+    for e in renders:
+        if not isinstance(e, dict) or not isinstance(e.get("bytes"), int) or not isinstance(e.get("sha256"), str):
+            bad.append(f"{str(e)[:80]!r} (a render needs path, bytes and sha256)")
+        elif reason := render_path_reason(e.get("path")):
+            bad.append(f"{e.get('path')!r} ({reason})")
+    if bad:
+        raise ManifestError(f"{where}: refusing a manifest whose render paths escape its renders/ directory: "
                             + ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
 
 
@@ -133,6 +181,7 @@ class VerifyReport:
     checked: int = 0
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # unlisted non-data files: reported, not failing
+    renders: int = 0  # listed renders checked (size and sha256), beside the ``checked`` data files
 
     @property
     def ok(self) -> bool:
@@ -141,7 +190,8 @@ class VerifyReport:
 
 #: Files of a version that are not data and are never listed: the manifest itself and the dataset card.
 #: Directories and files whose name starts with ``_`` or ``.`` (``_ledger/``, the writer lock, temp files)
-#: are run state that no reader opens (pyarrow ignores them); ``validation/`` and ``renders/`` are reports.
+#: are run state that no reader opens (pyarrow ignores them); ``validation/`` and ``renders/`` are reports
+#: (the renders the manifest lists are checked as such; a picture `bench-build render` added later is not).
 UNLISTED_OK = (MANIFEST_NAME, "README.md")
 UNLISTED_DIRS = ("validation", "renders")
 
@@ -206,7 +256,8 @@ def sha256_file(path: str | Path) -> str:
 
 
 def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport:
-    """Re-check every shard listed in the manifest (size, sha256, Parquet row count)."""
+    """Re-check every shard listed in the manifest (size, sha256, Parquet row count) and every listed render
+    (size, sha256)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.parquet as pq
@@ -235,11 +286,34 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
             return f"{rel}: {rows} rows, manifest says {entry['rows']}"
         return None
 
+    def check_render(entry: Any) -> str | None:
+        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int):
+            return f"renders: malformed entry {str(entry)[:80]!r} (needs path, bytes and sha256)"
+        rel = entry.get("path")
+        if render_path_reason(rel):
+            return f"{rel}: path escapes the version's renders/ directory"
+        path = root / rel
+        if path.is_symlink() or not path.is_file():
+            return f"{rel}: missing" + (" (a symbolic link, not the build's file)" if path.is_symlink() else "")
+        if path.stat().st_size != entry["bytes"]:
+            return f"{rel}: {path.stat().st_size} bytes, manifest says {entry['bytes']}"
+        if sha256_file(path) != entry["sha256"]:
+            return f"{rel}: sha256 mismatch (file altered or corrupt)"
+        return None
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for problem in pool.map(check, manifest["shards"]):
             report.checked += 1
             if problem:
                 report.problems.append(problem)
+    renders = manifest.get("renders", [])
+    if not isinstance(renders, list):
+        report.problems.append("renders: not a list")
+        renders = []
+    for entry in renders:
+        report.renders += 1
+        if problem := check_render(entry):
+            report.problems.append(problem)
     present = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     extra, report.warnings = check_file_set(manifest, present)
     report.problems += extra + check_counts(manifest)

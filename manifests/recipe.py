@@ -37,6 +37,22 @@ source frame before the clean copy is stored — ModelNet-C keeps the first 1,02
 part of the fingerprint. A recipe with ``severities = 0`` and no corruptions stores only that clean copy
 (3DOS). A variant may override ``[preprocess]`` keys with a ``[variants.<name>.preprocess]`` table.
 
+Source options. An optional ``[source_options]`` table chooses how a source lists its examples where the
+benchmark's published code and an alternative differ (3DOS: ``cellphone``, ``r2r_val``; the keys and their
+allowed values per source kind are `SOURCE_OPTIONS`). It changes which frames exist, so it is part of the
+canonical JSON (only when present: recipes without it keep their fingerprint). A variant overrides its keys
+with ``[variants.<name>.source_options]``; the card lists both values like any other variant change.
+
+Names and sizes. Every name that becomes a path or a partition key follows the one safe-name rule of
+`manifests.names` (1–128 characters of ``A–Z a–z 0–9 _ - . +``, starting with a letter or digit, no
+``..``; so no ``/``, ``\\``, ``=``, whitespace or control characters): the benchmark's name and version (the
+build goes to ``OUT/<name>/<version>``), every corruption name (``data/corruption=<name>/``), every stage
+name and every severity name. A recipe is also bounded so a typo cannot ask for a build the size of a
+disk: ``severities`` ≤ `MAX_SEVERITIES` (20; the built-ins have at most 5), and in a corruption's or
+``[preprocess]``'s parameters every list (at any depth) has ≤ `MAX_PARAM_ITEMS` (256; built-ins ≤ 12)
+entries and every string ≤ `MAX_PARAM_CHARS` (256; built-ins ≤ 22) characters (``notes`` is free text
+and not bounded). Each violation is a `RecipeError` naming the recipe and the field, raised at load.
+
 Variants. A recipe may define named variants that override some parameters of some corruptions,
 without repeating the table. ``load_recipe("kitti-c:text")`` loads the variant ``text``; its
 benchmark name becomes ``<name>-<variant>`` (unless the variant sets ``name``), so it builds into
@@ -64,13 +80,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from manifests.names import check_safe_name
 from stages.registry import Stage, get_stage
 
-VARIANT_KEYS = {"name", "description", "corruptions", "preprocess"}
+VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
 BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
     "paper_frames",
 }
+#: Upper bounds of a recipe (documented in the module docstring; well above every built-in recipe).
+MAX_SEVERITIES = 20
+MAX_PARAM_ITEMS = 256
+MAX_PARAM_CHARS = 256
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
 #: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
 VALIDATE_KEYS: dict[str, Any] = {
@@ -121,6 +142,9 @@ class Recipe:
     variants: dict[str, VariantInfo] = field(default_factory=dict)
     paper_frames: int | None = None  # source frames of the full-size benchmark (descriptive; not fingerprinted)
     preprocess: Corruption | None = None  # one stage applied to every frame before the clean copy
+    #: the [source_options] table without its notes: how the source lists its frames (e.g. 3DOS's cellphones)
+    source_options: dict[str, Any] = field(default_factory=dict)
+    source_notes: dict[str, str] = field(default_factory=dict)  # option → why this value (card)
 
     def corruption(self, name: str) -> Corruption:
         for c in self.corruptions:
@@ -144,6 +168,7 @@ class Recipe:
             **({"preprocess": {"stage": self.preprocess.stage, "stage_version": self.preprocess.stage_version,
                                "params": _jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
                if self.preprocess is not None else {}),
+            **({"source_options": dict(sorted(self.source_options.items()))} if self.source_options else {}),
             "corruptions": [
                 {
                     "name": c.name,
@@ -233,6 +258,10 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
                 "benchmark": {**data.get("benchmark", {}), "name": variants[variant].benchmark}}
         if "preprocess" in data["variants"][variant]:
             data["preprocess"] = {**data.get("preprocess", {}), **data["variants"][variant]["preprocess"]}
+        if "source_options" in data["variants"][variant]:
+            base_opts, over = data.get("source_options", {}), data["variants"][variant]["source_options"]
+            data["source_options"] = {**base_opts, **over,  # per-option notes merge too: the others keep theirs
+                                      "notes": {**_notes_table(base_opts), **_notes_table(over)}}
         origin = f"{origin}, variant {variant}"
     bench = data.get("benchmark")
     if not isinstance(bench, dict):
@@ -246,13 +275,23 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     severities = bench["severities"]
     if not isinstance(severities, int) or isinstance(severities, bool) or severities < 0:
         raise RecipeError(f"{origin}: [benchmark] severities must be a non-negative integer, got {severities!r}")
+    if severities > MAX_SEVERITIES:
+        raise RecipeError(f"{origin}: [benchmark] severities = {severities} is more than {MAX_SEVERITIES}, the most a "
+                          "recipe may have (each severity is a full copy of every corrupted frame)")
+    for key in ("name", "version"):
+        check_safe_name(bench[key], f"{origin}: [benchmark] {key}", RecipeError)
     if not isinstance(bench["seed"], int) or isinstance(bench["seed"], bool) or bench["seed"] < 0:
         raise RecipeError(f"{origin}: [benchmark] seed must be a non-negative integer, got {bench['seed']!r}")
     paper_frames = bench.get("paper_frames")
     if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
                                      or paper_frames < 1):
         raise RecipeError(f"{origin}: [benchmark] paper_frames must be a positive integer, got {paper_frames!r}")
-    sev_names = tuple(bench.get("severity_names", ()))
+    sev_names = bench.get("severity_names", ())
+    if not isinstance(sev_names, list | tuple):
+        raise RecipeError(f"{origin}: [benchmark] severity_names must be a list of names, got {sev_names!r}")
+    sev_names = tuple(sev_names)
+    for sev_name in sev_names:
+        check_safe_name(sev_name, f"{origin}: [benchmark] severity_names entry", RecipeError)
     if sev_names and len(sev_names) != severities:
         raise RecipeError(f"{origin}: severity_names has {len(sev_names)} entries, severities is {severities}")
     raw = data.get("corruptions", {} if severities == 0 else None)
@@ -274,6 +313,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     if not isinstance(fps, int) or fps < 1:
         raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
     validate = _parse_validate(origin, data.get("validate"), corruptions, severities)
+    source_options, source_notes = _parse_source_options(origin, str(bench["source"]), data.get("source_options"))
     for v in variants if variant is None else ():  # a typo in a variant fails the default's load too
         parse_recipe(text, origin=origin, variant=v)
     return Recipe(
@@ -294,6 +334,8 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         variants=variants,
         paper_frames=paper_frames,
         preprocess=preprocess,
+        source_options=source_options,
+        source_notes=source_notes,
     )
 
 
@@ -328,15 +370,72 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
         if pre_over:
             defaults = _stage_defaults(pre.get("stage"))
             changes["preprocess"] = {k: (pre.get(k, defaults.get(k)), val) for k, val in pre_over.items()
-                                     if pre.get(k, defaults.get(k)) != val}
+                                     if k != "notes" and pre.get(k, defaults.get(k)) != val}
+        opts, opts_over = data.get("source_options", {}), v.get("source_options", {})
+        if not isinstance(opts_over, dict) or (opts_over and not isinstance(opts, dict)):
+            raise RecipeError(f"{where}: source_options must be a table overriding keys of [source_options]")
+        # each changed table's notes: the default's, and the variant's (the default's when it gives none)
+        tables = {**{c: (raw[c], overrides[c]) for c in overrides}, "preprocess": (pre, pre_over)}
+        if opts_over:
+            # a variant only re-chooses options the default states, so the card can show both values
+            missing = sorted(set(opts_over) - set(opts) - {"notes"})
+            if missing:
+                raise RecipeError(f"{where}: source_options {missing} are not in the recipe's [source_options]")
+            # one row per option (source_options.<key>), each with its own notes
+            notes_a, notes_b = _notes_table(opts), _notes_table(opts_over)
+            for k, val in opts_over.items():
+                if k != "notes" and opts[k] != val:
+                    changes[f"source_options.{k}"] = {k: (opts[k], val)}
+                    tables[f"source_options.{k}"] = ({"notes": notes_a.get(k, "")},
+                                                      {"notes": notes_b.get(k, notes_a.get(k, ""))})
         out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
                                  description=str(v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
-                                 notes={c: (str(raw.get(c, pre).get("notes", "")),
-                                            str(overrides.get(c, pre_over).get("notes",
-                                                                               raw.get(c, pre).get("notes", ""))))
+                                 notes={c: (str(tables[c][0].get("notes", "")),
+                                            str(tables[c][1].get("notes", tables[c][0].get("notes", ""))))
                                         for c, ch in changes.items() if ch})
     return out
+
+
+def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
+    """The [source_options] keys a source kind takes, each with its allowed values (none for most kinds)."""
+    if source == "3dos":
+        from manifests.threedos import SOURCE_OPTIONS
+
+        return SOURCE_OPTIONS
+    return {}
+
+
+def _parse_source_options(origin: str, source: str, table: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Check a recipe's [source_options] (keys and values the source kind takes); return it and its notes."""
+    if table is None:
+        return {}, {}
+    where = f"{origin}: [source_options]"
+    if not isinstance(table, dict):
+        raise RecipeError(f"{where} must be a table")
+    table = dict(table)
+    notes = _notes_table(table, where)
+    table.pop("notes", None)
+    choices = _source_option_choices(source)
+    unknown = sorted(set(table) - set(choices))
+    if unknown:
+        raise RecipeError(f"{where}: source kind {source!r} takes no option(s) {unknown} "
+                          f"(it takes {sorted(choices) or 'none'})")
+    for key, value in table.items():
+        if value not in choices[key]:
+            raise RecipeError(f"{where}: {key} must be one of {list(choices[key])}, got {value!r}")
+    stray = sorted(set(notes) - set(table))
+    if stray:
+        raise RecipeError(f"{where}: notes for {stray}, which the table does not set")
+    return table, notes
+
+
+def _notes_table(options: dict[str, Any], where: str = "[source_options]") -> dict[str, str]:
+    """The per-option notes of a [source_options] table (its ``notes`` sub-table: option → text)."""
+    notes = options.get("notes", {})
+    if not isinstance(notes, dict) or not all(isinstance(v, str) for v in notes.values()):
+        raise RecipeError(f"{where}: notes must be a table of option = \"text\"")
+    return dict(notes)
 
 
 def _stage_defaults(name: Any) -> dict[str, Any]:
@@ -396,6 +495,8 @@ def _parse_validate(origin: str, table: Any, corruptions: tuple[Corruption, ...]
 
 def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what: str = "") -> Corruption:
     where = f"{origin}: {what or f'corruption {name!r}'}"
+    if not what:  # a corruption's name is a partition directory: data/corruption=<name>/
+        check_safe_name(name, f"{origin}: [corruptions] name", RecipeError)
     if name == "clean":
         raise RecipeError(f"{where}: 'clean' is reserved for severity 0")
     if not isinstance(entry, dict):
@@ -405,6 +506,9 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     notes = str(entry.pop("notes", ""))
     if not isinstance(stage_name, str):
         raise RecipeError(f"{where}: missing 'stage'")
+    check_safe_name(stage_name, f"{where}: stage", RecipeError)
+    for key, value in entry.items():
+        _check_size(where, key, value)
     try:
         stage = get_stage(stage_name)
     except KeyError as e:
@@ -430,6 +534,23 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     except (TypeError, ValueError) as e:
         raise RecipeError(f"{where}: {e}") from None
     return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+
+
+def _check_size(where: str, key: str, value: Any) -> None:
+    """Refuse a parameter with a list longer than MAX_PARAM_ITEMS or a string longer than MAX_PARAM_CHARS (at
+    any depth), before it is expanded per severity: a stray paste must not become a huge build or recipe JSON."""
+    if isinstance(value, str) and len(value) > MAX_PARAM_CHARS:
+        raise RecipeError(f"{where}: parameter {key!r} is a string of {len(value)} characters (at most "
+                          f"{MAX_PARAM_CHARS})")
+    if isinstance(value, list):
+        if len(value) > MAX_PARAM_ITEMS:
+            raise RecipeError(f"{where}: parameter {key!r} is a list of {len(value)} values (at most "
+                              f"{MAX_PARAM_ITEMS})")
+        for v in value:
+            _check_size(where, key, v)
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_size(where, key, v)
 
 
 #: Parameters that may legitimately be negative (every other number of a stage is a magnitude, a count,

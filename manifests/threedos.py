@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Synthetic track: 18 ShapeNetCore synsets per set (cellphone 02992529 is folded into telephone 04401088).
+#: Synthetic track: 18 ShapeNetCore synsets per set. Cellphone (02992529) is in none of them: the released
+#: loader keeps a scenario's synsets first and only then merges cellphone into telephone, so by default no
+#: cellphone enters any set (option ``cellphone``).
 SN_SETS: dict[str, tuple[str, ...]] = {
     "SN1": ("03797390", "03636649", "02818832", "04554684", "03691459", "04401088", "03207941", "02942699",
             "02843684", "03593526", "02880940", "02871439", "04330267", "02828884", "03211117", "03085013",
@@ -59,17 +61,39 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-def synset_label_map(set_name: str) -> dict[str, int]:
-    """ShapeNet synset → class id of a known SN set: the set's sorted synset ids numbered 0..17
-    (cellphone maps to telephone's id)."""
+#: [source_options] of a 3dos recipe (manifests.recipe checks them), each with its allowed values, the
+#: default first:
+#: ``cellphone``: ``exclude`` = the released loader (``datasets/sncore_4k.py`` filters by the scenario's
+#: synsets before its cellphone→telephone merge, which therefore never runs: no cellphone in SN1/SN2/SN3);
+#: ``telephone`` = cellphones join telephone in SN1 (known in SN1, SN1 unknowns in SN2 and SN3).
+#: ``r2r_val``: ``authors`` = Real→Real holds out the released trainer's validation split of the known
+#: classes' training scans (``classifiers/trainer_ddp_cla_r2r.py``, see `pipeline.sources.threedos`);
+#: ``none`` = the whole training file is ``train``.
+SOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "cellphone": ("exclude", "telephone"),
+    "r2r_val": ("authors", "none"),
+}
+DEFAULT_SOURCE_OPTIONS: dict[str, str] = {k: v[0] for k, v in SOURCE_OPTIONS.items()}
+
+
+def synset_label_map(set_name: str, cellphone: str = "exclude") -> dict[str, int]:
+    """ShapeNet synset → class id of a known SN set: the set's sorted synset ids numbered 0..17 (with
+    ``cellphone="telephone"``, cellphone also maps to telephone's id)."""
     ids = {s: i for i, s in enumerate(sorted(SN_SETS[set_name]))}
-    if TELEPHONE in ids:
+    if cellphone == "telephone" and TELEPHONE in ids:
         ids[CELLPHONE] = ids[TELEPHONE]
     return ids
 
 
-def sn_set_of(synset: str) -> str | None:
-    synset = TELEPHONE if synset == CELLPHONE else synset
+def sn_set_of(synset: str, cellphone: str = "exclude") -> str | None:
+    """The SN set a ShapeNet synset belongs to (None: in no set). Cellphone is in none unless
+    ``cellphone="telephone"`` folds it into telephone's set (SN1)."""
+    if synset == CELLPHONE:
+        if cellphone not in SOURCE_OPTIONS["cellphone"]:
+            raise ValueError(f"cellphone must be one of {SOURCE_OPTIONS['cellphone']}, got {cellphone!r}")
+        if cellphone == "exclude":
+            return None
+        synset = TELEPHONE
     return next((name for name, members in SN_SETS.items() if synset in members), None)
 
 

@@ -29,13 +29,13 @@ from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from manifests.recipe import Recipe, load_recipe
 from pipeline import __version__
 from pipeline.costs import load_costs
-from pipeline.ledger import Ledger, LedgerMismatch, identity_digest
+from pipeline.ledger import Ledger, LedgerMismatch, LedgerUnreadable, identity_digest
 from pipeline.numeric import build_profile, check_profile, profile_differences, worker_env
 from pipeline.plan import ShardSpec, TaskSpec, group_partitions, groups_for, plan_shards
 from pipeline.progress import BuildProgress, ProgressCounter
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.shard import ShardFailed, build_shard, os_error_message, parquet_format, partition_table
-from pipeline.sources import open_source
+from pipeline.sources import checked_frame_ids, open_source
 from pipeline.storage import LocalStore, Store, StoreSpec, open_store, redact
 
 DEMO_FRAMES = 8
@@ -205,9 +205,14 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         # every worker of the job, on any node, starts with the numeric pin (before NumPy)
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
     else:
+        from pipeline import reaper
+
+        before = set(reaper.children(os.getpid()))
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
         with _environ(worker_env()):
             ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
+        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/reaper.py)
+        reaper.start(sorted(set(reaper.children(os.getpid())) - before))
     return True
 
 
@@ -255,11 +260,14 @@ def run_build(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if recheck not in ("sha256", "size"):
         raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
+    root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
+    if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
+        root.refuse_non_directory("--out")
     recipe = load_recipe(benchmark)
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
-    frame_ids = src.list_frames()
+    frame_ids = checked_frame_ids(src, src.list_frames())
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
@@ -273,8 +281,9 @@ def run_build(
     fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
                                       *([f"encoding={encoding}"] if encoding != "full" else []),
                                       f"parquet={parquet_format()}"])
-    store = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile).child(
-        f"{recipe.name}/{recipe.version}")
+    store = root.child(f"{recipe.name}/{recipe.version}")
+    if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too
+        store.refuse_non_directory("the version directory under --out,")
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
@@ -291,7 +300,12 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full") -> BuildResult:
     ledger = Ledger(store)
-    old_run = ledger.run_info()
+    try:
+        old_run = ledger.run_info()
+    except LedgerUnreadable:
+        if not overwrite:
+            raise
+        old_run = None  # --overwrite starts the version over (begin clears the damaged ledger)
     profile = build_profile()
     if _numeric_profile_changed(old_run, fingerprint, profile, overwrite, version_dir):
         ledger.clear()  # --overwrite of a build started under another numeric profile: start it over
@@ -640,8 +654,19 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     if phases is not None:
         phases["contact_sheet"] = round(time.time() - t, 3)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
+    # what the build drew for its card, with checksums: publish and pull move exactly these (never whatever a
+    # listing of renders/ holds), verify checks them; an empty list says "none", unlike an old build's absent key
+    manifest["renders"] = _render_entries(store, sheet)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
     return manifest
+
+
+def _render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The manifest's ``renders``: path, bytes and sha256 of the contact sheet as stored (read back)."""
+    if not sheet:
+        return []
+    data = store.read_bytes(sheet["path"])
+    return [{"path": sheet["path"], "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
 
 
 def _demo(source: dict[str, Any]) -> bool:

@@ -208,6 +208,7 @@ def verify(
         out_console.print(f"{len(report.problems)} problem(s); {report.checked} listed files checked")
         raise typer.Exit(code=1)
     out_console.print(f"OK: {report.checked} files verified, no unlisted data file"
+                      + (f"; {report.renders} render(s) verified" if report.renders else "")
                       + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
 
 
@@ -235,14 +236,18 @@ def publish(
                             progress=progress, takeover=takeover, update_latest=latest)
     except (ManifestError, PublishError, StorageError) as e:
         raise _fail(e) from None
+    from rich.markup import escape
+
     for p in r.problems:
-        console.print(f"[red]BAD[/red] {p}")
+        console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if not r.ok:
         console.print(f"{len(r.problems)} files could not be published; nothing was committed")
         raise typer.Exit(code=1)
     out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {len(r.transferred)} files "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
-                      f"({r.skipped_bytes / 1e6:.1f} MB); latest = {r.latest}")
+                      f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
 
 
 @app.command()
@@ -292,26 +297,38 @@ def pull(
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
     materialize: Annotated[bool, typer.Option(help="Rewrite compact-encoded files in full encoding after "
                                                    "verifying them (for pandas/DuckDB/HF readers)")] = False,
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for another pull (or run) of the same "
+                                                    "OUT/<dataset>/<version> to finish")] = 600.0,
 ) -> None:
-    """Download a published version and verify every file's sha256 (manifest written last)."""
+    """Download a published version and verify every file's sha256 (files move into place, then the manifest,
+    only once every file verified)."""
+    from rich.markup import escape
+
     from manifests.manifest import ManifestError
-    from pipeline.publish import pull_version
+    from pipeline.publish import PullError, pull_version
     from pipeline.storage import StorageError
 
     try:
         r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
                          endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
-                         materialize=materialize)
+                         materialize=materialize, lock_wait=wait,
+                         on_wait=lambda msg: console.print(f"[yellow]{escape(msg)}[/yellow]", highlight=False))
+    except PullError as e:
+        raise _fail(e, code=e.code) from None
     except (ManifestError, StorageError) as e:
         raise _fail(e) from None
     for p in r.problems:
-        out_console.print(f"[red]BAD[/red] {p}")
+        out_console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if not r.ok:
-        out_console.print(f"{len(r.problems)} of {r.files} files failed; no manifest written to {r.url}")
+        out_console.print(f"{len(r.problems)} of {r.files} files failed; nothing was put in place in {r.url} "
+                          f"(its manifest and files are as they were); the {r.kept} verified download(s) wait in "
+                          "its _pull/ and are reused when you run the same pull again")
         raise typer.Exit(code=1)
     out_console.print(f"pulled {r.dataset} {r.version} to {r.url}: {len(r.transferred)} files downloaded "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
-                      f"there; all {r.files} verified")
+                      f"there; all {r.files} verified" + (f", {len(r.renders)} render(s)" if r.renders else ""))
 
 
 @app.command()
@@ -329,17 +346,29 @@ def export(
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
     split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in (default: the build's "
                                                    "split if train/val/test/trainval, else val)")] = None,
+    force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
+                                             "writes, keep everything else")] = False,
 ) -> None:
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
-    ImageSets; image_2/planes linked from --source)."""
+    ImageSets; image_2/planes linked from --source). Every check runs before the first file is written: exit 2
+    means nothing was written. OUT must be new or empty (or --force) and never is, or lies inside, --source."""
     from manifests.manifest import ManifestError
-    from pipeline.export import ExportError, export_version
+    from pipeline.export import ExportError, ExportIncomplete, export_version
 
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
-                           source=source, split=split, layout=layout)
-    except (ExportError, ManifestError, KeyError) as e:
+                           source=source, split=split, layout=layout, force=force)
+    except (ExportError, ManifestError, KeyError) as e:  # the pre-flight: nothing was written
         raise _fail(e) from None
+    except ExportIncomplete as e:  # writing had begun: the message says how far
+        raise _fail(e, code=1) from None
+    except OSError as e:  # export_version turns its own OS errors into the two above; anything else is not refused
+        from pipeline.shard import os_error_message
+
+        raise _fail(os_error_message(e), code=1) from None
+    if r.replaced:
+        console.print(f"--force: replaced {r.replaced} existing files in {out}; nothing else in it was touched",
+                      highlight=False)
     for p in r.partitions:
         out_console.print(f"{p['corruption']}/{p['severity']}: {p['frames']} frames → {p['path']}"
                           + ("" if p["labels"] else " (velodyne only: boxes as clean)"))

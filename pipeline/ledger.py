@@ -13,6 +13,13 @@ and (with ``recheck="sha256"``, the default) sha256, and every source file its f
 from is unchanged: same set of files, same size and mtime, and (``recheck="sha256"``) same sha256.
 The worker records each frame's source identity (`frame_identity`) as it reads the frame, so a
 scan fixed after a build rebuilds exactly the shards that hold it.
+
+An entry that cannot be read back (empty or cut short: not a JSON object, as a disk that filled up or a
+copy that stopped can leave it) is only a lost cache of what its shard's files prove: the shard is
+treated as not done and rebuilt (byte-identical, from the recipe and seed), and the run says so on
+stderr, naming the entry. An unreadable ``run.json`` cannot be recovered that way (it records the
+frame list and task split the done entries refer to): it is a `LedgerUnreadable` (exit 2) naming the
+file and the remedy, ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -20,18 +27,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store, sha256_file
 
-__all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "atomic_write_text", "sha256_file"]
+__all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
 
 LEDGER_DIR = "_ledger"
 
 
 class LedgerMismatch(RuntimeError):
     """The output directory holds a build of a different recipe/frame list."""
+
+
+class LedgerUnreadable(LedgerMismatch, ValueError):
+    """A ledger file that is not the JSON object it should be (empty, truncated, not UTF-8)."""
+
+    def __init__(self, url: str, problem: str, remedy: str = "") -> None:
+        self.url = url
+        self.problem = problem
+        super().__init__(f"ledger file {url} is unreadable ({problem})" + (f"; {remedy}" if remedy else ""))
 
 
 # -- source identity -------------------------------------------------------------------------------
@@ -98,6 +115,7 @@ class Ledger:
     def __init__(self, root: str | Path | Store) -> None:
         self.store = open_store(root)  # the version directory (OUT/<benchmark>/<version>)
         self.root = self.store.root if hasattr(self.store, "root") else self.store.url
+        self.unreadable: dict[str, str] = {}  # url → why, of the shard entries found unreadable (said once each)
 
     @property
     def dir(self) -> Path:
@@ -107,16 +125,50 @@ class Ledger:
         return f"{LEDGER_DIR}/shards/{shard}.failed.json" if failed else f"{LEDGER_DIR}/shards/{shard}.json"
 
     def _read(self, key: str) -> dict[str, Any] | None:
+        """The JSON object stored at ``key``, None if there is none; LedgerUnreadable if it is not one."""
         got = self.store.get(key)
-        return json.loads(got[0]) if got is not None else None
+        if got is None:
+            return None
+        try:
+            data = json.loads(got[0])
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: an empty or cut-short write
+            raise LedgerUnreadable(self.store.key_url(key), str(e) or type(e).__name__) from None
+        if not isinstance(data, dict):
+            raise LedgerUnreadable(self.store.key_url(key), f"a JSON {type(data).__name__}, not an object")
+        return data
+
+    def _read_shard(self, key: str) -> dict[str, Any] | None:
+        """A shard's entry; an unreadable one counts as absent (its shard is rebuilt), said once on stderr."""
+        try:
+            entry = self._read(key)
+            if entry is not None and not key.endswith(".failed.json") and not isinstance(entry.get("files"), list):
+                raise LedgerUnreadable(self.store.key_url(key), "no 'files' list")
+            return entry
+        except LedgerUnreadable as e:
+            if e.url not in self.unreadable:
+                self.unreadable[e.url] = e.problem
+                print(f"[bench-build] ledger entry {e.url} is unreadable ({e.problem}); its shard will be rebuilt",
+                      file=sys.stderr, flush=True)
+            return None
 
     # -- run ---------------------------------------------------------------------------------
     def run_info(self) -> dict[str, Any] | None:
-        return self._read(f"{LEDGER_DIR}/run.json")
+        """The build's run.json; LedgerUnreadable (a one-line error naming it and the remedy) if it is damaged."""
+        try:
+            return self._read(f"{LEDGER_DIR}/run.json")
+        except LedgerUnreadable as e:
+            raise LedgerUnreadable(e.url, e.problem, "it records the build's recipe, frames and task split, so the "
+                                   "build cannot resume: start this version over with `bench-build run … --overwrite`, "
+                                   "or build into another --out") from None
 
     def begin(self, info: dict[str, Any], *, overwrite: bool = False) -> None:
         """Record the build's identity; refuse to mix with a different build unless ``overwrite``."""
-        old = self.run_info()
+        try:
+            old = self.run_info()
+        except LedgerUnreadable:
+            if not overwrite:
+                raise
+            old = None  # --overwrite starts over: the damaged run.json goes with the rest below
         if old is not None and old["fingerprint"] != info["fingerprint"]:
             if not overwrite:
                 why = "recipe, stage versions, frames or shard size differ"
@@ -154,10 +206,10 @@ class Ledger:
                               json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True, allow_nan=False))
 
     def done_entry(self, shard: str) -> dict[str, Any] | None:
-        return self._read(self._entry(shard))
+        return self._read_shard(self._entry(shard))
 
     def failed_entry(self, shard: str) -> dict[str, Any] | None:
-        return self._read(self._entry(shard, failed=True))
+        return self._read_shard(self._entry(shard, failed=True))
 
     def object_sizes(self) -> dict[str, int]:
         """Size of every object of the version, from one listing: what `check_done` needs with

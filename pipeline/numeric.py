@@ -238,6 +238,53 @@ def openblas_cores() -> dict[str, str]:
     return out
 
 
+#: besides `LIBRARIES`, the packages whose code decides what a shard holds: the Mie tables of the LISA stages and
+#: the readers' decoders. A build records whether all of these match the lock (`lock_record`).
+LOCKED_FOR_BYTES = (*LIBRARIES, "miepython", "h5py", "nuscenes-devkit", "pykitti", "pyquaternion")
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def read_lock(text: str | None = None) -> dict[str, str]:
+    """The lock (``manifests/lock.txt``, pip constraints ``name==version``) as {canonical name: version}."""
+    if text is None:
+        from importlib.resources import files
+
+        text = files("manifests").joinpath("lock.txt").read_text(encoding="utf-8")
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            if not sep:
+                raise ValueError(f"manifests/lock.txt: {line!r} is not 'name==version'")
+            out[_canonical(name)] = version.strip()
+    return out
+
+
+def lock_record() -> dict[str, Any]:
+    """Which lock this process's packages come from: the lock file's sha256, and every package of
+    `LOCKED_FOR_BYTES` that is installed at another version than the lock's (none: the bytes are the lock's)."""
+    import hashlib
+    from importlib import metadata
+    from importlib.resources import files
+
+    raw = files("manifests").joinpath("lock.txt").read_bytes()
+    lock = read_lock(raw.decode("utf-8"))
+    differs = []
+    for name in LOCKED_FOR_BYTES:
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue  # not installed: it computed nothing of this build
+        want = lock.get(_canonical(name))
+        if want is None or have.split("+")[0] != want:
+            differs.append(f"{name} {have} (lock: {want or 'absent'})")
+    return {"sha256": hashlib.sha256(raw).hexdigest(), "matches": not differs, "differs": differs}
+
+
 def _versions() -> dict[str, str | None]:
     from importlib import metadata
 
@@ -267,7 +314,7 @@ def build_profile(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     core = env.get("OPENBLAS_CORETYPE")
     cores = openblas_cores() if core is None else {lib: core for lib in ("numpy", "scipy")}
     return {**_platform(), "libraries": _versions(), "simd": expected_simd(env), "openblas": cores,
-            "pin": pin_mode(environ), "env": env}
+            "pin": pin_mode(environ), "env": env, "lock": lock_record()}
 
 
 @lru_cache(maxsize=1)

@@ -6,10 +6,14 @@ Layout of a publication root (``--to s3://bench/datasets``; a path or file:// wo
     <root>/<dataset>/<version>/manifest.json       the build's manifest, byte for byte
     <root>/<dataset>/<version>/README.md           the dataset card
     <root>/<dataset>/<version>/clean/…, data/…     every shard the manifest lists (never ``_ledger/``)
+    <root>/<dataset>/<version>/renders/…           the card's pictures the manifest lists (``renders``)
 
 Protocol of `publish_version` (why each step is safe to kill and re-run, and why two concurrent
 publishes never mix):
 
+0. A local version holding a symbolic link anywhere is refused, naming the link, before anything is
+   written: publishing follows no link out of the version (a link to ``~/.aws/credentials`` under
+   ``renders/`` would otherwise be uploaded as a picture).
 1. Take the version's publish lease ``<dataset>/_publishing/<version>/_lease.json`` — *outside* the
    version's prefix, created only if absent, renewed while the publish runs (see
    `Store.writer_lock`). Another live publish of this version is refused, naming its holder; a dead
@@ -18,12 +22,12 @@ publishes never mix):
 2. Only then check ``<version>/manifest.json``: if it exists the version is published and immutable:
    refused, having written nothing. (Checked under the lease, a publish that lost the race can never
    write into a committed version.)
-3. Upload every shard not already there with the same size and sha256 (recorded as object metadata,
+3. Upload every shard (and listed render) not already there with the same size and sha256 (recorded as object metadata,
    so the check is a HEAD): local hash first (a file that no longer matches its manifest is never
    uploaded), then one PUT — multipart above 64 MB — that makes the object appear whole.
 4. Delete anything else under the (uncommitted) version prefix — leftovers of an interrupted publish
    of other content — so the committed prefix holds exactly the manifest's files plus the card.
-5. Check every listed shard is present with the right size and sha256, upload the dataset card, then
+5. Check every listed shard and render is present with the right size and sha256, upload the dataset card, then
    commit with ``manifest.json`` written *only if absent* (``If-None-Match: *``). A reader sees either
    no version or a complete one: the manifest never lists a shard that is not there.
 6. Release the lease, then move ``<dataset>/latest`` (``If-Match: <etag>``, retried on contention); it
@@ -32,13 +36,16 @@ publishes never mix):
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
+import threading
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,11 +59,13 @@ from manifests.manifest import (
     check_counts,
     check_file_set,
     check_manifest,
+    local_path,
     parse_manifest,
 )
 from pipeline.plan import CLEAN
 from pipeline.progress import TransferProgress
 from pipeline.storage import (
+    LocalStore,
     NotFound,
     PreconditionFailed,
     StorageError,
@@ -69,8 +78,10 @@ from pipeline.storage import (
 LATEST = "latest"
 PUBLISHING = "_publishing"  # <dataset>/_publishing/<version>/_lease.json: the publish lease, outside the version
 CARD = "README.md"
-RENDERS = "renders/"  # the PNGs the card embeds: published and pulled with it
 DEFAULT_JOBS = 8
+STAGING = "_pull"  # <version dir>/_pull/<path>.partial: a pull's verified downloads, until the whole pull verified
+PARTIAL = ".partial"  # no `*.parquet` glob matches a staged file, and pyarrow skips `_` directories
+PULL_LOCK_WAIT = 600.0  # seconds a pull waits for another pull (or a run) of the same version directory
 
 
 class PublishError(RuntimeError):
@@ -85,6 +96,17 @@ class PublishConflict(PublishError):
     pass
 
 
+class PullError(RuntimeError):
+    """A pull stopped on a local error (disk full, not a directory, permission denied), one line naming the file.
+
+    ``code`` 2: refused before anything was written; 1: stopped part-way, with nothing unverified (and nothing of
+    this pull) under a final name — its verified downloads wait in ``_pull/`` and the next pull reuses them."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass
 class TransferReport:
     url: str  # the version's URL (publish: remote; pull: local directory)
@@ -96,6 +118,9 @@ class TransferReport:
     skipped: list[str] = field(default_factory=list)  # already there with the same size and sha256
     skipped_bytes: int = 0
     problems: list[str] = field(default_factory=list)
+    renders: list[str] = field(default_factory=list)  # listed renders uploaded / downloaded or already there
+    notes: list[str] = field(default_factory=list)  # one line each, for the user (e.g. an old build's renders)
+    kept: int = 0  # pull that failed: verified files left in _pull/ (not in place), reused by the next pull
     latest: str | None = None
     seconds: float = 0.0
 
@@ -162,6 +187,8 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
     t0 = time.time()
     src = open_store(version_dir, endpoint_url=endpoint_url, profile=profile)
     raw, manifest = _read_manifest(src, "is the build finished? `bench-build status` tells")
+    if isinstance(src, LocalStore):
+        refuse_symlinks(src.root)
     dataset, version = manifest["dataset"], manifest["version"]
     root = open_store(to, endpoint_url=endpoint_url, profile=profile).child(dataset)
     dest = root.child(version)
@@ -192,28 +219,54 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
     return report
 
 
+def refuse_symlinks(version_dir: Path) -> None:
+    """Refuse (`PublishError`) a version directory holding a symbolic link anywhere below it, naming the link.
+
+    Publishing reads files by path; a link would publish its target's bytes (a link to ``~/.aws/credentials``
+    under ``renders/`` would go up as a picture). Links are not entered (``os.walk`` does not follow them)."""
+    for dirpath, dirnames, filenames in os.walk(version_dir):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                raise PublishError(f"{path}: is a symbolic link (to {os.readlink(path)}); publish follows no link "
+                                   "out of the version: replace it with the file itself or remove it; nothing was "
+                                   "published")
+
+
+def _listed_renders(manifest: dict[str, Any], where: str, report: TransferReport, verb: str) -> list[dict]:
+    """The manifest's ``renders`` (what the build drew for its card); an old manifest without the list gets a note."""
+    renders = manifest.get("renders")
+    if renders is None:
+        report.notes.append(f"{where}: its manifest lists no renders (built before bench-build listed them): the "
+                            f"card's pictures are not {verb}")
+        return []
+    return list(renders)
+
+
 def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, Any], manifest_sha: str,
                        report: TransferReport, jobs: int, progress: bool) -> None:
     """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest."""
     dataset, version = manifest["dataset"], manifest["version"]
-    bar = TransferProgress(sum(s["bytes"] for s in manifest["shards"]), f"upload {dataset} {version}",
-                           enabled=progress)
+    shards = sorted(manifest["shards"], key=lambda s: s["path"])
+    renders = _listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "published")
+    files = shards + renders
+    bar = TransferProgress(sum(s["bytes"] for s in files), f"upload {dataset} {version}", enabled=progress)
     try:
-        def upload(entry: dict[str, Any]) -> None:
+        def upload(entry: dict[str, Any]) -> str | None:
+            """"skipped" / "transferred", or None after recording a problem."""
             rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
             if _remote_matches(dest, rel, size, sha):
-                report.skipped.append(rel)
                 bar.skip(size)
-                return
+                return "skipped"
             if src.is_local:
                 local = src.path(rel)  # type: ignore[attr-defined]
                 if not local.is_file():
                     report.problems.append(f"{rel}: missing from {src.url}")
-                    return
+                    return None
                 got = sha256_file(local)
                 if local.stat().st_size != size or got != sha:
                     report.problems.append(f"{rel}: does not match its manifest (run `bench-build verify`)")
-                    return
+                    return None
                 dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
             else:  # from another store: through a local temporary copy, checked before it goes up
                 import tempfile
@@ -223,33 +276,35 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                     src.download_file(rel, local)
                     if local.stat().st_size != size or sha256_file(local) != sha:
                         report.problems.append(f"{rel}: does not match its manifest at {src.url}")
-                        return
+                        return None
                     dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
-            report.transferred.append(rel)
+            return "transferred"
 
-        _parallel(upload, sorted(manifest["shards"], key=lambda s: s["path"]), jobs)
+        done = _parallel(upload, files, jobs)
     finally:
         bar.close()
+    for entry, how in zip(shards, done[:len(shards)], strict=True):
+        if how is not None:
+            (report.skipped if how == "skipped" else report.transferred).append(entry["path"])
+    report.renders = [e["path"] for e, how in zip(renders, done[len(shards):], strict=True) if how is not None]
     _tally(report, manifest["shards"])
     if report.problems:
         return
     # leftovers of an interrupted publish of other content: the committed prefix holds only what is listed
-    keep = {e["path"] for e in manifest["shards"]} | {CARD}
+    keep = {e["path"] for e in files} | {CARD}
     for obj in list(dest.list()):
         if obj.key not in keep:
             dest.delete(obj.key)
 
-    # every listed shard must be there, whole, before the manifest can name it
-    present = _parallel(lambda e: _remote_matches_head(dest, e), manifest["shards"], jobs)
-    missing = [e["path"] for e, ok in zip(manifest["shards"], present, strict=True) if not ok]
+    # every listed file must be there, whole, before the manifest can name it
+    present = _parallel(lambda e: _remote_matches_head(dest, e), files, jobs)
+    missing = [e["path"] for e, ok in zip(files, present, strict=True) if not ok]
     if missing:
         raise PublishConflict(f"{dest.url}: shards changed during the publish ({', '.join(missing[:3])}); "
                               "is another publish of this version running? nothing was committed")
     card = src.get(CARD)
     if card is not None:
         dest.put_bytes(CARD, card[0])
-        for obj in src.list(RENDERS):  # the pictures the card embeds
-            dest.put_bytes(obj.key, src.read_bytes(obj.key))
     try:
         dest.put_bytes(MANIFEST_NAME, raw, if_absent=True, sha256=manifest_sha)  # the commit point
     except PreconditionFailed:
@@ -357,12 +412,22 @@ def _selected(shards: list[dict], corruption: str | None, severity: int | None) 
 
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
                  severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
-                 jobs: int = DEFAULT_JOBS, progress: bool = True, materialize: bool = False) -> TransferReport:
+                 jobs: int = DEFAULT_JOBS, progress: bool = True, materialize: bool = False,
+                 lock_wait: float = PULL_LOCK_WAIT, on_wait: Callable[[str], None] | None = None) -> TransferReport:
     """Download ``<dataset_url>/<version>`` (default: latest) into ``out/<dataset>/<version>``, verifying
     every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
     and composes with earlier pulls of the same version into ``out``: the union, every file verified.
     ``materialize`` rewrites compact-encoded files in full encoding after they are verified (the clean files
-    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes."""
+    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes.
+
+    Everything written comes from the checked manifest (shards, the ``renders`` it lists, the card, the
+    manifest), each path through `local_path`; nothing is taken from a listing of the store. The pull holds
+    the version directory's writer lock (the one `run` takes), waiting up to ``lock_wait`` seconds for another
+    holder (``on_wait`` is told once, with the holder). Downloads are staged in ``_pull/`` as ``<path>.partial``
+    and move to their final names only once every file verified, then the manifest is written: a failed pull
+    leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
+    next pull reuses them). A local OS error (disk full, permission denied, ``out`` not a directory) raises
+    `PullError`, one line naming the file."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -377,10 +442,69 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     if manifest["version"] != version:
         raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
                             f"but it is published as {version!r}")
-    shards = _selected(manifest["shards"], corruption, severity)
-    if not shards:
+    if not _selected(manifest["shards"], corruption, severity):
         raise ManifestError(f"{src.url}: no shard of corruption={corruption} severity={severity}")
-    dest = Path(out) / manifest["dataset"] / version
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PullError(f"--out {out}: not a directory; pass a directory (the version goes to "
+                        f"OUT/{manifest['dataset']}/{version}); nothing was written", code=2)
+    dest = out / manifest["dataset"] / version
+    with _pull_lock(dest, lock_wait, on_wait):
+        report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
+    report.seconds = time.time() - t0
+    return report
+
+
+@contextlib.contextmanager
+def _pull_lock(dest: Path, wait: float, on_wait: Callable[[str], None] | None) -> Iterator[None]:
+    """The version directory's writer lock (`LocalStore.writer_lock`, as `run` takes it), waited for up to
+    ``wait`` seconds: two pulls into one directory run one after the other, so the second composes with the
+    manifest the first wrote instead of overwriting it."""
+    store = LocalStore(dest)
+    deadline = time.monotonic() + wait
+    told = False
+    while True:
+        lock = contextlib.ExitStack()
+        try:
+            lock.enter_context(store.writer_lock("bench-build pull"))
+        except VersionLocked as e:
+            if time.monotonic() >= deadline:
+                raise VersionLocked(f"{e} (waited {wait:g} s)") from None
+            if not told and on_wait is not None:
+                holder = store.writer_holder() or {}
+                on_wait(f"{dest} is held by another {holder.get('purpose', 'process')} (pid {holder.get('pid', '?')} "
+                        f"on {holder.get('host', '?')} since {holder.get('started', '?')}): waiting up to "
+                        f"{wait:g} s for it to finish")
+                told = True
+            time.sleep(0.1)
+            continue
+        except OSError as e:  # a parent is a file, permission denied, disk full: nothing was written
+            raise PullError(f"cannot create {dest}: {_os_cause(e, dest)}; nothing was written", code=2) from None
+        with lock:
+            yield
+        return
+
+
+def _os_cause(e: OSError, where: Path) -> str:
+    """``<cause>: <file>`` of a local OS error (the file it names, else ``where``)."""
+    from pipeline.shard import os_error_message
+
+    return os_error_message(e, None if getattr(e, "filename", None) else str(where))
+
+
+def _local_failure(e: OSError, where: Path) -> PullError:
+    hint = {errno.ENOSPC: "free disk space", errno.EDQUOT: "free disk space (quota)",
+            errno.EACCES: "make it writable", errno.EPERM: "make it writable",
+            errno.EROFS: "pull to a writable file system"}.get(e.errno or 0, "fix it")
+    return PullError(f"pull stopped: {_os_cause(e, where)}; {hint}, then run the same pull again (files already "
+                     "verified are kept and reused; nothing unverified was put in place)", code=1)
+
+
+def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, corruption: str | None,
+                 severity: int | None, jobs: int, progress: bool, materialize: bool) -> TransferReport:
+    """`pull_version` once it holds the version directory's lock."""
+    version = manifest["version"]
+    shards = _selected(manifest["shards"], corruption, severity)
     full_sha = hashlib.sha256(raw).hexdigest()
     selections = [{"corruption": corruption, "severity": severity}]
     earlier = _earlier_pull(dest, raw, full_sha)
@@ -394,42 +518,97 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         shards += [e for e in manifest["shards"] if e["corruption"] == CLEAN and e.get("shard") in need
                    and e["path"] not in have]
     report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
-    bar = TransferProgress(sum(s["bytes"] for s in shards), f"download {manifest['dataset']} {version}",
+    renders = _listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "pulled")
+    files = shards + renders
+    staging = dest / STAGING
+    # every path this pull may write, checked before the first download (a link on the way is refused here)
+    targets = {e["path"]: (local_path(dest, e["path"]), local_path(staging, e["path"] + PARTIAL)) for e in files}
+    bar = TransferProgress(sum(s["bytes"] for s in files), f"download {manifest['dataset']} {version}",
                            enabled=progress)
-    dest_root = dest.resolve()
+    verified: dict[str, Path] = {}  # path → its staged, verified download (moved into place at the end)
+    stop = threading.Event()  # a local error (disk full) stops the remaining downloads
+    failures: list[PullError] = []
 
-    def pull(entry: dict[str, Any]) -> None:
+    def fetch(entry: dict[str, Any]) -> str | None:
+        """"skipped" (already in place or staged, verified), "transferred", or None (a problem / stopped)."""
+        if stop.is_set():
+            return None
         rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
-        local = dest / rel
-        if not local.resolve().is_relative_to(dest_root):  # belt and braces: check_manifest refused it already
-            report.problems.append(f"{rel}: escapes {dest}")
-            return
-        if local.is_file() and local.stat().st_size == size and sha256_file(local) == sha:
-            report.skipped.append(rel)
-            bar.skip(size)
-            return
-        part = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.part")
+        final, staged = targets[rel]
         try:
-            src.download_file(rel, part, progress=bar.advance)
-            got_size, got = part.stat().st_size, sha256_file(part)
+            if final.is_file() and final.stat().st_size == size and sha256_file(final) == sha:
+                bar.skip(size)
+                return "skipped"
+            if staged.is_file() and staged.stat().st_size == size and sha256_file(staged) == sha:
+                verified[rel] = staged  # downloaded and verified by an earlier pull that failed later
+                bar.skip(size)
+                return "skipped"
+            try:
+                src.download_file(rel, staged, progress=bar.advance)
+            except NotFound:
+                report.problems.append(f"{rel}: missing from {src.url}")
+                return None
+            except StorageError as e:
+                report.problems.append(f"{rel}: {e}")
+                return None
+            got_size, got = staged.stat().st_size, sha256_file(staged)
             if got_size != size or got != sha:
+                staged.unlink(missing_ok=True)
                 report.problems.append(f"{rel}: sha256 mismatch ({got_size} bytes, manifest says {size}): "
                                        "the published object is altered or corrupt; not kept")
-                return
-            os.replace(part, local)
-        except NotFound:
-            report.problems.append(f"{rel}: missing from {src.url}")
-            return
-        finally:
-            part.unlink(missing_ok=True)
-        report.transferred.append(rel)
+                return None
+        except OSError as e:
+            stop.set()
+            staged.unlink(missing_ok=True)
+            failures.append(_local_failure(e, staged))
+            return None
+        except BaseException:
+            stop.set()
+            staged.unlink(missing_ok=True)
+            raise
+        verified[rel] = staged
+        return "transferred"
 
     try:
-        _parallel(pull, shards, jobs)
+        done = _parallel(fetch, files, jobs)
     finally:
         bar.close()
+    if failures:
+        raise failures[0]
+    for entry, how in zip(shards, done[:len(shards)], strict=True):
+        if how is not None:
+            (report.skipped if how == "skipped" else report.transferred).append(entry["path"])
+    report.renders = [e["path"] for e, how in zip(renders, done[len(shards):], strict=True) if how is not None]
     _tally(report, shards)
-    materialized = report.ok and materialize and manifest.get("encoding") == "compact"
+    if not report.ok:  # nothing moves into place: the directory is as it was; verified downloads wait in _pull/
+        report.kept = len(verified)
+        return report
+    installed: list[tuple[Path, Path]] = []
+    try:
+        _install(src, raw, manifest, dest, shards, verified, selections, full_sha, materialize, installed)
+    except OSError as e:
+        # the manifest could not be written (disk full): files moved into place go back to _pull/, so no glob
+        # reader takes them for part of the version the directory's manifest describes
+        for final, staged in reversed(installed):
+            with contextlib.suppress(OSError):
+                os.replace(final, staged)
+        raise _local_failure(e, dest) from None
+    shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shards: list[dict],
+             verified: dict[str, Path], selections: list[dict[str, Any]], full_sha: str, materialize: bool,
+             installed: list[tuple[Path, Path]]) -> None:
+    """Every file verified: move the staged ones into place (recorded in ``installed``), materialise if asked, then
+    the card and the manifest last (a local copy with a manifest is complete and verified; its manifest lists
+    exactly what it holds)."""
+    for rel, staged in sorted(verified.items()):
+        final = local_path(dest, rel)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final)
+        installed.append((final, staged))
+    materialized = materialize and manifest.get("encoding") == "compact"
     if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
         from pipeline.compact import materialize_file
 
@@ -437,39 +616,37 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         rewritten = []
         for e in shards:
             if e["corruption"] != CLEAN and (e.get("shard") in clean_of):
-                size, sha = materialize_file(dest / e["path"], dest / clean_of[e["shard"]]["path"])
+                size, sha = materialize_file(local_path(dest, e["path"]),
+                                             local_path(dest, clean_of[e["shard"]]["path"]))
                 e = {**e, "bytes": size, "sha256": sha}
             rewritten.append(e)
         shards = rewritten
-    if report.ok:  # the manifest last: a local copy with a manifest is complete and verified
-        card = src.get(CARD)
-        if card is not None:  # the renders the card embeds
-            for obj in src.list(RENDERS):
-                _write_local(dest / obj.key, src.read_bytes(obj.key))
-        if len(shards) == len(manifest["shards"]) and not materialized:
-            if card is not None:
-                _write_local(dest / CARD, card[0])
-            _write_local(dest / MANIFEST_NAME, raw)
-        else:
-            local = _partial_manifest(manifest, shards, selections, full_sha)
-            if materialized:
-                local["encoding"] = "full"
-                local["materialized"] = {"of_manifest_sha256": full_sha, "from_encoding": "compact"}
-                if len(shards) == len(manifest["shards"]):
-                    local.pop("partial")
-            if card is not None:  # its YAML configs name only the partitions this copy holds
-                from manifests.card import card_with_header
+    card = src.get(CARD)
+    if len(shards) == len(manifest["shards"]) and not materialized:
+        if card is not None:
+            _write_local(dest / CARD, card[0])
+        _write_local(dest / MANIFEST_NAME, raw)
+        return
+    local = _partial_manifest(manifest, shards, selections, full_sha)
+    if materialized:
+        local["encoding"] = "full"
+        local["materialized"] = {"of_manifest_sha256": full_sha, "from_encoding": "compact"}
+        if len(shards) == len(manifest["shards"]):
+            local.pop("partial")
+    if card is not None:  # its YAML configs name only the partitions this copy holds
+        from manifests.card import card_with_header
 
-                _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
-            _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True, allow_nan=False).encode())
-    report.seconds = time.time() - t0
-    return report
+        _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
+    _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True, allow_nan=False).encode())
 
 
 def _write_local(path: Path, data: bytes) -> None:
-    from pipeline.storage import LocalStore
-
-    LocalStore(path.parent).put_bytes(path.name, data)
+    try:
+        LocalStore(path.parent).put_bytes(path.name, data)
+    except OSError as e:
+        if not e.filename:  # a failed write()/fsync names no file: the error message must
+            e.filename = str(path)
+        raise
 
 
 def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | None:
@@ -511,7 +688,8 @@ def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: 
 # -- remote verify -------------------------------------------------------------------------------------
 def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile: str | None = None,
                   jobs: int = DEFAULT_JOBS, progress: bool = True) -> VerifyReport:
-    """`verify` in place on object storage: every listed object's size, streamed sha256 and Parquet row count."""
+    """`verify` in place on object storage: every listed object's size, streamed sha256 and Parquet row count,
+    and every listed render's size and sha256."""
     import pyarrow.parquet as pq
 
     store = open_store(version_url, endpoint_url=endpoint_url, profile=profile)
@@ -541,6 +719,17 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
             return f"{rel}: {rows} rows, manifest says {entry['rows']}"
         return None
 
+    def check_render(entry: dict[str, Any]) -> str | None:
+        rel = entry["path"]
+        info = store.head(rel)
+        if info is None:
+            return f"{rel}: missing"
+        if info.size != entry["bytes"]:
+            return f"{rel}: {info.size} bytes, manifest says {entry['bytes']}"
+        if store.sha256(rel) != entry["sha256"]:
+            return f"{rel}: sha256 mismatch (object altered or corrupt)"
+        return None
+
     try:
         for problem in _parallel(check, manifest["shards"], jobs):
             report.checked += 1
@@ -548,6 +737,10 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
                 report.problems.append(problem)
     finally:
         bar.close()
+    for entry in manifest.get("renders", []):  # check_manifest checked the list's shape and paths
+        report.renders += 1
+        if problem := check_render(entry):
+            report.problems.append(problem)
     extra, report.warnings = check_file_set(manifest, [o.key for o in store.list()])
     report.problems += extra + check_counts(manifest)
     return report

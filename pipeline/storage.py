@@ -506,6 +506,18 @@ class LocalStore(Store):
     def child(self, rel: str) -> LocalStore:
         return LocalStore(self.path(rel))
 
+    def refuse_non_directory(self, what: str) -> None:
+        """StorageError (a refusal: nothing was written) unless the root is a directory or can be made one: the
+        nearest existing one of it and its ancestors must be a directory, not a file or a broken link. Checked
+        before a command starts work, so the mkdir deep inside it cannot fail half-way with NotADirectoryError."""
+        for p in (self.root, *self.root.absolute().parents):
+            if os.path.lexists(p):
+                if p.is_dir():
+                    return
+                kind = "a broken link" if p.is_symlink() else "a file"
+                raise StorageError(f"{what} {self.root}: {p} is {kind}, not a directory; give a directory (or a "
+                                   "path where one can be created)")
+
     @staticmethod
     def _etag(st: os.stat_result) -> str:
         # a rename gives a new inode, so any atomic replacement changes the etag

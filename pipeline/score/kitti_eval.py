@@ -89,7 +89,11 @@ def parse_kitti_objects(text: str, where: str, *, need_score: bool) -> KittiObje
 
 
 def read_kitti_objects(path: Path, *, need_score: bool) -> KittiObjects:
-    return parse_kitti_objects(Path(path).read_text(), str(path), need_score=need_score)
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KittiFormatError(f"{path}: not UTF-8 text (byte {e.start}); KITTI result files are text") from None
+    return parse_kitti_objects(text, str(path), need_score=need_score)
 
 
 # ---- overlaps -----------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ by the example key ``benchmark/frame_id/corruption/severity`` of the version bei
 | labels   | list<int>[N]    | Robo3D segmentation                       | predicted label of each of the N points   |
 
 Detection predictions are KITTI result files instead (see `pipeline.score.detection`).
-Every problem raises `PredictionError` naming the file and the key or line; the values of the fields a
-metric reads are checked element by element in `pipeline.score.validate`.
+Every problem raises `PredictionError` naming the file and the key or line: a file that is not UTF-8
+text, and a JSON ``true``/``false`` where a number is expected (``"pred": true`` is not class 1), are
+refused on reading; the values of the fields a metric reads are checked element by element (types, NaN/inf,
+ranges) in `pipeline.score.validate`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import numpy as np
 
 FIRST = 5  # how many offending keys an error lists
+#: the fields whose values are numbers (or lists of numbers): a boolean there is refused, not read as 0/1
+NUMERIC_FIELDS = ("probs", "pred", "score", "labels")
 
 
 class PredictionError(ValueError):
@@ -59,6 +63,7 @@ def read_predictions(path: str | Path) -> Predictions:
             raise PredictionError(f"{path}: {at}: no string 'key' field")
         if key in out:
             raise PredictionError(f"{path}: {at}: duplicate key {key!r} (first at {first_seen[key]})")
+        _check_not_bool(path, at, key, row)
         out[key] = row
         first_seen[key] = at
     out.where = first_seen
@@ -67,8 +72,13 @@ def read_predictions(path: str | Path) -> Predictions:
 
 def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     rows, where = [], []
-    with path.open() as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise PredictionError(f"{path}: line {lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                      f"{e.start + 1}); predictions are UTF-8 JSON Lines") from None
             if not line.strip():
                 continue
             try:
@@ -93,6 +103,19 @@ def _parquet_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise PredictionError(f"{path}: no 'key' column (columns: {', '.join(table.column_names)})")
     rows = table.to_pylist()
     return rows, [f"row {i}" for i in range(len(rows))]
+
+
+def _check_not_bool(path: Path, at: str, key: str, row: dict[str, Any]) -> None:
+    """Refuse a boolean in a numeric field: Python reads True as 1, so ``"pred": true`` would score as class 1."""
+    for field in NUMERIC_FIELDS:
+        value = row.get(field)
+        if isinstance(value, bool):
+            raise PredictionError(f"{path}: {at}: key {key!r}: {field} is a boolean ({str(value).lower()}), "
+                                  "not a number")
+        if isinstance(value, list) and bool in set(map(type, value)):
+            i = next(i for i, v in enumerate(value) if isinstance(v, bool))
+            raise PredictionError(f"{path}: {at}: key {key!r}: {field}[{i}] is a boolean "
+                                  f"({str(value[i]).lower()}), not a number")
 
 
 def check_keys(path: str | Path, predicted: Iterable[str], expected: Sequence[str], benchmark: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from manifests.names import frame_id_message, frame_id_problem
 from manifests.recipe import Recipe
 from pipeline.sources.base import Source, SourceError
 from pipeline.sources.kitti import KittiSource
@@ -20,11 +21,12 @@ OBJECT_KINDS = ("modelnet40", "scanobjectnn", "shapenet", "3dos")
 COMPOSITE_ROOTS = {"3dos": ("shapenet", "modelnet40", "scanobjectnn")}
 
 
-def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str]) -> Source:
+def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str],
+                   options: dict[str, str] | None = None) -> Source:
     if kind == "3dos":
         from pipeline.sources.threedos import ThreeDOSSource
 
-        return ThreeDOSSource(path, **roots)
+        return ThreeDOSSource(path, **roots, **(options or {}))
     if kind == "scanobjectnn":
         from pipeline.sources.scanobjectnn import ScanObjectNNSource
 
@@ -59,7 +61,7 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
             needed = COMPOSITE_ROOTS.get(recipe.source, (recipe.source,))
             # roots not given default to the demo objects (only the datasets the recipe reads are generated)
             path = ensure_demo_objects(tuple(d for d in needed if d in DEMO_PARTS and d not in roots))
-        return _object_source(recipe.source, path, split or recipe.split, roots)
+        return _object_source(recipe.source, path, split or recipe.split, roots, recipe.source_options)
     if roots:
         raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")
     if recipe.source not in SOURCE_KINDS:
@@ -83,5 +85,16 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 
+def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:
+    """``frame_ids`` if every one is a safe frame id (`manifests.names`: safe names joined by '/'), else a
+    SourceError naming the source and the first bad id. Frame ids become file names (KITTI reads
+    ``velodyne/<id>.bin``, `export` writes them), so a build refuses an unsafe one before any work starts."""
+    for fid in frame_ids:
+        if (why := frame_id_problem(fid)) is not None:
+            where = getattr(src, "root", None) or f"{src.kind} source"
+            raise SourceError(where, frame_id_message(fid, why))
+    return frame_ids
+
+
 __all__ = ["OBJECT_KINDS", "SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source",
-           "SourceError", "WaymoSource", "open_source"]
+           "SourceError", "WaymoSource", "checked_frame_ids", "open_source"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 from stages.frame import Frame
@@ -15,6 +17,17 @@ class SourceError(ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+def require_extra(module: str, extra: str, reader: str, path: str | Path) -> ModuleType:
+    """Import ``module``, a package only one reader needs (installed by the ``extra`` of bench-build), or raise a
+    `SourceError` naming the source and the install command: the CLI refuses with exit 2 before any work."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        note = " (it pins numpy<2, so this extra needs NumPy 1.26)" if extra == "nuscenes" else ""
+        raise SourceError(path, f"the {reader} reader needs {module.split('.')[0]}, which is not installed ({e}); "
+                                f"install it with: pip install 'bench-build[{extra}]'{note}") from None
 
 
 class Source(Protocol):

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from manifests.names import frame_id_message, name_problem
 from pipeline.sources.base import SourceError
 from stages.frame import DONT_CARE, Boxes, Calib, Frame
 from stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
@@ -201,11 +202,21 @@ class KittiSource:
     def list_frames(self) -> list[str]:
         if self.split in ("training", "testing"):
             return sorted(p.stem for p in (self.data_dir / "velodyne").glob("*.bin"))
+        if (why := name_problem(self.split)) is not None:  # a list name, never a path: "../../x" stays out
+            raise SourceError(self.root / "ImageSets", f"split {self.split!r} {why}; it names ImageSets/<split>.txt")
         listing = self.root / "ImageSets" / f"{self.split}.txt"
         if not listing.is_file():
             raise SourceError(listing, f"split list for --split {self.split} not found")
-        ids = [ln.strip() for ln in listing.read_text().splitlines() if ln.strip()]
-        return sorted(set(ids))
+        try:
+            lines = listing.read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise SourceError(listing, f"split list is not UTF-8 text (byte {e.start})") from None
+        # each id is a file stem (velodyne/<id>.bin): one safe name, refused here, before any work, rather than
+        # used as a path ("../../etc/passwd") or split into folders ("a/b")
+        for lineno, line in enumerate(lines, 1):
+            if line.strip() and (why := name_problem(line.strip())) is not None:
+                raise SourceError(listing, f"line {lineno}: {frame_id_message(line.strip(), why)}")
+        return sorted({ln.strip() for ln in lines if ln.strip()})
 
     def paths(self, frame_id: str) -> dict[str, Path]:
         return {

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.sources.base import SourceError
+from pipeline.sources.base import SourceError, require_extra
 from stages.frame import Boxes, Frame
 from stages.sensor import HDL32E
 
@@ -79,7 +79,8 @@ def lidarseg_learning_map(name_to_index: dict[str, int]) -> tuple[dict[int, int]
     derive it from the index → name map an older build recorded."""
     from types import SimpleNamespace
 
-    from nuscenes.eval.lidarseg.utils import LidarsegClassMapper
+    LidarsegClassMapper = require_extra("nuscenes.eval.lidarseg.utils", "nuscenes", "nuScenes-lidarseg",
+                                        "nuscenes-devkit").LidarsegClassMapper
 
     mapper = LidarsegClassMapper(SimpleNamespace(lidarseg_name2idx_mapping=dict(name_to_index)))  # type: ignore[arg-type]
     coarse = mapper.coarse_name_2_coarse_idx_mapping
@@ -151,8 +152,9 @@ class NuScenesSource:
         self._load()
 
     def _load(self) -> None:
-        from nuscenes.nuscenes import NuScenes
-        from nuscenes.utils.splits import create_splits_scenes
+        NuScenes = require_extra("nuscenes.nuscenes", "nuscenes", "nuScenes", self.root).NuScenes
+        create_splits_scenes = require_extra("nuscenes.utils.splits", "nuscenes", "nuScenes",
+                                             self.root).create_splits_scenes
 
         for name in TABLES:
             if not (self.table_root / f"{name}.json").is_file():
@@ -302,18 +304,17 @@ def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini",
     ``ego2global`` (4×4) and ``boxes`` (LiDAR frame: category, x, y, z, l, w, h, yaw, num_lidar_pts), written
     back into the tables (global annotations, calibrated sensor, ego pose) the way the released data has them.
     """
-    from pyquaternion import Quaternion
-
     from pipeline.sources.demo import DEMO_SEED
     from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
 
+    # the devkit's own dependencies: a demo that its reader then cannot open would only fail later
+    Quaternion = require_extra("pyquaternion", "nuscenes", "nuScenes", root).Quaternion
+    cv2 = require_extra("cv2", "nuscenes", "nuScenes", root)
     seed = DEMO_SEED if seed is None else seed
     root = Path(root)
     tables = root / version
     for d in (tables, root / "samples" / "LIDAR_TOP", root / "maps", root / "lidarseg" / version):
         d.mkdir(parents=True, exist_ok=True)
-    import cv2
-
     cv2.imwrite(str(root / "maps" / "semantic_prior.png"), np.zeros((4, 4), np.uint8))
     lut = np.array([FINE_INDEX[SYNTHETIC_TO_FINE[c]] for c in GENERIC_CLASSES], dtype=np.uint8)
     log_token, sensor_token = _tok("log"), _tok("sensor", "LIDAR_TOP")

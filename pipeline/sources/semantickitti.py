@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.sources.base import SourceError
+from pipeline.sources.base import SourceError, require_extra
 from pipeline.sources.kitti import read_velodyne
 from stages.frame import Calib, Frame
 from stages.sensor import HDL64E
@@ -110,8 +110,7 @@ class SemanticKittiSource:
     def odometry(self, seq: str) -> Any:
         """pykitti's ``odometry`` of a sequence (file list, calibration, timestamps), validated and cached."""
         if seq not in self._odometry:
-            import pykitti
-
+            pykitti = require_extra("pykitti", "semantickitti", "SemanticKITTI", self.root)
             d = self.sequence_dir(seq)
             if not (d / "velodyne").is_dir():
                 raise SourceError(d / "velodyne", f"velodyne directory of sequence {seq} not found")

@@ -9,7 +9,8 @@ scenario of `manifests.threedos.SCENARIOS` (stable order: scenario, then split, 
     SR1/train/modelnet40/train/00012             ModelNet40 train shapes of the known classes
     SR1/val/modelnet40/test/00003                ModelNet40 test shapes of the known classes
     SR1/test/scanobjectnn/training/00007         every ScanObjectNN scan (training + test files) of SR1 ∪ SR2 ∪ SR3
-    SR12/train/scanobjectnn/training/00007       Real-to-Real: known classes of the training file,
+    SR12/train/scanobjectnn/training/00007       Real-to-Real: known classes of the training file (less val),
+    SR12/val/scanobjectnn/training/00003         the released trainer's validation hold-out of those,
     SR12/test/scanobjectnn/test/00001            known classes of the test file + the unknown set's scans (all)
 
 Each frame's ``attrs`` (row columns): ``track``, ``scenario``, ``split``, ``class_name`` (the source's
@@ -18,8 +19,20 @@ set an unknown example comes from, e.g. SN2 or SR3), ``domain`` (synthetic / rea
 points in the ``object_sample`` preprocessing) and, for ShapeNet shapes, ``synset`` and ``model_id``; its
 ``info``: ``dataset``, ``source_id``, ``source_split``. The ScanObjectNN mask is not carried.
 The same shape appears in several scenarios (known in one, unknown in the others), once per scenario.
-3DOS's Real-to-Real training further holds out 10 % of the training file for validation
-(``train_test_split(random_state=42)``); we keep the whole training file as ``train`` and say so.
+
+Two choices follow the released code by default and are recipe ``[source_options]`` (each has a variant):
+
+- ``cellphone``: ShapeNet's cellphone synset 02992529 is in none of SN1/SN2/SN3, and the released loader
+  (``datasets/sncore_4k.py``) keeps only the scenario's synsets before its cellphone→telephone merge, so
+  that merge never runs and no cellphone is in any set (``exclude``, default). ``telephone`` (variant
+  ``3dos:cellphone``) merges them into telephone: known in SN1, SN1 unknowns in SN2 and SN3.
+- ``r2r_val``: the released Real-to-Real trainer (``classifiers/trainer_ddp_cla_r2r.py``) takes the known
+  classes' scans of the training file in file order and holds out ``train_test_split(range(n),
+  test_size=int(n * 10 / 100), shuffle=True, random_state=42)``'s test part as validation. ``authors``
+  (default) lists exactly those scans as ``val`` and the rest as ``train``, so a model trained on ``train``
+  sees the paper's training set and model selection can use the paper's validation set (`authors_r2r_split`
+  reproduces the split in NumPy; sklearn is not needed). ``none`` (variant ``3dos:r2r-train-all``) keeps
+  the whole training file as ``train``. The test split is the same either way.
 """
 
 from __future__ import annotations
@@ -29,8 +42,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from manifests.threedos import (
+    DEFAULT_SOURCE_OPTIONS,
     SCENARIOS,
+    SOURCE_OPTIONS,
     SR_MODELNET,
     SR_SCANOBJECTNN,
     sn_set_of,
@@ -47,6 +64,20 @@ from stages.frame import Frame
 DATASETS = ("shapenet", "modelnet40", "scanobjectnn")
 
 
+def authors_r2r_split(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) positions among ``n`` known-class training scans, as the released Real-to-Real trainer
+    draws them: ``train_test_split(list(range(n)), test_size=int(n * 10 / 100), shuffle=True,
+    random_state=42)``. With an int ``random_state`` and no stratification sklearn's ShuffleSplit takes
+    ``permutation = RandomState(42).permutation(n)``, the first ``n_val`` as test, the next ``n - n_val`` as
+    train; this repeats it (checked against sklearn in the tests). Below 10 scans sklearn refuses a 0-sized
+    test set; we then hold out nothing (only tiny fixtures have so few)."""
+    n_val = int(n * 10 / 100)  # the trainer's own expression: floor, not ceil(0.1·n)
+    if n_val == 0:
+        return np.arange(n), np.arange(0)
+    perm = np.random.RandomState(42).permutation(n)
+    return perm[n_val:], perm[:n_val]
+
+
 class ThreeDOSSource:
     kind = "3dos"
     columns = ("class_name", "class_id", "split", "track", "scenario", "known", "synset", "model_id",
@@ -55,7 +86,13 @@ class ThreeDOSSource:
     intensity_scale = "unit"
 
     def __init__(self, root: str | Path | None = None, *, shapenet: str | Path | None = None,
-                 modelnet40: str | Path | None = None, scanobjectnn: str | Path | None = None) -> None:
+                 modelnet40: str | Path | None = None, scanobjectnn: str | Path | None = None,
+                 cellphone: str = DEFAULT_SOURCE_OPTIONS["cellphone"],
+                 r2r_val: str = DEFAULT_SOURCE_OPTIONS["r2r_val"]) -> None:
+        for key, value in (("cellphone", cellphone), ("r2r_val", r2r_val)):
+            if value not in SOURCE_OPTIONS[key]:
+                raise ValueError(f"3dos source option {key} must be one of {list(SOURCE_OPTIONS[key])}, got {value!r}")
+        self.cellphone, self.r2r_val = cellphone, r2r_val
         roots = {"shapenet": shapenet or root, "modelnet40": modelnet40 or root, "scanobjectnn": scanobjectnn or root}
         missing = [k for k, v in roots.items() if v is None]
         if missing:
@@ -84,11 +121,11 @@ class ThreeDOSSource:
 
         for sc in SCENARIOS:
             if sc.track == "synthetic":
-                labels = synset_label_map(sc.known[0])
+                labels = synset_label_map(sc.known[0], self.cellphone)
                 for split in ("train", "val", "test"):
                     for sid, s in shapes:
                         syn = sid.split("/")[0]
-                        member = sn_set_of(syn)
+                        member = sn_set_of(syn, self.cellphone)
                         if s != split or member is None:
                             continue
                         known = member in sc.known
@@ -111,10 +148,18 @@ class ThreeDOSSource:
             else:
                 smap = sonn_label_map(sc.known)
                 others = {k for s in sc.unknown for k in SR_SCANOBJECTNN[s]}
-                for split, file_split in (("train", "training"), ("test", "test")):
-                    for sid, lab in sonn.items():
-                        if sid.startswith(file_split + "/") and lab in smap:
-                            add(sc, split, "scanobjectnn", sid, SONN_CLASSES[lab], smap[lab], True, "real")
+                # the trainer's class filter keeps the training file's order; its split indexes that list
+                known_train = [sid for sid, lab in sonn.items() if sid.startswith("training/") and lab in smap]
+                held = set()
+                if self.r2r_val == "authors":
+                    held = {known_train[i] for i in authors_r2r_split(len(known_train))[1].tolist()}
+                for split in ("train", "val"):
+                    for sid in known_train:
+                        if (sid in held) == (split == "val"):
+                            add(sc, split, "scanobjectnn", sid, SONN_CLASSES[sonn[sid]], smap[sonn[sid]], True, "real")
+                for sid, lab in sonn.items():
+                    if sid.startswith("test/") and lab in smap:
+                        add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], smap[lab], True, "real")
                 for sid, lab in sonn.items():
                     if lab in others:
                         add(sc, "test", "scanobjectnn", sid, SONN_CLASSES[lab], -1, False, "real", sonn_set_of(lab))
@@ -145,5 +190,6 @@ class ThreeDOSSource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "fields": list(XYZ), "root": str(self.shapenet.root),
+                "options": {"cellphone": self.cellphone, "r2r_val": self.r2r_val},
                 "shapenet": self.shapenet.describe(), "modelnet40": self.modelnet40.describe(),
                 "scanobjectnn": self.scanobjectnn.describe(), "counts": self.counts()}

@@ -69,6 +69,21 @@ def split_train_val(labels: np.ndarray, val_fraction: float, seed: int) -> tuple
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
 
 
+#: measured training time of one batch at the paper's size (32 scans × 16,384 points, PointNet width 1): ≈ 17 s on
+#: 2 CPU cores (`python -m pipeline.validate.bench`), 0.04–0.065 s on an H100
+CPU_BATCH_SECONDS, CPU_BATCH_POINTS, CPU_BATCH_THREADS = 17.0, 32 * 16384, 2
+
+
+def cpu_training_estimate(n_train: int, points: int, width: float, batch_size: int, epochs: int,
+                          threads: int) -> float:
+    """Seconds the training would take on ``threads`` CPU cores, scaled from `CPU_BATCH_SECONDS`: linear in the
+    points seen, quadratic in the width (the shared MLP's layers are width × width), inverse in the threads. An
+    upper estimate: early stopping (patience) may end it sooner."""
+    per_point = CPU_BATCH_SECONDS / CPU_BATCH_POINTS * max(width, 0.125) ** 2
+    batches = -(-n_train // batch_size) * epochs
+    return batches * batch_size * points * per_point * CPU_BATCH_THREADS / max(1, threads)
+
+
 def pick_device(name: str = "auto") -> str:
     import torch
 

@@ -1,5 +1,6 @@
 """The dataset card's "Differences from the paper" table: one row per corruption where kitti-c's default
-(the released generator) and its `text` variant (Appendix C) differ, with both values."""
+(the released generator) and its `text` variant (Appendix C) differ, with both values; 3DOS's rows for its
+source options (cellphones, the Real→Real validation hold-out)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,20 @@ def test_every_difference_is_listed_with_both_values(spec):
 
 def test_a_recipe_without_variants_has_no_section():
     assert differences_section(load_recipe("robo3d-kitti-c")) == []
+
+
+@pytest.mark.parametrize("spec", ["3dos", "3dos:cellphone"])
+def test_3dos_lists_both_membership_choices_with_both_values(spec):
+    from manifests.card import object_sections
+
+    recipe = load_recipe(spec)
+    text = "\n".join(differences_section(recipe))
+    for variant, key, default, other in (("cellphone", "cellphone", "exclude", "telephone"),
+                                         ("r2r-train-all", "r2r_val", "authors", "none")):
+        assert f"bench-build run 3dos:{variant}" in text and f"source option `{key}`" in text
+        row = next(line for line in text.splitlines() if line.startswith(f"| source_options.{key} |"))
+        assert f"{key} = {default}." in row and f"{key} = {other}." in row
+    assert "sncore_4k.py" in text and "random_state=42" in text
+    membership = "\n".join(object_sections(recipe, {"kind": "3dos"}))
+    chosen = "telephone" if spec.endswith("cellphone") else "exclude"
+    assert f"- `cellphone` = {chosen}:" in membership and "- `r2r_val` = authors:" in membership

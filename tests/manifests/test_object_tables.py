@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from manifests.recipe import RecipeError, load_recipe
-from manifests.threedos import SCENARIOS, SN_SETS, SR_MODELNET, SR_SCANOBJECTNN, sonn_label_map, synset_label_map
+from manifests.threedos import (
+    SCENARIOS,
+    SN_SETS,
+    SR_MODELNET,
+    SR_SCANOBJECTNN,
+    sn_set_of,
+    sonn_label_map,
+    synset_label_map,
+)
 from pipeline.sources.scanobjectnn import SONN_CLASSES
 from pipeline.sources.shapenet import SHAPENET_SYNSETS
 
@@ -72,6 +80,41 @@ def test_variant_builds_elsewhere_and_lists_its_differences():
         load_recipe("modelnet-c:nope")
 
 
+def test_3dos_source_options_default_to_the_released_code_and_variants_restore_1_0_0():
+    base = load_recipe("3dos")
+    assert base.source_options == {"cellphone": "exclude", "r2r_val": "authors"}
+    assert base.version != "1.0.0"  # membership changed: a new version directory, 1.0.0 builds untouched
+    assert base.variants["cellphone"].changes == {"source_options.cellphone": {"cellphone": ("exclude", "telephone")}}
+    assert base.variants["r2r-train-all"].changes == {"source_options.r2r_val": {"r2r_val": ("authors", "none")}}
+    phone, whole = load_recipe("3dos:cellphone"), load_recipe("3dos:r2r-train-all")
+    assert phone.source_options == {"cellphone": "telephone", "r2r_val": "authors"} and phone.name == "3dos-cellphone"
+    assert whole.source_options == {"cellphone": "exclude", "r2r_val": "none"}
+    # the options are fingerprinted even for the same frame list; each variant keeps the other option's notes
+    fps = {r.fingerprint(["a"]) for r in (base, phone, whole)}
+    assert len(fps) == 3
+    assert phone.source_notes["r2r_val"] == base.source_notes["r2r_val"]
+    assert phone.source_notes["cellphone"] != base.source_notes["cellphone"]
+    # recipes without [source_options] keep their canonical JSON (and fingerprint) unchanged
+    assert "source_options" not in load_recipe("modelnet-c").canonical()
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('[source_options]\ncellphone = "merge"\n', r"cellphone must be one of \['exclude', 'telephone'\]"),
+    ('[source_options]\nphones = "exclude"\n', r"takes no option\(s\) \['phones'\]"),
+    ('[source_options]\ncellphone = "exclude"\n[source_options.notes]\nr2r_val = "x"\n', r"notes for \['r2r_val'\]"),
+    ('[source_options]\ncellphone = "exclude"\n[variants.v.source_options]\nr2r_val = "none"\n',
+     r"\[variants.v\]: source_options \['r2r_val'\] are not in"),
+])
+def test_3dos_bad_source_options_are_refused_at_load(table, message):
+    from manifests.recipe import parse_recipe
+
+    head = '[benchmark]\nname = "x"\nversion = "1"\nseed = 1\nsource = "3dos"\nseverities = 0\n'
+    with pytest.raises(RecipeError, match=message):
+        parse_recipe(head + table, origin="x.toml")
+    with pytest.raises(RecipeError, match=r"source kind 'modelnet40' takes no option"):
+        parse_recipe(head.replace('"3dos"', '"modelnet40"') + '[source_options]\ncellphone = "exclude"\n')
+
+
 def test_3dos_text_variant_is_the_unit_cube():
     base, text = load_recipe("3dos"), load_recipe("3dos:text")
     assert base.preprocess.params[0].normalize == "sphere" and text.preprocess.params[0].normalize == "cube"
@@ -119,7 +162,11 @@ def test_3dos_sn_sets():
     members = [s for v in SN_SETS.values() for s in v]
     assert len(members) == len(set(members)) == 54 and set(SHAPENET_SYNSETS) - set(members) == {"02992529"}
     labels = synset_label_map("SN1")
-    assert sorted(set(labels.values())) == list(range(18)) and labels["02992529"] == labels["04401088"]
+    assert sorted(set(labels.values())) == list(range(18)) and "02992529" not in labels  # released loader
+    assert sn_set_of("02992529") is None and sn_set_of("04401088") == "SN1"
+    merged = synset_label_map("SN1", cellphone="telephone")  # variant 3dos:cellphone
+    assert merged["02992529"] == merged["04401088"] and sn_set_of("02992529", "telephone") == "SN1"
+    assert "02992529" not in synset_label_map("SN2", cellphone="telephone")
 
 
 def test_3dos_sr_sets():

@@ -366,3 +366,91 @@ def test_variant_errors_name_the_problem(tmp_path):
     path = tmp_path / "toy.toml"
     path.write_text(VARIANT_RECIPE)
     assert load_recipe(f"{path}:text").name == "toy-text"
+
+
+# ---- safe names and bounds (issue 29) ------------------------------------------------------------------------
+
+def _fog_recipe(alphas: int) -> str:
+    """A recipe whose fog table list (shared by every severity, so never compared with `severities`) has
+    ``alphas`` entries."""
+    return BENCH.replace("severities = 5", "severities = 2") + (
+        '[corruptions.fog]\nstage = "fog"\nbeta = [0.01, 0.02]\n'
+        f"table_alphas = [{', '.join(['0.01'] * alphas)}]\n")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("[corruptions.beam_del]", '[corruptions."a/b"]'), r"corruptions\] name 'a/b' contains '/'"),
+    (("[corruptions.beam_del]", '[corruptions."../x"]'), r"corruptions\] name '../x' contains '..'"),
+    (("[corruptions.beam_del]", '[corruptions."a=b"]'), r"corruptions\] name 'a=b' contains '='"),
+    (("[corruptions.beam_del]", '[corruptions."a\\\\b"]'), r"corruptions\] name 'a\\\\b' contains '\\\\'"),
+    (("[corruptions.beam_del]", '[corruptions."a\\u0007b"]'), r"contains U\+0007 \(a control character\)"),
+    (("[corruptions.beam_del]", '[corruptions.""]'), r"corruptions\] name '' is empty"),
+    (("[corruptions.beam_del]", '[corruptions."  "]'), r"name '  ' is only whitespace"),
+    (("[corruptions.beam_del]", '[corruptions.".hidden"]'), r"name '.hidden' starts with '.'"),
+    (("[corruptions.beam_del]", f'[corruptions.{"x" * 129}]'), r"is 129 characters long \(at most 128\)"),
+    (('name = "tiny"', 'name = "../tiny"'), r"\[benchmark\] name '../tiny' contains '..'"),
+    (('version = "0.1.0"', 'version = "0.1/0"'), r"\[benchmark\] version '0.1/0' contains '/'"),
+    (("severities = 5", 'severities = 5\nseverity_names = ["a", "b", "c d", "e", "f"]'),
+     r"severity_names entry 'c d' contains U\+0020 \(space\)"),
+    (("severities = 5", "severities = 10000"), r"severities = 10000 is more than 20"),
+])
+def test_unsafe_names_and_oversized_recipes_are_refused_naming_file_and_field(edit, message):
+    with pytest.raises(RecipeError, match=rf"^{ORIGIN}: .*{message}"):
+        parse_recipe(GOOD.replace(*edit), origin=ORIGIN)
+
+
+def test_parameter_sizes_are_bounded():
+    from manifests.recipe import MAX_PARAM_CHARS, MAX_PARAM_ITEMS
+
+    assert len(parse_recipe(_fog_recipe(MAX_PARAM_ITEMS), origin=ORIGIN).corruption("fog").params[0]
+               .table_alphas) == MAX_PARAM_ITEMS
+    with pytest.raises(RecipeError, match=rf"^{ORIGIN}: corruption 'fog': parameter 'table_alphas' is a list of "
+                                          rf"{MAX_PARAM_ITEMS + 1} values \(at most {MAX_PARAM_ITEMS}\)"):
+        parse_recipe(_fog_recipe(MAX_PARAM_ITEMS + 1), origin=ORIGIN)
+    long = "x" * (MAX_PARAM_CHARS + 1)
+    with pytest.raises(RecipeError, match=rf"parameter 'noise_variant' is a string of {MAX_PARAM_CHARS + 1} "
+                                          rf"characters \(at most {MAX_PARAM_CHARS}\)"):
+        parse_recipe(_fog_recipe(2) + f'noise_variant = "{long}"\n', origin=ORIGIN)
+    with pytest.raises(RecipeError, match=r"corruption 'g': stage 'a/b' contains '/'"):
+        parse_recipe(BENCH + '[corruptions.g]\nstage = "a/b"\n', origin=ORIGIN)
+
+
+def test_every_builtin_recipe_is_within_the_rules():
+    """The bounds sit well above the built-ins, so none of them (nor a variant) is refused."""
+    from manifests.names import frame_id_problem, name_problem
+    from manifests.recipe import MAX_SEVERITIES, builtin_recipes
+
+    for name in builtin_recipes():
+        recipe = load_recipe(name)
+        assert recipe.severities <= MAX_SEVERITIES // 4, name
+        for n in (recipe.name, recipe.version, *recipe.severity_names,
+                  *(c.name for c in recipe.corruptions), *(c.stage for c in recipe.corruptions)):
+            assert name_problem(n) is None, (name, n)
+        for variant in recipe.variants:
+            assert name_problem(load_recipe(f"{name}:{variant}").name) is None
+    # the sources' own id shapes (KITTI, ModelNet, ShapeNet, 3DOS, SemanticKITTI, Waymo, nuScenes) are safe
+    for fid in ("000042", "test/00042", "02691156/1a04e3eab45ca15dd86060f189eb133",
+                "SN1/test/shapenet/02691156/1a04e3eab45ca15dd86060f189eb133", "08_000000",
+                "10017090168044687777_6380_000_6400_000-1550083467346370", "ca9a282c9e77460f8360f564131a8af5"):
+        assert frame_id_problem(fid) is None, fid
+    for fid, why in (("../../etc/passwd", "has a part '..'"), ("/etc/passwd", "contains '/'"),
+                     ("a//b", "contains '/'"), ("a=b", "contains '='"), ("", "is empty"), ("x" * 513, "513")):
+        assert why in (frame_id_problem(fid) or ""), fid
+
+
+def test_manifest_safe_name_is_the_same_rule():
+    import itertools
+
+    from manifests.manifest import SAFE_NAME
+    from manifests.names import frame_id_problem, name_problem
+
+    for n in ("kitti-c", "1.0.0", "a..b", "a/b", ".x", "x" * 128, "x" * 129, "ok\n", "a=b", "v1+local"):
+        assert bool(SAFE_NAME.match(n)) == (name_problem(n) is None), n
+    # the regex fast paths and the worded checks agree on every short string over a telling alphabet
+    for k in range(1, 5):
+        for chars in itertools.product("a.-/=\n ", repeat=k):
+            s = "".join(chars)
+            safe = all(c in "a.-" for c in s) and s[0] == "a" and ".." not in s
+            assert (name_problem(s) is None) == safe, s
+            parts = s.split("/")
+            assert (frame_id_problem(s) is None) == all(name_problem(p) is None for p in parts), s

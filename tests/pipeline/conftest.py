@@ -9,6 +9,7 @@ then kill) at the end. Tests reach it through the standard AWS chain: `s3env` se
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +107,18 @@ def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
                     max_frames=4, frames_per_shard=2, progress=False)
     assert res.ok
     return res.version_dir
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MB tmpfs (a real disk that fills up); skipped where mounting is not permitted — the injected
+    ENOSPC test below covers the same code path everywhere."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -173,3 +173,273 @@ def test_severity_names_come_from_the_builtin_recipe():
     assert severity_dir(manifest, 2) == "moderate"
     assert severity_names({**manifest, "version": "0.0.1"}) == []  # another version: do not guess
     assert severity_dir({"dataset": "mine", "version": "1", "recipe": {"name": "mine"}}, 2) == "2"
+
+
+# ---- issue 29: export never destroys what is in OUT or --source; exit 2 means nothing was written ----
+
+def tree_state(*roots: Path) -> dict[str, tuple]:
+    """Every entry under ``roots``: its mode and its content's sha256 (files) or target (links). Links are
+    recorded, never followed, so a link that export re-pointed or wrote through shows up."""
+    import hashlib
+    import os
+    import stat
+
+    state: dict[str, tuple] = {}
+    for root in roots:
+        state[str(root)] = (root.lstat().st_mode, None)
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                p = Path(dirpath) / name
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    state[str(p)] = (st.st_mode, os.readlink(p))
+                elif stat.S_ISREG(st.st_mode):
+                    state[str(p)] = (st.st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
+                else:
+                    state[str(p)] = (st.st_mode, None)
+    return state
+
+
+@pytest.fixture
+def kitti_root(demo_kitti_master, kitti_images, tmp_path) -> Path:
+    """A private, complete KITTI object root (velodyne, label_2, calib, ImageSets, image_2, planes): the source
+    export links from, and the directory a user might by mistake give as OUT."""
+    import shutil
+
+    root = tmp_path / "kitti"
+    shutil.copytree(demo_kitti_master, root)
+    for sub in ("image_2", "planes"):
+        shutil.copytree(kitti_images / "training" / sub, root / "training" / sub)
+    return root
+
+
+PART = ["--corruption", "translation", "--severity", "3"]
+
+
+def _own_source(t: Path, k: Path):
+    return [str(k), *PART, "--source", str(k)], "is --source"
+
+
+def _own_source_force(t: Path, k: Path):
+    return [str(k), *PART, "--source", str(k), "--force"], "is --source"
+
+
+def _own_source_dot(t: Path, k: Path):
+    return [f"{k}/.", *PART, "--source", str(k), "--force"], "is --source"
+
+
+def _link_to_source(t: Path, k: Path):
+    (t / "link").symlink_to(k, target_is_directory=True)
+    return [str(t / "link"), *PART, "--source", str(k), "--force"], "is --source"
+
+
+def _inside_source(t: Path, k: Path):
+    return [str(k / "training"), *PART, "--source", str(k), "--force"], "is inside --source"
+
+
+def _new_dir_inside_source(t: Path, k: Path):
+    return [str(k / "exports" / "mine"), *PART, "--source", str(k)], "is inside --source"
+
+
+def _source_inside_out(t: Path, k: Path):
+    # --source names the training directory of OUT: export's velodyne/ and label_2/ would land in it
+    return [str(k), *PART, "--source", str(k / "training"), "--force"], "would be written over --source"
+
+
+def _non_empty(t: Path, k: Path):
+    (t / "o").mkdir()
+    (t / "o" / "notes.txt").write_text("mine")
+    return [str(t / "o"), *PART, "--source", str(k)], "is not empty (1 entries, e.g. notes.txt)"
+
+
+def _image_2_is_a_directory(t: Path, k: Path):
+    (t / "o" / "training" / "image_2").mkdir(parents=True)
+    (t / "o" / "training" / "image_2" / "000000.png").write_bytes(b"png")
+    return [str(t / "o"), *PART, "--source", str(k), "--force"], "image_2 exists and is not a link"
+
+
+def _missing_partition(t: Path, k: Path):
+    (t / "o").mkdir()
+    (t / "o" / "notes.txt").write_text("mine")
+    return [str(t / "o"), "--corruption", "fog", "--severity", "1", "--source", str(k), "--force"], \
+        "no corruption 'fog'"
+
+
+def _out_is_a_file(t: Path, k: Path):
+    (t / "o").write_text("a file")
+    return [str(t / "o"), *PART, "--source", str(k)], "is a file, not a directory"
+
+
+def _out_below_a_file(t: Path, k: Path):
+    (t / "o").write_text("a file")
+    return [str(t / "o" / "sub"), *PART], f"{t / 'o'} is a file, not a directory, so {t / 'o' / 'sub'} cannot be"
+
+
+def _file_where_export_needs_a_directory(t: Path, k: Path):
+    (t / "o").mkdir()
+    (t / "o" / "training").write_text("a file")
+    return [str(t / "o"), *PART, "--force"], "training is a file, not a directory"
+
+
+def _directory_where_export_writes_a_file(t: Path, k: Path):
+    (t / "o" / "training" / "velodyne" / "000002.bin").mkdir(parents=True)
+    return [str(t / "o"), *PART, "--force"], "000002.bin is a directory where export writes a file"
+
+
+def _source_without_images(t: Path, k: Path):
+    import shutil
+
+    shutil.rmtree(k / "training" / "image_2")
+    return [str(t / "o"), *PART, "--source", str(k)], "no training/image_2 directory"
+
+
+def _source_missing_an_image(t: Path, k: Path):
+    (k / "training" / "image_2" / "000002.png").unlink()
+    return [str(t / "o"), *PART, "--source", str(k)], "1 of 4 exported frames have no image, e.g. 000002.png"
+
+
+def _version_is_a_file(t: Path, k: Path):
+    (t / "v").write_text("a file")
+    return [str(t / "v"), str(t / "o"), *PART], "no manifest"
+
+
+REFUSALS = [_own_source, _own_source_force, _own_source_dot, _link_to_source, _inside_source,
+            _new_dir_inside_source, _source_inside_out, _non_empty, _image_2_is_a_directory, _missing_partition,
+            _out_is_a_file, _out_below_a_file, _file_where_export_needs_a_directory,
+            _directory_where_export_writes_a_file, _source_without_images, _source_missing_an_image,
+            _version_is_a_file]
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=lambda f: f.__name__.strip("_"))
+def test_refusal_writes_nothing(built, kitti_root, tmp_path, case):
+    args, message = case(tmp_path, kitti_root)
+    cmd = ["export", *args] if case is _version_is_a_file else ["export", str(built), *args]
+    before = tree_state(tmp_path, built)
+    res = runner.invoke(app, cmd)
+    assert res.exit_code == 2, res.output
+    flat = res.output.strip()
+    assert message in flat and len(flat.splitlines()) == 1 and "Traceback" not in flat, res.output
+    assert tree_state(tmp_path, built) == before  # not one path, byte, link target or mode changed
+
+
+def test_export_into_its_own_source_leaves_it_byte_identical(built, kitti_root):
+    """The reproduction: OUT = the KITTI root given as --source, which the old export overwrote (raw scans,
+    label_2, ImageSets/val.txt cut to the exported frames) before refusing on the image_2 link."""
+    before = tree_state(kitti_root)
+    for force in ([], ["--force"]):
+        res = runner.invoke(app, ["export", str(built), str(kitti_root), *PART, "--source", str(kitti_root), *force])
+        assert res.exit_code == 2 and "is --source" in res.output, res.output
+    assert tree_state(kitti_root) == before
+
+
+def test_frame_id_that_is_not_a_plain_name_is_refused():
+    """A frame id becomes a file name (velodyne/<id>.bin): one with a path in it would write outside OUT."""
+    import pyarrow as pa
+
+    from pipeline.export import _rows
+
+    class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id
+        url = "v"
+
+        def shards(self, corruption, severity):
+            return [{"path": "part.parquet"}]
+
+        def open_file(self, path):
+            return self
+
+        def read(self, columns):
+            return pa.table({"key": ["k/../../x"], "frame_id": ["../../x"], "boxes": [None], "calib": [None]})
+
+    with pytest.raises(ExportError, match=r"k/\.\./\.\./x: frame id '\.\./\.\./x' is not a plain file name"):
+        _rows(Listing(), "clean", 0, None)
+
+
+def test_out_inside_the_version_is_refused(mini_build, tmp_path):
+    import shutil
+
+    version = tmp_path / "v"
+    shutil.copytree(mini_build, version)  # a copy: the shared build must not be put at risk
+    before = tree_state(version)
+    res = runner.invoke(app, ["export", str(version), str(version / "kitti"), *PART, "--force"])
+    assert res.exit_code == 2 and "is inside the version" in res.output, res.output
+    assert tree_state(version) == before
+
+
+def test_force_replaces_only_what_export_writes(built, kitti_images, tmp_path):
+    import os
+
+    out = tmp_path / "o"
+    first = export_version(built, out, corruption="translation", severity=3, source=kitti_images)
+    assert first.written == 4 * 3 + 4 + 2 and first.replaced == 0  # velodyne, calib, label_2; 4 lists; 2 links
+    want = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and not p.is_symlink()
+            and "ImageSets" not in p.parts}
+    # what the user keeps in OUT, and exported files changed, or linked to data elsewhere
+    (out / "notes.txt").write_text("mine")
+    (out / "training" / "velodyne" / "999999.bin").write_bytes(b"not exported")
+    (out / "training" / "velodyne" / "000000.bin").write_bytes(b"junk")
+    (out / "ImageSets" / "train.txt").write_text("mine\n")
+    keep, keep2 = tmp_path / "keep.txt", tmp_path / "keep2.txt"
+    keep.write_text("elsewhere")
+    keep2.write_text("elsewhere too")
+    hard = out / "training" / "calib" / "000001.txt"
+    hard.unlink()
+    os.link(keep, hard)  # a hard link: writing in place would change keep.txt
+    sym = out / "training" / "label_2" / "000002.txt"
+    sym.unlink()
+    sym.symlink_to(keep2)  # writing through the link would change keep2.txt
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--source", str(kitti_images), "--force"])
+    assert res.exit_code == 0, res.output
+    # every velodyne/calib/label_2 file and the val list; the links already point at the images; the other
+    # ImageSets lists exist and export writes them only where missing
+    assert f"--force: replaced 13 existing files in {out}" in res.output
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "training" / "velodyne" / "999999.bin").read_bytes() == b"not exported"
+    assert (out / "ImageSets" / "train.txt").read_text() == "mine\n"
+    assert keep.read_text() == "elsewhere" and keep2.read_text() == "elsewhere too"
+    assert not sym.is_symlink() and hard.stat().st_nlink == 1
+    assert {p: p.read_bytes() for p in want} == want  # the exported files are the export's again
+    # without --force the same OUT is refused, naming how many files --force would replace
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--source", str(kitti_images)])
+    assert res.exit_code == 2 and "add --force to replace only the files it writes (13 of them" in res.output
+
+
+@pytest.mark.parametrize(("err", "cause"), [(28, "No space left on device"), (13, "Permission denied")])
+def test_os_error_while_writing_is_one_line_saying_what_was_written(built, tmp_path, monkeypatch, err, cause):
+    import os
+
+    import pipeline.export as export_mod
+
+    real, calls = export_mod._write_file, []
+
+    def failing(path: Path, data: bytes) -> None:
+        calls.append(path)
+        if len(calls) == 6:
+            raise OSError(err, os.strerror(err), str(path))
+        real(path, data)
+
+    monkeypatch.setattr(export_mod, "_write_file", failing)
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), *PART])
+    assert res.exit_code == 1, res.output  # writing had begun: not a refusal
+    line = res.output.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, res.output
+    assert f"{cause}: {calls[-1]}" in line and "export stopped after writing 5 of 16 files" in line, line
+    assert "--force" in line
+    assert not calls[-1].exists()  # no half-written file under a final name
+
+
+def test_unwritable_out_is_refused_before_writing(built, tmp_path, monkeypatch):
+    import os
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:  # root may write anyway: answer as the kernel would for anyone else
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: not (Path(p) == ro and mode & os.W_OK)
+                            and real_access(p, mode, **kw))
+    try:
+        res = runner.invoke(app, ["export", str(built), str(ro), *PART])
+    finally:
+        ro.chmod(0o755)
+    assert res.exit_code == 2 and f"Permission denied: cannot create files in {ro}" in res.output, res.output
+    assert list(ro.iterdir()) == []

@@ -27,6 +27,7 @@ from pipeline.cli import app
 from pipeline.sources.demo_objects import write_demo_objects
 from pipeline.sources.threedos import ThreeDOSSource
 from stages.object.object_rotate import euler_matrix
+from tests.pipeline.test_threedos_source import released_counts
 
 runner = CliRunner()
 MODELNET_C_POINTS = {  # (corruption, severity) → points per example, from Appendix A's rules
@@ -145,7 +146,9 @@ def test_3dos_scenarios_read_back(objects, tmp_path, local_ray):
     res = run_build("3dos", source=str(objects), out=tmp_path, progress=False)
     assert res.ok, res.failures
     assert verify_version(res.version_dir).ok
-    expected = ThreeDOSSource(objects).counts()
+    # the released class lists applied to the fixture's shapes (cellphones included in it, none in the sets)
+    expected = released_counts(objects, objects, objects)
+    assert ThreeDOSSource(objects).counts() == expected
     got: dict = {}
     for scenario, split, known, n in duckdb.sql(
             f"SELECT scenario, split, known, count(*) FROM read_parquet('{res.version_dir}/data/**/*.parquet', "
@@ -153,6 +156,9 @@ def test_3dos_scenarios_read_back(objects, tmp_path, local_ray):
         got.setdefault(scenario, {}).setdefault(split, {"known": 0, "unknown": 0})["known" if known else "unknown"] = n
     assert got == expected
     t = _table(res.version_dir).to_pylist()
+    assert (objects / "ShapeNetCore.v2" / "02992529").is_dir()
+    assert not [r for r in t if r.get("synset") == "02992529"]
+    assert {r["scenario"] for r in t if r["split"] == "val" and r["domain"] == "real"} == {"SR12", "SR13", "SR23"}
     for r in t[::7]:
         pts = np.asarray(r["points"], dtype=np.float64)
         assert len(pts) == (2048 if r["domain"] == "real" else 1024)
@@ -160,7 +166,8 @@ def test_3dos_scenarios_read_back(objects, tmp_path, local_ray):
         assert np.abs(pts.mean(axis=0)).max() < 1e-5
         assert r["known"] == (r["class_id"] >= 0) == (r["unknown_set"] is None)
     card = (Path(res.version_dir) / "README.md").read_text()
-    assert "| SN1 | test |" in card and "FPS 4096" in card
+    assert "| SN1 | test |" in card and "FPS 4096" in card and "| SR12 | val |" in card
+    assert "| source_options.cellphone |" in card and "| source_options.r2r_val |" in card
 
 
 MINI_OBJECT_RECIPE = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -402,3 +403,309 @@ def test_seaweed_restarts_on_its_existing_data_dir(tmp_path):
         server.client().put_object(Bucket="keep", Key="k", Body=b"v")
     with SeaweedServer(tmp_path / "weed", ACCESS_KEY, SECRET_KEY, ("keep",)) as again:  # bucket already exists
         assert again.client().get_object(Bucket="keep", Key="k")["Body"].read() == b"v"
+
+
+# -- issue 29: pull writes only what the manifest lists, under the version lock, staged ---------------------
+EVIL_KEY = "renders/../../../../x"
+
+
+def _files_under(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def _put_remote(server, url: str, key: str, body: bytes) -> None:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    server.client().put_object(Bucket=bucket, Key=f"{prefix}/{key}", Body=body)
+
+
+def test_pull_ignores_a_listed_key_that_escapes_and_writes_only_the_manifests_files(built, s3prefix, s3env,
+                                                                                   tmp_path, monkeypatch):
+    """A listing entry ``renders/../../../../x`` (AWS S3 accepts any key; SeaweedFS does not, so it is injected
+    in-process, with its content) is never written: pull takes every path from the checked manifest."""
+    from pipeline.storage import ObjectInfo, S3Store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    real_list, real_get = S3Store.list, S3Store.get
+
+    def evil_list(self, prefix=""):
+        yield from real_list(self, prefix)
+        yield ObjectInfo(EVIL_KEY, 5)
+
+    def evil_get(self, key):
+        return (b"pwned", None) if ".." in key else real_get(self, key)
+
+    monkeypatch.setattr(S3Store, "list", evil_list)
+    monkeypatch.setattr(S3Store, "get", evil_get)
+    out_dir = tmp_path / "nest" / "o"
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(out_dir), "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert not (tmp_path / "nest" / "x").exists(), "a listed key escaped --out"
+    assert "1 render(s)" in out.output
+    pulled = out_dir / "mini-c" / "0.1.0"
+    manifest = read_manifest(pulled)
+    assert [r["path"] for r in manifest["renders"]] == ["renders/contact_sheet.png"]
+    assert _files_under(tmp_path) == {f"nest/o/mini-c/0.1.0/{rel}" for rel in
+                                      {s["path"] for s in manifest["shards"]} | {"renders/contact_sheet.png",
+                                                                                "manifest.json", "README.md",
+                                                                                ".bench-build.lock"}}
+    assert (pulled / "renders/contact_sheet.png").read_bytes() == (built / "renders/contact_sheet.png").read_bytes()
+    report = verify_version(pulled)
+    assert report.ok and report.renders == 1 and report.checked == 84
+
+
+@pytest.mark.parametrize("bad", [EVIL_KEY, "data/corruption=clean/severity=0/x.parquet", "/tmp/x.png"])
+def test_pull_refuses_a_manifest_whose_render_paths_escape(built, s3prefix, s3env, tmp_path, bad):
+    manifest = json.loads((built / "manifest.json").read_text())
+    manifest["renders"][0]["path"] = bad
+    _put_remote(s3env, f"{s3prefix}/mini-c/0.1.0", "manifest.json", json.dumps(manifest).encode())
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--version", "0.1.0", "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 2 and "render paths escape" in out.output and bad in out.output, out.output
+    assert not (tmp_path / "o").exists() and not (tmp_path / "x").exists()
+
+
+def test_tampered_render_fails_verify_and_pull_naming_it(built, s3prefix, s3env, tmp_path):
+    assert publish_version(built, s3prefix, progress=False).ok
+    version_url = f"{s3prefix}/mini-c/0.1.0"
+    sheet = bytearray((built / "renders/contact_sheet.png").read_bytes())
+    sheet[len(sheet) // 2] ^= 0xFF
+    _put_remote(s3env, version_url, "renders/contact_sheet.png", bytes(sheet))  # same size, other bytes
+    out = runner.invoke(app, ["verify", version_url, "--no-progress"])
+    assert out.exit_code == 1 and "renders/contact_sheet.png: sha256 mismatch" in out.output, out.output
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path), "--no-progress"])
+    assert out.exit_code == 1 and "renders/contact_sheet.png: sha256 mismatch" in out.output, out.output
+    pulled = tmp_path / "mini-c" / "0.1.0"
+    # nothing moved into place: no manifest, no shard, no picture under a final name
+    assert not [f for f in _files_under(pulled) if not f.startswith(("_pull/", "."))]
+    assert all(f.endswith(".partial") for f in _files_under(pulled / "_pull"))
+
+
+def _copy_build(built: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns("_ledger", ".*"))
+    return dest
+
+
+@pytest.mark.parametrize("link", ["renders/creds.png", "data/elsewhere"])
+def test_publish_refuses_a_symlink_in_the_version_before_uploading(built, tmp_path, link):
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = hunter2\n")
+    version = _copy_build(built, tmp_path / "v")
+    (version / link).symlink_to(secret if link.endswith(".png") else tmp_path)
+    out = runner.invoke(app, ["publish", str(version), "--to", str(tmp_path / "pub"), "--no-progress"])
+    assert out.exit_code == 2, out.output
+    assert f"{version / link}: is a symbolic link" in out.output and "nothing was published" in out.output
+    assert not (tmp_path / "pub").exists()
+
+
+def test_old_manifest_without_renders_publishes_and_pulls_saying_so(built, tmp_path):
+    version = _copy_build(built, tmp_path / "v")
+    manifest = json.loads((version / "manifest.json").read_text())
+    del manifest["renders"]
+    (version / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    out = runner.invoke(app, ["publish", str(version), "--to", str(tmp_path / "pub"), "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert "lists no renders" in out.output and "0 render(s)" in out.output
+    assert not (tmp_path / "pub" / "mini-c" / "0.1.0" / "renders").exists()
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 0, out.output
+    notes = [line for line in out.output.splitlines() if "lists no renders" in line]
+    assert len(notes) == 1 and "not pulled" in notes[0], out.output
+    assert verify_version(tmp_path / "o" / "mini-c" / "0.1.0").ok
+
+
+def test_verify_checks_listed_renders_and_ignores_one_rendered_later(built, tmp_path):
+    version = _copy_build(built, tmp_path / "v")
+    (version / "renders" / "contact_sheet_000001.png").write_bytes(b"\x89PNG a user's later render")
+    report = verify_version(version)
+    assert report.ok and report.renders == 1 and not report.warnings
+    replaced = b"\x89PNG replaced"
+    (version / "renders" / "contact_sheet.png").write_bytes(replaced)
+    report = verify_version(version)
+    assert report.problems == [f"renders/contact_sheet.png: {len(replaced)} bytes, manifest says "
+                               f"{read_manifest(version)['renders'][0]['bytes']}"]
+
+
+def test_concurrent_partial_pulls_into_one_out_compose(built, s3prefix, s3env, tmp_path, monkeypatch):
+    """Two partial pulls into one --out at once: the second waits for the first's lock, then composes with
+    the manifest it wrote (before: the last manifest written won and verify saw stray shards)."""
+    import threading
+
+    from pipeline.storage import S3Store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    waited = threading.Event()
+    real_download = S3Store.download_file
+
+    def download(self, key, local, *, progress=None):
+        # the lock holder downloads only once the other pull is seen waiting: the two certainly overlap
+        assert waited.wait(timeout=60), "the second pull never waited for the first"
+        return real_download(self, key, local, progress=progress)
+
+    monkeypatch.setattr(S3Store, "download_file", download)
+    start = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def pull(corruption: str, severity: int | None) -> None:
+        start.wait()
+        try:
+            results[corruption] = pull_version(f"{s3prefix}/mini-c", tmp_path, corruption=corruption,
+                                               severity=severity, progress=False, jobs=2,
+                                               on_wait=lambda msg: waited.set())
+        except BaseException as e:  # reported below, in the test's thread
+            results[corruption] = e
+
+    threads = [threading.Thread(target=pull, args=a) for a in (("beam_del", 3), ("clean", None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert all(getattr(r, "ok", False) for r in results.values()), results
+    pulled = tmp_path / "mini-c" / "0.1.0"
+    manifest = read_manifest(pulled)
+    assert sorted(manifest["partial"]["selections"], key=str) == sorted(
+        [{"corruption": "beam_del", "severity": 3}, {"corruption": "clean", "severity": None}], key=str)
+    assert len(manifest["shards"]) == 2 * FRAMES
+    assert verify_version(pulled).ok
+    assert not (pulled / "_pull").exists()
+
+
+def test_failed_pull_puts_nothing_in_place_and_the_next_reuses_its_verified_files(built, s3prefix, s3env, tmp_path,
+                                                                                  monkeypatch):
+    from pipeline.storage import S3Store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    first = pull_version(f"{s3prefix}/mini-c", tmp_path, corruption="clean", progress=False)
+    assert first.ok
+    pulled = tmp_path / "mini-c" / "0.1.0"
+    before = {rel: (pulled / rel).read_bytes() for rel in _files_under(pulled) if not rel.startswith(".")}
+    real_download, calls = S3Store.download_file, []
+
+    def flaky(self, key, local, *, progress=None):
+        calls.append(key)
+        if len(calls) == 6:
+            raise RuntimeError("connection reset mid-pull")
+        return real_download(self, key, local, progress=progress)
+
+    monkeypatch.setattr(S3Store, "download_file", flaky)
+    with pytest.raises(RuntimeError, match="connection reset"):
+        pull_version(f"{s3prefix}/mini-c", tmp_path, progress=False, jobs=1)
+    # the directory is what the first pull left: same files, same manifest, still verifying
+    after = {rel: (pulled / rel).read_bytes() for rel in _files_under(pulled) if not rel.startswith((".", "_pull/"))}
+    assert after == before and verify_version(pulled).ok
+    staged = _files_under(pulled / "_pull")
+    assert len(staged) == 5 and all(f.endswith(".parquet.partial") for f in staged)
+    assert all("_pull" not in p.parts for p in tmp_path.rglob("*.parquet"))  # a glob never sees a staged file
+
+    monkeypatch.setattr(S3Store, "download_file", real_download)
+    again = pull_version(f"{s3prefix}/mini-c", tmp_path, progress=False)
+    assert again.ok and len(again.skipped) == FRAMES + 5 and len(again.transferred) == 84 - FRAMES - 5
+    assert (pulled / "manifest.json").read_bytes() == (built / "manifest.json").read_bytes()
+    assert verify_version(pulled).ok and not (pulled / "_pull").exists()
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EACCES])
+def test_os_error_during_pull_is_one_line_naming_the_file(built, s3prefix, s3env, tmp_path, monkeypatch, err):
+    from pipeline.storage import S3Store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    real_download, calls = S3Store.download_file, []
+
+    def failing(self, key, local, *, progress=None):
+        calls.append(key)
+        if len(calls) >= 3:
+            raise OSError(err, os.strerror(err), str(local))
+        return real_download(self, key, local, progress=progress)
+
+    monkeypatch.setattr(S3Store, "download_file", failing)
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path), "--no-progress", "--jobs", "1"])
+    assert out.exit_code == 1, out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.output, out.output
+    assert f"{os.strerror(err)}: {tmp_path / 'mini-c' / '0.1.0' / '_pull'}" in lines[0]
+    assert ".parquet.partial" in lines[0] and "run the same pull again" in lines[0]
+    pulled = tmp_path / "mini-c" / "0.1.0"
+    assert not [f for f in _files_under(pulled) if not f.startswith(("_pull/", "."))]
+
+
+def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(built, s3prefix, s3env, tmp_path,
+                                                                             monkeypatch):
+    from pipeline.storage import LocalStore
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(a_file), "--no-progress"])
+    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+    assert f"--out {a_file}: not a directory" in out.output and a_file.read_text() == "keep me"
+
+    def denied(self, purpose, *, force=False):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self.root.parent))
+
+    monkeypatch.setattr(LocalStore, "writer_lock", denied)
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "ro"), "--no-progress"])
+    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+    assert f"Permission denied: {tmp_path / 'ro' / 'mini-c'}" in out.output and "Traceback" not in out.output
+
+
+def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place(built, tmp_path, monkeypatch):
+    import pipeline.publish as publish
+    from pipeline.storage import LocalStore
+
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    real_put = LocalStore.put_bytes
+
+    def full(self, key, data, **kw):
+        if key == "manifest.json" and "o" in self.root.parts:
+            raise OSError(errno.ENOSPC, "No space left on device")  # a failed write(): no file named
+        return real_put(self, key, data, **kw)
+
+    monkeypatch.setattr(LocalStore, "put_bytes", full)
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    pulled = tmp_path / "o" / "mini-c" / "0.1.0"
+    assert f"No space left on device: {pulled / 'manifest.json'}" in out.output
+    assert not [f for f in _files_under(pulled) if f.endswith((".parquet", ".png"))]  # none left in place
+    assert len(_files_under(pulled / publish.STAGING)) == 85  # 84 shards + the contact sheet, verified
+
+    monkeypatch.setattr(LocalStore, "put_bytes", real_put)
+    again = pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "o", progress=False)
+    assert again.ok and not again.transferred and len(again.skipped) == 84
+    assert verify_version(pulled).ok and not (pulled / publish.STAGING).exists()
+
+
+def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
+    from pipeline.storage import LocalStore
+
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dest = tmp_path / "o" / "mini-c" / "0.1.0"
+    with LocalStore(dest).writer_lock("bench-build run"):
+        out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                                  "--no-progress", "--wait", "0.5"])
+    assert out.exit_code == 2, out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 2 and "waiting up to 0.5 s" in lines[0] and "bench-build run" in lines[0], out.output
+    assert "being written by another bench-build run" in lines[1] and "(waited 0.5 s)" in lines[1]
+    assert _files_under(dest) == {".bench-build.lock"}
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    assert out.exit_code == 0 and verify_version(dest).ok, out.output
+
+
+def test_real_disk_full_during_pull_is_one_line_and_the_pull_resumes(built, s3prefix, s3env, small_fs):
+    """A real full disk (1 MB tmpfs) under a pull from S3: boto's download, not a monkeypatch, hits ENOSPC."""
+    assert publish_version(built, s3prefix, progress=False).ok
+    args = _cli("pull", f"{s3prefix}/mini-c", "--out", str(small_fs), "--no-progress")
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert f"No space left on device: {small_fs}/mini-c/0.1.0/_pull/" in run.stderr, run.stderr
+    pulled = small_fs / "mini-c" / "0.1.0"
+    assert not [f for f in _files_under(pulled) if not f.startswith(("_pull/", "."))]
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert verify_version(pulled).ok and not (pulled / "_pull").exists()

@@ -210,21 +210,6 @@ def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tm
     assert frame.points.shape == (0, 4)
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MB tmpfs (a real disk that fills up); skipped where mounting is not permitted — the injected
-    ENOSPC test below covers the same code path everywhere."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, demo_kitti, small_fs, shared_ray):
     args = _cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(small_fs), "--workers", "1",
                 "--max-frames", "3", "--frames-per-shard", "1", "--no-progress")
@@ -391,6 +376,37 @@ def test_bad_run_options_are_usage_errors(small_recipe, tmp_path, args):
     assert out.exit_code == 2, out.output
     assert f"Invalid value for '{args[0]}'" in " ".join(out.output.replace("│", " ").split())
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["out", "benchmark"])
+def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_kitti_master, tmp_path, monkeypatch,
+                                                           where):
+    """Issue 29: `run --out <a file>` (or OUT/<benchmark> a file) exits 2 naming the path; it used to reach the
+    version's mkdir and exit 1 with NotADirectoryError."""
+    from typer.testing import CliRunner
+
+    import pipeline.build as build
+    from pipeline.cli import app
+
+    def no_ray(*a, **kw):
+        raise AssertionError("Ray started for a refused run")
+
+    monkeypatch.setattr(build, "init_ray", no_ray)
+    out = tmp_path / "o"
+    if where == "out":
+        out.write_text("a file")
+        bad = out
+    else:
+        out.mkdir()
+        bad = out / "mini-c"
+        bad.write_text("a file")
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti_master), "--out", str(out),
+                                   "--no-progress"])
+    assert run.exit_code == 2, run.output
+    line = run.output.strip()
+    assert len(line.splitlines()) == 1 and f"{bad} is a file, not a directory" in line, run.output
+    assert bad.read_text() == "a file"
+    assert out.is_file() or list(out.iterdir()) == [bad]  # nothing written beside it (no lock file, no ledger)
 
 
 def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):

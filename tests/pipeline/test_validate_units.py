@@ -216,3 +216,30 @@ def test_recipe_validate_table_is_checked_and_leaves_the_fingerprint_alone(tmp_p
                        ('corruptions = ["fog"]\nreal = { gaussian_rad = "/x" }', "real entries")]:
         with pytest.raises(RecipeError, match=match):
             parse_recipe(RECIPE + "\n[validate]\n" + bad + "\n")
+
+
+def test_the_cpu_training_estimate_scales_from_the_measured_paper_batch():
+    from pipeline.validate.train import CPU_BATCH_SECONDS, cpu_training_estimate
+
+    # one paper-sized batch on the 2 cores it was measured on
+    assert cpu_training_estimate(32, 16384, 1.0, 32, 1, 2) == pytest.approx(CPU_BATCH_SECONDS)
+    # the paper's run: 21,863 training scans (Boreas 9:1), 80 epochs → about 11 days on 2 cores
+    paper = cpu_training_estimate(21863, 16384, 1.0, 32, 80, 2)
+    assert paper == pytest.approx(684 * 80 * CPU_BATCH_SECONDS)
+    assert cpu_training_estimate(21863, 16384, 1.0, 32, 80, 16) == pytest.approx(paper / 8)
+    assert cpu_training_estimate(64, 512, 0.125, 16, 3, 2) < 1  # the test configuration: under a second
+
+
+def test_validate_says_its_device_and_on_cpu_how_long_training_will_take(tmp_path, monkeypatch):
+    import torch
+
+    from pipeline.validate.run import training_device_line
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = ValidateConfig(corruption="snow", real_weather=tmp_path, real_clean=tmp_path)  # the paper's defaults
+    line = training_device_line(cfg, 21863, 2)
+    assert line.startswith("device: cpu (2 threads); estimated training time at most 258.4 h") and "80 epochs" in line
+    assert "CUDA GPU" in line
+    small = training_device_line(ValidateConfig(corruption="snow", real_weather=tmp_path, real_clean=tmp_path,
+                                                points=512, width=0.125, epochs=3, batch_size=16), 64, 2)
+    assert small == "device: cpu (2 threads); estimated training time at most 0 s for 3 epochs of 64 scans × 512 points"

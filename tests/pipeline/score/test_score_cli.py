@@ -266,6 +266,7 @@ def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
 
 
 def test_nuscenes_ground_truth_goes_through_the_lidarseg_16_class_map(tmp_path):
+    pytest.importorskip("nuscenes", reason="the lidarseg map is the devkit's: the nuscenes extra")
     from pipeline.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
 
     fine = ["human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.police_officer",  # → pedestrian 7
@@ -367,3 +368,35 @@ def test_robo3d_detection_reads_severity_name_dirs(det_version, demo_kitti_maste
     assert ap[("gaussian_rad", 1)] == ap[("clean", 0)] > 0 and ap[("beam_del", 1)] == 0.0
     # the Robo3D baseline has none of these corruptions: AP per partition, and the summary says why no mCE
     assert rep.summary["note"].startswith("no mCE/mRR: Robo3D kitti-c: no accuracy for corruption fog")
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"pred": True}, r"line 4: key 'modelnet-c/0003/clean/0': pred is a boolean \(true\), not a number"),
+    ({"probs": [False, True]}, r"line 4: key 'modelnet-c/0003/clean/0': probs\[0\] is a boolean \(false\)"),
+    ({"pred": 1, "score": False}, r"line 4: key 'modelnet-c/0003/clean/0': score is a boolean \(false\)"),
+])
+def test_booleans_are_not_class_ids_or_scores(small_mnc, tmp_path, row, message):
+    rows = [{"key": f"modelnet-c/{i:04d}/clean/0", "pred": 0} for i in range(8)]
+    rows[3] = {"key": rows[3]["key"], **row}
+    p = _jsonl(tmp_path / "bools.jsonl", rows)
+    with pytest.raises(PredictionError, match=rf"^{p}: {message}"):
+        score_version(small_mnc, p, num_classes=2)
+    res = runner.invoke(app, ["score", str(small_mnc), str(p), "--num-classes", "2"])
+    assert res.exit_code == 2 and "bools.jsonl: line 4:" in " ".join(res.output.split()), res.output
+    # the same row in Parquet (a bool column) is refused the same way, naming the row
+    pq.write_table(pa.table({"key": [r["key"] for r in rows], "pred": [True] * 8}), tmp_path / "bools.parquet")
+    with pytest.raises(PredictionError, match=r"bools.parquet: row 0: key '.*/0000/clean/0': pred is a boolean"):
+        score_version(small_mnc, tmp_path / "bools.parquet", num_classes=2)
+
+
+def test_non_utf8_predictions_are_named(small_mnc, det_version, demo_kitti_master, tmp_path):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes(b'{"key": "modelnet-c/0000/clean/0", "pred": 0}\n{"key": "caf\xe9", "pred": 0}\n')
+    res = runner.invoke(app, ["score", str(small_mnc), str(p), "--num-classes", "2"])
+    assert res.exit_code == 2, res.output
+    assert f"{p}: line 2: not UTF-8 text (byte 0xe9 at column 13)" in " ".join(res.output.split()), res.output
+    preds = write_results(tmp_path / "det", demo_kitti_master, det_version)
+    bad = preds / "clean" / f"{KittiSource(demo_kitti_master).list_frames()[0]}.txt"
+    bad.write_bytes(b"Car\xff 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 0.9\n")
+    res = runner.invoke(app, ["score", str(det_version), str(preds)])
+    assert res.exit_code == 2 and f"{bad}: not UTF-8 text" in " ".join(res.output.split()), res.output

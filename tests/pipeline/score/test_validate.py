@@ -51,7 +51,7 @@ GOOD = [0.2, 0.3, 0.5]
     ("[0.2, null, 0.8]", r"probs\[1\] is null, expected a number"),
     ("[null, 0.5, 0.5]", r"probs\[0\] is null, expected a number"),  # the issue's case: null first
     ("[0.2, 0.3, \"0.5\"]", r"probs\[2\] is a string \('0.5'\), expected a number"),
-    ("[true, false, false]", r"probs\[0\] is a boolean \(true\), expected a number"),
+    ("[true, false, false]", r"probs\[0\] is a boolean \(true\)"),
     ("[0.2, 0.3, NaN]", r"probs\[2\] is nan \(NaN/inf\)"),
     ("[0.2, 1.3, -0.5]", r"probs\[1\] is 1.3 outside \[0, 1\]"),
     ("[0.6, 0.6, -0.2]", r"probs\[2\] is -0.2 outside \[0, 1\]"),
@@ -67,7 +67,7 @@ def test_every_probability_is_checked(mnc, tmp_path, bad, message):
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    ("true", r"pred is a boolean \(true\), expected a class id 0…2"),
+    ("true", r"pred is a boolean \(true\)"),
     ("1.0", r"pred is a float, expected a class id 0…2"),
     ("\"1\"", r"pred is a string \('1'\), expected a class id 0…2"),
     ("3", r"pred 3 is not a class id in 0…2"),
@@ -119,7 +119,7 @@ def _three_dos(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    ("true", r"score is a boolean \(true\), expected a number"),
+    ("true", r"score is a boolean \(true\)"),
     ("\"0.5\"", r"score is a string \('0.5'\), expected a number"),
     ("null", r"score is null, expected a number"),
     ("Infinity", r"score is inf \(NaN/inf\)"),
@@ -140,7 +140,7 @@ def test_open_set_scores_are_checked(tmp_path, bad, message):
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    ("[1, 2, true, 0]", r"labels\[2\] is a boolean \(true\), expected an integer"),
+    ("[1, 2, true, 0]", r"labels\[2\] is a boolean \(true\)"),
     ("[1, 2, 2.0, 0]", r"labels\[2\] is a float, expected an integer"),
     ("[1, 2, null, 0]", r"labels\[2\] is null, expected an integer"),
     ("[1, 2, \"2\", 0]", r"labels\[2\] is a string \('2'\), expected an integer"),
@@ -154,3 +154,18 @@ def test_segmentation_labels_are_checked(tmp_path, bad, message):
     p.write_text(f'{{"key": "{key}", "labels": {bad}}}\n')
     with pytest.raises(PredictionError, match=rf"line 1: key '{key}': {message}"):
         score_version(v, p)
+
+
+def test_validation_refuses_booleans_on_its_own():
+    """read_predictions refuses booleans while reading; the value checks do too, for rows from anywhere."""
+    from pipeline.score.validate import class_ids, numbers, point_labels, probabilities
+
+    rows = {"k": {"probs": [0.5, True], "pred": True, "score": False, "labels": [1, False]}}
+    with pytest.raises(PredictionError, match=r"f: key 'k': probs\[1\] is a boolean \(true\), expected a number"):
+        probabilities("f", rows, ["k"], 2, distribution=False)
+    with pytest.raises(PredictionError, match=r"pred is a boolean \(true\), expected a class id 0…1"):
+        class_ids("f", rows, ["k"], 2)
+    with pytest.raises(PredictionError, match=r"score is a boolean \(false\), expected a number"):
+        numbers("f", rows, ["k"], "score")
+    with pytest.raises(PredictionError, match=r"labels\[1\] is a boolean \(false\), expected an integer"):
+        point_labels("f", rows, "k", None)

@@ -1,0 +1,136 @@
+"""Refused at load, before any work (issue 29): unsafe names and oversized recipes, unsafe frame ids from a
+split list or a source's listing, and a damaged ledger (an unreadable shard entry is rebuilt, an unreadable
+run.json is a one-line error naming it and the remedy)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from manifests.manifest import verify_version
+from pipeline.cli import app
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One local Ray for this module's in-process builds (run_build then neither starts nor stops one)."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("[corruptions.beam_del]", '[corruptions."a/b"]'), "[corruptions] name 'a/b' contains '/'"),
+    (("[corruptions.beam_del]", '[corruptions."../x"]'), "[corruptions] name '../x' contains '..'"),
+    (("[corruptions.beam_del]", '[corruptions."a=b"]'), "[corruptions] name 'a=b' contains '='"),
+    (("[corruptions.beam_del]", '[corruptions."a\\u001bb"]'), "name 'a\\x1bb' contains U+001B"),
+    (("severities = 5", "severities = 10000"), "[benchmark] severities = 10000 is more than 20"),
+    (("sigma = [0.04, 0.06, 0.08, 0.10, 0.12]",
+      "sigma = [0.04, 0.06, 0.08, 0.10, 0.12]\n[corruptions.fog]\nstage = \"fog\"\nbeta = 0.01\n"
+      f"table_alphas = [{', '.join(['0.01'] * 300)}]"),
+     "corruption 'fog': parameter 'table_alphas' is a list of 300 values (at most 256)"),
+])
+def test_unsafe_or_oversized_recipe_exits_2_before_any_work(small_recipe, tmp_path, edit, message):
+    small_recipe.write_text(small_recipe.read_text().replace(*edit))
+    out = tmp_path / "o"
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    flat = _flat(run.output)
+    assert f"error: {small_recipe}:" in flat and message in flat, run.output
+    assert not out.exists()  # refused before the output (or Ray) was touched
+
+
+def test_unsafe_split_list_id_exits_2_naming_the_split_file(small_recipe, demo_kitti, tmp_path):
+    listing = demo_kitti / "ImageSets" / "val.txt"
+    listing.write_text("000000\n../../etc/passwd\n000001\n")
+    out = tmp_path / "o"
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--split", "val",
+                                   "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    assert f"error: {listing}: line 2: frame id '../../etc/passwd' contains '..'" in _flat(run.output), run.output
+    assert not out.exists()
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--split", "../../val",
+                                   "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2 and "ImageSets: split '../../val' contains '..'" in _flat(run.output), run.output
+    listing.write_bytes(b"000000\n\xff\xfe\n")
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--split", "val",
+                                   "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2 and f"{listing}: split list is not UTF-8 text" in _flat(run.output), run.output
+
+
+def test_every_source_listing_is_checked(tmp_path):
+    """Any source's ids (not only split lists) pass the frame-id rule before a build plans its shards."""
+    from pipeline.sources import SourceError, checked_frame_ids
+
+    class Listing:  # a reader whose ids come from its data (nuScenes tokens, Waymo file stems, …)
+        kind = "stub"
+        root = tmp_path
+
+    ok = ["test/00001", "SN1/test/shapenet/02691156/abc"]
+    assert checked_frame_ids(Listing(), ok) == ok
+    for bad, why in (("a/../../x", "has a part '..'"), ("seg=1", "contains '='"), ("a\nb", "U+000A"),
+                     (" ", "is only whitespace")):
+        with pytest.raises(SourceError, match=rf"^{tmp_path}: frame id .* {__import__('re').escape(why)}"):
+            checked_frame_ids(Listing(), [*ok, bad])
+
+
+def test_unreadable_ledger_entries_are_rebuilt_and_a_bad_run_json_is_refused(small_recipe, demo_kitti, tmp_path,
+                                                                             shared_ray, capfd):
+    from pipeline.build import run_build
+    from pipeline.ledger import Ledger, LedgerUnreadable
+
+    out = tmp_path / "out"
+
+    def build():
+        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
+                         progress=False)
+
+    first = build()
+    assert first.ok and first.shards_built == ["part-00000-of-00002", "part-00001-of-00002"]
+    version = Path(first.version_dir)
+    data = {p: p.read_bytes() for p in (version / "data").rglob("*.parquet")}
+    entries = version / "_ledger" / "shards"
+    empty, cut = entries / "part-00000-of-00002.json", entries / "part-00001-of-00002.json"
+    empty.write_text("")  # a write the disk filled up under
+    cut.write_text(cut.read_text()[:40])  # a copy that stopped
+    capfd.readouterr()
+
+    second = build()
+    err = _flat(capfd.readouterr().err)
+    assert second.ok and sorted(second.shards_built) == ["part-00000-of-00002", "part-00001-of-00002"], second
+    assert f"ledger entry {empty} is unreadable (Expecting value: line 1 column 1 (char 0)); its shard will be " \
+           "rebuilt" in err, err
+    assert f"ledger entry {cut} is unreadable (" in err, err
+    assert {p: p.read_bytes() for p in (version / "data").rglob("*.parquet")} == data  # rebuilt byte-identical
+    assert json.loads(empty.read_text())["status"] == "done" and verify_version(version).ok
+
+    run_json = version / "_ledger" / "run.json"
+    run_json.write_text(run_json.read_text()[:100])
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out),
+                                   "--max-frames", "2", "--frames-per-shard", "1", "--no-progress"])
+    assert run.exit_code == 2, run.output
+    flat = _flat(run.output)
+    assert f"error: ledger file {run_json} is unreadable (" in flat and "--overwrite" in flat, run.output
+    assert {p: p.read_bytes() for p in (version / "data").rglob("*.parquet")} == data  # nothing touched
+    status = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out)])
+    assert status.exit_code == 2 and f"ledger file {run_json} is unreadable" in _flat(status.output), status.output
+    # --overwrite starts over: begin() clears the damaged ledger instead of reading it
+    ledger = Ledger(version)
+    with pytest.raises(LedgerUnreadable):
+        ledger.begin({"fingerprint": "x"})
+    ledger.begin({"fingerprint": "x"}, overwrite=True)
+    assert json.loads(run_json.read_text()) == {"fingerprint": "x"} and not (version / "data").exists()
