@@ -394,15 +394,18 @@ def score(
     source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
                                                           "was made from (poses, velocities, attributes; default: "
                                                           "the manifest's source root)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Processes scoring KITTI detection partitions "
+                                                            "(default: every CPU for versions of ≥ 5,000 frames, "
+                                                            "else 1)")] = None,
 ) -> None:
-    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, ECE, AUROC, FPR95, ...)."""
+    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, bug rates, ECE, AUROC, ...)."""
     from manifests.manifest import ManifestError
     from pipeline.score import PredictionError, score_version
     from pipeline.score.report import print_report
 
     try:
         report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
-                               source_root=source_root)
+                               source_root=source_root, workers=workers)
     except (PredictionError, ManifestError, ValueError, KeyError) as e:
         raise _fail(e) from None
     print_report(report, out_console)
@@ -624,7 +627,8 @@ def bench(
     build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
                                                           "which goes first); the speed-up and the task CPU are "
                                                           "medians")] = 1,
-    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds")] = 2,
+    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds; with --score: "
+                                              "scoring processes")] = 2,
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
@@ -635,12 +639,21 @@ def bench(
     points_layouts: Annotated[bool, typer.Option(help="Instead: write / read CPU and size of candidate layouts of the "
                                                      "points column on --frames demo frames (for a schema decision)")]
     = False,
+    score: Annotated[bool, typer.Option(help="Instead: time `score` on full-size KITTI-C partitions (7,481 synthetic "
+                                             "frames each at KITTI's label density, ~10 detections a frame; AP and "
+                                             "bug rates) at --workers processes and extrapolate to all 126")] = False,
+    score_partitions: Annotated[int, typer.Option(min=1, help="With --score: full-size partitions measured")] = 4,
     costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
                                                         "for `plan` and task sizing (pipeline/cost_tables/); "
                                                         "scaled to real task seconds by the demo build unless "
                                                         "--no-builds")] = None,
 ) -> None:
     """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
+    if score:
+        from pipeline.bench_score import run_bench_score
+
+        run_bench_score(partitions=score_partitions, workers=workers)
+        return
     if loaders:
         from pipeline.bench_loaders import run_bench_loaders
 

@@ -15,6 +15,7 @@ object-level corruptions are scored against the boxes they moved.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,31 @@ from pipeline.score.truth import Partition, iter_columns
 
 
 def truth_by_partition(version_dir: str | Path) -> dict[Partition, dict[str, KittiObjects]]:
-    from pipeline.sources.kitti import format_labels
-
     out: dict[Partition, dict[str, KittiObjects]] = {}
     for part, cols in iter_columns(version_dir, ["frame_id", "boxes", "calib"]):
-        frames = out.setdefault(part, {})
-        for fid, boxes, calib in zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True):
-            b, c = decode_boxes(boxes), decode_calib(calib)
-            text = "" if b is None or c is None else format_labels(b, c)
-            frames[fid] = parse_kitti_objects(text, f"{version_dir}: {fid}", need_score=False)
+        out.setdefault(part, {}).update(_truth_objects(version_dir, cols))
     return out
+
+
+def _truth_objects(version_dir: str | Path, cols: dict[str, list[Any]]) -> dict[str, KittiObjects]:
+    from pipeline.sources.kitti import format_labels
+
+    frames = {}
+    for fid, boxes, calib in zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True):
+        b, c = decode_boxes(boxes), decode_calib(calib)
+        text = "" if b is None or c is None else format_labels(b, c)
+        frames[fid] = parse_kitti_objects(text, f"{version_dir}: {fid}", need_score=False)
+    return frames
+
+
+def _partition_truth(version_dir: str | Path, shard_paths: list[str]) -> dict[str, KittiObjects]:
+    import pyarrow.parquet as pq
+
+    frames: dict[str, KittiObjects] = {}
+    for rel in shard_paths:
+        table = pq.read_table(Path(version_dir) / rel, columns=["frame_id", "boxes", "calib"])
+        frames.update(_truth_objects(version_dir, {c: table[c].to_pylist() for c in table.column_names}))
+    return frames
 
 
 def partition_dir(root: Path, part: Partition, severity_names: list[str]) -> Path:
@@ -81,15 +97,68 @@ def read_detections(root: str | Path, part: Partition, frame_ids: list[str],
     return out
 
 
+@dataclass(frozen=True)
+class PartitionScore:
+    ap: dict[str, Any]  # `kitti_eval.evaluate`'s result
+    bugs: dict[str, dict[str, float]] | None  # `bug_rates.bug_rates`' result, when asked for
+    frames: int
+    detections: int
+
+
+def score_partition(version_dir: str | Path, shard_paths: list[str], pred_root: str | Path, part: Partition,
+                    severity_names: list[str], classes: tuple[str, ...], bugs: bool) -> PartitionScore:
+    """AP (and bug rates) of one partition: its ground truth from its shards, its result files, the overlaps
+    computed once for both."""
+    from pipeline.score.bug_rates import bug_rates
+    from pipeline.score.kitti_eval import evaluate, frame_overlaps
+
+    truth = _partition_truth(version_dir, shard_paths)
+    frame_ids = sorted(truth)
+    gts = [truth[f] for f in frame_ids]
+    dets = read_detections(pred_root, part, frame_ids, severity_names)
+    ov = frame_overlaps(dets, gts)
+    return PartitionScore(evaluate(gts, dets, classes=classes, overlaps=ov),
+                          bug_rates(dets, gts, ov["3d"], classes=classes) if bugs else None,
+                          len(frame_ids), sum(len(d) for d in dets))
+
+
+#: below this many frames in all, partitions are scored in this process (a worker's start-up costs ~2 s)
+PARALLEL_MIN_FRAMES = 5000
+
+
+def score_partitions(version_dir: str | Path, pred_root: str | Path, *, severity_names: list[str],
+                     classes: tuple[str, ...], bugs: bool = False,
+                     workers: int | None = None) -> dict[Partition, PartitionScore]:
+    """Every partition of the version, clean first; with ``workers`` > 1 (default: every CPU of this process
+    for versions of at least `PARALLEL_MIN_FRAMES` frames) partitions are scored in parallel processes."""
+    import os
+
+    from manifests.manifest import read_manifest
+
+    manifest = read_manifest(Path(version_dir))
+    shards: dict[Partition, list[str]] = {}
+    for sh in manifest["shards"]:
+        shards.setdefault(Partition(sh["corruption"], int(sh["severity"])), []).append(sh["path"])
+    parts = sorted(shards, key=lambda p: (p.corruption != "clean", p.corruption, p.severity))
+    if workers is None:
+        frames = sum(int(sh.get("rows") or 0) for sh in manifest["shards"])
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = cpus if frames >= PARALLEL_MIN_FRAMES else 1
+    workers = max(1, min(workers, len(parts)))
+    args = [(version_dir, shards[p], pred_root, p, severity_names, classes, bugs) for p in parts]
+    if workers == 1:
+        return {p: score_partition(*a) for p, a in zip(parts, args, strict=True)}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the parent may hold pyarrow's thread pools
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(score_partition, *a) for a in args]
+        return {p: f.result() for p, f in zip(parts, futures, strict=True)}
+
+
 def score_detection(version_dir: str | Path, pred_root: str | Path, *, severity_names: list[str],
                     classes: tuple[str, ...]) -> dict[Partition, dict[str, Any]]:
     """KITTI AP of every partition: ``{Partition: evaluate(...) result}``."""
-    from pipeline.score.kitti_eval import evaluate
-
-    truth = truth_by_partition(version_dir)
-    out = {}
-    for part in sorted(truth, key=lambda p: (p.corruption != "clean", p.corruption, p.severity)):
-        frame_ids = sorted(truth[part])
-        dets = read_detections(pred_root, part, frame_ids, severity_names)
-        out[part] = evaluate([truth[part][f] for f in frame_ids], dets, classes=classes)
-    return out
+    return {p: r.ap for p, r in score_partitions(version_dir, pred_root, severity_names=severity_names,
+                                                   classes=classes).items()}

@@ -10,7 +10,8 @@ points 1/40 … 1; AP_R11 the 11 points 0, 0.1, … 1.
 
 Overlaps are computed in the rectified camera frame as the devkit does: BEV polygons in the x–z
 plane (shapely), and for 3D the BEV intersection times the overlap along camera y (boxes extend
-from y − h to y). The per-frame matching loop runs in numba (compiled once, cached).
+from y − h to y). The overlaps of all frames are computed in one batch (`frame_overlaps`) and the
+per-frame matching loop runs in numba (compiled once, cached).
 
 ``DontCare`` regions only matter for the 2D image-box metric, which is not computed here.
 """
@@ -131,6 +132,99 @@ def box_overlaps(dt: KittiObjects, gt: KittiObjects, metric: str) -> np.ndarray:
     return iou
 
 
+def concat_objects(frames: Sequence[KittiObjects]) -> KittiObjects:
+    """All frames' objects as one `KittiObjects` (frame boundaries are the cumulative lengths)."""
+    if not frames:
+        return parse_kitti_objects("", "", need_score=False)
+    return KittiObjects(*(np.concatenate([getattr(f, k) for f in frames])
+                          for k in KittiObjects.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class FrameOverlaps:
+    """The IoU matrices (detections × ground truth) of every frame, flattened frame after frame, each matrix
+    row-major; frame ``f``'s is ``flat[off[f]:off[f + 1]].reshape(n_dt[f], n_gt[f])``."""
+
+    flat: np.ndarray
+    off: np.ndarray
+
+
+def frame_overlaps(dt: Sequence[KittiObjects], gt: Sequence[KittiObjects],
+                   metrics: Sequence[str] = ("3d", "bev")) -> dict[str, FrameOverlaps]:
+    """`box_overlaps` of every frame pair at once, for each of ``metrics``.
+
+    Elementwise the same arithmetic as `box_overlaps` (the same shapely intersection per pair, the same union
+    expressions; a test checks the results are bit-identical), batched over all frames so a 7,481-frame
+    partition is a few array operations instead of 7,481 small ones, and the BEV intersection is computed once
+    for both metrics. Pairs whose footprints' axis-aligned bounding boxes are apart cannot intersect: they get
+    the exact 0 the intersection would give and skip GEOS.
+    """
+    return _overlaps(concat_objects(dt), concat_objects(gt), np.array([len(d) for d in dt], np.int64),
+                     np.array([len(g) for g in gt], np.int64), metrics)
+
+
+def pair_index(n_dt: np.ndarray, n_gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every entry of a `FrameOverlaps`' ``flat``: its detection and ground-truth box, as indices into all
+    frames' objects concatenated (frame ``f`` has ``n_dt[f]`` detections and ``n_gt[f]`` boxes)."""
+    sizes = n_dt * n_gt
+    off = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    d_off = np.r_[0, np.cumsum(n_dt)].astype(np.int64)
+    g_off = np.r_[0, np.cumsum(n_gt)].astype(np.int64)
+    frame = np.repeat(np.arange(len(sizes)), sizes)
+    local = np.arange(int(off[-1]), dtype=np.int64) - off[frame]
+    return d_off[frame] + local // n_gt[frame], g_off[frame] + local % n_gt[frame]
+
+
+def _half_extents(obj: KittiObjects) -> tuple[np.ndarray, np.ndarray]:
+    c, s = np.abs(np.cos(obj.rotation_y)), np.abs(np.sin(obj.rotation_y))
+    w, length = np.abs(obj.hwl[:, 1]), np.abs(obj.hwl[:, 2])
+    return (c * length + s * w) / 2, (s * length + c * w) / 2
+
+
+def _overlaps(d: KittiObjects, g: KittiObjects, n_dt: np.ndarray, n_gt: np.ndarray,
+              metrics: Sequence[str]) -> dict[str, FrameOverlaps]:
+    for m in metrics:
+        if m not in ("bev", "3d"):
+            raise ValueError(f"metric must be 'bev' or '3d', not {m!r}")
+    sizes = n_dt * n_gt
+    off = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    total = int(off[-1])
+    if total == 0:
+        return {m: FrameOverlaps(np.zeros(0), off) for m in metrics}
+    di, gi = pair_index(n_dt, n_gt)
+    # a relative and an absolute margin keep the rounding of the extents on the safe (GEOS) side
+    exd, ezd = _half_extents(d)
+    exg, ezg = _half_extents(g)
+    near = ((np.abs(d.location[di, 0] - g.location[gi, 0]) <= (exd[di] + exg[gi]) * (1 + 1e-9) + 1e-9)
+            & (np.abs(d.location[di, 2] - g.location[gi, 2]) <= (ezd[di] + ezg[gi]) * (1 + 1e-9) + 1e-9))
+    inter_bev = np.zeros(total)
+    if near.any():
+        ud, id_ = np.unique(di[near], return_inverse=True)
+        ug, ig = np.unique(gi[near], return_inverse=True)
+        pd, pg = _bev_polygons(_take(d, ud)), _bev_polygons(_take(g, ug))
+        inter_bev[near] = shapely.area(shapely.intersection(pd[id_], pg[ig]))
+    area_d = d.hwl[:, 1] * d.hwl[:, 2]
+    area_g = g.hwl[:, 1] * g.hwl[:, 2]
+    out = {}
+    for m in metrics:
+        if m == "bev":
+            inter = inter_bev
+            union = area_d[di] + area_g[gi] - inter
+        else:
+            yd, yg = d.location[di, 1], g.location[gi, 1]
+            hd, hg = d.hwl[di, 0], g.hwl[gi, 0]
+            iw = np.minimum(yd, yg) - np.maximum(yd - hd, yg - hg)
+            inter = inter_bev * np.clip(iw, 0, None)
+            union = (area_d * d.hwl[:, 0])[di] + (area_g * g.hwl[:, 0])[gi] - inter
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[m] = FrameOverlaps(np.where(union > 0, inter / union, 0.0), off)
+    return out
+
+
+def _take(obj: KittiObjects, idx: np.ndarray) -> KittiObjects:
+    return KittiObjects(*(getattr(obj, k)[idx] for k in KittiObjects.__dataclass_fields__))
+
+
 # ---- matching (numba) -----------------------------------------------------------------------------
 
 NO_DETECTION = -10000000.0
@@ -239,25 +333,33 @@ def get_thresholds(tp_scores: np.ndarray, num_gt: int, num_sample_pts: int = N_S
 
 # ---- per class / difficulty -----------------------------------------------------------------------
 
-def _ignore_flags(gt: KittiObjects, dt: KittiObjects, cls: str, difficulty: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _ignore_flags(gt: KittiObjects, dt: KittiObjects, gt_names: np.ndarray, dt_names: np.ndarray, cls: str,
+                  difficulty: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The devkit's ``clean_data`` flags of (any number of frames') objects: 0 counted, 1 ignored, −1 other class.
+
+    Per object, so one call over all frames concatenated equals the per-frame calls concatenated."""
     name = cls.lower()
-    gt_names = np.array([str(n).lower() for n in gt.name], dtype=object)
     height = gt.bbox[:, 3] - gt.bbox[:, 1]
     valid = np.where(gt_names == name, 1, np.where(gt_names == NEIGHBOUR.get(name, "\0"), 0, -1))
     ignore = ((gt.occluded > MAX_OCCLUSION[difficulty]) | (gt.truncated > MAX_TRUNCATION[difficulty])
               | (height <= MIN_HEIGHT[difficulty]))
     ignored_gt = np.where((valid == 1) & ~ignore, 0, np.where((valid == 0) | (ignore & (valid == 1)), 1, -1))
-    dt_names = np.array([str(n).lower() for n in dt.name], dtype=object)
     dt_height = np.abs(dt.bbox[:, 3] - dt.bbox[:, 1])
     ignored_dt = np.where(dt_height < MIN_HEIGHT[difficulty], 1, np.where(dt_names == name, 0, -1))
     return ignored_gt.astype(np.int64), ignored_dt.astype(np.int64), int((ignored_gt == 0).sum())
 
 
+def lower_names(obj: KittiObjects) -> np.ndarray:
+    return np.array([str(n).lower() for n in obj.name], dtype=object)
+
+
 def evaluate(gt: Sequence[KittiObjects], dt: Sequence[KittiObjects], *,
              classes: Sequence[str] = CLASSES, metrics: Sequence[str] = ("3d", "bev"),
-             min_overlap: dict[str, float] | None = None) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+             min_overlap: dict[str, float] | None = None,
+             overlaps: dict[str, FrameOverlaps] | None = None) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """AP of frame-aligned ground truth and detections.
 
+    ``overlaps`` may pass `frame_overlaps` of the same frames (computed once when the caller needs them too).
     Returns ``{cls: {metric: {difficulty: {"AP_R40": %, "AP_R11": %}}}}`` (percent).
     """
     if len(gt) != len(dt):
@@ -265,18 +367,17 @@ def evaluate(gt: Sequence[KittiObjects], dt: Sequence[KittiObjects], *,
     thresholds_iou = {**MIN_OVERLAP, **(min_overlap or {})}
     gt_off = np.r_[0, np.cumsum([len(g) for g in gt])].astype(np.int64)
     dt_off = np.r_[0, np.cumsum([len(d) for d in dt])].astype(np.int64)
-    scores = np.concatenate([d.score for d in dt]) if len(dt) else np.zeros(0)
+    g_all, d_all = concat_objects(gt), concat_objects(dt)
+    scores = d_all.score
+    g_names, d_names = lower_names(g_all), lower_names(d_all)
+    if overlaps is None or any(m not in overlaps for m in metrics):
+        overlaps = _overlaps(d_all, g_all, np.diff(dt_off), np.diff(gt_off), metrics)
     out: dict = {}
     for metric in metrics:
-        ovs = [box_overlaps(d, g, metric).ravel() for d, g in zip(dt, gt, strict=True)]
-        ov_off = np.r_[0, np.cumsum([len(o) for o in ovs])].astype(np.int64)
-        ov_flat = np.concatenate(ovs) if ovs else np.zeros(0)
+        ov_flat, ov_off = overlaps[metric].flat, overlaps[metric].off
         for cls in classes:
             for di, diff in enumerate(DIFFICULTIES):
-                flags = [_ignore_flags(g, d, cls, di) for g, d in zip(gt, dt, strict=True)]
-                ignored_gt = np.concatenate([f[0] for f in flags]) if flags else np.zeros(0, np.int64)
-                ignored_dt = np.concatenate([f[1] for f in flags]) if flags else np.zeros(0, np.int64)
-                num_gt = sum(f[2] for f in flags)
+                ignored_gt, ignored_dt, num_gt = _ignore_flags(g_all, d_all, g_names, d_names, cls, di)
                 ov_min = thresholds_iou[cls]
                 tps = _tp_scores(ov_flat, ov_off, gt_off, dt_off, ignored_gt, ignored_dt, scores, ov_min)
                 thr = get_thresholds(tps, num_gt) if num_gt else np.zeros(0)

@@ -13,13 +13,14 @@ by the example key ``benchmark/frame_id/corruption/severity`` of the version bei
 
 Detection predictions are KITTI result files instead (see `pipeline.score.detection`).
 Every problem raises `PredictionError` naming the file and the key or line: a file that is not UTF-8
-text, and a JSON ``true``/``false`` where a number is expected (``"pred": true`` is not class 1).
+text, and a JSON ``true``/``false`` where a number is expected (``"pred": true`` is not class 1), are
+refused on reading; the values of the fields a metric reads are checked element by element (types, NaN/inf,
+ranges) in `pipeline.score.validate`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,16 @@ class PredictionError(ValueError):
     pass
 
 
-def read_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
-    """``{key: row}`` from a ``.jsonl`` / ``.json`` (lines) or ``.parquet`` file; rejects duplicate keys."""
+class Predictions(dict):
+    """``{key: row}``, plus ``where[key]``: the line (JSON Lines) or row (Parquet) it came from, for errors."""
+
+    where: dict[str, str]
+
+
+def read_predictions(path: str | Path) -> Predictions:
+    """``{key: row}`` from a ``.jsonl`` / ``.json`` (lines) or ``.parquet`` file; rejects duplicate keys.
+
+    Values are checked element by element where a metric reads them (`pipeline.score.validate`)."""
     path = Path(path)
     if not path.exists():
         raise PredictionError(f"{path}: no such prediction file")
@@ -46,7 +55,7 @@ def read_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
         rows, where = _jsonl_rows(path)
     else:
         raise PredictionError(f"{path}: unknown prediction format {path.suffix!r} (use .jsonl or .parquet)")
-    out: dict[str, dict[str, Any]] = {}
+    out = Predictions()
     first_seen: dict[str, str] = {}
     for row, at in zip(rows, where, strict=True):
         key = row.get("key")
@@ -55,9 +64,9 @@ def read_predictions(path: str | Path) -> dict[str, dict[str, Any]]:
         if key in out:
             raise PredictionError(f"{path}: {at}: duplicate key {key!r} (first at {first_seen[key]})")
         _check_not_bool(path, at, key, row)
-        _check_finite(path, at, key, row)
         out[key] = row
         first_seen[key] = at
+    out.where = first_seen
     return out
 
 
@@ -109,19 +118,6 @@ def _check_not_bool(path: Path, at: str, key: str, row: dict[str, Any]) -> None:
                                   f"({str(value[i]).lower()}), not a number")
 
 
-def _check_finite(path: Path, at: str, key: str, row: dict[str, Any]) -> None:
-    for field, value in row.items():
-        if field == "key":
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise PredictionError(f"{path}: {at}: key {key!r}: {field} is {value} (NaN/inf)")
-        if isinstance(value, list) and value and isinstance(value[0], float | int):
-            arr = np.asarray(value, dtype=np.float64)
-            if not np.isfinite(arr).all():
-                i = int(np.nonzero(~np.isfinite(arr))[0][0])
-                raise PredictionError(f"{path}: {at}: key {key!r}: {field}[{i}] is {arr[i]} (NaN/inf)")
-
-
 def check_keys(path: str | Path, predicted: Iterable[str], expected: Sequence[str], benchmark: str) -> None:
     """Every expected key predicted once, none from another benchmark, none unknown."""
     predicted = set(predicted)
@@ -145,34 +141,29 @@ def _first(keys: Sequence[str]) -> str:
 
 
 def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequence[str], num_classes: int,
-                *, allow_pred: bool = False) -> np.ndarray:
-    """(len(keys), num_classes) probabilities in ``keys`` order; with ``allow_pred`` a ``pred`` class id
-    stands for a one-hot row."""
+                *, allow_pred: bool = False, distribution: bool = False) -> np.ndarray:
+    """(len(keys), num_classes) probabilities in ``keys`` order, every value checked (`validate.probabilities`;
+    ``distribution``: rows sum to 1); with ``allow_pred`` a ``pred`` class id stands for a one-hot row."""
+    from pipeline.score.validate import class_ids, probabilities
+
+    has_probs = np.array([preds[k].get("probs") is not None for k in keys], bool)
+    has_pred = np.array([allow_pred and not h and "pred" in preds[k] for k, h in zip(keys, has_probs, strict=True)],
+                        bool)
+    if not (has_probs | has_pred).all():
+        k = keys[int(np.argmin(has_probs | has_pred))]
+        want = "'probs' (or 'pred')" if allow_pred else "'probs'"
+        where = getattr(preds, "where", {}).get(k)
+        raise PredictionError(f"{path}: {where + ': ' if where else ''}key {k!r}: no {want} field")
     out = np.zeros((len(keys), num_classes))
-    for i, k in enumerate(keys):
-        row = preds[k]
-        if "probs" in row and row["probs"] is not None:
-            p = row["probs"]
-            if not isinstance(p, list) or len(p) != num_classes:
-                n = len(p) if isinstance(p, list) else type(p).__name__
-                raise PredictionError(f"{path}: key {k!r}: probs has {n} classes, the benchmark has {num_classes}")
-            out[i] = p
-        elif allow_pred and "pred" in row:
-            c = row["pred"]
-            if not isinstance(c, int) or not 0 <= c < num_classes:
-                raise PredictionError(f"{path}: key {k!r}: pred {c!r} is not a class id in 0…{num_classes - 1}")
-            out[i, c] = 1.0
-        else:
-            want = "'probs' (or 'pred')" if allow_pred else "'probs'"
-            raise PredictionError(f"{path}: key {k!r}: no {want} field")
+    idx = np.nonzero(has_probs)[0]
+    out[idx] = probabilities(path, preds, [keys[i] for i in idx], num_classes, distribution=distribution)
+    idx = np.nonzero(has_pred)[0]
+    out[idx, class_ids(path, preds, [keys[i] for i in idx], num_classes)] = 1.0
     return out
 
 
 def scalar(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequence[str], field: str) -> np.ndarray:
-    out = np.zeros(len(keys))
-    for i, k in enumerate(keys):
-        v = preds[k].get(field)
-        if not isinstance(v, float | int) or isinstance(v, bool):
-            raise PredictionError(f"{path}: key {k!r}: no numeric {field!r} field")
-        out[i] = v
-    return out
+    """The finite number ``field`` of every key (booleans and strings refused)."""
+    from pipeline.score.validate import numbers
+
+    return numbers(path, preds, keys, field)

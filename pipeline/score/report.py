@@ -22,10 +22,16 @@ def print_report(report: ScoreReport, console: Console) -> None:
     """Per-partition metrics (one column per metric), then the headline numbers."""
     if report.metric == "3dos":
         _print_open_set(report, console)
-        return
+    else:
+        _print_partitions(report, console)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+def _print_partitions(report: ScoreReport, console: Console) -> None:
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
-    shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40"))][:10]
+    shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40", "/AP_R11"))][:10]
     from pipeline.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
 
     shown = [m for m in PRINTED[report.metric] if m in metrics] if report.metric in PRINTED else shown
@@ -45,6 +51,36 @@ def print_report(report: ScoreReport, console: Console) -> None:
     headline = _headline(report.summary)
     if headline:
         console.print("  ".join(f"[bold]{k}[/bold] {_fmt(v)}" for k, v in headline.items()))
+    if any(m.endswith("/BR_TD") for m in metrics):
+        _print_bug_rates(report, console)
+
+
+def _print_bug_rates(report: ScoreReport, console: Console) -> None:
+    """Li et al.'s bug rates: one row per partition and detected class, BR (%) and CR against clean, then mCR."""
+    from pipeline.score.bug_rates import BUGS
+
+    classes = list(dict.fromkeys(r["metric"].rpartition("/")[0] for r in report.rows
+                                 if r["metric"].endswith("/BR_TD")))
+    table = Table(title="bug rates (%): TD true detection, FC false classification, FD false detection, "
+                        "MD missed detection; CR = BR − BR_clean")
+    for col in ("corruption", "severity", "class", "N_det", *(f"BR_{b}" for b in BUGS), *(f"CR_{b}" for b in BUGS)):
+        table.add_column(col, justify="left" if col in ("corruption", "class") else "right")
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in report.rows:
+        cells.setdefault((r["corruption"], str(r["severity"])), {})[r["metric"]] = r["value"]
+    for (c, s), vals in cells.items():
+        for cls in classes:
+            if f"{cls}/N_det" not in vals:
+                continue
+            table.add_row(c, s, cls, str(vals[f"{cls}/N_det"]),
+                          *(_rate(vals.get(f"{cls}/{kind}_{b}")) for kind in ("BR", "CR") for b in BUGS))
+    console.print(table)
+    for cls, r in (report.summary.get("bug_rates") or {}).items():
+        console.print(f"[bold]{cls}[/bold] " + "  ".join(f"mCR_{b} {_rate(r[f'mCR_{b}'])}" for b in BUGS))
+
+
+def _rate(v: Any) -> str:
+    return "" if v is None else "nan" if v != v else f"{v:.2f}"
 
 
 def _headline(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -12,6 +12,11 @@ Which metrics a version gets follows from its dataset name (or ``metric=`` expli
 | ``modelnet-c``| modelnet-c                     | ``probs`` or ``pred`` per key           |
 | ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
 | ``3dos``      | 3dos*                          | ``score`` per key                       |
+
+``kitti-c`` also gets Li et al.'s bug rates (`bug_rates`): BR per partition and class, CR against clean, mCR.
+Prediction values are checked element by element (`validate`); predictions for examples of a split that is
+not scored (train / val) are dropped with one note in ``ScoreReport.notes``. ``write`` emits strict JSON
+(non-finite numbers as ``null``).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class ScoreReport:
     metric: str
     rows: list[dict[str, Any]] = field(default_factory=list)  # corruption, severity, name, value
     summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # said once, printed and written (e.g. ignored train keys)
 
     def add(self, corruption: str, severity: int | str, name: str, value: float) -> None:
         self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value})
@@ -68,22 +74,31 @@ class ScoreReport:
             w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value"])
             w.writeheader()
             w.writerows(self.rows)
-        json_path.write_text(json.dumps({"dataset": self.dataset, "version": self.version, "metric": self.metric,
-                                         "summary": self.summary, "rows": self.rows}, indent=1, default=_json))
+        doc = {"dataset": self.dataset, "version": self.version, "metric": self.metric, "summary": self.summary,
+               "rows": self.rows, "notes": self.notes}
+        # strict JSON: json.dumps writes NaN/Infinity literals for non-finite floats without calling `default`,
+        # so they are replaced before, and allow_nan=False proves none is left
+        json_path.write_text(json.dumps(_strict(doc), indent=1, allow_nan=False, default=str))
         return csv_path, json_path
 
 
-def _json(v: Any) -> Any:
+def _strict(v: Any) -> Any:
+    """``v`` with every non-finite float as None and NumPy scalars as Python ones (JSON ``null``, numbers)."""
     if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    return str(v)
+        v = v.item()
+    if isinstance(v, float):
+        return v if np.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _strict(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_strict(x) for x in v]
+    return v
 
 
 def score_version(version_dir: str | Path, predictions: str | Path, *, metric: str | None = None,
                   classes: tuple[str, ...] = ("Car", "Pedestrian", "Cyclist"), num_classes: int | None = None,
-                  ignore_label: int | None = 0, source_root: str | Path | None = None) -> ScoreReport:
+                  ignore_label: int | None = 0, source_root: str | Path | None = None,
+                  workers: int | None = None) -> ScoreReport:
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
     # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (pipeline.score.robo3d_det)
@@ -104,7 +119,7 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
 
         score_det3d(report, version_dir, predictions, severity_names, source_root)
     elif metric in ("kitti-c", "robo3d-det"):
-        _detection(report, version_dir, Path(predictions), severity_names, classes)
+        _detection(report, version_dir, Path(predictions), severity_names, classes, workers)
     elif metric == "robo3d-seg":
         _segmentation(report, version_dir, predictions, dataset, ignore_label)
     else:
@@ -112,8 +127,9 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     return report
 
 
-def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes) -> None:
-    from pipeline.score.detection import score_detection
+def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes,
+               workers: int | None = None) -> None:
+    from pipeline.score.detection import score_partitions
     from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
 
     if not pred_root.is_dir():
@@ -121,12 +137,15 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
                               "(<corruption>/<severity>/<frame>.txt)")
     if report.metric == "robo3d-det":
         classes = ("Car",)
-    aps = score_detection(version_dir, pred_root, severity_names=severity_names, classes=classes)
+    scored = score_partitions(version_dir, pred_root, severity_names=severity_names, classes=classes,
+                              bugs=report.metric == "kitti-c", workers=workers)
+    aps = {p: r.ap for p, r in scored.items()}
     for part, res in aps.items():
         for cls, by_metric in res.items():
             for m, by_diff in by_metric.items():
                 for diff, v in by_diff.items():
-                    report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/AP_R40", v["AP_R40"])
+                    for ap in ("AP_R40", "AP_R11"):
+                        report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/{ap}", v[ap])
     if report.metric == "robo3d-det":
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
         report.summary = _robo3d_summary(acc, "kitti-c")
@@ -140,6 +159,28 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
             for (c, s), v in oa.items():
                 report.add(c, s, f"{cls}/{m}/OA", v)
     report.summary = summary
+    _bug_rates(report, {(p.corruption, p.severity): r.bugs for p, r in scored.items() if r.bugs is not None})
+
+
+def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str, float]]]) -> None:
+    """Li et al.'s BR per partition and class (rows ``<cls>/BR_TD`` …, ``<cls>/N_det``), CR per corrupted
+    partition (``<cls>/CR_TD`` …), and per corruption + mCR under ``summary["bug_rates"]``."""
+    from pipeline.score.bug_rates import BUGS, corruption_risk
+
+    for (c, s), by_cls in br.items():
+        for cls, v in by_cls.items():
+            report.add(c, s, f"{cls}/N_det", v["N_det"])
+            for b in BUGS:
+                report.add(c, s, f"{cls}/BR_{b}", v[f"BR_{b}"])
+    if ("clean", 0) not in br or len(br) < 2:
+        return
+    risk = corruption_risk(br)
+    for cls, r in risk.items():
+        for c, per in r["per_corruption"].items():
+            for s, v in per["CR_by_severity"].items():
+                for b in BUGS:
+                    report.add(c, s, f"{cls}/CR_{b}", v[f"CR_{b}"])
+    report.summary["bug_rates"] = risk
 
 
 def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, Any]:
@@ -181,17 +222,11 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             keys.append(k)
     check_keys(predictions, preds, keys, report.dataset)
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
+    from pipeline.score.validate import point_labels
+
+    # validated arrays are not kept: a full segmentation benchmark has billions of labels, already held once
     for k in keys:
-        lab = preds[k].get("labels")
-        if not isinstance(lab, list):
-            raise PredictionError(f"{predictions}: key {k!r}: no 'labels' list")
-        if lab and (min(lab) < 0 or not all(isinstance(x, int) for x in lab)):
-            raise PredictionError(f"{predictions}: key {k!r}: labels must be non-negative integers")
-        if max_label is not None and lab and max(lab) > max_label:
-            i = next(i for i, x in enumerate(lab) if x > max_label)
-            raise PredictionError(f"{predictions}: key {k!r}: label {lab[i]} (point {i}) is not a train id "
-                                  f"0…{max_label} of the benchmark's learning map")
-        num_classes = max(num_classes, 1 + max(lab, default=0))
+        num_classes = max(num_classes, 1 + int(point_labels(predictions, preds, k, max_label).max(initial=0)))
     acc = {}
     for part, items in gts.items():
         conf = np.zeros((num_classes, num_classes), np.int64)
@@ -218,6 +253,18 @@ def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
     return None
 
 
+def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other_split: dict[str, str]) -> None:
+    """Predictions for the build's train / val examples are dropped with one note: only test is scored."""
+    ignored = [k for k in preds if k in other_split]
+    if not ignored:
+        return
+    for k in ignored:
+        del preds[k]
+    splits = sorted({other_split[k] for k in ignored})
+    report.notes.append(f"{path}: {len(ignored)} predictions for {'/'.join(splits)} examples were ignored "
+                        f"(only the test split is scored), e.g. {ignored[0]}")
+
+
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
     from pipeline.score.modelnet40_e import modelnet40_e_metrics
     from pipeline.score.modelnet_c import modelnet_c_metrics
@@ -225,6 +272,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
 
     truth = object_truth(version_dir)
     preds = read_predictions(predictions)
+    _ignore_other_splits(report, predictions, preds, truth.other_split)
     check_keys(predictions, preds, truth.keys, dataset)
     if report.metric == "3dos":
         if truth.known is None:
@@ -252,7 +300,8 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         report.summary = summary
         return
     k = num_classes or len(manifest.get("classes") or []) or 40
-    probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c")
+    probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
+                        distribution=report.metric == "modelnet40-e")
     parts = [(p.corruption, p.severity) for p in truth.partition]
     groups: dict[tuple[str, int], list[int]] = {}
     for i, p in enumerate(parts):

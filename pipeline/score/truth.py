@@ -10,7 +10,7 @@ example belongs to; 3DOS).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +50,22 @@ class ObjectTruth:
     known: np.ndarray | None
     unknown_set: list[str | None] | None
     scenario: list[str | None] | None
+    #: examples of the build that are not scored (train / val of a build holding several splits): key → split
+    other_split: dict[str, str] = field(default_factory=dict)
 
 
 def object_truth(version_dir: str | Path) -> ObjectTruth:
     keys, parts, cls, sig, known, uset, scen = [], [], [], [], [], [], []
+    other: dict[str, str] = {}
     has = {"sigma": False, "known": False, "unknown_set": False, "scenario": False}
     for part, cols in iter_columns(version_dir, ["key", "class_id", "sigma", "known", "unknown_set", "scenario",
                                                  "split"]):
         if "class_id" not in cols:
             raise ValueError(f"{version_dir}: the version has no 'class_id' column: not an object benchmark")
         n = len(cols["key"])
-        keep = [i for i in range(n) if cols.get("split", ["test"] * n)[i] in ("test", None)]
+        split = cols.get("split", ["test"] * n)
+        keep = [i for i in range(n) if split[i] in ("test", None)]
+        other.update((cols["key"][i], split[i]) for i in range(n) if split[i] not in ("test", None))
         for c in has:
             has[c] |= c in cols
         for name, dest in (("key", keys), ("class_id", cls), ("known", known), ("unknown_set", uset),
@@ -72,4 +77,4 @@ def object_truth(version_dir: str | Path) -> ObjectTruth:
         sig += [float(np.mean(sigma[i])) if sigma[i] else np.nan for i in keep]
     return ObjectTruth(keys, parts, np.asarray(cls, np.int64), np.asarray(sig) if has["sigma"] else None,
                        np.asarray(known, bool) if has["known"] else None, uset if has["unknown_set"] else None,
-                       scen if has["scenario"] else None)
+                       scen if has["scenario"] else None, other)

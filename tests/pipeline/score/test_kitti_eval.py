@@ -9,6 +9,7 @@ from pipeline.score.kitti_eval import (
     KittiFormatError,
     box_overlaps,
     evaluate,
+    frame_overlaps,
     get_thresholds,
     parse_kitti_objects,
 )
@@ -43,6 +44,26 @@ def test_overlaps_hand_computed():
     long_z = objs(obj(length=4.0, w=1.0, ry=np.pi / 2, score=1))
     assert box_overlaps(long_z, long_x, "bev")[0, 0] == pytest.approx(1.0 / 7.0)
     assert box_overlaps(objs(), gt, "3d").shape == (0, 1)
+
+
+def _random_frame(rng, n: int, scored: bool):
+    # boxes crowded into a 6 m square so that many pairs overlap, touch or nearly touch
+    return objs(*[obj(x=rng.uniform(-3, 3), z=20 + rng.uniform(-3, 3), y=1.5 + rng.uniform(-1, 1),
+                      h=rng.uniform(0.5, 2), w=rng.uniform(0.5, 2.5), length=rng.uniform(0.5, 5),
+                      ry=rng.uniform(-4, 4), score=rng.random() if scored else None) for _ in range(n)],
+                scored=scored)
+
+
+def test_batched_overlaps_are_bit_identical_to_per_frame_ones():
+    rng = np.random.default_rng(7)
+    dt = [_random_frame(rng, int(rng.integers(0, 6)), True) for _ in range(60)]
+    gt = [_random_frame(rng, int(rng.integers(0, 6)), False) for _ in range(60)]
+    batched = frame_overlaps(dt, gt)
+    for m in ("3d", "bev"):
+        ref = np.concatenate([box_overlaps(d, g, m).ravel() for d, g in zip(dt, gt, strict=True)])
+        assert (ref > 0).sum() > 50 and (ref == 0).sum() > 50  # both kinds of pair are exercised
+        np.testing.assert_array_equal(batched[m].flat, ref)
+        assert batched[m].off[-1] == len(ref)
 
 
 def test_get_thresholds_picks_one_score_per_recall_step():

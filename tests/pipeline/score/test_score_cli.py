@@ -73,7 +73,7 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
     res = runner.invoke(app, ["score", str(det_version), str(preds), "--out", str(tmp_path / "res" / "kitti")])
     assert res.exit_code == 0, res.output
-    data = json.loads((tmp_path / "res" / "kitti.json").read_text())
+    data = strict_json(tmp_path / "res" / "kitti.json")
     assert data["metric"] == "kitti-c"
     # the same numbers as the evaluator on the ground-truth text directly
     fids = KittiSource(demo_kitti_master).list_frames()[:4]
@@ -88,6 +88,34 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
     assert csv_rows[0] == "corruption,severity,metric,value" and any("Car/3d/OA" in r for r in csv_rows)
     assert "mCE_AP" in res.output
+    # Li et al.'s bug rates: a perfect detector's boxes are all true detections; no detections → no rate (null)
+    rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in data["rows"]}
+    assert rows[("clean", 0, "Car/BR_TD")] == 100 and rows[("clean", 0, "Car/BR_MD")] == 0
+    assert rows[("clean", 0, "Car/N_det")] == sum(int((g.name == "Car").sum()) for g in gts) > 0
+    assert rows[("beam_del", 1, "Car/N_det")] == 0 and rows[("beam_del", 1, "Car/BR_TD")] is None
+    assert rows[("gaussian_rad", 1, "Car/CR_FD")] == 0
+    bugs = data["summary"]["bug_rates"]["Car"]
+    assert bugs["per_corruption"]["gaussian_rad"]["CR_TD"] == 0 and bugs["mCR_TD"] is None
+    assert bugs["BR_clean"]["BR_TD"] == 100
+    # AP with 11 recall points is in the files too (the README says so)
+    assert ("clean", 0, "Car/3d/moderate/AP_R11") in rows
+    assert "mCR_TD" in res.output and "bug rates" in res.output
+
+
+def test_detection_partitions_in_parallel_processes_score_the_same(det_version, demo_kitti_master, tmp_path):
+    from pipeline.score.run import _strict
+
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
+    one, two = score_version(det_version, preds, workers=1), score_version(det_version, preds, workers=2)
+    assert _strict(two.rows) == _strict(one.rows) and _strict(two.summary) == _strict(one.summary)
+
+
+def strict_json(path: Path):
+    """Parse as a strict JSON parser does: NaN / Infinity literals are errors."""
+    def refuse(name):
+        raise ValueError(f"{path}: non-standard JSON constant {name}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
 
 
 def test_detection_missing_and_foreign_result_files(det_version, demo_kitti_master, tmp_path):
@@ -186,6 +214,29 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     assert m["SR1"]["SR3"]["AUROC"] == 0.0 and "union" not in m["SR1"]  # one unknown set: no union
     res = runner.invoke(app, ["score", str(v), str(p)])
     assert res.exit_code == 0 and "known (positive) vs unknown" in res.output and "union" in res.output
+
+
+def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
+    base = {"corruption": "clean", "severity": 0, "scenario": "SN1", "class_id": 0, "unknown_set": None}
+    rows = [{"key": f"3dos/SN1/{sp}/{n}/clean/0", **base, "known": n.startswith("k"), "split": sp,
+             "unknown_set": None if n.startswith("k") else "SN2"}
+            for sp, names in (("test", ("k0", "k1", "u0")), ("train", ("k2", "k3")), ("val", ("k4",)))
+            for n in names]
+    v = write_object_version(tmp_path / "3dos" / "1", "3dos", rows)
+    p = tmp_path / "o.jsonl"
+    p.write_text("".join(json.dumps({"key": r["key"], "score": 0.9 - 0.1 * i}) + "\n" for i, r in enumerate(rows)))
+    rep = score_version(v, p)
+    assert rep.summary["SN1"]["SN2"]["AUROC"] == 1.0 and rep.summary["SN1"]["SN2"]["n_known"] == 2
+    assert rep.notes == [f"{p}: 3 predictions for train/val examples were ignored (only the test split is scored), "
+                         "e.g. 3dos/SN1/train/k2/clean/0"]
+    res = runner.invoke(app, ["score", str(v), str(p), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0 and "3 predictions for train/val examples were ignored" in " ".join(res.output.split())
+    assert strict_json(tmp_path / "r.json")["notes"] == rep.notes
+    # a key that is in no split of the build is still refused
+    with p.open("a") as f:
+        f.write(json.dumps({"key": "3dos/SN1/test/k9/clean/0", "score": 0.5}) + "\n")
+    with pytest.raises(PredictionError, match="1 keys are not examples of this version: 3dos/SN1/test/k9/clean/0"):
+        score_version(v, p)
 
 
 def test_segmentation_miou_and_bad_label_count(tmp_path):
@@ -292,7 +343,7 @@ def test_bad_parquet_predictions(small_mnc, tmp_path):
     pq.write_table(pa.table({"key": [f"modelnet-c/{i:04d}/clean/0" for i in range(8)],
                              "probs": [[1.0, float("inf")]] * 8}), p)
     with pytest.raises(PredictionError, match=r"row 0: key 'modelnet-c/0000/clean/0': probs\[1\] is inf"):
-        score_version(small_mnc, p)
+        score_version(small_mnc, p, num_classes=2)
     (tmp_path / "p.txt").write_text("x")
     with pytest.raises(PredictionError, match="unknown prediction format"):
         score_version(small_mnc, tmp_path / "p.txt")
