@@ -101,7 +101,8 @@ def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
     apt = re.search(r"apt-get install -y --no-install-recommends ([^&]*)", runs).group(1).split()
     assert ci_packages <= set(apt), ci_packages - set(apt)
     assert "--no-install-recommends" in runs and "rm -rf /var/lib/apt/lists" in runs
-    assert re.search(r"pip install --no-cache-dir \"\.\[", runs), runs  # the package, from the checkout
+    # the package, from the checkout, with the lock as constraints
+    assert re.search(r"pip install --no-cache-dir -c manifests/lock.txt \"\.\[", runs), runs
     assert "bench-build --help" in runs  # the smoke check fails the image build if the CLI cannot start
     # everything the package is built from is copied, and exists in the checkout
     copied = {p for op, arg in ins if op == "COPY" for p in arg.split()[1 if arg.startswith("--") else 0:-1]}
