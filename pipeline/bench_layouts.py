@@ -128,9 +128,11 @@ LAYOUTS = (
 
 
 def _options(column_encoding: dict[str, str]) -> dict:
-    """The build's writer options for this layout's points: zstd level 1, BYTE_STREAM_SPLIT on its floats."""
+    """The build's writer options for this layout's points: zstd level 1, BYTE_STREAM_SPLIT on its floats, page
+    checksums."""
     return {"compression": PARQUET_OPTIONS["compression"], "compression_level": PARQUET_OPTIONS["compression_level"],
             "use_dictionary": False, "write_statistics": False,
+            "write_page_checksum": PARQUET_OPTIONS["write_page_checksum"],
             **({"column_encoding": column_encoding} if column_encoding else {})}
 
 

@@ -1,9 +1,11 @@
 """Read throughput of a built version (a script, not a test): `bench-build bench --loaders [--version-dir V]`.
 
 Prints examples/s of
-1. the raw Parquet read: every selected file read whole with ``pyarrow.parquet`` (decode only, the floor);
+1. the raw Parquet read: every selected file read whole with ``pyarrow.parquet`` (decode only, the floor), without
+   and with page checksum verification (what our readers' default verification adds to a read);
 2. PyTorch ``DataLoader`` over `PointCloudIterableDataset` with 0 and 2 workers (batch 8, `collate_point_clouds`);
 3. the map-style `PointCloudDataset` read in index order with 0 workers;
+(2 and 3 verify as the datasets do by default; ``measure(..., verify=False)`` reads them unverified)
 each pass checking that every selected example was seen exactly once. Without ``--version-dir`` it builds the
 KITTI-C demo (``frames`` frames, full-resolution scans) into a temporary directory first.
 """
@@ -21,25 +23,27 @@ def _rate(n: int, seconds: float) -> float:
 
 
 def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = None, batch_size: int = 8,
-            workers: tuple[int, ...] = (0, 2)) -> dict[str, float]:
+            workers: tuple[int, ...] = (0, 2), verify: bool = True) -> dict[str, float]:
     import pyarrow.parquet as pq
     from torch.utils.data import DataLoader
 
     from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, _select, collate_point_clouds
     from pipeline.reader import open_version
 
-    version = open_version(version_dir)
+    version = open_version(version_dir, verify=verify)
     entries = _select(version, corruption, severity)
     expected = sum(e["rows"] for e in entries)
     out: dict[str, float] = {"examples": expected}
 
-    t = time.perf_counter()
-    n = sum(pq.ParquetFile(version.fs.open_input_file(version.path(e["path"]))).read().num_rows for e in entries)
-    out["raw_parquet"] = _rate(n, time.perf_counter() - t)
-    assert n == expected
+    for key, check in (("raw_parquet", False), ("raw_parquet_checked", True)):
+        t = time.perf_counter()
+        n = sum(pq.ParquetFile(version.fs.open_input_file(version.path(e["path"])),
+                               page_checksum_verification=check).read().num_rows for e in entries)
+        out[key] = _rate(n, time.perf_counter() - t)
+        assert n == expected
 
     for w in workers:
-        ds = PointCloudIterableDataset(version_dir, corruption=corruption, severity=severity)
+        ds = PointCloudIterableDataset(version_dir, corruption=corruption, severity=severity, verify=verify)
         keys: list[str] = []
         t = time.perf_counter()
         for batch in DataLoader(ds, batch_size=batch_size, num_workers=w, collate_fn=collate_point_clouds):
@@ -48,7 +52,7 @@ def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = 
         if sorted(keys) != sorted(set(keys)) or len(keys) != expected:
             raise AssertionError(f"workers={w}: {len(keys)} examples, {len(set(keys))} distinct, expected {expected}")
 
-    ds_map = PointCloudDataset(version_dir, corruption=corruption, severity=severity)
+    ds_map = PointCloudDataset(version_dir, corruption=corruption, severity=severity, verify=verify)
     t = time.perf_counter()
     seen = 0
     for batch in DataLoader(ds_map, batch_size=batch_size, num_workers=0, collate_fn=collate_point_clouds):
@@ -57,7 +61,7 @@ def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = 
     return out
 
 
-def run_bench_loaders(version_dir: str | None = None, frames: int = 4) -> dict[str, float]:
+def run_bench_loaders(version_dir: str | None = None, frames: int = 4, verify: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         if version_dir is None:
             from pipeline.build import run_build
@@ -66,10 +70,12 @@ def run_bench_loaders(version_dir: str | None = None, frames: int = 4) -> dict[s
             res = run_build("kitti-c", out=tmp, workers=2, max_frames=frames, progress=False)
             assert res.ok, res.failures
             version_dir = str(res.version_dir)
-        res = measure(version_dir)
-    print(f"\nread throughput of {version_dir}: {res['examples']:.0f} examples (every partition, clean included)")
+        res = measure(version_dir, verify=verify)
+    print(f"\nread throughput of {version_dir}: {res['examples']:.0f} examples (every partition, clean included; "
+          f"datasets {'verified' if verify else 'unverified'})")
     print(f"  raw Parquet read (pyarrow, decode only)      {res['raw_parquet']:8.1f} examples/s")
-    for k, label in (("iterable_w0", "DataLoader, IterableDataset, 0 workers"),
+    for k, label in (("raw_parquet_checked", "raw Parquet read, page checksums verified"),
+                     ("iterable_w0", "DataLoader, IterableDataset, 0 workers"),
                      ("iterable_w2", "DataLoader, IterableDataset, 2 workers"),
                      ("map_w0", "DataLoader, map-style Dataset, 0 workers")):
         print(f"  {label:<45}{res[k]:8.1f} examples/s  ({res[k] / res['raw_parquet']:.2f}× raw)")

@@ -74,13 +74,20 @@ def encode_refs(points: np.ndarray, clean: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def materialize(ref: np.ndarray, literal: np.ndarray, clean: np.ndarray) -> np.ndarray:
-    """The full N×C points of a compact row (writable, float32)."""
+    """The full N×C points of a compact row (writable, float32). Raises ValueError, saying which, on a row that
+    does not fit ``clean`` (a reference past its end, or other than one literal row per unreferenced point):
+    callers add the file, row and key (`pipeline.reader.rows_of`)."""
     out = np.empty((len(ref), clean.shape[1] if len(clean) else literal.shape[1]), dtype=np.float32)
     has = ref >= 0
+    if has.any() and int(ref[has].max()) >= len(clean):
+        bad = int(np.flatnonzero(has & (ref >= len(clean)))[0])
+        raise ValueError(f"point {bad} refers to clean point {int(ref[bad])}, but the clean scan has {len(clean)} "
+                         "points")
     out[has] = clean[ref[has]]
     n_lit = int((~has).sum())
     if n_lit != len(literal):
-        raise ValueError(f"compact row: {n_lit} unreferenced points but {len(literal)} literal rows")
+        raise ValueError(f"{n_lit} points have no reference into the clean scan but the row stores {len(literal)} "
+                         "literal points")
     out[~has] = literal
     return out
 
@@ -91,29 +98,32 @@ def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str
 
     The rows go through the build's own writer (`encode_rows` with the full schema), so the points are
     byte-identical to what a full build stores."""
-    import pyarrow.parquet as pq
-
-    from pipeline.reader import rows_of
+    from pipeline.reader import CheckedParquetFile, rows_of
     from pipeline.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
     from pipeline.shard import _write_parquet
     from pipeline.storage import LocalStore
 
     path = Path(path)
-    pf = pq.ParquetFile(path)
+    # page checksums on: a damaged page must fail here, not be written out as a "full" file with a new sha256
+    pf = CheckedParquetFile(path, str(path), page_checksum_verification=True)
     meta = file_metadata(pf.schema_arrow)
     if "point_ref" not in pf.schema_arrow.names:
         from manifests.manifest import sha256_file
 
         return path.stat().st_size, sha256_file(path)
-    clean_table = pq.read_table(clean_path, columns=["frame_id", "points"])
+    clean_table = CheckedParquetFile(clean_path, str(clean_path), page_checksum_verification=True).read(
+        columns=["frame_id", "points"])
     clean = dict(zip(clean_table["frame_id"].to_pylist(), decode_points(clean_table["points"], writable=False),
                      strict=True))
     schema = schema_with_metadata({**meta, "encoding": "full"})
 
     def batches():
+        first = 0
         for rg in range(pf.num_row_groups):
             table = pf.read_row_group(rg)
-            rows = rows_of(table, meta, meta["corruption"], meta["severity"], clean=clean)
+            rows = rows_of(table, meta, meta["corruption"], meta["severity"], clean=clean, where=str(path),
+                           rows=list(range(first, first + table.num_rows)))
+            first += table.num_rows
             yield encode_rows([(ex.key, ex.corruption, ex.severity, ex.to_frame()) for ex in rows], schema)
 
     with LocalStore(path.parent).staged_file(path.name) as staged:

@@ -20,6 +20,11 @@ and yield one dict per example with writable NumPy arrays (``torch.from_numpy`` 
 | optional per-point columns | e.g. ``semantic`` (N,) uint32, ``sigma``/``mu`` (N,) float32, when the build has them |
 | optional per-example columns | e.g. ``class_name``, ``class_id``, ``known`` (None where unknown) |
 
+Both verify what they read unless ``verify=False``: each file against its manifest entry on open (size, rows;
+on ``s3://`` the sha256 recorded at upload) and each data page against its checksum, raising
+`pipeline.reader.IntegrityError` naming the file (see `pipeline.reader.Version`). ``verify=False`` is for trusted
+fast paths (a local copy ``bench-build verify`` just checked); changed bytes then decode silently.
+
 `PointCloudDataset` builds its index of (file, row) from the manifest alone (rows per file, and the frame of
 each row from ``shard_frames``): no scan of the data. A read decodes the row group holding the row and keeps
 the last one, so sequential or batched access costs one row-group read per 8 examples; random access reads a
@@ -101,8 +106,8 @@ def example_dict(ex: Example) -> dict[str, Any]:
 class _Reader:
     """Per-process reader state: the version, open files and the last decoded row group (never pickled)."""
 
-    def __init__(self, url: str, endpoint_url: str | None, profile: str | None) -> None:
-        self.version = open_version(url, endpoint_url=endpoint_url, profile=profile)
+    def __init__(self, url: str, endpoint_url: str | None, profile: str | None, verify: bool = True) -> None:
+        self.version = open_version(url, endpoint_url=endpoint_url, profile=profile, verify=verify)
         self.files: dict[str, Any] = {}
         self.starts: dict[str, np.ndarray] = {}
         self.cached: tuple[str, int, list[Example]] | None = None
@@ -129,9 +134,9 @@ class _Base:
     def __init__(self, root: str | Path, *, corruption: str | Iterable[str] | None = None,
                  severity: int | Iterable[int] | None = None, split: str | Iterable[str] | None = None,
                  frames: Iterable[str] | None = None, endpoint_url: str | None = None,
-                 profile: str | None = None) -> None:
-        self.url, self.endpoint_url, self.profile = str(root), endpoint_url, profile
-        version = open_version(root, endpoint_url=endpoint_url, profile=profile)
+                 profile: str | None = None, verify: bool = True) -> None:
+        self.url, self.endpoint_url, self.profile, self.verify = str(root), endpoint_url, profile, verify
+        version = open_version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)
         self.manifest = version.manifest
         self.fields: tuple[str, ...] = version.fields
         self.entries = _select(version, corruption, severity)
@@ -146,7 +151,7 @@ class _Base:
     @property
     def reader(self) -> _Reader:
         if self._reader is None:
-            self._reader = _Reader(self.url, self.endpoint_url, self.profile)
+            self._reader = _Reader(self.url, self.endpoint_url, self.profile, self.verify)
         return self._reader
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers (spawn) get no open files or caches
@@ -159,7 +164,10 @@ class _Base:
 
 
 class PointCloudDataset(_Base, Dataset):
-    """Map-style dataset: ``ds[i]`` is the i-th selected example (manifest order: partition files, then rows)."""
+    """Map-style dataset: ``ds[i]`` is the i-th selected example (manifest order: partition files, then rows).
+
+    ``verify=False`` reads without checking files against the manifest and pages against their checksums
+    (trusted fast paths only; see the module docstring)."""
 
     def __init__(self, root: str | Path, **filters: Any) -> None:
         super().__init__(root, **filters)
@@ -186,7 +194,10 @@ class PointCloudDataset(_Base, Dataset):
 
 
 class PointCloudIterableDataset(_Base, IterableDataset):
-    """Streams the selected files, split over ranks and DataLoader workers: every example exactly once."""
+    """Streams the selected files, split over ranks and DataLoader workers: every example exactly once.
+
+    ``verify=False`` reads without checking files against the manifest and pages against their checksums
+    (trusted fast paths only; see the module docstring)."""
 
     def __init__(self, root: str | Path, *, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 32,
                  rank: int | None = None, world_size: int | None = None, **filters: Any) -> None:

@@ -12,12 +12,21 @@ Only the files of the requested partitions are opened (the manifest says which),
 only the row groups whose statistics can hold the requested frames. ``s3://`` versions are read in
 place through pyarrow's S3 filesystem (credentials and endpoint from the same AWS chain as publish),
 one row group at a time.
+
+Reads are verified by default, at a cost measured with `bench-build bench --loaders` (README): every file is
+checked on open against its manifest entry (byte size and row count; on ``s3://`` also the sha256 the
+uploader recorded in the object's metadata, one HEAD per file per reader), and every data page against the
+CRC32 the builder writes into its header (``write_page_checksum``). A file that differs raises
+`IntegrityError` naming the file and the manifest's value. ``open_version(..., verify=False)`` skips both for
+trusted fast paths (a copy just checked by ``bench-build verify``); errors still name the file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,76 @@ from pipeline.schema import (
     file_metadata,
 )
 from stages.frame import Boxes, Calib, Frame
+
+
+class IntegrityError(ManifestError):
+    """A file of a version is not what its manifest says: another size, row count or sha256, a data page whose
+    CRC fails, or a compact row that does not fit its clean scan. The message names the file and the remedy."""
+
+
+def _remedy(version: str | None) -> str:
+    verify = f"`bench-build verify {version}`" if version else "`bench-build verify`"
+    return f"the file changed since the build: re-pull it or run {verify}"
+
+
+#: pyarrow's S3 error names (``AWS Error ACCESS_DENIED during HeadObject``) that mean "credentials rejected"
+_S3_DENIED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN",
+              "INVALID_CLIENT_TOKEN_ID", "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN")
+
+
+def _read_error(e: BaseException, where: str, version: str | None, op: str = "read") -> BaseException:
+    """The error to raise for pyarrow's ``e`` while reading ``where``: a failed page checksum or undecodable bytes
+    become `IntegrityError`, rejected S3 credentials the same one line as the CLI's, anything else names the file."""
+    from pipeline.storage import StorageError, denied_message
+
+    text = str(e)
+    first = text.splitlines()[0] if text else type(e).__name__
+    if "CRC checksum verification failed" in text or "could not verify page integrity" in text:
+        return IntegrityError(f"{where}: a data page does not match its checksum ({first}); {_remedy(version)}")
+    m = re.search(r"AWS Error ([A-Z_]+)", text)
+    if m and m.group(1) in _S3_DENIED:
+        code = "".join(w.capitalize() for w in m.group(1).split("_"))  # S3's spelling: AccessDenied, as boto3's
+        return StorageError(denied_message(where, op, code))
+    if isinstance(e, pa.ArrowInvalid):  # undecodable pages or footer: bytes damaged where no checksum covers them
+        return IntegrityError(f"{where}: cannot be decoded ({first}); {_remedy(version)}")
+    if isinstance(e, OSError):
+        return OSError(f"{where}: {first}")
+    return e
+
+
+@contextmanager
+def _named(where: str, version: str | None = None, op: str = "read") -> Iterator[None]:
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        raise _read_error(e, where, version, op) from None
+
+
+class CheckedParquetFile(pq.ParquetFile):
+    """A `pyarrow.parquet.ParquetFile` whose read errors name the file (``where``): pass
+    ``page_checksum_verification=True`` to have a damaged data page raise `IntegrityError` instead of decoding
+    to other values."""
+
+    def __init__(self, source: Any, where: str, *, version: str | None = None, **kwargs: Any) -> None:
+        self.where, self.version_url = where, version
+        with _named(where, version, "open"):
+            super().__init__(source, **kwargs)
+
+    def read(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read(*args, **kwargs)
+
+    def read_row_group(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read_row_group(*args, **kwargs)
+
+    def read_row_groups(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read_row_groups(*args, **kwargs)
+
+    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        with _named(self.where, self.version_url):
+            yield from super().iter_batches(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -97,14 +176,16 @@ def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None
         raise StorageError(redact(f"cannot open pyarrow's S3 filesystem: {e}")) from None
 
 
-def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None
+def filesystem_for(root: Any, *, endpoint_url: str | None = None, profile: str | None = None
                    ) -> tuple[Any, str]:
-    """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL."""
+    """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL,
+    or an open `pipeline.storage.Store`."""
     import pyarrow.fs as pafs
 
-    from pipeline.storage import LocalStore, open_store
+    from pipeline.storage import LocalStore, Store, open_store
 
-    store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
+    store = root if isinstance(root, Store) else open_store(
+        root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
     if isinstance(store, LocalStore):
         return pafs.LocalFileSystem(), str(store.root)
     return s3_filesystem(endpoint_url=store.endpoint_url, profile=store.profile), \
@@ -112,23 +193,40 @@ def filesystem_for(root: str | Path, *, endpoint_url: str | None = None, profile
 
 
 class Version:
-    """A built (or pulled, or published) version: its manifest, and its examples read in place."""
+    """A built (or pulled, or published) version: its manifest, and its examples read in place.
 
-    def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None) -> None:
-        self.url = str(root)
-        self.fs, self.base = filesystem_for(root, endpoint_url=endpoint_url, profile=profile)
+    ``verify`` (default True): check each file against its manifest entry when it is opened (size and rows;
+    on ``s3://`` also the sha256 recorded at upload) and every data page against its checksum; a mismatch
+    raises `IntegrityError`. ``verify=False`` is for trusted fast paths (a local copy `bench-build verify`
+    just checked): changed bytes then decode silently, as with plain pyarrow."""
+
+    def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,
+                 verify: bool = True) -> None:
+        from pipeline.storage import LocalStore, open_store
+
+        self.url, self.verify = str(root), verify
+        self.store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url,
+                                profile=profile)
+        self.fs, self.base = filesystem_for(self.store)
         self.root = Path(self.base) if self.is_local else None
         where = f"{self.url.rstrip('/')}/{MANIFEST_NAME}"
-        try:
-            with self.fs.open_input_stream(f"{self.base}/{MANIFEST_NAME}") as f:
-                text = f.read()
-        except (FileNotFoundError, OSError) as e:
-            if self.is_local or isinstance(e, FileNotFoundError) or "NoSuchKey" in str(e) or "404" in str(e):
-                raise ManifestError(f"{where}: no manifest (is the build finished? `bench-build status` tells; "
-                                    "a published version: `bench-build versions` lists them)") from None
-            raise
+        missing = ManifestError(f"{where}: no manifest (is the build finished? `bench-build status` tells; "
+                                "a published version: `bench-build versions` lists them)")
+        if isinstance(self.store, LocalStore):
+            try:
+                with self.fs.open_input_stream(f"{self.base}/{MANIFEST_NAME}") as f:
+                    text = f.read()
+            except OSError:
+                raise missing from None
+        else:  # through the store's client: rejected credentials give the CLI's one line, not pyarrow's
+            got = self.store.get(MANIFEST_NAME)
+            if got is None:
+                raise missing
+            text = got[0]
         self.manifest = parse_manifest(text, where)
         check_manifest(self.manifest, where)  # its paths are data: they must stay inside the version
+        self._entries = {s["path"]: s for s in self.manifest["shards"]}
+        self._headed: set[str] = set()  # s3 files whose recorded sha256 was compared (one HEAD per file)
         self._clean_cache: tuple[tuple[str, int], dict[str, np.ndarray]] | None = None
 
     @property
@@ -178,8 +276,44 @@ class Version:
             return list(ids)
         return self.open_file(entry["path"]).read(columns=["frame_id"])["frame_id"].to_pylist()
 
-    def open_file(self, rel: str) -> pq.ParquetFile:
-        return pq.ParquetFile(self.fs.open_input_file(self.path(rel)))
+    def where(self, rel: str) -> str:
+        """How errors name a file of this version: its path or URL."""
+        return f"{self.url.rstrip('/')}/{rel}"
+
+    def open_file(self, rel: str) -> CheckedParquetFile:
+        """One file of the version, checked against its manifest entry when ``verify`` (see the class)."""
+        where = self.where(rel)
+        entry = self._entries.get(rel)
+        if self.verify and entry is not None and not self.is_local and rel not in self._headed:
+            self._check_stored(rel, entry, where)
+        try:
+            f = self.fs.open_input_file(self.path(rel))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-pull the version or run "
+                                    f"`bench-build verify {self.url}`") from None
+        except OSError as e:
+            raise _read_error(e, where, self.url, "open") from None
+        if self.verify and entry is not None and "bytes" in entry and f.size() != entry["bytes"]:
+            raise IntegrityError(f"{where}: {f.size()} bytes, manifest says {entry['bytes']}; {_remedy(self.url)}")
+        pf = CheckedParquetFile(f, where, version=self.url, page_checksum_verification=self.verify)
+        if self.verify and entry is not None and "rows" in entry and pf.metadata.num_rows != entry["rows"]:
+            raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
+                                 f"{_remedy(self.url)}")
+        return pf
+
+    def _check_stored(self, rel: str, entry: dict[str, Any], where: str) -> None:
+        """Object storage: size and the sha256 the uploader recorded (object metadata), from one HEAD. The
+        ETag is not compared: the manifest records no MD5, and multipart ETags are not content hashes."""
+        info = self.store.head(rel)
+        if info is None:
+            raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-publish the version or run "
+                                    f"`bench-build verify {self.url}`")
+        if "bytes" in entry and info.size != entry["bytes"]:
+            raise IntegrityError(f"{where}: {info.size} bytes, manifest says {entry['bytes']}; {_remedy(self.url)}")
+        if info.sha256 and entry.get("sha256") and info.sha256 != entry["sha256"]:
+            raise IntegrityError(f"{where}: uploaded with sha256 {info.sha256}, manifest says {entry['sha256']}; "
+                                 f"{_remedy(self.url)}")
+        self._headed.add(rel)
 
     def read_file(self, entry: dict[str, Any], *, row_groups: Iterable[int] | None = None,
                   frames: Iterable[str] | None = None, writable: bool = True) -> Iterator[Example]:
@@ -188,14 +322,19 @@ class Version:
         meta = file_metadata(pf.schema_arrow)
         compact = "point_ref" in pf.schema_arrow.names
         wanted = None if frames is None else pa.array(sorted(set(frames)), pa.string())
+        starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
         for rg in range(pf.num_row_groups) if row_groups is None else row_groups:
             table = pf.read_row_group(rg)
+            rows = np.arange(starts[rg], starts[rg] + table.num_rows)
             if wanted is not None:
-                table = table.filter(pc.is_in(table["frame_id"], value_set=wanted))
+                mask = pc.is_in(table["frame_id"], value_set=wanted)
+                rows = rows[np.asarray(mask.to_pylist(), dtype=bool)]
+                table = table.filter(mask)
                 if table.num_rows == 0:
                     continue
             clean = self._clean_points(entry, rg, table["frame_id"].to_pylist()) if compact else None
-            yield from rows_of(table, meta, entry["corruption"], entry["severity"], writable=writable, clean=clean)
+            yield from rows_of(table, meta, entry["corruption"], entry["severity"], writable=writable, clean=clean,
+                               where=pf.where, rows=rows.tolist(), version=self.url)
 
     def _clean_points(self, entry: dict[str, Any], rg: int, frame_ids: list[str]) -> dict[str, np.ndarray]:
         """Clean points of ``frame_ids`` from the clean file of ``entry``'s shard (what compact rows refer to):
@@ -232,9 +371,12 @@ class Version:
 
 
 def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: int, *,
-            writable: bool = True, clean: dict[str, np.ndarray] | None = None) -> Iterator[Example]:
+            writable: bool = True, clean: dict[str, np.ndarray] | None = None, where: str = "<table>",
+            rows: list[int] | None = None, version: str | None = None) -> Iterator[Example]:
     """Examples of a table of v2 rows (one partition: ``corruption``/``severity`` come from its path).
-    Compact rows (``point_ref`` not null) are materialised from ``clean`` (frame id → clean points)."""
+    Compact rows (``point_ref`` not null) are materialised from ``clean`` (frame id → clean points); one that
+    does not fit its clean scan raises `IntegrityError` naming ``where`` (the file), its row (``rows[i]``: the
+    row's number in the file) and key."""
     fields = tuple(meta["fields"])
     points = decode_points(table["points"].combine_chunks(), writable=writable)
     if "point_ref" in table.column_names:
@@ -243,12 +385,17 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
         col = table["point_ref"].combine_chunks()
         nulls = col.is_null().to_pylist()
         refs = decode_points(col, writable=False)
-        fids = table["frame_id"].to_pylist()
+        fids, row_keys = table["frame_id"].to_pylist(), table["key"].to_pylist()
         for i, null in enumerate(nulls):
             if not null:
+                row = rows[i] if rows is not None else i
                 if clean is None or fids[i] not in clean:
-                    raise ValueError(f"compact row {fids[i]}: its clean scan was not given")
-                points[i] = materialize(refs[i], points[i], clean[fids[i]])
+                    raise IntegrityError(f"{where}: row {row} ({row_keys[i]}) is compact-encoded but the clean "
+                                         f"file of its shard has no frame {fids[i]!r}; {_remedy(version)}")
+                try:
+                    points[i] = materialize(refs[i], points[i], clean[fids[i]])
+                except ValueError as e:
+                    raise IntegrityError(f"{where}: row {row} ({row_keys[i]}): {e}; {_remedy(version)}") from None
     tags = decode_points(table["point_tag"].combine_chunks(), writable=writable)
     labels: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
     for c in POINT_COLUMNS:
@@ -271,9 +418,14 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
         )
 
 
-def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None) -> Version:
-    """A version directory or URL (path, ``file://``, ``s3://bucket/prefix/<dataset>/<version>``)."""
-    return Version(root, endpoint_url=endpoint_url, profile=profile)
+def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,
+                 verify: bool = True) -> Version:
+    """A version directory or URL (path, ``file://``, ``s3://bucket/prefix/<dataset>/<version>``).
+
+    Its reads are verified against the manifest and the files' page checksums unless ``verify=False`` (trusted
+    fast paths only: a changed byte then decodes silently); a mismatch raises `IntegrityError` naming the file.
+    Rejected S3 credentials raise `pipeline.storage.StorageError` with one line saying so."""
+    return Version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)
 
 
 def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity: int,

@@ -32,8 +32,12 @@ ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can s
 # zstd level 1, not 3: on BYTE_STREAM_SPLIT floats level 3 gains 0.4 % of size for ≈ 1.9 ms more CPU per
 # 130k-point example (≈ 12.0 → 10.0 ms to encode and write; LZ4 would be ≈ 8.6 ms but 6 % larger and not
 # readable by older Parquet readers). Measured with `bench-build bench` ("I/O floor") on one core.
+# write_page_checksum: a CRC32 in every data page header, which our readers verify (pipeline/reader.py): without
+# it a flipped byte inside a BYTE_STREAM_SPLIT float page decodes to other points without any error. It costs 4
+# bytes per page and a CRC of each page written; plain readers ignore it unless asked to check.
 PARQUET_OPTIONS = {
     "compression": "zstd",
+    "write_page_checksum": True,
     "compression_level": 1,
     "use_dictionary": ["frame_id", "boxes.list.element.cls", "class_name", "split", "track", "scenario",
                        "sequence"],

@@ -727,6 +727,13 @@ _AUTH_CODES = {"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "I
                "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed", "403"}
 
 
+def denied_message(where: str, op: str, code: str) -> str:
+    """The one line every reader and writer gives when the endpoint rejects the AWS chain's credentials."""
+    return (f"{where}: {op} denied ({code}): the endpoint rejected the credentials of the AWS chain "
+            "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, ~/.aws/credentials); "
+            "check them and the endpoint (--endpoint-url / AWS_ENDPOINT_URL)")
+
+
 def endpoint_from_env() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
@@ -845,10 +852,7 @@ class S3Store(Store):
             if code == "NoSuchBucket":
                 return StorageError(f"{where}: bucket {self.bucket!r} does not exist")
             if code in _AUTH_CODES:
-                return StorageError(
-                    f"{where}: {op} denied ({code}): the endpoint rejected the credentials of the AWS chain "
-                    "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, ~/.aws/credentials); "
-                    "check them and the endpoint (--endpoint-url / AWS_ENDPOINT_URL)")
+                return StorageError(denied_message(where, op, code))
             return StorageError(redact(f"{where}: {op} failed ({code}): {err.get('Message', '')}".rstrip(": ")))
         if isinstance(cause, bx.NoCredentialsError | bx.PartialCredentialsError):
             return StorageError(f"{where}: no usable AWS credentials (set AWS_ACCESS_KEY_ID and "

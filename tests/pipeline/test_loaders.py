@@ -204,3 +204,92 @@ def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env)
     assert t.num_rows == STORED
     with pytest.raises(ValueError, match="no manifest"):
         open_version(f"{s3prefix}/mini-c/9.9.9")
+
+
+# -- integrity: what the datasets read is what the build wrote ---------------------------------------------
+def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini_build, tmp_path):
+    import shutil
+
+    from torch.utils.data import DataLoader
+
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
+    from pipeline.reader import IntegrityError
+    from tests.pipeline.tamper import flip_file
+
+    v = tmp_path / "v"
+    shutil.copytree(mini_build, v, ignore=shutil.ignore_patterns("_ledger"))
+    rel = next(s["path"] for s in _manifest(v)["shards"] if (s["corruption"], s["severity"]) == ("background", 2))
+    flip_file(v / rel)
+    pattern = rf"{rel}: a data page does not match its checksum"
+    with pytest.raises(IntegrityError, match=pattern):
+        list(PointCloudIterableDataset(v, corruption="background", severity=2))
+    ds = PointCloudDataset(v, corruption="background", severity=2)
+    with pytest.raises(IntegrityError, match=pattern):
+        [ds[i] for i in range(len(ds))]
+    with pytest.raises(IntegrityError, match=pattern):  # a DataLoader worker re-raises it, file name kept
+        list(DataLoader(PointCloudIterableDataset(v, corruption="background", severity=2), batch_size=None,
+                        num_workers=1))
+    assert len(list(PointCloudIterableDataset(v, corruption="background", severity=2, verify=False))) == 4
+    unverified = PointCloudDataset(v, corruption="background", severity=2, verify=False)
+    assert len([unverified[i] for i in range(len(unverified))]) == 4
+
+
+def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
+    from pipeline.publish import publish_version
+    from pipeline.reader import IntegrityError, open_version
+    from tests.pipeline.tamper import flipped
+
+    assert publish_version(mini_build, s3prefix, progress=False).ok
+    url = f"{s3prefix}/mini-c/0.1.0"
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    client = s3env.client()
+    entries = {(s["corruption"], s["severity"]): s for s in _manifest(mini_build)["shards"]}
+
+    def replace(entry, data, **metadata):
+        key = f"{prefix}/{entry['path']}"
+        meta = client.head_object(Bucket=bucket, Key=key)["Metadata"]  # at-rest damage keeps the upload's sha256
+        client.put_object(Bucket=bucket, Key=key, Body=data, Metadata={**meta, **metadata})
+
+    flip = entries[("gaussian_rad", 4)]
+    replace(flip, flipped((mini_build / flip["path"]).read_bytes()))
+    pattern = rf"{url}/{flip['path']}: a data page does not match its checksum"
+    with pytest.raises(IntegrityError, match=pattern):
+        list(open_version(url).examples("gaussian_rad", 4))
+    with pytest.raises(IntegrityError, match=pattern):
+        list(PointCloudIterableDataset(url, corruption="gaussian_rad", severity=4))
+    ds = PointCloudDataset(url, corruption="gaussian_rad", severity=4)
+    with pytest.raises(IntegrityError, match=pattern):
+        [ds[i] for i in range(len(ds))]
+    assert len(list(open_version(url, verify=False).examples("gaussian_rad", 4))) == 4
+    # another size: one HEAD says so before any byte is read
+    cut = entries[("gaussian_rad", 2)]
+    replace(cut, (mini_build / cut["path"]).read_bytes()[:-5])
+    with pytest.raises(IntegrityError, match=rf"{cut['path']}: {cut['bytes'] - 5} bytes, manifest says {cut['bytes']}"):
+        list(open_version(url).examples("gaussian_rad", 2))
+    # same size, re-uploaded by a tool that records its sha256 (as ours do): that record disagrees
+    other = entries[("gaussian_rad", 3)]
+    data = flipped((mini_build / other["path"]).read_bytes(), at=0.25)
+    replace(other, data, sha256=__import__("hashlib").sha256(data).hexdigest())
+    with pytest.raises(IntegrityError, match=rf"{other['path']}: uploaded with sha256 [0-9a-f]{{64}}, manifest says "
+                                             rf"{other['sha256']}"):
+        list(open_version(url).examples("gaussian_rad", 3))
+    assert len(list(open_version(url).examples("gaussian_rad", 1))) == 4  # untouched objects still read
+
+
+def test_open_version_with_rejected_credentials_says_so_in_one_line(mini_build, s3prefix, s3env, monkeypatch):
+    from pipeline.publish import publish_version
+    from pipeline.reader import open_version, s3_filesystem
+    from pipeline.storage import StorageError
+
+    assert publish_version(mini_build, s3prefix, progress=False).ok
+    url = f"{s3prefix}/mini-c/0.1.0"
+    version = open_version(url, verify=False)  # opened with good credentials
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-" + s3env.secret_key)
+    version.fs = s3_filesystem()  # its files are then read through pyarrow with the rejected secret
+    for attempt in (lambda: open_version(url), lambda: next(version.examples("clean"))):
+        with pytest.raises(StorageError) as e:
+            attempt()
+        msg = str(e.value)
+        assert "\n" not in msg and "rejected the credentials of the AWS chain" in msg and url in msg, msg
+        assert s3env.secret_key not in msg and "ACCESS_DENIED" not in msg and "HeadObject" not in msg

@@ -160,3 +160,23 @@ def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
     source = SimpleNamespace(columns=("split", "class_id", "class_name"))
     assert build_columns(recipe, source) == ("sigma", "mu", "class_name", "class_id", "split")
     assert build_columns(SimpleNamespace(corruptions=[SimpleNamespace(stage="fog")]), object()) == ()
+
+
+def test_the_builders_writer_puts_a_checksum_on_every_page(tmp_path):
+    """Plain and compact encodings both go through `_write_parquet`: a flipped byte in the points (or a compact
+    row's literal points) is caught by the page checksum, where without it the same bytes decode silently."""
+    from pipeline.shard import write_parquet_atomic
+    from tests.pipeline.tamper import flip_file
+
+    a = make_scene(3, n_ground=4000, n_per_car=50)
+    schema = schema_with_metadata({"fields": list(a.fields), "intensity_scale": "unit", "corruption": "clean",
+                                   "severity": 0})
+    path = tmp_path / "part.parquet"
+    rows, size, _ = write_parquet_atomic(path, schema, iter([encode_rows([("k/a/clean/0", "clean", 0, a)], schema)]))
+    assert rows == 1 and pq.ParquetFile(path, page_checksum_verification=True).read().num_rows == 1
+    flip_file(path)
+    assert path.stat().st_size == size
+    unchecked = np.array(pq.read_table(path)["points"][0].as_py(), np.float32)
+    assert unchecked.shape == a.points.shape and not np.array_equal(unchecked, a.points)  # silent without it
+    with pytest.raises(OSError, match="CRC checksum verification failed"):
+        pq.ParquetFile(path, page_checksum_verification=True).read()
