@@ -268,6 +268,10 @@ def run_build(
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
     frame_ids = checked_frame_ids(src, src.list_frames())
+    other_split = split is not None and recipe.split is not None and split.rpartition(":")[2] != recipe.split
+    if other_split:  # allowed, but said at once and in the card: its numbers are not the benchmark's
+        print(f"[bench-build] building split {split!r}, not {recipe.name}'s benchmark split {recipe.split!r} "
+              f"(--split); the card says so", file=sys.stderr, flush=True)
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
@@ -291,14 +295,18 @@ def run_build(
         store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
-                             progress=progress, owner=owner, groups=groups, encoding=encoding)
+                             progress=progress, owner=owner, groups=groups, encoding=encoding,
+                             benchmark_split=recipe.split if other_split else None)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
                   store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
-                  groups: int | None = None, encoding: str = "full") -> BuildResult:
+                  groups: int | None = None, encoding: str = "full",
+                  benchmark_split: str | None = None) -> BuildResult:
+    """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
+    source, so the card says the build is not the benchmark's split)."""
     ledger = Ledger(store)
     try:
         old_run = ledger.run_info()
@@ -351,7 +359,8 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         bar.close()
     try:
         return _finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
-                       workers=workers, address=address, stopping=stopping, numeric_profile=profile)
+                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
+                       benchmark_split=benchmark_split)
     finally:
         if stopping is not None:
             stopping.join()
@@ -388,7 +397,7 @@ def _stop_ray_in_background():
 def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
             version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
             workers: int | None, address: str | None, stopping: Any = None,
-            numeric_profile: dict[str, Any] | None = None) -> BuildResult:
+            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None) -> BuildResult:
     """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
     result.seconds = time.time() - t0
     complete = False
@@ -398,7 +407,8 @@ def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprin
     if complete:
         t = time.time()
         try:
-            result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
+            described = {**src.describe(), **({"benchmark_split": benchmark_split} if benchmark_split else {})}
+            result.manifest = write_manifest(store, recipe, described, tasks, ledger, fingerprint,
                                              fps, result.seconds, panels=result.sheet_panels,
                                              phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
