@@ -201,6 +201,27 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         return False
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    with _keep_sigterm_handler():
+        return _init_ray(ray, workers, address, kwargs)
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler():
+    """ray.init installs its core worker's SIGTERM handler (it prints and dies), replacing the caller's: the CLI's
+    turns SIGTERM into the interrupt path that stops Ray and says how to resume. Put a Python handler back."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous) and previous is not signal.default_int_handler:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray: Any, workers: int | None, address: str | None, kwargs: dict[str, Any]) -> bool:
     if address:
         # every worker of the job, on any node, starts with the numeric pin (before NumPy)
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)

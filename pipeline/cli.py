@@ -94,12 +94,17 @@ def run(
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
         split = f"{version}:{split or ''}"
+    import signal
+
     from manifests.recipe import RecipeError
     from pipeline.build import run_build
     from pipeline.ledger import LedgerMismatch
     from pipeline.sources import SourceError
     from pipeline.storage import StorageError
 
+    # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
+    # run_build's own cleanup, and the user is told what was kept and how to resume
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
                            max_frames=max_frames, split=split, frames_per_shard=frames_per_shard, groups=groups,
@@ -114,6 +119,11 @@ def run(
         from pipeline.shard import os_error_message
 
         raise _fail(os_error_message(e), code=1) from None
+    except KeyboardInterrupt:
+        _interrupted(benchmark, out or "bench-out", endpoint_url, profile)
+        raise typer.Exit(code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
     from rich.markup import escape
 
     if result.manifest:
@@ -133,6 +143,27 @@ def run(
                           "the same command again: finished shards are kept")
         raise typer.Exit(code=1)
     console.print(f"[green]done:[/green] {result.version_dir}")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: str | None) -> None:
+    """What an interrupted run kept, and the command that resumes it (the same command: recorded shards are
+    verified and skipped)."""
+    import shlex
+
+    from pipeline.build import build_status
+
+    try:
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+        kept = f"{st['done']} of {st['shards']} shards recorded in {st['version_dir']}"
+    except Exception:  # nothing recorded yet, or the ledger is unreachable: say so, never crash
+        kept = "no shard recorded yet"
+    command = shlex.join(["bench-build", *sys.argv[1:]])
+    console.print(f"interrupted: {kept}; every process this run started was stopped. Resume with the same "
+                  f"command (recorded shards are checked and kept):\n  {command}", highlight=False)
 
 
 def _summary_table(manifest: dict) -> None:
