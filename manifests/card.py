@@ -143,6 +143,9 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Specification: {recipe.paper}" if recipe.paper else "",
         f"- Source: `{src.get('kind')}` ({src.get('split') or 'all frames'}), {manifest['frames']} frames, "
         f"point fields {', '.join(manifest['fields'])}, intensity scale `{manifest['intensity_scale']}`",
+        f"- **Not the benchmark's split:** built from split `{src.get('split')}` (`--split`); the benchmark is "
+        f"defined on `{src['benchmark_split']}`, so its numbers are not comparable with the paper's"
+        if src.get("benchmark_split") else "",
         f"- Recipe: `{recipe.origin}`, seed {recipe.seed}, fingerprint `{manifest['fingerprint']}`",
         f"- Built by bench-build {manifest['code_version']} on {manifest['created']}",
         numeric_profile_line(manifest.get("numeric_profile")),

@@ -201,6 +201,27 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         return False
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    with _keep_sigterm_handler():
+        return _init_ray(ray, workers, address, kwargs)
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler():
+    """ray.init installs its core worker's SIGTERM handler (it prints and dies), replacing the caller's: the CLI's
+    turns SIGTERM into the interrupt path that stops Ray and says how to resume. Put a Python handler back."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous) and previous is not signal.default_int_handler:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray: Any, workers: int | None, address: str | None, kwargs: dict[str, Any]) -> bool:
     if address:
         # every worker of the job, on any node, starts with the numeric pin (before NumPy)
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
@@ -268,6 +289,10 @@ def run_build(
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
     frame_ids = checked_frame_ids(src, src.list_frames())
+    other_split = split is not None and recipe.split is not None and split.rpartition(":")[2] != recipe.split
+    if other_split:  # allowed, but said at once and in the card: its numbers are not the benchmark's
+        print(f"[bench-build] building split {split!r}, not {recipe.name}'s benchmark split {recipe.split!r} "
+              f"(--split); the card says so", file=sys.stderr, flush=True)
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
@@ -291,14 +316,18 @@ def run_build(
         store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
-                             progress=progress, owner=owner, groups=groups, encoding=encoding)
+                             progress=progress, owner=owner, groups=groups, encoding=encoding,
+                             benchmark_split=recipe.split if other_split else None)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
                   store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
-                  groups: int | None = None, encoding: str = "full") -> BuildResult:
+                  groups: int | None = None, encoding: str = "full",
+                  benchmark_split: str | None = None) -> BuildResult:
+    """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
+    source, so the card says the build is not the benchmark's split)."""
     ledger = Ledger(store)
     try:
         old_run = ledger.run_info()
@@ -351,7 +380,8 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         bar.close()
     try:
         return _finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
-                       workers=workers, address=address, stopping=stopping, numeric_profile=profile)
+                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
+                       benchmark_split=benchmark_split)
     finally:
         if stopping is not None:
             stopping.join()
@@ -388,7 +418,7 @@ def _stop_ray_in_background():
 def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
             version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
             workers: int | None, address: str | None, stopping: Any = None,
-            numeric_profile: dict[str, Any] | None = None) -> BuildResult:
+            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None) -> BuildResult:
     """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
     result.seconds = time.time() - t0
     complete = False
@@ -398,7 +428,8 @@ def _finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprin
     if complete:
         t = time.time()
         try:
-            result.manifest = write_manifest(store, recipe, src.describe(), tasks, ledger, fingerprint,
+            described = {**src.describe(), **({"benchmark_split": benchmark_split} if benchmark_split else {})}
+            result.manifest = write_manifest(store, recipe, described, tasks, ledger, fingerprint,
                                              fps, result.seconds, panels=result.sheet_panels,
                                              phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest

@@ -94,12 +94,17 @@ def run(
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
         split = f"{version}:{split or ''}"
+    import signal
+
     from manifests.recipe import RecipeError
     from pipeline.build import run_build
     from pipeline.ledger import LedgerMismatch
     from pipeline.sources import SourceError
     from pipeline.storage import StorageError
 
+    # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
+    # run_build's own cleanup, and the user is told what was kept and how to resume
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
                            max_frames=max_frames, split=split, frames_per_shard=frames_per_shard, groups=groups,
@@ -114,6 +119,11 @@ def run(
         from pipeline.shard import os_error_message
 
         raise _fail(os_error_message(e), code=1) from None
+    except KeyboardInterrupt:
+        _interrupted(benchmark, out or "bench-out", endpoint_url, profile)
+        raise typer.Exit(code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
     from rich.markup import escape
 
     if result.manifest:
@@ -133,6 +143,27 @@ def run(
                           "the same command again: finished shards are kept")
         raise typer.Exit(code=1)
     console.print(f"[green]done:[/green] {result.version_dir}")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: str | None) -> None:
+    """What an interrupted run kept, and the command that resumes it (the same command: recorded shards are
+    verified and skipped)."""
+    import shlex
+
+    from pipeline.build import build_status
+
+    try:
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+        kept = f"{st['done']} of {st['shards']} shards recorded in {st['version_dir']}"
+    except Exception:  # nothing recorded yet, or the ledger is unreachable: say so, never crash
+        kept = "no shard recorded yet"
+    command = shlex.join(["bench-build", *sys.argv[1:]])
+    console.print(f"interrupted: {kept}; every process this run started was stopped. Resume with the same "
+                  f"command (recorded shards are checked and kept):\n  {command}", highlight=False)
 
 
 def _summary_table(manifest: dict) -> None:
@@ -389,7 +420,7 @@ def score(
     metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e, "
                                                     "3dos, nuscenes-det or wod-det (default: from the dataset "
                                                     "name and, on nuScenes-C/WOD-C, the predictions)")] = None,
-    num_classes: Annotated[int | None, typer.Option(help="Classes of a classification benchmark "
+    num_classes: Annotated[int | None, typer.Option(min=1, help="Classes of a classification benchmark "
                                                          "(default: the manifest's, else 40)")] = None,
     source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
                                                           "was made from (poses, velocities, attributes; default: "
@@ -423,7 +454,7 @@ def render(
     = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
                                                         "instead of the contact sheet")] = None,
-    severity: Annotated[int | None, typer.Option(help="Only this severity (0 = clean)")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
     color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
 ) -> None:
     """PNGs of a frame: bird's-eye views with boxes (scenes) or three views (objects); by default the
@@ -510,8 +541,8 @@ def warm(
 def demo_data(
     out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to")],
     *,
-    frames: Annotated[int, typer.Option(help="Number of frames")] = 8,
-    seed: Annotated[int, typer.Option(help="Generator seed")] = 1729,
+    frames: Annotated[int, typer.Option(min=1, help="Number of frames")] = 8,
+    seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
 ) -> None:
     """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
     from pipeline.sources.demo import write_demo_dataset
@@ -524,7 +555,7 @@ def demo_data(
 def demo_objects(
     out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to")],
     *,
-    per_class: Annotated[int, typer.Option(help="Shapes per class and split")] = 2,
+    per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
     """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
     from pipeline.sources.demo_objects import write_demo_objects
@@ -541,15 +572,16 @@ def plan(
     *,
     source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)")]
     = None,
-    frames: Annotated[int | None, typer.Option(help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
+    frames: Annotated[int | None, typer.Option(min=1, help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
     = None,
     split: Annotated[str | None, typer.Option(help="training, testing, or an ImageSets list (train, val)")] = None,
-    workers: Annotated[list[int] | None, typer.Option(help="Worker counts to simulate (repeatable)")] = None,
-    frames_per_shard: Annotated[int | None, typer.Option(help="Frames per block (default: the recipe's)")] = None,
-    groups: Annotated[int | None, typer.Option(help="Task groups per block (default: sized from the costs)")]
+    workers: Annotated[list[int] | None, typer.Option(min=1, help="Worker counts to simulate (repeatable)")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per block (default: the recipe's)")] \
+        = None,
+    groups: Annotated[int | None, typer.Option(min=1, help="Task groups per block (default: sized from the costs)")]
     = None,
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
-    worker_start: Annotated[float | None, typer.Option(
+    worker_start: Annotated[float | None, typer.Option(min=0,
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
              "loaded from the cache; default 2; add ≈ 11 where workers compile them)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
@@ -614,21 +646,22 @@ def plan(
 @app.command()
 def bench(
     *,
-    frames: Annotated[int, typer.Option(help="Demo frames to measure on")] = 4,
+    frames: Annotated[int, typer.Option(min=1, help="Demo frames to measure on")] = 4,
     builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
     publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
                                                "pull, verify) against a throwaway local SeaweedFS")] = False,
     s3_build: Annotated[bool, typer.Option(help="Instead: demo build to a local directory vs to s3:// (a throwaway "
                                                 "local SeaweedFS) with uploads overlapping compute and without, "
                                                 "interleaved --repeat times; medians and overhead %")] = False,
-    repeat: Annotated[int, typer.Option(help="With --s3-build: rounds of the three builds")] = 3,
+    repeat: Annotated[int, typer.Option(min=1, help="With --s3-build: rounds of the three builds")] = 3,
     isolate_server: Annotated[bool, typer.Option(help="With --s3-build: SeaweedFS on the last CPU, the builds on the "
                                                       "others (as with a store on another host)")] = False,
     build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
                                                           "which goes first); the speed-up and the task CPU are "
                                                           "medians")] = 1,
-    workers: Annotated[int, typer.Option(help="With --publish / --s3-build: Ray workers of the builds; with --score: "
-                                              "scoring processes")] = 2,
+    workers: Annotated[int, typer.Option(min=1, help="With --publish / --s3-build: Ray workers of the builds; "
+                                                     "with --score: "
+                                                     "scoring processes")] = 2,
     objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
@@ -694,20 +727,22 @@ def validate(
         help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
     real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, or auto (path name, else record size)")]
     = "auto",
-    severity: Annotated[list[int] | None, typer.Option(help="Simulated severities tested (repeatable; default all)")]
+    severity: Annotated[list[int] | None, typer.Option(min=0, help="Simulated severities tested (repeatable; "
+                                                                   "default all)")]
     = None,
-    sample: Annotated[int | None, typer.Option(help="Build frames tested (default: all)")] = None,
-    max_real: Annotated[int | None, typer.Option(help="Real scans per class (default: all)")] = None,
-    epochs: Annotated[int, typer.Option(help="Training epochs (paper: 80)")] = 80,
-    batch_size: Annotated[int, typer.Option(help="Batch size (paper: 32)")] = 32,
-    patience: Annotated[int | None, typer.Option(help="Early stopping: epochs without a better val accuracy")]
+    sample: Annotated[int | None, typer.Option(min=1, help="Build frames tested (default: all)")] = None,
+    max_real: Annotated[int | None, typer.Option(min=1, help="Real scans per class (default: all)")] = None,
+    epochs: Annotated[int, typer.Option(min=1, help="Training epochs (paper: 80)")] = 80,
+    batch_size: Annotated[int, typer.Option(min=2, help="Batch size (paper: 32)")] = 32,
+    patience: Annotated[int | None, typer.Option(min=1, help="Early stopping: epochs without a better val accuracy")]
     = None,
-    points: Annotated[int, typer.Option(help="Points sampled per scan")] = 16384,
-    width: Annotated[float, typer.Option(help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of sampling, split, training, t-SNE and permutations")] = 0,
-    permutations: Annotated[int, typer.Option(help="MMD permutation-test permutations")] = 500,
-    max_embed: Annotated[int, typer.Option(help="Samples per group (real/simulated/clean) for t-SNE and MMD")] = 500,
-    workers: Annotated[int | None, typer.Option(help="CPUs of the local Ray instance (default: all)")] = None,
+    points: Annotated[int, typer.Option(min=1, help="Points sampled per scan")] = 16384,
+    width: Annotated[float, typer.Option(min=0.01, help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of sampling, split, training, t-SNE and permutations")] = 0,
+    permutations: Annotated[int, typer.Option(min=1, help="MMD permutation-test permutations")] = 500,
+    max_embed: Annotated[int, typer.Option(min=1, help="Samples per group (real/simulated/clean) for t-SNE and "
+                                                       "MMD")] = 500,
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all)")] = None,
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster")] = None,
 ) -> None:
     """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""

@@ -65,7 +65,8 @@ class SeaweedServer:
         env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
         self._log = open(self.data_dir / "weed.log", "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=self.data_dir, start_new_session=True)
+                                     env=env, cwd=self.data_dir, start_new_session=True,
+                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         client = self.client()
         deadline = time.time() + timeout
@@ -99,7 +100,8 @@ class SeaweedServer:
                             config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
 
     def stop(self) -> None:
-        """Terminate the server's process group, then kill it if it lingers."""
+        """Terminate the server's process group, then kill it if it lingers. (A parent that dies without calling
+        this — a test run killed or interrupted before its teardown — takes the server with it: `_die_with_parent`.)"""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -118,3 +120,14 @@ class SeaweedServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: the kernel sends it SIGTERM when the process that started it dies
+    (``PR_SET_PDEATHSIG``), so no ``weed`` outlives a killed or interrupted test run or CLI."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,53 @@
+"""Every command's numeric options are validated the same way: each has a lower bound, an option name means the
+same bound in every command, and a value below it is refused with exit 2 before any work (no Ray start)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+#: the lower bound of every numeric option, by name (one meaning per name across commands)
+BOUNDS = {"workers": 1, "jobs": 1, "frames": 1, "max_frames": 1, "frames_per_shard": 1, "groups": 1, "repeat": 1,
+          "build_rounds": 1, "score_partitions": 1, "per_class": 1, "num_classes": 1, "epochs": 1, "points": 1,
+          "permutations": 1, "max_embed": 1, "sample": 1, "max_real": 1, "patience": 1, "batch_size": 2,
+          "severity": 0, "seed": 0, "wait": 0, "worker_start": 0, "width": 0.01}
+
+
+def _numeric_options() -> list[tuple[str, str, typer.models.OptionInfo]]:
+    out = []
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.replace("_", "-")
+        for param, hint in typing.get_type_hints(command.callback, include_extras=True).items():
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            base, *meta = typing.get_args(hint)
+            info = next((m for m in meta if isinstance(m, typer.models.OptionInfo)), None)
+            flat = {a for t in (typing.get_args(base) or (base,)) for a in (typing.get_args(t) or (t,))}
+            if info is not None and flat & {int, float}:
+                out.append((name, param, info))
+    return out
+
+
+def test_every_numeric_option_has_the_bound_its_name_means():
+    options = _numeric_options()
+    assert len(options) > 30  # the walk finds the options (a typer change must not make this test vacuous)
+    wrong = [f"{cmd} --{p.replace('_', '-')}: min {info.min}, expected {BOUNDS.get(p, 'a bound in BOUNDS')}"
+             for cmd, p, info in options if p not in BOUNDS or info.min != BOUNDS[p]]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("args", [["validate", "v", "--corruption", "snow", "--real", "snow=/x", "--real-clean", "/y",
+                                   "--workers", "0"],
+                                  ["validate", "v", "--corruption", "snow", "--real", "snow=/x", "--real-clean", "/y",
+                                   "--batch-size", "1"],
+                                  ["run", "kitti-c", "--workers", "0"], ["render", "v", "--severity", "-1"],
+                                  ["plan", "kitti-c", "--frames", "0"], ["score", "v", "p", "--num-classes", "0"]])
+def test_a_value_below_the_bound_is_refused_with_exit_2_at_once(args):
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "Invalid value" in res.output and "Traceback" not in res.output
