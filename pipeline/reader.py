@@ -24,6 +24,7 @@ trusted fast paths (a copy just checked by ``bench-build verify``); errors still
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -207,6 +208,7 @@ class Version:
         self.url, self.verify = str(root), verify
         self.store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url,
                                 profile=profile)
+        self._store_pid = os.getpid()
         self.fs, self.base = filesystem_for(self.store)
         self.root = Path(self.base) if self.is_local else None
         where = f"{self.url.rstrip('/')}/{MANIFEST_NAME}"
@@ -304,6 +306,11 @@ class Version:
     def _check_stored(self, rel: str, entry: dict[str, Any], where: str) -> None:
         """Object storage: size and the sha256 the uploader recorded (object metadata), from one HEAD. The
         ETag is not compared: the manifest records no MD5, and multipart ETags are not content hashes."""
+        if self._store_pid != os.getpid():
+            # a forked DataLoader worker: boto3's connection pool is not fork-safe (a child reading a socket the
+            # parent also uses can get another request's response: another object's size), so each process
+            # opens its own client
+            self.store, self._store_pid = self.store.spec.open(), os.getpid()
         info = self.store.head(rel)
         if info is None:
             raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-publish the version or run "
