@@ -720,8 +720,20 @@ class LocalStore(Store):
 
 
 # -- S3 --------------------------------------------------------------------------------------------
-_CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
+_CLIENTS: dict[tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
+
+
+def _forget_clients_after_fork() -> None:
+    """A forked child (a PyTorch DataLoader worker) must not use its parent's clients: boto3's connection pool
+    is not fork-safe, and a socket both processes read hands one of them the other's response (another object's
+    size, a truncated body). The lock is new too: another thread may have held it at the fork."""
+    global _CLIENTS_LOCK
+    _CLIENTS.clear()
+    _CLIENTS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_clients_after_fork)
 _DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
 _AUTH_CODES = {"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken",
                "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed", "403"}
