@@ -492,7 +492,9 @@ def list_benchmarks() -> None:
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
                               "scenario × shape")
         else:
-            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, {len(r.corruptions)} corruptions "
+            n_corr = f"{len(r.corruptions)} corruption{'s' if len(r.corruptions) != 1 else ''}"
+            split = f" ({r.split} split)" if r.split else ""
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
                               f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
                               f"defined, {r.examples_stored(1)} stored (clean once)")
             out_console.print("  " + ", ".join(c.name for c in r.corruptions))
