@@ -37,3 +37,18 @@ def test_progress_log_lines_never_say_eta_nan(capsys):
     bar.advance(0)
     err = capsys.readouterr().err
     assert "nan" not in err and "ETA after the first task" in err
+
+
+def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti, small_recipe, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {"HOME": str(tmp_path / "home"),
+                                                                          "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(small_recipe), "--source", str(demo_kitti),
+                          "--out", str(tmp_path / "o"), "--workers", "1", "--max-frames", "1", "--no-progress"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "Token authentication" not in res.stderr
+    assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the local cluster still required a token
