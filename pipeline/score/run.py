@@ -150,6 +150,7 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
         report.summary = _robo3d_summary(acc, "kitti-c")
         report.summary["accuracy"] = "Car moderate 3D AP (R40)"
+        _ground_truth_counts(report, aps, classes)
         return
     summary: dict[str, Any] = {}
     for cls in classes:
@@ -159,7 +160,31 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
             for (c, s), v in oa.items():
                 report.add(c, s, f"{cls}/{m}/OA", v)
     report.summary = summary
+    _ground_truth_counts(report, aps, classes)
     _bug_rates(report, {(p.corruption, p.severity): r.bugs for p, r in scored.items() if r.bugs is not None})
+
+
+def _ground_truth_counts(report: ScoreReport, aps: dict[Any, Any], classes: tuple[str, ...]) -> None:
+    """Say how many ground-truth objects each class and difficulty has (in the clean partition, or the first), and
+    where fewer than 40 cap AP_R40: the devkit samples recall at 40 points, so with n < 40 objects even perfect
+    predictions score at most 100·(n − 1)/40 — a small build's AP is not comparable with a paper's."""
+    if not aps:
+        return
+    part = next((p for p in aps if p.corruption == "clean"), next(iter(aps)))
+    counts = {cls: {diff: int(v.get("num_gt", 0)) for diff, v in aps[part][cls]["3d"].items()} for cls in classes
+              if cls in aps[part]}
+    report.summary["ground_truth"] = counts
+    report.notes.append("ground-truth objects (" + f"{part.corruption}/{part.severity}): " + "; ".join(
+        f"{cls} " + ", ".join(f"{d} {n}" for d, n in by.items()) for cls, by in counts.items()))
+    capped = [f"{cls} {d} ({n}: at most {100 * max(n - 1, 0) / 40:.1f})" for cls, by in counts.items()
+              for d, n in by.items() if 0 < n < 40]
+    if capped:
+        report.notes.append("fewer than 40 ground-truth objects cap AP_R40 at 100·(n − 1)/40 even for perfect "
+                            "predictions (the KITTI devkit's 40 recall points): " + ", ".join(capped)
+                            + "; score a larger build to compare with published numbers")
+    empty = [f"{cls} {d}" for cls, by in counts.items() for d, n in by.items() if n == 0]
+    if empty:
+        report.notes.append("no ground-truth objects, so AP is 0 whatever the predictions: " + ", ".join(empty))
 
 
 def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str, float]]]) -> None:

@@ -71,3 +71,37 @@ def test_a_seaweed_server_dies_with_the_process_that_started_it(tmp_path):
         time.sleep(0.2)
     alive = Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
     assert not alive, f"weed {pid} outlived the process that started it"
+
+
+def test_s3_local_serves_with_the_credentials_it_prints_and_stops_on_ctrl_c(tmp_path):
+    import boto3
+    from botocore.config import Config
+
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "s3-local", "--dir", str(tmp_path / "s3")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any(x.strip().startswith("export ") for x in lines):
+            line = proc.stdout.readline()
+            assert line, "s3-local ended before printing its environment: " + proc.stderr.read()
+            lines.append(line)
+        env = dict(kv.split("=", 1) for kv in next(x for x in lines if "export " in x).split()[1:])
+        assert env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_REGION"],
+                          config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+        s3.put_object(Bucket="bench", Key="hello.txt", Body=b"hi")
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="bench")["Contents"]] == ["hello.txt"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "local S3 store stopped" in err and "Traceback" not in err
+    assert not [c for c in map(_cmdline, Path("/proc").glob("[0-9]*/cmdline")) if str(tmp_path / "s3") in c]
+
+
+def _cmdline(path: Path) -> str:
+    try:
+        return path.read_bytes().decode(errors="replace")
+    except OSError:  # the process ended while we looked
+        return ""

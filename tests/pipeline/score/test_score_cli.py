@@ -100,6 +100,15 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     # AP with 11 recall points is in the files too (the README says so)
     assert ("clean", 0, "Car/3d/moderate/AP_R11") in rows
     assert "mCR_TD" in res.output and "bug rates" in res.output
+    # score explains a small build's numbers: the ground-truth counts, and the R40 cap below 40 objects
+    counts = data["summary"]["ground_truth"]["Car"]
+    n_mod = counts["moderate"]
+    assert 0 < n_mod < 40 and set(counts) == {"easy", "moderate", "hard"}
+    assert rows[("clean", 0, "Car/3d/moderate/AP_R40")] <= 100 * (n_mod - 1) / 40 + 1e-9
+    out = " ".join(res.output.split())
+    assert "note: ground-truth objects (clean/0): Car easy" in out
+    assert "fewer than 40 ground-truth objects cap AP_R40 at 100·(n − 1)/40" in out
+    assert f"Car moderate ({n_mod}: at most {100 * (n_mod - 1) / 40:.1f})" in out
 
 
 def test_detection_partitions_in_parallel_processes_score_the_same(det_version, demo_kitti_master, tmp_path):

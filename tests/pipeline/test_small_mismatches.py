@@ -1,0 +1,54 @@
+"""Small contract mismatches a newcomer met on the first day, each pinned."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from manifests.recipe import builtin_recipes, load_recipe
+from pipeline.cli import app
+
+
+def test_list_counts_with_the_right_plural_and_gives_every_paper_benchmark_its_full_size():
+    res = CliRunner().invoke(app, ["list"])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert " 1 corruptions " not in out
+    assert "kitti-c 1.0.0: source kitti (training split), 25 corruptions" in out
+    assert "full size: 7,481 frames × 25 × 5 = 935,125 corrupted examples" in out
+    assert "robo3d-kitti-c 1.1.0: source kitti (val split)" in out
+    for name in builtin_recipes():
+        r = load_recipe(name)
+        if r.corruptions:
+            assert r.paper_frames, f"{name} has no paper_frames, so `list` gives no full size"
+
+
+def test_verify_on_a_missing_directory_says_so(tmp_path):
+    res = CliRunner().invoke(app, ["verify", str(tmp_path / "nope")])
+    assert res.exit_code == 2
+    assert "no such directory" in res.output and "is the build finished" not in res.output
+
+
+def test_progress_log_lines_never_say_eta_nan(capsys):
+    from pipeline.progress import BuildProgress
+
+    bar = BuildProgress(total=10, enabled=True)
+    bar.advance(0)  # the first call: what an earlier run had done (here nothing)
+    bar._last_log = 0
+    bar.advance(0)
+    err = capsys.readouterr().err
+    assert "nan" not in err and "ETA after the first task" in err
+
+
+def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti, small_recipe, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {"HOME": str(tmp_path / "home"),
+                                                                          "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(small_recipe), "--source", str(demo_kitti),
+                          "--out", str(tmp_path / "o"), "--workers", "1", "--max-frames", "1", "--no-progress"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "Token authentication" not in res.stderr
+    assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the local cluster still required a token
