@@ -392,7 +392,9 @@ def score(
 def render(
     version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
     *,
-    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: VERSION/renders)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: ./renders-<benchmark>-<version> "
+                                                  "in the current directory; never VERSION/renders, which "
+                                                  "publish uploads)")] = None,
     frame: Annotated[str | None, typer.Option(help="Frame id (default: the first frame of the first shard)")]
     = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
@@ -412,6 +414,8 @@ def render(
         raise _fail(e) from None
     for p in paths:
         out_console.print(f"wrote {p}")
+    if out is None and paths:
+        out_console.print(f"(no --out given: wrote into {paths[0].parent.resolve()}; --out DIR writes elsewhere)")
 
 
 def _threedos_classes(sc) -> str:
