@@ -6,8 +6,15 @@ that corruption-made points — scatter, crosstalk, synthetic — and higher poi
 shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet uses the extent
 of the clean frame, so a corruption's effect is not hidden by a changed zoom.
 
+What makes a picture readable without this file: every scene panel has a metre scale bar (the
+per-partition PNGs have metric axes), a legend lists the point tags and box classes that occur (an
+object build never lists weather), colour by height comes with a colour bar, object views are
+labelled (top x–y, front x–z, side y–z), and every scene panel carries an inset zoomed on one object
+(`Focus`) that marks what differs from the clean scan — the only way object-level corruptions show.
+
 Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
 crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
+Boxes: red Car, blue Pedestrian, green Cyclist, dark grey any other class.
 """
 
 from __future__ import annotations
@@ -477,6 +484,7 @@ def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]
 
 SHEET_GAP_PX, SHEET_TITLE_PX, SHEET_LEGEND_LINE_PX = 6, 16, 15
 COLORBAR_PX = (160, 9)  # the sheet's colour bar: width, height
+COLORBAR_X = SHEET_GAP_PX + 140  # its left edge: its label goes left of it
 LEGEND_DPI = PANEL_PX / 2.0  # the sheet's figure dpi (its pixels are the canvas's)
 
 
@@ -580,7 +588,7 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
         from matplotlib import colormaps
 
         bw, bh = COLORBAR_PX
-        bx, by = SHEET_GAP_PX + 120, top - bar_h - 2
+        bx, by = COLORBAR_X, top - bar_h - 2
         ramp = (colormaps["viridis"](np.linspace(0, 1, bw))[:, :3] * 255 + 0.5).astype(np.uint8)
         canvas[by:by + bh, bx:bx + bw] = ramp[None]
     dpi = LEGEND_DPI
@@ -674,7 +682,7 @@ def _draw_legend(ax, lines, head: str, key: SheetKey, bar_y: float) -> None:
     if key.colorbar:
         label, lo, hi = key.colorbar
         bw, bh = COLORBAR_PX
-        bx = SHEET_GAP_PX + 120
+        bx = COLORBAR_X
         ax.text(bx - 6, bar_y + bh / 2, f"colour: {label}", fontsize=7, ha="right", va="center")
         ax.text(bx, bar_y + bh + 1, f"{lo:g}", fontsize=6, ha="center", va="top")
         ax.text(bx + bw, bar_y + bh + 1, f"{hi:g}", fontsize=6, ha="center", va="top")
