@@ -195,11 +195,18 @@ def box_outlines(boxes: Boxes | None) -> list[tuple[str, np.ndarray]]:
     return [(str(boxes.cls[j]), _outline(boxes, j)) for j in range(len(boxes)) if str(boxes.cls[j]) != "DontCare"]
 
 
+def _f32(a) -> np.ndarray:
+    """``a`` as the files store it (box geometry is float32 there): a sheet the build paints from memory then
+    equals, byte for byte, the one `render` paints from the files, however much an inset magnifies."""
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
 def _outline(boxes: Boxes, j: int) -> np.ndarray:
-    length, width = boxes.dims[j, 0], boxes.dims[j, 1]
-    c, s = np.cos(boxes.heading[j]), np.sin(boxes.heading[j])
+    length, width = _f32(boxes.dims[j, :2])
+    heading = _f32(boxes.heading[j])
+    c, s = np.cos(heading), np.sin(heading)
     local = np.array([[1, 1], [1, -1], [-1, -1], [-1, 1], [1, 1]]) * [length / 2, width / 2]
-    return local @ np.array([[c, s], [-s, c]]) + boxes.center[j, :2]
+    return local @ np.array([[c, s], [-s, c]]) + _f32(boxes.center[j, :2])
 
 
 # ---- zoom on an object -----------------------------------------------------------------------------
@@ -236,10 +243,11 @@ def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
     for j in range(len(boxes)):
         if str(boxes.cls[j]) == "DontCare":
             continue
-        c, s = np.cos(boxes.heading[j]), np.sin(boxes.heading[j])
-        d = points[:, :2] - boxes.center[j, :2]
+        heading, (length, width) = _f32(boxes.heading[j]), _f32(boxes.dims[j, :2])
+        c, s = np.cos(heading), np.sin(heading)
+        d = points[:, :2] - _f32(boxes.center[j, :2])
         lu, lv = d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c
-        out.append((j, int(((np.abs(lu) <= boxes.dims[j, 0] / 2) & (np.abs(lv) <= boxes.dims[j, 1] / 2)).sum())))
+        out.append((j, int(((np.abs(lu) <= length / 2) & (np.abs(lv) <= width / 2)).sum())))
     return out
 
 
@@ -261,14 +269,14 @@ def sheet_focus(clean: View, extent) -> Focus | None:
         return None
     j = max(counts, key=lambda t: t[1])[0]  # the first of equals
     b = clean.boxes
-    half = float(max(b.dims[j, 0], b.dims[j, 1])) / 2 + ZOOM_MARGIN_M
-    cx, cy = float(b.center[j, 0]), float(b.center[j, 1])
+    half = float(_f32(b.dims[j, :2]).max()) / 2 + ZOOM_MARGIN_M
+    cx, cy = (float(v) for v in _f32(b.center[j, :2]))
     window = (cx - half, cx + half, cy - half, cy + half)
     p = np.asarray(clean.points, dtype=np.float64)
     inside = (p[:, 0] >= window[0]) & (p[:, 0] <= window[1]) & (p[:, 1] >= window[2]) & (p[:, 1] <= window[3])
     outline = (str(b.cls[j]), _outline(b, j))
 
-    centres = b.center[[j for j in range(len(b)) if str(b.cls[j]) != "DontCare"], :2]
+    centres = _f32(b.center[[j for j in range(len(b)) if str(b.cls[j]) != "DontCare"], :2])
 
     def cost(corner: int) -> float:  # clean points hidden; boxes weigh more, the zoomed object most
         a0, a1, b0, b1 = corner_extent(extent, corner)

@@ -371,3 +371,26 @@ def test_build_sheet_panels_carry_the_zoom(built):
     assert clean.inset is not None and moved.inset is not None
     assert _colour_px(clean.inset, ZOOM_CHANGED) == _colour_px(clean.inset, ZOOM_GONE) == 0
     assert _colour_px(moved.inset, ZOOM_CHANGED) > 0 and _colour_px(moved.inset, ZOOM_GONE) > 0
+
+
+def test_panels_from_memory_equal_panels_from_the_files_float32_boxes():
+    """The build paints from frames in memory (float64 boxes); `render` from the files (float32 boxes). The
+    zoom magnifies a box edge ≈ 15×, so the panels must use the boxes as stored: both give the same panel."""
+    import dataclasses
+
+    from pipeline.render import sheet_focus
+
+    rng = np.random.default_rng(5)
+    pts, boxes, _ = _car_scene(rng)
+    boxes = dataclasses.replace(boxes, center=boxes.center + 1e-3 / 3, heading=boxes.heading + 0.1 / 3)
+    stored = dataclasses.replace(boxes, center=boxes.center.astype(np.float32).astype(np.float64),
+                                 dims=boxes.dims.astype(np.float32).astype(np.float64),
+                                 heading=boxes.heading.astype(np.float32).astype(np.float64))
+    assert not np.array_equal(stored.center, boxes.center)
+    tags = np.zeros(len(pts), np.uint8)
+    extent = scene_extent(pts)
+    a, b = (make_panel(View("translation", 1, pts, tags, bx, False), extent=extent,
+                       focus=sheet_focus(View("clean", 0, pts, tags, bx, False), extent)) for bx in (boxes, stored))
+    assert a.zoom == b.zoom and a.corner == b.corner
+    for (ca, oa), (cb, ob) in zip(a.outlines + a.inset_outlines, b.outlines + b.inset_outlines, strict=True):
+        assert ca == cb and np.array_equal(oa, ob)
