@@ -402,8 +402,9 @@ def render(
     severity: Annotated[int | None, typer.Option(help="Only this severity (0 = clean)")] = None,
     color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
 ) -> None:
-    """PNGs of a frame: bird's-eye views with boxes (scenes) or three views (objects); by default the
-    contact sheet of every corruption × severity."""
+    """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
+    differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
+    sheet of every corruption × severity."""
     from manifests.manifest import ManifestError
     from pipeline.render import RenderError, render_version
 
