@@ -449,7 +449,9 @@ def score(
 def render(
     version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
     *,
-    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: VERSION/renders)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: ./renders-<benchmark>-<version> "
+                                                  "in the current directory; never VERSION/renders, which "
+                                                  "publish uploads)")] = None,
     frame: Annotated[str | None, typer.Option(help="Frame id (default: the first frame of the first shard)")]
     = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
@@ -457,8 +459,9 @@ def render(
     severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
     color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
 ) -> None:
-    """PNGs of a frame: bird's-eye views with boxes (scenes) or three views (objects); by default the
-    contact sheet of every corruption × severity."""
+    """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
+    differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
+    sheet of every corruption × severity."""
     from manifests.manifest import ManifestError
     from pipeline.render import RenderError, render_version
 
@@ -469,6 +472,8 @@ def render(
         raise _fail(e) from None
     for p in paths:
         out_console.print(f"wrote {p}")
+    if out is None and paths:
+        out_console.print(f"(no --out given: wrote into {paths[0].parent.resolve()}; --out DIR writes elsewhere)")
 
 
 def _threedos_classes(sc) -> str:

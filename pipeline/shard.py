@@ -136,9 +136,11 @@ class _SheetPainter:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
-            from pipeline.render import sheet_extent
+            from pipeline.render import sheet_extent, sheet_focus
 
-            self.extent, self.radius = sheet_extent(self.view(CLEAN, 0, frame))
+            clean = self.view(CLEAN, 0, frame)
+            self.extent, self.radius = sheet_extent(clean)
+            self.focus = sheet_focus(clean, self.extent)  # the object every panel's inset zooms on
         except Exception:
             self.frame = None  # type: ignore[assignment]
         self.cpu_seconds = time.process_time() - c  # a picture of one frame: not a cost of the dataset
@@ -163,7 +165,8 @@ class _SheetPainter:
             from pipeline.render import make_panel
 
             self.panels[(corruption, severity)] = make_panel(self.view(corruption, severity, out, copy=False),
-                                                             extent=self.extent, radius=self.radius)
+                                                             extent=self.extent, radius=self.radius,
+                                                             focus=self.focus)
         except Exception:
             self.panels.pop((corruption, severity), None)
         self.cpu_seconds += time.process_time() - c

@@ -90,7 +90,9 @@ def test_sheet_panels_share_the_clean_extent():
     image = sheet_image(bare, frame_id="000000")  # tiles: snow 3 at row 2, column 2, ending the image
     x = SHEET_GAP_PX + 2 * (PANEL_PX + SHEET_GAP_PX)
     assert image.shape[1] == x + PANEL_PX + SHEET_GAP_PX
-    np.testing.assert_array_equal(image[-PANEL_PX:, x:x + PANEL_PX], expect)
+    # the tile as painted, but for the metre scale bar drawn over its bottom right corner
+    np.testing.assert_array_equal(image[-PANEL_PX:-16, x:x + PANEL_PX], expect[:-16])
+    np.testing.assert_array_equal(image[-16:, x:x + PANEL_PX // 2], expect[-16:, :PANEL_PX // 2])
     boxed = sheet_image(panels, frame_id="000000")  # the outline is drawn in red over the same tile
     tile = boxed[-PANEL_PX:, x:x + PANEL_PX].astype(int)
     red = (tile[..., 0] - tile[..., 1] > 60) & (tile[..., 0] - tile[..., 2] > 60)
@@ -211,3 +213,184 @@ def test_paint_is_the_same_for_float32_and_float64_points_and_keeps_the_highest_
     for p, i in best.items():
         expect[p] = lut[tags[i]]
     assert np.array_equal(a.reshape(-1, 3), expect) and len(best) > 1000
+
+
+# ---- reading aids (issue 32, deliverable 7): scales, legends, zoom insets, labelled views, where render writes --
+
+def _car_scene(rng, n_car: int = 400):
+    """A ring of ground points and one car (4 × 2 m at x = 12) densely sampled: (points, boxes, car mask)."""
+    ground = np.c_[rng.uniform(-30, 30, (3000, 2)), np.full(3000, -1.7)]
+    car = np.c_[rng.uniform(10.2, 13.8, n_car), rng.uniform(-0.8, 0.8, n_car), rng.uniform(-1.5, 0.0, n_car)]
+    boxes = Boxes(center=np.array([[12.0, 0.0, -0.8], [-15.0, 10.0, -0.9]]),
+                  dims=np.array([[4.0, 2.0, 1.6], [0.8, 0.6, 1.8]]), heading=np.zeros(2),
+                  cls=np.array(["Car", "Pedestrian"], dtype=object), truncated=np.zeros(2),
+                  occluded=np.zeros(2, np.int64), alpha=np.zeros(2), bbox2d=np.zeros((2, 4)))
+    pts = np.r_[ground, car]
+    return pts, boxes, np.r_[np.zeros(len(ground), bool), np.ones(n_car, bool)]
+
+
+def _colour_px(img: np.ndarray, rgb) -> int:
+    return int(np.all(img == np.round(np.array(rgb) * 255).astype(np.uint8), axis=2).sum())
+
+
+def test_zoom_inset_shows_object_level_changes_the_scene_view_cannot():
+    """uniform_obj at severity 1 moves a car's points by centimetres: the whole-scene raster barely changes,
+    the inset zoomed on the car marks every moved point black; deleted points (cutout_obj) show pink."""
+    from pipeline.render import ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME, sheet_focus
+
+    rng = np.random.default_rng(1)
+    pts, boxes, car = _car_scene(rng)
+    tags = np.zeros(len(pts), np.uint8)
+    moved = pts.copy()
+    moved[car] += rng.uniform(-0.02, 0.02, (car.sum(), 3))
+    cut = np.delete(pts, np.flatnonzero(car)[:10], axis=0)
+    views = [View("clean", 0, pts, tags, boxes, False), View("uniform_obj", 1, moved, tags, boxes, False),
+             View("cutout_obj", 1, cut, tags[:len(cut)], boxes, False)]
+    focus = sheet_focus(views[0], scene_extent(pts))
+    assert focus is not None and focus.outline[0] == "Car"  # the best-sampled box, not the empty pedestrian
+    x0, x1, y0, y1 = focus.extent
+    assert x0 < 10 and x1 > 14 and y0 < -1 and y1 > 1 and x1 - x0 < 8
+    clean, jittered, deleted = sheet_panels(views)
+    assert clean.inset is not None and clean.inset.shape == jittered.inset.shape
+    assert _colour_px(clean.inset, ZOOM_SAME) > 100
+    assert _colour_px(clean.inset, ZOOM_CHANGED) == 0 and _colour_px(clean.inset, ZOOM_GONE) == 0
+    assert _colour_px(jittered.inset, ZOOM_CHANGED) > 0.5 * _colour_px(clean.inset, ZOOM_SAME)
+    assert _colour_px(deleted.inset, ZOOM_GONE) >= 36 and _colour_px(deleted.inset, ZOOM_CHANGED) == 0
+    # the zoom enlarges: at the panel's scale the same change touches far fewer pixels than in the inset
+    assert (clean.image != jittered.image).any(axis=2).sum() < (clean.inset != jittered.inset).any(axis=2).sum()
+    # on the sheet: the inset sits in the panel's corner, with the clean box dashed and the moved one in colour
+    image = sheet_image([clean, jittered], frame_id="f")
+    assert _colour_px(image, ZOOM_CHANGED) >= _colour_px(jittered.inset, ZOOM_CHANGED)
+
+
+def test_scale_bars_and_legend_of_a_scene_sheet():
+    from pipeline.render import ZOOM_CHANGED, legend_entries, scale_bar_m, sheet_key
+
+    assert [scale_bar_m(w) for w in (80, 60, 10, 3)] == [20, 10, 2, 0.5]
+    rng = np.random.default_rng(2)
+    pts, boxes, _ = _car_scene(rng)
+    tags = np.zeros(len(pts), np.uint8)
+    fog_tags = tags.copy()
+    fog_tags[:50], fog_tags[50:60] = PointTag.SCATTER_FOG, PointTag.ATTENUATED
+    panels = sheet_panels([View("clean", 0, pts, tags, boxes, False), View("fog", 1, pts, fog_tags, boxes, False)])
+    key = sheet_key(panels)
+    x0, x1, _, _ = panels[0].extent
+    assert key.scale_m == scale_bar_m(x1 - x0) and key.zoom_scale_m is not None and key.colorbar is None
+    labels = [e.label for e in key.legend]
+    assert labels[:3] == ["unchanged", "attenuated", "weather scatter (fog/snow/rain)"]
+    assert "crosstalk" not in labels and "Car" in labels and "Pedestrian" in labels and "Cyclist" not in labels
+    assert "zoom: moved or added" in labels and "zoom: clean box" in labels
+    # the scale bar: a black line of scale_m metres, 5 px above the bottom of the clean panel, at its right
+    image = sheet_image(panels, frame_id="f")
+    spx = key.scale_m * PANEL_PX / (x1 - x0)
+    bottom = image.shape[0] - (PANEL_PX + 16)  # of the clean panel (row 0; fog is the last row)
+    strip = image[bottom - 8:bottom - 2, SHEET_GAP_PX:SHEET_GAP_PX + PANEL_PX].min(axis=0)  # antialiased line
+    black = np.flatnonzero(np.all(strip < 110, axis=1))
+    assert abs(len(black) - spx) <= 3 and abs(black.max() - (PANEL_PX - 5)) <= 2
+    # by height: a colour bar in metres instead of tag entries
+    high = sheet_panels([View("clean", 0, pts, tags, boxes, False)], color_by="height")
+    key = sheet_key(high, color_by="height")
+    assert key.colorbar == ("height z (m)", -2.5, 1.5) and not any(e.kind == "points" and e.label == "unchanged"
+                                                                    for e in key.legend)
+    from matplotlib import colormaps
+
+    header = sheet_image(high, frame_id="f", color_by="height")[:-(PANEL_PX + 16)]  # above the panel: the bar
+    for k in (5, 80, 154):
+        rgb = (np.array(colormaps["viridis"](k / 159)[:3]) * 255 + 0.5).astype(np.uint8)
+        assert np.all(header == rgb, axis=2).sum() >= 5, k
+    assert legend_entries([0, 2, 3, 4], [], zoom=False)[1].label == "weather scatter (fog/snow/rain)"  # once
+    assert len(legend_entries([0, 2, 3, 4], [])) == 2 and ZOOM_CHANGED == (0.0, 0.0, 0.0)
+
+
+def test_object_legend_lists_no_weather_and_views_are_labelled():
+    from pipeline.render import sheet_key, view_figure
+
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(-0.8, 0.8, (500, 3))
+    tags = np.zeros(500, np.uint8)
+    jit = tags.copy()
+    jit[:100] = PointTag.JITTER
+    views = [View("clean", 0, pts, tags, None, True), View("jitter", 1, pts, jit, None, True)]
+    key = sheet_key(sheet_panels(views))
+    assert [e.label for e in key.legend] == ["unchanged", "jittered"]  # no weather, no boxes, no zoom
+    assert key.scale_m is None and key.zoom_scale_m is None
+    key = sheet_key(sheet_panels(views, color_by="height"), color_by="height")
+    assert key.colorbar == ("height z (shape units)", -1.0, 1.0)
+    fig, entries = view_figure(views[1], frame_id="test/0", radius=1.0)
+    assert [e.label for e in entries] == ["unchanged", "jittered"]
+    axes = [a for a in fig.axes if a.get_title()]
+    assert [a.get_title() for a in axes] == ["top view (x–y)", "front view (x–z)", "side view (y–z)"]
+    assert [(a.get_xlabel(), a.get_ylabel()) for a in axes] == [
+        ("x (shape units)", "y (shape units)"), ("x (shape units)", "z (shape units)"),
+        ("y (shape units)", "z (shape units)")]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert texts == ["unchanged", "jittered"]
+
+
+def test_scene_figure_has_metric_axes_legend_and_colour_bar():
+    from pipeline.render import sheet_focus, view_figure
+
+    rng = np.random.default_rng(4)
+    pts, boxes, _ = _car_scene(rng)
+    view = View("translation", 1, pts, np.zeros(len(pts), np.uint8), boxes, False)
+    extent = scene_extent(pts)
+    fig, entries = view_figure(view, frame_id="000000", extent=extent, focus=sheet_focus(view, extent),
+                               color_by="height")
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("x (m)", "y (m)")
+    assert any(a.get_ylabel() == "height z (m)" for a in fig.axes)  # the colour bar
+    assert [a.get_title()[:6] for a in ax.child_axes] == ["zoom: "]  # the inset
+    assert [e.label for e in entries if e.kind == "box"] == ["Car", "Pedestrian"]
+
+
+def test_render_writes_beside_the_user_not_into_the_build(built, tmp_path, monkeypatch):
+    """Without --out, `render` writes ./renders-<benchmark>-<version>/ and says so; the version's own renders/
+    (which publish uploads and the manifest lists) is left as the build wrote it."""
+    before = sorted(p.name for p in (built / "renders").iterdir())
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["render", str(built), "--corruption", "translation", "--severity", "1"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "renders-mini-c-0.1.0"
+    assert (out / "000000_translation_1.png").read_bytes().startswith(PNG)
+    assert "no --out given" in res.output and "renders-mini-c-0.1.0" in res.output
+    assert sorted(p.name for p in (built / "renders").iterdir()) == before == ["contact_sheet.png"]
+    res = runner.invoke(app, ["render", "--help"], env={"COLUMNS": "200"})
+    assert "./renders-<benchmark>-<version>" in res.output
+
+
+def test_build_sheet_panels_carry_the_zoom(built):
+    """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
+    read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
+    from manifests.manifest import read_manifest
+    from pipeline.render import ZOOM_CHANGED, ZOOM_GONE, read_views
+    from pipeline.storage import LocalStore
+
+    _, views = read_views(LocalStore(built), read_manifest(built), None,
+                          partitions=[("clean", 0), ("translation", 1)])
+    clean, moved = sheet_panels(views)
+    assert clean.inset is not None and moved.inset is not None
+    assert _colour_px(clean.inset, ZOOM_CHANGED) == _colour_px(clean.inset, ZOOM_GONE) == 0
+    assert _colour_px(moved.inset, ZOOM_CHANGED) > 0 and _colour_px(moved.inset, ZOOM_GONE) > 0
+
+
+def test_panels_from_memory_equal_panels_from_the_files_float32_boxes():
+    """The build paints from frames in memory (float64 boxes); `render` from the files (float32 boxes). The
+    zoom magnifies a box edge ≈ 15×, so the panels must use the boxes as stored: both give the same panel."""
+    import dataclasses
+
+    from pipeline.render import sheet_focus
+
+    rng = np.random.default_rng(5)
+    pts, boxes, _ = _car_scene(rng)
+    boxes = dataclasses.replace(boxes, center=boxes.center + 1e-3 / 3, heading=boxes.heading + 0.1 / 3)
+    stored = dataclasses.replace(boxes, center=boxes.center.astype(np.float32).astype(np.float64),
+                                 dims=boxes.dims.astype(np.float32).astype(np.float64),
+                                 heading=boxes.heading.astype(np.float32).astype(np.float64))
+    assert not np.array_equal(stored.center, boxes.center)
+    tags = np.zeros(len(pts), np.uint8)
+    extent = scene_extent(pts)
+    a, b = (make_panel(View("translation", 1, pts, tags, bx, False), extent=extent,
+                       focus=sheet_focus(View("clean", 0, pts, tags, bx, False), extent)) for bx in (boxes, stored))
+    assert a.zoom == b.zoom and a.corner == b.corner
+    for (ca, oa), (cb, ob) in zip(a.outlines + a.inset_outlines, b.outlines + b.inset_outlines, strict=True):
+        assert ca == cb and np.array_equal(oa, ob)
