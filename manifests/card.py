@@ -345,8 +345,10 @@ def renders_section(sheet: dict[str, Any]) -> str:
         "## See the corruptions",
         "",
         f"Frame `{sheet['frame_id']}` under every corruption × severity ({sheet['panels']} panels, clean first; "
-        f"same extent in every panel; points coloured by {colour}). "
-        "`bench-build render` draws any other frame or partition.",
+        f"same extent in every panel; points coloured by {colour}). Scene panels have a metre scale and an inset "
+        "zoomed on one object (grey unchanged, black moved or added, pink removed; dashed: the clean box), so "
+        "object-level corruptions show at every severity. `bench-build render` draws any other frame or "
+        "partition.",
         "",
         f"![contact sheet: every corruption × severity of frame {sheet['frame_id']}]({sheet['path']})",
         RENDERS_END,
