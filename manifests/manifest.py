@@ -83,7 +83,9 @@ def read_manifest(version_dir: str | Path) -> dict[str, Any]:
     path = Path(version_dir) / MANIFEST_NAME
     if not path.is_file():
         if not Path(version_dir).is_dir():  # a mistyped path is not an unfinished build
-            raise ManifestError(f"{version_dir}: no such directory (a version directory is OUT/<benchmark>/<version>)")
+            what = "is not a directory" if Path(version_dir).exists() else "no such directory"
+            raise ManifestError(f"{version_dir}: {what}, so no manifest (a version directory is "
+                                "OUT/<benchmark>/<version>)")
         raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
     return parse_manifest(path.read_text(), str(path))
 

@@ -61,6 +61,15 @@ class NumericPinError(RuntimeError):
     AVX-512 code path active, so bench-build refuses rather than pin silently."""
 
 
+def cpu_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512 (``avx512f`` in /proc/cpuinfo): where the pin's effect is visible."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f " in f" {f.read()} ".replace("\n", " ")
+    except OSError:
+        return False
+
+
 def is_avx512_target(name: str) -> bool:
     return name.startswith("AVX512") or name == "X86_V4"
 

@@ -122,3 +122,19 @@ def small_fs(tmp_path):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One local Ray for a module's in-process builds (run_build then neither starts nor stops one); `bench-build
+    run` subprocesses start their own, as users' runs do."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()

@@ -18,21 +18,6 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.fixture(scope="module")
-def shared_ray():
-    """One local Ray for this module's in-process builds (run_build then neither starts nor stops one)."""
-    import ray
-
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 @pytest.mark.parametrize(("edit", "message"), [
     (("[corruptions.beam_del]", '[corruptions."a/b"]'), "[corruptions] name 'a/b' contains '/'"),
     (("[corruptions.beam_del]", '[corruptions."../x"]'), "[corruptions] name '../x' contains '..'"),

@@ -21,6 +21,7 @@ from pipeline.numeric import (
     PIN,
     PIN_SWITCH,
     build_profile,
+    cpu_has_avx512,
     is_avx512_target,
     live_profile,
     numpy_dispatch_targets,
@@ -30,14 +31,6 @@ from pipeline.numeric import (
     worker_env,
 )
 from pipeline.repro_check import HASWELL_NUMBA, differing, run_in_subprocess
-
-
-def _cpu_has_avx512() -> bool:
-    try:
-        return " avx512f " in f" {Path('/proc/cpuinfo').read_text()} ".replace("\n", " ")
-    except OSError:
-        return False
-
 
 # --- the pin ------------------------------------------------------------------------------------------
 
@@ -226,7 +219,7 @@ def test_the_battery_is_the_same_pinned_and_on_an_avx2_node_and_differs_unpinned
     kernels, numba for Haswell with Haswell's features and no others): the same stored bytes and the same
     float64 values in every stage. Unpinned on an AVX-512 CPU, stages compute other float64 values."""
     configs = {"pinned": dict(PIN), "avx2-node": {**PIN, **HASWELL_NUMBA}}
-    if _cpu_has_avx512():
+    if cpu_has_avx512():
         configs["unpinned"] = {}
     with ThreadPoolExecutor(len(configs)) as pool:
         runs = dict(zip(configs, pool.map(lambda env: run_in_subprocess(env, BATTERY_RECIPES, battery_sources),

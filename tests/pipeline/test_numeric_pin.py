@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.numeric import NumericPinError, avx512_targets, is_avx512_target, numpy_dispatch_targets, pin
+from pipeline.numeric import (
+    NumericPinError,
+    avx512_targets,
+    cpu_has_avx512,
+    is_avx512_target,
+    numpy_dispatch_targets,
+    pin,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,13 +31,6 @@ NUMPY_1_26 = ["SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2"
               "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL"]
 NUMPY_2_0 = [*NUMPY_1_26, "AVX512_SPR"]
 NUMPY_2_5 = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
-
-
-def _cpu_has_avx512() -> bool:
-    try:
-        return " avx512f " in f" {Path('/proc/cpuinfo').read_text()} ".replace("\n", " ")
-    except OSError:
-        return False
 
 
 def test_each_numpy_lines_avx512_targets_are_derived_from_its_dispatch_list():
@@ -59,7 +59,7 @@ def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-@pytest.mark.skipif(not _cpu_has_avx512(), reason="the effect is visible only on a CPU with AVX-512")
+@pytest.mark.skipif(not cpu_has_avx512(), reason="the effect is visible only on a CPU with AVX-512")
 def test_a_pinned_process_dispatches_no_avx512_target_and_numpy_warns_of_no_unknown_name(tmp_path):
     """The effect, on this machine's NumPy: a process that pins before importing NumPy (as the CLI does) has no
     AVX-512 target active, while an unpinned one has; NumPy raises no warning about a name it does not dispatch

@@ -23,22 +23,6 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", *args]
 
 
-@pytest.fixture(scope="module")
-def shared_ray():
-    """One local Ray for the in-process builds of this module (run_build then neither starts nor stops one);
-    the `bench-build run` subprocesses start their own, as users' runs do."""
-    import ray
-
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(address="local", num_cpus=1, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
