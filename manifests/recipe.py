@@ -101,7 +101,8 @@ VALIDATE_KEYS: dict[str, Any] = {
     "permutations": int, "accuracy_threshold": float, "min_val_accuracy": float, "min_clean_accuracy": float,
     "verdict_space": str, "threads": int, "device": str,
 }
-VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti"), "verdict_space": ("raw", "tsne", "both")}
+VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti", "wads"),
+                    "verdict_space": ("raw", "tsne", "both")}
 
 
 class RecipeError(ValueError):
@@ -403,6 +404,8 @@ def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
         from manifests.threedos import SOURCE_OPTIONS
 
         return SOURCE_OPTIONS
+    if source == "wads":  # pipeline.sources.wads: what to do with the exact duplicate rows of raw WADS scans
+        return {"duplicates": ("keep", "drop")}
     return {}
 
 
