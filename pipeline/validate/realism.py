@@ -247,11 +247,10 @@ def realism_report(manifest: dict[str, Any], corruption_files: dict[str, list[Pa
     sensors = {"real": {"name": VLS128.name, "beams": VLS128.beams, "dataset": "WADS", "intensity_scale": "byte",
                         "duplicates": duplicates},
                "simulated": build_sensor(manifest)}
-    flags = _flags(sensors, real_summary)
     out: dict[str, Any] = {
         "real": {"dir": str(real_root), "classes": {"falling_snow": 110, "accumulated_snow": 111},
                  **real_summary},
-        "sensors": sensors, "flags": flags,
+        "sensors": sensors, "flags": [],
         "method": {"falling_snow_simulated": "point_tag == SCATTER_SNOW", "falling_snow_real": "WADS label 110",
                    "intensity_rel": "snow point intensity ÷ median intensity of the scan's non-snow points, "
                                     "both on [0, 1] after each side's declared intensity scale",
@@ -266,18 +265,29 @@ def realism_report(manifest: dict[str, Any], corruption_files: dict[str, list[Pa
         out["corruptions"][name] = {str(s): {**summarise(scans), "distances": distances(real, scans, seed)}
                                     for s, scans in sims.items()}
         out["_arrays"]["simulated"][name] = sims
+    pooled = [scan for sims in out["_arrays"]["simulated"].values() for scans in sims.values() for scan in scans]
+    out["flags"] = _flags(sensors, real_summary, summarise(pooled))
     return out
 
 
-def _flags(sensors: dict[str, Any], real_summary: dict[str, Any]) -> list[str]:
+def _flags(sensors: dict[str, Any], real_summary: dict[str, Any], sim_summary: dict[str, Any]) -> list[str]:
+    """What differs between the two sensors, and how each difference is handled (said, never silent)."""
     b_real, b_sim = sensors["real"]["beams"], sensors["simulated"]["beams"]
+    re, se = real_summary["sensor_extent"], sim_summary["sensor_extent"]
+
+    def span(e: dict[str, Any]) -> str:
+        return "n/a" if e["elevation_p0_5"] is None else f"{e['elevation_p0_5']:.1f}..{e['elevation_p99_5']:.1f} deg"
+
+    def near(e: dict[str, Any]) -> str:
+        return "n/a" if e["nearest_return"] is None else f"{e['nearest_return']:.2f} m"
+
     return [
         f"beam count: real {b_real}, simulated {b_sim or 'unknown'} — share of the scan and raw density depend on "
         "how many beams sample the snow; density is also given per 100k points of the scan (normalised), the raw "
         "share is sensor-dependent and shown as measured",
-        f"blind zone: nearest real return {real_summary['sensor_extent']['nearest_return']:.2f} m; distances use only "
-        "the range bins both sensors see (common_band)",
-        "elevation: the sensors' vertical fields of view differ (VLS-128 about -25..+15 deg, HDL-64E -24.8..+2 deg); "
+        f"blind zone: nearest return real {near(re)}, simulated {near(se)}; distances use only the range bins "
+        "both sensors see (common_band)",
+        f"elevation: observed vertical field of view (0.5-99.5 percentile) real {span(re)}, simulated {span(se)}; "
         "elevation distances use only the band both cover",
         f"intensity scale: real {sensors['real']['intensity_scale']} (0..255), simulated "
         f"{sensors['simulated']['intensity_scale']}; intensities are compared relative to each scan's own median "
@@ -327,6 +337,7 @@ def render_realism(section: dict[str, Any]) -> list[str]:
     if "skipped" in section:
         return ["## Snow realism against labelled real snow", "", f"Skipped: {section['skipped']}", ""]
     sens = section["sensors"]
+    dup = "kept" if sens["real"]["duplicates"] == "keep" else "dropped"
 
     def row(label: str, s: dict[str, Any]) -> str:
         sh = s["share"]
@@ -342,7 +353,7 @@ def render_realism(section: dict[str, Any]) -> list[str]:
 
     lines = ["## Snow realism against labelled real snow (WADS)", "",
              f"Real: WADS falling snow (label 110) from `{section['real']['dir']}`, sensor {sens['real']['name']} "
-             f"({sens['real']['beams']} beams), duplicates {sens['real']['duplicates']}. Simulated: points tagged "
+             f"({sens['real']['beams']} beams), exact duplicate rows {dup}. Simulated: points tagged "
              f"SCATTER_SNOW, sensor {sens['simulated']['name']} ({sens['simulated']['beams'] or '?'} beams).", "",
              "| falling snow | scans | share of the scan | range p5 / p50 / p95 (m) | elevation p5 / p50 / p95 (°) | "
              "intensity ÷ scene median (mean) | intensity = 0 | density within 1 m, median (per 100k pts) |",
@@ -370,5 +381,5 @@ def render_realism(section: dict[str, Any]) -> list[str]:
                                  f"{r['n_simulated']} / {r['n_real']} |")
     lines += ["", "Sensor dependence (read before comparing):", "", *[f"- {f}" for f in section["flags"]], ""]
     for c in section["corruptions"]:
-        lines += [f"![{c} snow vs real WADS snow](realism_{c}.png)", ""]
+        lines += [f"![{c}: simulated vs real WADS falling snow](realism_{c}.png)", ""]
     return lines

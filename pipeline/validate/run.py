@@ -34,7 +34,7 @@ from pipeline.sources.base import SourceError
 from pipeline.validate.config import ValidateConfig, ValidationError
 from pipeline.validate.extract import FORMATS, SIZE_FORMATS
 
-FORMAT_HINTS = {"wads": "wads", "boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
+FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
                 "hdl64": "stf"}
 
 
@@ -46,7 +46,13 @@ def detect_format(root: Path, files: list[Path], requested: str) -> str:
     """The real-data format: as requested, else from the path name, else from the record size."""
     if requested != "auto":
         return requested
-    for part in (p.lower() for p in root.resolve().parts):
+    parts = [p.lower() for p in root.resolve().parts]
+    # WADS has KITTI's record size: it needs its name in the path *and* its labelled layout (velodyne/ beside
+    # labels/), so a clear KITTI folder that merely sits under a "wads" folder is not taken for it
+    if any("wads" in p for p in parts) and any(
+            f.parent.name == "velodyne" and (f.parent.parent / "labels").is_dir() for f in files[:50]):
+        return "wads"
+    for part in parts:
         for hint, fmt in FORMAT_HINTS.items():
             if hint in part:
                 return fmt
