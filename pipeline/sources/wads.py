@@ -47,8 +47,8 @@ LABEL_NAMES = {**SEMANTICKITTI_NAMES, FALLING_SNOW: "active-falling-snow", ACCUM
 DUPLICATE_CHOICES = ("keep", "drop")
 #: [source_options] a recipe with ``source = "wads"`` may set, with their allowed values
 SOURCE_OPTIONS = {"duplicates": DUPLICATE_CHOICES}
-VLS128 = Sensor("velodyne-vls128 (WADS; beams spread evenly over -25..+15 deg, approximate)",
-                tuple(float(v) for v in np.linspace(-25.0, 15.0, 128)), max_range=245.0)
+#: elevations approximate (evenly spread; the real VLS-128's spacing is finer near the horizon)
+VLS128 = Sensor("velodyne-vls128", tuple(float(v) for v in np.linspace(-25.0, 15.0, 128)), max_range=245.0)
 
 
 def parse_sequences(split: str | None) -> tuple[str, ...] | None:

@@ -234,6 +234,29 @@ def snow_build(tmp_path_factory):
             ray.shutdown()
 
 
+def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
+    """source = "wads" builds (LISA snow on WADS's own snowy scans): labels per point, the duplicate count in
+    every row's info, the licence on the card."""
+    import pyarrow.parquet as pq
+
+    from pipeline.build import run_build
+
+    root = write_wads(tmp_path / "wads", 2)
+    recipe = tmp_path / "w.toml"
+    recipe.write_text(RECIPE.replace('source = "kitti"', 'source = "wads"').replace("severities = 2", "severities = 1")
+                      .replace("rate = [5.0, 50.0]", "rate = [5.0]"))
+    build = run_build(str(recipe), source=str(root), out=tmp_path / "bench", frames_per_shard=2, progress=False)
+    assert build.ok, build.failures
+    version = Path(build.version_dir)
+    t = pq.read_table(next((version / "data").rglob("corruption=clean/**/*.parquet")))
+    raw = np.fromfile(root / "sequences/36/labels/000000.label", "<u4")
+    assert t["frame_id"].to_pylist() == ["36_000000", "36_000001"]
+    np.testing.assert_array_equal(np.asarray(t["semantic"][0].as_py()), raw & 0xFFFF)
+    info = json.loads(t["info"][0].as_py())
+    assert info["duplicates"] == "kept" and info["duplicate_rows"] > 0
+    assert "WADS" in (version / "README.md").read_text()
+
+
 def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_path):
     from pipeline.validate.config import ValidateConfig, ValidationError
     from pipeline.validate.run import detect_format, preflight
