@@ -775,6 +775,10 @@ def validate(
                           f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
                           f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
                           f"{version_dir}/validation/{r['corruption']}/summary.md")
+        if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
+            from pipeline.validate.realism import console_line
+
+            out_console.print(console_line(r["realism"]))
 
 
 @app.command("repro-check")

@@ -311,22 +311,28 @@ def plot_realism(path: Path, corruption: str, section: dict[str, Any], arrays: d
 
     real = arrays["real"]
     sims = arrays["simulated"][corruption]
+    # overlaid per quantity (real filled, each severity a line), the three quantities side by side
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
-    ranges = {"range": (0.0, 40.0), "elevation": (-26.0, 16.0), "intensity_rel": (0.0, 3.0)}
     sens = section["sensors"]
+    band = section["corruptions"][corruption][str(next(iter(sims)))]["distances"]["common_band"] if sims else None
     for ax, (q, what) in zip(axes, QUANTITIES.items(), strict=True):
-        bins = np.linspace(*ranges[q], 61)
-        v = np.concatenate([s[q] for s in real])
-        ax.hist(v[np.isfinite(v)], bins=bins, density=True, histtype="stepfilled", alpha=0.35, color="#d62728",
+        groups = {"real": np.concatenate([s[q] for s in real])} | {
+            s: np.concatenate([x[q] for x in scans]) if scans else np.zeros(0) for s, scans in sims.items()}
+        groups = {k: v[np.isfinite(v)] for k, v in groups.items()}
+        every = np.concatenate(list(groups.values()))
+        top = float(np.percentile(every, 99)) if every.size else 1.0
+        lo_hi = {"range": (0.0, max(20.0, top)), "elevation": (-26.0, 16.0), "intensity_rel": (0.0, max(1.0, top))}[q]
+        bins = np.linspace(*lo_hi, 61)
+        ax.hist(groups.pop("real"), bins=bins, density=True, histtype="stepfilled", alpha=0.35, color="#d62728",
                 label=f"real (WADS, {sens['real']['beams']} beams)")
-        for s, scans in sims.items():
-            v = np.concatenate([x[q] for x in scans]) if scans else np.zeros(0)
-            ax.hist(v[np.isfinite(v)], bins=bins, density=True, histtype="step", linewidth=1.4,
-                    label=f"{corruption} sev {s}")
-        if q == "range":
-            for lo_hi in section["corruptions"][corruption][str(next(iter(sims)))]["distances"]["common_band"][
-                    "range_bins_m"][:1]:
-                ax.axvspan(lo_hi[0], min(lo_hi[1], ranges[q][1]), color="grey", alpha=0.08, label="common band")
+        for s, v in groups.items():
+            ax.hist(v, bins=bins, density=True, histtype="step", linewidth=1.4, label=f"{corruption} sev {s}")
+        if band is not None and q in ("range", "elevation"):
+            spans = band["range_bins_m"] if q == "range" else [band["elevation_deg"]]
+            spans = [(max(a, lo_hi[0]), min(b, lo_hi[1])) for a, b in spans if a < lo_hi[1] and b > lo_hi[0]]
+            for i, (a, b) in enumerate(spans):
+                ax.axvspan(a, b, color="grey", alpha=0.08, label="seen by both" if i == 0 else None)
+        ax.set_xlim(*lo_hi)
         ax.set_xlabel(what)
         ax.set_ylabel("density")
         ax.legend(fontsize=7)
@@ -337,10 +343,22 @@ def plot_realism(path: Path, corruption: str, section: dict[str, Any], arrays: d
     plt.close(fig)
 
 
+def console_line(section: dict[str, Any]) -> str:
+    """One line for the terminal: falling-snow share and median range, real vs each simulated severity."""
+    def snow(x: dict[str, Any]) -> str:
+        p50 = x["range_p5_p50_p95"][1] if x["range_p5_p50_p95"] else float("nan")
+        return f"{100 * (x['share']['mean'] or 0.0):.1f} % of the scan, range p50 {p50:.1f} m"
+
+    sims = "; ".join(f"{c} {s}: {snow(v)}" for c, sevs in section["corruptions"].items() for s, v in sevs.items())
+    return f"  falling snow — real WADS: {snow(section['real'])}; {sims}"
+
+
 def render_realism(section: dict[str, Any]) -> list[str]:
     """The summary.md section (the issue's table, regenerated, plus the distances)."""
     if "skipped" in section:
-        return ["## Snow realism against labelled real snow", "", f"Skipped: {section['skipped']}", ""]
+        if not section.get("snow_like"):
+            return []
+        return ["## Snow realism against labelled real snow", "", f"Skipped: {section['skipped']}.", ""]
     sens = section["sensors"]
     dup = "kept" if sens["real"]["duplicates"] == "keep" else "dropped"
 

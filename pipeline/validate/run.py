@@ -234,14 +234,15 @@ def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
     """The per-point snow realism section (`realism`), or why it was skipped."""
     from pipeline.validate.realism import realism_report, snow_like_corruptions
 
-    if pre["real"]["weather"]["format"] != "wads":
-        return {"skipped": f"the real weather data ({pre['real']['weather']['format']}) has no per-point weather "
-                           "labels; the realism report needs labelled real snow (--real-format wads)"}
     version = pre["version"]
     names = snow_like_corruptions(version.manifest)
+    if pre["real"]["weather"]["format"] != "wads":  # said in summary.md only when the validated corruption is snow
+        return {"skipped": f"the real weather data ({pre['real']['weather']['format']}) has no per-point weather "
+                           "labels; the realism report needs labelled real snow (--real-format wads)",
+                "snow_like": cfg.corruption in names}
     if not names:
         return {"skipped": f"the build has no snow-like corruption (stages snow, snow_lisa); it has "
-                           f"{', '.join(version.corruptions)}"}
+                           f"{', '.join(version.corruptions)}", "snow_like": True}
     files = {c: [p for s in range(1, int(version.manifest["recipe"]["severities"]) + 1) for p in version.files(c, s)]
              for c in names}
     log(f"snow realism: {', '.join(names)} vs WADS falling snow (label 110)")

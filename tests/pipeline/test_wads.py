@@ -315,6 +315,7 @@ def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, t
                                    "stf", "--workers", "1",
                                    *[a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
     assert cli.exit_code == 0, cli.output
+    assert "falling snow — real WADS: 5.0 % of the scan, range p50 6.5 m" in cli.output
     out = version / "validation" / "snow"
     r = json.loads((out / "report.json").read_text())
     assert r["verdict"]["verdict"] in ("natural", "not natural", "inconclusive")
