@@ -283,8 +283,10 @@ def _flags(sensors: dict[str, Any], real_summary: dict[str, Any], sim_summary: d
     def span(e: dict[str, Any]) -> str:
         return "n/a" if e["elevation_p0_5"] is None else f"{e['elevation_p0_5']:.1f}..{e['elevation_p99_5']:.1f} deg"
 
-    def near(e: dict[str, Any]) -> str:
-        return "n/a" if e["nearest_return"] is None else f"{e['nearest_return']:.2f} m"
+    def near(e: dict[str, Any]) -> str:  # the minimum can be a no-return placeholder: the 1st percentile too
+        if e["nearest_return"] is None:
+            return "n/a"
+        return f"{e['nearest_return']:.2f} m (1st percentile {e['nearest_return_p01']:.2f} m)"
 
     return [
         f"beam count: real {b_real}, simulated {b_sim or 'unknown'} — share of the scan and raw density depend on "

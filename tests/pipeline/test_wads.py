@@ -327,8 +327,10 @@ def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, t
     sens = r["realism"]["sensors"]
     assert sens["real"]["beams"] == 128 and "vls128" in sens["real"]["name"]
     assert "hdl64e" in sens["simulated"]["name"] and "demo" in sens["simulated"]["name"]
-    assert any(f.startswith("beam count") for f in r["realism"]["flags"])
-    assert any(f.startswith("intensity scale") for f in r["realism"]["flags"])
+    # every sensor-dependent quantity is flagged with how it is handled
+    assert [f.split(":")[0] for f in r["realism"]["flags"]] == ["beam count", "blind zone", "elevation",
+                                                                  "intensity scale"]
+    assert "nearest return real 0.30 m" in r["realism"]["flags"][1]
     sevs = r["realism"]["corruptions"]["snow"]
     assert set(sevs) == {"1", "2"}
     for s in sevs.values():
