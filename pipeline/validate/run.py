@@ -243,10 +243,21 @@ def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
     if not names:
         return {"skipped": f"the build has no snow-like corruption (stages snow, snow_lisa); it has "
                            f"{', '.join(version.corruptions)}", "snow_like": True}
-    files = {c: [p for s in range(1, int(version.manifest["recipe"]["severities"]) + 1) for p in version.files(c, s)]
-             for c in names}
-    log(f"snow realism: {', '.join(names)} vs WADS falling snow (label 110)")
-    return realism_report(version.manifest, files, frames, pre["real"]["weather"]["dir"],
+    from pipeline.validate.realism import MAX_SCANS
+
+    # at most MAX_SCANS frames per severity, read only from the files that hold them (the manifest says which)
+    shard_frames: dict[str, list[str]] = version.manifest.get("shard_frames", {})
+    ids = sorted(set(frames) if frames is not None else {f for v in shard_frames.values() for f in v})
+    picked = [ids[i] for i in _subset(len(ids), MAX_SCANS, cfg.seed, 900)]
+
+    def holds(path: Any) -> bool:
+        stem = Path(str(path)).name.split(".")[0]
+        return stem not in shard_frames or not set(shard_frames[stem]).isdisjoint(picked)
+
+    files = {c: [p for s in range(1, int(version.manifest["recipe"]["severities"]) + 1) for p in version.files(c, s)
+                 if holds(p)] for c in names}
+    log(f"snow realism: {', '.join(names)} vs WADS falling snow (label 110), {len(picked)} frames per severity")
+    return realism_report(version.manifest, files, picked, pre["real"]["weather"]["dir"],
                           pre["real"]["weather"]["files"], cfg.real_duplicates, cfg.seed)
 
 
