@@ -13,9 +13,12 @@
 6. **Verdict** — "natural" only if accuracy on simulated ≥ the threshold *and* MMD(real, sim) <
    MMD(sim, clean); "inconclusive" when the classifier cannot separate real weather from real clean
    (val accuracy) or calls the build's clean frames weather; otherwise "not natural".
-7. **Outputs** in ``VERSION/validation/<corruption>/``: report.json, summary.md, tsne.png,
-   training.png, pointnet.pt (best checkpoint), features.npz; ``validation/summary.md`` indexes every
-   validated corruption and the dataset card links to it.
+7. **Snow realism** (`realism`), when the real weather data is labelled WADS snow (``--real-format wads``):
+   every snow-like corruption of the build against WADS's falling-snow points, per severity — share,
+   range, elevation, relative intensity, density, Wasserstein / KS distances on what both sensors see.
+8. **Outputs** in ``VERSION/validation/<corruption>/``: report.json, summary.md, tsne.png,
+   training.png, realism_<corruption>.png (with WADS), pointnet.pt (best checkpoint), features.npz;
+   ``validation/summary.md`` indexes every validated corruption and the dataset card links to it.
 """
 
 from __future__ import annotations
