@@ -177,13 +177,18 @@ def _runs(idx: np.ndarray) -> list[Any]:
 
 def real_wads_scans(root: Path, files: list[Path], duplicates: str, seed: int) -> list[dict[str, Any]]:
     """Per-scan quantities of (a seeded subset of) WADS scans, falling snow = label 110."""
+    from pipeline.sources.wads import duplicate_first
     from pipeline.validate.extract import read_wads
 
     out = []
     for i in _subsample(len(files), MAX_SCANS, seed, 700):
-        pts, labels = read_wads(files[i], duplicates)
+        pts, labels = read_wads(files[i], "keep")
+        first = duplicate_first(pts, labels)
+        if duplicates == "drop":
+            pts, labels = pts[first], labels[first]
         q = scan_quantities(pts, 3, "byte", (labels & 0xFFFF) == 110)
         q["accumulated"] = int(((labels & 0xFFFF) == 111).sum())
+        q["raw_rows"], q["duplicate_rows"] = len(first), int(len(first) - first.sum())
         out.append(q)
     return out
 
@@ -248,6 +253,8 @@ def realism_report(manifest: dict[str, Any], corruption_files: dict[str, list[Pa
     real = real_wads_scans(real_root, real_files, duplicates, seed)
     real_summary = summarise(real)
     real_summary["accumulated_share_mean"] = float(np.mean([s["accumulated"] / max(s["n_points"], 1) for s in real]))
+    real_summary["raw_rows"] = int(sum(s["raw_rows"] for s in real))
+    real_summary["duplicate_rows"] = int(sum(s["duplicate_rows"] for s in real))
     sensors = {"real": {"name": f"{VLS128.name} (WADS's 128-beam Velodyne)", "beams": VLS128.beams,
                         "dataset": "WADS", "intensity_scale": "byte",
                         "duplicates": duplicates},
@@ -363,6 +370,7 @@ def render_realism(section: dict[str, Any]) -> list[str]:
         return ["## Snow realism against labelled real snow", "", f"Skipped: {section['skipped']}.", ""]
     sens = section["sensors"]
     dup = "kept" if sens["real"]["duplicates"] == "keep" else "dropped"
+    dup += f" ({section['real']['duplicate_rows']:,} of {section['real']['raw_rows']:,} raw rows)"
 
     def row(label: str, s: dict[str, Any]) -> str:
         sh = s["share"]

@@ -323,6 +323,7 @@ def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, t
     assert r["real"]["weather"]["scans_used"] == 4
     real_snow = r["realism"]["real"]
     assert real_snow["share"]["min"] == pytest.approx(10422 / 209297, abs=1e-4)  # duplicates kept (default)
+    assert real_snow["duplicate_rows"] == 4 * 87598 and real_snow["raw_rows"] == 4 * 209297  # ... and reported
     np.testing.assert_allclose(real_snow["range_p5_p50_p95"], [4.02, 6.48, 10.76], atol=0.01)
     sens = r["realism"]["sensors"]
     assert sens["real"]["beams"] == 128 and "vls128" in sens["real"]["name"]
@@ -345,6 +346,7 @@ def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, t
     assert sevs["2"]["share"]["mean"] > sevs["1"]["share"]["mean"]
     summary = (out / "summary.md").read_text()
     assert "## Snow realism against labelled real snow (WADS)" in summary and "| real WADS | 4 |" in summary
+    assert "exact duplicate rows kept (350,392 of 837,188 raw rows)" in summary
     assert "| snow severity 2 |" in summary and "Wasserstein-1" in summary and "](realism_snow.png)" in summary
     png = out / "realism_snow.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG" and r["files"]["realism_plot_snow"] == png.name
