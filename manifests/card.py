@@ -256,6 +256,7 @@ SOURCE_LICENCES = {
     "semantickitti": "SemanticKITTI labels and KITTI Odometry scans: CC BY-NC-SA 3.0 / 4.0",
     "nuscenes": "nuScenes and nuScenes-lidarseg: CC BY-NC-SA 4.0, nuScenes terms of use",
     "waymo": "Waymo Open Dataset: Waymo Open Dataset License Agreement for Non-Commercial Use",
+    "wads": "WADS (Winter Adverse Driving dataSet, Michigan Tech; Kurup and Bos): CC BY-NC-SA 4.0",
 }
 
 
@@ -270,7 +271,8 @@ def source_section(src: dict[str, Any]) -> list[str]:
     for key, title in (("learning_map", "learning map (raw label → train id; `score` maps ground truth through it, "
                                         "0 = ignored)"),
                        ("train_classes", "train classes (id order)"),
-                       ("categories", "lidarseg categories (index → name)"), ("classes", "classes (id order)")):
+                       ("categories", "lidarseg categories (index → name)"), ("classes", "classes (id order)"),
+                       ("label_names", "classes (raw id → name)")):
         if src.get(key):
             value = src[key]
             if isinstance(value, dict):

@@ -96,12 +96,15 @@ SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of z
 #: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
 VALIDATE_KEYS: dict[str, Any] = {
     "corruptions": list, "real": dict, "real_clean": (str, dict), "real_format": str, "severities": list,
+    "real_clean_format": str, "real_duplicates": str,
     "sample": int, "max_real": int, "balance": bool, "points": int, "min_range": float, "max_range": float,
     "epochs": int, "batch_size": int, "patience": int, "width": float, "seed": int, "max_embed": int,
     "permutations": int, "accuracy_threshold": float, "min_val_accuracy": float, "min_clean_accuracy": float,
     "verdict_space": str, "threads": int, "device": str,
 }
-VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti"), "verdict_space": ("raw", "tsne", "both")}
+VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti", "wads"),
+                    "real_clean_format": ("auto", "stf", "boreas", "kitti"), "real_duplicates": ("keep", "drop"),
+                    "verdict_space": ("raw", "tsne", "both")}
 
 
 class RecipeError(ValueError):
@@ -403,6 +406,8 @@ def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
         from manifests.threedos import SOURCE_OPTIONS
 
         return SOURCE_OPTIONS
+    if source == "wads":  # pipeline.sources.wads: what to do with the exact duplicate rows of raw WADS scans
+        return {"duplicates": ("keep", "drop")}
     return {}
 
 

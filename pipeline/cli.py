@@ -732,8 +732,13 @@ def validate(
         help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR")],
     real_clean: Annotated[list[str], typer.Option(
         help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
-    real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, or auto (path name, else record size)")]
+    real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, wads, or auto (path name, else record "
+                                                  "size)")]
     = "auto",
+    real_clean_format: Annotated[str | None, typer.Option(help="Format of the --real-clean scans (default: "
+                                                               "--real-format; auto after wads)")] = None,
+    real_duplicates: Annotated[str, typer.Option(help="WADS's exact duplicate rows: keep (as recorded) or drop")]
+    = "keep",
     severity: Annotated[list[int] | None, typer.Option(min=0, help="Simulated severities tested (repeatable; "
                                                                    "default all)")]
     = None,
@@ -759,6 +764,7 @@ def validate(
     try:
         dirs = parse_real_options(corruption, real, real_clean)
         configs = [ValidateConfig(corruption=c, real_weather=w, real_clean=cl, real_format=real_format,
+                                  real_clean_format=real_clean_format, real_duplicates=real_duplicates,
                                   severities=tuple(severity) if severity else None, sample=sample, max_real=max_real,
                                   epochs=epochs, batch_size=batch_size, patience=patience, points=points, width=width,
                                   seed=seed, permutations=permutations, max_embed=max_embed,
@@ -774,6 +780,10 @@ def validate(
                           f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
                           f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
                           f"{version_dir}/validation/{r['corruption']}/summary.md")
+        if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
+            from pipeline.validate.realism import console_line
+
+            out_console.print(console_line(r["realism"]))
 
 
 @app.command("repro-check")

@@ -11,10 +11,11 @@ from pipeline.sources.kitti import KittiSource
 from pipeline.sources.modelnet import ModelNet40H5Source
 from pipeline.sources.nuscenes import NuScenesSource
 from pipeline.sources.semantickitti import SemanticKittiSource
+from pipeline.sources.wads import WadsSource
 from pipeline.sources.waymo import WaymoSource
 
 SOURCE_KINDS = {"kitti": KittiSource, "semantickitti": SemanticKittiSource, "nuscenes": NuScenesSource,
-                "waymo": WaymoSource, "modelnet40": ModelNet40H5Source}
+                "waymo": WaymoSource, "modelnet40": ModelNet40H5Source, "wads": WadsSource}
 #: Object sources (classification benchmarks); their demo is `pipeline.sources.demo_objects`. "3dos" reads
 #: three datasets, each root given by --source (a folder holding all three) or --source-<name>.
 OBJECT_KINDS = ("modelnet40", "scanobjectnn", "shapenet", "3dos")
@@ -82,6 +83,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         return src
     if allow_empty and recipe.source == "kitti":
         return KittiSource(path, split or recipe.split, allow_empty=True)
+    if recipe.source == "wads":
+        return WadsSource(path, split or recipe.split, **recipe.source_options)
     return SOURCE_KINDS[recipe.source](path, split or recipe.split)
 
 
@@ -97,4 +100,4 @@ def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:
 
 
 __all__ = ["OBJECT_KINDS", "SOURCE_KINDS", "KittiSource", "NuScenesSource", "SemanticKittiSource", "Source",
-           "SourceError", "WaymoSource", "checked_frame_ids", "open_source"]
+           "SourceError", "WadsSource", "WaymoSource", "checked_frame_ids", "open_source"]

@@ -1,8 +1,9 @@
 """Naturalness validation of simulated corruptions (Li et al. §IV-A, Tables III–IV, Appendix B-A).
 
-A PointNet classifier is trained on real adverse-weather vs real clean scans (STF for fog, Boreas for
+A PointNet classifier is trained on real adverse-weather vs real clean scans (STF for fog, Boreas or WADS for
 snow), then tested on the build's clean and simulated partitions: accuracy on the simulated data is
-the naturalness. Its global features are embedded with t-SNE and compared with MMD. See `run` for
+the naturalness. Its global features are embedded with t-SNE and compared with MMD. With WADS's labelled
+snow, `realism` also compares the simulated snow points with real ones, point by point. See `run` for
 the steps and outputs; `bench-build validate` is the command.
 """
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from pipeline.validate.preprocess import Preprocess
 
-REAL_FORMATS = ("auto", "stf", "boreas", "kitti")
+REAL_FORMATS = ("auto", "stf", "boreas", "kitti", "wads")
+DUPLICATE_CHOICES = ("keep", "drop")
 VERDICT_SPACES = ("raw", "tsne", "both")
 
 
@@ -21,7 +22,10 @@ class ValidateConfig:
     corruption: str
     real_weather: Path  # real scans in this weather (label 1)
     real_clean: Path  # real clear-weather scans of the same sensor (label 0)
-    real_format: str = "auto"  # stf | boreas | kitti | auto (from the path name, else the record size)
+    real_format: str = "auto"  # stf | boreas | kitti | wads | auto (from the path name, else the record size)
+    # format of the real clean scans; None: real_format, except after "wads" (WADS has no clear scans) → auto
+    real_clean_format: str | None = None
+    real_duplicates: str = "keep"  # WADS's exact duplicate rows: keep (as recorded) or drop
     severities: tuple[int, ...] | None = None  # simulated partitions tested (None: all severities)
     sample: int | None = None  # build frames tested (None: all), a seeded random subset
     max_real: int | None = None  # real scans per class (None: all), a seeded random subset
@@ -47,6 +51,10 @@ class ValidateConfig:
     def __post_init__(self) -> None:
         if self.real_format not in REAL_FORMATS:
             raise ValidationError(f"real format must be one of {REAL_FORMATS}, got {self.real_format!r}")
+        if self.real_clean_format is not None and self.real_clean_format not in REAL_FORMATS:
+            raise ValidationError(f"real clean format must be one of {REAL_FORMATS}, got {self.real_clean_format!r}")
+        if self.real_duplicates not in DUPLICATE_CHOICES:
+            raise ValidationError(f"real_duplicates must be one of {DUPLICATE_CHOICES}, got {self.real_duplicates!r}")
         if self.verdict_space not in VERDICT_SPACES:
             raise ValidationError(f"verdict_space must be one of {VERDICT_SPACES}, got {self.verdict_space!r}")
         for name in ("points", "epochs", "batch_size", "max_embed"):
@@ -60,6 +68,13 @@ class ValidateConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValidationError(f"{name} must be ≥ 1, got {v}")
+
+    @property
+    def clean_format(self) -> str:
+        """The real clean scans' format (see ``real_clean_format``)."""
+        if self.real_clean_format is not None:
+            return self.real_clean_format
+        return "auto" if self.real_format == "wads" else self.real_format
 
     @property
     def preprocess(self) -> Preprocess:

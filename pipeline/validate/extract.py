@@ -24,10 +24,35 @@ FORMATS: dict[str, dict[str, Any]] = {
     "stf": {"width": 5, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring")},
     "boreas": {"width": 6, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring", "time")},
     "kitti": {"width": 4, "scale": "unit", "fields": ("x", "y", "z", "intensity")},
+    # WADS (pipeline.sources.wads): KITTI's record, 0..255 intensities, a labels/ file beside velodyne/
+    "wads": {"width": 4, "scale": "byte", "fields": ("x", "y", "z", "intensity")},
 }
+#: formats told apart by their record size alone (WADS has KITTI's record: it is named, or found by path)
+SIZE_FORMATS = ("stf", "boreas", "kitti")
 
 
-def read_real(fmt: str, path: Path) -> np.ndarray:
+def read_wads(path: Path, duplicates: str = "keep") -> tuple[np.ndarray, np.ndarray]:
+    """Points and raw uint32 labels of a WADS scan (``sequences/NN/velodyne/F.bin`` + ``../labels/F.label``);
+    ``duplicates = "drop"`` keeps the first of each exact (row, label) repeat."""
+    from pipeline.sources.kitti import read_velodyne
+    from pipeline.sources.semantickitti import read_label_file
+    from pipeline.sources.wads import duplicate_first
+
+    pts = read_velodyne(path)
+    label = path.parent.parent / "labels" / f"{path.stem}.label"
+    if not label.is_file():
+        raise SourceError(label, f"label file missing for WADS scan {path.name} (expected beside velodyne/ in "
+                                 "labels/; the snow labels are needed)")
+    raw = read_label_file(label, len(pts), path)
+    if duplicates == "drop":
+        keep = duplicate_first(pts, raw)
+        pts, raw = pts[keep], raw[keep]
+    return pts, raw
+
+
+def read_real(fmt: str, path: Path, duplicates: str = "keep") -> np.ndarray:
+    if fmt == "wads":
+        return read_wads(path, duplicates)[0]
     if fmt == "stf":
         from pipeline.sources.stf import read_stf_bin
 
@@ -43,15 +68,15 @@ def read_real(fmt: str, path: Path) -> np.ndarray:
     raise ValueError(f"unknown real-data format {fmt!r}")
 
 
-def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: Preprocess, seed: int
-                    ) -> dict[str, Any]:
+def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: Preprocess, seed: int,
+                    duplicates: str = "keep") -> dict[str, Any]:
     """Preprocessed clouds (K × points × 4) of ``rel_paths`` under ``root`` and intensity statistics."""
     spec = FORMATS[fmt]
     clouds, q = [], []
     for rel in rel_paths:
         path = Path(root) / rel
         try:
-            pts = read_real(fmt, path)
+            pts = read_real(fmt, path, duplicates)
             clouds.append(prep.apply(pts, spec["fields"], spec["scale"], f"real-{role}/{rel}", seed))
         except (SourceError, EmptyScanError) as e:
             return {"error": str(e) if isinstance(e, SourceError) else f"{path}: {e}"}

@@ -137,6 +137,10 @@ def render_summary(report: dict[str, Any]) -> str:
             lines.append(f"| {a} vs {bb} | {r['mmd2']:.4g} | {r['mmd']:.4g} | {r['p_value']:.3g} | "
                          f"{r['n_x']} / {r['n_y']} |")
         lines.append("")
+    if report.get("realism"):
+        from pipeline.validate.realism import render_realism
+
+        lines += render_realism(report["realism"])
     lines += [
         "## Plots",
         "",
@@ -174,7 +178,8 @@ def render_index(version_dir: Path) -> str:
 
 
 def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], train_res: Any,
-                  groups: dict[str, np.ndarray], emb_groups: dict[str, np.ndarray]) -> None:
+                  groups: dict[str, np.ndarray], emb_groups: dict[str, np.ndarray],
+                  realism_arrays: dict[str, Any] | None = None) -> None:
     import torch
 
     from manifests.card import card_with_validation
@@ -191,6 +196,14 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
     report["plots"] = {"tsne": {"path": "tsne.png", "groups": legend}, "training": {"path": "training.png"}}
     report["files"] = {"report": "report.json", "summary": "summary.md", "tsne_plot": "tsne.png",
                        "training_plot": "training.png", "checkpoint": "pointnet.pt", "features": "features.npz"}
+    realism = report.get("realism") or {}
+    if realism_arrays is not None and "corruptions" in realism:
+        from pipeline.validate.realism import plot_realism
+
+        for c in realism["corruptions"]:
+            plot_realism(out_dir / f"realism_{c}.png", c, realism, realism_arrays)
+            report["plots"][f"realism_{c}"] = {"path": f"realism_{c}.png"}
+            report["files"][f"realism_plot_{c}"] = f"realism_{c}.png"
     _write_text(out_dir / "report.json", json.dumps(report, indent=1, sort_keys=True, default=_json_default))
     _write_text(out_dir / "summary.md", render_summary(report))
     _write_text(version_dir / "validation" / INDEX_NAME, render_index(version_dir))

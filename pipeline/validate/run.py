@@ -13,9 +13,12 @@
 6. **Verdict** — "natural" only if accuracy on simulated ≥ the threshold *and* MMD(real, sim) <
    MMD(sim, clean); "inconclusive" when the classifier cannot separate real weather from real clean
    (val accuracy) or calls the build's clean frames weather; otherwise "not natural".
-7. **Outputs** in ``VERSION/validation/<corruption>/``: report.json, summary.md, tsne.png,
-   training.png, pointnet.pt (best checkpoint), features.npz; ``validation/summary.md`` indexes every
-   validated corruption and the dataset card links to it.
+7. **Snow realism** (`realism`), when the real weather data is labelled WADS snow (``--real-format wads``):
+   every snow-like corruption of the build against WADS's falling-snow points, per severity — share,
+   range, elevation, relative intensity, density, Wasserstein / KS distances on what both sensors see.
+8. **Outputs** in ``VERSION/validation/<corruption>/``: report.json, summary.md, tsne.png,
+   training.png, realism_<corruption>.png (with WADS), pointnet.pt (best checkpoint), features.npz;
+   ``validation/summary.md`` indexes every validated corruption and the dataset card links to it.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import numpy as np
 from pipeline.plan import CLEAN
 from pipeline.sources.base import SourceError
 from pipeline.validate.config import ValidateConfig, ValidationError
-from pipeline.validate.extract import FORMATS
+from pipeline.validate.extract import FORMATS, SIZE_FORMATS
 
-FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf", "hdl64": "stf"}
+FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
+                "hdl64": "stf"}
 
 
 def _log_stderr(msg: str) -> None:
@@ -45,16 +49,31 @@ def detect_format(root: Path, files: list[Path], requested: str) -> str:
     """The real-data format: as requested, else from the path name, else from the record size."""
     if requested != "auto":
         return requested
-    for part in (p.lower() for p in root.resolve().parts):
+    parts = [p.lower() for p in root.resolve().parts]
+    # WADS has KITTI's record size: it needs its name in the path *and* its labelled layout (velodyne/ beside
+    # labels/), so a clear KITTI folder that merely sits under a "wads" folder is not taken for it
+    if any("wads" in p for p in parts) and any(
+            f.parent.name == "velodyne" and (f.parent.parent / "labels").is_dir() for f in files[:50]):
+        return "wads"
+    for part in parts:
         for hint, fmt in FORMAT_HINTS.items():
             if hint in part:
                 return fmt
     sizes = [f.stat().st_size for f in files[:50]]
-    fits = [fmt for fmt, spec in FORMATS.items() if all(s % (4 * spec["width"]) == 0 for s in sizes)]
+    fits = [fmt for fmt in SIZE_FORMATS if all(s % (4 * FORMATS[fmt]["width"]) == 0 for s in sizes)]
     if len(fits) == 1:
         return fits[0]
     raise ValidationError(f"{root}: cannot tell the scan format from the path or the file sizes "
-                          f"(consistent with: {', '.join(fits) or 'none'}); pass --real-format stf|boreas|kitti")
+                          f"(consistent with: {', '.join(fits) or 'none'}); pass --real-format stf|boreas|kitti|wads")
+
+
+def _check_wads_labels(root: Path, files: list[Path]) -> None:
+    """Refuse a WADS directory whose scans lack their labels/ files (the realism report needs them)."""
+    for f in files:
+        label = f.parent.parent / "labels" / f"{f.stem}.label"
+        if f.parent.name != "velodyne" or not label.is_file():
+            raise ValidationError(f"{label}: label file missing for WADS scan {f} (WADS layout: "
+                                  "sequences/NN/velodyne/F.bin with sequences/NN/labels/F.label)")
 
 
 def _subset(n: int, k: int | None, seed: int, salt: int) -> np.ndarray:
@@ -89,7 +108,12 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
             files = list_scans(Path(d))
         except SourceError as e:
             raise ValidationError(f"real {role} data for {cfg.corruption}: {e}") from None
-        fmt = detect_format(Path(d), files, cfg.real_format)
+        fmt = detect_format(Path(d), files, cfg.real_format if role == "weather" else cfg.clean_format)
+        if fmt == "wads" and role == "clean":
+            raise ValidationError(f"real clean data {d}: WADS was recorded in snowfall, it has no clear scans; "
+                                  "pass clear scans (KITTI, SemanticKITTI, STF clear) and --real-clean-format")
+        if fmt == "wads":
+            _check_wads_labels(Path(d), files)
         real[role] = {"dir": Path(d), "files": files, "format": fmt}
     if real["weather"]["dir"].resolve() == real["clean"]["dir"].resolve():
         raise ValidationError(f"real weather and real clean data are the same directory: {cfg.real_weather}")
@@ -151,7 +175,8 @@ def _load_real(pre: dict[str, Any], cfg: ValidateConfig, log: Callable[[str], No
         info = pre["real"][role]
         rels = [p.relative_to(info["dir"]).as_posix() for p in picked[role]]
         chunk = max(1, min(64, -(-len(rels) // (4 * n_cpu))))
-        refs = [task.remote(info["format"], str(info["dir"]), rels[i:i + chunk], role, prep, cfg.seed)
+        refs = [task.remote(info["format"], str(info["dir"]), rels[i:i + chunk], role, prep, cfg.seed,
+                            cfg.real_duplicates)
                 for i in range(0, len(rels), chunk)]
         res = _ray_results(refs, f"real {role} data")
         q = np.concatenate([r["intensity_q"] for r in res])
@@ -205,6 +230,38 @@ def _tsne(features: np.ndarray, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
               "random_state": seed, "metric": "euclidean"}
     emb = TSNE(**params).fit_transform(features.astype(np.float64))
     return emb, params
+
+
+def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """The per-point snow realism section (`realism`), or why it was skipped."""
+    from pipeline.validate.realism import realism_report, snow_like_corruptions
+
+    version = pre["version"]
+    names = snow_like_corruptions(version.manifest)
+    if pre["real"]["weather"]["format"] != "wads":  # said in summary.md only when the validated corruption is snow
+        return {"skipped": f"the real weather data ({pre['real']['weather']['format']}) has no per-point weather "
+                           "labels; the realism report needs labelled real snow (--real-format wads)",
+                "snow_like": cfg.corruption in names}
+    if not names:
+        return {"skipped": f"the build has no snow-like corruption (stages snow, snow_lisa); it has "
+                           f"{', '.join(version.corruptions)}", "snow_like": True}
+    from pipeline.validate.realism import MAX_SCANS
+
+    # at most MAX_SCANS frames per severity, read only from the files that hold them (the manifest says which)
+    shard_frames: dict[str, list[str]] = version.manifest.get("shard_frames", {})
+    ids = sorted(set(frames) if frames is not None else {f for v in shard_frames.values() for f in v})
+    picked = [ids[i] for i in _subset(len(ids), MAX_SCANS, cfg.seed, 900)]
+
+    def holds(path: Any) -> bool:
+        stem = Path(str(path)).name.split(".")[0]
+        return stem not in shard_frames or not set(shard_frames[stem]).isdisjoint(picked)
+
+    files = {c: [p for s in range(1, int(version.manifest["recipe"]["severities"]) + 1) for p in version.files(c, s)
+                 if holds(p)] for c in names}
+    log(f"snow realism: {', '.join(names)} vs WADS falling snow (label 110), {len(picked)} frames per severity")
+    return realism_report(version.manifest, files, picked, pre["real"]["weather"]["dir"],
+                          pre["real"]["weather"]["files"], cfg.real_duplicates, cfg.seed)
 
 
 def verdict(acc_sim: float, acc_clean: float, val_acc: float, mmd: dict[str, dict[str, Any]],
@@ -298,6 +355,7 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
     emb, tsne_params = _tsne(stacked, cfg.seed)
     emb_groups = {g: emb[labels == g] for g in groups}
 
+    realism = _realism(pre, cfg, frames, log)
     from pipeline.validate.mmd import mmd_table
 
     mmd = {"raw": mmd_table(groups, permutations=cfg.permutations, seed=cfg.seed),
@@ -340,12 +398,13 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
                       "features": "max-pooled PointNet global feature", "dim": int(stacked.shape[1])},
         "mmd": mmd,
         "verdict": decision,
+        "realism": {k: v for k, v in realism.items() if k != "_arrays"},
     }
     from pipeline.validate.report import write_outputs
 
     out_dir = root / "validation" / cfg.corruption
     report["seconds"] = round(time.time() - t0, 2)
-    write_outputs(root, out_dir, report, res, groups, emb_groups)
+    write_outputs(root, out_dir, report, res, groups, emb_groups, realism.get("_arrays"))
     log(f"{cfg.corruption}: {decision['verdict']} (accuracy on simulated {acc_sim:.1%}); report in {out_dir}")
     return report
 

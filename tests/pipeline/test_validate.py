@@ -129,6 +129,10 @@ def test_simulated_fog_is_natural(validated):
     assert r["training"]["train_scans"] + r["training"]["val_scans"] == 72 and r["training"]["val_scans"] == 8
     assert r["preprocessing"]["points"] == 512 and r["model"]["shared_mlp"] == [8, 8, 8, 16, 128]
     assert r["seeds"]["validation"] == 0 and r["config"]["epochs"] == 30
+    # real fog has no per-point labels: no snow realism, and a fog report does not talk about it
+    assert r["realism"] == {"skipped": r["realism"]["skipped"], "snow_like": False}
+    assert "labelled real snow" in r["realism"]["skipped"]
+    assert "Snow realism" not in (validated["version"] / "validation/fog/summary.md").read_text()
 
 
 def test_clean_scans_posing_as_simulated_are_not_natural(validated):
