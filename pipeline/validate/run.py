@@ -121,6 +121,11 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
     if not clean_files or not sim_files:
         raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
+    frames = int(version.manifest.get("frames") or 0)
+    if frames < 2 or (cfg.sample is not None and cfg.sample < 2):
+        # MMD and the t-SNE groups need two scans a side; said now, not after training
+        raise ValidationError(f"{root}: {min(frames, cfg.sample or frames)} build frame(s) to test; validation "
+                              "compares groups of scans and needs at least 2 (build more frames or raise --sample)")
     return {"version": version, "root": root, "severities": severities, "real": real,
             "clean_files": clean_files, "sim_files": sim_files}
 

@@ -209,6 +209,10 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     assert res.exit_code == 2 and "no corruption 'snow'" in res.output
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"])])
     assert res.exit_code != 0
+    # one build frame cannot form the groups MMD and t-SNE compare: said before training, not as a crash after it
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
+                              "--real-clean", str(validated["clear_dir"]), "--sample", "1"])
+    assert res.exit_code == 2 and "1 build frame(s) to test" in res.output and "Traceback" not in res.output
 
 
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
