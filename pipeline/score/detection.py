@@ -53,14 +53,20 @@ def _partition_truth(version_dir: str | Path, shard_paths: list[str]) -> dict[st
     return frames
 
 
+def partition_candidates(root: Path, part: Partition, severity_names: list[str]) -> list[Path]:
+    """Where a partition's predictions may live under ``root``: ``clean/0`` or ``clean``; ``<corruption>/<severity>``
+    or ``<corruption>/<severity name>`` (light, moderate, heavy)."""
+    if part.corruption == "clean":
+        return [root / "clean" / "0", root / "clean"]
+    out = [root / part.corruption / str(part.severity)]
+    if severity_names and 1 <= part.severity <= len(severity_names):
+        out.append(root / part.corruption / severity_names[part.severity - 1])
+    return out
+
+
 def partition_dir(root: Path, part: Partition, severity_names: list[str]) -> Path:
     """The directory holding ``part``'s result files under ``root`` (raises naming what was looked for)."""
-    if part.corruption == "clean":
-        candidates = [root / "clean" / "0", root / "clean"]
-    else:
-        candidates = [root / part.corruption / str(part.severity)]
-        if severity_names and 1 <= part.severity <= len(severity_names):
-            candidates.append(root / part.corruption / severity_names[part.severity - 1])
+    candidates = partition_candidates(root, part, severity_names)
     for c in candidates:
         for d in (c / "data", c):
             if d.is_dir() and any(d.glob("*.txt")):

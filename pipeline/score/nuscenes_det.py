@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.score.detection import partition_candidates
 from pipeline.score.predictions import FIRST, PredictionError
 from pipeline.score.robo3d_det import read_build
 from pipeline.score.truth import Partition, manifest_of
@@ -278,12 +279,7 @@ def metric_values(metrics: Any, *, motion_known: bool) -> dict[str, float | None
 
 
 def find_results(root: Path, part: Partition, severity_names: list[str]) -> Path:
-    if part.corruption == "clean":
-        dirs = [root / "clean" / "0", root / "clean"]
-    else:
-        dirs = [root / part.corruption / str(part.severity)]
-        if severity_names and 1 <= part.severity <= len(severity_names):
-            dirs.append(root / part.corruption / severity_names[part.severity - 1])
+    dirs = partition_candidates(root, part, severity_names)
     for d in dirs:
         if (d / RESULT_NAME).is_file():
             return d / RESULT_NAME
