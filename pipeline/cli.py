@@ -90,6 +90,10 @@ def run(
     encoding: Annotated[str, typer.Option(
         help="full, or compact: corrupted examples as references into the clean scan + changed rows (smaller; "
              "bench-build's reader, loaders and export materialise them)")] = "full",
+    reuse: Annotated[str | None, typer.Option(
+        help="An earlier version of this benchmark (its directory or URL): partitions whose fingerprint is "
+             "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built")
+    ] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
@@ -112,7 +116,7 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames, encoding=encoding)
+                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
@@ -131,6 +135,12 @@ def run(
     shard_failures = [k for k in result.failures if k != "manifest.json"]
     console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
                   f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
+    # --- reuse (issue 36) ---
+    if result.reused is not None:
+        console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
+                      f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
+                      highlight=False)
+    # --- end reuse ---
     if result.failures:
         for shard, err in sorted(result.failures.items()):
             console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
