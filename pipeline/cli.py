@@ -856,5 +856,44 @@ def s3_local(
     console.print("local S3 store stopped; its data stays in " + str(server.data_dir), highlight=False)
 
 
+
+# --- diff (issue 36): kept to one delimited block ---
+@app.command()
+def diff(
+    version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],
+    version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Which partitions of two versions changed, which are identical or were reused, and which parameters differ."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from manifests.manifest import ManifestError
+    from pipeline.reuse import diff_versions, read_version_manifest
+    from pipeline.storage import StorageError
+
+    try:
+        a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)
+        b = read_version_manifest(version_b, endpoint_url=endpoint_url, profile=profile)
+    except (FileNotFoundError, ManifestError, StorageError, ValueError) as e:
+        raise _fail(e) from None
+    rows = diff_versions(a, b)
+    table = Table(title=f"{a['dataset']} {a['version']} → {b['dataset']} {b['version']}")
+    for col in ("partition", "status", "files same", "MB", "what differs"):
+        table.add_column(col, justify="right" if col in ("files same", "MB") else "left")
+    colour = {"changed": "yellow", "added": "green", "removed": "red"}
+    for r in rows:
+        status = f"[{colour[r['status']]}]{r['status']}[/]" if r["status"] in colour else r["status"]
+        table.add_row(escape(r["partition"]), status, f"{r['same_files']}/{r['files']}", f"{r['bytes'] / 1e6:.1f}",
+                      escape(r["differs"]))
+    out_console.print(table)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + " partitions", highlight=False)
+# --- end diff ---
+
+
 if __name__ == "__main__":
     app()

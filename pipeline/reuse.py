@@ -127,3 +127,62 @@ def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str,
             how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
         out.append({**f, "placed": how})
     return out
+
+
+def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
+                          profile: str | None = None) -> dict[str, Any]:
+    """The manifest of the version at ``where`` (a directory or URL); FileNotFoundError naming it if none."""
+    store = open_store(where, endpoint_url=endpoint_url, profile=profile)
+    got = store.get(MANIFEST_NAME)
+    if got is None:
+        raise FileNotFoundError(f"{store.key_url(MANIFEST_NAME)}: no manifest; name a finished version directory "
+                                "(OUT/<benchmark>/<version>) or its URL")
+    return parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+
+
+def _param_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    if a is None or b is None:
+        return ""
+    out = []
+    if a.get("stage") != b.get("stage"):
+        out.append(f"stage {a.get('stage')} → {b.get('stage')}")
+    if a.get("stage_version") != b.get("stage_version"):
+        out.append(f"stage_version {a.get('stage_version')} → {b.get('stage_version')}")
+    pa_, pb = a.get("params") or {}, b.get("params") or {}
+    out += [f"{k} {pa_.get(k)} → {pb.get(k)}" for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
+    return "; ".join(out)
+
+
+def diff_versions(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per partition (``corruption/severity``) of two manifests: status, files, bytes and what differs.
+
+    status: ``identical`` (every file of the partition has the same path and sha256 in both), ``reused`` (identical,
+    and B took the files from A with `run --reuse`), ``changed``, ``added`` (only in B), ``removed`` (only in A).
+    Files are compared by sha256, never by name or date: two independent builds of unchanged partitions are
+    ``identical`` too."""
+    def files(m: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for s in m.get("shards", []):
+            out.setdefault(f"{s['corruption']}/{s['severity']}", {})[s["path"]] = s
+        return out
+
+    fa, fb = files(a), files(b)
+    pa_, pb = a.get("partitions") or {}, b.get("partitions") or {}
+    order = list(pb) + [k for k in pa_ if k not in pb]
+    order += [k for k in [*fb, *fa] if k not in order]
+    rows = []
+    for key in dict.fromkeys(order):
+        xa, xb = fa.get(key, {}), fb.get(key, {})
+        if not xa:
+            status = "added"
+        elif not xb:
+            status = "removed"
+        elif set(xa) == set(xb) and all(xa[p]["sha256"] == xb[p]["sha256"] for p in xa):
+            status = "reused" if all(xb[p].get("reused_from") == a.get("version") for p in xb) else "identical"
+        else:
+            status = "changed"
+        same = sum(1 for p in xb if p in xa and xa[p]["sha256"] == xb[p]["sha256"])
+        rows.append({"partition": key, "status": status, "files": len(xb), "same_files": same,
+                     "bytes": sum(s["bytes"] for s in xb.values()),
+                     "differs": _param_changes(pa_.get(key), pb.get(key))})
+    return rows
