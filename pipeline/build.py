@@ -415,11 +415,14 @@ def _take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec]
     t0 = time.time()
     plan = plan_reuse(earlier, recipe, src, pending, encoding=encoding, numeric_profile=profile)
     still, carry = [], {}
+    how: dict[str, int] = {}  # linked / server-side / copied / kept (in place from a killed earlier run)
     for t in pending:
         if t.name not in plan.reused:
             still.append(t)
             continue
         files = place_files(plan, t.name, store)
+        for f in files:
+            how[f["placed"]] = how.get(f["placed"], 0) + 1
         rest = plan.remaining[t.name]
         if rest is None:
             ledger.record_done(t.name, {"shard": t.name, "fingerprint": fingerprint, "run_id": "reuse",
@@ -430,13 +433,9 @@ def _take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec]
         else:
             still.append(rest)
             carry[t.name] = files
-    how: dict[str, int] = {}
-    for files in plan.reused.values():
-        for f in files:
-            how[f.get("placed", "kept")] = how.get(f.get("placed", "kept"), 0) + 1
     result.reused = {"from": earlier.label, "where": redact(earlier.where), "files": plan.files,
-                     "bytes": plan.bytes, "tasks_skipped": len(pending) - len(still), "seconds":
-                     round(time.time() - t0, 3)}
+                     "bytes": plan.bytes, "tasks_skipped": len(pending) - len(still), "placed": how,
+                     "seconds": round(time.time() - t0, 3)}
     result.phases["reuse"] = round(time.time() - t0, 3)
     return still, carry
 

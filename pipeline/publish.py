@@ -661,7 +661,8 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
             if e["corruption"] != CLEAN and (e.get("shard") in clean_of):
                 size, sha = materialize_file(local_path(dest, e["path"]),
                                              local_path(dest, clean_of[e["shard"]]["path"]))
-                e = {**e, "bytes": size, "sha256": sha}
+                # other bytes than the partition's fingerprint stands for: never offered for reuse
+                e = {**{k: v for k, v in e.items() if k != "partition_fingerprint"}, "bytes": size, "sha256": sha}
             rewritten.append(e)
         shards = rewritten
     card = src.get(CARD)

@@ -54,6 +54,7 @@ def v2(tmp_path_factory, mini_build, demo_kitti_master) -> dict[str, Path]:
         del os.environ[TEST_KILL_ENV]
     assert not killed.ok and list(killed.failures) == ["part-00001-of-00002"]
     assert killed.reused is not None and killed.reused["files"] == 40
+    assert killed.reused["placed"] == {"linked": 40}  # same filesystem: hard links, no second copy
     args = ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp / "reused"), "--workers", "2",
             "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(mini_build)]
     out = runner.invoke(app, args)
@@ -118,7 +119,8 @@ def test_reuse_of_another_benchmark_or_a_missing_version_is_refused_before_any_w
         assert not (tmp_path / "o").exists()
 
 
-def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path):
+def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path,
+                                                                                 demo_kitti_master):
     first = publish_version(v2["v1"], s3prefix, progress=False)
     assert first.ok and not first.copied
     second = publish_version(v2["reused"], s3prefix, progress=False)
@@ -128,6 +130,14 @@ def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(
         assert verify_remote(f"{s3prefix}/mini-c/{version}", progress=False).ok
         got = pull_version(f"{s3prefix}/mini-c", tmp_path / "p", version=version, progress=False)
         assert got.ok and verify_version(tmp_path / "p" / "mini-c" / version).ok
+    # a build on object storage reusing the published 0.1.0: server-side copies, the same bytes as a fresh build
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    on_s3 = run_build(str(recipe), source=str(demo_kitti_master), out=f"{s3prefix}/builds", workers=2, max_frames=4,
+                      frames_per_shard=2, progress=False, reuse=f"{s3prefix}/mini-c/0.1.0")
+    assert on_s3.ok and on_s3.reused["placed"] == {"server-side": 40}
+    assert {s["path"]: s["sha256"] for s in on_s3.manifest["shards"]} == \
+        {s["path"]: s["sha256"] for s in read_manifest(v2["fresh"])["shards"]}
+    assert verify_remote(f"{s3prefix}/builds/mini-c/0.2.0", progress=False).ok
     # every version is self-contained: deleting the old one leaves the new one whole
     from pipeline.storage import open_store
 
