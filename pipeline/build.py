@@ -60,6 +60,8 @@ class BuildResult:
     sheet_panels: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
     # wall seconds of the driver's phases (plan, ray_start, tasks, manifest, contact_sheet, validate)
     phases: dict[str, float] = field(default_factory=dict)
+    # --reuse: what this run took from the earlier version instead of computing it
+    reused: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -68,7 +70,8 @@ class BuildResult:
 
 def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
                counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
-               numeric_profile: dict[str, Any] | None = None) -> dict:
+               numeric_profile: dict[str, Any] | None = None,
+               reused_files: list[dict[str, Any]] | None = None) -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
 
     ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
@@ -97,7 +100,8 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
         _test_kill_point("before-record", spec.name)
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
                             before_commit=None if owner is None else lambda: store.still_writer(owner),
-                            encoding=encoding, panels=panels)
+                            encoding=encoding, panels=panels, numeric_profile=numeric_profile,
+                            reused_files=reused_files)
         _test_kill_point("after-record", spec.name)
         return {"shard": spec.name, "ok": True, "entry": entry, **({"panels": panels} if panels else {})}
     except ShardFailed as e:
@@ -286,10 +290,13 @@ def run_build(
     allow_empty_frames: bool = False,
     groups: int | None = None,
     encoding: str = "full",
+    reuse: str | Path | None = None,
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
-    ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn)."""
+    ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
+    ``reuse``: an earlier version of the benchmark (directory or URL) whose files with this build's partition
+    fingerprints are taken instead of computed (`pipeline.reuse`)."""
     t0 = time.time()
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -300,6 +307,11 @@ def run_build(
     if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
         root.refuse_non_directory("--out")
     recipe = load_recipe(benchmark)
+    earlier = None
+    if reuse is not None:  # refused (exit 2) before the source is read or anything is written
+        from pipeline.reuse import open_earlier
+
+        earlier = open_earlier(reuse, recipe, endpoint_url=endpoint_url, profile=profile)
     demo = source is None and not any((roots or {}).values())
     src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
                       allow_empty=allow_empty_frames)
@@ -332,7 +344,7 @@ def run_build(
         return _build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
                              progress=progress, owner=owner, groups=groups, encoding=encoding,
-                             benchmark_split=recipe.split if other_split else None)
+                             benchmark_split=recipe.split if other_split else None, earlier=earlier)
 
 
 def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
@@ -340,7 +352,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full",
-                  benchmark_split: str | None = None) -> BuildResult:
+                  benchmark_split: str | None = None, earlier: Any = None) -> BuildResult:
     """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
     source, so the card says the build is not the benchmark's split)."""
     ledger = Ledger(store)
@@ -368,6 +380,10 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
     result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))
+    reused_files: dict[str, list[dict[str, Any]]] = {}
+    if earlier is not None:
+        pending, reused_files = _take_reused(earlier, recipe, src, pending, store, ledger, fingerprint, result,
+                                             encoding, profile)
     result.phases["plan"] = round(time.time() - t0, 3)
     bar = BuildProgress(total=len(frame_ids) * recipe.examples_stored(1), enabled=progress)
     pending_names = {t.name for t in pending}
@@ -381,7 +397,7 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
         try:
             _execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding,
                      raylet=_local_raylet() if started and not address else None, numeric_profile=profile,
-                     pinned_by_env=started and not address)
+                     pinned_by_env=started and not address, reused_files=reused_files)
         finally:
             bar.close()
             result.phases["tasks"] = round(time.time() - t, 3)
@@ -400,6 +416,43 @@ def _build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fing
     finally:
         if stopping is not None:
             stopping.join()
+
+
+def _take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec], store: Store, ledger: Ledger,
+                 fingerprint: str, result: BuildResult, encoding: str,
+                 profile: dict[str, Any]) -> tuple[list[TaskSpec], dict[str, list[dict[str, Any]]]]:
+    """Put the earlier version's files with this build's partition fingerprints in place (verified by sha256) and
+    return (the tasks still to run, reduced to their new partitions; task name → its reused ledger file entries).
+    A task left with nothing to build is recorded done in the ledger here, its files marked ``reused_from``, so a
+    killed run resumes past it like past a built task. Its ledger name stays the full task's name."""
+    from pipeline.reuse import place_files, plan_reuse
+
+    t0 = time.time()
+    plan = plan_reuse(earlier, recipe, src, pending, encoding=encoding, numeric_profile=profile)
+    still, carry = [], {}
+    how: dict[str, int] = {}  # linked / server-side / copied / kept (in place from a killed earlier run)
+    for t in pending:
+        if t.name not in plan.reused:
+            still.append(t)
+            continue
+        files = place_files(plan, t.name, store)
+        for f in files:
+            how[f["placed"]] = how.get(f["placed"], 0) + 1
+        rest = plan.remaining[t.name]
+        if rest is None:
+            ledger.record_done(t.name, {"shard": t.name, "fingerprint": fingerprint, "run_id": "reuse",
+                                        "frames": list(t.frame_ids), "files": files,
+                                        "sources": {fid: plan.identities.get(fid) for fid in t.frame_ids},
+                                        "read_seconds": 0.0, "seconds": 0.0, "cpu_seconds": 0.0,
+                                        "reused_from": earlier.manifest["version"]})
+        else:
+            still.append(rest)
+            carry[t.name] = files
+    result.reused = {"from": earlier.label, "where": redact(earlier.where), "files": plan.files,
+                     "bytes": plan.bytes, "tasks_skipped": len(pending) - len(still), "placed": how,
+                     "seconds": round(time.time() - t0, 3)}
+    result.phases["reuse"] = round(time.time() - t0, 3)
+    return still, carry
 
 
 def _numeric_profile_changed(old_run: dict[str, Any] | None, fingerprint: str, profile: dict[str, Any],
@@ -525,7 +578,7 @@ def _raylet_death(raylet: Any, wait: float = 0.0) -> str | None:
 
 def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,
              encoding: str = "full", raylet: Any = None, numeric_profile: dict[str, Any] | None = None,
-             pinned_by_env: bool = False) -> None:
+             pinned_by_env: bool = False, reused_files: dict[str, list[dict[str, Any]]] | None = None) -> None:
     """Run ``pending`` on Ray, recording each outcome in ``result``.
 
     ``raylet``: the local raylet's process, watched every second. When it dies Ray loses the driver's object
@@ -578,7 +631,8 @@ def _execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner
             while queue and len(in_flight) < max_in_flight:
                 spec = queue.pop(0)
                 in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter,
-                                      owner, encoding, numeric_profile)] = spec
+                                      owner, encoding, numeric_profile,
+                                      (reused_files or {}).get(spec.name))] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         except Exception as e:  # Ray itself is gone: every shard not recorded as done has failed with that cause
             dead = _raylet_death(raylet, 1.0)
@@ -636,7 +690,10 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     files.sort(key=lambda sf: (sf[0], rank.get((sf[1]["corruption"], sf[1]["severity"]), 0)))
     for stem, f in files:
         shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
-                       "shard": stem, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"]})
+                       "shard": stem, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"],
+                       **({"partition_fingerprint": f["partition_fingerprint"]} if "partition_fingerprint" in f
+                          else {}),
+                       **({"reused_from": f["reused_from"]} if "reused_from" in f else {})})
         part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
         part["examples"] += f["rows"]
         part["bytes"] += f["bytes"]
@@ -693,8 +750,14 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
             "frames": frame_digests,
         },
     }
+    reused = [s for s in shards if s.get("reused_from")]
+    if reused:  # provenance only: the files are the ones this version would have computed, byte for byte
+        manifest["reused"] = {"from_versions": sorted({s["reused_from"] for s in reused}), "files": len(reused),
+                              "bytes": sum(s["bytes"] for s in reused)}
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
     card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
+    if reused:
+        card = card.rstrip("\n") + "\n\n" + reuse_card_section(manifest) + "\n"
     t = time.time()
     sheet = _contact_sheet(store, manifest, panels)
     if phases is not None:
@@ -705,6 +768,18 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     manifest["renders"] = _render_entries(store, sheet)
     store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
     return manifest
+
+
+def reuse_card_section(manifest: dict[str, Any]) -> str:
+    """The card's note on files taken from an earlier version (`run --reuse`): which, from which version."""
+    r = manifest["reused"]
+    parts = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest["shards"] if s.get("reused_from")})
+    built = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest["shards"] if not s.get("reused_from")})
+    return (f"## Reused partitions\n\n{r['files']} of {len(manifest['shards'])} files "
+            f"({r['bytes'] / 1e6:.1f} MB) were taken unchanged from version {', '.join(r['from_versions'])} of "
+            f"{manifest['dataset']}: their partition fingerprints (stage, version, parameters, seed, source, "
+            f"writer) are equal, so their bytes are identical (each checked against that version's sha256). "
+            f"Reused partitions: {', '.join(parts)}. Computed for this version: {', '.join(built) or 'none'}.")
 
 
 def _render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -90,6 +90,10 @@ def run(
     encoding: Annotated[str, typer.Option(
         help="full, or compact: corrupted examples as references into the clean scan + changed rows (smaller; "
              "bench-build's reader, loaders and export materialise them)")] = "full",
+    reuse: Annotated[str | None, typer.Option(
+        help="An earlier version of this benchmark (its directory or URL): partitions whose fingerprint is "
+             "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built")
+    ] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
@@ -112,7 +116,7 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames, encoding=encoding)
+                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise _fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
@@ -131,6 +135,12 @@ def run(
     shard_failures = [k for k in result.failures if k != "manifest.json"]
     console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
                   f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
+    # --- reuse (issue 36) ---
+    if result.reused is not None:
+        console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
+                      f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
+                      highlight=False)
+    # --- end reuse ---
     if result.failures:
         for shard, err in sorted(result.failures.items()):
             console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
@@ -279,6 +289,9 @@ def publish(
     out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {len(r.transferred)} files "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
                       f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
+    if r.copied:  # --- reuse (issue 36) ---
+        out_console.print(f"copied {len(r.copied)} unchanged files ({r.copied_bytes / 1e6:.1f} MB) store-side from "
+                          "other published versions (not uploaded)", highlight=False)
 
 
 @app.command()
@@ -859,6 +872,45 @@ def s3_local(
     if died is not None:
         raise _fail(f"the store exited by itself (code {died}); see {server.data_dir / 'weed.log'}", code=1)
     console.print("local S3 store stopped; its data stays in " + str(server.data_dir), highlight=False)
+
+
+
+# --- diff (issue 36): kept to one delimited block ---
+@app.command()
+def diff(
+    version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],
+    version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Which partitions of two versions changed, which are identical or were reused, and which parameters differ."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from manifests.manifest import ManifestError
+    from pipeline.reuse import diff_versions, read_version_manifest
+    from pipeline.storage import StorageError
+
+    try:
+        a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)
+        b = read_version_manifest(version_b, endpoint_url=endpoint_url, profile=profile)
+    except (FileNotFoundError, ManifestError, StorageError, ValueError) as e:
+        raise _fail(e) from None
+    rows = diff_versions(a, b)
+    table = Table(title=f"{a['dataset']} {a['version']} → {b['dataset']} {b['version']}")
+    for col in ("partition", "status", "files same", "MB", "what differs"):
+        table.add_column(col, justify="right" if col in ("files same", "MB") else "left")
+    colour = {"changed": "yellow", "added": "green", "removed": "red"}
+    for r in rows:
+        status = f"[{colour[r['status']]}]{r['status']}[/]" if r["status"] in colour else r["status"]
+        table.add_row(escape(r["partition"]), status, f"{r['same_files']}/{r['files']}", f"{r['bytes'] / 1e6:.1f}",
+                      escape(r["differs"]))
+    out_console.print(table)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + " partitions", highlight=False)
+# --- end diff ---
 
 
 if __name__ == "__main__":

@@ -115,7 +115,9 @@ def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str
         columns=["frame_id", "points"])
     clean = dict(zip(clean_table["frame_id"].to_pylist(), decode_points(clean_table["points"], writable=False),
                      strict=True))
-    schema = schema_with_metadata({**meta, "encoding": "full"})
+    # the partition fingerprint stood for the compact bytes: a rewritten file claims none (never reused as one)
+    schema = schema_with_metadata({**{k: v for k, v in meta.items() if k != "partition_fingerprint"},
+                                   "encoding": "full"})
 
     def batches():
         first = 0

@@ -23,7 +23,12 @@ publishes never mix):
    refused, having written nothing. (Checked under the lease, a publish that lost the race can never
    write into a committed version.)
 3. Upload every shard (and listed render) not already there with the same size and sha256 (recorded as object metadata,
-   so the check is a HEAD): local hash first (a file that no longer matches its manifest is never
+   so the check is a HEAD). A file that another committed version of the dataset lists with the same sha256 and
+   size (a partition a recipe change did not touch: `run --reuse`, `pipeline.reuse`) is copied from there on the
+   store (S3 CopyObject: no byte uploaded; a hard link for a local ``--to``), its stored sha256 checked first.
+   Each version stays self-contained: its prefix holds every file it lists, so reads, `verify` and `pull`
+   never need another version, and deleting an old version never breaks a newer one. Otherwise: local hash
+   first (a file that no longer matches its manifest is never
    uploaded), then one PUT — multipart above 64 MB — that makes the object appear whole.
 4. Delete anything else under the (uncommitted) version prefix — leftovers of an interrupted publish
    of other content — so the committed prefix holds exactly the manifest's files plus the card.
@@ -117,6 +122,9 @@ class TransferReport:
     transferred_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # already there with the same size and sha256
     skipped_bytes: int = 0
+    # publish: byte-identical files of another published version of the dataset, copied store-side (no upload)
+    copied: list[str] = field(default_factory=list)
+    copied_bytes: int = 0
     problems: list[str] = field(default_factory=list)
     renders: list[str] = field(default_factory=list)  # listed renders uploaded / downloaded or already there
     notes: list[str] = field(default_factory=list)  # one line each, for the user (e.g. an old build's renders)
@@ -206,7 +214,8 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
                 raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: "
                                     "published versions are immutable; bump the recipe's version to publish a new "
                                     "one")
-            _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress)
+            _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
+                               elsewhere=_published_files(root, version))
     except VersionLocked as e:
         raise PublishConflict(f"a concurrent publish of {dest.url} holds its lease: {e}; if it is dead, "
                               "wait for the lease to expire (2 min) or re-run with --takeover") from None
@@ -244,8 +253,11 @@ def _listed_renders(manifest: dict[str, Any], where: str, report: TransferReport
 
 
 def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, Any], manifest_sha: str,
-                       report: TransferReport, jobs: int, progress: bool) -> None:
-    """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest."""
+                       report: TransferReport, jobs: int, progress: bool,
+                       elsewhere: dict[tuple[str, int], tuple[Store, str]] | None = None) -> None:
+    """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest. ``elsewhere``:
+    `_published_files` of the dataset, copied store-side instead of uploaded."""
+    elsewhere = elsewhere or {}
     dataset, version = manifest["dataset"], manifest["version"]
     shards = sorted(manifest["shards"], key=lambda s: s["path"])
     renders = _listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "published")
@@ -253,11 +265,19 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
     bar = TransferProgress(sum(s["bytes"] for s in files), f"upload {dataset} {version}", enabled=progress)
     try:
         def upload(entry: dict[str, Any]) -> str | None:
-            """"skipped" / "transferred", or None after recording a problem."""
+            """"skipped" / "copied" / "transferred", or None after recording a problem."""
             rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
             if _remote_matches(dest, rel, size, sha):
                 bar.skip(size)
                 return "skipped"
+            other = elsewhere.get((sha, size))
+            if other is not None:
+                try:
+                    dest.copy_from(other[0], other[1], rel, sha256=sha)
+                    bar.skip(size)
+                    return "copied"
+                except (StorageError, OSError):  # gone, or not what its manifest says: upload ours instead
+                    pass
             if src.is_local:
                 local = src.path(rel)  # type: ignore[attr-defined]
                 if not local.is_file():
@@ -285,7 +305,7 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
         bar.close()
     for entry, how in zip(shards, done[:len(shards)], strict=True):
         if how is not None:
-            (report.skipped if how == "skipped" else report.transferred).append(entry["path"])
+            {"skipped": report.skipped, "copied": report.copied}.get(how, report.transferred).append(entry["path"])
     report.renders = [e["path"] for e, how in zip(renders, done[len(shards):], strict=True) if how is not None]
     _tally(report, manifest["shards"])
     if report.problems:
@@ -317,6 +337,29 @@ def _tally(report: TransferReport, shards: list[dict[str, Any]]) -> None:
     size = {s["path"]: s["bytes"] for s in shards}
     report.transferred_bytes = sum(size[p] for p in report.transferred)
     report.skipped_bytes = sum(size[p] for p in report.skipped)
+    report.copied_bytes = sum(size[p] for p in report.copied)
+
+
+def _published_files(root: Store, version: str) -> dict[tuple[str, int], tuple[Store, str]]:
+    """(sha256, bytes) → (version store, path) of every file the other committed versions of the dataset at
+    ``root`` list. Only committed versions (a manifest that parses and passes `check_manifest`): an uncommitted
+    prefix's files may still change or be deleted."""
+    out: dict[tuple[str, int], tuple[Store, str]] = {}
+    for name in root.list_dirs():
+        if name.startswith(("_", ".")) or name == version:
+            continue
+        store = root.child(name)
+        got = store.get(MANIFEST_NAME)
+        if got is None:
+            continue
+        try:
+            m = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+            check_manifest(m, store.key_url(MANIFEST_NAME))
+        except ManifestError:
+            continue
+        for e in [*m.get("shards", []), *(m.get("renders") or [])]:
+            out.setdefault((e["sha256"], e["bytes"]), (store, e["path"]))
+    return out
 
 
 def _remote_matches_head(dest: Store, entry: dict[str, Any]) -> bool:
@@ -618,7 +661,8 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
             if e["corruption"] != CLEAN and (e.get("shard") in clean_of):
                 size, sha = materialize_file(local_path(dest, e["path"]),
                                              local_path(dest, clean_of[e["shard"]]["path"]))
-                e = {**e, "bytes": size, "sha256": sha}
+                # other bytes than the partition's fingerprint stands for: never offered for reuse
+                e = {**{k: v for k, v in e.items() if k != "partition_fingerprint"}, "bytes": size, "sha256": sha}
             rewritten.append(e)
         shards = rewritten
     card = src.get(CARD)

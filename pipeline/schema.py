@@ -40,8 +40,10 @@ A null value means "not known for this example". Box convention (``gt_boxes_lida
 sources with tracks/velocities; all of these are null when the source has no such field.
 
 File metadata key ``bench_build`` holds JSON: schema version, point fields, intensity scale, optional
-columns, benchmark, version, recipe fingerprint, shard name, corruption, severity, stage, stage version
-and the stage parameters of that severity (the same per-partition table is in the manifest and card).
+columns, encoding, benchmark, shard name, corruption, severity, stage, stage version, the stage parameters of
+that severity (the same per-partition table is in the manifest and card) and the partition fingerprint
+(`pipeline.shard.partition_fingerprint`). Not the version nor the whole build's fingerprint: a partition a new
+version did not change is then the same file, byte for byte, and can be shared (`pipeline.reuse`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from manifests.manifest import config_name, partition_dir
 from manifests.recipe import Recipe, _jsonable
-from pipeline.ledger import Ledger, frame_identity
+from pipeline.ledger import Ledger, frame_identity, identity_digest
 from pipeline.plan import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
 from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
 from pipeline.sources.base import Source, SourceError
@@ -89,6 +89,44 @@ def partition_table(recipe: Recipe) -> dict[str, dict[str, Any]]:
     parts = [(CLEAN, 0)] + [(c.name, s) for c in recipe.corruptions for s in range(1, recipe.severities + 1)]
     return {f"{c}/{s}": {**partition_meta(recipe, c, s), "path": partition_dir(c, s), "config": config_name(c, s)}
             for c, s in parts}
+
+
+def numeric_identity(profile: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fields of a numeric profile that decide computed bytes (those `profile_differences` compares)."""
+    if profile is None:
+        return None
+    from pipeline.numeric import COMPARED
+
+    return {k: profile.get(k) for k in COMPARED}
+
+
+def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block: str, frame_ids: Sequence[str],
+                          frame_digests: Sequence[str | None], *, columns: Sequence[str], encoding: str,
+                          numeric: dict[str, Any] | None) -> str:
+    """sha256 of everything that decides the bytes of one partition file (one block of one corruption × severity).
+
+    Two files with equal partition fingerprints are byte-identical, whatever version of the benchmark they belong
+    to: that is what lets a new version reuse an earlier version's files (`pipeline.reuse`). In it: what each
+    example's key and RNG derive from (benchmark name, seed), the source (kind, split, options, preprocess, the
+    block's frame ids and each frame's content digest), the partition (stage, stage version, that severity's
+    parameters), the block's name (it is in the footer), the file schema (optional columns, which other stages
+    of the recipe can add), the writer (Parquet options, row-group size, encoding, schema version) and the numeric
+    profile's compared fields. Not in it: the version, the other corruptions' parameters, the build fingerprint."""
+    import hashlib
+    import json
+
+    from pipeline.schema import SCHEMA_VERSION
+
+    canonical = recipe.canonical()
+    payload = {
+        "benchmark": recipe.name, "seed": recipe.seed, "source": recipe.source, "split": recipe.split,
+        "source_options": canonical.get("source_options"), "preprocess": canonical.get("preprocess"),
+        "partition": partition_meta(recipe, corruption, severity), "block": block,
+        "frames": list(frame_ids), "frame_digests": list(frame_digests), "columns": list(columns),
+        "encoding": encoding, "parquet": parquet_format(), "schema_version": SCHEMA_VERSION, "numeric": numeric,
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _write_parquet(path: Path, schema, batches) -> int:
@@ -213,7 +251,8 @@ def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Fra
 def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
                 before_commit: Callable[[], bool] | None = None, encoding: str = "full",
-                panels: dict | None = None) -> dict[str, Any]:
+                panels: dict | None = None, numeric_profile: dict[str, Any] | None = None,
+                reused_files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Build and record one shard; return its ledger entry. Raises ShardFailed on bad input or a stage error.
 
     ``root`` is the version directory: a path, a URL, or a `StoreSpec` (how Ray workers get an S3 root).
@@ -223,7 +262,10 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     task lost the version's writer lock) fails the shard instead of recording it. ``encoding="compact"``
     stores corrupted examples as references into the clean scan (pipeline/compact.py). ``panels``: if given
     and this is the first block, filled with the contact-sheet panels of its first frame ((corruption,
-    severity) → `pipeline.render.Panel`), painted from memory so the driver need not read the files back."""
+    severity) → `pipeline.render.Panel`), painted from memory so the driver need not read the files back.
+    ``numeric_profile``: the build's (`pipeline.numeric.build_profile`), part of each partition's fingerprint.
+    ``reused_files``: ledger file entries of the task's partitions that `run --reuse` already put in place (the
+    spec then holds only the others); recorded with the built ones, so the ledger entry covers the whole task."""
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -243,7 +285,8 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     try:
         try:
             return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file,
-                                (t0, cpu0), read_seconds, sources, before_commit, encoding, panels)
+                                (t0, cpu0), read_seconds, sources, before_commit, encoding, panels,
+                                numeric_identity(numeric_profile), reused_files)
         finally:  # a task that failed mid-way drops its queued uploads and waits for the running one
             store.end_background_uploads()
     except ShardFailed:
@@ -257,19 +300,26 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                  run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: tuple[float, float],
                  read_seconds: float, sources: dict[str, Any],
                  before_commit: Callable[[], bool] | None = None, encoding: str = "full",
-                 panels: dict | None = None) -> dict[str, Any]:
+                 panels: dict | None = None, numeric: dict[str, Any] | None = None,
+                 reused_files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     fields = frames[0].fields if frames else source.fields
     paint = _SheetPainter(frames[0], panels) if panels is not None and frames and _block_index(spec) == 0 else None
+    columns = build_columns(recipe, source)
+    # no version and no build fingerprint in the footer (format change of 0.x): a file's bytes depend only on its
+    # partition, so a later version whose partition is unchanged has the identical file and can reuse it
     base_meta = {
-        "benchmark": recipe.name, "version": recipe.version, "fingerprint": fingerprint, "shard": spec.file_stem,
+        "benchmark": recipe.name, "shard": spec.file_stem,
         "fields": list(fields), "intensity_scale": frames[0].intensity_scale if frames else source.intensity_scale,
-        "columns": list(build_columns(recipe, source)), "encoding": encoding,
+        "columns": list(columns), "encoding": encoding,
     }
+    digests = [identity_digest(sources.get(fid)) for fid in spec.frame_ids]
     files = []
     uploads = store.background_uploads()  # object storage: file k uploads while file k+1 is computed
     for corruption, severity, rel in spec.partitions(recipe):
         t = time.perf_counter()
-        meta = {**base_meta, **partition_meta(recipe, corruption, severity)}
+        pfp = partition_fingerprint(recipe, corruption, severity, spec.file_stem, spec.frame_ids, digests,
+                                    columns=columns, encoding=encoding, numeric=numeric)
+        meta = {**base_meta, **partition_meta(recipe, corruption, severity), "partition_fingerprint": pfp}
         if corruption == CLEAN:
 
             def examples(corruption=corruption):
@@ -299,12 +349,13 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
             e.bench_build_key = store.key_url(rel)  # type: ignore[attr-defined]  # the file, not its temp name
             raise
         files.append({"path": rel, "corruption": corruption, "severity": severity, "rows": rows,
-                      "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4)})
+                      "bytes": size, "sha256": sha256, "seconds": round(time.perf_counter() - t, 4),
+                      "partition_fingerprint": pfp})
         if on_file is not None:
             on_file(rows)
     uploads.finish()  # every file is in place before the ledger says so (raises the first failed upload)
     entry = {"shard": spec.name, "fingerprint": fingerprint, "run_id": run_id, "frames": list(spec.frame_ids),
-             "files": files, "sources": sources, "read_seconds": round(read_seconds, 4),
+             "files": [*(reused_files or []), *files], "sources": sources, "read_seconds": round(read_seconds, 4),
              "seconds": round(time.perf_counter() - t0[0], 4), "pid": os.getpid(),
              # CPU time of the worker process for this task (all its threads): what `bench` extrapolates from
              "cpu_seconds": round(time.process_time() - t0[1], 4),

@@ -375,6 +375,21 @@ class Store:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+        """Make ``key`` a copy of ``src``'s ``src_key``, whose content must have ``sha256`` (hex); return how
+        ("linked", "server-side" or "copied"). Streamed through this machine here (hashed on the way, so a
+        source whose bytes are not ``sha256`` is refused and nothing is written); stores override it with a
+        hard link or a server-side copy where both sides allow one."""
+        with self.staged_file(key) as staged, open(staged.path, "wb") as f:
+            h = hashlib.sha256()
+            for chunk in src.iter_chunks(src_key):
+                h.update(chunk)
+                f.write(chunk)
+            if h.hexdigest() != sha256:
+                raise StorageError(f"{src.key_url(src_key)}: sha256 {h.hexdigest()} is not the {sha256} its "
+                                   "manifest lists; rebuild without reusing it")
+        return "copied"
+
     @contextlib.contextmanager
     def writer_lock(self, purpose: str, *, force: bool = False) -> Iterator[dict[str, Any]]:
         """Hold this root's exclusive writer lock for the block (yields the holder record: host, pid, id …);
@@ -632,6 +647,30 @@ class LocalStore(Store):
     def upload_file(self, local: str | Path, key: str, *, sha256: str | None = None,
                     progress: Progress | None = None) -> None:
         self._copy(Path(local), self.path(key), progress)
+
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+        """A hard link when both are local (same filesystem): no bytes written. Published and built files are
+        never modified in place (every writer replaces a file by rename), so a link shares bytes, not fate:
+        deleting the other version's directory leaves this one whole. Else (another filesystem, S3) a copy."""
+        if not isinstance(src, LocalStore):
+            return super().copy_from(src, src_key, key, sha256=sha256)
+        source, dst = src.path(src_key), self.path(key)
+        if sha256_file(source) != sha256:
+            raise StorageError(f"{source}: sha256 is not the {sha256} its manifest lists; rebuild without "
+                               "reusing it")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(self._temp(dst))  # a dead-temp-style name (owner tagged), freed for the link to take it
+        tmp.unlink()
+        try:
+            os.link(source, tmp)
+        except OSError:  # another filesystem, or links not allowed: copy
+            tmp.unlink(missing_ok=True)
+            return super().copy_from(src, src_key, key, sha256=sha256)
+        try:
+            os.replace(tmp, dst)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return "linked"
 
     def download_file(self, key: str, local: str | Path, *, progress: Progress | None = None) -> None:
         src = self.path(key)
@@ -1015,6 +1054,27 @@ class S3Store(Store):
             with self._calls(prefix, "delete"):
                 self.client.delete_objects(Bucket=self.bucket, Delete={
                     "Objects": [{"Key": self._k(k)} for k in keys[i:i + 1000]], "Quiet": True})
+
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+        """A server-side copy when ``src`` is on the same S3 endpoint (no byte crosses this machine; multipart
+        copy above 5 GB), else streamed. The source is checked first against ``sha256`` by its stored checksum
+        metadata (set by every bench-build upload, which the store verified on PUT) and size; an object
+        without that metadata is streamed and hashed instead."""
+        if not (isinstance(src, S3Store) and src.endpoint_url == self.endpoint_url):
+            return super().copy_from(src, src_key, key, sha256=sha256)
+        info = src.head(src_key)
+        if info is None:
+            raise NotFound(f"{src.key_url(src_key)}: not found")
+        if info.sha256 is None:
+            return super().copy_from(src, src_key, key, sha256=sha256)
+        if info.sha256 != sha256:
+            raise StorageError(f"{src.key_url(src_key)}: stored sha256 {info.sha256} is not the {sha256} its "
+                               "manifest lists")
+        with self._calls(key, "copy"):
+            self.client.copy({"Bucket": src.bucket, "Key": src._k(src_key)}, self.bucket, self._k(key),
+                             ExtraArgs={"Metadata": {SHA256_META: sha256}, "MetadataDirective": "REPLACE"},
+                             Config=self._transfer_config())
+        return "server-side"
 
     @contextlib.contextmanager
     def staged_file(self, key: str) -> Iterator[StagedFile]:

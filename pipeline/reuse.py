@@ -1,0 +1,188 @@
+"""Reusing an earlier version's unchanged partition files (`bench-build run --reuse`, publish, `diff`).
+
+A partition file's bytes are a function of its partition fingerprint (`pipeline.shard.partition_fingerprint`:
+stage, stage version, that severity's parameters, seed, source frames and their content, block, schema,
+writer options, numeric profile — not the version). A new version of a benchmark whose recipe changed one
+corruption has the same fingerprints for every other partition, so `run --reuse EARLIER` takes those files
+from the earlier version (verified against the earlier manifest's sha256) and computes only the new ones.
+
+Model: every version is self-contained. A reused file is a hard link (local), a server-side copy (same S3
+endpoint) or a streamed copy into the new version's own directory; nothing refers to another version's
+directory, so readers, `verify` and `pull` need no other version, and deleting an old version never breaks a
+newer one. The ledger records reused files like built ones (with ``reused_from``), so a killed reuse build
+resumes like any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from manifests.manifest import MANIFEST_NAME, parse_manifest
+from manifests.recipe import Recipe
+from pipeline.ledger import frame_identity, identity_digest
+from pipeline.numeric import build_profile
+from pipeline.plan import TaskSpec
+from pipeline.shard import build_columns, numeric_identity, partition_fingerprint
+from pipeline.storage import LocalStore, Store, open_store
+
+
+class ReuseRefused(ValueError):
+    """``--reuse`` names something that cannot be reused from (refused before any work: exit 2)."""
+
+
+@dataclass
+class EarlierVersion:
+    store: Store
+    manifest: dict[str, Any]
+    where: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.manifest['dataset']} {self.manifest['version']}"
+
+    def by_fingerprint(self) -> dict[str, dict[str, Any]]:
+        return {s["partition_fingerprint"]: s for s in self.manifest["shards"] if s.get("partition_fingerprint")}
+
+
+def open_earlier(where: str | Path, recipe: Recipe, *, endpoint_url: str | None = None,
+                 profile: str | None = None) -> EarlierVersion:
+    """The earlier version ``where`` (a version directory or URL) of ``recipe``'s benchmark, checked."""
+    store = open_store(where, endpoint_url=endpoint_url, profile=profile)
+    got = store.get(MANIFEST_NAME)
+    if got is None:
+        raise ReuseRefused(f"--reuse {where}: no {MANIFEST_NAME} there; name a finished version directory "
+                           "(OUT/<benchmark>/<version>) or its URL")
+    manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    if manifest.get("dataset") != recipe.name:
+        raise ReuseRefused(f"--reuse {where}: it is {manifest.get('dataset')!r}, not {recipe.name!r}; only "
+                           "versions of the same benchmark share partitions")
+    if manifest.get("version") == recipe.version:
+        raise ReuseRefused(f"--reuse {where}: it is version {recipe.version} itself; name an earlier version")
+    if not any(s.get("partition_fingerprint") for s in manifest.get("shards", [])):
+        raise ReuseRefused(f"--reuse {where}: its manifest records no partition fingerprints (built by an older "
+                           "bench-build); rebuild it, or build this version without --reuse")
+    return EarlierVersion(store, manifest, str(where))
+
+
+@dataclass
+class ReusePlan:
+    """Per task: the earlier files to take (ledger file entries) and the task reduced to what remains to build."""
+
+    earlier: EarlierVersion
+    reused: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task name → file entries
+    identities: dict[str, Any] = field(default_factory=dict)  # frame id → frame_identity
+    remaining: dict[str, TaskSpec | None] = field(default_factory=dict)  # task name → reduced task (None: none)
+
+    @property
+    def files(self) -> int:
+        return sum(len(v) for v in self.reused.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(f["bytes"] for v in self.reused.values() for f in v)
+
+
+def plan_reuse(earlier: EarlierVersion, recipe: Recipe, src: Any, tasks: list[TaskSpec], *,
+               encoding: str, numeric_profile: dict[str, Any] | None = None) -> ReusePlan:
+    """Which files of ``tasks`` the earlier version already has: same partition fingerprint. Reads every frame's
+    source files once (their sha256 is part of the fingerprint), as the workers would."""
+    plan = ReusePlan(earlier)
+    have = earlier.by_fingerprint()
+    columns = build_columns(recipe, src)
+    numeric = numeric_identity(numeric_profile if numeric_profile is not None else build_profile())
+    digests: dict[str, str | None] = {}
+    for t in tasks:
+        for fid in t.frame_ids:
+            if fid not in digests:
+                plan.identities[fid] = frame_identity(src, fid)
+                digests[fid] = identity_digest(plan.identities[fid])
+        take, keep = [], []
+        for c, s, rel in t.partitions(recipe):
+            fp = partition_fingerprint(recipe, c, s, t.file_stem, t.frame_ids, [digests[f] for f in t.frame_ids],
+                                       columns=columns, encoding=encoding, numeric=numeric)
+            old = have.get(fp)
+            if old is not None and old["path"] == rel:
+                take.append({"path": rel, "corruption": c, "severity": s, "rows": old["rows"],
+                             "bytes": old["bytes"], "sha256": old["sha256"], "seconds": 0.0,
+                             "partition_fingerprint": fp, "reused_from": earlier.manifest["version"]})
+            else:
+                keep.append((c, s))
+        if take:
+            plan.reused[t.name] = take
+            plan.remaining[t.name] = replace(t, parts=tuple(keep)) if keep else None
+    return plan
+
+
+def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str, Any]]:
+    """Copy (link / server-side copy) the task's reused files into ``store``, each verified against the earlier
+    manifest's sha256; a file already in place with the right size is kept (a resumed run)."""
+    out = []
+    for f in plan.reused.get(task_name, []):
+        info = store.head(f["path"])
+        how = "kept"
+        if info is None or info.size != f["bytes"] or (isinstance(store, LocalStore)
+                                                        and store.sha256(f["path"]) != f["sha256"]):
+            how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
+        out.append({**f, "placed": how})
+    return out
+
+
+def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
+                          profile: str | None = None) -> dict[str, Any]:
+    """The manifest of the version at ``where`` (a directory or URL); FileNotFoundError naming it if none."""
+    store = open_store(where, endpoint_url=endpoint_url, profile=profile)
+    got = store.get(MANIFEST_NAME)
+    if got is None:
+        raise FileNotFoundError(f"{store.key_url(MANIFEST_NAME)}: no manifest; name a finished version directory "
+                                "(OUT/<benchmark>/<version>) or its URL")
+    return parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+
+
+def _param_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    if a is None or b is None:
+        return ""
+    out = []
+    if a.get("stage") != b.get("stage"):
+        out.append(f"stage {a.get('stage')} → {b.get('stage')}")
+    if a.get("stage_version") != b.get("stage_version"):
+        out.append(f"stage_version {a.get('stage_version')} → {b.get('stage_version')}")
+    pa_, pb = a.get("params") or {}, b.get("params") or {}
+    out += [f"{k} {pa_.get(k)} → {pb.get(k)}" for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
+    return "; ".join(out)
+
+
+def diff_versions(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per partition (``corruption/severity``) of two manifests: status, files, bytes and what differs.
+
+    status: ``identical`` (every file of the partition has the same path and sha256 in both), ``reused`` (identical,
+    and B took the files from A with `run --reuse`), ``changed``, ``added`` (only in B), ``removed`` (only in A).
+    Files are compared by sha256, never by name or date: two independent builds of unchanged partitions are
+    ``identical`` too."""
+    def files(m: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for s in m.get("shards", []):
+            out.setdefault(f"{s['corruption']}/{s['severity']}", {})[s["path"]] = s
+        return out
+
+    fa, fb = files(a), files(b)
+    pa_, pb = a.get("partitions") or {}, b.get("partitions") or {}
+    order = list(pb) + [k for k in pa_ if k not in pb]
+    order += [k for k in [*fb, *fa] if k not in order]
+    rows = []
+    for key in dict.fromkeys(order):
+        xa, xb = fa.get(key, {}), fb.get(key, {})
+        if not xa:
+            status = "added"
+        elif not xb:
+            status = "removed"
+        elif set(xa) == set(xb) and all(xa[p]["sha256"] == xb[p]["sha256"] for p in xa):
+            status = "reused" if all(xb[p].get("reused_from") == a.get("version") for p in xb) else "identical"
+        else:
+            status = "changed"
+        same = sum(1 for p in xb if p in xa and xa[p]["sha256"] == xb[p]["sha256"])
+        rows.append({"partition": key, "status": status, "files": len(xb), "same_files": same,
+                     "bytes": sum(s["bytes"] for s in xb.values()),
+                     "differs": _param_changes(pa_.get(key), pb.get(key))})
+    return rows

@@ -1,0 +1,145 @@
+"""Versions that share unchanged partitions (issue 36): partition fingerprints, `run --reuse`, publish's
+store-side copies and `diff`, on the small recipe against the session's `mini_build` (mini-c 0.1.0)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from manifests.manifest import read_manifest, verify_version
+from pipeline.build import TEST_KILL_ENV, run_build
+from pipeline.cli import app
+from pipeline.publish import publish_version, pull_version, verify_remote
+from pipeline.schema import file_metadata
+from tests.conftest import SMALL_RECIPE
+
+runner = CliRunner()
+CHANGED = "gaussian_rad/1"  # the one partition whose parameter the new version changes (0.04 → 0.05)
+
+
+def _v2_recipe(path: Path) -> Path:
+    path.write_text(SMALL_RECIPE.replace('version = "0.1.0"', 'version = "0.2.0"')
+                    .replace("0.04, 0.06", "0.05, 0.06"))
+    return path
+
+
+def _files(version_dir: Path) -> dict[str, str]:
+    return {p.relative_to(version_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((version_dir / "data").rglob("*.parquet"))}
+
+
+def _partition(path: str) -> str:
+    c, s = path.split("/")[1:3]
+    return f"{c.split('=')[1]}/{s.split('=')[1]}"
+
+
+@pytest.fixture(scope="module")
+def v2(tmp_path_factory, mini_build, demo_kitti_master) -> dict[str, Path]:
+    """mini-c 0.2.0 built from scratch ("fresh") and with --reuse of 0.1.0 ("reused"); the reuse build is killed
+    once (one task's worker dies on every attempt) and resumed, as a user would."""
+    tmp = tmp_path_factory.mktemp("v2")
+    recipe = _v2_recipe(tmp / "mini-c.toml")
+    common = dict(source=str(demo_kitti_master), workers=2, max_frames=4, frames_per_shard=2, progress=False)
+    fresh = run_build(str(recipe), out=tmp / "fresh", **common)
+    assert fresh.ok
+    os.environ[TEST_KILL_ENV] = "before-record:part-00001-of-00002"
+    try:
+        killed = run_build(str(recipe), out=tmp / "reused", reuse=str(mini_build), **common)
+    finally:
+        del os.environ[TEST_KILL_ENV]
+    assert not killed.ok and list(killed.failures) == ["part-00001-of-00002"]
+    assert killed.reused is not None and killed.reused["files"] == 40
+    assert killed.reused["placed"] == {"linked": 40}  # same filesystem: hard links, no second copy
+    args = ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp / "reused"), "--workers", "2",
+            "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(mini_build)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    return {"fresh": Path(fresh.version_dir), "reused": tmp / "reused" / "mini-c" / "0.2.0", "output": out.output,
+            "v1": Path(mini_build)}
+
+
+def test_equal_partition_fingerprints_mean_byte_identical_files(v2):
+    """An independent build of the new version: every partition but the changed one is byte-identical to 0.1.0's,
+    and the fingerprints say so before any byte is compared."""
+    v1, fresh = _files(v2["v1"]), _files(v2["fresh"])
+    assert set(v1) == set(fresh)
+    changed = {_partition(p) for p in v1 if v1[p] != fresh[p]}
+    assert changed == {CHANGED}
+    fp1 = {s["path"]: s["partition_fingerprint"] for s in read_manifest(v2["v1"])["shards"]}
+    fp2 = {s["path"]: s["partition_fingerprint"] for s in read_manifest(v2["fresh"])["shards"]}
+    assert {p for p in fp1 if fp1[p] != fp2[p]} == {p for p in v1 if v1[p] != fresh[p]}
+    # the footer names the partition, not the version: nothing version-specific is in a file
+    import pyarrow.parquet as pq
+
+    some = next(iter(fp2))
+    meta = file_metadata(pq.read_schema(v2["fresh"] / some))
+    assert meta["partition_fingerprint"] == fp2[some] and "version" not in meta and "fingerprint" not in meta
+
+
+def test_reuse_build_computes_only_the_changed_partition_and_matches_a_fresh_build(v2):
+    reused_dir = v2["reused"]
+    assert _files(reused_dir) == _files(v2["fresh"])  # byte for byte what a build from scratch writes
+    assert verify_version(reused_dir).ok
+    ledger = [json.loads(p.read_text()) for p in sorted((reused_dir / "_ledger" / "shards").glob("*.json"))]
+    built = {_partition(f["path"]) for e in ledger for f in e["files"] if "reused_from" not in f}
+    taken = {_partition(f["path"]) for e in ledger for f in e["files"] if f.get("reused_from") == "0.1.0"}
+    assert built == {CHANGED} and CHANGED not in taken and len(taken) == 20
+    # local reuse is a hard link into the new version's own directory: no second copy of the bytes
+    clean = reused_dir / "data/corruption=clean/severity=0/part-00000-of-00002.parquet"
+    assert clean.stat().st_ino == (v2["v1"] / clean.relative_to(reused_dir)).stat().st_ino
+    m = read_manifest(reused_dir)
+    assert m["reused"] == {"from_versions": ["0.1.0"], "files": 40,
+                           "bytes": sum(s["bytes"] for s in m["shards"] if _partition(s["path"]) != CHANGED)}
+    card = (reused_dir / "README.md").read_text()
+    assert "## Reused partitions" in card and f"Computed for this version: {CHANGED}." in card
+    # the resumed run: one task was done before the kill, the other reused its earlier-placed files again
+    assert "1 already done" in v2["output"] and "reused 20 files" in v2["output"]
+
+
+def test_diff_names_the_changed_partition_and_its_parameter(v2):
+    out = runner.invoke(app, ["diff", str(v2["v1"]), str(v2["reused"])])
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.output.splitlines() if CHANGED in ln)
+    assert "changed" in line and "sigma 0.04 → 0.05" in line
+    assert "1 changed, 20 reused partitions" in out.output
+    out = runner.invoke(app, ["diff", str(v2["v1"]), str(v2["fresh"])])
+    assert "1 changed, 20 identical partitions" in out.output
+
+
+def test_reuse_of_another_benchmark_or_a_missing_version_is_refused_before_any_work(v2, tmp_path):
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    for where, says in ((tmp_path / "nothing", "no manifest.json there"), (v2["fresh"], "is version 0.2.0 itself")):
+        out = runner.invoke(app, ["run", str(recipe), "--out", str(tmp_path / "o"), "--reuse", str(where)])
+        assert out.exit_code == 2 and says in out.output, out.output
+        assert not (tmp_path / "o").exists()
+
+
+def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path,
+                                                                                 demo_kitti_master):
+    first = publish_version(v2["v1"], s3prefix, progress=False)
+    assert first.ok and not first.copied
+    second = publish_version(v2["reused"], s3prefix, progress=False)
+    assert second.ok and len(second.transferred) == 2 and len(second.copied) == 40
+    assert second.transferred_bytes < 0.1 * first.transferred_bytes
+    for version in ("0.1.0", "0.2.0"):
+        assert verify_remote(f"{s3prefix}/mini-c/{version}", progress=False).ok
+        got = pull_version(f"{s3prefix}/mini-c", tmp_path / "p", version=version, progress=False)
+        assert got.ok and verify_version(tmp_path / "p" / "mini-c" / version).ok
+    # a build on object storage reusing the published 0.1.0: server-side copies, the same bytes as a fresh build
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    on_s3 = run_build(str(recipe), source=str(demo_kitti_master), out=f"{s3prefix}/builds", workers=2, max_frames=4,
+                      frames_per_shard=2, progress=False, reuse=f"{s3prefix}/mini-c/0.1.0")
+    assert on_s3.ok and on_s3.reused["placed"] == {"server-side": 40}
+    assert {s["path"]: s["sha256"] for s in on_s3.manifest["shards"]} == \
+        {s["path"]: s["sha256"] for s in read_manifest(v2["fresh"])["shards"]}
+    assert verify_remote(f"{s3prefix}/builds/mini-c/0.2.0", progress=False).ok
+    # every version is self-contained: deleting the old one leaves the new one whole
+    from pipeline.storage import open_store
+
+    open_store(f"{s3prefix}/mini-c").delete_prefix("0.1.0")
+    assert verify_remote(f"{s3prefix}/mini-c/0.2.0", progress=False).ok
