@@ -741,7 +741,8 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
     report = VerifyReport()
     bar = TransferProgress(sum(s["bytes"] for s in manifest["shards"]), "verify", enabled=progress)
 
-    def check(entry: dict[str, Any]) -> str | None:
+    def check(entry: dict[str, Any], parquet: bool = True) -> str | None:
+        """Size, streamed sha256 and (for shards) the Parquet row count of one listed object."""
         rel = entry["path"]
         info = store.head(rel)
         if info is None:
@@ -751,9 +752,12 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
         h = hashlib.sha256()
         for chunk in store.iter_chunks(rel):
             h.update(chunk)
-            bar.advance(len(chunk))
+            if parquet:  # the bar counts the shards' bytes
+                bar.advance(len(chunk))
         if h.hexdigest() != entry["sha256"]:
             return f"{rel}: sha256 mismatch (object altered or corrupt)"
+        if not parquet:
+            return None
         try:
             with store.open_input(rel) as f:
                 rows = pq.ParquetFile(f).metadata.num_rows
@@ -761,17 +765,6 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
             return f"{rel}: unreadable Parquet: {e}"
         if rows != entry["rows"]:
             return f"{rel}: {rows} rows, manifest says {entry['rows']}"
-        return None
-
-    def check_render(entry: dict[str, Any]) -> str | None:
-        rel = entry["path"]
-        info = store.head(rel)
-        if info is None:
-            return f"{rel}: missing"
-        if info.size != entry["bytes"]:
-            return f"{rel}: {info.size} bytes, manifest says {entry['bytes']}"
-        if store.sha256(rel) != entry["sha256"]:
-            return f"{rel}: sha256 mismatch (object altered or corrupt)"
         return None
 
     try:
@@ -783,7 +776,7 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
         bar.close()
     for entry in manifest.get("renders", []):  # check_manifest checked the list's shape and paths
         report.renders += 1
-        if problem := check_render(entry):
+        if problem := check(entry, parquet=False):
             report.problems.append(problem)
     extra, report.warnings = check_file_set(manifest, [o.key for o in store.list()])
     report.problems += extra + check_counts(manifest)
