@@ -79,7 +79,7 @@ def _run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fi
     so a killed run's surviving workers never race the next run. ``numeric_profile``: the build's
     (`pipeline.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
     AVX-512, other library versions …) fails the shard, naming the node and the difference, and writes nothing."""
-    store = root.open()
+    store = open_store(root)
     if owner is not None and not store.still_writer(owner):
         return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
                 "holds the version's writer lock", "kind": "resource"}

@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store, sha256_file
+from manifests.manifest import sha256_file
+from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
 __all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
 

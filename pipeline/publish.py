@@ -66,6 +66,7 @@ from manifests.manifest import (
     check_manifest,
     local_path,
     parse_manifest,
+    sha256_file,
 )
 from pipeline.plan import CLEAN
 from pipeline.progress import TransferProgress
@@ -77,7 +78,6 @@ from pipeline.storage import (
     Store,
     VersionLocked,
     open_store,
-    sha256_file,
 )
 
 LATEST = "latest"

@@ -48,6 +48,16 @@ from pipeline.schema import (
     decode_points,
     file_metadata,
 )
+from pipeline.storage import (
+    LocalStore,
+    StorageError,
+    Store,
+    denied_message,
+    open_store,
+    redact,
+    register_secret,
+    s3_client,
+)
 from stages.frame import Boxes, Calib, Frame
 
 
@@ -69,8 +79,6 @@ _S3_DENIED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATC
 def _read_error(e: BaseException, where: str, version: str | None, op: str = "read") -> BaseException:
     """The error to raise for pyarrow's ``e`` while reading ``where``: a failed page checksum or undecodable bytes
     become `IntegrityError`, rejected S3 credentials the same one line as the CLI's, anything else names the file."""
-    from pipeline.storage import StorageError, denied_message
-
     text = str(e)
     first = text.splitlines()[0] if text else type(e).__name__
     if "CRC checksum verification failed" in text or "could not verify page integrity" in text:
@@ -153,14 +161,12 @@ def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None
     import boto3
     import pyarrow.fs as pafs
 
-    from pipeline.storage import StorageError, _register_secret, s3_client
-
     client = s3_client(endpoint_url, profile)  # resolves the endpoint and region exactly as publish does
     creds = boto3.session.Session(profile_name=profile).get_credentials()
     kwargs: dict[str, Any] = {"region": client.meta.region_name}
     if creds is not None:
         frozen = creds.get_frozen_credentials()
-        _register_secret(frozen.secret_key)
+        register_secret(frozen.secret_key)
         kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
     else:
         kwargs["anonymous"] = True
@@ -172,8 +178,6 @@ def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None
     try:
         return pafs.S3FileSystem(**kwargs)
     except Exception as e:  # never let a secret reach the message
-        from pipeline.storage import redact
-
         raise StorageError(redact(f"cannot open pyarrow's S3 filesystem: {e}")) from None
 
 
@@ -182,8 +186,6 @@ def filesystem_for(root: Any, *, endpoint_url: str | None = None, profile: str |
     """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL,
     or an open `pipeline.storage.Store`."""
     import pyarrow.fs as pafs
-
-    from pipeline.storage import LocalStore, Store, open_store
 
     store = root if isinstance(root, Store) else open_store(
         root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
@@ -203,8 +205,6 @@ class Version:
 
     def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,
                  verify: bool = True) -> None:
-        from pipeline.storage import LocalStore, open_store
-
         self.url, self.verify = str(root), verify
         self.store = open_store(root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url,
                                 profile=profile)
@@ -310,7 +310,7 @@ class Version:
             # a forked DataLoader worker: boto3's connection pool is not fork-safe (a child reading a socket the
             # parent also uses can get another request's response: another object's size), so each process
             # opens its own client
-            self.store, self._store_pid = self.store.spec.open(), os.getpid()
+            self.store, self._store_pid = open_store(self.store.spec), os.getpid()
         info = self.store.head(rel)
         if info is None:
             raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-publish the version or run "

@@ -269,7 +269,7 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
     t0, cpu0 = time.perf_counter(), time.process_time()
-    store = root.open() if isinstance(root, StoreSpec) else open_store(root)
+    store = open_store(root)
     ledger = Ledger(store)
     frames: list[Frame] = []
     sources: dict[str, Any] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.storage as storage
+import pipeline.storage.s3 as storage_s3
 from pipeline.storage import CHECKSUM_ENV, StorageError, open_store
 
 
@@ -98,8 +98,8 @@ def test_sigv4_mode_signs_the_payload_hash(s3prefix, tmp_path, monkeypatch):
 
 
 def test_a_file_above_the_threshold_goes_up_in_parts(s3prefix, tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "MULTIPART_THRESHOLD", 1 << 20)
-    monkeypatch.setattr(storage, "MULTIPART_CHUNK", 5 << 20)  # S3's smallest part
+    monkeypatch.setattr(storage_s3, "MULTIPART_THRESHOLD", 1 << 20)
+    monkeypatch.setattr(storage_s3, "MULTIPART_CHUNK", 5 << 20)  # S3's smallest part
     store = open_store(s3prefix)
     path, data = _file(tmp_path, "d.bin", (5 << 20) + 123_457)
     store.upload_file(path, "d.bin")

@@ -6,6 +6,7 @@ leaves no upload running."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 
@@ -203,9 +204,7 @@ def test_local_store_fsyncs_and_renames_in_the_background_never_a_partial_final_
     size and sha256 are known at once; until the flush ends the file has only its temp name; ``finish()``
     waits for all; a failed batch (``abandon``) leaves no temp file and nothing under a final name it did not
     flush."""
-    import os
 
-    from pipeline import storage
 
     monkeypatch.setenv(OVERLAP_ENV, "1")
     store = LocalStore(tmp_path)
@@ -217,7 +216,7 @@ def test_local_store_fsyncs_and_renames_in_the_background_never_a_partial_final_
         assert gate.wait(60)
         real_fsync(fd)
 
-    monkeypatch.setattr(storage.os, "fsync", slow_fsync)
+    monkeypatch.setattr(os, "fsync", slow_fsync)
     uploads = store.background_uploads(depth=2)
     assert uploads.active
     digest = _write(store, "a/0.bin", b"first")
@@ -245,7 +244,6 @@ def test_local_store_fsyncs_and_renames_in_the_background_never_a_partial_final_
 
 
 def test_local_flush_failure_fails_the_batch(tmp_path, monkeypatch):
-    from pipeline import storage
 
     monkeypatch.setenv(OVERLAP_ENV, "1")
     store = LocalStore(tmp_path)
@@ -253,7 +251,7 @@ def test_local_flush_failure_fails_the_batch(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(storage.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     uploads = store.background_uploads()
     _write(store, "c.bin", b"data")
     with pytest.raises(OSError, match="No space") as e:
@@ -292,7 +290,6 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
 def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_nothing(tmp_path, monkeypatch,
                                                                                       small_recipe, demo_kitti):
     from manifests.recipe import load_recipe
-    from pipeline import storage
     from pipeline.ledger import Ledger
     from pipeline.plan import ShardSpec
     from pipeline.shard import ShardFailed, build_shard
@@ -301,7 +298,7 @@ def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_n
     monkeypatch.setenv(OVERLAP_ENV, "1")
     source = KittiSource(demo_kitti)
     spec = ShardSpec(0, 1, tuple(source.list_frames()[:1]))
-    real, calls = storage.os.fsync, [0]
+    real, calls = os.fsync, [0]
 
     def flaky(fd):
         calls[0] += 1
@@ -309,7 +306,7 @@ def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_n
             raise OSError(28, "No space left on device")
         real(fd)
 
-    monkeypatch.setattr(storage.os, "fsync", flaky)
+    monkeypatch.setattr(os, "fsync", flaky)
     store = LocalStore(tmp_path / "v")
     with pytest.raises(ShardFailed) as e:
         build_shard(spec, load_recipe(str(small_recipe)), source, store, "f" * 64, "r")

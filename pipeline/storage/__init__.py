@@ -1,0 +1,96 @@
+"""Where builds and published versions live: a local directory or an S3 prefix, behind one small interface.
+
+``open_store(url)`` takes a plain path, a ``file://`` URL or ``s3://bucket/prefix`` and returns a
+`Store` whose keys are ``/``-separated paths relative to that root. Everything that writes a build
+(ledger, shards, manifest) or publishes / pulls a version goes through it, so the same invariants
+hold on both backends:
+
+- **Atomic appearance.** `Store.staged_file` hands out a local temporary file; only a complete file
+  appears under its final name — by fsync + rename locally, by one PUT (or one completed multipart
+  upload, which S3 also makes visible atomically) of the finished file on S3. A killed writer leaves
+  at most a temporary file ``.<name>.<host>~<pid>.<random>.tmp`` beside the target; a later attempt
+  removes it only once its owner process is dead (a live writer's temp file is never touched).
+- **One writer per version.** `Store.writer_lock` is held by a build for its whole run: locally an
+  ``flock`` on ``.bench-build.lock`` in the version directory (the kernel releases it when the holder
+  dies, so a lock is never stale), on S3 a lease object ``_lease.json`` created with
+  ``If-None-Match: *``, renewed with ``If-Match`` and taken over only once expired or its owner is
+  known dead. A second writer gets `VersionLocked` naming the holder (host, pid, command, start).
+- **Conditional writes.** `Store.put_bytes(if_absent=True)` creates an object only if it does not
+  exist; ``if_match=etag`` replaces it only if it is still the version that was read. On S3 these are
+  the ``If-None-Match: *`` / ``If-Match`` headers of PutObject (AWS S3 since 2024; SeaweedFS ≥ 3.80
+  honours both, atomically, which the test-suite checks with a real server); locally ``os.link`` of a
+  finished temp file (fails if the name exists) and an ``flock``-guarded compare-and-rename.
+- **Checksums travel with objects.** Uploads record the file's sha256 as object metadata
+  (``x-amz-meta-sha256``) so a resumed publish can skip files already present without re-reading them.
+  A file up to `MULTIPART_THRESHOLD` goes up in one PutObject whose ``x-amz-checksum-sha256`` header is
+  that same sha256 (signed with the request): the store hashes what it received and refuses the PUT
+  (``BadDigest``) unless it matches, so the bytes are checked end to end against the hash the ledger and
+  manifest record, and botocore need not hash the body a second time for the SigV4 signature
+  (``UNSIGNED-PAYLOAD``). ``BENCH_BUILD_S3_CHECKSUM=sigv4`` restores the signed payload without the
+  header, for a store that does not implement S3's checksum headers. Multipart uploads keep SigV4-signed parts.
+
+Credentials come only from the standard AWS chain (environment, ``AWS_PROFILE`` / ``--profile`` and
+``~/.aws/config`` + ``credentials``, instance roles); the endpoint from ``--endpoint-url`` or
+``AWS_ENDPOINT_URL[_S3]`` (or the profile's ``endpoint_url``). They are never part of a URL, a
+`StoreSpec` (which Ray ships to workers), a manifest or an error message: `redact` scrubs every
+known secret from any text this module produces.
+
+The modules: `errors`, `owners`, `secrets`, `files`, `base`, `uploads`, `local`, `s3_client`, `s3`, `open`.
+"""
+
+from pipeline.storage.base import (
+    CHECKSUM_ENV,
+    DEFAULT_REGION,
+    MULTIPART_CHUNK,
+    MULTIPART_THRESHOLD,
+    OVERLAP_ENV,
+    UPLOAD_THREADS,
+    ObjectInfo,
+    Progress,
+    StagedFile,
+    Store,
+    StoreSpec,
+    check_key,
+    overlap_uploads,
+    upload_checksum_mode,
+)
+from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from pipeline.storage.files import (
+    HASH_CHUNK,
+    atomic_write_text,
+    current_umask,
+    fsync_replace,
+    fsync_replace_named,
+    mkstemp_in,
+)
+from pipeline.storage.local import LocalStore
+from pipeline.storage.open import is_remote, open_store
+from pipeline.storage.owners import (
+    LEASE_NAME,
+    LEASE_TTL,
+    LOCK_NAME,
+    describe_holder,
+    glob_escape,
+    host_name,
+    owner_dead,
+    owner_info,
+    owner_tag,
+    pid_alive,
+    remove_dead_temps,
+    temp_owner_dead,
+)
+from pipeline.storage.s3 import S3Store
+from pipeline.storage.s3_client import denied_message, endpoint_from_env, s3_client
+from pipeline.storage.secrets import redact, register_secret
+from pipeline.storage.uploads import BackgroundUploads
+
+__all__ = [
+    "CHECKSUM_ENV", "DEFAULT_REGION", "HASH_CHUNK", "LEASE_NAME", "LEASE_TTL", "LOCK_NAME", "MULTIPART_CHUNK",
+    "MULTIPART_THRESHOLD", "OVERLAP_ENV", "UPLOAD_THREADS", "BackgroundUploads", "LocalStore", "NotFound",
+    "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store",
+    "StoreSpec", "VersionLocked", "atomic_write_text", "check_key", "current_umask", "denied_message",
+    "describe_holder", "endpoint_from_env", "fsync_replace", "fsync_replace_named", "glob_escape", "host_name",
+    "is_remote", "mkstemp_in", "open_store", "overlap_uploads", "owner_dead", "owner_info", "owner_tag",
+    "pid_alive", "redact", "register_secret", "remove_dead_temps", "s3_client", "temp_owner_dead",
+    "upload_checksum_mode",
+]

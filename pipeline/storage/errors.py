@@ -1,0 +1,19 @@
+"""What can go wrong with a store: every storage error derives from `StorageError`."""
+
+from __future__ import annotations
+
+
+class StorageError(RuntimeError):
+    """A storage operation failed. The message names the object and never holds credentials."""
+
+
+class NotFound(StorageError):
+    pass
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (if_absent) or changed since it was read (if_match)."""
+
+
+class VersionLocked(StorageError):
+    """Another process holds the version's writer lock (or lease); the message names it."""

@@ -1,0 +1,68 @@
+"""Local atomic files: temp file beside the target, fsync, rename; umask-respecting modes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pipeline.storage.owners import owner_tag
+
+HASH_CHUNK = 8 << 20
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def current_umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status`` on Linux; elsewhere a set-and-restore,
+    which is not thread-safe, hence only the fallback)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def mkstemp_in(directory: Path, name: str) -> tuple[int, str]:
+    """A temp file ``.<name>.<host>~<pid>.<random>.tmp`` in ``directory`` (its owner is in its name).
+
+    mkstemp creates it 0600; it is set to what ``open()`` would give (0666 & ~umask, 0644 by default) so the
+    file renamed into place from it (shards, manifests, cards, pulled files) is readable by the group."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.{owner_tag()}.", suffix=".tmp", dir=directory)
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd, tmp
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = mkstemp_in(path.parent, path.name)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fsync_replace(tmp: str | Path, path: Path) -> None:
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fsync_replace_named(tmp: Path, path: Path) -> None:
+    """`fsync_replace` on a background thread: a failure (disk full, I/O error) names the file it was for, as the
+    task's error message must (`fsync` itself names no file)."""
+    try:
+        fsync_replace(tmp, path)
+    except OSError as e:
+        e.bench_build_key = str(path)  # type: ignore[attr-defined]
+        raise
