@@ -647,3 +647,20 @@ def _coerce(where: str, fname: str, v: Any, tp: Any) -> Any:
     if tp in (float, int, bool, str):
         raise RecipeError(f"{where}: parameter {fname!r} must be {tp.__name__}, got {v!r}")
     return v
+
+
+def severity_names(manifest: dict[str, Any]) -> list[str]:
+    """The recipe's severity names (light, moderate, heavy): the manifest's recipe holds only what determines
+    the bytes, so a built-in recipe of the same name and version is asked; [] when unnamed or unknown."""
+    names = (manifest.get("recipe") or {}).get("severity_names")
+    if names:
+        return list(names)
+    name = (manifest.get("recipe") or {}).get("name") or manifest.get("dataset")
+    if name in builtin_recipes():
+        try:
+            r = load_recipe(name)
+        except RecipeError:
+            return []
+        if r.version == manifest.get("version") and r.severities == (manifest.get("recipe") or {}).get("severities"):
+            return list(r.severity_names)
+    return []

@@ -39,7 +39,11 @@ from typing import Any
 import numpy as np
 
 from manifests.manifest import read_manifest
+from manifests.recipe import severity_names
 from pipeline.reader import Example, Version, open_version
+from pipeline.schema import decode_boxes, decode_calib
+from pipeline.shard import os_error_message
+from pipeline.sources.kitti import format_calib, format_labels
 from stages.frame import Boxes, Calib
 
 SPLIT_LISTS = ("train", "val", "test", "trainval")
@@ -85,23 +89,6 @@ def check_partition(manifest: dict[str, Any], corruption: str | None, severity: 
     return ("clean", 0) if severity == 0 else (corruption, severity)
 
 
-def severity_names(manifest: dict[str, Any]) -> list[str]:
-    """The recipe's severity names (light, moderate, heavy): the manifest's recipe holds only what determines
-    the bytes, so a built-in recipe of the same name and version is asked; [] when unnamed or unknown."""
-    names = (manifest.get("recipe") or {}).get("severity_names")
-    if names:
-        return list(names)
-    from manifests.recipe import RecipeError, builtin_recipes, load_recipe
-
-    name = (manifest.get("recipe") or {}).get("name") or manifest.get("dataset")
-    if name in builtin_recipes():
-        try:
-            r = load_recipe(name)
-        except RecipeError:
-            return []
-        if r.version == manifest.get("version") and r.severities == (manifest.get("recipe") or {}).get("severities"):
-            return list(r.severity_names)
-    return []
 
 
 def severity_dir(manifest: dict[str, Any], severity: int) -> str:
@@ -130,7 +117,6 @@ def _velodyne_bytes(ex: Example) -> bytes:
 
 
 def _calib_text(key: str, calib: Calib | None) -> str:
-    from pipeline.sources.kitti import format_calib
 
     if calib is None:
         raise ExportError(f"{key}: no calibration to export")
@@ -144,7 +130,6 @@ def _calib_text(key: str, calib: Calib | None) -> str:
 
 
 def _label_text(key: str, boxes: Boxes | None, calib: Calib | None) -> str:
-    from pipeline.sources.kitti import format_labels
 
     if calib is None:
         raise ExportError(f"{key}: no calibration: KITTI labels are in the camera frame")
@@ -194,7 +179,6 @@ class _Part:
 def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) -> \
         list[tuple[str, str, Boxes | None, Calib | None]]:
     """(key, frame id, boxes, calib) of a partition's examples, from those columns only (no points are read)."""
-    from pipeline.schema import decode_boxes, decode_calib
 
     rows = []
     for entry in ds.shards(corruption, severity):
@@ -430,7 +414,6 @@ class _Writer:
 
 def _write(ds: Version, parts: list[_Part], replace: list[Path], frames: Iterable[str] | None, out: Path,
            result: ExportResult) -> None:
-    from pipeline.shard import os_error_message
 
     w = _Writer(parts, replace)
     try:
@@ -468,7 +451,6 @@ def export_version(version_dir: str | Path, out: str | Path, *, corruption: str 
     neither is nor lies inside --source or the version, OUT empty unless ``force``, nothing in the way); an
     ExportError from it means nothing was written. Then the files are written; a failure from then on raises
     ExportIncomplete saying how far it got. ``force`` replaces only the files and links the export writes."""
-    from pipeline.shard import os_error_message
 
     version_dir, out = Path(version_dir), Path(out)
     if frames is not None:

@@ -653,7 +653,7 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
         installed.append((final, staged))
     materialized = materialize and manifest.get("encoding") == "compact"
     if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
-        from pipeline.compact import materialize_file
+        from pipeline.compact_files import materialize_file
 
         clean_of = {e.get("shard"): e for e in manifest["shards"] if e["corruption"] == CLEAN}
         rewritten = []

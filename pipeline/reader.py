@@ -36,9 +36,11 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from pipeline.compact import materialize
 from pipeline.plan import CLEAN
 from pipeline.schema import (
     EXAMPLE_COLUMNS,
@@ -48,6 +50,7 @@ from pipeline.schema import (
     decode_points,
     file_metadata,
 )
+from pipeline.sources.kitti import write_frame
 from pipeline.storage import (
     LocalStore,
     StorageError,
@@ -159,7 +162,6 @@ class Example:
 def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None) -> Any:
     """A ``pyarrow.fs.S3FileSystem`` configured from the AWS chain (path-style addressing on custom endpoints)."""
     import boto3
-    import pyarrow.fs as pafs
 
     client = s3_client(endpoint_url, profile)  # resolves the endpoint and region exactly as publish does
     creds = boto3.session.Session(profile_name=profile).get_credentials()
@@ -185,7 +187,6 @@ def filesystem_for(root: Any, *, endpoint_url: str | None = None, profile: str |
                    ) -> tuple[Any, str]:
     """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL,
     or an open `pipeline.storage.Store`."""
-    import pyarrow.fs as pafs
 
     store = root if isinstance(root, Store) else open_store(
         root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
@@ -233,7 +234,6 @@ class Version:
 
     @property
     def is_local(self) -> bool:
-        import pyarrow.fs as pafs
 
         return isinstance(self.fs, pafs.LocalFileSystem)
 
@@ -387,7 +387,6 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
     fields = tuple(meta["fields"])
     points = decode_points(table["points"].combine_chunks(), writable=writable)
     if "point_ref" in table.column_names:
-        from pipeline.compact import materialize
 
         col = table["point_ref"].combine_chunks()
         nulls = col.is_null().to_pylist()
@@ -443,7 +442,6 @@ def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity
     scale or deform objects the exported ``label_2`` describes the corrupted scene. Returns the
     number of frames written to ``out/training``.
     """
-    from pipeline.sources.kitti import write_frame
 
     n = 0
     for ex in open_version(root).examples(corruption, severity, frames):

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.compact import encode_refs
 from stages.frame import Boxes, Calib, Frame
 
 SCHEMA_VERSION = 2
@@ -182,7 +183,6 @@ def encode_rows(examples: list[ExampleRow], schema: pa.Schema | None = None) -> 
     rows = [f.points for f in frames]
     refs: list[np.ndarray | None] = [None] * len(frames)
     if "point_ref" in schema.names:
-        from pipeline.compact import encode_refs
 
         for i, e in enumerate(examples):
             clean = e[4] if len(e) > 4 else None

@@ -111,7 +111,7 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     report = ScoreReport(dataset, manifest["version"], metric)
-    from pipeline.export import severity_names as names_of
+    from manifests.recipe import severity_names as names_of
 
     severity_names = names_of(manifest)
     if metric in ("nuscenes-det", "wod-det"):

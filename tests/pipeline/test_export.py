@@ -163,8 +163,8 @@ def test_source_without_images_is_refused(built, tmp_path):
 
 
 def test_severity_names_come_from_the_builtin_recipe():
-    from manifests.recipe import load_recipe
-    from pipeline.export import severity_dir, severity_names
+    from manifests.recipe import load_recipe, severity_names
+    from pipeline.export import severity_dir
 
     r = load_recipe("robo3d-kitti-c")
     manifest = {"dataset": r.name, "version": r.version, "recipe": r.canonical()}

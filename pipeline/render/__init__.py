@@ -1,0 +1,74 @@
+"""Pictures of a built version: bird's-eye views of scenes, three-view scatters of objects, and the
+contact sheet every card embeds (one panel per corruption × severity of the same frame).
+
+Points are painted straight into an RGB raster (one pass in numba with a per-pixel key buffer, so
+that corruption-made points — scatter, crosstalk, synthetic — and higher points land on top), then
+shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet uses the extent
+of the clean frame, so a corruption's effect is not hidden by a changed zoom.
+
+What makes a picture readable without this file: every scene panel has a metre scale bar (the
+per-partition PNGs have metric axes), a legend lists the point tags and box classes that occur (an
+object build never lists weather), colour by height comes with a colour bar, object views are
+labelled (top x–y, front x–z, side y–z), and every scene panel carries an inset zoomed on one object
+(`Focus`) that marks what differs from the clean scan — the only way object-level corruptions show.
+
+Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
+crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
+Boxes: red Car, blue Pedestrian, green Cyclist, dark grey any other class.
+"""
+
+from pipeline.render.figure import render_version, view_figure
+from pipeline.render.legend import SCENE_Z_RANGE, TAG_LABELS, LegendEntry, legend_entries, scale_bar_m
+from pipeline.render.panels import (
+    OBJECT_VIEWS,
+    OTHER_BOX,
+    Panel,
+    make_panel,
+    present_tags,
+    save_png,
+    sheet_extent,
+    sheet_panels,
+)
+from pipeline.render.raster import bev_raster, box_outlines, object_extent, object_raster, paint, scene_extent
+from pipeline.render.read import default_render_dir, read_views, sheet_frame, sort_views, write_contact_sheet
+from pipeline.render.sheet import (
+    COLORBAR_PX,
+    COLORBAR_X,
+    LEGEND_DPI,
+    SHEET_GAP_PX,
+    SHEET_LEGEND_LINE_PX,
+    SHEET_TITLE_PX,
+    SheetKey,
+    contact_sheet,
+    encode_png,
+    panels_sheet,
+    sheet_image,
+    sheet_key,
+    sheet_layout,
+    sheet_title,
+)
+from pipeline.render.views import BOX_COLORS, COLOR_BY, PANEL_PX, SHEET_NAME, TAG_COLORS, RenderError, View
+from pipeline.render.zoom import (
+    CLEAN_BOX,
+    INSET_FRAC,
+    ZOOM_CHANGED,
+    ZOOM_GONE,
+    ZOOM_MARGIN_M,
+    ZOOM_SAME,
+    Focus,
+    corner_extent,
+    inset_raster,
+    sheet_focus,
+)
+
+__all__ = [
+    "BOX_COLORS", "CLEAN_BOX", "COLORBAR_PX", "COLORBAR_X", "COLOR_BY", "INSET_FRAC", "LEGEND_DPI",
+    "OBJECT_VIEWS", "OTHER_BOX", "PANEL_PX", "SCENE_Z_RANGE", "SHEET_GAP_PX", "SHEET_LEGEND_LINE_PX",
+    "SHEET_NAME", "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M",
+    "ZOOM_SAME", "Focus", "LegendEntry", "Panel", "RenderError", "SheetKey", "View", "bev_raster",
+    "box_outlines", "contact_sheet", "corner_extent", "default_render_dir", "encode_png", "inset_raster",
+    "legend_entries", "make_panel", "object_extent", "object_raster", "paint", "panels_sheet", "present_tags",
+    "read_views", "render_version", "save_png", "scale_bar_m", "scene_extent", "sheet_extent", "sheet_focus",
+    "sheet_frame", "sheet_image", "sheet_key", "sheet_layout", "sheet_panels", "sheet_title", "sort_views",
+    "view_figure", "write_contact_sheet",
+]

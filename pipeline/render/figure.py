@@ -1,0 +1,141 @@
+"""`render`: one PNG per view of a frame, with legend, scale bar and colour bar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from manifests.manifest import read_manifest
+from manifests.recipe import severity_names
+from pipeline.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
+from pipeline.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
+from pipeline.render.raster import bev_raster, box_outlines, object_raster
+from pipeline.render.read import default_render_dir, file_part, read_views
+from pipeline.render.sheet import contact_sheet
+from pipeline.render.views import COLOR_BY, RenderError, View
+from pipeline.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
+from pipeline.storage import LocalStore
+
+
+def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,
+                color_by: str = "tag", px: int = 720):
+    """A matplotlib Figure of one partition: a scene as a bird's-eye view with metric axes, boxes, the zoom
+    inset (``focus``) and the legend; an object as its three labelled views. By height: a colour bar."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    tags = present_tags(view.tags)
+    classes = [cls for cls, _ in box_outlines(view.boxes)]
+    entries = legend_entries(tags, classes, color_by=color_by, zoom=focus is not None)
+    handles = [Patch(facecolor=e.color, label=e.label) if e.kind == "points" else
+               Line2D([], [], color=e.color, ls="--" if e.kind == "clean box" else "-", label=e.label)
+               for e in entries]
+    title = f"frame {frame_id} · {view.corruption} {view.severity}"
+    if view.is_object:
+        fig = Figure(figsize=(13.0, 4.8), dpi=100, layout="constrained")
+        axes = fig.subplots(1, 3)
+        opx = min(px, 320)  # ≈ 1,000 points: at 720 px the 2×2 dots would be specks
+        raster = object_raster(view, radius, color_by, opx)
+        for k, (ax, (name, a, b)) in enumerate(zip(axes, OBJECT_VIEWS, strict=True)):
+            ax.imshow(raster[:, k * opx:(k + 1) * opx], extent=(-radius, radius, -radius, radius),
+                      interpolation="nearest")
+            ax.set_title(f"{name} view ({a}–{b})", fontsize=10)
+            ax.set_xlabel(f"{a} (shape units)")
+            ax.set_ylabel(f"{b} (shape units)")
+        fig.suptitle(title, fontsize=11)
+        main = axes
+    else:
+        fig = Figure(figsize=(10.0, 7.6), dpi=100)
+        ax = fig.add_axes((0.08, 0.08, 0.62, 0.84))
+        x0, x1, y0, y1 = extent
+        ax.imshow(bev_raster(view, extent, color_by, px), extent=(x0, x1, y0, y1), interpolation="nearest")
+        for cls, outline in box_outlines(view.boxes):
+            ax.plot(outline[:, 0], outline[:, 1], color=box_color(cls), lw=0.8)
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+        ax.set_xlabel("x (m)")
+        ax.set_ylabel("y (m)")
+        ax.set_title(title, fontsize=11)
+        if focus is not None:
+            w = INSET_FRAC
+            left, top = focus.corner in (0, 2), focus.corner in (0, 1)
+            ins = ax.inset_axes((0.01 if left else 0.99 - w, 0.99 - w if top else 0.01, w, w))
+            zx0, zx1, zy0, zy1 = focus.extent
+            ins.imshow(inset_raster(view, focus, 300), extent=focus.extent, interpolation="nearest")
+            ins.plot(focus.outline[1][:, 0], focus.outline[1][:, 1], color=(0.3, 0.3, 0.3), ls="--", lw=1.0)
+            for cls, outline in box_outlines(view.boxes):
+                ins.plot(outline[:, 0], outline[:, 1], color=box_color(cls), lw=1.0)
+            ins.set_xlim(zx0, zx1)
+            ins.set_ylim(zy0, zy1)
+            ins.set_xticks([])
+            ins.set_yticks([])
+            bar = scale_bar_m(zx1 - zx0, 0.45)
+            ins.plot([zx0 + 0.04 * (zx1 - zx0), zx0 + 0.04 * (zx1 - zx0) + bar], [zy0 + 0.05 * (zy1 - zy0)] * 2,
+                     color="black", lw=1.5)
+            ins.text(zx0 + 0.04 * (zx1 - zx0) + bar / 2, zy0 + 0.07 * (zy1 - zy0), metres(bar), fontsize=8,
+                     ha="center", va="bottom")
+            ins.set_title(f"zoom: {zx1 - zx0:.1f} m × {zy1 - zy0:.1f} m", fontsize=8, pad=2)
+            ax.indicate_inset((zx0, zy0, zx1 - zx0, zy1 - zy0), ins, edgecolor="0.2", alpha=0.9)
+        main = [ax]
+    if color_by == "height":
+        from matplotlib import colormaps
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        lo, hi = (-radius, radius) if view.is_object else SCENE_Z_RANGE
+        fig.colorbar(ScalarMappable(Normalize(lo, hi), colormaps["viridis"]), ax=main, shrink=0.6,
+                     label="height z (shape units)" if view.is_object else "height z (m)")
+    if handles:
+        if view.is_object:
+            fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=9,
+                       frameon=False)
+        else:
+            fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.72, 0.5), fontsize=9,
+                       title="points" + (" and boxes" if classes else ""), frameon=False)
+    return fig, entries
+
+
+def render_version(version_dir: str | Path, out: str | Path | None = None, *, frame_id: str | None = None,
+                   corruption: str | None = None, severity: int | None = None, color_by: str = "tag") -> list[Path]:
+    """`bench-build render`: the contact sheet (no corruption given), or one PNG per selected partition,
+    into ``out`` (default: `default_render_dir`)."""
+
+    root = Path(version_dir)
+    manifest = read_manifest(root)
+    out_dir = Path(out) if out is not None else default_render_dir(manifest)
+    store = LocalStore(root)
+    if color_by not in COLOR_BY:
+        raise RenderError(f"--color-by must be one of {', '.join(COLOR_BY)}, not {color_by!r}")
+    names = [c["name"] for c in manifest["recipe"].get("corruptions", [])]
+    severities = int(manifest["recipe"].get("severities") or 0)
+    if corruption is not None and corruption != "clean" and corruption not in names:
+        raise RenderError(f"{root}: no corruption {corruption!r}; it has clean, {', '.join(names)}")
+    if severity is not None and not 0 <= severity <= max(severities, 0):
+        raise RenderError(f"{root}: severity {severity} is outside 0…{severities}")
+    if corruption is None and severity is None:
+        frame_id, views = read_views(store, manifest, frame_id)
+        data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
+                                severity_names=severity_names(manifest))
+        path = out_dir / f"contact_sheet_{file_part(frame_id)}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return [path]
+    if corruption == "clean" or severity == 0:
+        parts = [("clean", 0)]
+    elif corruption is not None:
+        parts = [(corruption, s) for s in ([severity] if severity is not None else range(1, severities + 1))]
+    else:
+        parts = [(c, int(severity)) for c in names]  # type: ignore[arg-type]
+    frame_id, views = read_views(store, manifest, frame_id, partitions=[*parts, ("clean", 0)])
+    clean = next((v for v in views if v.corruption == "clean"), views[0])
+    extent, radius = sheet_extent(clean)
+    focus = sheet_focus(clean, extent)
+    written = []
+    for v in views:
+        if (v.corruption, v.severity) not in parts:
+            continue
+        fig, _ = view_figure(v, frame_id=frame_id, extent=extent, radius=radius, focus=focus, color_by=color_by)
+        path = out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png"
+        save_png(fig, path)
+        written.append(path)
+    return written

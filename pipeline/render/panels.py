@@ -1,0 +1,99 @@
+"""Panels: one view's raster, outlines, extent and legend entries, ready to tile."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.render.raster import bev_raster, box_outlines, object_extent, object_raster, scene_extent
+from pipeline.render.views import BOX_COLORS, PANEL_PX, RenderError, View
+from pipeline.render.zoom import CLEAN_BOX, INSET_FRAC, Focus, inset_raster, sheet_focus
+
+OTHER_BOX = "#444444"
+
+
+OBJECT_VIEWS = (("top", "x", "y"), ("front", "x", "z"), ("side", "y", "z"))  # object_raster's order
+
+
+def box_color(cls: str) -> str:
+    return BOX_COLORS.get(cls, OTHER_BOX)
+
+
+def save_png(fig, path: str | Path | None = None) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = buf.getvalue()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+    return data
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One painted cell of a contact sheet: the raster, its box outlines in the raster's pixel coordinates
+    (x right, y down) by class, and the partition it shows. Small (≈ 200 kB), so a build task that holds the
+    sheet's frame in memory paints its panels and hands them to the driver instead of the driver reading
+    every partition file back. ``extent``: the x/y window (m) of a scene panel (its scale bar); ``tags``: the
+    point tags present (its legend); ``inset``: the zoom on the sheet's `Focus`, its outlines in the inset's
+    pixels (the clean box as class `CLEAN_BOX`), the window (m) and the corner it sits in."""
+
+    corruption: str
+    severity: int
+    image: np.ndarray  # (px, px·(3 if object else 1), 3) uint8
+    outlines: tuple[tuple[str, np.ndarray], ...] = ()
+    extent: tuple[float, float, float, float] | None = None
+    tags: tuple[int, ...] = ()
+    inset: np.ndarray | None = None
+    inset_outlines: tuple[tuple[str, np.ndarray], ...] = ()
+    zoom: tuple[float, float, float, float] | None = None
+    corner: int = 0
+
+
+def sheet_extent(clean: View) -> tuple[tuple[float, float, float, float] | None, float]:
+    """(scene extent, object radius) every panel of a sheet shares: the clean view's."""
+    if clean.is_object:
+        return None, object_extent(clean.points)
+    return scene_extent(clean.points), 1.0
+
+
+def to_px(outline: np.ndarray, extent, px: int) -> np.ndarray:
+    x0, x1, y0, y1 = extent
+    return (outline - [x0, y1]) * np.array([px / (x1 - x0), -px / (y1 - y0)])
+
+
+def present_tags(tags: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(t) for t in np.flatnonzero(np.bincount(np.asarray(tags, np.uint8), minlength=256)))
+
+
+def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
+               px: int = PANEL_PX, focus: Focus | None = None) -> Panel:
+    """Paint ``view`` with the sheet's shared ``extent`` (scenes) or ``radius`` (objects), and its zoom on
+    ``focus`` (scenes with boxes)."""
+    tags = present_tags(view.tags)
+    if view.is_object:
+        return Panel(view.corruption, view.severity, object_raster(view, radius, color_by, px), tags=tags)
+    outlines = tuple((cls, to_px(o, extent, px)) for cls, o in box_outlines(view.boxes))
+    inset = zoom_outlines = None
+    if focus is not None:
+        side = round(px * INSET_FRAC)
+        inset = inset_raster(view, focus, side)
+        zoom_outlines = tuple((cls, to_px(o, focus.extent, side)) for cls, o in
+                              [(CLEAN_BOX, focus.outline[1]), *box_outlines(view.boxes)])
+    return Panel(view.corruption, view.severity, bev_raster(view, extent, color_by, px), outlines,
+                 tuple(float(e) for e in extent), tags, inset, zoom_outlines or (),  # type: ignore[arg-type]
+                 None if focus is None else focus.extent, 0 if focus is None else focus.corner)
+
+
+def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]:
+    """The panels of ``views``, all painted with the clean view's extent and zoom."""
+    if not views:
+        raise RenderError("nothing to render")
+    clean = next((v for v in views if v.corruption == "clean"), views[0])
+    extent, radius = sheet_extent(clean)
+    focus = sheet_focus(clean, extent)
+    return [make_panel(v, extent=extent, radius=radius, color_by=color_by, focus=focus) for v in views]

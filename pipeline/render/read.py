@@ -1,0 +1,173 @@
+"""Reading views from a build: one frame of every partition, and writing the build's contact sheet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from manifests.recipe import severity_names
+from pipeline.compact import materialize
+from pipeline.render.panels import Panel
+from pipeline.render.sheet import contact_sheet, panels_sheet
+from pipeline.render.views import SHEET_NAME, RenderError, View
+from pipeline.schema import decode_boxes, file_metadata
+
+
+def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
+    """Per-row (N, 3) xyz from a ``points`` column: flat ``list<float32>`` (row-major N×C, layout v1) or
+    ``list<fixed_size_list<float32, C>>`` (layout v2)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    out = []
+    for i in range(len(arr)):
+        item = arr[i].values
+        if pa.types.is_fixed_size_list(item.type):
+            w = item.type.list_size
+            flat = item.values.to_numpy(zero_copy_only=False)
+        else:
+            w = width
+            flat = item.to_numpy(zero_copy_only=False)
+        out.append(flat.reshape(-1, w)[:, :3].astype(np.float64))
+    return out
+
+
+def _tags(column) -> list[np.ndarray]:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    out = []
+    for i in range(len(arr)):
+        v = arr[i].values
+        if pa.types.is_fixed_size_list(v.type):
+            v = v.values
+        out.append(v.to_numpy(zero_copy_only=False).astype(np.uint8))
+    return out
+
+
+def _rg_may_hold(pf: pq.ParquetFile, rg: int, frame_id: str) -> bool:
+    idx = pf.schema_arrow.get_field_index("frame_id")
+    if idx < 0:
+        return True
+    col = pf.metadata.row_group(rg).column(idx)
+    st = col.statistics
+    if st is None or not st.has_min_max:
+        return True
+    return st.min <= frame_id <= st.max
+
+
+def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id: str, width: int) -> np.ndarray:
+    """xyz of ``frame_id`` in the clean file of ``entry``'s shard (what a compact-encoded row refers to)."""
+    clean = next((s for s in manifest["shards"] if s["corruption"] == "clean" and s.get("shard") == entry.get("shard")),
+                 None)
+    if clean is None:
+        raise RenderError(f"{entry['path']} is compact-encoded but its shard's clean file is not in the manifest")
+    with store.open_input(clean["path"]) as f:
+        t = pq.ParquetFile(f).read(columns=["frame_id", "points"])
+    t = t.filter(pc.equal(t["frame_id"], frame_id))
+    return _points_xyz(t["points"], width)[0]
+
+
+def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
+               partitions: Iterable[tuple[str, int]] | None = None) -> tuple[str, list[View]]:
+    """The views of one frame (default: the first frame of the first shard) in every (or the given)
+    partition, reading only the row groups whose statistics can hold it."""
+    wanted = None if partitions is None else set(partitions)
+    shards = manifest["shards"]
+    if not shards:
+        raise RenderError("the version has no shards")
+    first_shard = shards[0].get("shard") or Path(shards[0]["path"]).stem
+    views: list[View] = []
+    width = len(manifest.get("fields") or ["x", "y", "z", "intensity"])
+    for s in shards:
+        part = (s["corruption"], int(s["severity"]))
+        if wanted is not None and part not in wanted and not (part[0] == "clean" and ("clean", 0) in wanted):
+            continue
+        if frame_id is None and (s.get("shard") or Path(s["path"]).stem) != first_shard:
+            continue
+        with store.open_input(s["path"]) as f:
+            pf = pq.ParquetFile(f)
+            meta = file_metadata(pf.schema_arrow)
+            w = len(meta.get("fields") or []) or width
+            cols = [c for c in ("frame_id", "points", "point_ref", "point_tag", "boxes") if c in pf.schema_arrow.names]
+            for rg in range(pf.num_row_groups):
+                if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
+                    continue
+                t = pf.read_row_group(rg, columns=cols)
+                if frame_id is None:
+                    frame_id = t["frame_id"][0].as_py()
+                t = t.filter(pc.equal(t["frame_id"], frame_id))
+                if t.num_rows == 0:
+                    continue
+                pts = _points_xyz(t["points"], w)[0]
+                if "point_ref" in t.column_names and t["point_ref"][0].is_valid:  # compact: refs into clean
+
+                    clean = _clean_xyz(store, manifest, s, frame_id, width)
+                    ref = np.asarray(t["point_ref"][0].as_py(), dtype=np.int32)
+                    pts = materialize(ref, pts.astype(np.float32), clean.astype(np.float32)).astype(np.float64)
+                tags = _tags(t["point_tag"])[0] if "point_tag" in t.column_names else np.zeros(len(pts), np.uint8)
+                boxes = decode_boxes(t["boxes"][0].as_py()) if "boxes" in t.column_names else None
+                is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
+                views.append(View(part[0], part[1], pts, tags, boxes, is_object))
+                break
+    if not views:
+        raise RenderError(f"frame {frame_id!r} is not in the requested partitions of this version")
+    return frame_id, sort_views(views, manifest)  # type: ignore[return-value]
+
+
+def sort_views(views, manifest: dict[str, Any]):
+    """Clean first, then the recipe's corruption order, then severity (views or panels)."""
+    order = {c["name"]: i for i, c in enumerate(manifest.get("recipe", {}).get("corruptions", []))}
+    return sorted(views, key=lambda v: (v.corruption != "clean", order.get(v.corruption, 1 << 20), v.corruption,
+                                        v.severity))
+
+
+def sheet_frame(manifest: dict[str, Any]) -> str | None:
+    """The frame a version's contact sheet shows by default: the first frame of its first shard."""
+    shards = manifest.get("shards") or []
+    if not shards:
+        return None
+    first = shards[0].get("shard") or Path(shards[0]["path"]).stem
+    ids = (manifest.get("shard_frames") or {}).get(first)
+    return ids[0] if ids else None
+
+
+def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None = None, color_by: str = "tag",
+                        key: str = SHEET_NAME, panels: dict[tuple[str, int], Panel] | None = None,
+                        ) -> dict[str, Any]:
+    """Render the contact sheet of a version into ``store`` at ``key``; returns what the card says of it.
+
+    ``panels``: the default frame's panels, painted by the build tasks that held it in memory
+    (`pipeline.shard`); used when they cover every partition of the version, else the views are read
+    back from the files."""
+
+    names = severity_names(manifest)
+    default = sheet_frame(manifest)
+    parts = {(s["corruption"], int(s["severity"])) for s in manifest.get("shards", [])}
+    if panels and frame_id in (None, default) and default is not None and set(panels) == parts:
+        frame_id = default
+        data, per_panel = panels_sheet(sort_views(panels.values(), manifest), frame_id=frame_id,
+                                       color_by=color_by, severity_names=names)
+        n = len(panels)
+    else:
+        frame_id, views = read_views(store, manifest, frame_id)
+        data, per_panel = contact_sheet(views, frame_id=frame_id, color_by=color_by, severity_names=names)
+        n = len(views)
+    store.put_bytes(key, data)
+    return {"path": key, "frame_id": frame_id, "panels": n, "seconds_per_panel": round(per_panel, 3),
+            "color_by": color_by}
+
+
+def file_part(frame_id: str) -> str:
+    """A frame id as part of a file name: object ids are ``<split>/<index>``, not a folder."""
+    return frame_id.replace("/", "_").replace("\\", "_")
+
+
+def default_render_dir(manifest: dict[str, Any]) -> Path:
+    """Where `bench-build render` writes without ``--out``: ``./renders-<benchmark>-<version>`` in the current
+    directory. Never the version's own ``renders/``: `publish` uploads that folder, and its manifest lists
+    only the build's contact sheet."""
+    name = manifest.get("dataset") or manifest.get("recipe", {}).get("name") or "version"
+    return Path(f"renders-{name}-{manifest.get('version', 'unknown')}")
