@@ -15,14 +15,29 @@ object-level corruptions are scored against the boxes they moved.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from manifests.manifest import read_manifest
 from pipeline.schema import decode_boxes, decode_calib
-from pipeline.score.kitti_eval import KittiFormatError, KittiObjects, parse_kitti_objects, read_kitti_objects
+from pipeline.score.bug_rates import bug_rates
+from pipeline.score.kitti_eval import (
+    KittiFormatError,
+    KittiObjects,
+    evaluate,
+    frame_overlaps,
+    parse_kitti_objects,
+    read_kitti_objects,
+)
 from pipeline.score.predictions import FIRST, PredictionError
 from pipeline.score.truth import Partition, iter_columns
+from pipeline.sources.kitti import format_labels
 
 
 def truth_by_partition(version_dir: str | Path) -> dict[Partition, dict[str, KittiObjects]]:
@@ -33,7 +48,6 @@ def truth_by_partition(version_dir: str | Path) -> dict[Partition, dict[str, Kit
 
 
 def _truth_objects(version_dir: str | Path, cols: dict[str, list[Any]]) -> dict[str, KittiObjects]:
-    from pipeline.sources.kitti import format_labels
 
     frames = {}
     for fid, boxes, calib in zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True):
@@ -44,7 +58,6 @@ def _truth_objects(version_dir: str | Path, cols: dict[str, list[Any]]) -> dict[
 
 
 def _partition_truth(version_dir: str | Path, shard_paths: list[str]) -> dict[str, KittiObjects]:
-    import pyarrow.parquet as pq
 
     frames: dict[str, KittiObjects] = {}
     for rel in shard_paths:
@@ -115,8 +128,6 @@ def score_partition(version_dir: str | Path, shard_paths: list[str], pred_root: 
                     severity_names: list[str], classes: tuple[str, ...], bugs: bool) -> PartitionScore:
     """AP (and bug rates) of one partition: its ground truth from its shards, its result files, the overlaps
     computed once for both."""
-    from pipeline.score.bug_rates import bug_rates
-    from pipeline.score.kitti_eval import evaluate, frame_overlaps
 
     truth = _partition_truth(version_dir, shard_paths)
     frame_ids = sorted(truth)
@@ -137,9 +148,7 @@ def score_partitions(version_dir: str | Path, pred_root: str | Path, *, severity
                      workers: int | None = None) -> dict[Partition, PartitionScore]:
     """Every partition of the version, clean first; with ``workers`` > 1 (default: every CPU of this process
     for versions of at least `PARALLEL_MIN_FRAMES` frames) partitions are scored in parallel processes."""
-    import os
 
-    from manifests.manifest import read_manifest
 
     manifest = read_manifest(Path(version_dir))
     shards: dict[Partition, list[str]] = {}
@@ -154,8 +163,6 @@ def score_partitions(version_dir: str | Path, pred_root: str | Path, *, severity
     args = [(version_dir, shards[p], pred_root, p, severity_names, classes, bugs) for p in parts]
     if workers == 1:
         return {p: score_partition(*a) for p, a in zip(parts, args, strict=True)}
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: the parent may hold pyarrow's thread pools
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:

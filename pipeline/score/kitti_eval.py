@@ -98,7 +98,7 @@ def read_kitti_objects(path: Path, *, need_score: bool) -> KittiObjects:
 
 # ---- overlaps -----------------------------------------------------------------------------------
 
-def _bev_polygons(obj: KittiObjects) -> np.ndarray:
+def bev_polygons(obj: KittiObjects) -> np.ndarray:
     """Footprints in the camera x–z plane (length along x at rotation_y = 0, width along z)."""
     w, length = obj.hwl[:, 1], obj.hwl[:, 2]
     xc = np.stack([length, length, -length, -length], 1) / 2
@@ -113,7 +113,7 @@ def box_overlaps(dt: KittiObjects, gt: KittiObjects, metric: str) -> np.ndarray:
     """IoU matrix (detections × ground truth), ``metric`` ``bev`` or ``3d``."""
     if len(dt) == 0 or len(gt) == 0:
         return np.zeros((len(dt), len(gt)))
-    pd, pg = _bev_polygons(dt), _bev_polygons(gt)
+    pd, pg = bev_polygons(dt), bev_polygons(gt)
     inter = shapely.area(shapely.intersection(pd[:, None], pg[None, :]))
     area_d = dt.hwl[:, 1] * dt.hwl[:, 2]
     area_g = gt.hwl[:, 1] * gt.hwl[:, 2]
@@ -201,7 +201,7 @@ def _overlaps(d: KittiObjects, g: KittiObjects, n_dt: np.ndarray, n_gt: np.ndarr
     if near.any():
         ud, id_ = np.unique(di[near], return_inverse=True)
         ug, ig = np.unique(gi[near], return_inverse=True)
-        pd, pg = _bev_polygons(_take(d, ud)), _bev_polygons(_take(g, ug))
+        pd, pg = bev_polygons(_take(d, ud)), bev_polygons(_take(g, ug))
         inter_bev[near] = shapely.area(shapely.intersection(pd[id_], pg[ig]))
     area_d = d.hwl[:, 1] * d.hwl[:, 2]
     area_g = g.hwl[:, 1] * g.hwl[:, 2]

@@ -49,8 +49,8 @@ import numpy as np
 
 from pipeline.score.detection import partition_candidates
 from pipeline.score.predictions import FIRST, PredictionError
-from pipeline.score.robo3d_det import read_build
-from pipeline.score.truth import Partition, manifest_of
+from pipeline.score.truth import Partition, manifest_of, read_build
+from pipeline.sources.base import require_extra
 
 CONFIG = "detection_cvpr_2019"
 RESULT_NAME = "results_nusc.json"
@@ -298,7 +298,6 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
                                                                     list[str]]:
     """Per partition the devkit's metrics (``NDS``, ``mAP``, ``mATE`` … ``mAAE``), and notes on what was
     not computable."""
-    from pipeline.sources.base import require_extra
 
     # NDS is the devkit's own evaluation: without the nuscenes extra, say which one to install (exit 2)
     config_factory = require_extra("nuscenes.eval.detection.config", "nuscenes", "nuScenes-C detection score",

@@ -26,14 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline.score.validate import PredictionError, class_ids, numbers, probabilities
 
 FIRST = 5  # how many offending keys an error lists
 #: the fields whose values are numbers (or lists of numbers): a boolean there is refused, not read as 0/1
 NUMERIC_FIELDS = ("probs", "pred", "score", "labels")
 
 
-class PredictionError(ValueError):
-    pass
 
 
 class Predictions(dict):
@@ -93,7 +94,6 @@ def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _parquet_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
@@ -144,8 +144,6 @@ def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequen
                 *, allow_pred: bool = False, distribution: bool = False) -> np.ndarray:
     """(len(keys), num_classes) probabilities in ``keys`` order, every value checked (`validate.probabilities`;
     ``distribution``: rows sum to 1); with ``allow_pred`` a ``pred`` class id stands for a one-hot row."""
-    from pipeline.score.validate import class_ids, probabilities
-
     has_probs = np.array([preds[k].get("probs") is not None for k in keys], bool)
     has_pred = np.array([allow_pred and not h and "pred" in preds[k] for k, h in zip(keys, has_probs, strict=True)],
                         bool)
@@ -164,6 +162,4 @@ def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequen
 
 def scalar(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequence[str], field: str) -> np.ndarray:
     """The finite number ``field`` of every key (booleans and strings refused)."""
-    from pipeline.score.validate import numbers
-
     return numbers(path, preds, keys, field)

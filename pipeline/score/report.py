@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.score.bug_rates import BUGS
+from pipeline.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
 from pipeline.score.run import ScoreReport
 
 
@@ -32,7 +34,6 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
     metrics = list(dict.fromkeys(r["metric"] for r in report.rows))
     oa = [m for m in metrics if m.endswith("/OA")]  # Li et al.: OA per class and AP kind; APs are in the files
     shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40", "/AP_R11"))][:10]
-    from pipeline.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
 
     shown = [m for m in PRINTED[report.metric] if m in metrics] if report.metric in PRINTED else shown
     table = Table(title=f"{report.dataset} {report.version}: {report.metric}")
@@ -57,7 +58,6 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
 
 def _print_bug_rates(report: ScoreReport, console: Console) -> None:
     """Li et al.'s bug rates: one row per partition and detected class, BR (%) and CR against clean, then mCR."""
-    from pipeline.score.bug_rates import BUGS
 
     classes = list(dict.fromkeys(r["metric"].rpartition("/")[0] for r in report.rows
                                  if r["metric"].endswith("/BR_TD")))

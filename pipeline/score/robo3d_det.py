@@ -16,14 +16,15 @@ Anything else, or rows carrying both ``labels`` and ``boxes``, is refused (exit 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow.parquet as pq
 
+from pipeline.score.nuscenes_det import score_nuscenes
 from pipeline.score.predictions import PredictionError
-from pipeline.score.truth import Partition, manifest_of
+from pipeline.score.robo3d import robo3d_metrics
+from pipeline.score.waymo_det import score_waymo
 
 DET_METRICS = {"nuscenes": "nuscenes-det", "wod": "wod-det"}
 BASELINE_TABLE = {"nuscenes-det": "nuscenes-c-det", "wod-det": "wod-c-det"}
@@ -82,7 +83,6 @@ def _fields(path: Path) -> set[str]:
     if not path.exists():
         raise PredictionError(f"{path}: no such prediction file")
     if path.suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
 
         try:
             return set(pq.read_schema(path).names)
@@ -110,16 +110,13 @@ def _fields(path: Path) -> set[str]:
 def score_det3d(report: Any, version_dir: str | Path, predictions: str | Path, severity_names: list[str],
                 source_root: str | Path | None) -> None:
     """Fill ``report`` (a `ScoreReport`) with the per-partition accuracy and the Robo3D summary."""
-    from pipeline.score.robo3d import robo3d_metrics
 
     if report.metric == "nuscenes-det":
-        from pipeline.score.nuscenes_det import score_nuscenes
 
         per, notes = score_nuscenes(version_dir, predictions, severity_names=severity_names,
                                     source_root=source_root)
         accuracy, unit = "NDS", "NDS (nuScenes devkit, detection_cvpr_2019), percent"
     else:
-        from pipeline.score.waymo_det import score_waymo
 
         per, notes = score_waymo(version_dir, predictions)
         accuracy, unit = "mAPH/L2", "mAPH at LEVEL_2 (Vehicle, Pedestrian, Cyclist), percent"
@@ -139,59 +136,3 @@ def score_det3d(report: Any, version_dir: str | Path, predictions: str | Path, s
     if notes:
         summary["note"] = "; ".join([*([summary["note"]] if "note" in summary else []), *notes])
     report.summary = summary
-
-
-def points_in_boxes(points: np.ndarray, boxes: list[dict[str, Any]]) -> list[int]:
-    """LiDAR points inside each box (boundaries included, as the devkit's ``points_in_box``). Points are sorted
-    by x once, so each box tests only the slice within its bounding circle's x range."""
-    xyz = np.asarray(points[:, :3], np.float64)
-    order = np.argsort(xyz[:, 0], kind="stable")
-    xs = xyz[order, 0]
-    out = []
-    for b in boxes:
-        reach = math.hypot(b["dx"], b["dy"]) / 2 + 1e-6  # a rotated box reaches at most its half-diagonal in x
-        lo = int(np.searchsorted(xs, b["x"] - reach, side="left"))
-        hi = int(np.searchsorted(xs, b["x"] + reach, side="right"))
-        d = xyz[order[lo:hi]] - np.array([b["x"], b["y"], b["z"]], np.float64)
-        c, s = math.cos(b["heading"]), math.sin(b["heading"])
-        u, v = d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c
-        inside = (np.abs(u) <= b["dx"] / 2) & (np.abs(v) <= b["dy"] / 2) & (np.abs(d[:, 2]) <= b["dz"] / 2)
-        out.append(int(inside.sum()))
-    return out
-
-
-def read_build(version_dir: str | Path, *, count_points: bool = True) -> tuple[
-        dict[Partition, dict[str, tuple[list | None, str]]], dict[tuple[Partition, str], list[int]]]:
-    """(partition → frame id → (box rows, example key), (partition, frame id) → LiDAR points in each box).
-
-    Point counts are the clean frame's for every partition (the ground truth of a corrupted scan is the clean
-    scan's boxes, as in the papers' evaluations); a version without a clean partition counts each frame's own.
-    Without ``count_points`` no point is read and the counts are empty.
-    """
-    import pyarrow.parquet as pq
-
-    from pipeline.schema import decode_points
-
-    root = Path(version_dir)
-    shards = manifest_of(root)["shards"]
-    has_clean = any(s["corruption"] == "clean" for s in shards)
-    parts: dict[Partition, dict[str, tuple[list | None, str]]] = {}
-    own: dict[tuple[Partition, str], list[int]] = {}
-    clean: dict[str, list[int]] = {}
-    for s in shards:
-        part = Partition(s["corruption"], int(s["severity"]))
-        with_points = count_points and (part.corruption == "clean" or not has_clean)
-        table = pq.read_table(root / s["path"], columns=["key", "frame_id", "boxes"] + (["points"] * with_points))
-        fids, keys, boxes = table["frame_id"].to_pylist(), table["key"].to_pylist(), table["boxes"].to_pylist()
-        parts.setdefault(part, {}).update(zip(fids, zip(boxes, keys, strict=True), strict=True))
-        if with_points:
-            for fid, b, pts in zip(fids, boxes, decode_points(table["points"], writable=False), strict=True):
-                own[(part, fid)] = clean[fid] = points_in_boxes(pts, b or [])
-    if not count_points:
-        return parts, {}
-    unclean = sorted({fid for frames in parts.values() for fid in frames} - set(clean)) if has_clean else []
-    if unclean:
-        raise ValueError(f"{root}: {len(unclean)} frames have no clean example to count box points in, e.g. "
-                         + ", ".join(unclean[:5]))
-    counts = {(p, fid): (clean[fid] if has_clean else own[(p, fid)]) for p, frames in parts.items() for fid in frames}
-    return parts, counts

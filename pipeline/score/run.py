@@ -29,8 +29,19 @@ from typing import Any
 
 import numpy as np
 
+from manifests.recipe import severity_names as names_of
+from pipeline.score.bug_rates import BUGS, corruption_risk
+from pipeline.score.detection import score_partitions
+from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
+from pipeline.score.modelnet40_e import modelnet40_e_metrics
+from pipeline.score.modelnet_c import modelnet_c_metrics
+from pipeline.score.open_set import open_set_metrics
 from pipeline.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
+from pipeline.score.robo3d import confusion, miou, robo3d_metrics
+from pipeline.score.robo3d_det import scene_set, score_det3d, task_of
 from pipeline.score.truth import iter_columns, manifest_of, object_truth
+from pipeline.score.validate import point_labels
+from pipeline.sources.nuscenes import lidarseg_learning_map
 
 METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos",
            "nuscenes-det", "wod-det")
@@ -102,7 +113,6 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
     # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (pipeline.score.robo3d_det)
-    from pipeline.score.robo3d_det import scene_set, task_of
 
     if scene_set(dataset) is not None:
         metric = task_of(dataset, predictions, metric)
@@ -111,11 +121,9 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     report = ScoreReport(dataset, manifest["version"], metric)
-    from manifests.recipe import severity_names as names_of
 
     severity_names = names_of(manifest)
     if metric in ("nuscenes-det", "wod-det"):
-        from pipeline.score.robo3d_det import score_det3d
 
         score_det3d(report, version_dir, predictions, severity_names, source_root)
     elif metric in ("kitti-c", "robo3d-det"):
@@ -129,8 +137,6 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
 
 def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names, classes,
                workers: int | None = None) -> None:
-    from pipeline.score.detection import score_partitions
-    from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
 
     if not pred_root.is_dir():
         raise PredictionError(f"{pred_root}: detection predictions are a directory of KITTI result files "
@@ -190,7 +196,6 @@ def _ground_truth_counts(report: ScoreReport, aps: dict[Any, Any], classes: tupl
 def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str, float]]]) -> None:
     """Li et al.'s BR per partition and class (rows ``<cls>/BR_TD`` …, ``<cls>/N_det``), CR per corrupted
     partition (``<cls>/CR_TD`` …), and per corruption + mCR under ``summary["bug_rates"]``."""
-    from pipeline.score.bug_rates import BUGS, corruption_risk
 
     for (c, s), by_cls in br.items():
         for cls, v in by_cls.items():
@@ -211,7 +216,6 @@ def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str
 def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, Any]:
     """mCE/mRR when the version has every corruption of the baseline table; otherwise the per-partition
     accuracies stand alone and the summary says why there is no mCE."""
-    from pipeline.score.robo3d import robo3d_metrics
 
     try:
         return robo3d_metrics(acc, table)
@@ -220,7 +224,6 @@ def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, 
 
 
 def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, ignore_label: int | None) -> None:
-    from pipeline.score.robo3d import confusion, miou
 
     preds = read_predictions(predictions)
     gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
@@ -247,7 +250,6 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             keys.append(k)
     check_keys(predictions, preds, keys, report.dataset)
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
-    from pipeline.score.validate import point_labels
 
     # validated arrays are not kept: a full segmentation benchmark has billions of labels, already held once
     for k in keys:
@@ -272,7 +274,6 @@ def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
     if source.get("learning_map"):
         return {int(k): int(v) for k, v in source["learning_map"].items()}
     if source.get("kind") == "nuscenes" and source.get("categories"):
-        from pipeline.sources.nuscenes import lidarseg_learning_map
 
         return lidarseg_learning_map({name: int(i) for i, name in source["categories"].items()})[0]
     return None
@@ -291,9 +292,6 @@ def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other
 
 
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
-    from pipeline.score.modelnet40_e import modelnet40_e_metrics
-    from pipeline.score.modelnet_c import modelnet_c_metrics
-    from pipeline.score.open_set import open_set_metrics
 
     truth = object_truth(version_dir)
     preds = read_predictions(predictions)

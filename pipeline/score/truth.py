@@ -9,6 +9,7 @@ example belongs to; 3DOS).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from manifests.manifest import read_manifest
+from pipeline.schema import decode_points
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,55 @@ def object_truth(version_dir: str | Path) -> ObjectTruth:
     return ObjectTruth(keys, parts, np.asarray(cls, np.int64), np.asarray(sig) if has["sigma"] else None,
                        np.asarray(known, bool) if has["known"] else None, uset if has["unknown_set"] else None,
                        scen if has["scenario"] else None, other)
+
+
+def points_in_boxes(points: np.ndarray, boxes: list[dict[str, Any]]) -> list[int]:
+    """LiDAR points inside each box (boundaries included, as the devkit's ``points_in_box``). Points are sorted
+    by x once, so each box tests only the slice within its bounding circle's x range."""
+    xyz = np.asarray(points[:, :3], np.float64)
+    order = np.argsort(xyz[:, 0], kind="stable")
+    xs = xyz[order, 0]
+    out = []
+    for b in boxes:
+        reach = math.hypot(b["dx"], b["dy"]) / 2 + 1e-6  # a rotated box reaches at most its half-diagonal in x
+        lo = int(np.searchsorted(xs, b["x"] - reach, side="left"))
+        hi = int(np.searchsorted(xs, b["x"] + reach, side="right"))
+        d = xyz[order[lo:hi]] - np.array([b["x"], b["y"], b["z"]], np.float64)
+        c, s = math.cos(b["heading"]), math.sin(b["heading"])
+        u, v = d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c
+        inside = (np.abs(u) <= b["dx"] / 2) & (np.abs(v) <= b["dy"] / 2) & (np.abs(d[:, 2]) <= b["dz"] / 2)
+        out.append(int(inside.sum()))
+    return out
+
+
+def read_build(version_dir: str | Path, *, count_points: bool = True) -> tuple[
+        dict[Partition, dict[str, tuple[list | None, str]]], dict[tuple[Partition, str], list[int]]]:
+    """(partition → frame id → (box rows, example key), (partition, frame id) → LiDAR points in each box).
+
+    Point counts are the clean frame's for every partition (the ground truth of a corrupted scan is the clean
+    scan's boxes, as in the papers' evaluations); a version without a clean partition counts each frame's own.
+    Without ``count_points`` no point is read and the counts are empty.
+    """
+    root = Path(version_dir)
+    shards = manifest_of(root)["shards"]
+    has_clean = any(s["corruption"] == "clean" for s in shards)
+    parts: dict[Partition, dict[str, tuple[list | None, str]]] = {}
+    own: dict[tuple[Partition, str], list[int]] = {}
+    clean: dict[str, list[int]] = {}
+    for s in shards:
+        part = Partition(s["corruption"], int(s["severity"]))
+        with_points = count_points and (part.corruption == "clean" or not has_clean)
+        table = pq.read_table(root / s["path"], columns=["key", "frame_id", "boxes"] + (["points"] * with_points))
+        fids, keys, boxes = table["frame_id"].to_pylist(), table["key"].to_pylist(), table["boxes"].to_pylist()
+        parts.setdefault(part, {}).update(zip(fids, zip(boxes, keys, strict=True), strict=True))
+        if with_points:
+            for fid, b, pts in zip(fids, boxes, decode_points(table["points"], writable=False), strict=True):
+                own[(part, fid)] = clean[fid] = points_in_boxes(pts, b or [])
+    if not count_points:
+        return parts, {}
+    unclean = sorted({fid for frames in parts.values() for fid in frames} - set(clean)) if has_clean else []
+    if unclean:
+        raise ValueError(f"{root}: {len(unclean)} frames have no clean example to count box points in, e.g. "
+                         + ", ".join(unclean[:5]))
+    counts = {(p, fid): (clean[fid] if has_clean else own[(p, fid)]) for p, frames in parts.items() for fid in frames}
+    return parts, counts

@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.score.predictions import PredictionError
+
+class PredictionError(ValueError):
+    """A predictions file the scorer cannot use: names the file, the key and what is wrong."""
+
 
 NUMBER = frozenset({float, int})
 INTEGER = frozenset({int})

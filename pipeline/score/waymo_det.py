@@ -48,10 +48,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import shapely
+from scipy.optimize import linear_sum_assignment
 
+from pipeline.score.kitti_eval import KittiObjects, bev_polygons
 from pipeline.score.predictions import PredictionError, check_keys, read_predictions
-from pipeline.score.robo3d_det import read_build
-from pipeline.score.truth import Partition, manifest_of
+from pipeline.score.truth import Partition, manifest_of, read_build
 
 CLASSES = ("Vehicle", "Pedestrian", "Cyclist")
 TYPE_IDS = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}
@@ -75,10 +77,9 @@ class FrameBoxes:
 def iou_3d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(len(a), len(b)) IoU of upright 3D boxes (x, y, z centre, length, width, height, heading about +z).
 
-    Footprints are the KITTI evaluator's rotated rectangles (`kitti_eval._bev_polygons`, a camera-style box
+    Footprints are the KITTI evaluator's rotated rectangles (`kitti_eval.bev_polygons`, a camera-style box
     whose x–z plane is our x–y plane: rotation_y = −heading); only pairs whose bounding circles meet are
     intersected (a frame has thousands of pairs, a few dozen touch)."""
-    from pipeline.score.kitti_eval import KittiObjects, _bev_polygons
 
     a, b = np.asarray(a, float).reshape(-1, 7), np.asarray(b, float).reshape(-1, 7)
     out = np.zeros((len(a), len(b)))
@@ -94,12 +95,11 @@ def iou_3d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     def footprints(x: np.ndarray) -> np.ndarray:
         n, z = len(x), np.zeros(len(x))
-        return _bev_polygons(KittiObjects(name=np.full(n, "box", dtype=object), truncated=z, occluded=z, alpha=z,
+        return bev_polygons(KittiObjects(name=np.full(n, "box", dtype=object), truncated=z, occluded=z, alpha=z,
                                           bbox=np.zeros((n, 4)), hwl=x[:, [5, 4, 3]],
                                           location=np.stack([x[:, 0], z, x[:, 1]], 1), rotation_y=-x[:, 6],
                                           score=z))
 
-    import shapely
 
     inter = shapely.area(shapely.intersection(footprints(a[ia]), footprints(b[ib]))) * dz[ia, ib]
     union = a[ia, 3] * a[ia, 4] * a[ia, 5] + b[ib, 3] * b[ib, 4] * b[ib, 5] - inter
@@ -121,7 +121,6 @@ def _wrap(a: np.ndarray) -> np.ndarray:
 def _match(iou: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(prediction rows, ground-truth cols) of the Hungarian matching maximising the summed IoU of the
     admissible pairs ``ok`` (IoU ≥ the class threshold); other pairs never count as matches."""
-    from scipy.optimize import linear_sum_assignment
 
     r_any, c_any = np.flatnonzero(ok.any(1)), np.flatnonzero(ok.any(0))
     if not len(r_any):

@@ -66,3 +66,18 @@ def fsync_replace_named(tmp: Path, path: Path) -> None:
     except OSError as e:
         e.bench_build_key = str(path)  # type: ignore[attr-defined]
         raise
+
+def atomic_write_with(path: Path, write) -> None:
+    """Write ``path`` atomically with ``write(tmp_name)`` (a figure's savefig, torch.save, …): a temp file beside
+    it with the user's umask, renamed into place; nothing under the final name if ``write`` fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())  # the user's umask (0644 by default), not mkstemp's 0600
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+

@@ -15,6 +15,11 @@ import time
 
 import numpy as np
 
+from pipeline.sources.demo import generate_frame
+from pipeline.validate.pointnet import PointNet, PointNetConfig
+from pipeline.validate.preprocess import Preprocess
+from pipeline.validate.train import TrainConfig, train_classifier
+
 PAPER_SCANS = 24292  # Boreas snow + clean (Table III)
 PAPER_TEST = 14962  # KITTI clean + simulated snow (Table III)
 PAPER_EPOCHS = 80
@@ -45,7 +50,6 @@ def _timed_batches(model, opt, x, y, n: int, train: bool) -> float:
 def bench_paper(points: int, width: float, batch: int, batches: int, threads: int) -> dict[str, float]:
     import torch
 
-    from pipeline.validate.pointnet import PointNet, PointNetConfig
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
@@ -63,8 +67,6 @@ def bench_paper(points: int, width: float, batch: int, batches: int, threads: in
 
 
 def bench_test_config(threads: int, epochs: int = 3) -> dict[str, float]:
-    from pipeline.validate.pointnet import PointNetConfig
-    from pipeline.validate.train import TrainConfig, train_classifier
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(72, 512, 4)).astype(np.float32)
@@ -75,8 +77,6 @@ def bench_test_config(threads: int, epochs: int = 3) -> dict[str, float]:
 
 
 def bench_preprocess(points: int) -> float:
-    from pipeline.sources.demo import generate_frame
-    from pipeline.validate.preprocess import Preprocess
 
     frame = generate_frame(0)  # full resolution: ≈ 120k points, like a KITTI / STF scan
     prep = Preprocess(points=points)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,6 @@ def configs_from_recipe(table: dict[str, Any], *, base: Path | None = None) -> l
 
 
 def _resolve(p: str, base: Path | None) -> Path:
-    import os
 
     path = Path(os.path.expandvars(os.path.expanduser(p)))
     return path if path.is_absolute() or base is None else base / path

@@ -16,9 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from pipeline.compact import materialize
+from pipeline.schema import decode_points, file_metadata
 from pipeline.sources.base import SourceError
+from pipeline.sources.boreas import read_boreas_bin
+from pipeline.sources.kitti import read_velodyne
+from pipeline.sources.semantickitti import read_label_file
+from pipeline.sources.stf import read_stf_bin
+from pipeline.sources.wads import duplicate_first
 from pipeline.validate.preprocess import EmptyScanError, Preprocess
+from pipeline.validate.train import evaluate, load_model
 
 FORMATS: dict[str, dict[str, Any]] = {
     "stf": {"width": 5, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring")},
@@ -34,9 +45,6 @@ SIZE_FORMATS = ("stf", "boreas", "kitti")
 def read_wads(path: Path, duplicates: str = "keep") -> tuple[np.ndarray, np.ndarray]:
     """Points and raw uint32 labels of a WADS scan (``sequences/NN/velodyne/F.bin`` + ``../labels/F.label``);
     ``duplicates = "drop"`` keeps the first of each exact (row, label) repeat."""
-    from pipeline.sources.kitti import read_velodyne
-    from pipeline.sources.semantickitti import read_label_file
-    from pipeline.sources.wads import duplicate_first
 
     pts = read_velodyne(path)
     label = path.parent.parent / "labels" / f"{path.stem}.label"
@@ -54,15 +62,12 @@ def read_real(fmt: str, path: Path, duplicates: str = "keep") -> np.ndarray:
     if fmt == "wads":
         return read_wads(path, duplicates)[0]
     if fmt == "stf":
-        from pipeline.sources.stf import read_stf_bin
 
         return read_stf_bin(path)
     if fmt == "boreas":
-        from pipeline.sources.boreas import read_boreas_bin
 
         return read_boreas_bin(path)
     if fmt == "kitti":
-        from pipeline.sources.kitti import read_velodyne
 
         return read_velodyne(path)
     raise ValueError(f"unknown real-data format {fmt!r}")
@@ -85,7 +90,6 @@ def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: 
 
 
 def list_partition_frames(path: str) -> list[str]:
-    import pyarrow.parquet as pq
 
     return pq.read_table(path, columns=["frame_id"])["frame_id"].to_pylist()
 
@@ -93,13 +97,8 @@ def list_partition_frames(path: str) -> list[str]:
 def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess, seed: int,
                            state_dict: dict[str, Any], model_cfg: Any, batch_size: int) -> dict[str, Any]:
     """Logits and global features of the sampled rows of one build file (a Ray task body)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     import torch
 
-    from pipeline.schema import decode_points, file_metadata
-    from pipeline.validate.train import evaluate, load_model
 
     torch.set_num_threads(1)  # one Ray CPU per task
     pf = pq.ParquetFile(path)
@@ -112,7 +111,6 @@ def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess
     compact = "point_ref" in pf.schema_arrow.names
     clean: dict[str, np.ndarray] = {}
     if compact:  # compact encoding: rows refer to the clean file of the same block (same name, clean partition)
-        from pathlib import Path
 
         cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
         ct = pq.read_table(cpath, columns=["frame_id", "points"])
@@ -126,7 +124,6 @@ def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess
         keys = table["key"].to_pylist()
         points = decode_points(table["points"].combine_chunks(), writable=False)
         if compact:
-            from pipeline.compact import materialize
 
             refs = table["point_ref"].to_pylist()
             points = [p if r is None else materialize(np.asarray(r, np.int32), p, clean[f])

@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.sources.base import SourceError
 from pipeline.validate.config import ValidationError, configs_from_recipe
+from pipeline.validate.run import run_validation
 
 
 def _say(msg: str) -> None:
@@ -21,7 +22,6 @@ def validate_after_build(version_dir: str | Path, recipe: Any, *, workers: int |
     Never fails the build (it is complete when this runs): problems are reported per corruption as
     ``{"status": "skipped" | "failed", "reason": ...}``; done ones as ``{"status": "done", ...}``.
     """
-    from pipeline.validate.run import run_validation
 
     results: dict[str, dict[str, Any]] = {}
     if not isinstance(version_dir, Path) and "://" in str(version_dir):

@@ -30,7 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from scipy.spatial import cKDTree
+from scipy.stats import ks_2samp, wasserstein_distance
 
+from pipeline.compact import materialize
+from pipeline.schema import decode_points, file_metadata
+from pipeline.sources.wads import VLS128, duplicate_first
+from pipeline.storage import atomic_write_with
+from pipeline.validate.extract import read_wads
 from stages.frame import INTENSITY_SCALES, PointTag
 
 SNOW_STAGES = ("snow", "snow_lisa")
@@ -54,7 +64,6 @@ def snow_like_corruptions(manifest: dict[str, Any]) -> list[str]:
 
 def scan_quantities(points: np.ndarray, intensity_col: int, scale: str, snow: np.ndarray) -> dict[str, Any]:
     """One scan's facts and its falling-snow points' per-point quantities (``snow`` is a boolean mask)."""
-    from scipy.spatial import cKDTree
 
     xyz = points[:, :3].astype(np.float64)
     rng_all = np.linalg.norm(xyz, axis=1)
@@ -133,7 +142,6 @@ def _subsample(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 def distances(real: list[dict[str, Any]], sim: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     """Wasserstein-1 and KS between simulated and real snow points, on the range bins and elevation band both
     sensors see."""
-    from scipy.stats import ks_2samp, wasserstein_distance
 
     def cat(scans, k):
         return np.concatenate([s[k] for s in scans]) if scans else np.zeros(0)
@@ -177,8 +185,6 @@ def _runs(idx: np.ndarray) -> list[Any]:
 
 def real_wads_scans(root: Path, files: list[Path], duplicates: str, seed: int) -> list[dict[str, Any]]:
     """Per-scan quantities of (a seeded subset of) WADS scans, falling snow = label 110."""
-    from pipeline.sources.wads import duplicate_first
-    from pipeline.validate.extract import read_wads
 
     out = []
     for i in _subsample(len(files), MAX_SCANS, seed, 700):
@@ -195,11 +201,7 @@ def real_wads_scans(root: Path, files: list[Path], duplicates: str, seed: int) -
 
 def simulated_scans(files: list[Path | str], frames: list[str] | None, seed: int) -> dict[int, list[dict[str, Any]]]:
     """Per-scan quantities of a snow corruption's files, by severity; falling snow = ``SCATTER_SNOW`` tags."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    from pipeline.schema import decode_points, file_metadata
 
     by_sev: dict[int, list[dict[str, Any]]] = {}
     for path in files:
@@ -215,7 +217,6 @@ def simulated_scans(files: list[Path | str], frames: list[str] | None, seed: int
             continue
         points = decode_points(table["points"].combine_chunks(), writable=False)
         if compact:
-            from pipeline.compact import materialize
 
             cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
             ct = pq.read_table(cpath, columns=["frame_id", "points"])
@@ -248,7 +249,6 @@ def build_sensor(manifest: dict[str, Any]) -> dict[str, Any]:
 def realism_report(manifest: dict[str, Any], corruption_files: dict[str, list[Path | str]], frames: list[str] | None,
                    real_root: Path, real_files: list[Path], duplicates: str, seed: int) -> dict[str, Any]:
     """The realism section of report.json (plus the per-point arrays the plots need, under ``_arrays``)."""
-    from pipeline.sources.wads import VLS128
 
     real = real_wads_scans(real_root, real_files, duplicates, seed)
     real_summary = summarise(real)
@@ -316,7 +316,6 @@ def plot_realism(path: Path, corruption: str, section: dict[str, Any], arrays: d
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.validate.report import _atomic
 
     real = arrays["real"]
     sims = arrays["simulated"][corruption]
@@ -348,7 +347,7 @@ def plot_realism(path: Path, corruption: str, section: dict[str, Any], arrays: d
     fig.suptitle(f"falling snow: real WADS ({sens['real']['name']}) vs simulated {corruption} "
                  f"({sens['simulated']['name']})", fontsize=9)
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
 
 

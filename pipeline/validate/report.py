@@ -5,35 +5,24 @@ Every file is written to a temporary name and renamed, so a reader never sees ha
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.storage import current_umask
+from manifests.card import card_with_validation
+from pipeline.storage import atomic_write_with
+from pipeline.validate.realism import plot_realism, render_realism
 
 #: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
 GROUP_COLORS = {"real": "#d62728", "simulated": "#1f77b4", "clean": "#2ca02c"}
 INDEX_NAME = "summary.md"
 
 
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.fchmod(fd, 0o666 & ~current_umask())  # the user's umask (0644 by default), not mkstemp's 0600
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda tmp: Path(tmp).write_text(text))
+    atomic_write_with(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def group_labels(corruption: str, groups: dict[str, np.ndarray]) -> dict[str, str]:
@@ -56,7 +45,7 @@ def plot_tsne(path: Path, corruption: str, emb_groups: dict[str, np.ndarray]) ->
     ax.set_ylabel("t-SNE 2")
     ax.legend(loc="best", frameon=True)
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
     return [{"group": g, "label": labels[g], "color": GROUP_COLORS[g], "n": len(p)} for g, p in emb_groups.items()]
 
@@ -83,7 +72,7 @@ def plot_training(path: Path, history: list[dict[str, float]], best_epoch: int) 
         a.legend()
     fig.suptitle("PointNet weather classifier: real weather vs real clean")
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
 
 
@@ -138,7 +127,6 @@ def render_summary(report: dict[str, Any]) -> str:
                          f"{r['n_x']} / {r['n_y']} |")
         lines.append("")
     if report.get("realism"):
-        from pipeline.validate.realism import render_realism
 
         lines += render_realism(report["realism"])
     lines += [
@@ -182,15 +170,14 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
                   realism_arrays: dict[str, Any] | None = None) -> None:
     import torch
 
-    from manifests.card import card_with_validation
 
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt = {"state_dict": train_res.state_dict, "model": report["model"], "preprocessing": report["preprocessing"],
             "best_epoch": train_res.best_epoch, "val_accuracy": train_res.best_val_accuracy,
             "seed": report["config"]["seed"], "labels": {"0": "clean", "1": report["corruption"]}}
-    _atomic(out_dir / "pointnet.pt", lambda tmp: torch.save(ckpt, tmp))
+    atomic_write_with(out_dir / "pointnet.pt", lambda tmp: torch.save(ckpt, tmp))
     arrays = {f"features_{g}": f for g, f in groups.items()} | {f"tsne_{g}": e for g, e in emb_groups.items()}
-    _atomic(out_dir / "features.npz", lambda tmp: np.savez_compressed(open(tmp, "wb"), **arrays))
+    atomic_write_with(out_dir / "features.npz", lambda tmp: np.savez_compressed(open(tmp, "wb"), **arrays))
     legend = plot_tsne(out_dir / "tsne.png", report["corruption"], emb_groups)
     plot_training(out_dir / "training.png", report["training"]["history"], train_res.best_epoch)
     report["plots"] = {"tsne": {"path": "tsne.png", "groups": legend}, "training": {"path": "training.png"}}
@@ -198,7 +185,6 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
                        "training_plot": "training.png", "checkpoint": "pointnet.pt", "features": "features.npz"}
     realism = report.get("realism") or {}
     if realism_arrays is not None and "corruptions" in realism:
-        from pipeline.validate.realism import plot_realism
 
         for c in realism["corruptions"]:
             plot_realism(out_dir / f"realism_{c}.png", c, realism, realism_arrays)

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -32,10 +33,36 @@ from typing import Any
 
 import numpy as np
 
+from manifests.manifest import ManifestError
+from pipeline import __version__
+from pipeline.build import init_ray
 from pipeline.plan import CLEAN
+from pipeline.reader import open_version
 from pipeline.sources.base import SourceError
+from pipeline.sources.records import list_scans
 from pipeline.validate.config import ValidateConfig, ValidationError
-from pipeline.validate.extract import FORMATS, SIZE_FORMATS
+from pipeline.validate.extract import (
+    FORMATS,
+    SIZE_FORMATS,
+    extract_partition_file,
+    list_partition_frames,
+    load_real_chunk,
+)
+from pipeline.validate.mmd import mmd_table
+from pipeline.validate.pointnet import PointNetConfig
+from pipeline.validate.realism import MAX_SCANS, realism_report, snow_like_corruptions
+from pipeline.validate.report import write_outputs
+from pipeline.validate.train import (
+    CLEAN_LABEL,
+    WEATHER_LABEL,
+    TrainConfig,
+    cpu_training_estimate,
+    evaluate,
+    load_model,
+    pick_device,
+    split_train_val,
+    train_classifier,
+)
 
 FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
                 "hdl64": "stf"}
@@ -86,9 +113,6 @@ def _subset(n: int, k: int | None, seed: int, salt: int) -> np.ndarray:
 
 def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     """Check everything that can be checked without training; raise ValidationError naming the problem."""
-    from manifests.manifest import ManifestError
-    from pipeline.reader import open_version
-    from pipeline.sources.records import list_scans
 
     root = Path(version_dir)
     try:
@@ -145,7 +169,6 @@ def training_device_line(cfg: ValidateConfig, n_train: int, threads: int | None)
     size a CPU needs hours, a GPU minutes)."""
     import torch
 
-    from pipeline.validate.train import cpu_training_estimate, pick_device
 
     device = pick_device(cfg.device)
     if device != "cpu":
@@ -162,7 +185,6 @@ def training_device_line(cfg: ValidateConfig, n_train: int, threads: int | None)
 def _load_real(pre: dict[str, Any], cfg: ValidateConfig, log: Callable[[str], None]) -> dict[str, Any]:
     import ray
 
-    from pipeline.validate.extract import load_real_chunk
 
     task = ray.remote(num_cpus=1, max_retries=2)(load_real_chunk)
     prep = cfg.preprocess
@@ -195,7 +217,6 @@ def _load_real(pre: dict[str, Any], cfg: ValidateConfig, log: Callable[[str], No
 def _frame_sample(pre: dict[str, Any], cfg: ValidateConfig) -> tuple[list[str] | None, int]:
     import ray
 
-    from pipeline.validate.extract import list_partition_frames
 
     task = ray.remote(num_cpus=1)(list_partition_frames)
     ids = sorted({f for r in ray.get([task.remote(str(p)) for p in pre["clean_files"]]) for f in r})
@@ -207,7 +228,6 @@ def _frame_sample(pre: dict[str, Any], cfg: ValidateConfig) -> tuple[list[str] |
 def _extract_build(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None, train_res) -> dict[str, Any]:
     import ray
 
-    from pipeline.validate.extract import extract_partition_file
 
     task = ray.remote(num_cpus=1, max_retries=2)(extract_partition_file)
     state_ref = ray.put({k: v.cpu() for k, v in train_res.state_dict.items()})
@@ -240,7 +260,6 @@ def _tsne(features: np.ndarray, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
 def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
              log: Callable[[str], None]) -> dict[str, Any]:
     """The per-point snow realism section (`realism`), or why it was skipped."""
-    from pipeline.validate.realism import realism_report, snow_like_corruptions
 
     version = pre["version"]
     names = snow_like_corruptions(version.manifest)
@@ -251,7 +270,6 @@ def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
     if not names:
         return {"skipped": f"the build has no snow-like corruption (stages snow, snow_lisa); it has "
                            f"{', '.join(version.corruptions)}", "snow_like": True}
-    from pipeline.validate.realism import MAX_SCANS
 
     # at most MAX_SCANS frames per severity, read only from the files that hold them (the manifest says which)
     shard_frames: dict[str, list[str]] = version.manifest.get("shard_frames", {})
@@ -300,15 +318,10 @@ def verdict(acc_sim: float, acc_clean: float, val_acc: float, mmd: dict[str, dic
 def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int | None = None,
                    address: str | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate ``cfg.corruption`` of a built version; write the outputs and return the report."""
-    from pipeline import __version__
-    from pipeline.build import init_ray
-    from pipeline.validate.pointnet import PointNetConfig
-    from pipeline.validate.train import CLEAN_LABEL, WEATHER_LABEL, TrainConfig, split_train_val, train_classifier
 
     log = log or _log_stderr
     t0 = time.time()
     pre = preflight(version_dir, cfg)  # raises before Ray or torch start
-    import importlib.util
 
     missing = [m for m in ("torch", "sklearn", "matplotlib") if importlib.util.find_spec(m) is None]
     if missing:
@@ -338,7 +351,6 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
 
             ray.shutdown()
 
-    from pipeline.validate.train import evaluate, load_model, pick_device
 
     device = pick_device(cfg.device)
     real_logits, real_feats, _ = evaluate(load_model(res.state_dict, model_cfg, device),
@@ -361,7 +373,6 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
     emb_groups = {g: emb[labels == g] for g in groups}
 
     realism = _realism(pre, cfg, frames, log)
-    from pipeline.validate.mmd import mmd_table
 
     mmd = {"raw": mmd_table(groups, permutations=cfg.permutations, seed=cfg.seed),
            "tsne": mmd_table(emb_groups, permutations=cfg.permutations, seed=cfg.seed)}
@@ -405,7 +416,6 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
         "verdict": decision,
         "realism": {k: v for k, v in realism.items() if k != "_arrays"},
     }
-    from pipeline.validate.report import write_outputs
 
     out_dir = root / "validation" / cfg.corruption
     report["seconds"] = round(time.time() - t0, 2)

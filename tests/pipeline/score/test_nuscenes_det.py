@@ -15,7 +15,7 @@ pytest.importorskip("nuscenes", reason="NDS is the devkit's evaluation: the nusc
 from pipeline.cli import app
 from pipeline.score import PredictionError, score_version
 from pipeline.score.robo3d import robo3d_metrics
-from pipeline.score.robo3d_det import points_in_boxes
+from pipeline.score.truth import points_in_boxes
 from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
 from tests.pipeline.score.det3d_helpers import write_scene_version
 
