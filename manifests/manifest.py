@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests import names
+from pipeline.errors import BenchBuildError
 
 MANIFEST_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
@@ -57,7 +58,7 @@ SAFE_NAME = names.SAFE_NAME
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
 
 
-class ManifestError(ValueError):
+class ManifestError(BenchBuildError, ValueError):
     pass
 
 

@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.names import check_safe_name
+from pipeline.errors import BenchBuildError
 from stages.registry import Stage, get_stage
 
 VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
@@ -107,7 +108,7 @@ VALIDATE_CHOICES = {"real_format": ("auto", "stf", "boreas", "kitti", "wads"),
                     "verdict_space": ("raw", "tsne", "both")}
 
 
-class RecipeError(ValueError):
+class RecipeError(BenchBuildError, ValueError):
     """A recipe that cannot be used; the message names the recipe and the offending entry."""
 
 

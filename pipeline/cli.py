@@ -11,7 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
+from pipeline.errors import BenchBuildError
 from pipeline.numeric import NumericPinError, pin_environment
 
 # Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
@@ -22,7 +24,20 @@ try:
 except NumericPinError as e:  # a NumPy whose dispatch targets the pin cannot judge: refuse before any work
     print(f"bench-build: {e}", file=sys.stderr)
     raise SystemExit(2) from None
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+
+
+class Commands(TyperGroup):
+    """Every command's `BenchBuildError` ends here, once: its message on one line and its exit code (2: refused,
+    nothing written; 1: part of the work failed). Any other exception is a bug and keeps its traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BenchBuildError as e:
+            raise _fail(e, e.exit_code) from None
+
+
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console(soft_wrap=True)

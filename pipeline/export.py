@@ -40,6 +40,7 @@ import numpy as np
 
 from manifests.manifest import read_manifest
 from manifests.recipe import severity_names
+from pipeline.errors import BenchBuildError
 from pipeline.reader import Example, Version, open_version
 from pipeline.schema import decode_boxes, decode_calib
 from pipeline.shard import os_error_message
@@ -51,12 +52,14 @@ LAYOUTS = ("robo3d", "kitti")
 LINKED = ("image_2", "planes")  # what the converters read besides what a build stores
 
 
-class ExportError(ValueError):
+class ExportError(BenchBuildError, ValueError):
     """Refused before anything was written (the CLI's exit 2)."""
 
 
-class ExportIncomplete(RuntimeError):
+class ExportIncomplete(BenchBuildError, RuntimeError):
     """Writing had begun when something failed (the CLI's exit 1); the message says how far it got."""
+
+    exit_code = 1  # work had begun
 
 
 @dataclass

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.manifest import sha256_file
+from pipeline.errors import BenchBuildError
 from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
 __all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
@@ -39,7 +40,7 @@ __all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic
 LEDGER_DIR = "_ledger"
 
 
-class LedgerMismatch(RuntimeError):
+class LedgerMismatch(BenchBuildError, RuntimeError):
     """The output directory holds a build of a different recipe/frame list."""
 
 

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from pipeline.errors import BenchBuildError
+
 #: x86-64 dispatch targets that need no more than AVX2 + FMA3 (NumPy 1.26–2.3 name each extension, 2.4+ group
 #: them as the x86-64-v2/v3 levels). Every other x86 target NumPy names is AVX-512 (``AVX512F`` … ``AVX512_SPR``;
 #: 2.4+'s ``X86_V4`` is x86-64-v4, i.e. AVX-512 F/CD/VL/BW/DQ); a name in neither group is unknown and refused.
@@ -56,7 +58,7 @@ PIN_OTHER: dict[str, str] = {
 PIN_VARS = ("NPY_DISABLE_CPU_FEATURES", *PIN_OTHER)
 
 
-class NumericPinError(RuntimeError):
+class NumericPinError(BenchBuildError, RuntimeError):
     """The installed NumPy dispatches a target the pin does not know how to judge: pinning it could leave an
     AVX-512 code path active, so bench-build refuses rather than pin silently."""
 

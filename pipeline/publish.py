@@ -68,6 +68,7 @@ from manifests.manifest import (
     parse_manifest,
     sha256_file,
 )
+from pipeline.errors import BenchBuildError
 from pipeline.plan import CLEAN
 from pipeline.progress import TransferProgress
 from pipeline.storage import (
@@ -89,7 +90,7 @@ PARTIAL = ".partial"  # no `*.parquet` glob matches a staged file, and pyarrow s
 PULL_LOCK_WAIT = 600.0  # seconds a pull waits for another pull (or a run) of the same version directory
 
 
-class PublishError(RuntimeError):
+class PublishError(BenchBuildError, RuntimeError):
     """A publish was refused; nothing that readers can see was changed."""
 
 
@@ -101,7 +102,7 @@ class PublishConflict(PublishError):
     pass
 
 
-class PullError(RuntimeError):
+class PullError(BenchBuildError, RuntimeError):
     """A pull stopped on a local error (disk full, not a directory, permission denied), one line naming the file.
 
     ``code`` 2: refused before anything was written; 1: stopped part-way, with nothing unverified (and nothing of
@@ -109,7 +110,7 @@ class PullError(RuntimeError):
 
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = self.exit_code = code
 
 
 @dataclass

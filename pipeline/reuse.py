@@ -21,6 +21,7 @@ from typing import Any
 
 from manifests.manifest import MANIFEST_NAME, parse_manifest
 from manifests.recipe import Recipe
+from pipeline.errors import BenchBuildError
 from pipeline.ledger import frame_identity, identity_digest
 from pipeline.numeric import build_profile
 from pipeline.plan import TaskSpec
@@ -28,7 +29,7 @@ from pipeline.shard import build_columns, numeric_identity, partition_fingerprin
 from pipeline.storage import LocalStore, Store, open_store
 
 
-class ReuseRefused(ValueError):
+class ReuseRefused(BenchBuildError, ValueError):
     """``--reuse`` names something that cannot be reused from (refused before any work: exit 2)."""
 
 

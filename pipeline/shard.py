@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from manifests.manifest import config_name, partition_dir
 from manifests.recipe import Recipe, _jsonable
+from pipeline.errors import BenchBuildError
 from pipeline.ledger import Ledger, frame_identity, identity_digest
 from pipeline.plan import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
 from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
@@ -210,9 +211,11 @@ class _SheetPainter:
         self.cpu_seconds += time.process_time() - c
 
 
-class ShardFailed(RuntimeError):
+class ShardFailed(BenchBuildError, RuntimeError):
     """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them) or "resource"
     (disk full, I/O error: the input is fine, the machine is not)."""
+
+    exit_code = 1  # work had begun
 
     def __init__(self, shard: str, message: str, path: str | None = None, kind: str = "input") -> None:
         super().__init__(message)

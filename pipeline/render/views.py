@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.errors import BenchBuildError
 from stages.frame import Boxes, PointTag
 
 PANEL_PX = 240  # raster size of one view
@@ -32,7 +33,7 @@ TAG_COLORS = {
 BOX_COLORS = {"Car": "#d62728", "Pedestrian": "#1f77b4", "Cyclist": "#2ca02c"}
 
 
-class RenderError(ValueError):
+class RenderError(BenchBuildError, ValueError):
     pass
 
 

@@ -26,6 +26,8 @@ import numba
 import numpy as np
 import shapely
 
+from pipeline.errors import BenchBuildError
+
 CLASSES = ("Car", "Pedestrian", "Cyclist")
 #: IoU thresholds of the official "moderate" setting (Li et al. and Robo3D use these)
 MIN_OVERLAP = {"Car": 0.7, "Pedestrian": 0.5, "Cyclist": 0.5}
@@ -37,7 +39,7 @@ N_SAMPLE_PTS = 41
 NEIGHBOUR = {"car": "van", "pedestrian": "person_sitting"}
 
 
-class KittiFormatError(ValueError):
+class KittiFormatError(BenchBuildError, ValueError):
     pass
 
 

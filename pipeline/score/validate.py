@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import BenchBuildError
 
-class PredictionError(ValueError):
+
+class PredictionError(BenchBuildError, ValueError):
     """A predictions file the scorer cannot use: names the file, the key and what is wrong."""
 
 

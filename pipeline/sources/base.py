@@ -7,10 +7,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from pipeline.errors import BenchBuildError
 from stages.frame import Frame
 
 
-class SourceError(ValueError):
+class SourceError(BenchBuildError, ValueError):
     """Malformed or missing source data. The message always names the file and what is wrong."""
 
     def __init__(self, path: str | Path, problem: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pipeline.errors import BenchBuildError
 
-class StorageError(RuntimeError):
+
+class StorageError(BenchBuildError, RuntimeError):
     """A storage operation failed. The message names the object and never holds credentials."""
 
 

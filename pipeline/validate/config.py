@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import BenchBuildError
 from pipeline.validate.preprocess import Preprocess
 
 REAL_FORMATS = ("auto", "stf", "boreas", "kitti", "wads")
@@ -14,7 +15,7 @@ DUPLICATE_CHOICES = ("keep", "drop")
 VERDICT_SPACES = ("raw", "tsne", "both")
 
 
-class ValidationError(ValueError):
+class ValidationError(BenchBuildError, ValueError):
     """Unusable validation input (missing real data, unknown corruption, ...), raised before training."""
 
 

@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import BenchBuildError
 from pipeline.plan import example_rng
 from stages.frame import INTENSITY_SCALES
 
 INPUT_CHANNELS = 4  # x, y, z, intensity
 
 
-class EmptyScanError(ValueError):
+class EmptyScanError(BenchBuildError, ValueError):
     """No point of a scan survives the common crop."""
 
 
