@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 PUBLIC = {
     # reading a built or published version
     "open_version": "pipeline.reader", "Version": "pipeline.reader", "Example": "pipeline.reader",
-    "IntegrityError": "pipeline.reader",
+    "IntegrityError": "pipeline.checked",
     # PyTorch datasets (need torch)
     "PointCloudDataset": "pipeline.loaders", "PointCloudIterableDataset": "pipeline.loaders",
     "collate_point_clouds": "pipeline.loaders",
@@ -89,10 +89,11 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from manifests.recipe import Recipe, RecipeError, builtin_recipes, load_recipe
     from pipeline.build import run_build
+    from pipeline.checked import IntegrityError
     from pipeline.errors import BenchBuildError
     from pipeline.export import export_version
     from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
-    from pipeline.reader import Example, IntegrityError, Version, open_version
+    from pipeline.reader import Example, Version, open_version
     from pipeline.render import render_version
     from pipeline.score import METRICS, ScoreReport, score_version
     from pipeline.storage import open_store

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from manifests.manifest import sha256_file
-from pipeline.reader import CheckedParquetFile, open_version, rows_of
+from pipeline.checked import CheckedParquetFile
+from pipeline.reader import open_version, rows_of
 from pipeline.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
 from pipeline.shard import _write_parquet
 from pipeline.storage import LocalStore

@@ -47,7 +47,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from pipeline.reader import Example, Version, open_version, s3_filesystem
+from pipeline.reader import Example, Version, open_version
+from pipeline.remote_fs import s3_filesystem
 from pipeline.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
 from stages.frame import DONT_CARE
 

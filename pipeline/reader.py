@@ -25,23 +25,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from pipeline.checked import CheckedParquetFile, IntegrityError, read_error, remedy
 from pipeline.compact import materialize
 from pipeline.plan import CLEAN
+from pipeline.remote_fs import filesystem_for
 from pipeline.schema import (
     EXAMPLE_COLUMNS,
     POINT_COLUMNS,
@@ -53,83 +51,9 @@ from pipeline.schema import (
 from pipeline.sources.kitti import write_frame
 from pipeline.storage import (
     LocalStore,
-    StorageError,
-    Store,
-    denied_message,
     open_store,
-    redact,
-    register_secret,
-    s3_client,
 )
 from stages.frame import Boxes, Calib, Frame
-
-
-class IntegrityError(ManifestError):
-    """A file of a version is not what its manifest says: another size, row count or sha256, a data page whose
-    CRC fails, or a compact row that does not fit its clean scan. The message names the file and the remedy."""
-
-
-def _remedy(version: str | None) -> str:
-    verify = f"`bench-build verify {version}`" if version else "`bench-build verify`"
-    return f"the file changed since the build: re-pull it or run {verify}"
-
-
-#: pyarrow's S3 error names (``AWS Error ACCESS_DENIED during HeadObject``) that mean "credentials rejected"
-_S3_DENIED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN",
-              "INVALID_CLIENT_TOKEN_ID", "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN")
-
-
-def _read_error(e: BaseException, where: str, version: str | None, op: str = "read") -> BaseException:
-    """The error to raise for pyarrow's ``e`` while reading ``where``: a failed page checksum or undecodable bytes
-    become `IntegrityError`, rejected S3 credentials the same one line as the CLI's, anything else names the file."""
-    text = str(e)
-    first = text.splitlines()[0] if text else type(e).__name__
-    if "CRC checksum verification failed" in text or "could not verify page integrity" in text:
-        return IntegrityError(f"{where}: a data page does not match its checksum ({first}); {_remedy(version)}")
-    m = re.search(r"AWS Error ([A-Z_]+)", text)
-    if m and m.group(1) in _S3_DENIED:
-        code = "".join(w.capitalize() for w in m.group(1).split("_"))  # S3's spelling: AccessDenied, as boto3's
-        return StorageError(denied_message(where, op, code))
-    if isinstance(e, pa.ArrowInvalid):  # undecodable pages or footer: bytes damaged where no checksum covers them
-        return IntegrityError(f"{where}: cannot be decoded ({first}); {_remedy(version)}")
-    if isinstance(e, OSError):
-        return OSError(f"{where}: {first}")
-    return e
-
-
-@contextmanager
-def _named(where: str, version: str | None = None, op: str = "read") -> Iterator[None]:
-    try:
-        yield
-    except (pa.ArrowException, OSError) as e:
-        raise _read_error(e, where, version, op) from None
-
-
-class CheckedParquetFile(pq.ParquetFile):
-    """A `pyarrow.parquet.ParquetFile` whose read errors name the file (``where``): pass
-    ``page_checksum_verification=True`` to have a damaged data page raise `IntegrityError` instead of decoding
-    to other values."""
-
-    def __init__(self, source: Any, where: str, *, version: str | None = None, **kwargs: Any) -> None:
-        self.where, self.version_url = where, version
-        with _named(where, version, "open"):
-            super().__init__(source, **kwargs)
-
-    def read(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.where, self.version_url):
-            return super().read(*args, **kwargs)
-
-    def read_row_group(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.where, self.version_url):
-            return super().read_row_group(*args, **kwargs)
-
-    def read_row_groups(self, *args: Any, **kwargs: Any) -> pa.Table:
-        with _named(self.where, self.version_url):
-            return super().read_row_groups(*args, **kwargs)
-
-    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
-        with _named(self.where, self.version_url):
-            yield from super().iter_batches(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -157,43 +81,6 @@ class Example:
         attrs = {k: v for k, v in self.attrs.items() if v is not None}
         return Frame(self.frame_id, self.points, self.fields, self.intensity_scale, labels, self.boxes, self.calib,
                      dict(self.info), attrs=attrs)
-
-
-def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None) -> Any:
-    """A ``pyarrow.fs.S3FileSystem`` configured from the AWS chain (path-style addressing on custom endpoints)."""
-    import boto3
-
-    client = s3_client(endpoint_url, profile)  # resolves the endpoint and region exactly as publish does
-    creds = boto3.session.Session(profile_name=profile).get_credentials()
-    kwargs: dict[str, Any] = {"region": client.meta.region_name}
-    if creds is not None:
-        frozen = creds.get_frozen_credentials()
-        register_secret(frozen.secret_key)
-        kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
-    else:
-        kwargs["anonymous"] = True
-    endpoint = client.meta.endpoint_url
-    parsed = urlparse(endpoint)
-    if parsed.hostname and not parsed.hostname.endswith("amazonaws.com"):
-        kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme or "https",
-                      force_virtual_addressing=False)
-    try:
-        return pafs.S3FileSystem(**kwargs)
-    except Exception as e:  # never let a secret reach the message
-        raise StorageError(redact(f"cannot open pyarrow's S3 filesystem: {e}")) from None
-
-
-def filesystem_for(root: Any, *, endpoint_url: str | None = None, profile: str | None = None
-                   ) -> tuple[Any, str]:
-    """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL,
-    or an open `pipeline.storage.Store`."""
-
-    store = root if isinstance(root, Store) else open_store(
-        root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)
-    if isinstance(store, LocalStore):
-        return pafs.LocalFileSystem(), str(store.root)
-    return s3_filesystem(endpoint_url=store.endpoint_url, profile=store.profile), \
-        f"{store.bucket}/{store.prefix}".rstrip("/")
 
 
 class Version:
@@ -294,13 +181,13 @@ class Version:
             raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-pull the version or run "
                                     f"`bench-build verify {self.url}`") from None
         except OSError as e:
-            raise _read_error(e, where, self.url, "open") from None
+            raise read_error(e, where, self.url, "open") from None
         if self.verify and entry is not None and "bytes" in entry and f.size() != entry["bytes"]:
-            raise IntegrityError(f"{where}: {f.size()} bytes, manifest says {entry['bytes']}; {_remedy(self.url)}")
+            raise IntegrityError(f"{where}: {f.size()} bytes, manifest says {entry['bytes']}; {remedy(self.url)}")
         pf = CheckedParquetFile(f, where, version=self.url, page_checksum_verification=self.verify)
         if self.verify and entry is not None and "rows" in entry and pf.metadata.num_rows != entry["rows"]:
             raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
-                                 f"{_remedy(self.url)}")
+                                 f"{remedy(self.url)}")
         return pf
 
     def _check_stored(self, rel: str, entry: dict[str, Any], where: str) -> None:
@@ -316,10 +203,10 @@ class Version:
             raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-publish the version or run "
                                     f"`bench-build verify {self.url}`")
         if "bytes" in entry and info.size != entry["bytes"]:
-            raise IntegrityError(f"{where}: {info.size} bytes, manifest says {entry['bytes']}; {_remedy(self.url)}")
+            raise IntegrityError(f"{where}: {info.size} bytes, manifest says {entry['bytes']}; {remedy(self.url)}")
         if info.sha256 and entry.get("sha256") and info.sha256 != entry["sha256"]:
             raise IntegrityError(f"{where}: uploaded with sha256 {info.sha256}, manifest says {entry['sha256']}; "
-                                 f"{_remedy(self.url)}")
+                                 f"{remedy(self.url)}")
         self._headed.add(rel)
 
     def read_file(self, entry: dict[str, Any], *, row_groups: Iterable[int] | None = None,
@@ -397,11 +284,11 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
                 row = rows[i] if rows is not None else i
                 if clean is None or fids[i] not in clean:
                     raise IntegrityError(f"{where}: row {row} ({row_keys[i]}) is compact-encoded but the clean "
-                                         f"file of its shard has no frame {fids[i]!r}; {_remedy(version)}")
+                                         f"file of its shard has no frame {fids[i]!r}; {remedy(version)}")
                 try:
                     points[i] = materialize(refs[i], points[i], clean[fids[i]])
                 except ValueError as e:
-                    raise IntegrityError(f"{where}: row {row} ({row_keys[i]}): {e}; {_remedy(version)}") from None
+                    raise IntegrityError(f"{where}: row {row} ({row_keys[i]}): {e}; {remedy(version)}") from None
     tags = decode_points(table["point_tag"].combine_chunks(), writable=writable)
     labels: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
     for c in POINT_COLUMNS:

@@ -160,8 +160,9 @@ def test_a_changed_point_ref_is_caught_naming_file_row_and_key(compact_build, tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from pipeline.checked import IntegrityError
     from pipeline.compact_files import materialize_file
-    from pipeline.reader import IntegrityError, open_version, rows_of
+    from pipeline.reader import open_version, rows_of
     from pipeline.schema import decode_points, file_metadata
     from tests.pipeline.tamper import POINT_REF, flip_file
 

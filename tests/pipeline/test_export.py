@@ -336,7 +336,7 @@ def test_frame_id_that_is_not_a_plain_name_is_refused():
     """A frame id becomes a file name (velodyne/<id>.bin): one with a path in it would write outside OUT."""
     import pyarrow as pa
 
-    from pipeline.export import _rows
+    from pipeline.export.plan import _rows
 
     class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id
         url = "v"
@@ -407,7 +407,7 @@ def test_force_replaces_only_what_export_writes(built, kitti_images, tmp_path):
 def test_os_error_while_writing_is_one_line_saying_what_was_written(built, tmp_path, monkeypatch, err, cause):
     import os
 
-    import pipeline.export as export_mod
+    import pipeline.export.write as export_mod
 
     real, calls = export_mod._write_file, []
 

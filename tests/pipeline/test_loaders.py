@@ -185,7 +185,8 @@ def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env)
 
     from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
     from pipeline.publish import publish_version
-    from pipeline.reader import open_version, s3_filesystem
+    from pipeline.reader import open_version
+    from pipeline.remote_fs import s3_filesystem
 
     assert publish_version(mini_build, s3prefix, progress=False).ok
     url = f"{s3prefix}/mini-c/0.1.0"
@@ -219,8 +220,8 @@ def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini
 
     from torch.utils.data import DataLoader
 
+    from pipeline.checked import IntegrityError
     from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
-    from pipeline.reader import IntegrityError
     from tests.pipeline.tamper import flip_file
 
     v = tmp_path / "v"
@@ -242,9 +243,10 @@ def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini
 
 
 def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
+    from pipeline.checked import IntegrityError
     from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset
     from pipeline.publish import publish_version
-    from pipeline.reader import IntegrityError, open_version
+    from pipeline.reader import open_version
     from tests.pipeline.tamper import flipped
 
     assert publish_version(mini_build, s3prefix, progress=False).ok
@@ -286,7 +288,8 @@ def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env
 
 def test_open_version_with_rejected_credentials_says_so_in_one_line(mini_build, s3prefix, s3env, monkeypatch):
     from pipeline.publish import publish_version
-    from pipeline.reader import open_version, s3_filesystem
+    from pipeline.reader import open_version
+    from pipeline.remote_fs import s3_filesystem
     from pipeline.storage import StorageError
 
     assert publish_version(mini_build, s3prefix, progress=False).ok

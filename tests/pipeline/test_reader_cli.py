@@ -118,7 +118,7 @@ def _copy(built, tmp_path):
 
 
 def test_a_flipped_byte_in_a_points_page_fails_the_read_naming_the_file(built, tmp_path):
-    from pipeline.reader import IntegrityError
+    from pipeline.checked import IntegrityError
     from tests.pipeline.tamper import flip_file
 
     v = _copy(built, tmp_path)
@@ -139,7 +139,7 @@ def test_a_flipped_byte_in_a_points_page_fails_the_read_naming_the_file(built, t
 
 
 def test_a_file_of_another_size_fails_on_open_naming_the_manifests_value(built, tmp_path):
-    from pipeline.reader import IntegrityError
+    from pipeline.checked import IntegrityError
 
     v = _copy(built, tmp_path)
     shorter, longer = open_version(v).shards("translation", 3)

@@ -1,0 +1,86 @@
+"""Checked reads: a Parquet file whose page CRCs, size and rows are checked against its manifest, and
+the one-line `IntegrityError` when they are not."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from manifests.manifest import ManifestError
+from pipeline.storage import (
+    StorageError,
+    denied_message,
+)
+
+
+class IntegrityError(ManifestError):
+    """A file of a version is not what its manifest says: another size, row count or sha256, a data page whose
+    CRC fails, or a compact row that does not fit its clean scan. The message names the file and the remedy."""
+
+
+def remedy(version: str | None) -> str:
+    verify = f"`bench-build verify {version}`" if version else "`bench-build verify`"
+    return f"the file changed since the build: re-pull it or run {verify}"
+
+
+#: pyarrow's S3 error names (``AWS Error ACCESS_DENIED during HeadObject``) that mean "credentials rejected"
+_S3_DENIED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN",
+              "INVALID_CLIENT_TOKEN_ID", "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN")
+
+
+def read_error(e: BaseException, where: str, version: str | None, op: str = "read") -> BaseException:
+    """The error to raise for pyarrow's ``e`` while reading ``where``: a failed page checksum or undecodable bytes
+    become `IntegrityError`, rejected S3 credentials the same one line as the CLI's, anything else names the file."""
+    text = str(e)
+    first = text.splitlines()[0] if text else type(e).__name__
+    if "CRC checksum verification failed" in text or "could not verify page integrity" in text:
+        return IntegrityError(f"{where}: a data page does not match its checksum ({first}); {remedy(version)}")
+    m = re.search(r"AWS Error ([A-Z_]+)", text)
+    if m and m.group(1) in _S3_DENIED:
+        code = "".join(w.capitalize() for w in m.group(1).split("_"))  # S3's spelling: AccessDenied, as boto3's
+        return StorageError(denied_message(where, op, code))
+    if isinstance(e, pa.ArrowInvalid):  # undecodable pages or footer: bytes damaged where no checksum covers them
+        return IntegrityError(f"{where}: cannot be decoded ({first}); {remedy(version)}")
+    if isinstance(e, OSError):
+        return OSError(f"{where}: {first}")
+    return e
+
+
+@contextmanager
+def _named(where: str, version: str | None = None, op: str = "read") -> Iterator[None]:
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        raise read_error(e, where, version, op) from None
+
+
+class CheckedParquetFile(pq.ParquetFile):
+    """A `pyarrow.parquet.ParquetFile` whose read errors name the file (``where``): pass
+    ``page_checksum_verification=True`` to have a damaged data page raise `IntegrityError` instead of decoding
+    to other values."""
+
+    def __init__(self, source: Any, where: str, *, version: str | None = None, **kwargs: Any) -> None:
+        self.where, self.version_url = where, version
+        with _named(where, version, "open"):
+            super().__init__(source, **kwargs)
+
+    def read(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read(*args, **kwargs)
+
+    def read_row_group(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read_row_group(*args, **kwargs)
+
+    def read_row_groups(self, *args: Any, **kwargs: Any) -> pa.Table:
+        with _named(self.where, self.version_url):
+            return super().read_row_groups(*args, **kwargs)
+
+    def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        with _named(self.where, self.version_url):
+            yield from super().iter_batches(*args, **kwargs)

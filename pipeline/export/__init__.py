@@ -1,0 +1,34 @@
+"""`bench-build export`: a built version as KITTI data roots that OpenPCDet's and mmdetection3d's KITTI
+converters accept (``create_kitti_infos`` / ``tools/create_data.py kitti``).
+
+One partition (``--corruption C --severity S``)::
+
+    OUT/ImageSets/{train,val,test,trainval}.txt   the exported frame ids in the build's split list
+                                                  (``val`` for a ``--split val`` build), the others empty
+    OUT/training/velodyne/<id>.bin                float32 x, y, z, intensity
+    OUT/training/label_2/<id>.txt                 the example's boxes (object-level corruptions: the
+                                                  moved boxes), DontCare lines last as KITTI has them
+    OUT/training/calib/<id>.txt                   P0–P3, R0_rect, Tr_velo_to_cam, Tr_imu_to_velo in
+                                                  KITTI's line order (OpenPCDet reads lines by index)
+    OUT/training/image_2 -> <source>/training/image_2   linked from --source (OpenPCDet asserts on it)
+    OUT/training/planes  -> <source>/training/planes    linked when the source has it (optional)
+
+``--all`` (default ``--layout robo3d``, the layout Robo3D's docs use, reusing the clean infos)::
+
+    OUT/<benchmark>/clean/                        a full data root as above
+    OUT/<benchmark>/<corruption>/<severity>/velodyne/<id>.bin
+    OUT/<benchmark>/<corruption>/<severity>/label_2/<id>.txt   only where the corruption moved boxes
+
+``<severity>`` is the recipe's severity name (light, moderate, heavy) or the number. With
+``--layout kitti`` every partition is a full data root of its own.
+
+Nothing is written until every file and link is decided and every precondition checked (`export_version`): OUT
+must be new or empty (``--force``: replace only the export's own files and links), and is never --source, the
+version, or inside either; no path the export writes may resolve into them. A refusal writes nothing.
+"""
+
+from pipeline.export.errors import ExportError, ExportIncomplete
+from pipeline.export.plan import ExportResult, check_partition, severity_dir
+from pipeline.export.write import export_version
+
+__all__ = ["ExportError", "ExportIncomplete", "ExportResult", "check_partition", "export_version", "severity_dir"]

@@ -1,0 +1,15 @@
+"""What export raises: `ExportError` before anything is written (exit 2), `ExportIncomplete` after (exit 1)."""
+
+from __future__ import annotations
+
+from pipeline.errors import BenchBuildError
+
+
+class ExportError(BenchBuildError, ValueError):
+    """Refused before anything was written (the CLI's exit 2)."""
+
+
+class ExportIncomplete(BenchBuildError, RuntimeError):
+    """Writing had begun when something failed (the CLI's exit 1); the message says how far it got."""
+
+    exit_code = 1  # work had begun

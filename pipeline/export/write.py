@@ -1,0 +1,135 @@
+"""Export's writing: the plan's files and links, in order, each atomically; `export_version` ties it up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from manifests.manifest import read_manifest
+from pipeline.export.errors import ExportError, ExportIncomplete
+from pipeline.export.kitti_files import calib_text, label_text, velodyne_bytes
+from pipeline.export.plan import (
+    LAYOUTS,
+    ExportResult,
+    Part,
+    check_partition,
+    check_targets,
+    out_dir_or_ancestor,
+    plan,
+    split_name,
+)
+from pipeline.reader import Version, open_version
+from pipeline.shard import os_error_message
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) with ``data``; on failure the unfinished file is removed and the error
+    names ``path``. O_EXCL: never through a link or into a hard-linked inode shared with someone else's data."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666: the umask decides, as for open()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+class Writer:
+    def __init__(self, parts: list[Part], replace: list[Path]) -> None:
+        self.files = {p for part in parts for p in part.files()}
+        self.total = len(self.files) + sum(len(p.links) for p in parts)
+        self.replace = set(replace)
+        self.written = self.replaced = 0
+
+    def file(self, path: Path, data: bytes) -> None:
+        if path not in self.files:  # the pre-flight checked exactly these paths; nothing else may be touched
+            raise ExportError(f"{path}: not among the files the export checked before writing")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path in self.replace and os.path.lexists(path):
+            os.unlink(path)
+            self.replaced += 1
+        _write_file(path, data)
+        self.written += 1
+
+    def link(self, link: Path, target: Path) -> None:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(link):
+            if not link.is_symlink():
+                raise ExportError(f"{link} exists and is not a link; remove it or export elsewhere")
+            if Path(os.readlink(link)) == target:
+                return
+            link.unlink()
+            self.replaced += 1
+        link.symlink_to(target, target_is_directory=True)
+        self.written += 1
+
+
+def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable[str] | None, out: Path,
+           result: ExportResult) -> None:
+
+    w = Writer(parts, replace)
+    try:
+        for part in parts:
+            ids = set(part.ids)
+            base = part.root / "training" if part.full else part.root
+            for ex in ds.examples(part.corruption, part.severity, frames):
+                if ex.frame_id not in ids:
+                    continue
+                w.file(base / "velodyne" / f"{ex.frame_id}.bin", velodyne_bytes(ex))
+                if part.full:
+                    w.file(base / "calib" / f"{ex.frame_id}.txt", calib_text(ex.key, ex.calib).encode())
+                if part.labels:
+                    w.file(base / "label_2" / f"{ex.frame_id}.txt",
+                           label_text(ex.key, ex.boxes, ex.calib).encode())
+            for path, text in part.image_sets.items():
+                w.file(path, text.encode())
+            for link, target in part.links.items():
+                w.link(link, target)
+    except (OSError, ValueError, KeyError) as e:
+        cause = os_error_message(e) if isinstance(e, OSError) else str(e).splitlines()[0]
+        raise ExportIncomplete(
+            f"{cause}; export stopped after writing {w.written} of {w.total} files under {out} ({w.replaced} of them "
+            "replacing earlier ones; nothing else there was touched); fix the cause and run the same command again "
+            "with --force, which rewrites only the export's own files") from None
+    result.written, result.replaced = w.written, w.replaced
+
+
+def export_version(version_dir: str | Path, out: str | Path, *, corruption: str | None = None,
+                   severity: int | None = None, all_partitions: bool = False, source: str | Path | None = None,
+                   split: str | None = None, layout: str = "robo3d",
+                   frames: Iterable[str] | None = None, force: bool = False) -> ExportResult:
+    """Export in two passes. The pre-flight reads the manifest and the partitions' boxes and calibrations,
+    decides every file and link to write and checks every precondition (partitions, the source's images, OUT
+    neither is nor lies inside --source or the version, OUT empty unless ``force``, nothing in the way); an
+    ExportError from it means nothing was written. Then the files are written; a failure from then on raises
+    ExportIncomplete saying how far it got. ``force`` replaces only the files and links the export writes."""
+
+    version_dir, out = Path(version_dir), Path(out)
+    if frames is not None:
+        frames = list(frames)
+    result = ExportResult(out)
+    try:
+        if layout not in LAYOUTS:
+            raise ExportError(f"--layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        manifest = read_manifest(version_dir)
+        if all_partitions and (corruption is not None or severity is not None):
+            raise ExportError("--all exports every partition: leave out --corruption and --severity")
+        if not all_partitions:
+            check_partition(manifest, corruption, severity)
+        out_dir_or_ancestor(out)
+        ds = open_version(version_dir)
+        parts = plan(ds, manifest, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
+                      source=source, split=split_name(manifest, split), layout=layout, frames=frames, result=result)
+        protected = [("the version", version_dir)] + ([("--source", Path(source))] if source is not None else [])
+        replace = check_targets(out, parts, protected, force)
+    except OSError as e:
+        raise ExportError(f"{os_error_message(e)} (nothing was written)") from None
+    _write(ds, parts, replace, frames, out, result)
+    return result
