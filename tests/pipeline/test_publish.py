@@ -651,7 +651,7 @@ def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(bu
 
 
 def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place(built, tmp_path, monkeypatch):
-    import pipeline.publish as publish
+    import pipeline.publish.common as publish
     from pipeline.storage import LocalStore
 
     assert publish_version(built, str(tmp_path / "pub"), progress=False).ok

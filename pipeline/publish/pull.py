@@ -1,0 +1,326 @@
+"""`pull`: download what a checked manifest lists, verify it, and only then put it in place."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from manifests.manifest import (
+    MANIFEST_NAME,
+    SAFE_NAME,
+    ManifestError,
+    local_path,
+    parse_manifest,
+    sha256_file,
+)
+from pipeline.plan import CLEAN
+from pipeline.progress import TransferProgress
+from pipeline.publish.common import (
+    CARD,
+    DEFAULT_JOBS,
+    LATEST,
+    PARTIAL,
+    PULL_LOCK_WAIT,
+    STAGING,
+    PullError,
+    TransferReport,
+    listed_renders,
+    parallel,
+    read_stored_manifest,
+    selected,
+)
+from pipeline.publish.push import tally
+from pipeline.publish.versions import latest_version
+from pipeline.storage import (
+    LocalStore,
+    NotFound,
+    StorageError,
+    Store,
+    VersionLocked,
+    open_store,
+)
+
+
+def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
+                 severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
+                 jobs: int = DEFAULT_JOBS, progress: bool = True, materialize: bool = False,
+                 lock_wait: float = PULL_LOCK_WAIT, on_wait: Callable[[str], None] | None = None) -> TransferReport:
+    """Download ``<dataset_url>/<version>`` (default: latest) into ``out/<dataset>/<version>``, verifying
+    every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
+    and composes with earlier pulls of the same version into ``out``: the union, every file verified.
+    ``materialize`` rewrites compact-encoded files in full encoding after they are verified (the clean files
+    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes.
+
+    Everything written comes from the checked manifest (shards, the ``renders`` it lists, the card, the
+    manifest), each path through `local_path`; nothing is taken from a listing of the store. The pull holds
+    the version directory's writer lock (the one `run` takes), waiting up to ``lock_wait`` seconds for another
+    holder (``on_wait`` is told once, with the holder). Downloads are staged in ``_pull/`` as ``<path>.partial``
+    and move to their final names only once every file verified, then the manifest is written: a failed pull
+    leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
+    next pull reuses them). A local OS error (disk full, permission denied, ``out`` not a directory) raises
+    `PullError`, one line naming the file."""
+    t0 = time.time()
+    root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
+    if version is None:
+        got = root.get(LATEST)
+        version = latest_version(got[0]) if got else None
+        if version is None:
+            raise NotFound(f"{root.key_url(LATEST)}: no latest pointer; pass --version (see `bench-build versions`)")
+    if not SAFE_NAME.match(version):
+        raise ManifestError(f"version {version!r} is not a safe name")
+    src = root.child(version)
+    raw, manifest = read_stored_manifest(src, "not a published version: see `bench-build versions`")
+    if manifest["version"] != version:
+        raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
+                            f"but it is published as {version!r}")
+    if not selected(manifest["shards"], corruption, severity):
+        raise ManifestError(f"{src.url}: no shard of corruption={corruption} severity={severity}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PullError(f"--out {out}: not a directory; pass a directory (the version goes to "
+                        f"OUT/{manifest['dataset']}/{version}); nothing was written", code=2)
+    dest = out / manifest["dataset"] / version
+    with _pull_lock(dest, lock_wait, on_wait):
+        report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
+    report.seconds = time.time() - t0
+    return report
+
+
+@contextlib.contextmanager
+def _pull_lock(dest: Path, wait: float, on_wait: Callable[[str], None] | None) -> Iterator[None]:
+    """The version directory's writer lock (`LocalStore.writer_lock`, as `run` takes it), waited for up to
+    ``wait`` seconds: two pulls into one directory run one after the other, so the second composes with the
+    manifest the first wrote instead of overwriting it."""
+    store = LocalStore(dest)
+    deadline = time.monotonic() + wait
+    told = False
+    while True:
+        lock = contextlib.ExitStack()
+        try:
+            lock.enter_context(store.writer_lock("bench-build pull"))
+        except VersionLocked as e:
+            if time.monotonic() >= deadline:
+                raise VersionLocked(f"{e} (waited {wait:g} s)") from None
+            if not told and on_wait is not None:
+                holder = store.writer_holder() or {}
+                on_wait(f"{dest} is held by another {holder.get('purpose', 'process')} (pid {holder.get('pid', '?')} "
+                        f"on {holder.get('host', '?')} since {holder.get('started', '?')}): waiting up to "
+                        f"{wait:g} s for it to finish")
+                told = True
+            time.sleep(0.1)
+            continue
+        except OSError as e:  # a parent is a file, permission denied, disk full: nothing was written
+            raise PullError(f"cannot create {dest}: {_os_cause(e, dest)}; nothing was written", code=2) from None
+        with lock:
+            yield
+        return
+
+
+def _os_cause(e: OSError, where: Path) -> str:
+    """``<cause>: <file>`` of a local OS error (the file it names, else ``where``)."""
+    from pipeline.shard import os_error_message
+
+    return os_error_message(e, None if getattr(e, "filename", None) else str(where))
+
+
+def _local_failure(e: OSError, where: Path) -> PullError:
+    hint = {errno.ENOSPC: "free disk space", errno.EDQUOT: "free disk space (quota)",
+            errno.EACCES: "make it writable", errno.EPERM: "make it writable",
+            errno.EROFS: "pull to a writable file system"}.get(e.errno or 0, "fix it")
+    return PullError(f"pull stopped: {_os_cause(e, where)}; {hint}, then run the same pull again (files already "
+                     "verified are kept and reused; nothing unverified was put in place)", code=1)
+
+
+def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, corruption: str | None,
+                 severity: int | None, jobs: int, progress: bool, materialize: bool) -> TransferReport:
+    """`pull_version` once it holds the version directory's lock."""
+    version = manifest["version"]
+    shards = selected(manifest["shards"], corruption, severity)
+    full_sha = hashlib.sha256(raw).hexdigest()
+    selections = [{"corruption": corruption, "severity": severity}]
+    earlier = _earlier_pull(dest, raw, full_sha)
+    if earlier is not None:  # compose with an earlier pull of the same published version: pull the union
+        wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
+        shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
+        selections = earlier.get("partial", {}).get("selections", []) + selections
+    if materialize and manifest.get("encoding") == "compact":  # compact rows refer to their shard's clean file
+        need = {e.get("shard") for e in shards}
+        have = {e["path"] for e in shards}
+        shards += [e for e in manifest["shards"] if e["corruption"] == CLEAN and e.get("shard") in need
+                   and e["path"] not in have]
+    report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
+    renders = listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "pulled")
+    files = shards + renders
+    staging = dest / STAGING
+    # every path this pull may write, checked before the first download (a link on the way is refused here)
+    targets = {e["path"]: (local_path(dest, e["path"]), local_path(staging, e["path"] + PARTIAL)) for e in files}
+    bar = TransferProgress(sum(s["bytes"] for s in files), f"download {manifest['dataset']} {version}",
+                           enabled=progress)
+    verified: dict[str, Path] = {}  # path → its staged, verified download (moved into place at the end)
+    stop = threading.Event()  # a local error (disk full) stops the remaining downloads
+    failures: list[PullError] = []
+
+    def fetch(entry: dict[str, Any]) -> str | None:
+        """"skipped" (already in place or staged, verified), "transferred", or None (a problem / stopped)."""
+        if stop.is_set():
+            return None
+        rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
+        final, staged = targets[rel]
+        try:
+            if final.is_file() and final.stat().st_size == size and sha256_file(final) == sha:
+                bar.skip(size)
+                return "skipped"
+            if staged.is_file() and staged.stat().st_size == size and sha256_file(staged) == sha:
+                verified[rel] = staged  # downloaded and verified by an earlier pull that failed later
+                bar.skip(size)
+                return "skipped"
+            try:
+                src.download_file(rel, staged, progress=bar.advance)
+            except NotFound:
+                report.problems.append(f"{rel}: missing from {src.url}")
+                return None
+            except StorageError as e:
+                report.problems.append(f"{rel}: {e}")
+                return None
+            got_size, got = staged.stat().st_size, sha256_file(staged)
+            if got_size != size or got != sha:
+                staged.unlink(missing_ok=True)
+                report.problems.append(f"{rel}: sha256 mismatch ({got_size} bytes, manifest says {size}): "
+                                       "the published object is altered or corrupt; not kept")
+                return None
+        except OSError as e:
+            stop.set()
+            staged.unlink(missing_ok=True)
+            failures.append(_local_failure(e, staged))
+            return None
+        except BaseException:
+            stop.set()
+            staged.unlink(missing_ok=True)
+            raise
+        verified[rel] = staged
+        return "transferred"
+
+    try:
+        done = parallel(fetch, files, jobs)
+    finally:
+        bar.close()
+    if failures:
+        raise failures[0]
+    for entry, how in zip(shards, done[:len(shards)], strict=True):
+        if how is not None:
+            (report.skipped if how == "skipped" else report.transferred).append(entry["path"])
+    report.renders = [e["path"] for e, how in zip(renders, done[len(shards):], strict=True) if how is not None]
+    tally(report, shards)
+    if not report.ok:  # nothing moves into place: the directory is as it was; verified downloads wait in _pull/
+        report.kept = len(verified)
+        return report
+    installed: list[tuple[Path, Path]] = []
+    try:
+        _install(src, raw, manifest, dest, shards, verified, selections, full_sha, materialize, installed)
+    except OSError as e:
+        # the manifest could not be written (disk full): files moved into place go back to _pull/, so no glob
+        # reader takes them for part of the version the directory's manifest describes
+        for final, staged in reversed(installed):
+            with contextlib.suppress(OSError):
+                os.replace(final, staged)
+        raise _local_failure(e, dest) from None
+    shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shards: list[dict],
+             verified: dict[str, Path], selections: list[dict[str, Any]], full_sha: str, materialize: bool,
+             installed: list[tuple[Path, Path]]) -> None:
+    """Every file verified: move the staged ones into place (recorded in ``installed``), materialise if asked, then
+    the card and the manifest last (a local copy with a manifest is complete and verified; its manifest lists
+    exactly what it holds)."""
+    for rel, staged in sorted(verified.items()):
+        final = local_path(dest, rel)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final)
+        installed.append((final, staged))
+    materialized = materialize and manifest.get("encoding") == "compact"
+    if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
+        from pipeline.compact_files import materialize_file
+
+        clean_of = {e.get("shard"): e for e in manifest["shards"] if e["corruption"] == CLEAN}
+        rewritten = []
+        for e in shards:
+            if e["corruption"] != CLEAN and (e.get("shard") in clean_of):
+                size, sha = materialize_file(local_path(dest, e["path"]),
+                                             local_path(dest, clean_of[e["shard"]]["path"]))
+                # other bytes than the partition's fingerprint stands for: never offered for reuse
+                e = {**{k: v for k, v in e.items() if k != "partition_fingerprint"}, "bytes": size, "sha256": sha}
+            rewritten.append(e)
+        shards = rewritten
+    card = src.get(CARD)
+    if len(shards) == len(manifest["shards"]) and not materialized:
+        if card is not None:
+            _write_local(dest / CARD, card[0])
+        _write_local(dest / MANIFEST_NAME, raw)
+        return
+    local = _partial_manifest(manifest, shards, selections, full_sha)
+    if materialized:
+        local["encoding"] = "full"
+        local["materialized"] = {"of_manifest_sha256": full_sha, "from_encoding": "compact"}
+        if len(shards) == len(manifest["shards"]):
+            local.pop("partial")
+    if card is not None:  # its YAML configs name only the partitions this copy holds
+        from manifests.card import card_with_header
+
+        _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
+    _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True, allow_nan=False).encode())
+
+
+def _write_local(path: Path, data: bytes) -> None:
+    try:
+        LocalStore(path.parent).put_bytes(path.name, data)
+    except OSError as e:
+        if not e.filename:  # a failed write()/fsync names no file: the error message must
+            e.filename = str(path)
+        raise
+
+
+def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | None:
+    """The local manifest of an earlier pull of the same published manifest into ``dest``, if any.
+
+    A partial pull then composes with it (union of files, one manifest) instead of replacing its manifest,
+    which left the earlier files on disk but invisible. A manifest of another publication is replaced."""
+    path = dest / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if data == raw:
+        return json.loads(raw)  # a complete earlier pull: the union is the whole version
+    try:
+        local = parse_manifest(data, str(path))
+    except ManifestError:
+        return None
+    of = local.get("partial", {}).get("of_manifest_sha256") or local.get("materialized", {}).get("of_manifest_sha256")
+    return local if of == full_sha else None
+
+
+def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: list[dict[str, Any]],
+                      full_sha: str) -> dict[str, Any]:
+    """The manifest of a partial pull: only the pulled shards, counts recomputed, and what it is part of
+    (``selections``: every ``--corruption``/``--severity`` pull composed into this copy)."""
+    keep = {f"{s['corruption']}/{s['severity']}" for s in shards}
+    counts = dict(manifest["counts"])
+    counts["examples_stored"] = sum(s["rows"] for s in shards)
+    counts["bytes"] = sum(s["bytes"] for s in shards)
+    counts["by_partition"] = {k: dict(v) for k, v in counts.get("by_partition", {}).items() if k in keep}
+    for k, part in counts["by_partition"].items():  # from the files held (materialised files have new sizes)
+        held = [e for e in shards if f"{e['corruption']}/{e['severity']}" == k]
+        part["examples"], part["bytes"] = sum(e["rows"] for e in held), sum(e["bytes"] for e in held)
+    return {**manifest, "counts": counts, "shards": shards,
+            "partial": {"selections": selections, "of_manifest_sha256": full_sha,
+                        "files_in_version": len(manifest["shards"])}}

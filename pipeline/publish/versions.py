@@ -1,0 +1,122 @@
+"""The published versions of a dataset (`list_versions`) and checking one where it lies (`verify_remote`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from manifests.manifest import (
+    MANIFEST_NAME,
+    SAFE_NAME,
+    ManifestError,
+    VerifyReport,
+    check_counts,
+    check_file_set,
+    check_manifest,
+    parse_manifest,
+)
+from pipeline.progress import TransferProgress
+from pipeline.publish.common import DEFAULT_JOBS, LATEST, parallel, read_stored_manifest, version_key
+from pipeline.storage import (
+    open_store,
+)
+
+
+def latest_version(raw: bytes) -> str | None:
+    try:
+        v = json.loads(raw).get("version")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return v if isinstance(v, str) and SAFE_NAME.match(v) else None
+
+
+# -- versions ----------------------------------------------------------------------------------------
+def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
+                  profile: str | None = None) -> dict[str, Any]:
+    """Published versions under ``<root>/<dataset>`` (those with a safe manifest), which one is latest, and
+    the prefixes that are ``incomplete`` (no or unreadable manifest) or ``unsafe`` (a manifest whose shard
+    paths escape the version directory, or that names another version: `pull` refuses these)."""
+    root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
+    latest_raw = root.get(LATEST)
+    latest = latest_version(latest_raw[0]) if latest_raw else None
+    versions, incomplete, unsafe = [], [], []
+    for name in root.list_dirs():
+        if name.startswith(("_", ".")):  # the publish leases (_publishing/), never a version
+            continue
+        got = root.child(name).get(MANIFEST_NAME)
+        if got is None:
+            incomplete.append(name)
+            continue
+        where = root.key_url(f"{name}/{MANIFEST_NAME}")
+        try:
+            m = parse_manifest(got[0], where)
+        except ManifestError as e:
+            incomplete.append(f"{name} ({e})")
+            continue
+        try:  # a manifest whose paths escape the version (or names another version) is never listed as usable
+            check_manifest(m, where)
+            if m.get("version") != name:
+                raise ManifestError(f"{where}: says version {m.get('version')!r}, but it is published as {name!r}")
+        except ManifestError as e:
+            unsafe.append({"version": name, "reason": str(e)})
+            continue
+        versions.append({"version": name, "created": m.get("created"), "fingerprint": m.get("fingerprint"),
+                         "files": len(m.get("shards", [])), "bytes": m.get("counts", {}).get("bytes"),
+                         "examples_stored": m.get("counts", {}).get("examples_stored"), "latest": name == latest})
+    versions.sort(key=lambda v: version_key(v["version"]))
+    return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe}
+
+
+# -- remote verify -------------------------------------------------------------------------------------
+def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile: str | None = None,
+                  jobs: int = DEFAULT_JOBS, progress: bool = True) -> VerifyReport:
+    """`verify` in place on object storage: every listed object's size, streamed sha256 and Parquet row count,
+    and every listed render's size and sha256."""
+    import pyarrow.parquet as pq
+
+    store = open_store(version_url, endpoint_url=endpoint_url, profile=profile)
+    _, manifest = read_stored_manifest(store, "not a published or built version")
+    report = VerifyReport()
+    bar = TransferProgress(sum(s["bytes"] for s in manifest["shards"]), "verify", enabled=progress)
+
+    def check(entry: dict[str, Any], parquet: bool = True) -> str | None:
+        """Size, streamed sha256 and (for shards) the Parquet row count of one listed object."""
+        rel = entry["path"]
+        info = store.head(rel)
+        if info is None:
+            return f"{rel}: missing"
+        if info.size != entry["bytes"]:
+            return f"{rel}: {info.size} bytes, manifest says {entry['bytes']}"
+        h = hashlib.sha256()
+        for chunk in store.iter_chunks(rel):
+            h.update(chunk)
+            if parquet:  # the bar counts the shards' bytes
+                bar.advance(len(chunk))
+        if h.hexdigest() != entry["sha256"]:
+            return f"{rel}: sha256 mismatch (object altered or corrupt)"
+        if not parquet:
+            return None
+        try:
+            with store.open_input(rel) as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
+        except Exception as e:
+            return f"{rel}: unreadable Parquet: {e}"
+        if rows != entry["rows"]:
+            return f"{rel}: {rows} rows, manifest says {entry['rows']}"
+        return None
+
+    try:
+        for problem in parallel(check, manifest["shards"], jobs):
+            report.checked += 1
+            if problem:
+                report.problems.append(problem)
+    finally:
+        bar.close()
+    for entry in manifest.get("renders", []):  # check_manifest checked the list's shape and paths
+        report.renders += 1
+        if problem := check(entry, parquet=False):
+            report.problems.append(problem)
+    extra, report.warnings = check_file_set(manifest, [o.key for o in store.list()])
+    report.problems += extra + check_counts(manifest)
+    return report
