@@ -38,9 +38,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from manifests import names
 from pipeline.errors import BenchBuildError
@@ -263,9 +266,7 @@ def sha256_file(path: str | Path) -> str:
 def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport:
     """Re-check every shard listed in the manifest (size, sha256, Parquet row count) and every listed render
     (size, sha256)."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    import pyarrow.parquet as pq
 
     root = Path(version_dir)
     manifest = read_manifest(root)

@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.names import check_safe_name
+from manifests.threedos import SOURCE_OPTIONS
 from pipeline.errors import BenchBuildError
 from stages.registry import Stage, get_stage
 
@@ -404,7 +405,6 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
 def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
     """The [source_options] keys a source kind takes, each with its allowed values (none for most kinds)."""
     if source == "3dos":
-        from manifests.threedos import SOURCE_OPTIONS
 
         return SOURCE_OPTIONS
     if source == "wads":  # pipeline.sources.wads: what to do with the exact duplicate rows of raw WADS scans

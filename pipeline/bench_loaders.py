@@ -27,11 +27,11 @@ def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = 
     import pyarrow.parquet as pq
     from torch.utils.data import DataLoader
 
-    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, _select, collate_point_clouds
+    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds, select_rows
     from pipeline.reader import open_version
 
     version = open_version(version_dir, verify=verify)
-    entries = _select(version, corruption, severity)
+    entries = select_rows(version, corruption, severity)
     expected = sum(e["rows"] for e in entries)
     out: dict[str, float] = {"examples": expected}
 

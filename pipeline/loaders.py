@@ -64,7 +64,7 @@ def _as_set(value: Any) -> set | None:
     return set(value)
 
 
-def _select(version: Version, corruption: Any, severity: Any) -> list[dict[str, Any]]:
+def select_rows(version: Version, corruption: Any, severity: Any) -> list[dict[str, Any]]:
     """Manifest entries of the requested corruption(s) × severity(ies). Severity 0 and corruption ``clean`` both
     name the clean copy: ``corruption="fog", severity=[0, 5]`` is clean + fog 5; ``corruption="fog"`` is fog 1…S."""
     corruptions, severities = _as_set(corruption), _as_set(severity)
@@ -140,7 +140,7 @@ class _Base:
         version = open_version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)
         self.manifest = version.manifest
         self.fields: tuple[str, ...] = version.fields
-        self.entries = _select(version, corruption, severity)
+        self.entries = select_rows(version, corruption, severity)
         self.frames = None if frames is None else set(frames)
         self.splits = _as_set(split)
         if self.splits is not None and "split" not in self.manifest.get("columns", []):

@@ -7,6 +7,7 @@ in the given directory, and enforces request signing with the credentials it is 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -125,7 +126,6 @@ class SeaweedServer:
 def _die_with_parent() -> None:
     """In the server's process before exec: the kernel sends it SIGTERM when the process that started it dies
     (``PR_SET_PDEATHSIG``), so no ``weed`` outlives a killed or interrupted test run or CLI."""
-    import ctypes
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from manifests.manifest import (
     MANIFEST_NAME,
     ManifestError,
@@ -98,7 +100,6 @@ class TransferReport:
 def version_key(version: str) -> tuple:
     """Order versions: PEP 440 when they parse (1.0.0rc1 < 1.0.0 < 1.10.0), else natural order."""
     try:
-        from packaging.version import InvalidVersion, Version
 
         try:
             return (1, Version(version))

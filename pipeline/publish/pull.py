@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from manifests.card import card_with_header
 from manifests.manifest import (
     MANIFEST_NAME,
     SAFE_NAME,
@@ -22,6 +23,7 @@ from manifests.manifest import (
     parse_manifest,
     sha256_file,
 )
+from pipeline.compact_files import materialize_file
 from pipeline.plan import CLEAN
 from pipeline.progress import TransferProgress
 from pipeline.publish.common import (
@@ -40,6 +42,7 @@ from pipeline.publish.common import (
 )
 from pipeline.publish.push import tally
 from pipeline.publish.versions import latest_version
+from pipeline.shard import os_error_message
 from pipeline.storage import (
     LocalStore,
     NotFound,
@@ -127,7 +130,6 @@ def _pull_lock(dest: Path, wait: float, on_wait: Callable[[str], None] | None) -
 
 def _os_cause(e: OSError, where: Path) -> str:
     """``<cause>: <file>`` of a local OS error (the file it names, else ``where``)."""
-    from pipeline.shard import os_error_message
 
     return os_error_message(e, None if getattr(e, "filename", None) else str(where))
 
@@ -250,7 +252,6 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
         installed.append((final, staged))
     materialized = materialize and manifest.get("encoding") == "compact"
     if materialized:  # verified compact files → full encoding, then a manifest of what is on disk
-        from pipeline.compact_files import materialize_file
 
         clean_of = {e.get("shard"): e for e in manifest["shards"] if e["corruption"] == CLEAN}
         rewritten = []
@@ -275,7 +276,6 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
         if len(shards) == len(manifest["shards"]):
             local.pop("partial")
     if card is not None:  # its YAML configs name only the partitions this copy holds
-        from manifests.card import card_with_header
 
         _write_local(dest / CARD, card_with_header(card[0].decode(), local).encode())
     _write_local(dest / MANIFEST_NAME, json.dumps(local, indent=1, sort_keys=True, allow_nan=False).encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,6 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                     return None
                 dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
             else:  # from another store: through a local temporary copy, checked before it goes up
-                import tempfile
 
                 with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
                     local = Path(tmp) / "shard"

@@ -6,6 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from manifests.manifest import (
     MANIFEST_NAME,
     SAFE_NAME,
@@ -73,7 +75,6 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
                   jobs: int = DEFAULT_JOBS, progress: bool = True) -> VerifyReport:
     """`verify` in place on object storage: every listed object's size, streamed sha256 and Parquet row count,
     and every listed render's size and sha256."""
-    import pyarrow.parquet as pq
 
     store = open_store(version_url, endpoint_url=endpoint_url, profile=profile)
     _, manifest = read_stored_manifest(store, "not a published or built version")

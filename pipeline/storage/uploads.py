@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ class BackgroundUploads:
 
     def submit(self, upload: Callable[[], None], staged: Path) -> None:
         """Run ``upload`` in the background, then delete ``staged``; blocks while ``depth`` are waiting."""
-        from concurrent.futures import ThreadPoolExecutor
 
         assert self._slots is not None
         if self._pool is None:
