@@ -1,0 +1,89 @@
+"""One error root: every domain error is a `BenchBuildError`, the CLI catches it once, anything else is a bug."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import pipeline
+import stages
+from manifests import manifest, recipe
+from pipeline.cli import Commands
+from pipeline.errors import BenchBuildError, UsageError
+
+runner = CliRunner()
+
+
+def _domain_errors() -> list[type[BaseException]]:
+    """Every exception class defined in the project's own modules (torch-needing ones skipped where absent)."""
+    found = {}
+    for pkg in (pipeline, stages):
+        for info in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + "."):
+            try:
+                mod = importlib.import_module(info.name)
+            except ImportError:  # an optional extra this environment lacks
+                continue
+            for _, obj in inspect.getmembers(mod, inspect.isclass):
+                if issubclass(obj, BaseException) and obj.__module__ == mod.__name__:
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    for mod in (manifest, recipe):
+        for _, obj in inspect.getmembers(mod, inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__ == mod.__name__:
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[k] for k in sorted(found)]
+
+
+def test_every_domain_error_derives_from_the_root():
+    errors = _domain_errors()
+    assert len(errors) >= 20  # storage, sources, recipe, manifest, ledger, export, publish, score, validate, ...
+    outside = [e.__qualname__ for e in errors if not issubclass(e, BenchBuildError)]
+    assert not outside, f"domain errors outside BenchBuildError: {outside}"
+    assert all(e.exit_code in (1, 2) for e in errors)
+
+
+def test_errors_keep_the_builtin_they_were():
+    """Callers that caught ``ValueError`` around a recipe or ``RuntimeError`` around storage keep working."""
+    from pipeline.sources.base import SourceError
+    from pipeline.storage import StorageError
+
+    assert issubclass(recipe.RecipeError, ValueError) and issubclass(manifest.ManifestError, ValueError)
+    assert issubclass(SourceError, ValueError) and issubclass(StorageError, RuntimeError)
+
+
+def _app(exc: BaseException) -> typer.Typer:
+    app = typer.Typer(cls=Commands)
+
+    @app.command()
+    def boom() -> None:
+        raise exc
+
+    @app.command()
+    def fine() -> None:
+        print("ok")
+
+    return app
+
+
+@pytest.mark.parametrize(("exc", "code"), [(UsageError("--severity 9: the recipe has 5 severities"), 2),
+                                           (type("Partly", (BenchBuildError,), {"exit_code": 1})("3 of 4 written"), 1)])
+def test_the_cli_catches_a_domain_error_once_with_its_exit_code(exc, code):
+    res = runner.invoke(_app(exc), ["boom"])
+    assert res.exit_code == code
+    assert res.output.strip().splitlines() == [f"error: {exc}"]
+    assert "Traceback" not in res.output
+
+
+def test_anything_else_is_a_bug_and_keeps_its_traceback():
+    res = runner.invoke(_app(ZeroDivisionError("division by zero")), ["boom"])
+    assert res.exit_code == 1 and isinstance(res.exception, ZeroDivisionError)  # not turned into a one-line "error"
+    assert "error:" not in res.output
+
+
+def test_a_value_error_is_not_mistaken_for_the_users_fault():
+    res = runner.invoke(_app(ValueError("operands could not be broadcast together")), ["boom"])
+    assert res.exit_code == 1 and isinstance(res.exception, ValueError)
