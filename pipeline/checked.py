@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from manifests.manifest import ManifestError
+from pipeline.errors import BenchBuildError
 from pipeline.storage import (
     StorageError,
     denied_message,
@@ -21,6 +22,18 @@ from pipeline.storage import (
 class IntegrityError(ManifestError):
     """A file of a version is not what its manifest says: another size, row count or sha256, a data page whose
     CRC fails, or a compact row that does not fit its clean scan. The message names the file and the remedy."""
+
+
+class MissingFile(IntegrityError, FileNotFoundError):
+    """A file the manifest lists is not there (still a `FileNotFoundError` for callers that catch that)."""
+
+
+class NotInVersion(BenchBuildError, KeyError):
+    """A corruption, split or example the version does not have (still a `KeyError` for callers that catch that).
+    Its message is the sentence itself, not KeyError's quoted repr."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def remedy(version: str | None) -> str:

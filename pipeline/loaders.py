@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from pipeline.checked import NotInVersion
 from pipeline.reader import Example, Version, open_version
 from pipeline.remote_fs import s3_filesystem
 from pipeline.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
@@ -71,7 +72,7 @@ def select_rows(version: Version, corruption: Any, severity: Any) -> list[dict[s
     if corruptions:
         known = set(version.corruptions) | {"clean"}
         if unknown := sorted(corruptions - known):
-            raise KeyError(f"{version.url}: no corruption {unknown}; it has {', '.join(sorted(known))}")
+            raise NotInVersion(f"{version.url}: no corruption {unknown}; it has {', '.join(sorted(known))}")
     want_clean_c = corruptions is None or "clean" in corruptions or (severities is not None and 0 in severities)
     want_clean_s = severities is None or 0 in severities or (corruptions is not None and "clean" in corruptions)
     out = []
@@ -144,7 +145,7 @@ class _Base:
         self.frames = None if frames is None else set(frames)
         self.splits = _as_set(split)
         if self.splits is not None and "split" not in self.manifest.get("columns", []):
-            raise KeyError(f"{self.url}: this build has no split column (its optional columns: "
+            raise NotInVersion(f"{self.url}: this build has no split column (its optional columns: "
                            f"{self.manifest.get('columns') or 'none'}); filter by frames instead")
         self._reader: _Reader | None = None
         self._version = version  # the constructing process's reader; workers open their own

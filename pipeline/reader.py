@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
-from pipeline.checked import CheckedParquetFile, IntegrityError, read_error, remedy
+from pipeline.checked import CheckedParquetFile, IntegrityError, MissingFile, NotInVersion, read_error, remedy
 from pipeline.compact import materialize
 from pipeline.plan import CLEAN
 from pipeline.remote_fs import filesystem_for
@@ -138,7 +138,7 @@ class Version:
     def shards(self, corruption: str | None = None, severity: int | None = None) -> list[dict[str, Any]]:
         """Manifest entries of the requested partition(s). Severity 0 of any corruption is the clean copy."""
         if corruption is not None and corruption != CLEAN and corruption not in self.corruptions:
-            raise KeyError(f"{self.url}: no corruption {corruption!r}; it has {', '.join(self.corruptions)}")
+            raise NotInVersion(f"{self.url}: no corruption {corruption!r}; it has {', '.join(self.corruptions)}")
         out = []
         for s in self.manifest["shards"]:
             if severity == 0 or corruption == CLEAN:
@@ -178,7 +178,7 @@ class Version:
         try:
             f = self.fs.open_input_file(self.path(rel))
         except FileNotFoundError:
-            raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-pull the version or run "
+            raise MissingFile(f"{where}: listed in the manifest but missing; re-pull the version or run "
                                     f"`bench-build verify {self.url}`") from None
         except OSError as e:
             raise read_error(e, where, self.url, "open") from None
@@ -200,7 +200,7 @@ class Version:
             self.store, self._store_pid = open_store(self.store.spec), os.getpid()
         info = self.store.head(rel)
         if info is None:
-            raise FileNotFoundError(f"{where}: listed in the manifest but missing; re-publish the version or run "
+            raise MissingFile(f"{where}: listed in the manifest but missing; re-publish the version or run "
                                     f"`bench-build verify {self.url}`")
         if "bytes" in entry and info.size != entry["bytes"]:
             raise IntegrityError(f"{where}: {info.size} bytes, manifest says {entry['bytes']}; {remedy(self.url)}")
@@ -261,7 +261,7 @@ class Version:
     def example(self, frame_id: str, corruption: str, severity: int) -> Example:
         for ex in self.examples(corruption, severity, [frame_id]):
             return ex
-        raise KeyError(f"{self.url}: no example ({frame_id}, {corruption}, {severity})")
+        raise NotInVersion(f"{self.url}: no example ({frame_id}, {corruption}, {severity})")
 
 
 def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: int, *,

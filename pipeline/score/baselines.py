@@ -7,6 +7,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from pipeline.score.validate import ScoreError
+
 
 @cache
 def load_baseline(name: str) -> dict[str, Any]:
@@ -25,5 +27,5 @@ def robo3d_baseline(table: str) -> dict[str, Any]:
     ``wod-c-det``)."""
     tables = load_baseline("robo3d")["tables"]
     if table not in tables:
-        raise KeyError(f"no Robo3D baseline table {table!r}; there are {', '.join(sorted(tables))}")
+        raise ScoreError(f"no Robo3D baseline table {table!r}; there are {', '.join(sorted(tables))}")
     return dict(tables[table])

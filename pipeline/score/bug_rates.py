@@ -49,6 +49,7 @@ from pipeline.score.kitti_eval import (
     lower_names,
     pair_index,
 )
+from pipeline.score.validate import ScoreError
 
 BUGS = ("TD", "FC", "FD", "MD")
 TD, FC, FD, MD = range(4)
@@ -110,7 +111,7 @@ def corruption_risk(br: Mapping[tuple[str, int], Mapping[str, Mapping[str, float
     """CR per corrupted partition, per corruption (mean over severities) and mCR, for every class of ``br``
     (``{(corruption, severity): bug_rates(...)}``, the clean partition ``("clean", 0)`` included)."""
     if ("clean", 0) not in br:
-        raise ValueError("bug-rate corruption risk needs the clean partition")
+        raise ScoreError("bug-rate corruption risk needs the clean partition")
     clean = br[("clean", 0)]
     parts = sorted(k for k in br if k[0] != "clean")
     out: dict[str, Any] = {}

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.score.validate import ScoreError
+
 
 def overall_accuracy(ap: Mapping[str, Mapping[str, float]]) -> float:
     """Mean over the three difficulties of ``{"easy": {"AP_R40": …}, …}``."""
@@ -23,11 +25,11 @@ def overall_accuracy(ap: Mapping[str, Mapping[str, float]]) -> float:
 def kitti_c_metrics(oa: Mapping[tuple[str, int], float]) -> dict[str, Any]:
     """CE per corruption × severity, CE_AP per corruption and mCE_AP from per-partition OA (AP points)."""
     if ("clean", 0) not in oa:
-        raise ValueError("KITTI-C metrics need the clean partition")
+        raise ScoreError("KITTI-C metrics need the clean partition")
     clean = oa[("clean", 0)]
     ce = {(c, s): clean - v for (c, s), v in oa.items() if c != "clean"}
     if not ce:
-        raise ValueError("KITTI-C metrics need at least one corrupted partition")
+        raise ScoreError("KITTI-C metrics need at least one corrupted partition")
     corruptions = sorted({c for c, _ in ce})
     per = {c: {"CE_AP": float(np.mean([v for (cc, _), v in ce.items() if cc == c])),
                "OA": float(np.mean([oa[k] for k in ce if k[0] == c])),

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipeline.score.baselines import dgcnn_oa
+from pipeline.score.validate import ScoreError
 
 CORRUPTIONS = ("scale", "jitter", "rotate", "dropout_global", "dropout_local", "add_global", "add_local")
 #: names a recipe may use for eval.py's corruptions
@@ -31,7 +32,7 @@ def modelnet_c_metrics(oa: Mapping[tuple[str, int], float]) -> dict[str, Any]:
     """
     base = dgcnn_oa()
     if ("clean", 0) not in oa:
-        raise ValueError("ModelNet-C metrics need the clean OA (severity 0)")
+        raise ScoreError("ModelNet-C metrics need the clean OA (severity 0)")
     oa_clean = round(oa[("clean", 0)], 3)
     by_corruption: dict[str, list[float]] = {}
     for (c, s), v in oa.items():
@@ -39,15 +40,15 @@ def modelnet_c_metrics(oa: Mapping[tuple[str, int], float]) -> dict[str, Any]:
             by_corruption.setdefault(canonical(c), []).append((s, v))  # type: ignore[arg-type]
     missing = [c for c in CORRUPTIONS if c not in by_corruption]
     if missing:
-        raise ValueError(f"ModelNet-C metrics need all 7 corruptions; missing {', '.join(missing)}")
+        raise ScoreError(f"ModelNet-C metrics need all 7 corruptions; missing {', '.join(missing)}")
     unknown = sorted(set(by_corruption) - set(CORRUPTIONS))
     if unknown:
-        raise ValueError(f"not ModelNet-C corruptions: {', '.join(unknown)}")
+        raise ScoreError(f"not ModelNet-C corruptions: {', '.join(unknown)}")
     per: dict[str, dict[str, float]] = {}
     for c in CORRUPTIONS:
         levels = sorted(by_corruption[c])  # type: ignore[arg-type]
         if [s for s, _ in levels] != [1, 2, 3, 4, 5]:
-            raise ValueError(f"ModelNet-C corruption {c}: need levels 1–5, got {[s for s, _ in levels]}")
+            raise ScoreError(f"ModelNet-C corruption {c}: need levels 1–5, got {[s for s, _ in levels]}")
         mean_oa = round(sum(v for _, v in levels) / len(levels), 3)
         ce = round((1 - mean_oa) / (1 - base[c]), 3)
         rce = round((oa_clean - mean_oa) / (base["clean"] - base[c]), 3)

@@ -50,6 +50,7 @@ import numpy as np
 from pipeline.score.detection import partition_candidates
 from pipeline.score.predictions import FIRST, PredictionError
 from pipeline.score.truth import Partition, manifest_of, read_build
+from pipeline.score.validate import ScoreError
 from pipeline.sources.base import require_extra
 
 CONFIG = "detection_cvpr_2019"
@@ -80,14 +81,14 @@ def read_tables(root: str | Path, version: str, tokens: list[str]) -> dict[str, 
     try:
         nusc = NuScenes(version=version, dataroot=str(root), verbose=False)
     except (AssertionError, KeyError, OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{root}: the nuScenes devkit cannot load the {version} tables: {e}") from None
+        raise ScoreError(f"{root}: the nuScenes devkit cannot load the {version} tables: {e}") from None
     attributes = {a["token"]: a["name"] for a in nusc.attribute}
     out = {}
     for token in tokens:
         try:
             sample = nusc.get("sample", token)
         except KeyError:
-            raise ValueError(f"{root}/{version}: sample token {token} of the build is not in the tables "
+            raise ScoreError(f"{root}/{version}: sample token {token} of the build is not in the tables "
                              "(another nuScenes version?); pass the build's --source-root") from None
         sd = nusc.get("sample_data", sample["data"]["LIDAR_TOP"])
         cs = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
@@ -97,7 +98,7 @@ def read_tables(root: str | Path, version: str, tokens: list[str]) -> dict[str, 
         for ann_token in sample["anns"]:
             ann = nusc.get("sample_annotation", ann_token)
             if len(ann["attribute_tokens"]) > 1:  # the devkit's load_gt refuses these too
-                raise ValueError(f"{root}/{version}: annotation {ann_token} has more than one attribute")
+                raise ScoreError(f"{root}/{version}: annotation {ann_token} has more than one attribute")
             rec.categories.append(ann["category_name"])
             rec.velocity.append(np.asarray(nusc.box_velocity(ann_token)[:2], float))
             rec.attribute.append(attributes[ann["attribute_tokens"][0]] if ann["attribute_tokens"] else "")
@@ -145,9 +146,9 @@ def ground_truth(frames: Mapping[str, list[dict[str, Any]] | None], frame: str,
         rows = rows or []
         t = tables.get(token) if tables is not None else None
         if tables is not None and t is None:
-            raise ValueError(f"{where}: no table record for sample {token}")
+            raise ScoreError(f"{where}: no table record for sample {token}")
         if t is not None and [r["cls"] for r in rows] != t.categories:
-            raise ValueError(f"{where}: sample {token}: the build's {len(rows)} boxes are not the tables' "
+            raise ScoreError(f"{where}: sample {token}: the build's {len(rows)} boxes are not the tables' "
                              f"{len(t.categories)} annotations in order (another dataset version?)")
         boxes, racks = [], []
         for j, r in enumerate(rows):
@@ -307,13 +308,13 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
     root = Path(source_root) if source_root is not None else Path(src["root"]) if src.get("root") else None
     have_tables = root is not None and (root / str(src.get("version", ""))).is_dir()
     if source_root is not None and not have_tables:
-        raise ValueError(f"{source_root}: no nuScenes table folder {src.get('version')!r} there")
+        raise ScoreError(f"{source_root}: no nuScenes table folder {src.get('version')!r} there")
     build, counts = read_build(version_dir, count_points=not have_tables)  # the tables have the counts
     parts = {p: {fid: rows for fid, (rows, _) in frames.items()} for p, frames in build.items()}
     if not parts:
-        raise ValueError(f"{version_dir}: the version has no partitions")
+        raise ScoreError(f"{version_dir}: the version has no partitions")
     if any(any(r is None for r in frames.values()) for frames in parts.values()):
-        raise ValueError(f"{version_dir}: examples without boxes: the build's source recorded no annotations")
+        raise ScoreError(f"{version_dir}: examples without boxes: the build's source recorded no annotations")
     pred_root = Path(predictions)
     if pred_root.is_file() and len(parts) != 1:
         raise PredictionError(f"{pred_root}: this version has {len(parts)} partitions: give a directory with one "

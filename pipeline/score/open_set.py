@@ -15,17 +15,18 @@ from typing import Any
 import numpy as np
 
 from pipeline.score.rank import auroc, fpr_at_tpr
+from pipeline.score.validate import ScoreError
 
 
 def open_set_metrics(known_scores: np.ndarray, unknown_scores: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """``{"<unknown set>": {"AUROC", "FPR95", "n_known", "n_unknown"}, …, "union": {…}}`` (fractions)."""
     known = np.asarray(known_scores, np.float64)
     if len(known) == 0:
-        raise ValueError("3DOS metrics need known (in-distribution) examples")
+        raise ScoreError("3DOS metrics need known (in-distribution) examples")
     out: dict[str, Any] = {}
     sets = {name: np.asarray(s, np.float64) for name, s in unknown_scores.items() if len(s)}
     if not sets:
-        raise ValueError("3DOS metrics need unknown (out-of-distribution) examples")
+        raise ScoreError("3DOS metrics need unknown (out-of-distribution) examples")
     if len(sets) > 1:
         sets["union"] = np.concatenate(list(sets.values()))
     for name, unk in sets.items():

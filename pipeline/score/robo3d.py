@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.score.baselines import robo3d_baseline
+from pipeline.score.validate import ScoreError
 
 
 def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str
     """
     base = robo3d_baseline(table)["values"]
     if ("clean", 0) not in acc:
-        raise ValueError("Robo3D metrics need the clean accuracy (severity 0)")
+        raise ScoreError("Robo3D metrics need the clean accuracy (severity 0)")
     clean = float(acc[("clean", 0)])
     corruptions = [c for c in base if c != "clean"]
     per: dict[str, dict[str, float]] = {}
@@ -34,7 +35,7 @@ def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str
     for c in corruptions:
         levels = sorted((s, float(v)) for (cc, s), v in acc.items() if cc == c)
         if not levels:
-            raise ValueError(f"Robo3D {table}: no accuracy for corruption {c}")
+            raise ScoreError(f"Robo3D {table}: no accuracy for corruption {c}")
         levels_seen.add(tuple(s for s, _ in levels))
         vals = np.array([v for _, v in levels]) / 100.0
         ce = float(np.sum(1 - vals) / (len(vals) * (1 - base[c] / 100.0)))
@@ -42,10 +43,10 @@ def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str
         per[c] = {"acc": round(float(np.mean(vals)) * 100, 2), "CE": round(ce * 100, 2), "RR": round(rr * 100, 2),
                   "CE_exact": ce * 100, "RR_exact": rr * 100}
     if len(levels_seen) > 1:
-        raise ValueError(f"Robo3D {table}: corruptions have different severity levels: {sorted(levels_seen)}")
+        raise ScoreError(f"Robo3D {table}: corruptions have different severity levels: {sorted(levels_seen)}")
     extra = sorted({c for c, _ in acc} - set(corruptions) - {"clean"})
     if extra:
-        raise ValueError(f"Robo3D {table}: corruptions without a baseline: {', '.join(extra)}")
+        raise ScoreError(f"Robo3D {table}: corruptions without a baseline: {', '.join(extra)}")
     m_ce = float(np.mean([per[c]["CE_exact"] for c in corruptions]))
     m_rr = float(np.mean([per[c]["RR_exact"] for c in corruptions]))
     return {"clean": clean, "per_corruption": per, "mCE": round(m_ce, 2), "mRR": round(m_rr, 2),

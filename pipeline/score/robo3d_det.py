@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.score.nuscenes_det import score_nuscenes
 from pipeline.score.predictions import PredictionError
 from pipeline.score.robo3d import robo3d_metrics
+from pipeline.score.validate import ScoreError
 from pipeline.score.waymo_det import score_waymo
 
 DET_METRICS = {"nuscenes": "nuscenes-det", "wod": "wod-det"}
@@ -54,7 +55,7 @@ def task_of(dataset: str, predictions: str | Path, metric: str | None) -> str:
     if metric == "robo3d-seg":
         return metric
     if metric is not None:
-        raise ValueError(f"metric {metric!r} does not apply to {dataset}; use robo3d-seg or {det}")
+        raise ScoreError(f"metric {metric!r} does not apply to {dataset}; use robo3d-seg or {det}")
     path = Path(predictions)
     if path.is_dir():
         if kind == "nuscenes":

@@ -40,7 +40,7 @@ from pipeline.score.predictions import PredictionError, check_keys, class_probs,
 from pipeline.score.robo3d import confusion, miou, robo3d_metrics
 from pipeline.score.robo3d_det import scene_set, score_det3d, task_of
 from pipeline.score.truth import iter_columns, manifest_of, object_truth
-from pipeline.score.validate import point_labels
+from pipeline.score.validate import ScoreError, point_labels
 from pipeline.sources.nuscenes import lidarseg_learning_map
 
 METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos",
@@ -61,7 +61,7 @@ def metric_for(dataset: str, source_kind: str | None = None) -> str:
         return "3dos"
     if d.startswith("kitti-c") or source_kind == "kitti":
         return "kitti-c"
-    raise ValueError(f"no metric known for dataset {dataset!r}; pass one of {', '.join(METRICS)}")
+    raise ScoreError(f"no metric known for dataset {dataset!r}; pass one of {', '.join(METRICS)}")
 
 
 @dataclass
@@ -119,7 +119,7 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     # ----
     metric = metric or metric_for(dataset, manifest.get("source", {}).get("kind"))
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+        raise ScoreError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     report = ScoreReport(dataset, manifest["version"], metric)
 
     severity_names = names_of(manifest)
@@ -239,10 +239,10 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         max_label = max(lmap.values())
     for part, cols in iter_columns(version_dir, ["key", "semantic"]):
         if "semantic" not in cols:
-            raise ValueError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
+            raise ScoreError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
         for k, sem in zip(cols["key"], cols["semantic"], strict=True):
             if sem is None:
-                raise ValueError(f"{version_dir}: example {k} has no semantic labels")
+                raise ScoreError(f"{version_dir}: example {k} has no semantic labels")
             g = np.asarray(sem, np.int64) & 0xFFFF
             if lut is not None:
                 g = np.where(g < len(lut), lut[np.minimum(g, len(lut) - 1)], 0)
@@ -299,7 +299,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
     check_keys(predictions, preds, truth.keys, dataset)
     if report.metric == "3dos":
         if truth.known is None:
-            raise ValueError(f"{version_dir}: no 'known' column: not a 3DOS build")
+            raise ScoreError(f"{version_dir}: no 'known' column: not a 3DOS build")
         s = scalar(predictions, preds, truth.keys, "score")
         scenarios = truth.scenario or [None] * len(truth.keys)
         summary: dict[str, Any] = {}

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from manifests.manifest import read_manifest
 from pipeline.schema import decode_points
+from pipeline.score.validate import ScoreError
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def object_truth(version_dir: str | Path) -> ObjectTruth:
     for part, cols in iter_columns(version_dir, ["key", "class_id", "sigma", "known", "unknown_set", "scenario",
                                                  "split"]):
         if "class_id" not in cols:
-            raise ValueError(f"{version_dir}: the version has no 'class_id' column: not an object benchmark")
+            raise ScoreError(f"{version_dir}: the version has no 'class_id' column: not an object benchmark")
         n = len(cols["key"])
         split = cols.get("split", ["test"] * n)
         keep = [i for i in range(n) if split[i] in ("test", None)]
@@ -128,7 +129,7 @@ def read_build(version_dir: str | Path, *, count_points: bool = True) -> tuple[
         return parts, {}
     unclean = sorted({fid for frames in parts.values() for fid in frames} - set(clean)) if has_clean else []
     if unclean:
-        raise ValueError(f"{root}: {len(unclean)} frames have no clean example to count box points in, e.g. "
+        raise ScoreError(f"{root}: {len(unclean)} frames have no clean example to count box points in, e.g. "
                          + ", ".join(unclean[:5]))
     counts = {(p, fid): (clean[fid] if has_clean else own[(p, fid)]) for p, frames in parts.items() for fid in frames}
     return parts, counts

@@ -38,6 +38,10 @@ class PredictionError(BenchBuildError, ValueError):
     """A predictions file the scorer cannot use: names the file, the key and what is wrong."""
 
 
+class ScoreError(BenchBuildError, ValueError):
+    """The version cannot be scored as asked: another benchmark's metric, a missing partition or column."""
+
+
 NUMBER = frozenset({float, int})
 INTEGER = frozenset({int})
 #: |Σ probs − 1| allowed where a metric reads probabilities as a distribution

@@ -54,6 +54,7 @@ from scipy.optimize import linear_sum_assignment
 from pipeline.score.kitti_eval import KittiObjects, bev_polygons
 from pipeline.score.predictions import PredictionError, check_keys, read_predictions
 from pipeline.score.truth import Partition, manifest_of, read_build
+from pipeline.score.validate import ScoreError
 
 CLASSES = ("Vehicle", "Pedestrian", "Cyclist")
 TYPE_IDS = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}
@@ -282,7 +283,7 @@ def score_waymo(version_dir: str | Path, predictions: str | Path) -> tuple[dict[
     dataset = manifest["dataset"]
     parts, counts = read_build(version_dir)
     if any(r is None for frames in parts.values() for r, _ in frames.values()):
-        raise ValueError(f"{version_dir}: examples without boxes: the build was made without the lidar_box "
+        raise ScoreError(f"{version_dir}: examples without boxes: the build was made without the lidar_box "
                          "component, so it is not a detection benchmark")
     preds = read_predictions(predictions)
     keys = [k for frames in parts.values() for _, k in frames.values()]

@@ -12,6 +12,7 @@ from pipeline.score.modelnet_c import CORRUPTIONS, modelnet_c_metrics
 from pipeline.score.open_set import open_set_metrics
 from pipeline.score.rank import auroc, fpr_at_tpr
 from pipeline.score.robo3d import confusion, miou, robo3d_metrics
+from pipeline.score.validate import ScoreError
 
 
 def test_baseline_files_carry_values_and_citations():
@@ -20,7 +21,7 @@ def test_baseline_files_carry_values_and_citations():
     assert "Ren" in load_baseline("modelnet_c_dgcnn")["citation"]
     assert "@inproceedings{kong2023robo3d" in load_baseline("robo3d")["bibtex"]
     assert robo3d_baseline("kitti-c")["values"]["cross_sensor"] == 45.12
-    with pytest.raises(KeyError, match="no Robo3D baseline table"):
+    with pytest.raises(ScoreError, match="no Robo3D baseline table"):
         robo3d_baseline("waymo")
 
 
