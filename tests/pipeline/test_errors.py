@@ -10,8 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import pipeline
-import stages
+import manifests as manifests_package
+import pipeline as pipeline_package
+import stages as stages_package
 from manifests import manifest, recipe
 from pipeline.cli import Commands
 from pipeline.errors import BenchBuildError, UsageError
@@ -22,7 +23,7 @@ runner = CliRunner()
 def _domain_errors() -> list[type[BaseException]]:
     """Every exception class defined in the project's own modules (torch-needing ones skipped where absent)."""
     found = {}
-    for pkg in (pipeline, stages):
+    for pkg in (pipeline_package, stages_package, manifests_package):
         for info in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + "."):
             try:
                 mod = importlib.import_module(info.name)
@@ -31,10 +32,6 @@ def _domain_errors() -> list[type[BaseException]]:
             for _, obj in inspect.getmembers(mod, inspect.isclass):
                 if issubclass(obj, BaseException) and obj.__module__ == mod.__name__:
                     found[f"{obj.__module__}.{obj.__qualname__}"] = obj
-    for mod in (manifest, recipe):
-        for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if issubclass(obj, BaseException) and obj.__module__ == mod.__name__:
-                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return [found[k] for k in sorted(found)]
 
 
