@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from stages.column_knn import mean_of_nearest
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule
+from stages.kernels.column_knn import mean_of_nearest
 from stages.registry import stage
 
 

@@ -46,8 +46,8 @@ from typing import ClassVar
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.physics import lisa
 from stages.registry import stage
-from stages.weather import lisa
 
 DEFAULTS: dict[str, dict[str, object]] = {
     "physical": {

@@ -134,12 +134,8 @@ import numpy as np
 
 from stages.frame import Frame, PointTag
 from stages.labels import set_semantic
-from stages.registry import stage
-from stages.ring import METHODS as RING_METHODS
-from stages.ring import N_RINGS, frame_rings
-from stages.sensor import HDL64E
-from stages.weather import hdl64e_s3
-from stages.weather.ground import (
+from stages.physics import hdl64e_s3
+from stages.physics.ground import (
     MIN_GROUND_POINTS,
     fit_floor_quadratic,
     fit_ground_plane,
@@ -147,6 +143,10 @@ from stages.weather.ground import (
     flat_ground_plane,
     noise_level_line,
 )
+from stages.registry import stage
+from stages.ring import METHODS as RING_METHODS
+from stages.ring import N_RINGS, frame_rings
+from stages.sensor import HDL64E
 
 C_LIGHT = 299_792_458.0
 TAU_H = 10e-9  # s, HDL-64 S1 half-power pulse width

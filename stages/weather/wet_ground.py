@@ -76,8 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.registry import stage
-from stages.weather.ground import (
+from stages.physics.ground import (
     GROUND_BAND,
     MIN_CANDIDATES,
     MIN_GROUND_POINTS,
@@ -86,6 +85,7 @@ from stages.weather.ground import (
     flat_ground_plane,
     noise_level_line,
 )
+from stages.registry import stage
 
 N_AIR = 1.0003
 N_WATER = 1.33

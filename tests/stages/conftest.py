@@ -110,7 +110,8 @@ def removed_mask(frame: Frame, out: Frame) -> np.ndarray:
 
 def expected_alpha(boxes, calib) -> np.ndarray:
     """KITTI alpha of LiDAR-frame boxes: rotation_y − atan2(x_cam, z_cam)."""
-    from stages.geometry import lidar_heading_to_rot_y, wrap_angle
+    from stages.geometry import lidar_heading_to_rot_y
+    from stages.kernels.spherical import wrap_angle
 
     rect = calib.lidar_to_rect(boxes.center)
     return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))

@@ -10,7 +10,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
-from stages.density.cutout_obj import CutoutObjParams, cutout_obj
+from stages.per_box.cutout_obj import CutoutObjParams, cutout_obj
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("cutout_obj").params  # Appendix C (the text variant)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import points_in_box_frame, refresh_camera_fields
-from stages.transform.ffd import FFDParams, ffd
+from stages.geometry import refresh_camera_fields
+from stages.kernels.boxes import points_in_box_frame
+from stages.per_box.ffd import FFDParams, ffd
 from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("ffd").params  # Appendix C (the text variant)
@@ -113,7 +114,7 @@ def test_deterministic_and_does_not_mutate(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_cube_lattice_then_squeezed_into_the_unchanged_box(demo_scan, severity):
-    from stages.geometry import points_in_box_frame
+    from stages.kernels.boxes import points_in_box_frame
 
     p = CODE[severity - 1]
     assert p.rule == "code" and (p.max_displacement, p.lattice) == (SEVERITIES[severity - 1].max_displacement, 5)

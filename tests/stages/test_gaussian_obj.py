@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.noise.gaussian_obj import GaussianObjParams, gaussian_obj
+from stages.per_box.gaussian_obj import GaussianObjParams, gaussian_obj
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("gaussian_obj").params  # Appendix C (the text variant)

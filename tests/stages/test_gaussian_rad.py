@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import to_spherical, wrap_angle
+from stages.kernels.spherical import to_spherical, wrap_angle
 from stages.noise.gaussian_rad import GaussianRadParams, gaussian_rad
 from tests.stages.conftest import make_scene, rng_for
 

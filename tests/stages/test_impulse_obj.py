@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.noise.impulse_obj import ImpulseObjParams, impulse_obj
+from stages.per_box.impulse_obj import ImpulseObjParams, impulse_obj
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_obj").params  # Appendix C (the text variant)

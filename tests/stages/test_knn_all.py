@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.grid_knn import knn_all
+from stages.kernels.grid_knn import knn_all
 from tests.stages.objects import make_object, make_sphere
 
 

@@ -10,7 +10,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
-from stages.density.local_dec_obj import LocalDecObjParams, local_dec_obj
+from stages.per_box.local_dec_obj import LocalDecObjParams, local_dec_obj
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec_obj").params  # Appendix C (the text variant)

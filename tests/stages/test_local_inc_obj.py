@@ -10,9 +10,9 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
-from stages.density.local_inc_obj import LocalIncObjParams, local_inc_obj
 from stages.frame import PointTag
-from stages.geometry import points_in_box_frame
+from stages.kernels.boxes import points_in_box_frame
+from stages.per_box.local_inc_obj import LocalIncObjParams, local_inc_obj
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc_obj").params  # Appendix C (the text variant)

@@ -11,8 +11,8 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
+from stages.physics import lisa
 from stages.registry import get_stage
-from stages.weather import lisa
 from stages.weather.rain_lisa import RainLisaParams, model_for, rain_lisa
 from tests.stages.conftest import make_scene, rng_for
 

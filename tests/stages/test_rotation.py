@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import points_in_box_frame, refresh_camera_fields, wrap_angle
-from stages.transform.rotation import RotationParams, rotation
+from stages.geometry import refresh_camera_fields
+from stages.kernels.boxes import points_in_box_frame
+from stages.kernels.spherical import wrap_angle
+from stages.per_box.rotation import RotationParams, rotation
 from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("rotation").params  # Appendix C (the text variant)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import points_in_box_frame, refresh_camera_fields
-from stages.transform.scale import ScaleParams, scale
+from stages.geometry import refresh_camera_fields
+from stages.kernels.boxes import points_in_box_frame
+from stages.per_box.scale import ScaleParams, scale
 from tests.stages.conftest import expected_alpha, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("scale").params

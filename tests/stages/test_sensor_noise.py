@@ -7,7 +7,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from stages.frame import PointTag
-from stages.object.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
+from stages.whole_shape.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
 from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
 
 # paper Table 1 (×10³ and % converted), light / moderate / heavy
@@ -176,7 +176,7 @@ def test_mean_sigma_grows_with_level():
 
 
 def test_closed_form_eigenvectors_match_eigh_including_degenerate_rows():
-    from stages.object.sensor_noise import smallest_eigenvectors
+    from stages.whole_shape.sensor_noise import smallest_eigenvectors
 
     rng = np.random.default_rng(5)
     a = rng.normal(size=(2000, 3, 3))

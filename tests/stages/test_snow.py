@@ -441,7 +441,7 @@ ROBO3D_SNOW = load_recipe("robo3d-kitti-c").corruption("snow").params
 def _focal_term(rows: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(i_max,ch, i_max,ch·s·|f − (1 − d/120)²|) of elevation rows looked up in the laser_id-ordered S3
     table as Robo3D does (row k → laser k), from the shipped calibration values."""
-    from stages.weather import hdl64e_s3 as s3
+    from stages.physics import hdl64e_s3 as s3
 
     cap = np.where(np.isin(rows, (53, 55, 56, 58)), 230.0, 255.0)
     f = (1 - 100 * s3.FOCAL_DISTANCE[rows] / 13100) ** 2
@@ -498,7 +498,7 @@ def test_fov_snow_intensities_follow_the_focal_term_by_elevation_row(fov_runs, s
     cap, term = _focal_term(rows, d_new)
     assert np.all(i255[sc] >= np.floor(np.minimum(term[sc], cap[sc]) - 0.05))
     # the HDL-64 table looked up by laser id instead of row gives different values: the row index matters
-    from stages.weather import hdl64e_s3 as s3
+    from stages.physics import hdl64e_s3 as s3
 
     assert not np.allclose(s3.FOCAL_SLOPE[rows[att]], s3.FOCAL_SLOPE[s3.nearest_laser(
         np.degrees(np.arcsin(frame.xyz[att, 2] / r0[att])))])
@@ -542,7 +542,7 @@ def test_fov_snow_dropped_fraction_falls_with_severity_and_neutral_calibration_l
 def test_focal_calibration_follows_the_frame_sensor(demo):
     """Never the HDL-64 table silently: an HDL-32E (nuScenes) or unknown sensor is neutral under "auto";
     physical mode looks the S3 table up by the laser's own id (STF's ring column), else by elevation."""
-    from stages.weather import hdl64e_s3 as s3
+    from stages.physics import hdl64e_s3 as s3
     from stages.weather.snow import focal_lookup
 
     p = _params(mode="paper")
@@ -571,7 +571,7 @@ def test_focal_calibration_follows_the_frame_sensor(demo):
 
 
 def test_hdl64e_s3_table():
-    from stages.weather import hdl64e_s3 as s3
+    from stages.physics import hdl64e_s3 as s3
 
     assert len(s3.LASERS) == 64 and np.array_equal(s3.LASER_ID, np.arange(64))
     assert s3.FOCAL_SLOPE.min() >= 0.4 and s3.FOCAL_SLOPE.max() <= 2.0  # PHYSICS.md §2.6: no laser has slope 0

@@ -8,8 +8,8 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
+from stages.physics import lisa
 from stages.registry import get_stage
-from stages.weather import lisa
 from stages.weather.snow_lisa import SnowLisaParams, model_for, snow_lisa
 from tests.stages.conftest import make_scene, rng_for
 

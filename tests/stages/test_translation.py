@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y, wrap_angle
-from stages.transform.translation import TranslationParams, translation
+from stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y
+from stages.kernels.spherical import wrap_angle
+from stages.per_box.translation import TranslationParams, translation
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("translation").params  # Appendix C (the text variant)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.noise.uniform_obj import UniformObjParams, uniform_obj
+from stages.per_box.uniform_obj import UniformObjParams, uniform_obj
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("uniform_obj").params  # Appendix C (the text variant)

@@ -11,7 +11,7 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import PointTag
-from stages.noise.upsample_obj import UpsampleObjParams, upsample_obj
+from stages.per_box.upsample_obj import UpsampleObjParams, upsample_obj
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("upsample_obj").params  # Appendix C (the text variant)

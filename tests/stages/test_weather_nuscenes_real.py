@@ -11,8 +11,8 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
+from stages.physics.ground import fit_ground_plane, ground_candidates
 from stages.sensor import HDL32E
-from stages.weather.ground import fit_ground_plane, ground_candidates
 from stages.weather.snow import C_TAU, snow
 from stages.weather.wet_ground import wet_ground
 from tests.stages.conftest import rng_for

@@ -9,7 +9,7 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
-from stages.weather.ground import (
+from stages.physics.ground import (
     fit_ground_plane,
     fit_line,
     flat_ground_plane,

@@ -26,7 +26,7 @@ import numpy as np
 
 from stages.frame import Frame
 from stages.geometry import check_rule
-from stages.noise.uniform_obj import jitter_in_box_units
+from stages.per_box.uniform_obj import jitter_in_box_units
 from stages.registry import stage
 
 

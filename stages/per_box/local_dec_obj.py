@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.density.cutout_obj import delete_in_objects
 from stages.frame import Frame
 from stages.geometry import check_rule
+from stages.per_box.cutout_obj import delete_in_objects
 from stages.registry import stage
 
 

@@ -21,6 +21,8 @@ import math
 import numba
 import numpy as np
 
+from stages.kernels.buckets import bounds, counting_sort
+
 _MAX_CELLS = 4_000_000  # grid size cap: the cell size grows for very wide scans
 
 
@@ -28,10 +30,8 @@ class Grid:
     """Points bucketed by x–y cell of side ``cell`` metres (counting sort; O(N))."""
 
     def __init__(self, xyz: np.ndarray, cell: float):
-        from stages.column_knn import _bounds
-
         xyz = np.ascontiguousarray(xyz, dtype=np.float64)
-        lo, hi = _bounds(xyz)  # (numpy's axis-0 min/max of the (N, 2) columns took ≈ 5 ms of the ≈ 8 ms build)
+        lo, hi = bounds(xyz)  # (numpy's axis-0 min/max of the (N, 2) columns took ≈ 5 ms of the ≈ 8 ms build)
         lo, hi = lo[:2], hi[:2]
         span = np.maximum(hi - lo, 1e-9)
         cell = max(cell, math.sqrt(float(span[0] * span[1]) / _MAX_CELLS))
@@ -56,22 +56,6 @@ def _cells(xyz, x0, y0, cell, nx, ny):
 
 
 @numba.njit(cache=True)
-def _counting_sort(cid, n_cells):
-    """(start, order): order lists point indices cell by cell, ascending within a cell."""
-    start = np.zeros(n_cells + 1, np.int64)
-    for i in range(cid.shape[0]):
-        start[cid[i] + 1] += 1
-    for c in range(n_cells):
-        start[c + 1] += start[c]
-    fill = start[:-1].copy()
-    order = np.empty(cid.shape[0], np.int64)
-    for i in range(cid.shape[0]):
-        order[fill[cid[i]]] = i
-        fill[cid[i]] += 1
-    return start, order
-
-
-@numba.njit(cache=True)
 def _bucket(xyz, x0, y0, cell, nx, ny):
     """Points by x–y cell: (start, order, pts)."""
     return _bucket_ids(xyz, _cells(xyz, x0, y0, cell, nx, ny), nx * ny)
@@ -80,7 +64,7 @@ def _bucket(xyz, x0, y0, cell, nx, ny):
 @numba.njit(cache=True)
 def _bucket_ids(xyz, cid, n_cells):
     """Points cell by cell: (start, order, pts) with pts[j] = xyz[order[j]]."""
-    start, order = _counting_sort(cid, n_cells)
+    start, order = counting_sort(cid, n_cells, np.arange(cid.shape[0]))
     n = xyz.shape[0]
     pts = np.empty((n, 3), np.float64)
     for j in range(n):
@@ -164,7 +148,7 @@ def _knn(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, n
 
 
 @numba.njit(cache=True)
-def _sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop, present, rebuild_at,
+def sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop, present, rebuild_at,
                     start, order, pts, x0, y0, cell, nx, ny):
     bi = np.empty(k, np.int64)
     bd = np.empty(k, np.float64)

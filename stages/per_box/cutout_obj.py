@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import delete_sequentially
 from stages.frame import Frame
 from stages.geometry import check_rule
+from stages.kernels.box_unit import delete_sequentially
 from stages.registry import stage
 
 

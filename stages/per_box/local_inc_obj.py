@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import clamp_unit, from_unit, to_unit
-from stages.density.local_inc import _AXES
+from stages.density.local_inc import AXES
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule
+from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
 from stages.registry import stage
 
 
@@ -120,7 +120,7 @@ def _local_inc_obj_code(frame: Frame, params: LocalIncObjParams, rng: np.random.
             nb = np.argpartition(d, k)[:k]  # its k nearest (the centre included)
             q = local[nb]
             h = int(np.argmin(q.max(axis=0) - q.min(axis=0)))
-            u, v, _ = _AXES[h]
+            u, v, _ = AXES[h]
             a = np.stack([np.ones(k), q[:, u], q[:, v]], axis=1)
             w, *_ = np.linalg.lstsq(a, q[:, h], rcond=None)
             m = INCREASE_RATE * k

@@ -69,6 +69,7 @@ per chunk one uniform and one exponential per candidate, then one normal per kep
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, replace
 from functools import cache
@@ -76,6 +77,8 @@ from typing import ClassVar
 
 import numba
 import numpy as np
+
+from stages.frame import PointTag
 
 # ---- constants (PHYSICS.md §4.1, §4.3) --------------------------------------------------------------
 WATER_INDEX = 1.328
@@ -721,8 +724,6 @@ def apply_to_frame(
     points are dropped, or with ``keep_lost_rows`` become x = y = z = intensity = 0 rows tagged
     ATTENUATED (their extra columns, e.g. ring, and other labels are kept).
     """
-    from stages.frame import PointTag
-
     if len(frame) == 0:
         return frame
     scale = frame.intensity_max
@@ -770,8 +771,6 @@ def validate_common(name: str, p) -> None:
 
 def resolve(p, defaults: dict[str, dict[str, object]]) -> dict[str, object]:
     """Every field of params ``p`` with None replaced by the default of ``p.mode``."""
-    import dataclasses
-
     out: dict[str, object] = {}
     for f in dataclasses.fields(p):
         v = getattr(p, f.name)

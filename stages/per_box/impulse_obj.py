@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import clamp_unit, from_unit, to_unit
 from stages.frame import Frame
 from stages.geometry import check_rule
+from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
 from stages.registry import stage
 
 

@@ -1,4 +1,4 @@
-"""Object-level corruptions and preprocessing for classification benchmarks (ModelNet-C, ModelNet40-E, 3DOS).
+"""Whole-shape corruptions and preprocessing of single-object clouds (ModelNet-C, ModelNet40-E, 3DOS).
 
 Shapes are small clouds (1,024–2,048 points) centred in the unit sphere, fields ``x, y, z``; a
 stage keeps the frame's ``attrs`` (class, split, …) untouched. ModelNet-C stages reproduce the
