@@ -112,16 +112,6 @@ def test_effect_grows_with_severity(mixed):
     assert all(b > a for a, b in itertools.pairwise(removed))
 
 
-def test_deterministic_and_does_not_mutate(mixed):
-    before = mixed.points.copy()
-    a = incomplete_echo(mixed, SEVERITIES[1], rng_for(3))
-    b = incomplete_echo(mixed, SEVERITIES[1], rng_for(3))
-    c = incomplete_echo(mixed, SEVERITIES[1], rng_for(4))
-    assert np.array_equal(a.points, b.points)
-    assert not np.array_equal(a.labels["row"], c.labels["row"])
-    assert np.array_equal(mixed.points, before)
-
-
 # ---- label mode (SemanticKITTI-C / nuScenes-C / WOD-C: vehicle classes from point labels) ----------------
 
 def _labelled(counts: dict[int, int], n_other: int = 500):

@@ -141,10 +141,3 @@ def test_byte_scale_round_trip():
     np.testing.assert_allclose(b.intensity, a.intensity * 255, rtol=1e-5, atol=1e-4)
 
 
-def test_deterministic_and_input_untouched(scene):
-    before = scene.points.copy()
-    p = SnowLisaParams(5.0, mode="paper")
-    a, b = snow_lisa(scene, p, rng_for(7)), snow_lisa(scene, p, rng_for(7))
-    assert np.array_equal(a.points, b.points) and np.array_equal(a.point_tag, b.point_tag)
-    assert not np.array_equal(a.points, snow_lisa(scene, p, rng_for(8)).points)
-    assert np.array_equal(scene.points, before) and "point_tag" not in scene.labels

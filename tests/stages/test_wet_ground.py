@@ -142,12 +142,6 @@ def test_robo3d_recipe_runs_and_is_monotone(scene):
     assert 0 < dropped[0] < dropped[1] <= dropped[2]
 
 
-def test_determinism(scene):
-    p = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
-    a, b = wet_ground(scene, p, rng_for(5)), wet_ground(scene, p, rng_for(5))
-    assert np.array_equal(a.points, b.points) and np.array_equal(a.point_tag, b.point_tag)
-
-
 def test_scan_without_ground_is_unchanged(scene):
     no_ground = scene.take(scene.xyz[:, 2] > -1.0)
     for mode in ("physical", "paper"):
