@@ -28,7 +28,7 @@ INTENSITY_SCALES: dict[str, float] = {"unit": 1.0, "byte": 255.0, "tanh": 1.0}
 
 
 class PointTag(enum.IntEnum):
-    """Per-point provenance written by stages into the ``point_tag`` column (PHYSICS.md §0)."""
+    """Per-point provenance written by stages into the ``point_tag`` column (0: an untouched return)."""
 
     CLEAN = 0  # unchanged source point (or moved by a stage that does not tag)
     ATTENUATED = 1  # same position, intensity changed by the medium

@@ -1,4 +1,4 @@
-"""Ring (laser channel) index of every point: from the source's ring column, or recovered (PHYSICS.md §5).
+"""Ring (laser channel) index of every point: from the source's ring column, or recovered (as Robo3D's scripts do).
 
 Ring 0 is the top laser, as in the demo source and Robo3D's elevation rows. Recovery methods:
 
@@ -31,7 +31,7 @@ _RINGS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 N_RINGS = 64
 
 #: Elevation (degrees) of the 64 HDL-64E lasers, ring 0 = top, as used by `rings_from_laser_table`.
-#: Derived from PHYSICS.md §7's nominal HDL-64E geometry (KITTI's sensor is an S2): vertical FOV +2.0° to
+#: Derived from the nominal HDL-64E geometry (Velodyne's datasheet) (KITTI's sensor is an S2): vertical FOV +2.0° to
 #: −24.8°; upper block of 32 lasers 1/3° apart, +2.0° … −8.333°; lower block of 32 lasers evenly spaced
 #: from −8.83° to −24.8° (31 gaps of 0.5152°). This is the same geometry the demo source ray-casts. The
 #: measured STF S3 table of §7 (+1.867° … −24.816°, only its first 8 entries are listed) differs by up to

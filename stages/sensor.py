@@ -1,4 +1,4 @@
-"""What a stage may need to know about the LiDAR that recorded a frame (PHYSICS.md §0, §7).
+"""What a stage may need to know about the LiDAR that recorded a frame (beam count, elevations, range).
 
 A source reader attaches a `Sensor` to every frame it reads, so ring-based and physical stages use the
 recording sensor's own beam count, per-ring elevations, maximum range and beam divergence instead of

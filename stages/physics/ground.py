@@ -1,9 +1,10 @@
-"""Ground plane and noise-floor helpers shared by the wet-ground and snowfall stages (PHYSICS.md §2.4, §3.1–3.3).
+"""Ground plane and noise-floor helpers shared by the wet-ground and snowfall stages (Hahner et al., CVPR 2022:
+RANSAC ground plane, laser power and the noise-level estimator of the released snowfall / wet-ground code).
 
 - `fit_ground_plane`: RANSAC fit of z = a·x + b·y + h on the candidate strip in front of the sensor,
   vectorised (trials evaluated in batches), deterministic from the caller's generator. Like the released
   scripts it fits whenever the strip holds more than 4 candidates (``MIN_CANDIDATES``); how many *ground*
-  points the plane then has is the caller's gate (``MIN_GROUND_POINTS``, PHYSICS.md §3.1 step 4).
+  points the plane then has is the caller's gate (``MIN_GROUND_POINTS``, as in the released code).
 - `GroundPlane`: w = (a, b, −1)/‖(a, b, −1)‖ (unit normal pointing down) and the raw intercept h, as the
   reference uses them: ``w·p + h`` is ≈ 0 on the ground, ``w·p/|p|`` is the cosine of the incidence angle.
 - `fit_line`, `noise_level_line`, `fit_floor_quadratic`: the laser-power and noise-level fits.

@@ -1,4 +1,4 @@
-"""LISA core (Kilic et al. 2021), implemented from PHYSICS.md §4: Mie extinction, size distributions,
+"""LISA core (Kilic et al. 2021), from the paper and its released pylisa code: Mie extinction, size distributions,
 the per-return Monte Carlo and the constants of the two modes. The stages are ``rain_lisa.py`` and
 ``snow_lisa.py``; this module has no stage of its own.
 
@@ -80,7 +80,7 @@ import numpy as np
 
 from stages.frame import PointTag
 
-# ---- constants (PHYSICS.md §4.1, §4.3) --------------------------------------------------------------
+# ---- constants (Kilic et al. 2021, pylisa) -------------------------------------------------------------
 WATER_INDEX = 1.328
 ICE_INDEX = 1.3031
 LI_SNOW_INDEX = 130.31  # Li et al.'s deliberate ×100 (ρ_p = 0.9698)

@@ -1,4 +1,4 @@
-"""LiDAR fog simulation (Hahner et al., ICCV 2021), implemented from PHYSICS.md §1.
+"""LiDAR fog simulation (Hahner et al., ICCV 2021), from the paper and its released code.
 
 Every point is a hard target at range R₀ with intensity i. In homogeneous fog of extinction α (m⁻¹)
 and backscatter β (m⁻¹sr⁻¹) its return competes with the backscatter of the fog in front of it:
@@ -81,7 +81,7 @@ from stages.frame import Frame, PointTag
 from stages.labels import set_semantic
 from stages.registry import stage
 
-# ---- constants (PHYSICS.md §1.2) -------------------------------------------------------------------
+# ---- constants (Hahner et al., released code) ----------------------------------------------------------
 C_LIGHT = 299_792_458.0  # m/s
 TAU_H = 20e-9  # s, half-power pulse width; pulse lasts 2τ_H
 PULSE_LENGTH = C_LIGHT * TAU_H  # m, the range window cτ_H = 5.996 m swept by the pulse
@@ -171,7 +171,7 @@ def _antiderivatives(s: complex, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def soft_target_j(r_grid: np.ndarray, alpha: float) -> np.ndarray:
-    """J(R) of PHYSICS.md §1.1/§1.3 in s·m⁻² for every R in ``r_grid`` (closed form, any R ≥ 0)."""
+    """J(R), Hahner et al.'s soft-target fog integral, in s·m⁻² for every R in ``r_grid`` (closed form, any R ≥ 0)."""
     big_r = np.asarray(r_grid, dtype=np.float64)
     k = 2.0 * math.pi / PULSE_LENGTH
     s_const, s_osc = 2.0 * alpha, complex(2.0 * alpha, k)

@@ -1,4 +1,4 @@
-"""LiDAR snowfall simulation (Hahner et al., CVPR 2022), implemented from PHYSICS.md §2.
+"""LiDAR snowfall simulation (Hahner et al., CVPR 2022), from the paper and its released code.
 
 Every point is a hard target at range R₀ whose beam (an azimuth wedge of divergence δ = 3 mrad in the
 scan plane of its laser channel) may be partly occluded by snowflakes:
@@ -32,7 +32,7 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    ATTENUATED (position kept, intensity i_new); else SCATTER_SNOW (moved to d_max along its ray). Beams
    without candidates (or whose candidates all get q = 0) are unchanged. The signal is evaluated only
    at the bins of the elements' own windows (it is 0 elsewhere), so no 1230-bin array is built.
-5. Noise floor (§2.4): ground plane by RANSAC (`stages.weather.ground`, with the example's generator;
+5. Noise floor (§2.4): ground plane by RANSAC (`stages.physics.ground`, with the example's generator;
    when no plane can be fitted, the flat plane z = −``sensor_height`` with the fitted sign convention),
    ground = |w·p + h| < 0.5 m, estimated on the *input* (clean) scan: n = i/cos θ, the §3.3 noise-level
    line L(d) over 10–70 m, T_g = noise_floor·L(d)·cos θ on the ground points, a quadratic in range
@@ -74,7 +74,7 @@ HDL-64 focal intensity compensation (§2.3, §2.6), on in both modes (``focal_co
 waveform i_adj = clip(i − 255·s·|f − (1 − R₀/120)²|, 0, i_max,ch) (physical: i_max,ch·s, so an unoccluded
 beam returns exactly i), after it i_new = clip(i_max + i_max,ch·s·|f − (1 − d_max/120)²|, min_intensity,
 i_max,ch), f = (1 − 100·F/13100)², with the focal distance F and slope s of the point's laser from the
-shipped per-laser calibration of an HDL-64E S3 (`stages.weather.hdl64e_s3`, values and their source).
+shipped per-laser calibration of an HDL-64E S3 (`stages.physics.hdl64e_s3`, values and their source).
 Which calibration (`focal_lookup`): ``focal_calibration`` "auto" uses the S3 table for an HDL-64 frame
 (``Frame.sensor``: KITTI, SemanticKITTI, the demo, STF) and the documented neutral calibration (slope 0:
 the term is the identity; i_max,ch = 255) for any other or unknown sensor (nuScenes HDL-32E, Waymo) —

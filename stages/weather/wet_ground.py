@@ -1,13 +1,13 @@
-"""Wet-ground augmentation (Hahner et al., CVPR 2022, by M. Bijelic), implemented from PHYSICS.md §3.
+"""Wet-ground augmentation (Hahner et al., CVPR 2022, by M. Bijelic), from the paper and its released code.
 
 A film of water of height d_w on the road turns part of the diffuse (Lambertian) ground into a
 specular surface, so less light returns and dim ground returns fall below the sensor's noise floor:
 
-1. Ground plane by RANSAC on the strip in front of the sensor (`stages.weather.ground`), fitted whenever
+1. Ground plane by RANSAC on the strip in front of the sensor (`stages.physics.ground`), fitted whenever
    the strip holds more than 4 candidates (``min_candidates`` = 5), as the released scripts do; ground
    points are |w·p + h| < 0.5 m, and the 1,000 gate (``min_ground``) counts them *after* the fit
-   (PHYSICS.md §3.1 step 4). A camera-FOV KITTI scan (the object-detection layout keeps only the points
-   in the image) has a few hundred candidates and thousands of ground points, so it is fitted and wetted.
+   (the released code's minimum). A camera-FOV KITTI scan (the object-detection layout keeps only the points in
+   the image) has a few hundred candidates and thousands of ground points, so it is fitted and wetted.
    No fit (≤ 4 candidates, no consensus) or fewer than 1,000 ground points: the frame is returned
    unchanged, or with ``fallback_height`` the flat plane z = −H with the fitted planes' sign convention
    (w = (0, 0, −1), h = −H; the reference's own fallback w = (0, 0, 1), h = −1.55 has the opposite sign,

@@ -1,4 +1,4 @@
-"""LiDAR-like range- and angle-dependent noise with per-point σ/μ labels (ModelNet40-E, PHYSICS.md §6).
+"""LiDAR-like range- and angle-dependent noise with per-point σ/μ labels (ModelNet40-E, released dataset_generator.py).
 
 Models how a real scanner would have measured the shape. Per shape: a sensor on a sphere of radius
 2 (azimuth ~ U(0, 2π), elevation ~ U(−45°, 45°)) and parameters a, b, c, k, q ~ U over the level's

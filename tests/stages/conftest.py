@@ -131,7 +131,7 @@ def demo_scan() -> Frame:
 
 def unit_coords(frame: Frame, j: int, xyz: np.ndarray | None = None) -> np.ndarray:
     """Coordinates in box ``j``'s box-normalised frame (Li et al.'s "Max2": centre, ÷ max(l, w, h)/2,
-    rotated by −heading), written out here independently of `stages.box_unit`."""
+    rotated by −heading), written out here independently of `stages.kernels.box_unit`."""
     b = frame.boxes
     xyz = frame.xyz[frame.box_points[j]] if xyz is None else xyz
     d = (np.asarray(xyz, dtype=np.float64) - b.center[j]) / (b.dims[j].max() / 2)

@@ -14,7 +14,7 @@ from stages.density.beam_missing import BeamMissingParams, beam_missing, draw_be
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("beam_missing").params
-EXPECTED_DISTINCT = [14.0, 24.4, 32.2]  # 55·(1 − (54/55)^K), PHYSICS.md §5
+EXPECTED_DISTINCT = [14.0, 24.4, 32.2]  # 55·(1 − (54/55)^K): K draws with replacement from 55 rings
 
 
 def _with_row_ids(frame):

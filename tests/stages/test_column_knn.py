@@ -1,4 +1,4 @@
-"""stages.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
+"""stages.kernels.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
 same bytes of the mean intensity), on the demo scan and on adversarial clouds (ties, duplicates, tiny N,
 far queries, tall columns); and `upsample` gives the same bytes as its KD-tree version (transcribed here)."""
 

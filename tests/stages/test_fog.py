@@ -1,4 +1,4 @@
-"""fog: Hahner et al. LiDAR fog simulation (PHYSICS.md §1), physical and paper modes."""
+"""fog: Hahner et al. LiDAR fog simulation (ICCV 2021), physical and paper modes."""
 
 from __future__ import annotations
 

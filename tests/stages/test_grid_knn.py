@@ -1,4 +1,4 @@
-"""stages.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
+"""stages.kernels.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
 sequential deletions) give the same bytes as the KD-tree implementation they replaced (transcribed here
 as the slow reference)."""
 

@@ -1,4 +1,4 @@
-"""LISA core (stages/weather/lisa.py): Mie extinction against miepython and PHYSICS.md §4.3, size
+"""LISA core (stages/physics/lisa.py): Mie extinction against miepython and pylisa's constants, size
 distributions, particle counts, the worked example, and the exact pruning of the Monte Carlo."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_table_is_cached_and_read_only():
     assert np.all(np.isfinite(a)) and np.all(a >= 0)
 
 
-# ---- extinction and size distributions (PHYSICS.md §4.3) -----------------------------------------
+# ---- extinction and size distributions (Kilic et al. 2021) -------------------------------------
 @pytest.mark.parametrize("rate, alpha, n_tot", list(zip(RAIN_RATES, RAIN_ALPHA, RAIN_NTOT, strict=True)))
 def test_rain_reference_values(rate, alpha, n_tot):
     assert lisa.extinction(rate, "marshall_palmer", lisa.WATER_INDEX, 905.0) == pytest.approx(alpha, rel=5e-4)
@@ -121,7 +121,7 @@ def test_psd_rejects_bad_input():
 
 # ---- worked example and counts ---------------------------------------------------------------------
 def test_worked_example():
-    """Rain 50 mm/h, R = 20 m, ρ = 0.5, r_max = 200 m (PHYSICS.md §4.3)."""
+    """Rain 50 mm/h, R = 20 m, ρ = 0.5, r_max = 200 m (pylisa's defaults)."""
     m = _model(50.0)
     p0 = 0.5 * math.exp(-2 * m.alpha * 20.0) / 20.0**2
     snr = p0 / m.p_min

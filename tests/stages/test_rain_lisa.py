@@ -215,7 +215,7 @@ def test_heavier_rain_is_more_severe(mode):
 
 
 def test_scattered_drops_are_close_to_the_sensor(scene):
-    """P_j ≈ ρ_p·D²/(9r⁴): water drops only beat P_min within a few metres (PHYSICS.md §4.4)."""
+    """P_j ≈ ρ_p·D²/(9r⁴): water drops only beat P_min within a few metres (Kilic et al. 2021)."""
     f = _tagged(scene)
     for mode in ("physical", "paper"):
         out = rain_lisa(f, RainLisaParams(500.0, mode=mode), rng_for(7))

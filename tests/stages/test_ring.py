@@ -1,4 +1,4 @@
-"""Ring recovery (PHYSICS.md §5): azimuth wrap, elevation rows, nearest HDL-64E laser, and the fallbacks."""
+"""Ring recovery (Robo3D's scripts): azimuth wrap, elevation rows, nearest HDL-64E laser, and the fallbacks."""
 
 from __future__ import annotations
 

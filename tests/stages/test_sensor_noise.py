@@ -1,4 +1,4 @@
-"""sensor_noise (ModelNet40-E, PHYSICS.md §6): σ/μ formula, noise along the ray, outlier rate, normals."""
+"""sensor_noise (ModelNet40-E's released generator): σ/μ formula, noise along the ray, outlier rate, normals."""
 
 from __future__ import annotations
 

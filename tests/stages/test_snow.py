@@ -1,4 +1,4 @@
-"""snow: Hahner et al. CVPR 2022 snowfall (PHYSICS.md §2): particle field, occlusion, received power,
+"""snow: Hahner et al. CVPR 2022 snowfall: particle field, occlusion, received power,
 outcome rules, the reference's amplitude quirk, the noise floor, rings, determinism."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_particle_set_matches_occupancy(rate, vt, nu, expected_n):
     assert nu <= occupancy * (1 + 1e-9) and occupancy < nu + math.pi * r.max() ** 2 / disk
     mean_n = nu * disk / expected_particle_area(lam)
     assert len(d) == pytest.approx(mean_n, rel=0.05)  # ≈ 1/√N of the area sum plus the size spread
-    assert len(d) == pytest.approx(expected_n, rel=0.1)  # PHYSICS.md §2.1's stored-set sizes
+    assert len(d) == pytest.approx(expected_n, rel=0.1)  # the released sampling.py's stored-set sizes
     # geometry: inside the disk, none contains the origin, no two overlap, uniform in area
     assert d.max() <= DISK_RADIUS and np.all(d > r) and np.all((phi >= 0) & (phi < 2 * np.pi))
     xy = np.stack([d * np.cos(phi), d * np.sin(phi)], 1)
@@ -170,7 +170,7 @@ def test_fully_occluded_beam_returns_at_the_flake(mode, dist):
 
 
 def test_reference_quirk_verified_examples():
-    """PHYSICS.md §2.3: target at 20 m, i = 100, focal slope 0."""
+    """Received power of a hard target (Hahner et al. CVPR 2022): target at 20 m, i = 100, focal slope 0."""
     paper = simulate_beams([20.0], [0.0], [100.0], _flake(15.0, 0.01), mode="paper")
     phys = simulate_beams([20.0], [0.0], [100.0], _flake(15.0, 0.01), mode="physical")
     assert (paper.outcome[0], paper.range[0], paper.intensity[0]) == (1, 20.0, 0.0)
@@ -560,7 +560,7 @@ def test_hdl64e_s3_table():
     from stages.physics import hdl64e_s3 as s3
 
     assert len(s3.LASERS) == 64 and np.array_equal(s3.LASER_ID, np.arange(64))
-    assert s3.FOCAL_SLOPE.min() >= 0.4 and s3.FOCAL_SLOPE.max() <= 2.0  # PHYSICS.md §2.6: no laser has slope 0
+    assert s3.FOCAL_SLOPE.min() >= 0.4 and s3.FOCAL_SLOPE.max() <= 2.0  # the S3 calibration file: no laser has slope 0
     assert s3.ELEVATION_DEG[0] == pytest.approx(-7.25, abs=0.01)  # laser 0 is not the top laser
     assert set(np.flatnonzero(s3.MAX_INTENSITY == 230)) == {53, 55, 56, 58}
     assert np.array_equal(s3.nearest_laser(s3.ELEVATION_DEG), s3.LASER_ID)

@@ -1,4 +1,4 @@
-"""wet_ground: Hahner et al. wet-ground augmentation (PHYSICS.md §3), physical and paper modes."""
+"""wet_ground: Hahner et al. wet-ground augmentation (CVPR 2022), physical and paper modes."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_scan_without_ground_is_unchanged(scene):
 
 def test_plane_fitted_from_few_candidates_and_gated_on_ground_points_after_the_fit():
     """The reference fits from more than 4 candidates and gates on ≥ 1,000 ground points after the fit
-    (PHYSICS.md §3.1); gating on candidates skipped every camera-FOV scan (issue 18)."""
+    (the released code); gating on candidates skipped every camera-FOV scan (issue 18)."""
     sparse = make_scene(0, n_ground=20_000)  # ≈ 720 candidates in the strip in front of the sensor
     n_cand = int(ground_candidates(sparse.xyz).sum())
     assert 4 < n_cand < 1000
@@ -223,7 +223,7 @@ def test_physical_mode_is_scale_free_paper_floor_is_not(scene):
     # byte_scale on a unit source is the same as feeding the byte source
     c = wet_ground(unit, WetGroundParams(water_height=1.2, noise_floor=0.2, byte_scale=True), rng_for(0))
     np.testing.assert_allclose(c.intensity, a.intensity, rtol=1e-6)
-    # paper's literal floor constant 5 depends on the scale (PHYSICS.md §3.6)
+    # paper's literal floor constant 5 depends on the intensity scale (0–255 in the released code)
     q = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
     assert len(wet_ground(unit, q, rng_for(0))) != len(wet_ground(byte, q, rng_for(0)))
 
@@ -245,7 +245,7 @@ def test_rejects_bad_params(kw):
 
 # ---- parity with the released script on a camera-FOV scan (issue 18) --------------------------------
 def _fresnel_interface(cos_i: np.ndarray, n1: float, n2: float):
-    """(R_s, T_s, R_p, T_p) of one interface, written out from the textbook formulas (PHYSICS.md §3.4)."""
+    """(R_s, T_s, R_p, T_p) of one interface, written out from the textbook Fresnel formulas."""
     sin_t = n1 / n2 * np.sqrt(1 - cos_i**2)
     cos_t = np.sqrt(1 - sin_t**2)
     rs = (n1 * cos_i - n2 * cos_t) / (n1 * cos_i + n2 * cos_t)
@@ -257,7 +257,7 @@ def _fresnel_interface(cos_i: np.ndarray, n1: float, n2: float):
 
 
 def _reference_rule(xyz, inten, plane, water_height, noise_floor):
-    """The released script's steps after the plane (PHYSICS.md §3.2–3.5, Robo3D KITTI-C: raw [0,1]
+    """The released script's steps after the plane (power, noise level, film, dropping; Robo3D KITTI-C: raw [0,1]
     intensities, floor constant 5, linear estimation), as a plain NumPy/SciPy transcription of the
     spec: returns (ground mask, kept mask over the ground points, new intensities of the kept)."""
     from scipy.stats import linregress
