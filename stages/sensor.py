@@ -7,7 +7,7 @@ rings* (KITTI / demo / Waymo: ring 0 is the top laser; nuScenes: ring 0 is the l
 read from a file and a ring id recovered from geometry mean the same laser.
 
 Known sensors (values from the manufacturers' public data sheets and the datasets' papers; the beam
-divergence is the 3 mrad Robo3D's snow script uses for every dataset, generators.md §2.3):
+divergence is the 3 mrad Robo3D's snow script uses for every dataset):
 
 | sensor            | beams | elevations                                        | max range |
 |-------------------|-------|---------------------------------------------------|-----------|

@@ -17,7 +17,7 @@ list reads as the beams *kept* of a 64-beam sensor (64 − 16 = 48, …).
 
 Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``: a valid ring
 column, else azimuth-wrap recovery when the file is in raw sensor order, else the nearest HDL-64E
-laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order (§5 a); on a raw
+laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order; on a raw
 KITTI ``.bin`` ``auto`` resolves to exactly that. Ring 0 is the first ring of the file (the top laser).
 The method used is recorded in the example's ``info`` (``ring_method``), written to the row's ``info`` column.
 K = 0 or an empty scan returns the input frame unchanged.

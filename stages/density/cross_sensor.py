@@ -17,7 +17,7 @@ points from each beam" / "50 % … with an equal interval". We follow Robo3D's r
 beam (the two differ only in the parity at ring boundaries).
 
 Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``); Robo3D used the
-azimuth-wrap recovery on KITTI's raw point order (§5 a), which ``auto`` picks on a raw KITTI ``.bin``
+azimuth-wrap recovery on KITTI's raw point order, which ``auto`` picks on a raw KITTI ``.bin``
 (a frame with a valid ring column uses that column, as Robo3D did on nuScenes). The ``[::2]`` step
 needs the raw file order too, so this stage must run on an unshuffled scan. The method used is recorded
 in the example's ``info`` (``ring_method``).

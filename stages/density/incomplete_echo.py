@@ -19,7 +19,7 @@ Robo3D ships no KITTI-C generation script for it (a placeholder only) and the pa
   Objects are processed in box-row order, one draw each, for determinism.
 
 Point labels (SemanticKITTI-C, nuScenes-C, WOD-C): with ``label_ids`` set, the objects are the vehicle
-*classes* of the frame's ``semantic`` labels, as Robo3D's scripts do (generators.md §2.3): raw id
+*classes* of the frame's ``semantic`` labels, as Robo3D's generation scripts do: raw id
 ``label_ids[k]`` belongs to class ``label_classes[k]`` (e.g. SemanticKITTI car = raw 10 and 252 → class 1);
 classes are processed in ascending class id, each holding more than ``min_points`` points loses
 ``int(r·n)`` of them, chosen uniformly without replacement. Boxes are ignored in that mode. A frame without

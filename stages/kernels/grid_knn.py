@@ -1,7 +1,7 @@
 """Exact k-nearest-neighbour searches on uniform grids, compiled with numba (cached on disk).
 
 Two searches share the bucketing (counting sort by cell) and the rule of the sorted best-k list (`_offer`):
-an x–y grid for the sequential deletions of LiDAR scans (`Grid`, `_knn`, below) and a 3D grid for the
+an x–y grid for the sequential deletions of LiDAR scans (`Grid`, `nearest_in_grid`, below) and a 3D grid for the
 k nearest of every point of an object shape (`knn_all`: ModelNet40-E normals; at the end of the file).
 
 The x–y search serves the one-after-another neighbourhood deletions of cutout / local_dec: the k nearest
@@ -78,7 +78,7 @@ def _bucket_ids(xyz, cid, n_cells):
 @numba.njit(cache=True, inline="always")
 def _offer(bi, bd, cnt, k, i, d):
     """Offer point i at squared distance d to the best list (bi, bd) of cnt ≤ k entries sorted by (d², index);
-    returns the new count. For the 3D search, which offers only the candidates within its bound; `_knn`
+    returns the new count. For the 3D search, which offers only the candidates within its bound; `nearest_in_grid`
     writes it out (see there)."""
     if cnt == k:
         if d > bd[k - 1] or (d == bd[k - 1] and i > bi[k - 1]):
@@ -97,7 +97,7 @@ def _offer(bi, bd, cnt, k, i, d):
 
 
 @numba.njit(cache=True)
-def _knn(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, ny, bi, bd):
+def nearest_in_grid(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, ny, bi, bd):
     """The k nearest (alive) points to q, into bi / bd (indices, squared distances) sorted by (d², index);
     returns how many were found (< k only when fewer points are alive)."""
     fx = (qx - x0) / cell
@@ -157,8 +157,8 @@ def sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop, 
         if not keep[c]:
             continue
         want = min(k, present)
-        got = _knn(xyz[c, 0], xyz[c, 1], xyz[c, 2], want, keep, True, start, order, pts, x0, y0, cell, nx, ny,
-                   bi, bd)
+        got = nearest_in_grid(xyz[c, 0], xyz[c, 1], xyz[c, 2], want, keep, True, start, order, pts, x0, y0, cell,
+                              nx, ny, bi, bd)
         if use_subsets and want == k:
             for s in range(n_drop):
                 keep[bi[subsets[op, s]]] = False

@@ -19,7 +19,7 @@ than facts can be covered.
 Row k of ``LASERS`` is laser_id k (the file lists lasers in laser_id order, which is NOT elevation order:
 laser 0 points at −7.25°, laser 38 is the lowest at −24.82°, laser 29 the highest at +1.87°). Robo3D looks
 the table up by its elevation-row index (row 0 = +3°, row 63 = −25°), i.e. effectively at random per row;
-the snow stage's paper mode reproduces that, its physical mode uses the laser's own id (§2.6).
+the snow stage's paper mode reproduces that, its physical mode uses the laser's own id.
 """
 
 from __future__ import annotations

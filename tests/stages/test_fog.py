@@ -101,7 +101,7 @@ def test_soft_target_integral_matches_quadrature(alpha):
     assert soft_target_j(np.array([0.0, 0.5, 0.9]), alpha).tolist() == [0.0, 0.0, 0.0]
 
 
-# §1.3 reference values ("original" grid): α → (R_fog, I_∞ × 1e9)
+# reference values ("original" grid): α → (R_fog, I_∞ × 1e9)
 TABLE = {
     0.0: (4.7024, 4.6447), 0.005: (4.7024, 4.5680), 0.01: (4.7024, 4.4928), 0.02: (4.7024, 4.3466),
     0.03: (4.7024, 4.2058), 0.05: (4.6023, 3.9397), 0.06: (4.6023, 3.8157), 0.10: (4.6023, 3.3621),
@@ -151,7 +151,7 @@ def test_hard_target_is_exactly_attenuated(alpha):
     assert hard.sum() > 100 and np.array_equal(out2.intensity[hard], expected[hard])
 
 
-# §1.5 crossover ranges (m): α → {column: range}
+# crossover ranges (m): α → {column: range}
 FROZEN = {0.0: 272.7, 0.005: 138.0, 0.02: 69.8, 0.06: 35.6, 0.10: 25.4}
 INTENDED = {0.005: 259.9, 0.02: 86.5, 0.06: 35.6, 0.10: 23.6}
 ROBO = {0.0: (92.6, 37.0, 18.5), 0.005: (66.8, 31.8, 17.1), 0.02: (41.6, 23.8, 14.4),
@@ -299,7 +299,7 @@ def test_alpha_drawn_per_frame_from_choices(scene):
 
 # ---- paper vs physical -----------------------------------------------------------------------------
 def test_paper_rounding_on_unit_scale_turns_nearly_everything_to_fog(scene):
-    # §1.6: [0,1] intensities into the rounding variant without ×255 → round(i_hard) = 0 → fog everywhere
+    # [0,1] intensities into the rounding variant without ×255 → round(i_hard) = 0 → fog everywhere
     frac_bug = _fog_fraction(scene, alpha=0.02, mode="paper", byte_scale=False)
     assert frac_bug > 0.95
     # Li's ×255 avoids it: fog only beyond the crossover, like the physical model with the same (frozen) β

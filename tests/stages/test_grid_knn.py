@@ -11,7 +11,7 @@ from scipy.spatial import cKDTree
 from manifests.recipe import load_recipe
 from pipeline.sources.demo import generate_frame
 from stages.geometry import remove_neighbourhoods_sequentially
-from stages.kernels.grid_knn import Grid, _knn
+from stages.kernels.grid_knn import Grid, nearest_in_grid
 from stages.kernels.neighbours import spatial_order
 from tests.stages.conftest import make_scene, rng_for
 
@@ -73,7 +73,7 @@ def test_knn_matches_brute_force_with_and_without_a_mask(cell):
     for k, mask in ((5, False), (40, True)):
         bi, bd = np.empty(k, np.int64), np.empty(k)
         for p in q:
-            got = _knn(p[0], p[1], p[2], k, alive, mask, *g.args(), bi, bd)
+            got = nearest_in_grid(p[0], p[1], p[2], k, alive, mask, *g.args(), bi, bd)
             cand = np.flatnonzero(alive) if mask else np.arange(len(xyz))
             d2 = ((xyz[cand] - p) ** 2).sum(axis=1)
             want = cand[np.lexsort((cand, d2))][:k]

@@ -152,7 +152,7 @@ def test_counts_are_floor_plus_bernoulli():
 
 
 def test_unpruned_path_draws_n_tot_v_particles_per_beam(monkeypatch):
-    """Every particle of the §4.2 process is drawn on the reference path: per beam the number
+    """Every particle of the process is drawn on the reference path: per beam the number
     (counted before the r > r_min cut) averages N_tot·V."""
     m = _model(150.0)
     drawn = []
@@ -222,7 +222,7 @@ def test_pruned_equals_unpruned(model):
 
 
 def _naive(r_target, rho, model, n_beams, rng):
-    """§4.2 verbatim for n_beams identical beams (strongest mode): every particle drawn."""
+    """The paper's Monte Carlo verbatim for n_beams identical beams (strongest mode): every particle drawn."""
     expected = lisa.expected_counts(np.array([r_target]), model)[0]
     counts = lisa.draw_counts(np.full(n_beams, expected), rng)
     seg = np.repeat(np.arange(n_beams), counts)

@@ -17,13 +17,13 @@ from stages.weather.snow import (
     C_TAU,
     DISK_RADIUS,
     SnowParams,
-    _options,
     area_occupancy,
     assign_channels,
     expected_particle_area,
     noise_floor_threshold,
     particle_pool,
     rain_equivalent_rate,
+    resolved_options,
     sample_particle_set,
     simulate_beams,
     slope_parameter,
@@ -92,7 +92,7 @@ def test_particle_set_matches_occupancy(rate, vt, nu, expected_n):
     inner = np.mean(d < DISK_RADIUS / 2)
     assert inner == pytest.approx(0.25, abs=4 * math.sqrt(0.25 * 0.75 / len(d)))
     if rate == 0.5:
-        assert r.mean() == pytest.approx(0.23e-3, rel=0.05)  # §2.1: stored light set, mean radius 0.23 mm
+        assert r.mean() == pytest.approx(0.23e-3, rel=0.05)  # stored light set, mean radius 0.23 mm
 
 
 def test_beam_occlusion_matches_the_field_density():
@@ -185,7 +185,7 @@ def test_reference_quirk_verified_examples():
 
 
 def _brute_force(r0, phi, inten, particles, paper: bool):
-    """Literal per-beam §2.2–2.3 over every flake and a dense 1230-bin (or longer) waveform."""
+    """Literal per-beam over every flake and a dense 1230-bin (or longer) waveform."""
     d, ph, r = particles
     out = []
     for R0, p0, i0 in zip(r0, phi, inten, strict=True):
@@ -324,7 +324,7 @@ def test_noise_floor_removes_only_dim_points(demo, mode):
     # the threshold the stage used: same generator state after the channel assignment
     rng = rng_for(2)
     assign_channels(rng, p.particle_pool, 64)
-    coef = noise_floor_threshold(demo.xyz.astype(np.float64), demo.intensity * 255.0, p, _options(p), rng)
+    coef = noise_floor_threshold(demo.xyz.astype(np.float64), demo.intensity * 255.0, p, resolved_options(p), rng)
     thr = np.polyval(coef, np.linalg.norm(ref.xyz.astype(np.float64), axis=1))
     i255 = ref.intensity.astype(np.float64) * 255.0
     dropped = np.setdiff1d(ref.labels["row"], out.labels["row"])
@@ -448,7 +448,7 @@ def fov_runs():
         out = snow(frame, p, rng_for(s))
         rng = rng_for(s)
         assign_channels(rng, p.particle_pool, 64)  # the stage's draws before its noise floor
-        coef = noise_floor_threshold(frame.xyz.astype(np.float64), frame.intensity * 255.0, p, _options(p), rng)
+        coef = noise_floor_threshold(frame.xyz.astype(np.float64), frame.intensity * 255.0, p, resolved_options(p), rng)
         runs.append((frame, raw, out, coef))
     return runs
 
@@ -533,7 +533,7 @@ def test_focal_calibration_follows_the_frame_sensor(demo):
 
     p = _params(mode="paper")
     rings = np.asarray(demo.column("ring"), dtype=np.int64)
-    paper = focal_lookup(demo, rings, p, _options(p))
+    paper = focal_lookup(demo, rings, p, resolved_options(p))
     assert paper.name == "hdl64e_s3/row"
     np.testing.assert_array_equal(paper.slope, s3.FOCAL_SLOPE[rings])
     assert set(np.unique(paper.channel_max[np.isin(rings, (53, 55, 56, 58))])) == {230.0}
@@ -541,17 +541,17 @@ def test_focal_calibration_follows_the_frame_sensor(demo):
 
     for sensor in (HDL32E, WAYMO_TOP, None):
         f = replace(demo, sensor=sensor)
-        got = focal_lookup(f, rings, p, _options(p))
+        got = focal_lookup(f, rings, p, resolved_options(p))
         assert got.name == "none" and got.slope is None and np.all(got.channel_max == 255.0)
     forced = focal_lookup(replace(demo, sensor=HDL32E), rings, replace(p, focal_calibration="hdl64e_s3"),
-                          _options(p))
+                          resolved_options(p))
     assert forced.name == "hdl64e_s3/row"
     q = _params(mode="physical")
     stf = replace(demo, sensor=s3.HDL64E_S3)
-    by_id = focal_lookup(stf, rings, q, _options(q))
+    by_id = focal_lookup(stf, rings, q, resolved_options(q))
     assert by_id.name == "hdl64e_s3/laser"
     np.testing.assert_array_equal(by_id.slope, s3.FOCAL_SLOPE[rings])  # the ring column is the laser id
-    by_el = focal_lookup(demo, rings, q, _options(q))
+    by_el = focal_lookup(demo, rings, q, resolved_options(q))
     el = np.degrees(np.arcsin(demo.xyz[:, 2] / np.linalg.norm(demo.xyz, axis=1)))
     np.testing.assert_array_equal(by_el.slope, s3.FOCAL_SLOPE[s3.nearest_laser(el)])
 

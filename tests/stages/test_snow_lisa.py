@@ -88,7 +88,7 @@ def test_paper_with_physical_constants_is_physical(scene):
 
 
 def test_lis_index_makes_snow_far_more_visible(scene):
-    """ρ_p = 0.97 instead of 0.017: flakes beat P_min out to ≈ 6–15 m instead of ≈ 3–6 m (§4.4)."""
+    """ρ_p = 0.97 instead of 0.017: flakes beat P_min out to ≈ 6–15 m instead of ≈ 3–6 m."""
     f = _tagged(scene)
     out = {}
     for mode in ("physical", "paper"):

@@ -40,7 +40,7 @@ def test_robo3d_recipe_values():
 
 # ---- optics ----------------------------------------------------------------------------------------
 def test_fresnel_reference_values():
-    # §3.4, ρ = 0.1: θ → (R_s, T_s, R_p, T_p); R air→water, T the total through the film
+    # water-film optics, ρ = 0.1: θ → (R_s, T_s, R_p, T_p); R air→water, T the total through the film
     table = {0: (0.0200, 0.0962, 0.0200, 0.0962), 60: (0.1137, 0.0794, 0.0044, 0.0992),
              85: (0.6722, 0.0115, 0.4930, 0.0270)}
     theta = np.radians(sorted(table))
@@ -256,7 +256,7 @@ def _fresnel_interface(cos_i: np.ndarray, n1: float, n2: float):
     return rs**2, ts**2 * k, rp**2, tp**2 * k, cos_t
 
 
-def _reference_rule(xyz, inten, plane, water_height, noise_floor):
+def reference_rule(xyz, inten, plane, water_height, noise_floor):
     """The released script's steps after the plane (power, noise level, film, dropping; Robo3D KITTI-C: raw [0,1]
     intensities, floor constant 5, linear estimation), as a plain NumPy/SciPy transcription of the
     spec: returns (ground mask, kept mask over the ground points, new intensities of the kept)."""
@@ -301,7 +301,7 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
     out = wet_ground(frame, p, rng_for(severity))
     plane = fit_ground_plane(frame.xyz, rng_for(severity), squared_loss=True)  # the stage's own draw
     xyz = frame.xyz.astype(np.float64)
-    ground, keep, new_i = _reference_rule(xyz, frame.intensity.astype(np.float64), plane, p.water_height,
+    ground, keep, new_i = reference_rule(xyz, frame.intensity.astype(np.float64), plane, p.water_height,
                                           p.noise_floor)
     assert ground.sum() >= 1000
     g_idx = np.flatnonzero(ground)
