@@ -11,11 +11,10 @@ from manifests.recipe import load_recipe
 from stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y
 from stages.kernels.spherical import wrap_angle
 from stages.per_box.translation import TranslationParams, translation
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import BOX_FIELDS, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("translation").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("translation").params  # the released generator (the default)
-BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
 def _shifts(before, after):
