@@ -7,9 +7,12 @@ and a KITTI-like calibration. It is fast (≈50k points) so stage tests can run 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from pipeline.sources.demo import generate_frame
 from stages.frame import Boxes, Calib, Frame
 from stages.geometry import lidar_heading_to_rot_y, refresh_camera_fields
 from stages.kernels.spherical import wrap_angle
@@ -121,10 +124,6 @@ def expected_alpha(boxes, calib) -> np.ndarray:
 def demo_scan() -> Frame:
     """Demo frame 0 at full resolution (131,431 points, 6 labelled objects), as the KITTI reader returns
     it (x, y, z, intensity): the scan the parity tests check the released generator's statistics on."""
-    from dataclasses import replace
-
-    from pipeline.sources.demo import generate_frame
-
     f = generate_frame(0)
     return replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
 

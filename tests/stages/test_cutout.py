@@ -10,6 +10,7 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.density.cutout import CutoutParams, cutout
+from stages.frame import Frame
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("cutout").params  # Appendix C (the text variant)
@@ -96,8 +97,6 @@ def test_code_rule_removes_exactly_centres_times_k(demo_scan, severity):
 
 def test_code_rule_erases_the_k_nearest_present_points():
     """One centre on a line of points: the k nearest of the centre are erased, whatever the centre."""
-    from stages.frame import Frame
-
     x = np.arange(200, dtype=np.float32)
     pts = np.stack([x, np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)], axis=1)
     frame = indexed(Frame("line", pts))

@@ -11,7 +11,7 @@ from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
 from stages.per_box.cutout_obj import CutoutObjParams, cutout_obj
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import indexed, make_scene, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("cutout_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("cutout_obj").params  # the released generator (the default)
@@ -87,8 +87,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 3, 5])
 def test_code_rule_removes_20c_points_or_the_whole_object(demo_scan, severity):
-    from tests.stages.conftest import indexed, removed_mask
-
     p = CODE[severity - 1]
     assert (p.rule, p.centers, p.k) == ("code", severity, 20)
     frame = indexed(demo_scan)

@@ -95,8 +95,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_cube_lattice_then_squeezed_into_the_unchanged_box(demo_scan, severity):
-    from stages.kernels.boxes import points_in_box_frame
-
     p = CODE[severity - 1]
     assert p.rule == "code" and (p.max_displacement, p.lattice) == (SEVERITIES[severity - 1].max_displacement, 5)
     out = ffd(demo_scan, p, rng_for(severity))

@@ -23,6 +23,7 @@ from stages.weather.fog import (
     fog,
     paper_table,
     soft_target_j,
+    soft_target_lookup,
 )
 from tests.stages.conftest import rng_for
 
@@ -441,9 +442,6 @@ def test_byte_source_physical_mode_is_scale_free(scene):
 def test_kitti_c_alpha_005_uses_the_006_table_as_li_et_al_shipped():
     """Li et al. ship tables for α ∈ {0.005, 0.01, 0.02, 0.03, 0.06, 0.1, 0.12, 0.15, 0.2} only; the
     nearest-table rule therefore serves α = 0.05 from the 0.06 table (attenuation still uses 0.05)."""
-    from manifests.recipe import load_recipe
-    from stages.weather.fog import soft_target_lookup
-
     code = load_recipe("kitti-c").corruption("fog").params[3]
     text = load_recipe("kitti-c:text").corruption("fog").params[3]
     assert code.alpha == text.alpha == 0.05

@@ -9,7 +9,7 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.per_box.gaussian_obj import GaussianObjParams, gaussian_obj
-from tests.stages.conftest import rng_for
+from tests.stages.conftest import rng_for, shrink_factor, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("gaussian_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("gaussian_obj").params  # the released generator (the default)
@@ -57,8 +57,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_noise_is_in_box_units_then_clamped(demo_scan, severity):
-    from tests.stages.conftest import shrink_factor, unit_coords
-
     p = CODE[severity - 1]
     assert p.rule == "code" and p.sigma == SEVERITIES[severity - 1].sigma
     out = gaussian_obj(demo_scan, p, rng_for(severity))

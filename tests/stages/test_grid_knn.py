@@ -10,6 +10,7 @@ from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
 from pipeline.sources.demo import generate_frame
+from stages.density.cutout import operation_count
 from stages.geometry import remove_neighbourhoods_sequentially
 from stages.kernels.grid_knn import Grid, nearest_in_grid
 from stages.kernels.neighbours import spatial_order
@@ -82,8 +83,6 @@ def test_knn_matches_brute_force_with_and_without_a_mask(cell):
 
 @pytest.mark.parametrize("corruption,severity", [("local_dec", 1), ("local_dec", 5), ("cutout", 3)])
 def test_sequential_deletion_is_byte_identical_to_the_kdtree_version(corruption, severity):
-    from stages.density.cutout import operation_count
-
     p = load_recipe("kitti-c").corruption(corruption).params[severity - 1]
     n_drop = p.k if corruption == "cutout" else int(p.drop_fraction * p.k)
     for frame in (generate_frame(0), make_scene(2)):

@@ -10,7 +10,7 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.per_box.impulse_obj import ImpulseObjParams, impulse_obj
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("impulse_obj").params  # the released generator (the default)
@@ -64,8 +64,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_hits_n_over_d_points_by_0_1_box_units(demo_scan, severity):
-    from tests.stages.conftest import unit_coords
-
     p = CODE[severity - 1]
     assert p.rule == "code" and (p.count_divisor, p.magnitude) == (SEVERITIES[severity - 1].count_divisor, 0.1)
     out = impulse_obj(demo_scan, p, rng_for(severity))

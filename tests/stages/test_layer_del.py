@@ -121,8 +121,6 @@ def test_code_rule_deletes_c_minus_1_to_c_plus_1_trimmed_polar_bins(demo_scan):
 
 
 def test_code_rule_never_deletes_more_than_num_bins():
-    from stages.frame import Frame
-
     xyz = np.random.default_rng(0).normal(size=(5000, 3)).astype(np.float32)
     frame = Frame("f", np.concatenate([xyz, np.zeros((5000, 1), np.float32)], axis=1))
     out = layer_del(frame, LayerDelParams(4, num_bins=4), rng_for(0))  # 3, 4 or 5 → at most 4 bins

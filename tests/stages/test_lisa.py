@@ -9,6 +9,7 @@ import miepython
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.special import gammaincc, gammainccinv
 
 from stages.physics import lisa
 
@@ -295,8 +296,6 @@ def test_edge_ranges():
 def test_q32_matches_scipy_gammaincc():
     """Q(3/2, x) = erfc(√x) + 2√(x/π)·e^{−x} is the regularised upper incomplete gamma function: it agrees with
     scipy's general implementation wherever that is not underflowing, and has its limits at 0 and ∞."""
-    from scipy.special import gammaincc
-
     x = np.concatenate([[0.0, 1e-300, 1e-12, 0.5, 1.5, 700.0], 10 ** np.random.default_rng(0).uniform(-8, 3, 20000)])
     got, ref = lisa.q32(x), gammaincc(1.5, x)
     big = ref > 1e-290
@@ -311,8 +310,6 @@ def test_q32_matches_scipy_gammaincc():
 def test_q32_inverse_matches_scipy_and_round_trips(lo, hi):
     """The inverse returns y with Q(3/2, y) = q to ~1e-13 relative (as scipy's gammainccinv), from any upper
     bound of the root (the far end of the beam in the stage), on small, moderate and huge y (up to 692: Q ≈ 1e-300)."""
-    from scipy.special import gammaincc, gammainccinv
-
     rng = np.random.default_rng(int(10 * hi))
     y = 10 ** rng.uniform(lo, hi, 5000)
     q = gammaincc(1.5, y)
@@ -325,8 +322,6 @@ def test_q32_inverse_matches_scipy_and_round_trips(lo, hi):
 def test_q32_inverse_limits():
     """q = 0 → +∞ and q = 1 → 0 (scipy's convention, so the caller's clip to [lo, R] is unchanged); a root past the
     upper bound given by rounding is still found; q below Q's underflow is capped."""
-    from scipy.special import gammaincc
-
     assert lisa._q32_inverse(0.0, 5.0) == math.inf
     assert lisa._q32_inverse(1.0, 5.0) == 0.0
     assert lisa._q32_inverse(1.0 - 1e-15, 5.0) == pytest.approx((lisa._GAMMA_5_2 * 1e-15) ** (2 / 3), rel=1e-3)

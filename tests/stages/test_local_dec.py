@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
+from pipeline.sources.demo import generate_frame
+from stages.density.cutout import CutoutParams, cutout
 from stages.density.local_dec import LocalDecParams, local_dec
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
@@ -112,11 +115,6 @@ def test_cutout_and_local_dec_share_one_deletion_grid_per_frame():
     """The sequential deletions' search grid is a per-frame cache (`Frame.deletion_grid`): built by the first
     of cutout / local_dec on a frame, reused by every later severity of both, and the output is the same as on
     a fresh copy of the frame that builds its own."""
-    from dataclasses import replace
-
-    from pipeline.sources.demo import generate_frame
-    from stages.density.cutout import CutoutParams, cutout
-
     frame = generate_frame(0)
     assert "deletion_grid" not in frame.__dict__
     a = cutout(frame, CutoutParams(count_divisor=60), np.random.default_rng(1))

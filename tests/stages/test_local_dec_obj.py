@@ -11,7 +11,7 @@ from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
 from stages.per_box.local_dec_obj import LocalDecObjParams, local_dec_obj
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import indexed, make_scene, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("local_dec_obj").params  # the released generator (the default)
@@ -91,8 +91,6 @@ def test_small_objects_use_all_their_points():
 
 @pytest.mark.parametrize("severity", [1, 3, 5])
 def test_code_rule_removes_22c_points_or_the_whole_object(demo_scan, severity):
-    from tests.stages.conftest import indexed, removed_mask
-
     p = CODE[severity - 1]
     n_drop = int(p.drop_fraction * p.k)  # int(0.75 · 30) = 22 in the released code (the text's 23 rounds)
     assert (p.rule, p.centers, p.k, n_drop) == ("code", severity, 30, 22)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
-from stages.density.local_inc import LocalIncParams, local_inc
+from stages.density.local_inc import LocalIncParams, knn_with_intensity, local_inc
 from stages.frame import Frame, PointTag
 from tests.stages.conftest import indexed, make_scene, rng_for
 
@@ -123,8 +123,6 @@ def _quadratic_residual(local):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_adds_k_points_per_centre_on_a_quadratic_of_the_narrowest_axis(demo_scan, severity):
-    from stages.density.local_inc import knn_with_intensity
-
     p = CODE[severity - 1]
     assert p.rule == "code" and p.k == 100
     out = local_inc(demo_scan, p, rng_for(severity))
@@ -150,8 +148,6 @@ def test_code_rule_adds_k_points_per_centre_on_a_quadratic_of_the_narrowest_axis
 
 
 def test_knn_with_intensity_is_exact(demo_scan):
-    from stages.density.local_inc import knn_with_intensity
-
     rng = np.random.default_rng(0)
     centres = rng.integers(0, len(demo_scan), size=20)
     got = knn_with_intensity(demo_scan, centres, 100)

@@ -13,7 +13,7 @@ from manifests.recipe import load_recipe
 from stages.frame import PointTag
 from stages.kernels.boxes import points_in_box_frame
 from stages.per_box.local_inc_obj import LocalIncObjParams, local_inc_obj
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("local_inc_obj").params  # the released generator (the default)
@@ -93,8 +93,6 @@ def test_small_objects_use_all_their_points():
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_adds_2k_per_operation_on_planes_and_shrinks_jointly(demo_scan, severity):
-    from tests.stages.conftest import unit_coords
-
     p = CODE[severity - 1]
     assert (p.rule, p.centers, p.k) == ("code", severity, 30)
     out = local_inc_obj(demo_scan, p, rng_for(severity))

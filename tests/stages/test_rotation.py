@@ -11,7 +11,7 @@ from manifests.recipe import load_recipe
 from stages.kernels.boxes import points_in_box_frame
 from stages.kernels.spherical import wrap_angle
 from stages.per_box.rotation import RotationParams, rotation
-from tests.stages.conftest import assert_only_boxes_moved, expected_alpha, rng_for
+from tests.stages.conftest import assert_only_boxes_moved, expected_alpha, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("rotation").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("rotation").params  # the released generator (the default)
@@ -76,8 +76,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 3, 5])
 def test_code_table_is_c_plus_minus_one_degree(severity):
-    from tests.stages.conftest import make_scene
-
     p = CODE[severity - 1]
     c = [1, 3, 5, 7, 9][severity - 1]  # the released code: U(c − 1, c + 1) degrees, random sign
     assert (p.min_degrees, p.max_degrees) == (c - 1, c + 1)

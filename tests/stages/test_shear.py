@@ -10,7 +10,7 @@ import pytest
 from manifests.recipe import load_recipe
 from stages.kernels.boxes import points_in_box_frame
 from stages.per_box.shear import ShearParams, shear
-from tests.stages.conftest import assert_only_boxes_moved, rng_for
+from tests.stages.conftest import assert_only_boxes_moved, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("shear").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("shear").params  # the released generator (the default)
@@ -70,8 +70,6 @@ def test_recovered_matrix_and_box(scene, severity):
 
 
 def test_signs_are_random():
-    from tests.stages.conftest import make_scene
-
     scene = make_scene(0, n_per_car=300)
     coeffs = []
     for s in range(8):
@@ -91,8 +89,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_squeezes_the_sheared_object_into_the_unchanged_box(demo_scan, severity):
-    from stages.kernels.boxes import points_in_box_frame
-
     p = CODE[severity - 1]
     assert p.rule == "code" and (p.min_coeff, p.max_coeff) == (SEVERITIES[severity - 1].min_coeff,
                                                                SEVERITIES[severity - 1].max_coeff)

@@ -12,7 +12,11 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
+from pipeline.sources.demo import generate_frame
 from stages.frame import Frame, PointTag
+from stages.physics import hdl64e_s3 as s3
+from stages.ring import rings_from_elevation_bins
+from stages.sensor import HDL32E, WAYMO_TOP
 from stages.weather.snow import (
     C_TAU,
     DISK_RADIUS,
@@ -20,6 +24,7 @@ from stages.weather.snow import (
     area_occupancy,
     assign_channels,
     expected_particle_area,
+    focal_lookup,
     noise_floor_threshold,
     particle_pool,
     rain_equivalent_rate,
@@ -30,6 +35,7 @@ from stages.weather.snow import (
     snow,
 )
 from tests.stages.conftest import rng_for
+from tests.stages.kitti_fov import demo_fov_scan
 
 ROBO3D = [(0.5, 2.0, 6.944e-7, 2.2384), (1.0, 1.6, 1.7361e-6, 8.8480), (2.5, 1.6, 4.3403e-6, 34.975)]
 HALF = 1.5e-3  # δ/2 for 3 mrad
@@ -37,8 +43,6 @@ HALF = 1.5e-3  # δ/2 for 3 mrad
 
 @pytest.fixture(scope="module")
 def demo() -> Frame:
-    from pipeline.sources.demo import generate_frame
-
     return generate_frame(0, azimuth_step_deg=0.36)  # 64 rings, ≈33k points
 
 
@@ -427,8 +431,6 @@ ROBO3D_SNOW = load_recipe("robo3d-kitti-c").corruption("snow").params
 def _focal_term(rows: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(i_max,ch, i_max,ch·s·|f − (1 − d/120)²|) of elevation rows looked up in the laser_id-ordered S3
     table as Robo3D does (row k → laser k), from the shipped calibration values."""
-    from stages.physics import hdl64e_s3 as s3
-
     cap = np.where(np.isin(rows, (53, 55, 56, 58)), 230.0, 255.0)
     f = (1 - 100 * s3.FOCAL_DISTANCE[rows] / 13100) ** 2
     return cap, cap * s3.FOCAL_SLOPE[rows] * np.abs(f - (1 - d / 120.0) ** 2)
@@ -438,8 +440,6 @@ def _focal_term(rows: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def fov_runs():
     """Per Robo3D severity, on the camera-FOV crop of demo scan 0: (input, output without and with the
     noise floor from the same draws, the stage's threshold polynomial)."""
-    from tests.stages.kitti_fov import demo_fov_scan
-
     frame = demo_fov_scan(0)
     frame = frame.with_points(frame.points, src=np.arange(len(frame)))
     runs = []
@@ -459,8 +459,6 @@ def test_fov_snow_intensities_follow_the_focal_term_by_elevation_row(fov_runs, s
     i_max,ch)) with the calibration of the point's *elevation row* (Robo3D's index mismatch). Under the
     amplitude quirk the waveform peak i_max is at most 229.5/(d_max − cτ_H/2)² (only elements whose window
     covers the peak bin, at r ≥ d_max − cτ_H/2, contribute; their shares sum to ≤ 1)."""
-    from stages.ring import rings_from_elevation_bins
-
     frame, raw, _, _ = fov_runs[severity]
     assert raw.info["snow_focal"] == "hdl64e_s3/row" and raw.info["ring_method"] == "elevation_bins"
     rows = rings_from_elevation_bins(frame.xyz)
@@ -484,7 +482,6 @@ def test_fov_snow_intensities_follow_the_focal_term_by_elevation_row(fov_runs, s
     cap, term = _focal_term(rows, d_new)
     assert np.all(i255[sc] >= np.floor(np.minimum(term[sc], cap[sc]) - 0.05))
     # the HDL-64 table looked up by laser id instead of row gives different values: the row index matters
-    from stages.physics import hdl64e_s3 as s3
 
     assert not np.allclose(s3.FOCAL_SLOPE[rows[att]], s3.FOCAL_SLOPE[s3.nearest_laser(
         np.degrees(np.arcsin(frame.xyz[att, 2] / r0[att])))])
@@ -528,16 +525,12 @@ def test_fov_snow_dropped_fraction_falls_with_severity_and_neutral_calibration_l
 def test_focal_calibration_follows_the_frame_sensor(demo):
     """Never the HDL-64 table silently: an HDL-32E (nuScenes) or unknown sensor is neutral under "auto";
     physical mode looks the S3 table up by the laser's own id (STF's ring column), else by elevation."""
-    from stages.physics import hdl64e_s3 as s3
-    from stages.weather.snow import focal_lookup
-
     p = _params(mode="paper")
     rings = np.asarray(demo.column("ring"), dtype=np.int64)
     paper = focal_lookup(demo, rings, p, resolved_options(p))
     assert paper.name == "hdl64e_s3/row"
     np.testing.assert_array_equal(paper.slope, s3.FOCAL_SLOPE[rings])
     assert set(np.unique(paper.channel_max[np.isin(rings, (53, 55, 56, 58))])) == {230.0}
-    from stages.sensor import HDL32E, WAYMO_TOP
 
     for sensor in (HDL32E, WAYMO_TOP, None):
         f = replace(demo, sensor=sensor)
@@ -557,8 +550,6 @@ def test_focal_calibration_follows_the_frame_sensor(demo):
 
 
 def test_hdl64e_s3_table():
-    from stages.physics import hdl64e_s3 as s3
-
     assert len(s3.LASERS) == 64 and np.array_equal(s3.LASER_ID, np.arange(64))
     assert s3.FOCAL_SLOPE.min() >= 0.4 and s3.FOCAL_SLOPE.max() <= 2.0  # the S3 calibration file: no laser has slope 0
     assert s3.ELEVATION_DEG[0] == pytest.approx(-7.25, abs=0.01)  # laser 0 is not the top laser

@@ -12,7 +12,7 @@ import pytest
 from manifests.recipe import load_recipe
 from stages.frame import PointTag
 from stages.per_box.upsample_obj import UpsampleObjParams, upsample_obj
-from tests.stages.conftest import make_scene, rng_for
+from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("upsample_obj").params  # Appendix C (the text variant)
 CODE = load_recipe("kitti-c").corruption("upsample_obj").params  # the released generator (the default)
@@ -71,8 +71,6 @@ def test_effect_grows_with_severity(scene):
 
 @pytest.mark.parametrize("severity", [1, 5])
 def test_code_rule_adds_n_over_d_points_in_box_units_and_shrinks_jointly(demo_scan, severity):
-    from tests.stages.conftest import unit_coords
-
     p = CODE[severity - 1]
     assert p.rule == "code" and (p.count_divisor, p.offset) == (SEVERITIES[severity - 1].count_divisor, 0.05)
     out = upsample_obj(demo_scan, p, rng_for(severity))

@@ -6,9 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import linregress
 
 from manifests.recipe import load_recipe
+from pipeline.sources.demo import generate_frame
+from pipeline.sources.kitti import camera_fov_mask
 from stages.frame import Frame, PointTag
+from stages.geometry import IMAGE_SIZE
 from stages.physics.ground import (
     fit_ground_plane,
     fit_line,
@@ -27,6 +31,7 @@ from stages.weather.wet_ground import (
     wet_ground,
 )
 from tests.stages.conftest import indexed, make_scene, rng_for
+from tests.stages.kitti_fov import demo_fov_scan
 
 ROBO3D = load_recipe("robo3d-kitti-c").corruption("wet_ground").params
 
@@ -260,8 +265,6 @@ def reference_rule(xyz, inten, plane, water_height, noise_floor):
     """The released script's steps after the plane (power, noise level, film, dropping; Robo3D KITTI-C: raw [0,1]
     intensities, floor constant 5, linear estimation), as a plain NumPy/SciPy transcription of the
     spec: returns (ground mask, kept mask over the ground points, new intensities of the kept)."""
-    from scipy.stats import linregress
-
     ground = np.abs(xyz @ plane.w + plane.h) < 0.5
     p, i = xyz[ground], inten[ground]
     d = np.linalg.norm(p, axis=1)
@@ -292,8 +295,6 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
     """A demo scan cropped to the camera FOV (KITTI object layout) has fewer than 1,000 ground-plane
     candidates; the old candidate gate returned it unchanged at every severity. Now the plane is fitted,
     and given that plane the kept points and intensities follow the released script's rule exactly."""
-    from tests.stages.kitti_fov import demo_fov_scan
-
     frame = indexed(demo_fov_scan(1))
     n_cand = int(ground_candidates(frame.xyz).sum())
     assert 4 < n_cand < 1000
@@ -313,18 +314,12 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
 
 
 def test_camera_fov_scan_more_water_removes_more():
-    from tests.stages.kitti_fov import demo_fov_scan
-
     frame = demo_fov_scan(1)
     removed = [len(frame) - len(wet_ground(frame, p, rng_for(0))) for p in ROBO3D]
     assert 0 < removed[0] < removed[1] < removed[2]
 
 
 def test_camera_fov_mask_keeps_only_points_in_the_image():
-    from pipeline.sources.demo import generate_frame
-    from pipeline.sources.kitti import camera_fov_mask
-    from stages.geometry import IMAGE_SIZE
-
     frame = generate_frame(1)
     m = camera_fov_mask(frame)
     assert 0.05 < m.mean() < 0.3  # KITTI's image sees ≈ 90° of the 360° sweep
