@@ -64,7 +64,7 @@ def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Genera
         return frame
     if params.rule == "code":
         return _local_inc_obj_code(frame, params, rng)
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     new_xyz, parents = [], []
     for idx in frame.box_points:

@@ -75,7 +75,7 @@ def upsample_obj(frame: Frame, params: UpsampleObjParams, rng: np.random.Generat
 
 
 def _upsample_code(frame: Frame, d: float, o: float, rng: np.random.Generator) -> Frame:
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     boxes = frame.boxes
     if boxes is None:

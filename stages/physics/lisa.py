@@ -225,7 +225,7 @@ def mie_series(m: float, x: np.ndarray, back: bool = False) -> tuple[np.ndarray,
 
 
 def _efficiencies_on_grid(m: float, wavelength_nm: float, back: bool) -> tuple[np.ndarray, np.ndarray]:
-    import miepython
+    import miepython  # lazy: slow to import, and needed only once per (index, wavelength): the tables are cached
 
     lam_mm = wavelength_nm * 1e-6
     x = np.pi * D_GRID_MM / lam_mm

@@ -162,7 +162,7 @@ class FogParams:
 # ---- the soft-target integral ------------------------------------------------------------------------
 def _antiderivatives(s: complex, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(∫ e^{−sr}/r dr, ∫ e^{−sr}/r² dr) evaluated at r (s may be complex; s = 0 handled)."""
-    from scipy.special import exp1
+    from scipy.special import exp1  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     if s == 0:
         return np.log(r), -1.0 / r
@@ -212,7 +212,7 @@ def soft_target_j_simpson(r_grid: np.ndarray, alpha: float, n_t: int = PAPER_GRI
 
     It differs from the exact integral by up to ~5e-5 relative (ξ's kinks fall between samples); the
     paper tables use it so that they match the reference's stored numbers to their printed precision."""
-    from scipy.integrate import simpson
+    from scipy.integrate import simpson  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     t = np.linspace(0.0, 2.0 * TAU_H, n_t)
     r = np.asarray(r_grid, dtype=np.float64)[:, None] - C_LIGHT * t[None, :] / 2.0
@@ -250,7 +250,7 @@ def paper_table(alpha: float) -> tuple[np.ndarray, np.ndarray]:
 def fine_table(alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(R grid, I, R_fog) for the physical mode: J on a 1 mm grid to 10 m, running max, with the exact
     argmax R* (bounded scalar maximisation) and I(R ≥ R*) = J(R*). Beyond the grid I is saturated."""
-    from scipy.optimize import minimize_scalar
+    from scipy.optimize import minimize_scalar  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     grid = np.arange(0.0, FINE_R_MAX + FINE_STEP / 2, FINE_STEP)
     j = soft_target_j(grid, alpha)

@@ -298,7 +298,7 @@ def sample_particle_set(
     rng: np.random.Generator, nu: float, lam: float, radius: float = DISK_RADIUS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One channel's flakes by dart throwing: (distance d, azimuth φ ∈ [0, 2π), disk radius r), m."""
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     target = nu * math.pi * radius**2
     mean_area = expected_particle_area(lam)

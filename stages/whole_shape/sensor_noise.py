@@ -64,7 +64,7 @@ def pca_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
     idx, d2 = knn_all(xyz, k + 1)
     tied = _near_ties(d2, 1e-12 * float(np.abs(xyz).max()) ** 2)
     if tied.any():
-        from scipy.spatial import cKDTree
+        from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
         tree = cKDTree(xyz, balanced_tree=False, compact_nodes=False)
         idx[tied, :k] = np.asarray(tree.query(xyz[tied], k=k)[1]).reshape(-1, k)
