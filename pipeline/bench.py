@@ -119,7 +119,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
         results["stages"][rec.name] = _stage_table(rec, demo, repeat, time.process_time)
         if any(c.stage == "upsample" for c in rec.corruptions):
-            from stages.column_knn import CellGrid
+            from stages.kernels.column_knn import CellGrid
 
             grid_ms = _timeit(lambda: [CellGrid(f.points, value_col=f.fields.index("intensity")) for f in demo],
                               repeat, time.process_time) / len(demo) * 1e3
@@ -324,7 +324,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     full = [src.read(i) for i in src.list_frames()[:shapes]]
     results: dict = {"stages": {}}
     t = time.perf_counter()
-    from stages.object.sensor_noise import pca_normals
+    from stages.whole_shape.sensor_noise import pca_normals
 
     pca_normals(full[0].xyz.astype(np.float64), 10)  # numba kernels: loaded from the on-disk cache (or compiled)
     first_ms = (time.perf_counter() - t) * 1e3

@@ -29,7 +29,7 @@ def numba_cache_dir() -> str:
 
     from numba.core import caching
 
-    from stages import grid_knn
+    from stages.kernels import grid_knn
 
     py_func = grid_knn._cells.py_func
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl

@@ -1,4 +1,4 @@
-"""Per-point semantic labels through corruptions (Robo3D, generators.md §2.3).
+"""Per-point semantic labels through corruptions (as Robo3D's generation scripts carry them).
 
 Stages keep the ``semantic`` column aligned with the points for free: `Frame.take` selects it with the
 points, `Frame.append` gives added points 0 — the "unlabelled" id of SemanticKITTI (0 unlabeled), nuScenes

@@ -1,15 +1,15 @@
-"""Ring (laser channel) index of every point: from the source's ring column, or recovered (PHYSICS.md §5).
+"""Ring (laser channel) index of every point: from the source's ring column, or recovered (as Robo3D's scripts do).
 
 Ring 0 is the top laser, as in the demo source and Robo3D's elevation rows. Recovery methods:
 
-- ``azimuth_wrap`` (§5 a, Robo3D beam-missing / cross-sensor): ``u = (atan2(y, x) mod 2π)/2π``; a new
+- ``azimuth_wrap`` (Robo3D beam-missing / cross-sensor): ``u = (atan2(y, x) mod 2π)/2π``; a new
   ring starts at point k when ``u[k-1] > 0.8`` and ``u[k] < 0.2``; ring = running count, clipped to 63.
   Exact on a file in raw sensor order (KITTI ``.bin``: ring by ring, each a counter-clockwise sweep),
   meaningless after any reordering or filtering.
-- ``elevation_bins`` (§5 b, Robo3D snow): ``row = floor(64·(1 − (ψ + 25°)/28°))`` clipped to [0, 63]. The
+- ``elevation_bins`` (Robo3D snow): ``row = floor(64·(1 − (ψ + 25°)/28°))`` clipped to [0, 63]. The
   0.4375° rows do not match the HDL-64's 1/3° / 1/2° laser spacing (some rows hold two lasers, some none);
   kept for parity only.
-- ``laser_table`` (§5 c): the nearest elevation of `HDL64E_ELEVATIONS_DEG`. Order-independent.
+- ``laser_table``: the nearest elevation of `HDL64E_ELEVATIONS_DEG`. Order-independent.
 
 `frame_rings` picks one: the frame's ``ring`` column when it is present and valid, otherwise (``auto``)
 the azimuth-wrap result when it looks like a real 64-ring sweep, otherwise the laser table. It never
@@ -31,10 +31,10 @@ _RINGS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 N_RINGS = 64
 
 #: Elevation (degrees) of the 64 HDL-64E lasers, ring 0 = top, as used by `rings_from_laser_table`.
-#: Derived from PHYSICS.md §7's nominal HDL-64E geometry (KITTI's sensor is an S2): vertical FOV +2.0° to
+#: Derived from the nominal HDL-64E geometry (Velodyne's datasheet) (KITTI's sensor is an S2): vertical FOV +2.0° to
 #: −24.8°; upper block of 32 lasers 1/3° apart, +2.0° … −8.333°; lower block of 32 lasers evenly spaced
 #: from −8.83° to −24.8° (31 gaps of 0.5152°). This is the same geometry the demo source ray-casts. The
-#: measured STF S3 table of §7 (+1.867° … −24.816°, only its first 8 entries are listed) differs by up to
+#: measured STF S3 table (+1.867° … −24.816°, only its first 8 entries are listed) differs by up to
 #: ≈0.3° in the lower block, i.e. by more than half a laser gap, so it is *not* used; pass your own
 #: table to `rings_from_laser_table` for a sensor with a known calibration.
 HDL64E_ELEVATIONS_DEG: np.ndarray = np.concatenate([2.0 - np.arange(32) / 3.0, np.linspace(-8.83, -24.8, 32)])
@@ -70,18 +70,18 @@ def _raw_wrap_count(xyz: np.ndarray) -> np.ndarray:
 
 
 def rings_from_azimuth_wrap(xyz: np.ndarray, n: int = N_RINGS) -> np.ndarray:
-    """§5 (a): ring = number of azimuth wraps before the point (needs the raw sensor order), clipped."""
+    """ring = number of azimuth wraps before the point (needs the raw sensor order), clipped."""
     return np.clip(_raw_wrap_count(xyz), 0, n - 1)
 
 
 def rings_from_elevation_bins(xyz: np.ndarray, n: int = N_RINGS) -> np.ndarray:
-    """§5 (b): Robo3D's rows, ``floor(n·(1 − (ψ + 25°)/28°))`` clipped to [0, n − 1]; row 0 is the top."""
+    """Robo3D's rows, ``floor(n·(1 − (ψ + 25°)/28°))`` clipped to [0, n − 1]; row 0 is the top."""
     psi = elevation_deg(xyz)
     return np.clip(np.floor(n * (1.0 - (psi + 25.0) / 28.0)), 0, n - 1).astype(np.int64)
 
 
 def rings_from_laser_table(xyz: np.ndarray, elevations_deg: np.ndarray = HDL64E_ELEVATIONS_DEG) -> np.ndarray:
-    """§5 (c): index (into ``elevations_deg``) of the laser whose elevation is nearest to the point's."""
+    """index (into ``elevations_deg``) of the laser whose elevation is nearest to the point's."""
     table = np.asarray(elevations_deg, dtype=np.float64).ravel()
     if table.size == 0:
         raise ValueError("rings_from_laser_table: empty elevation table")

@@ -1,4 +1,4 @@
-"""What a stage may need to know about the LiDAR that recorded a frame (PHYSICS.md §0, §7).
+"""What a stage may need to know about the LiDAR that recorded a frame (beam count, elevations, range).
 
 A source reader attaches a `Sensor` to every frame it reads, so ring-based and physical stages use the
 recording sensor's own beam count, per-ring elevations, maximum range and beam divergence instead of
@@ -7,7 +7,7 @@ rings* (KITTI / demo / Waymo: ring 0 is the top laser; nuScenes: ring 0 is the l
 read from a file and a ring id recovered from geometry mean the same laser.
 
 Known sensors (values from the manufacturers' public data sheets and the datasets' papers; the beam
-divergence is the 3 mrad Robo3D's snow script uses for every dataset, generators.md §2.3):
+divergence is the 3 mrad Robo3D's snow script uses for every dataset):
 
 | sensor            | beams | elevations                                        | max range |
 |-------------------|-------|---------------------------------------------------|-----------|

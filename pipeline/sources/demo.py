@@ -23,7 +23,8 @@ import numpy as np
 
 from pipeline.sources.kitti import KittiSource, write_frame
 from stages.frame import Boxes, Calib, Frame
-from stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, wrap_angle
+from stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y
+from stages.kernels.spherical import wrap_angle
 from stages.sensor import HDL64E
 
 SENSOR_HEIGHT = 1.73

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.sources.records import RecordSource, read_records, write_records
-from stages.weather.hdl64e_s3 import HDL64E_S3
+from stages.physics.hdl64e_s3 import HDL64E_S3
 
 STF_FIELDS = ("x", "y", "z", "intensity", "ring")
 STF_INTENSITY_SCALE = "byte"  # 0..255

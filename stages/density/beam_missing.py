@@ -1,4 +1,4 @@
-"""Beam missing: every point of K randomly drawn laser rings is deleted (Robo3D, PHYSICS.md §5).
+"""Beam missing: every point of K randomly drawn laser rings is deleted (Robo3D, Kong et al. ICCV 2023).
 
 Models dust or insects stuck on the sensor window that block some lasers completely. K ring ids are
 drawn from ``[ring_low, ring_high]`` (inclusive; KITTI 4..58, nuScenes 2..28) and every point whose
@@ -10,14 +10,14 @@ ring is among them is deleted; the survivors keep their order, boxes are kept.
 * ``replace = False``: exactly K distinct rings (K must not exceed the number of candidates). Not
   parity; the name-true variant.
 
-Paper vs PHYSICS.md: the paper's Appendix 8.5 lists m = {48, 32, 16} "beams to be dropped" for
-KITTI-C; taken literally that would make *light* the strongest level. We follow PHYSICS.md §5 (the
-generation scripts): K = 16 / 32 / 48 for light / moderate / heavy, drawn with replacement; the paper's
+Paper vs scripts: the paper's Appendix 8.5 lists m = {48, 32, 16} "beams to be dropped" for
+KITTI-C; taken literally that would make *light* the strongest level. We follow Robo3D's released generation scripts
+(``create/*/beam_missing``): K = 16 / 32 / 48 for light / moderate / heavy, drawn with replacement; the paper's
 list reads as the beams *kept* of a 64-beam sensor (64 − 16 = 48, …).
 
 Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``: a valid ring
 column, else azimuth-wrap recovery when the file is in raw sensor order, else the nearest HDL-64E
-laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order (§5 a); on a raw
+laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order; on a raw
 KITTI ``.bin`` ``auto`` resolves to exactly that. Ring 0 is the first ring of the file (the top laser).
 The method used is recorded in the example's ``info`` (``ring_method``), written to the row's ``info`` column.
 K = 0 or an empty scan returns the input frame unchanged.

@@ -1,4 +1,4 @@
-"""Cross-sensor: a 64-beam scan thinned to look like a sparser LiDAR (Robo3D, PHYSICS.md §5).
+"""Cross-sensor: a 64-beam scan thinned to look like a sparser LiDAR (Robo3D, Kong et al. ICCV 2023).
 
 Two steps, after Wei et al.'s 64→32-beam simulation:
 
@@ -10,14 +10,14 @@ KITTI-C (light / moderate / heavy) deletes rings ``1:64:4`` (16 rings), ``1:64:2
 ``ring_stop`` = 64. The step is a float so the heavy level's truncated 1.33 spacing is reproduced exactly
 (1, 2, 3, 4, 6, 7, 8, 10, …: ``1 + 3·1.33 = 4.99`` truncates to 4).
 
-Paper vs PHYSICS.md: the paper (Appendix 8.8) gives m = {48, 32, 16} for light / moderate / heavy — the
+Paper vs scripts: the paper (Appendix 8.8) gives m = {48, 32, 16} for light / moderate / heavy — the
 beams *kept* (64 − 16, 64 − 32, 64 − 48), consistent with the scripts — and "sub-sample k_c percent
-points from each beam" / "50 % … with an equal interval". We follow PHYSICS.md §5 (the generation
-scripts): the ``[::2]`` runs over the whole remaining cloud in file order, not per beam (the two differ
-only in the parity at ring boundaries).
+points from each beam" / "50 % … with an equal interval". We follow Robo3D's released generation scripts
+(``create/*/cross_sensor``): the ``[::2]`` runs over the whole remaining cloud in file order, not per
+beam (the two differ only in the parity at ring boundaries).
 
 Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``); Robo3D used the
-azimuth-wrap recovery on KITTI's raw point order (§5 a), which ``auto`` picks on a raw KITTI ``.bin``
+azimuth-wrap recovery on KITTI's raw point order, which ``auto`` picks on a raw KITTI ``.bin``
 (a frame with a valid ring column uses that column, as Robo3D did on nuScenes). The ``[::2]`` step
 needs the raw file order too, so this stage must run on an unshuffled scan. The method used is recorded
 in the example's ``info`` (``ring_method``).

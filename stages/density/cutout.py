@@ -38,7 +38,7 @@ class CutoutParams:
 def cutout(frame: Frame, params: CutoutParams, rng: np.random.Generator) -> Frame:
     check_rule(params.rule, "cutout")
     if params.rule == "code":
-        n_ops = _count(len(frame), params.count_divisor, params.k, "cutout")
+        n_ops = operation_count(len(frame), params.count_divisor, params.k, "cutout")
         return frame.take(remove_neighbourhoods_sequentially(frame, n_ops, params.k, params.k, rng))
     try:
         nn = random_neighbourhoods(frame, params.count_divisor, params.k, rng)
@@ -51,7 +51,7 @@ def cutout(frame: Frame, params: CutoutParams, rng: np.random.Generator) -> Fram
     return frame.take(keep)
 
 
-def _count(n: int, count_divisor: float, k: int, name: str) -> int:
+def operation_count(n: int, count_divisor: float, k: int, name: str) -> int:
     if not count_divisor > 0:
         raise ValueError(f"{name}: count_divisor must be > 0, got {count_divisor}")
     if k < 0:

@@ -1,4 +1,4 @@
-"""Incomplete echo: most returns of each vehicle are lost (Robo3D, PHYSICS.md §5).
+"""Incomplete echo: most returns of each vehicle are lost (Robo3D, Kong et al. ICCV 2023).
 
 Models dark (black) car paint and glass that absorb the near-infrared pulse, so a vehicle returns only
 a few of its points. For every vehicle object holding more than ``min_points`` (10) points, ``int(r·n)``
@@ -6,7 +6,7 @@ of its n points, chosen uniformly without replacement, are deleted. KITTI-C uses
 (light / moderate / heavy; paper Appendix 8.7). Boxes are not changed (the object is still there);
 survivors keep their order; all other points are untouched.
 
-KITTI has no generation script upstream (PHYSICS.md §5: placeholder only) and the paper says only that
+Robo3D ships no KITTI-C generation script for it (a placeholder only) and the paper says only that
 "3D bounding box labels" build the mask for KITTI-C [inferred]:
 
 * The objects are the GT boxes whose class is in ``classes`` (default Car, Van, Truck, Tram — KITTI's
@@ -19,14 +19,14 @@ KITTI has no generation script upstream (PHYSICS.md §5: placeholder only) and t
   Objects are processed in box-row order, one draw each, for determinism.
 
 Point labels (SemanticKITTI-C, nuScenes-C, WOD-C): with ``label_ids`` set, the objects are the vehicle
-*classes* of the frame's ``semantic`` labels, as Robo3D's scripts do (generators.md §2.3): raw id
+*classes* of the frame's ``semantic`` labels, as Robo3D's generation scripts do: raw id
 ``label_ids[k]`` belongs to class ``label_classes[k]`` (e.g. SemanticKITTI car = raw 10 and 252 → class 1);
 classes are processed in ascending class id, each holding more than ``min_points`` points loses
 ``int(r·n)`` of them, chosen uniformly without replacement. Boxes are ignored in that mode. A frame without
 semantic labels raises (the benchmark is defined by them).
 
-Paper vs PHYSICS.md: the paper's "randomly querying k_e percent points" becomes PHYSICS.md's exact count
-``int(r·n)`` with the more-than-10-points guard (generation scripts); we follow PHYSICS.md.
+Paper vs scripts: the paper's "randomly querying k_e percent points" is, in Robo3D's generation scripts
+(SemanticKITTI-C, nuScenes-C), the exact count ``int(r·n)`` with the more-than-10-points guard; we follow the scripts.
 r = 0 (or a frame without boxes) returns the input frame unchanged.
 """
 

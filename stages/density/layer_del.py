@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import check_rule, to_spherical
+from stages.geometry import check_rule
+from stages.kernels.spherical import to_spherical
 from stages.registry import stage
 
 

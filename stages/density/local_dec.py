@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stages.density.cutout import _count
+from stages.density.cutout import operation_count
 from stages.frame import Frame
 from stages.geometry import check_rule, random_neighbourhoods, remove_neighbourhoods_sequentially
 from stages.registry import stage
@@ -46,7 +46,7 @@ def local_dec(frame: Frame, params: LocalDecParams, rng: np.random.Generator) ->
     n = len(frame)
     check_rule(params.rule, "local_dec")
     if params.rule == "code":
-        n_ops = _count(n, params.count_divisor, params.k, "local_dec")
+        n_ops = operation_count(n, params.count_divisor, params.k, "local_dec")
         n_drop = int(params.drop_fraction * params.k)
         return frame.take(remove_neighbourhoods_sequentially(frame, n_ops, params.k, n_drop, rng))
     if math.floor(params.drop_fraction * min(params.k, n) + 0.5) == 0:

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.geometry import check_rule, query_in_spatial_order, random_neighbourhoods
+from stages.geometry import check_rule, random_neighbourhoods
+from stages.kernels.neighbours import query_in_spatial_order
 from stages.registry import stage
 
 _CHUNK_ELEMENTS = 4_000_000  # bound on the (centres × new × neighbours) distance block, ≈ 32 MB
@@ -110,7 +111,7 @@ def local_inc(frame: Frame, params: LocalIncParams, rng: np.random.Generator) ->
     return frame.append(new.astype(np.float32), tag=PointTag.SYNTHETIC, **labels)
 
 
-_AXES = np.array([[1, 2, 0], [2, 0, 1], [0, 1, 2]])  # (u, v, h) axes when h is x, y, z (the released order)
+AXES = np.array([[1, 2, 0], [2, 0, 1], [0, 1, 2]])  # (u, v, h) axes when h is x, y, z (the released order)
 
 
 def knn_with_intensity(frame: Frame, centres: np.ndarray, k: int) -> np.ndarray:
@@ -151,7 +152,7 @@ def _local_inc_code(frame: Frame, params: LocalIncParams, rng: np.random.Generat
     nn = knn_with_intensity(frame, centres, k)
     nbr = frame.xyz[nn].astype(np.float64)  # (c, k, 3)
     h_axis = np.argmin(nbr.max(axis=1) - nbr.min(axis=1), axis=1)
-    perm = _AXES[h_axis]  # (c, 3): u, v, h
+    perm = AXES[h_axis]  # (c, 3): u, v, h
     local = np.take_along_axis(nbr, perm[:, None, :], axis=2)
     mean = local.mean(axis=1, keepdims=True)
     std = local.std(axis=1, keepdims=True)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.column_knn import _bounds
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule, mean_intensity_of_nearest
+from stages.kernels.buckets import bounds
 from stages.registry import stage
 
 
@@ -43,7 +43,7 @@ def background(frame: Frame, params: BackgroundParams, rng: np.random.Generator)
     if n_add == 0:
         return frame
     check_rule(params.rule, "background")
-    lo, hi = _bounds(frame.xyz)  # float64 min / max of x, y, z (numpy's axis-0 reduction of the view: ≈ 5 ms)
+    lo, hi = bounds(frame.xyz)  # float64 min / max of x, y, z (numpy's axis-0 reduction of the view: ≈ 5 ms)
     if params.rule == "code":
         key = ("background.trimmed_z_range", params.z_trim)  # the same at every severity of a frame
         if key not in frame.derived:

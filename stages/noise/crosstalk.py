@@ -1,4 +1,4 @@
-"""Crosstalk: a small random share of points gets a large Gaussian offset (Robo3D, PHYSICS.md §5).
+"""Crosstalk: a small random share of points gets a large Gaussian offset (Robo3D, Kong et al. ICCV 2023).
 
 Models interference from another LiDAR on the road (its pulses are taken for our echoes), which puts
 spurious returns at wrong ranges. ``m = floor(p·N)`` points are chosen uniformly without replacement
@@ -6,13 +6,13 @@ and each gets ``σ·N(0, 1)`` (σ = 3) added independently to x, y, z and — in
 No points are added or deleted; the perturbed rows are tagged CROSSTALK, the others keep their tag.
 KITTI-C uses p = 0.006 / 0.008 / 0.01 (light / moderate / heavy; paper Appendix 8.6).
 
-Paper vs PHYSICS.md: the paper calls p "k_t percent" and gives no value for the noise scale σ_c; we
-follow PHYSICS.md §5 (the generation scripts): p is a fraction (0.6 % … 1 % of the points) and σ = 3.
+Paper vs scripts: the paper calls p "k_t percent" and gives no value for the noise scale σ_c; we
+follow Robo3D's released generation scripts: p is a fraction (0.6 % … 1 % of the points) and σ = 3.
 
 Columns. The reference adds the noise to every column of KITTI's 4-column ``.bin``, i.e. x, y, z and
 intensity. ``perturb_intensity = True`` (default, parity) does the same: the intensity noise is in the
 frame's own units (3 on KITTI's [0, 1] scale, so crosstalk intensities are mostly far out of range and
-often negative — PHYSICS.md §5 pitfall); ``clip_intensity = True`` (non-parity) clips them back into
+often negative: a quirk of the reference kept for parity); ``clip_intensity = True`` (non-parity) clips them back into
 ``[0, intensity_max]``. ``perturb_intensity = False`` moves the points only. Columns after intensity
 (e.g. ``ring``) are never perturbed: they are not part of KITTI's file, and a ring must stay an integer
 laser id, so a crosstalk point keeps the ring of the point it replaced (no ``perturb_extra_columns``

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import range_factor, scale_range
+from stages.geometry import range_factor
+from stages.kernels.spherical import scale_range
 from stages.registry import stage
 
 

@@ -1,4 +1,4 @@
-"""Motion blur: one random shift of the whole cloud plus a small per-point jitter (Robo3D, PHYSICS.md §5).
+"""Motion blur: one random shift of the whole cloud plus a small per-point jitter (Robo3D, Kong et al. ICCV 2023).
 
 Models the blur of a LiDAR on a moving, bumping vehicle. Two draws, in this order:
 
@@ -8,8 +8,8 @@ Models the blur of a LiDAR on a moving, bumping vehicle. Two draws, in this orde
 
 KITTI-C uses σ = 0.04 / 0.08 / 0.10 m (light / moderate / heavy; paper Appendix 8.4).
 
-Paper vs PHYSICS.md: the paper only says "jittering noise … sampled from a Gaussian with standard
-deviation σ_t"; we follow PHYSICS.md §5 (read from the generation scripts, i.e. what the released data
+Paper vs scripts: the paper only says "jittering noise … sampled from a Gaussian with standard
+deviation σ_t"; we follow Robo3D's released generation scripts (what the released data
 reflects): the σ_t draw is the *whole-cloud* translation and the per-point jitter is 10× / 20× smaller.
 The ±3σ clip is relative to σ (not to the jitter's own std), so it lies 30 (x, y) or 60 (z) jitter
 standard deviations out and in practice never binds; it is kept for parity (``clip`` multiplies σ).

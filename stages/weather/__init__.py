@@ -1,1 +1,1 @@
-"""Weather simulators (fog, snow, wet ground, LISA rain/snow) implemented from PHYSICS.md."""
+"""Weather simulators (fog, snow, wet ground, LISA rain/snow) implemented from their papers; see README.md here."""

@@ -1,11 +1,11 @@
-"""LiDAR fog simulation (Hahner et al., ICCV 2021), implemented from PHYSICS.md §1.
+"""LiDAR fog simulation (Hahner et al., ICCV 2021), from the paper and its released code.
 
 Every point is a hard target at range R₀ with intensity i. In homogeneous fog of extinction α (m⁻¹)
 and backscatter β (m⁻¹sr⁻¹) its return competes with the backscatter of the fog in front of it:
 
     i_hard = i · exp(−2 α R₀)                                  (attenuated hard target)
     i_soft = i · R₀² · (β / β₀) · I(R₀),   β₀ = Γ/π = 1e-6/π   (fog return)
-    I(R₀)  = max_{R ≤ R₀} J(R),  R_fog(R₀) = argmax            (running maximum, §1.3)
+    I(R₀)  = max_{R ≤ R₀} J(R),  R_fog(R₀) = argmax            (running maximum)
     J(R)   = (2/c) ∫_{max(R−cτ_H, R₁)}^{R} sin²(π(R−r)/(cτ_H)) e^{−2αr} ξ(r)/r² dr
 
 If i_soft > i_hard (strict) the point becomes fog: it moves along its own ray to R_fog·f_noise and
@@ -27,7 +27,7 @@ is resolved by the mode:
 | --------------- | -------- | ----- | ----------------------------------------------------------------- |
 | ``frozen_beta`` | False    | True  | β=None: physical β = 0.046·α/ln 20 (= 0.046/MOR, follows α);     |
 |                 |          |       | paper β = 0.046·0.06/ln 20 = 9.2131e-4 for every α (the reference |
-|                 |          |       | computes β before the α override is applied, §1.5)                |
+|                 |          |       | computes β before the α override is applied)                      |
 | ``byte_scale``  | False    | True  | work in 0..255: a source on a [0,1] scale is ×255 in and ÷255 out |
 |                 |          |       | (Li et al.). Physical mode works in the source's own scale (the   |
 |                 |          |       | formulas are scale-free ratios). No-op for a "byte" source.       |
@@ -38,13 +38,14 @@ is resolved by the mode:
 | ``safe_noise``  | True     | False | v1 noise: d ~ U(max(R₀−n, 0.1·R₀), R₀+n), i.e. v1 conditioned on  |
 |                 |          |       | d ≥ 0.1·R₀ (same as resampling until valid, one draw per point,   |
 |                 |          |       | identical to v1 when R₀ ≥ n/0.9). paper: plain v1, which throws   |
-|                 |          |       | points far away or behind the sensor when R₀ < n (§1.6)            |
+|                 |          |       | points far away or behind the sensor when R₀ < n                   |
 | ``discard_draw``| False    | True  | one integer in [1, 20) drawn and discarded per frame before the   |
 |                 |          |       | noise draws (the reference's overwritten v4 scale), RNG parity    |
 | ``table_grid``  | False    | True  | paper: I, R_fog from the reference table layout — key             |
 |                 |          |       | round(R₀, 1) capped at 200 m, R grid linspace(0, 200, 2000)       |
 |                 |          |       | ("original", unshifted), table of the nearest α in                |
-|                 |          |       | PAPER_TABLE_ALPHAS (the α columns of §1.3, assumed to be the      |
+|                 |          |       | PAPER_TABLE_ALPHAS (the α columns of the paper's table, assumed   |
+|                 |          |       | to be the                                                         |
 |                 |          |       | shipped set; every α of KITTI-C and Robo3D is in it; the hard     |
 |                 |          |       | term keeps the exact α). physical:                                |
 |                 |          |       | exact α, I(R₀) interpolated on a 1 mm grid with the exact argmax  |
@@ -81,7 +82,7 @@ from stages.frame import Frame, PointTag
 from stages.labels import set_semantic
 from stages.registry import stage
 
-# ---- constants (PHYSICS.md §1.2) -------------------------------------------------------------------
+# ---- constants (Hahner et al., released code) ----------------------------------------------------------
 C_LIGHT = 299_792_458.0  # m/s
 TAU_H = 20e-9  # s, half-power pulse width; pulse lasts 2τ_H
 PULSE_LENGTH = C_LIGHT * TAU_H  # m, the range window cτ_H = 5.996 m swept by the pulse
@@ -90,7 +91,7 @@ GAMMA = 1e-6  # target reflectivity (calibration constant)
 BETA_0 = GAMMA / math.pi  # sr⁻¹
 LN20 = math.log(20.0)
 FROZEN_BETA = 0.046 * 0.06 / LN20  # 9.2131e-4: β of the reference's default α = 0.06, used for every α
-#: α of the reference's precomputed tables (the §1.3 reference-value columns); paper mode uses the nearest.
+#: α of the reference's precomputed tables (the reference-value columns); paper mode uses the nearest.
 PAPER_TABLE_ALPHAS = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.06, 0.10, 0.12, 0.15, 0.20)
 PAPER_R_MAX = 200.0  # m, table keys 0, 0.1, …, 200
 PAPER_GRID_POINTS = 2000  # R grid linspace(0, 200, 2000)
@@ -161,7 +162,7 @@ class FogParams:
 # ---- the soft-target integral ------------------------------------------------------------------------
 def _antiderivatives(s: complex, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(∫ e^{−sr}/r dr, ∫ e^{−sr}/r² dr) evaluated at r (s may be complex; s = 0 handled)."""
-    from scipy.special import exp1
+    from scipy.special import exp1  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     if s == 0:
         return np.log(r), -1.0 / r
@@ -171,7 +172,7 @@ def _antiderivatives(s: complex, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def soft_target_j(r_grid: np.ndarray, alpha: float) -> np.ndarray:
-    """J(R) of PHYSICS.md §1.1/§1.3 in s·m⁻² for every R in ``r_grid`` (closed form, any R ≥ 0)."""
+    """J(R), Hahner et al.'s soft-target fog integral, in s·m⁻² for every R in ``r_grid`` (closed form, any R ≥ 0)."""
     big_r = np.asarray(r_grid, dtype=np.float64)
     k = 2.0 * math.pi / PULSE_LENGTH
     s_const, s_osc = 2.0 * alpha, complex(2.0 * alpha, k)
@@ -211,7 +212,7 @@ def soft_target_j_simpson(r_grid: np.ndarray, alpha: float, n_t: int = PAPER_GRI
 
     It differs from the exact integral by up to ~5e-5 relative (ξ's kinks fall between samples); the
     paper tables use it so that they match the reference's stored numbers to their printed precision."""
-    from scipy.integrate import simpson
+    from scipy.integrate import simpson  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     t = np.linspace(0.0, 2.0 * TAU_H, n_t)
     r = np.asarray(r_grid, dtype=np.float64)[:, None] - C_LIGHT * t[None, :] / 2.0
@@ -249,7 +250,7 @@ def paper_table(alpha: float) -> tuple[np.ndarray, np.ndarray]:
 def fine_table(alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(R grid, I, R_fog) for the physical mode: J on a 1 mm grid to 10 m, running max, with the exact
     argmax R* (bounded scalar maximisation) and I(R ≥ R*) = J(R*). Beyond the grid I is saturated."""
-    from scipy.optimize import minimize_scalar
+    from scipy.optimize import minimize_scalar  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     grid = np.arange(0.0, FINE_R_MAX + FINE_STEP / 2, FINE_STEP)
     j = soft_target_j(grid, alpha)

@@ -1,9 +1,9 @@
-"""LiDAR snowfall simulation (Hahner et al., CVPR 2022), implemented from PHYSICS.md §2.
+"""LiDAR snowfall simulation (Hahner et al., CVPR 2022), from the paper and its released code.
 
 Every point is a hard target at range R₀ whose beam (an azimuth wedge of divergence δ = 3 mrad in the
 scan plane of its laser channel) may be partly occluded by snowflakes:
 
-1. Particle field (§2.1). Area occupancy ν = ρ_w·S/(3.6e6·ρ_s·v_t) from the rate S (mm/h), the terminal
+1. Particle field. Area occupancy ν = ρ_w·S/(3.6e6·ρ_s·v_t) from the rate S (mm/h), the terminal
    velocity v_t (m/s) and the snow density ρ_s; rain-equivalent rate R_eq = (S/(487·ρ_s·D_s·v_t))^1.5;
    flake diameters D ~ Exp(mean 10/Λ mm), Λ = 25.5·R_eq^−0.48 cm⁻¹ (Gunn–Marshall; Sekhon–Srivastava
    22.9·R_eq^−0.45), redrawn while D > 20 mm. Dart throwing in a disk of 80 m around the sensor: centre
@@ -17,7 +17,7 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    reference's shuffle of its 64 sets; with replacement otherwise) and a uniform rotation about the
    sensor axis (the disk field's distribution is rotation invariant, so a small pool still gives every
    channel a different field).
-3. Occlusion (§2.2), 2-D per channel: flake j (distance d_j, azimuth φ_j, radius r_j) spans the angles
+3. Occlusion, 2-D per channel: flake j (distance d_j, azimuth φ_j, radius r_j) spans the angles
    φ_j ± asin(r_j/d_j); it is a candidate for a beam if d_j < R₀ (d_j read as slant range along the
    beam, compared with the 3-D R₀) and its interval meets the wedge [φ − δ/2, φ + δ/2] (wrap handled).
    Each elementary piece of the wedge goes to the nearest candidate covering it; q_j = its share of δ,
@@ -25,16 +25,16 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    binned by distance (√2-geometric bands) and sorted by azimuth per set, each beam searches only the
    bands nearer than its R₀ with `searchsorted` over its wedge (the few very wide flakes right at the
    sensor are checked against every beam); beams are then processed in groups of equal candidate count.
-4. Received power (§2.3): each element (flakes, then the hard target) adds
+4. Received power: each element (flakes, then the hard target) adds
    c_j·sin²(π(R_k − r_j)/cτ_H) to the range bins k ∈ [⌈10 r_j⌉, ⌊10(r_j + cτ_H)⌋] (cτ_H = 2.998 m,
    τ_H = 10 ns), c_j = A_j·q_j·ξ(r_j)/r_j², ξ the fog crossover (0 below 0.9 m, 1 above 1.0 m); flakes
    have A_j = 0.9·i_max,ch. The peak k* gives d_max = R(k*) − cτ_H/2 and i_max. |d_max − R₀| < 0.2 m:
    ATTENUATED (position kept, intensity i_new); else SCATTER_SNOW (moved to d_max along its ray). Beams
    without candidates (or whose candidates all get q = 0) are unchanged. The signal is evaluated only
    at the bins of the elements' own windows (it is 0 elsewhere), so no 1230-bin array is built.
-5. Noise floor (§2.4): ground plane by RANSAC (`stages.weather.ground`, with the example's generator;
+5. Noise floor: ground plane by RANSAC (`stages.physics.ground`, with the example's generator;
    when no plane can be fitted, the flat plane z = −``sensor_height`` with the fitted sign convention),
-   ground = |w·p + h| < 0.5 m, estimated on the *input* (clean) scan: n = i/cos θ, the §3.3 noise-level
+   ground = |w·p + h| < 0.5 m, estimated on the *input* (clean) scan: n = i/cos θ, the noise-level
    line L(d) over 10–70 m, T_g = noise_floor·L(d)·cos θ on the ground points, a quadratic in range
    through (|p|, T_g) evaluated at every output point. A non-scatter point whose intensity is ≤ T(d)
    is dropped (`Frame.take`, order kept). Fewer than 1,000 ground points: the noise floor is skipped.
@@ -50,13 +50,13 @@ quirk is a named option, None → the mode's default:
 | ----------------------- | -------- | ----- | --------------------------------------------------------- |
 | ``reference_compat``    | False    | True  | hard-target amplitude: paper uses A₀ = 0.9·i_max,ch in   |
 |                         |          |       | every beam with a flake (the reference overwrites A₀ in   |
-|                         |          |       | its loop, §2.3), so flake-hit beams become snow or very  |
+|                         |          |       | its loop), so flake-hit beams become snow or very        |
 |                         |          |       | dim; physical: A₀ = i_adj·R₀²/ξ(R₀), c₀ = i_adj·q₀, so   |
 |                         |          |       | the unoccluded share of a beam returns its own intensity  |
 | ``reference_sampling``  | False    | True  | paper: bin centres R_k = round(k·(120 + cτ_H)/1229, 2) but |
 |                         |          |       | windows and d_max on k/10, i_new truncated to an integer, |
 |                         |          |       | targets whose window leaves the 1230-bin grid (R₀ ≳ 120 m) |
-|                         |          |       | unchanged (§2.6). physical: R_k = k/10 without a range    |
+|                         |          |       | unchanged. physical: R_k = k/10 without a range           |
 |                         |          |       | limit, the peak refined by a 3-point parabola (range and  |
 |                         |          |       | intensity exact to ~1e-4 instead of ±5 cm / −0.3 %), no   |
 |                         |          |       | truncation                                                |
@@ -65,23 +65,23 @@ quirk is a named option, None → the mode's default:
 |                         |          |       | 55, 56, 58); physical: 255 for every channel              |
 | ``focal_index``         | "laser"  | "row" | which S3 calibration row a point uses (below)             |
 | ``drop_clean``          | False    | True  | paper: the noise floor also drops dim points the snow did |
-|                         |          |       | not touch (§2.4 step 5); physical: only ATTENUATED points |
+|                         |          |       | not touch; physical: only ATTENUATED points               |
 |                         |          |       | can fall below it (a clean return was above the floor)    |
-| ``noise_level``         | "lowest" | "rarest" | §3.3 per-range-bin level: lowest n above 5, or one of  |
+| ``noise_level``         | "lowest" | "rarest" | per-range-bin level: lowest n above 5, or one of       |
 |                         |          |       | the two rarest histogram cells (reference argpartition)   |
 
-HDL-64 focal intensity compensation (§2.3, §2.6), on in both modes (``focal_compensation``): before the
+HDL-64 focal intensity compensation, on in both modes (``focal_compensation``): before the
 waveform i_adj = clip(i − 255·s·|f − (1 − R₀/120)²|, 0, i_max,ch) (physical: i_max,ch·s, so an unoccluded
 beam returns exactly i), after it i_new = clip(i_max + i_max,ch·s·|f − (1 − d_max/120)²|, min_intensity,
 i_max,ch), f = (1 − 100·F/13100)², with the focal distance F and slope s of the point's laser from the
-shipped per-laser calibration of an HDL-64E S3 (`stages.weather.hdl64e_s3`, values and their source).
+shipped per-laser calibration of an HDL-64E S3 (`stages.physics.hdl64e_s3`, values and their source).
 Which calibration (`focal_lookup`): ``focal_calibration`` "auto" uses the S3 table for an HDL-64 frame
 (``Frame.sensor``: KITTI, SemanticKITTI, the demo, STF) and the documented neutral calibration (slope 0:
 the term is the identity; i_max,ch = 255) for any other or unknown sensor (nuScenes HDL-32E, Waymo) —
 never the HDL-64 table silently; "hdl64e_s3" forces the table (Robo3D's nuScenes-C script applied it to
 the HDL-32E's rings 0–31), "none" is neutral. Which row: paper (``focal_index`` "row") uses the point's
 ring — Robo3D's elevation row — as the index into the laser_id-ordered table, reproducing its index
-mismatch (§2.6: the correction is effectively random per row); physical ("laser") uses the laser's own id:
+mismatch (the correction is effectively random per row); physical ("laser") uses the laser's own id:
 STF's ring column (`hdl64e_s3.HDL64E_S3`), else the S3 laser whose vertical angle is nearest the point's
 elevation (KITTI stores no laser id). Custom ``focal_distance``/``focal_slope`` per ring override the table.
 ``min_intensity`` is the lower clip (Robo3D: 0). The term is what keeps attenuated points in paper mode:
@@ -106,7 +106,7 @@ the floor remove only points the snow dimmed.
 
 Ring: the channel of each point comes from `stages.ring.frame_rings` (``ring_method``, default "auto":
 the source's ring column when valid, else azimuth-wrap recovery when the raw order is intact, else the
-nearest HDL-64E laser elevation). Robo3D used elevation rows (§5 b) — ``ring_method = "elevation_bins"``.
+nearest HDL-64E laser elevation). Robo3D used elevation rows — ``ring_method = "elevation_bins"``.
 
 Recorded in the example's ``info`` (the row's ``info`` JSON column): ``ring_method`` = the method used
 (`stages.ring.RING_METHOD_CODES` names), ``snow_noise_floor`` = whether the noise floor was applied
@@ -134,12 +134,8 @@ import numpy as np
 
 from stages.frame import Frame, PointTag
 from stages.labels import set_semantic
-from stages.registry import stage
-from stages.ring import METHODS as RING_METHODS
-from stages.ring import N_RINGS, frame_rings
-from stages.sensor import HDL64E
-from stages.weather import hdl64e_s3
-from stages.weather.ground import (
+from stages.physics import hdl64e_s3
+from stages.physics.ground import (
     MIN_GROUND_POINTS,
     fit_floor_quadratic,
     fit_ground_plane,
@@ -147,6 +143,10 @@ from stages.weather.ground import (
     flat_ground_plane,
     noise_level_line,
 )
+from stages.registry import stage
+from stages.ring import METHODS as RING_METHODS
+from stages.ring import N_RINGS, frame_rings
+from stages.sensor import HDL64E
 
 C_LIGHT = 299_792_458.0
 TAU_H = 10e-9  # s, HDL-64 S1 half-power pulse width
@@ -162,7 +162,7 @@ DISK_RADIUS = 80.0  # m, particle field
 MAX_DIAMETER_MM = 20.0
 RHO_WATER = 1.0  # g/cm³
 SNOWFLAKE_DIAMETER = 0.003  # m, D_s of the rain-equivalent rate
-FLOOR_CONST = 5.0  # §3.3, in the 0..255 scale
+FLOOR_CONST = 5.0  # the released noise-level estimator's constant, in the 0..255 scale
 GROUND_BAND = 0.5
 DISTRIBUTIONS = {"gunn_marshall": (25.5, -0.48), "sekhon_srivastava": (22.9, -0.45)}
 MODES = ("physical", "paper")
@@ -189,7 +189,7 @@ class SnowParams:
     reference_sampling: bool | None = None  # reference range-bin grid, truncation, 120 m limit
     reference_channel_max: bool | None = None  # i_max,ch = 230 on rings 53, 55, 56, 58
     drop_clean: bool | None = None  # noise floor also drops untouched dim points
-    noise_level: str | None = None  # "lowest" | "rarest" (§3.3)
+    noise_level: str | None = None  # "lowest" | "rarest"
     focal_compensation: bool = True  # HDL-64 focal intensity term, where a calibration applies
     focal_calibration: str = "auto"  # "auto" (by Frame.sensor) | "hdl64e_s3" | "none" (neutral)
     focal_index: str | None = None  # "row" (paper: elevation row) | "laser" (physical: the laser's own id)
@@ -240,7 +240,7 @@ class _Options:
     focal_index: str
 
 
-def _options(p: SnowParams) -> _Options:
+def resolved_options(p: SnowParams) -> _Options:
     paper = p.mode == "paper"
 
     def pick(v: bool | None) -> bool:
@@ -256,7 +256,7 @@ def _options(p: SnowParams) -> _Options:
     )
 
 
-# ---- particle field (§2.1) -------------------------------------------------------------------------
+# ---- particle field --------------------------------------------------------------------------------
 
 
 def area_occupancy(rate: float, terminal_velocity: float, snow_density: float = 0.1) -> float:
@@ -297,8 +297,8 @@ def sample_diameters_mm(rng: np.random.Generator, n: int, lam: float) -> np.ndar
 def sample_particle_set(
     rng: np.random.Generator, nu: float, lam: float, radius: float = DISK_RADIUS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One channel's flakes by dart throwing (§2.1): (distance d, azimuth φ ∈ [0, 2π), disk radius r), m."""
-    from scipy.spatial import cKDTree
+    """One channel's flakes by dart throwing: (distance d, azimuth φ ∈ [0, 2π), disk radius r), m."""
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     target = nu * math.pi * radius**2
     mean_area = expected_particle_area(lam)
@@ -418,7 +418,7 @@ def assign_channels(rng: np.random.Generator, n_sets: int, n_channels: int) -> t
     return sets.astype(np.int64), rng.uniform(0.0, 2 * np.pi, size=n_channels)
 
 
-# ---- occlusion (§2.2) ------------------------------------------------------------------------------
+# ---- occlusion -------------------------------------------------------------------------------------
 
 
 def _ragged(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -505,7 +505,7 @@ def occlusion_ratios(a: np.ndarray, b: np.ndarray, half: float) -> np.ndarray:
     return q
 
 
-# ---- received power (§2.3) ---------------------------------------------------------------------------
+# ---- received power ----------------------------------------------------------------------------------
 
 
 def _xi(r: np.ndarray) -> np.ndarray:
@@ -729,7 +729,7 @@ def simulate_beams(
     phi = np.mod(np.broadcast_to(np.asarray(phi, dtype=np.float64), r0.shape), 2 * np.pi)
     intensity = np.broadcast_to(np.asarray(intensity, dtype=np.float64), r0.shape)
     d, ph, r = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in particles)
-    opts = _options(
+    opts = resolved_options(
         SnowParams(1.0, 1.0, mode=mode, reference_compat=reference_compat, reference_sampling=reference_sampling)
     )
     index = build_index([(d, np.mod(ph, 2 * np.pi), r)])
@@ -747,7 +747,7 @@ def simulate_beams(
     )
 
 
-# ---- noise floor (§2.4) ----------------------------------------------------------------------------
+# ---- noise floor -----------------------------------------------------------------------------------
 
 
 def noise_floor_threshold(
@@ -772,7 +772,7 @@ def noise_floor_threshold(
     return fit_floor_quadratic(dist, t_ground)
 
 
-# ---- HDL-64 focal calibration (§2.3, §2.6) -------------------------------------------------------------
+# ---- HDL-64 focal calibration --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -797,7 +797,7 @@ def focal_lookup(frame: Frame, rings: np.ndarray, params: SnowParams, opts: _Opt
     - neutral (no calibration for the sensor, e.g. nuScenes HDL-32E, Waymo, an unknown sensor): focal slope
       0, so the term is the identity, and i_max,ch = 255 on every channel.
     - the S3 table, ``focal_index`` "row" (paper): table row = the point's ring (Robo3D's elevation row,
-      looked up in the laser_id-ordered table: the mismatch of §2.6, reproduced); "laser" (physical): the
+      looked up in the laser_id-ordered table: Robo3D's index mismatch, reproduced); "laser" (physical): the
       laser's own id, i.e. the ring column of an S3 source (STF), otherwise the S3 laser whose vertical
       angle is nearest the point's elevation (KITTI stores no laser id).
     """
@@ -848,7 +848,7 @@ def snow(frame: Frame, params: SnowParams, rng: np.random.Generator) -> Frame:
         return frame
     if "intensity" not in frame.fields:
         raise ValueError(f"snow: frame {frame.frame_id} has no intensity column")
-    opts = _options(params)
+    opts = resolved_options(params)
     rings, method = frame_rings(frame, params.ring_method)
     n_ch = max(N_RINGS, int(rings.max()) + 1)
     pool = particle_pool(

@@ -1,13 +1,13 @@
-"""Wet-ground augmentation (Hahner et al., CVPR 2022, by M. Bijelic), implemented from PHYSICS.md §3.
+"""Wet-ground augmentation (Hahner et al., CVPR 2022, by M. Bijelic), from the paper and its released code.
 
 A film of water of height d_w on the road turns part of the diffuse (Lambertian) ground into a
 specular surface, so less light returns and dim ground returns fall below the sensor's noise floor:
 
-1. Ground plane by RANSAC on the strip in front of the sensor (`stages.weather.ground`), fitted whenever
+1. Ground plane by RANSAC on the strip in front of the sensor (`stages.physics.ground`), fitted whenever
    the strip holds more than 4 candidates (``min_candidates`` = 5), as the released scripts do; ground
    points are |w·p + h| < 0.5 m, and the 1,000 gate (``min_ground``) counts them *after* the fit
-   (PHYSICS.md §3.1 step 4). A camera-FOV KITTI scan (the object-detection layout keeps only the points
-   in the image) has a few hundred candidates and thousands of ground points, so it is fitted and wetted.
+   (the released code's minimum). A camera-FOV KITTI scan (the object-detection layout keeps only the points in
+   the image) has a few hundred candidates and thousands of ground points, so it is fitted and wetted.
    No fit (≤ 4 candidates, no consensus) or fewer than 1,000 ground points: the frame is returned
    unchanged, or with ``fallback_height`` the flat plane z = −H with the fitted planes' sign convention
    (w = (0, 0, −1), h = −H; the reference's own fallback w = (0, 0, 1), h = −1.55 has the opposite sign,
@@ -19,7 +19,7 @@ specular surface, so less light returns and dim ground returns fall below the se
    n_w = 1.33), multiple bounces with the ground, t = max_s,p T_aw·ρ·T_wa/(1 − ρ·R_wa) with ρ clipped
    to [0.05, 1]; wetness f = clip(d_w/d_pav, 0, 1) with pavement texture depth d_pav = 1.2 mm.
 4. τ_w = (1 − f)·ρ + f·t(/θ);  i_new = clip(P_out·cos θ·τ_w, 0, i)  — intensity never increases.
-5. Noise floor: T(d) = noise_floor × (line through the per-range-bin noise level of n, §3.3);
+5. Noise floor: T(d) = noise_floor × (line through the per-range-bin noise level of n);
    ground points with i_new ≤ T·cos θ are dropped (`Frame.take`, order preserved), surviving ground
    points whose intensity changed are tagged ATTENUATED. Non-ground points are never touched.
 
@@ -34,7 +34,7 @@ Options (None → the mode's default):
 |                   |               |        | would make wet grazing ground brighter than dry ground)     |
 | ``floor_const``   | 5/255 of full | 5.0    | lower limit of the noise-level histogram, in the working    |
 |                   | scale         |        | scale (the reference's literal 5 assumes 0..255; Robo3D     |
-|                   |               |        | KITTI-C feeds raw [0,1] intensities, §3.6 pitfall)          |
+|                   |               |        | KITTI-C feeds raw [0,1] intensities, pitfall)               |
 | ``noise_level``   | "lowest"      | "rarest"| per range bin: the lowest n above floor_const, or one of   |
 |                   |               |        | the two rarest histogram cells (reference's argpartition)   |
 | ``drop_dry``      | False         | True   | paper: the floor test applies to every ground point, so dim |
@@ -56,7 +56,7 @@ against the z axis, cos θ = −z/|p| ("flat earth"), and no RANSAC; with ids gi
 
 ``fallback_height`` (None): when no plane is found, use z = −H with the fitted sign convention
 (w = (0, 0, −1), h = −H) instead of returning the frame unchanged (the reference's own fallback
-w = (0, 0, 1), h = −1.55 has the opposite sign, §3.1).
+w = (0, 0, 1), h = −1.55 has the opposite sign).
 
 Parity with the released Robo3D KITTI-C script (``create/kitti_c/wet_ground/``, Hahner/Bijelic code):
 it passes ``loss='squared_loss'`` to scikit-learn's RANSACRegressor, which scikit-learn ≥ 1.2 rejects;
@@ -76,8 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.registry import stage
-from stages.weather.ground import (
+from stages.physics.ground import (
     GROUND_BAND,
     MIN_CANDIDATES,
     MIN_GROUND_POINTS,
@@ -86,6 +85,7 @@ from stages.weather.ground import (
     flat_ground_plane,
     noise_level_line,
 )
+from stages.registry import stage
 
 N_AIR = 1.0003
 N_WATER = 1.33
@@ -167,7 +167,7 @@ def fresnel_powers(theta: np.ndarray, n1: float, n2: float) -> tuple[np.ndarray,
 
 
 def film_transmission_sp(cos_theta: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(T_tot,s, T_tot,p) = T_aw·ρ·T_wa/(1 − ρ·R_wa) per polarisation (§3.4), ρ clipped to [0.05, 1]:
+    """(T_tot,s, T_tot,p) = T_aw·ρ·T_wa/(1 − ρ·R_wa) per polarisation, ρ clipped to [0.05, 1]:
     air→water at θ, repeated bounces between the Lambertian ground and the water surface, water→air at θ_t.
 
     By reciprocity the water→air coefficients at θ_t equal the air→water ones at θ (T_wa = T_aw = T,

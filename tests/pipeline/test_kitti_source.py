@@ -16,7 +16,7 @@ from pipeline.sources.kitti import (
     write_frame,
 )
 from stages.frame import DONT_CARE, Boxes, Frame
-from stages.geometry import wrap_angle
+from stages.kernels.spherical import wrap_angle
 
 # A real KITTI calibration (training/calib/000000.txt style; P0/P1 abbreviated to P2 without offset).
 KITTI_CALIB_TEXT = """\

@@ -12,7 +12,8 @@ import pytest
 from pipeline.sources.base import SourceError
 from pipeline.sources.nuscenes import FINE_INDEX, NuScenesSource, write_nuscenes
 from stages.frame import Boxes
-from stages.geometry import assign_points_to_boxes, points_in_box_frame
+from stages.geometry import assign_points_to_boxes
+from stages.kernels.boxes import points_in_box_frame
 from stages.sensor import HDL32E
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real" / "nuscenes-lidar-top"

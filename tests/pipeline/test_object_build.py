@@ -26,7 +26,7 @@ from pipeline.build import run_build
 from pipeline.cli import app
 from pipeline.sources.demo_objects import write_demo_objects
 from pipeline.sources.threedos import ThreeDOSSource
-from stages.object.object_rotate import euler_matrix
+from stages.whole_shape.object_rotate import euler_matrix
 from tests.pipeline.test_threedos_source import released_counts
 
 runner = CliRunner()

@@ -7,12 +7,18 @@ and a KITTI-like calibration. It is fast (≈50k points) so stage tests can run 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from pipeline.sources.demo import generate_frame
 from stages.frame import Boxes, Calib, Frame
+from stages.geometry import lidar_heading_to_rot_y, refresh_camera_fields
+from stages.kernels.spherical import wrap_angle
 
 CAR_DIMS = (3.9, 1.6, 1.5)
+BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
 
 
 def kitti_like_calib() -> Calib:
@@ -110,8 +116,6 @@ def removed_mask(frame: Frame, out: Frame) -> np.ndarray:
 
 def expected_alpha(boxes, calib) -> np.ndarray:
     """KITTI alpha of LiDAR-frame boxes: rotation_y − atan2(x_cam, z_cam)."""
-    from stages.geometry import lidar_heading_to_rot_y, wrap_angle
-
     rect = calib.lidar_to_rect(boxes.center)
     return wrap_angle(lidar_heading_to_rot_y(boxes.heading, calib) - np.arctan2(rect[:, 0], rect[:, 2]))
 
@@ -120,17 +124,13 @@ def expected_alpha(boxes, calib) -> np.ndarray:
 def demo_scan() -> Frame:
     """Demo frame 0 at full resolution (131,431 points, 6 labelled objects), as the KITTI reader returns
     it (x, y, z, intensity): the scan the parity tests check the released generator's statistics on."""
-    from dataclasses import replace
-
-    from pipeline.sources.demo import generate_frame
-
     f = generate_frame(0)
     return replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
 
 
 def unit_coords(frame: Frame, j: int, xyz: np.ndarray | None = None) -> np.ndarray:
     """Coordinates in box ``j``'s box-normalised frame (Li et al.'s "Max2": centre, ÷ max(l, w, h)/2,
-    rotated by −heading), written out here independently of `stages.box_unit`."""
+    rotated by −heading), written out here independently of `stages.kernels.box_unit`."""
     b = frame.boxes
     xyz = frame.xyz[frame.box_points[j]] if xyz is None else xyz
     d = (np.asarray(xyz, dtype=np.float64) - b.center[j]) / (b.dims[j].max() / 2)
@@ -142,3 +142,17 @@ def shrink_factor(before: np.ndarray, after: np.ndarray) -> float:
     """The common factor M ≥ 1 of the released `normalize` (after = (before + noise) / M), estimated by
     regressing before on after (the noise is independent of the coordinates)."""
     return float((before * after).sum() / (after * after).sum())
+
+
+def assert_only_boxes_moved(scene: Frame, out: Frame) -> None:
+    """What every box transform (translation, rotation, scale, shear, FFD) keeps: points outside the boxes
+    and every column after x, y, z untouched, DontCare rows unchanged, and the valid boxes' camera fields
+    (alpha, bbox2d) recomputed from their new 3D geometry."""
+    b, nb = scene.boxes, out.boxes
+    outside = scene.box_index < 0
+    assert np.array_equal(out.points[outside], scene.points[outside])
+    assert np.array_equal(out.points[:, 3:], scene.points[:, 3:])
+    for name in BOX_FIELDS:
+        assert np.array_equal(getattr(nb, name)[~b.valid], getattr(b, name)[~b.valid])
+    assert np.allclose(nb.alpha[b.valid], expected_alpha(nb, scene.calib)[b.valid])
+    assert np.allclose(refresh_camera_fields(nb, scene.calib, nb.valid).bbox2d, nb.bbox2d)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pipeline.sources.demo import generate_frame
 from pipeline.sources.kitti import camera_fov_mask
 from stages.frame import Frame
 
@@ -19,6 +20,4 @@ def camera_fov_crop(frame: Frame) -> Frame:
 def demo_fov_scan(index: int = 1) -> Frame:
     """Camera-FOV crop of demo scan ``index`` (the default 0.09° azimuth step, as `bench-build demo-data`
     writes it)."""
-    from pipeline.sources.demo import generate_frame
-
     return camera_fov_crop(generate_frame(index))

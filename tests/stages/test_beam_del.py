@@ -64,15 +64,3 @@ def test_effect_grows_with_severity(scene):
     assert all(b < a for a, b in itertools.pairwise(sizes))
 
 
-def test_deterministic_and_does_not_mutate(scene):
-    before_pts = scene.points.copy()
-    before_labels = {k: v.copy() for k, v in scene.labels.items()}
-    before_center = scene.boxes.center.copy()
-    a = beam_del(scene, SEVERITIES[3], rng_for(3))
-    b = beam_del(scene, SEVERITIES[3], rng_for(3))
-    c = beam_del(scene, SEVERITIES[3], rng_for(4))
-    assert np.array_equal(a.points, b.points)
-    assert len(a) == len(c) and not np.array_equal(a.points, c.points)
-    assert np.array_equal(scene.points, before_pts)
-    assert scene.labels.keys() == before_labels.keys()
-    assert np.array_equal(scene.boxes.center, before_center)

@@ -14,7 +14,7 @@ from stages.density.beam_missing import BeamMissingParams, beam_missing, draw_be
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("beam_missing").params
-EXPECTED_DISTINCT = [14.0, 24.4, 32.2]  # 55·(1 − (54/55)^K), PHYSICS.md §5
+EXPECTED_DISTINCT = [14.0, 24.4, 32.2]  # 55·(1 − (54/55)^K): K draws with replacement from 55 rings
 
 
 def _with_row_ids(frame):
@@ -109,12 +109,3 @@ def test_effect_grows_with_severity(demo):
     assert all(b > a for a, b in itertools.pairwise(removed))
 
 
-def test_deterministic_and_does_not_mutate(demo):
-    before = demo.points.copy()
-    a = beam_missing(demo, SEVERITIES[1], rng_for(3))
-    b = beam_missing(demo, SEVERITIES[1], rng_for(3))
-    c = beam_missing(demo, SEVERITIES[1], rng_for(4))
-    assert np.array_equal(a.points, b.points)
-    assert len(a) != len(c) or not np.array_equal(a.points, c.points)
-    assert np.array_equal(demo.points, before)
-    assert "ring_method" not in demo.info

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from stages.frame import Boxes
-from stages.geometry import assign_points_to_boxes, points_in_box_frame
+from stages.geometry import assign_points_to_boxes
+from stages.kernels.boxes import points_in_box_frame
 
 
 def per_box_reference(xyz, boxes, margin=0.0):

@@ -1,4 +1,4 @@
-"""stages.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
+"""stages.kernels.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
 same bytes of the mean intensity), on the demo scan and on adversarial clouds (ties, duplicates, tiny N,
 far queries, tall columns); and `upsample` gives the same bytes as its KD-tree version (transcribed here)."""
 
@@ -11,9 +11,9 @@ import pytest
 from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
-from stages.column_knn import _search, _select, knn_near, mean_of_nearest, row_means
 from stages.frame import Frame, PointTag
-from stages.geometry import query_in_spatial_order
+from stages.kernels.column_knn import knn_near, mean_of_nearest, row_means, search, select_smallest
+from stages.kernels.neighbours import query_in_spatial_order
 from stages.noise.upsample import UpsampleParams, upsample
 from tests.stages.conftest import make_scene, rng_for
 
@@ -42,7 +42,7 @@ def test_demo_scan_is_the_kdtrees_answer_and_mostly_settled_by_the_grid(demo_sca
     for m, seed in ((len(demo_scan) // 2, 0), (len(demo_scan) // 10, 1)):
         q = _near_queries(demo_scan.xyz, m, seed)
         _check(demo_scan.points, q, 5)
-        _, _, _, exact = _search(demo_scan.points, q, 5, 3)
+        _, _, _, exact = search(demo_scan.points, q, 5, 3)
         assert exact.mean() > 0.95  # the KD-tree answers only the few far queries: the grid path is what is tested
 
 
@@ -69,7 +69,7 @@ def test_ties_and_duplicates_are_left_to_the_kdtree():
     centres = (g[:200] + 0.5) * 0.25
     q = np.concatenate([centres, xyz[:100] * 1.0, _near_queries(xyz, 300, 6, 0.05)])
     _check(points, q, 5)
-    _, _, _, exact = _search(points, centres, 5, 3)
+    _, _, _, exact = search(points, centres, 5, 3)
     assert not exact.any()  # 8 equidistant corners: all answered by the KD-tree
 
 
@@ -109,11 +109,11 @@ def test_select_gives_the_k_smallest_with_their_positions(k):
         d = rng.random(w)
         j = rng.permutation(w).astype(np.uint64) + 100
         bd, bj = np.empty(k), np.zeros(k + 1, np.uint64)
-        _select(w, k, d, j, bj, bd)
+        select_smallest(w, k, d, j, bj, bd)
         first = np.argsort(d)[:k]
         assert np.array_equal(bd, d[first]) and np.array_equal(bj[:k], j[first])
         equal = np.round(d * 3) / 3  # many equal distances
-        _select(w, k, equal, j, bj, bd)
+        select_smallest(w, k, equal, j, bj, bd)
         assert np.array_equal(bd, np.sort(equal)[:k])
 
 
@@ -168,7 +168,7 @@ def test_a_scan_kilometres_wide_is_left_to_the_kdtree():
     points = np.concatenate([xyz, rng.uniform(0, 1, (len(xyz), 1))], axis=1).astype(np.float32)
     q = _near_queries(points[:, :3], 500, 13)
     _check(points, q, 5)
-    assert _search(points, q, 5, 3)[1] is None  # coarse cells: the KD-tree answers every query
+    assert search(points, q, 5, 3)[1] is None  # coarse cells: the KD-tree answers every query
 
 
 def test_coincident_points_do_not_stall_the_search():

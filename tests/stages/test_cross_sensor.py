@@ -92,10 +92,3 @@ def test_effect_grows_with_severity(demo):
     assert sizes[0] < len(demo) / 2
 
 
-def test_deterministic_rng_free_and_does_not_mutate(demo):
-    before = demo.points.copy()
-    a = cross_sensor(demo, SEVERITIES[1], rng_for(3))
-    b = cross_sensor(demo, SEVERITIES[1], rng_for(4))  # no randomness: the seed does not matter
-    assert np.array_equal(a.points, b.points)
-    assert np.array_equal(demo.points, before)
-    assert "ring_method" not in demo.info

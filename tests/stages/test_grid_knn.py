@@ -1,4 +1,4 @@
-"""stages.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
+"""stages.kernels.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
 sequential deletions) give the same bytes as the KD-tree implementation they replaced (transcribed here
 as the slow reference)."""
 
@@ -10,8 +10,10 @@ from scipy.spatial import cKDTree
 
 from manifests.recipe import load_recipe
 from pipeline.sources.demo import generate_frame
-from stages.geometry import remove_neighbourhoods_sequentially, spatial_order
-from stages.grid_knn import Grid, _knn
+from stages.density.cutout import operation_count
+from stages.geometry import remove_neighbourhoods_sequentially
+from stages.kernels.grid_knn import Grid, nearest_in_grid
+from stages.kernels.neighbours import spatial_order
 from tests.stages.conftest import make_scene, rng_for
 
 
@@ -72,7 +74,7 @@ def test_knn_matches_brute_force_with_and_without_a_mask(cell):
     for k, mask in ((5, False), (40, True)):
         bi, bd = np.empty(k, np.int64), np.empty(k)
         for p in q:
-            got = _knn(p[0], p[1], p[2], k, alive, mask, *g.args(), bi, bd)
+            got = nearest_in_grid(p[0], p[1], p[2], k, alive, mask, *g.args(), bi, bd)
             cand = np.flatnonzero(alive) if mask else np.arange(len(xyz))
             d2 = ((xyz[cand] - p) ** 2).sum(axis=1)
             want = cand[np.lexsort((cand, d2))][:k]
@@ -81,12 +83,10 @@ def test_knn_matches_brute_force_with_and_without_a_mask(cell):
 
 @pytest.mark.parametrize("corruption,severity", [("local_dec", 1), ("local_dec", 5), ("cutout", 3)])
 def test_sequential_deletion_is_byte_identical_to_the_kdtree_version(corruption, severity):
-    from stages.density.cutout import _count
-
     p = load_recipe("kitti-c").corruption(corruption).params[severity - 1]
     n_drop = p.k if corruption == "cutout" else int(p.drop_fraction * p.k)
     for frame in (generate_frame(0), make_scene(2)):
-        n_ops = _count(len(frame), p.count_divisor, p.k, corruption)
+        n_ops = operation_count(len(frame), p.count_divisor, p.k, corruption)
         got = remove_neighbourhoods_sequentially(frame, n_ops, p.k, n_drop, rng_for(7))
         want = _reference_sequential(frame, n_ops, p.k, n_drop, rng_for(7))
         assert np.array_equal(got, want)

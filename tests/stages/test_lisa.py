@@ -1,4 +1,4 @@
-"""LISA core (stages/weather/lisa.py): Mie extinction against miepython and PHYSICS.md §4.3, size
+"""LISA core (stages/physics/lisa.py): Mie extinction against miepython and pylisa's constants, size
 distributions, particle counts, the worked example, and the exact pruning of the Monte Carlo."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import miepython
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.special import gammaincc, gammainccinv
 
-from stages.weather import lisa
+from stages.physics import lisa
 
 RAIN_RATES = [5, 15, 50, 150, 500]
 RAIN_ALPHA = [1.0105e-3, 2.0174e-3, 4.3043e-3, 8.5945e-3, 1.8322e-2]
@@ -84,7 +85,7 @@ def test_table_is_cached_and_read_only():
     assert np.all(np.isfinite(a)) and np.all(a >= 0)
 
 
-# ---- extinction and size distributions (PHYSICS.md §4.3) -----------------------------------------
+# ---- extinction and size distributions (Kilic et al. 2021) -------------------------------------
 @pytest.mark.parametrize("rate, alpha, n_tot", list(zip(RAIN_RATES, RAIN_ALPHA, RAIN_NTOT, strict=True)))
 def test_rain_reference_values(rate, alpha, n_tot):
     assert lisa.extinction(rate, "marshall_palmer", lisa.WATER_INDEX, 905.0) == pytest.approx(alpha, rel=5e-4)
@@ -121,7 +122,7 @@ def test_psd_rejects_bad_input():
 
 # ---- worked example and counts ---------------------------------------------------------------------
 def test_worked_example():
-    """Rain 50 mm/h, R = 20 m, ρ = 0.5, r_max = 200 m (PHYSICS.md §4.3)."""
+    """Rain 50 mm/h, R = 20 m, ρ = 0.5, r_max = 200 m (pylisa's defaults)."""
     m = _model(50.0)
     p0 = 0.5 * math.exp(-2 * m.alpha * 20.0) / 20.0**2
     snr = p0 / m.p_min
@@ -152,7 +153,7 @@ def test_counts_are_floor_plus_bernoulli():
 
 
 def test_unpruned_path_draws_n_tot_v_particles_per_beam(monkeypatch):
-    """Every particle of the §4.2 process is drawn on the reference path: per beam the number
+    """Every particle of the process is drawn on the reference path: per beam the number
     (counted before the r > r_min cut) averages N_tot·V."""
     m = _model(150.0)
     drawn = []
@@ -222,7 +223,7 @@ def test_pruned_equals_unpruned(model):
 
 
 def _naive(r_target, rho, model, n_beams, rng):
-    """§4.2 verbatim for n_beams identical beams (strongest mode): every particle drawn."""
+    """The paper's Monte Carlo verbatim for n_beams identical beams (strongest mode): every particle drawn."""
     expected = lisa.expected_counts(np.array([r_target]), model)[0]
     counts = lisa.draw_counts(np.full(n_beams, expected), rng)
     seg = np.repeat(np.arange(n_beams), counts)
@@ -295,8 +296,6 @@ def test_edge_ranges():
 def test_q32_matches_scipy_gammaincc():
     """Q(3/2, x) = erfc(√x) + 2√(x/π)·e^{−x} is the regularised upper incomplete gamma function: it agrees with
     scipy's general implementation wherever that is not underflowing, and has its limits at 0 and ∞."""
-    from scipy.special import gammaincc
-
     x = np.concatenate([[0.0, 1e-300, 1e-12, 0.5, 1.5, 700.0], 10 ** np.random.default_rng(0).uniform(-8, 3, 20000)])
     got, ref = lisa.q32(x), gammaincc(1.5, x)
     big = ref > 1e-290
@@ -311,8 +310,6 @@ def test_q32_matches_scipy_gammaincc():
 def test_q32_inverse_matches_scipy_and_round_trips(lo, hi):
     """The inverse returns y with Q(3/2, y) = q to ~1e-13 relative (as scipy's gammainccinv), from any upper
     bound of the root (the far end of the beam in the stage), on small, moderate and huge y (up to 692: Q ≈ 1e-300)."""
-    from scipy.special import gammaincc, gammainccinv
-
     rng = np.random.default_rng(int(10 * hi))
     y = 10 ** rng.uniform(lo, hi, 5000)
     q = gammaincc(1.5, y)
@@ -325,8 +322,6 @@ def test_q32_inverse_matches_scipy_and_round_trips(lo, hi):
 def test_q32_inverse_limits():
     """q = 0 → +∞ and q = 1 → 0 (scipy's convention, so the caller's clip to [lo, R] is unchanged); a root past the
     upper bound given by rounding is still found; q below Q's underflow is capped."""
-    from scipy.special import gammaincc
-
     assert lisa._q32_inverse(0.0, 5.0) == math.inf
     assert lisa._q32_inverse(1.0, 5.0) == 0.0
     assert lisa._q32_inverse(1.0 - 1e-15, 5.0) == pytest.approx((lisa._GAMMA_5_2 * 1e-15) ** (2 / 3), rel=1e-3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stages.frame import PointTag
-from stages.object.object_add_global import ObjectAddGlobalParams, object_add_global
+from stages.whole_shape.object_add_global import ObjectAddGlobalParams, object_add_global
 from tests.stages.objects import ADD_GLOBAL_K, make_object, rng_for, snapshot, unchanged
 
 

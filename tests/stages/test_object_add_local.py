@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stages.frame import PointTag
-from stages.object.object_add_local import ObjectAddLocalParams, object_add_local
+from stages.whole_shape.object_add_local import ObjectAddLocalParams, object_add_local
 from tests.stages.objects import LOCAL_K, make_object, rng_for, snapshot, unchanged
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
-from stages.object.object_drop_local import ObjectDropLocalParams, object_drop_local
+from stages.whole_shape.object_drop_local import ObjectDropLocalParams, object_drop_local
 from tests.stages.objects import LOCAL_K, make_object, rng_for, snapshot, unchanged
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stages.frame import PointTag
-from stages.object.object_jitter import ObjectJitterParams, object_jitter
+from stages.whole_shape.object_jitter import ObjectJitterParams, object_jitter
 from tests.stages.objects import JITTER_SIGMA, make_object, rng_for, snapshot, unchanged
 
 

@@ -1,4 +1,4 @@
-"""Ring recovery (PHYSICS.md §5): azimuth wrap, elevation rows, nearest HDL-64E laser, and the fallbacks."""
+"""Ring recovery (Robo3D's scripts): azimuth wrap, elevation rows, nearest HDL-64E laser, and the fallbacks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pipeline.sources.demo import generate_frame
 from stages.frame import Frame
 from stages.ring import (
     HDL64E_ELEVATIONS_DEG,
@@ -21,8 +22,6 @@ from stages.ring import (
 
 @pytest.fixture(scope="module")
 def demo() -> Frame:
-    from pipeline.sources.demo import generate_frame
-
     return generate_frame(0, azimuth_step_deg=0.36)
 
 

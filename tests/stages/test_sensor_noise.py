@@ -1,4 +1,4 @@
-"""sensor_noise (ModelNet40-E, PHYSICS.md §6): σ/μ formula, noise along the ray, outlier rate, normals."""
+"""sensor_noise (ModelNet40-E's released generator): σ/μ formula, noise along the ray, outlier rate, normals."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
+from pipeline.sources.demo_objects import class_mesh
+from pipeline.sources.mesh import sample_surface, unit_sphere
 from stages.frame import PointTag
-from stages.object.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
+from stages.whole_shape.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
 from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
 
 # paper Table 1 (×10³ and % converted), light / moderate / heavy
@@ -72,9 +74,6 @@ def _kdtree_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
 
 
 def _normal_cases() -> dict[str, np.ndarray]:
-    from pipeline.sources.demo_objects import class_mesh
-    from pipeline.sources.mesh import sample_surface, unit_sphere
-
     rng = np.random.default_rng(11)
     demo = {f"demo {c}": unit_sphere(sample_surface(class_mesh(c, 1000), 2048, np.random.default_rng(i)))
             for i, c in enumerate(("airplane", "chair", "lamp", "table"))}
@@ -176,8 +175,6 @@ def test_mean_sigma_grows_with_level():
 
 
 def test_closed_form_eigenvectors_match_eigh_including_degenerate_rows():
-    from stages.object.sensor_noise import smallest_eigenvectors
-
     rng = np.random.default_rng(5)
     a = rng.normal(size=(2000, 3, 3))
     cov = a @ a.transpose(0, 2, 1)

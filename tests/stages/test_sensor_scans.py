@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from manifests.recipe import load_recipe
+from pipeline.sources.synthetic import cast_scan, spinning_azimuths
 from stages.density.beam_missing import BeamMissingParams, beam_missing, draw_beams
 from stages.density.cross_sensor import cross_sensor, deleted_rings
 from stages.frame import Frame
@@ -23,8 +24,6 @@ NUSC = load_recipe("robo3d-nuscenes-c")
 
 def _hdl32_frame() -> Frame:
     """A ray-cast 32-beam scan in nuScenes firing order (every ring at each azimuth step)."""
-    from pipeline.sources.synthetic import cast_scan, spinning_azimuths
-
     scan = cast_scan(0, HDL32E.elevations, spinning_azimuths(0.5))
     hit = scan.hit.T
     xyz = np.transpose(scan.xyz(), (1, 0, 2))[hit]

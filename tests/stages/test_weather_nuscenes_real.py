@@ -11,12 +11,12 @@ import pytest
 
 from manifests.recipe import load_recipe
 from stages.frame import Frame, PointTag
+from stages.physics.ground import fit_ground_plane, ground_candidates
 from stages.sensor import HDL32E
-from stages.weather.ground import fit_ground_plane, ground_candidates
 from stages.weather.snow import C_TAU, snow
 from stages.weather.wet_ground import wet_ground
 from tests.stages.conftest import rng_for
-from tests.stages.test_wet_ground import _reference_rule
+from tests.stages.test_wet_ground import reference_rule
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real" / "nuscenes-lidar-top"
 SWEEPS = sorted(REAL.glob("*.pcd.bin")) if REAL.is_dir() else []
@@ -83,7 +83,7 @@ def test_wet_ground_on_the_hdl32e_sweep(sweep, severity):
     out = wet_ground(sweep, p, rng_for(severity))
     plane = fit_ground_plane(sweep.xyz, rng_for(severity), squared_loss=True)
     xyz = sweep.xyz.astype(np.float64)
-    ground, keep, new_i = _reference_rule(xyz, sweep.intensity.astype(np.float64), plane, p.water_height,
+    ground, keep, new_i = reference_rule(xyz, sweep.intensity.astype(np.float64), plane, p.water_height,
                                           p.noise_floor)
     assert ground.sum() >= 1000
     g_idx = np.flatnonzero(ground)

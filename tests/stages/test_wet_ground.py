@@ -1,4 +1,4 @@
-"""wet_ground: Hahner et al. wet-ground augmentation (PHYSICS.md §3), physical and paper modes."""
+"""wet_ground: Hahner et al. wet-ground augmentation (CVPR 2022), physical and paper modes."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import linregress
 
 from manifests.recipe import load_recipe
+from pipeline.sources.demo import generate_frame
+from pipeline.sources.kitti import camera_fov_mask
 from stages.frame import Frame, PointTag
-from stages.weather.ground import (
+from stages.geometry import IMAGE_SIZE
+from stages.physics.ground import (
     fit_ground_plane,
     fit_line,
     flat_ground_plane,
@@ -27,6 +31,7 @@ from stages.weather.wet_ground import (
     wet_ground,
 )
 from tests.stages.conftest import indexed, make_scene, rng_for
+from tests.stages.kitti_fov import demo_fov_scan
 
 ROBO3D = load_recipe("robo3d-kitti-c").corruption("wet_ground").params
 
@@ -40,7 +45,7 @@ def test_robo3d_recipe_values():
 
 # ---- optics ----------------------------------------------------------------------------------------
 def test_fresnel_reference_values():
-    # §3.4, ρ = 0.1: θ → (R_s, T_s, R_p, T_p); R air→water, T the total through the film
+    # water-film optics, ρ = 0.1: θ → (R_s, T_s, R_p, T_p); R air→water, T the total through the film
     table = {0: (0.0200, 0.0962, 0.0200, 0.0962), 60: (0.1137, 0.0794, 0.0044, 0.0992),
              85: (0.6722, 0.0115, 0.4930, 0.0270)}
     theta = np.radians(sorted(table))
@@ -142,12 +147,6 @@ def test_robo3d_recipe_runs_and_is_monotone(scene):
     assert 0 < dropped[0] < dropped[1] <= dropped[2]
 
 
-def test_determinism(scene):
-    p = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
-    a, b = wet_ground(scene, p, rng_for(5)), wet_ground(scene, p, rng_for(5))
-    assert np.array_equal(a.points, b.points) and np.array_equal(a.point_tag, b.point_tag)
-
-
 def test_scan_without_ground_is_unchanged(scene):
     no_ground = scene.take(scene.xyz[:, 2] > -1.0)
     for mode in ("physical", "paper"):
@@ -158,7 +157,7 @@ def test_scan_without_ground_is_unchanged(scene):
 
 def test_plane_fitted_from_few_candidates_and_gated_on_ground_points_after_the_fit():
     """The reference fits from more than 4 candidates and gates on ≥ 1,000 ground points after the fit
-    (PHYSICS.md §3.1); gating on candidates skipped every camera-FOV scan (issue 18)."""
+    (the released code); gating on candidates skipped every camera-FOV scan (issue 18)."""
     sparse = make_scene(0, n_ground=20_000)  # ≈ 720 candidates in the strip in front of the sensor
     n_cand = int(ground_candidates(sparse.xyz).sum())
     assert 4 < n_cand < 1000
@@ -229,7 +228,7 @@ def test_physical_mode_is_scale_free_paper_floor_is_not(scene):
     # byte_scale on a unit source is the same as feeding the byte source
     c = wet_ground(unit, WetGroundParams(water_height=1.2, noise_floor=0.2, byte_scale=True), rng_for(0))
     np.testing.assert_allclose(c.intensity, a.intensity, rtol=1e-6)
-    # paper's literal floor constant 5 depends on the scale (PHYSICS.md §3.6)
+    # paper's literal floor constant 5 depends on the intensity scale (0–255 in the released code)
     q = WetGroundParams(water_height=1.0, noise_floor=0.2, mode="paper")
     assert len(wet_ground(unit, q, rng_for(0))) != len(wet_ground(byte, q, rng_for(0)))
 
@@ -251,7 +250,7 @@ def test_rejects_bad_params(kw):
 
 # ---- parity with the released script on a camera-FOV scan (issue 18) --------------------------------
 def _fresnel_interface(cos_i: np.ndarray, n1: float, n2: float):
-    """(R_s, T_s, R_p, T_p) of one interface, written out from the textbook formulas (PHYSICS.md §3.4)."""
+    """(R_s, T_s, R_p, T_p) of one interface, written out from the textbook Fresnel formulas."""
     sin_t = n1 / n2 * np.sqrt(1 - cos_i**2)
     cos_t = np.sqrt(1 - sin_t**2)
     rs = (n1 * cos_i - n2 * cos_t) / (n1 * cos_i + n2 * cos_t)
@@ -262,12 +261,10 @@ def _fresnel_interface(cos_i: np.ndarray, n1: float, n2: float):
     return rs**2, ts**2 * k, rp**2, tp**2 * k, cos_t
 
 
-def _reference_rule(xyz, inten, plane, water_height, noise_floor):
-    """The released script's steps after the plane (PHYSICS.md §3.2–3.5, Robo3D KITTI-C: raw [0,1]
+def reference_rule(xyz, inten, plane, water_height, noise_floor):
+    """The released script's steps after the plane (power, noise level, film, dropping; Robo3D KITTI-C: raw [0,1]
     intensities, floor constant 5, linear estimation), as a plain NumPy/SciPy transcription of the
     spec: returns (ground mask, kept mask over the ground points, new intensities of the kept)."""
-    from scipy.stats import linregress
-
     ground = np.abs(xyz @ plane.w + plane.h) < 0.5
     p, i = xyz[ground], inten[ground]
     d = np.linalg.norm(p, axis=1)
@@ -298,8 +295,6 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
     """A demo scan cropped to the camera FOV (KITTI object layout) has fewer than 1,000 ground-plane
     candidates; the old candidate gate returned it unchanged at every severity. Now the plane is fitted,
     and given that plane the kept points and intensities follow the released script's rule exactly."""
-    from tests.stages.kitti_fov import demo_fov_scan
-
     frame = indexed(demo_fov_scan(1))
     n_cand = int(ground_candidates(frame.xyz).sum())
     assert 4 < n_cand < 1000
@@ -307,7 +302,7 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
     out = wet_ground(frame, p, rng_for(severity))
     plane = fit_ground_plane(frame.xyz, rng_for(severity), squared_loss=True)  # the stage's own draw
     xyz = frame.xyz.astype(np.float64)
-    ground, keep, new_i = _reference_rule(xyz, frame.intensity.astype(np.float64), plane, p.water_height,
+    ground, keep, new_i = reference_rule(xyz, frame.intensity.astype(np.float64), plane, p.water_height,
                                           p.noise_floor)
     assert ground.sum() >= 1000
     g_idx = np.flatnonzero(ground)
@@ -319,18 +314,12 @@ def test_camera_fov_scan_changes_at_every_severity_as_the_released_script(severi
 
 
 def test_camera_fov_scan_more_water_removes_more():
-    from tests.stages.kitti_fov import demo_fov_scan
-
     frame = demo_fov_scan(1)
     removed = [len(frame) - len(wet_ground(frame, p, rng_for(0))) for p in ROBO3D]
     assert 0 < removed[0] < removed[1] < removed[2]
 
 
 def test_camera_fov_mask_keeps_only_points_in_the_image():
-    from pipeline.sources.demo import generate_frame
-    from pipeline.sources.kitti import camera_fov_mask
-    from stages.geometry import IMAGE_SIZE
-
     frame = generate_frame(1)
     m = camera_fov_mask(frame)
     assert 0.05 < m.mean() < 0.3  # KITTI's image sees ≈ 90° of the 360° sweep

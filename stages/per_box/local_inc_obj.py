@@ -25,7 +25,7 @@ Decisions the paper leaves open:
 * c = 0 or k = 0 is identity.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers, in the box-normalised frame (`stages.box_unit`): only objects
+which produced the published numbers, in the box-normalised frame (`stages.kernels.box_unit`): only objects
 with more than k points; min(c, (N − 1) // k) operations, each with a centre drawn among the object's
 original points and its k nearest; a least-squares plane h = w0 + w1 u + w2 v on the axis of the
 neighbourhood's smallest extent (box frame) over the other two; **2k** new points with u, v ~
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import clamp_unit, from_unit, to_unit
-from stages.density.local_inc import _AXES
+from stages.density.local_inc import AXES
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule
+from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
 from stages.registry import stage
 
 
@@ -64,7 +64,7 @@ def local_inc_obj(frame: Frame, params: LocalIncObjParams, rng: np.random.Genera
         return frame
     if params.rule == "code":
         return _local_inc_obj_code(frame, params, rng)
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     new_xyz, parents = [], []
     for idx in frame.box_points:
@@ -120,7 +120,7 @@ def _local_inc_obj_code(frame: Frame, params: LocalIncObjParams, rng: np.random.
             nb = np.argpartition(d, k)[:k]  # its k nearest (the centre included)
             q = local[nb]
             h = int(np.argmin(q.max(axis=0) - q.min(axis=0)))
-            u, v, _ = _AXES[h]
+            u, v, _ = AXES[h]
             a = np.stack([np.ones(k), q[:, u], q[:, v]], axis=1)
             w, *_ = np.linalg.lstsq(a, q[:, h], rcond=None)
             m = INCREASE_RATE * k

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.object import unit_ball
 from stages.registry import stage
+from stages.whole_shape import unit_ball
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
+from stages.kernels.buckets import bounds, counting_sort
+from stages.kernels.neighbours import query_in_spatial_order
+
 B = 8  # columns per block side
 _MAX_BLOCKS = 4_000_000  # block-table cap: the cell grows for very wide scans
 _MAX_Z_CELLS = 4096  # height-cell cap: the cell height grows for very tall scans
@@ -46,7 +49,7 @@ class CellGrid:
     a column (counting sorts; O(N)); with ``value_col``, each stored point carries ``points[:, value_col]``."""
 
     def __init__(self, points: np.ndarray, cell: float = CELL, hz: float = HZ, value_col: int | None = None):
-        lo, hi = _bounds(points)  # any float dtype and strides: a Frame's float32 points are read in place
+        lo, hi = bounds(points)  # any float dtype and strides: a Frame's float32 points are read in place
         span = np.maximum(hi - lo, 1e-9)
         cell = max(cell, math.sqrt(float(span[0] * span[1]) / _MAX_BLOCKS) / B)
         hz = max(hz, float(span[2]) / (_MAX_Z_CELLS - 1))
@@ -61,39 +64,6 @@ class CellGrid:
     def args(self) -> tuple:
         return (self.block, self.cols, self.zs, self.order, self.pts, self.x0, self.y0, self.z0, self.cell, self.hz,
                 self.nx, self.ny)
-
-
-@numba.njit(cache=True)
-def _bounds(points):
-    """Minimum and maximum of x, y, z (zeros when empty); numpy's axis-0 reduction of an (N, 3) array is ≈ 10×
-    slower."""
-    lo = np.zeros(3)
-    hi = np.zeros(3)
-    if points.shape[0]:
-        for c in range(3):
-            lo[c] = points[0, c]
-            hi[c] = points[0, c]
-    for i in range(points.shape[0]):
-        for c in range(3):
-            lo[c] = min(lo[c], points[i, c])
-            hi[c] = max(hi[c], points[i, c])
-    return lo, hi
-
-
-@numba.njit(cache=True)
-def _counting_sort(key, n_keys, src):
-    """Stable: the entries of ``src`` ordered by ``key[src]``."""
-    cnt = np.zeros(n_keys + 1, np.int64)
-    for t in range(src.shape[0]):
-        cnt[key[src[t]] + 1] += 1
-    for c in range(n_keys):
-        cnt[c + 1] += cnt[c]
-    out = np.empty(src.shape[0], np.int64)
-    for t in range(src.shape[0]):
-        c = key[src[t]]
-        out[cnt[c]] = src[t]
-        cnt[c] += 1
-    return out
 
 
 @numba.njit(cache=True)
@@ -210,7 +180,7 @@ def _scan(qx, qy, qz, lim, block, cols, zs, px, py, pz, x0, y0, z0, icell, ihz, 
 
 
 @numba.njit(cache=True, inline="always")
-def _select(w, kk, buf_d, buf_j, bj, bd):
+def select_smallest(w, kk, buf_d, buf_j, bj, bd):
     """The kk smallest of buf_d[:w] (w ≥ kk) into bd, sorted; bj[r] = the storage position of the entry whose
     distance has rank r among them (bj has kk + 1 slots: entries beyond the kk-th land in the spare one). No
     data-dependent branch: the distances pass down a min/max chain, then each entry's rank is a count of
@@ -258,7 +228,7 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             b = block[(cx // B) * nby + cy // B]
             if b >= 0:
                 key[t] = b * (B * B) + (cx % B) * B + cy % B
-    seq = _counting_sort(key, n_slots + 1, np.arange(m))
+    seq = counting_sort(key, n_slots + 1, np.arange(m))[1]
     sq = np.empty((m, 3), np.float64)  # the queries in that order (one pass of scattered reads)
     for u in range(m):
         sq[u, 0] = q[seq[u], 0]
@@ -302,7 +272,7 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             lim = min(bound, _GROW * lim) if lim > 0 else bound  # (lim 0: k coincident points before)
         if cnt < kk:
             continue  # fewer than kk points within reach
-        if kk == 5:  # upsample's k: _select with the five in registers, written out here (≈ 2× faster than the
+        if kk == 5:  # upsample's k: select_smallest with the five in registers, written out here (≈ 2× faster than the
             # array chain; and numba's inlining of a function with array arguments adds eight atomic reference-count
             # operations per call, ≈ 6 % of the search)
             d0 = d1 = d2 = d3 = d4 = np.inf
@@ -330,7 +300,7 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             bd[3] = d3
             bd[4] = d4
         else:
-            _select(cnt, kk, buf_d, buf_j, bj, bd)
+            select_smallest(cnt, kk, buf_d, buf_j, bj, bd)
         # the next query's guess: a running mean of the k-th squared distances (half as many regrown guesses as
         # the last query's alone, at the same mean radius)
         prev_d = bd[kk - 1] if first else prev_d + _MEAN * (bd[kk - 1] - prev_d)
@@ -347,7 +317,7 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
             level += buf_d[w] <= edge
         if tie or level > kk:
             continue
-        # settled: bj holds the kk nearest, each once (with equal distances it would not: see _select)
+        # settled: bj holds the kk nearest, each once (with equal distances it would not: see select_smallest)
         for s in range(kk):
             prev[s] = bj[s]
         have_prev = True
@@ -362,7 +332,7 @@ def _knn_batch(q, k, want_idx, block, cols, zs, order, pts, x0, y0, z0, cell, hz
     return idx, means, exact
 
 
-def _search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | None, cache: dict | None = None):
+def search(points: np.ndarray, queries: np.ndarray, k: int, value_col: int | None, cache: dict | None = None):
     queries = np.asarray(queries, dtype=np.float64).reshape(-1, 3)  # any strides: read in place
     if k <= 0 or len(queries) == 0 or len(points) <= k + 1:
         return queries, None, None, np.zeros(len(queries), dtype=bool)
@@ -385,9 +355,7 @@ def knn_near(xyz: np.ndarray, queries: np.ndarray, k: int, tree: Callable[[], ob
     answer some queries: (near-)tied distances, neighbours beyond reach, at most k + 1 points). ``k`` ≤ n.
     Fast for queries near the data (each costs about the points of the cells within its k-th distance).
     ``cache``: a per-frame dict (`Frame.derived`) that keeps the grid for the next call on the same points."""
-    from stages.geometry import query_in_spatial_order
-
-    queries, idx, _, exact = _search(xyz, queries, k, None, cache)
+    queries, idx, _, exact = search(xyz, queries, k, None, cache)
     if idx is None:
         return query_in_spatial_order(tree(), queries, k)[1]
     if not exact.all():
@@ -399,9 +367,7 @@ def mean_of_nearest(points: np.ndarray, value_col: int, queries: np.ndarray, k: 
                     tree: Callable[[], object], cache: dict | None = None) -> np.ndarray:
     """``points[:, value_col].astype(np.float64)[nn].mean(axis=1)`` (the same bytes) with ``nn`` =
     ``knn_near(points, queries, k, tree, cache)``: the mean value of every query's k nearest points."""
-    from stages.geometry import query_in_spatial_order
-
-    queries, idx, means, exact = _search(points, queries, k, value_col, cache)
+    queries, idx, means, exact = search(points, queries, k, value_col, cache)
     if idx is None:
         return row_means(points[:, value_col], query_in_spatial_order(tree(), queries, k)[1])
     if not exact.all():

@@ -1,8 +1,8 @@
-"""Object-level corruptions and preprocessing for classification benchmarks (ModelNet-C, ModelNet40-E, 3DOS).
+"""Whole-shape corruptions and preprocessing of single-object clouds (ModelNet-C, ModelNet40-E, 3DOS).
 
 Shapes are small clouds (1,024–2,048 points) centred in the unit sphere, fields ``x, y, z``; a
 stage keeps the frame's ``attrs`` (class, split, …) untouched. ModelNet-C stages reproduce the
-authors' released generator (generators.md §1.2) by default; where the paper's text differs the
+authors' released generator by default; where the paper's text differs the
 difference is a parameter (e.g. ``max_clusters`` 7 vs 8) so that the text is a named variant.
 """
 

@@ -1,7 +1,8 @@
 """Per-laser calibration of one Velodyne HDL-64E S3 (the sensor of Seeing Through Fog / DENSE), as data.
 
-What it is for: the snow model's HDL-64 focal intensity compensation (PHYSICS.md §2.3, §2.6). Each laser
-has a focal distance F (m) and a focal slope s; the received intensity is corrected by
+What it is for: the snow model's HDL-64 focal intensity compensation (Hahner et al. CVPR 2022;
+stages/weather/README.md). Each laser has a focal distance F (m) and a focal slope s; the received
+intensity is corrected by
 ``s·|f − (1 − R/120)²|`` with ``f = (1 − 100·F/13100)²`` (Velodyne's HDL-64E S3 manual). ``max_intensity``
 is the intensity cap of the snow model's channel (230 for lasers 53, 55, 56 and 58, 255 otherwise).
 
@@ -18,7 +19,7 @@ than facts can be covered.
 Row k of ``LASERS`` is laser_id k (the file lists lasers in laser_id order, which is NOT elevation order:
 laser 0 points at −7.25°, laser 38 is the lowest at −24.82°, laser 29 the highest at +1.87°). Robo3D looks
 the table up by its elevation-row index (row 0 = +3°, row 63 = −25°), i.e. effectively at random per row;
-the snow stage's paper mode reproduces that, its physical mode uses the laser's own id (§2.6).
+the snow stage's paper mode reproduces that, its physical mode uses the laser's own id.
 """
 
 from __future__ import annotations

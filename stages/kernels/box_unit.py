@@ -3,7 +3,7 @@
 An object's points are shifted by the box centre, divided by max(l, w, h)/2 and rotated by −heading, so
 the box's longest side spans [−1, 1]. Every constant of the released object corruptions is in these
 units: a value c means c · max(l, w, h)/2 metres (Appendix C-B states metres). Two clamps follow the
-corruptions (../shared/spec/generators.md §5.1):
+corruptions in Li et al.'s released code:
 
 * `clamp_unit` ("normalize", after noise, upsampling and local increase): if any coordinate of the
   object's points exceeds 1 in magnitude, all of them are divided by the largest magnitude;

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.object import normalize_unit_sphere
 from stages.registry import stage
+from stages.whole_shape import normalize_unit_sphere
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""LISA core (Kilic et al. 2021), implemented from PHYSICS.md §4: Mie extinction, size distributions,
+"""LISA core (Kilic et al. 2021), from the paper and its released pylisa code: Mie extinction, size distributions,
 the per-return Monte Carlo and the constants of the two modes. The stages are ``rain_lisa.py`` and
 ``snow_lisa.py``; this module has no stage of its own.
 
-Extinction (§4.1)
+Extinction
 -----------------
     α = (π/4)·1e-6 ∫ D²·Q_ext(D)·N(D) dD   [m⁻¹]   (D in mm, N in m⁻³mm⁻¹), β the same with Q_back
 
@@ -25,11 +25,11 @@ Q_ext on the grid — exact, fast: the 2000-point grid reaches x ≈ 35,000 (35,
   ≤ 1e-10 relative for water and ice (checked in tests/stages/test_lisa.py on sampled diameters up to
   D = 10 mm) and takes ≈0.7 s per (m, λ) instead of ≈45 s.
 
-Size distributions (§4.1): rain Marshall–Palmer N = 8000·e^{−ΛD}, Λ = 4.1·R^{−0.21}; snow Marshall–Gunn
+Size distributions: rain Marshall–Palmer N = 8000·e^{−ΛD}, Λ = 4.1·R^{−0.21}; snow Marshall–Gunn
 (water-equivalent rate) N₀ = 7600·R^{−0.87}, Λ = 2.55·R^{−0.48}. Particles above D_st:
 N_tot = N₀·e^{−Λ·D_st}/Λ.
 
-Monte Carlo per return (§4.2), for every point with R = |p| > 0:
+Monte Carlo per return, for every point with R = |p| > 0:
 - beam diameter D_b(r) = r·tan θ (θ full divergence angle), cone volume V = (π/3)·R·(D_b(R)/2)²,
   particle count floor(N_tot·V) + Bernoulli(frac) (R ≤ r_min: none); ranges r = R·u^{1/3} kept if
   r > r_min; diameters D = D_st + Exp(mean 1/Λ);
@@ -37,9 +37,9 @@ Monte Carlo per return (§4.2), for every point with R = |p| > 0:
   P_0 = ρ·e^{−2αR}/R²; P_min = 0.9/r_max²;
 - "strongest": scattered iff max P_j > P_0 and max P_j ≥ P_min (range r*, intensity
   ρ_p·e^{−2αr*}·min((D*/D_b)², 1)); else kept iff P_0 ≥ P_min (range R + N(0, σ²),
-  σ = ΔR/√(2·P_0/P_min), intensity ρ·e^{−2αR}); else lost. (§4.2's "lost iff P_0 < P_min and
+  σ = ΔR/√(2·P_0/P_min), intensity ρ·e^{−2αR}); else lost. (The paper's "lost iff P_0 < P_min and
   max P_j < P_min, else scattered iff max P_j > P_0" is exactly this.)
-- "last": kept iff P_0 ≥ P_min; else the farthest particle with P_j ≥ P_min; else lost. (§4.2 writes
+- "last": kept iff P_0 ≥ P_min; else the farthest particle with P_j ≥ P_min; else lost. (The paper writes
   "P_0 > P_min" here and "P_0 < P_min ⇒ lost" in strongest mode; the two differ only on the null
   set P = P_min — both modes here use detectable ⇔ P ≥ P_min.)
 The direction is preserved.
@@ -57,11 +57,11 @@ probability p = (3/R³)·∫_{r_min}^{R} r²·q(r) dr, q(r) = exp(−Λ·max(k·
 
 candidates, each with range from the density ∝ r²·q(r) on (r_min, R] (a cone part on (r_min, r₀],
 r₀ = √(D_st/k), and a truncated Γ(3/2) in y = Λk·r² beyond, by inverse CDF) and, by the memoryless
-exponential, D = max(D_st, k·r²) + Exp(mean 1/Λ). This is the §4.2 particle process restricted to S
+exponential, D = max(D_st, k·r²) + Exp(mean 1/Λ). This is the particle process restricted to S
 — the same joint law, not an approximation — and the other n − m particles provably have P_j < t.
 `simulate(..., unpruned_rng=g)` also draws those n − m particles (from g, conditioned outside S) and
 evaluates every particle; tests check its output is identical to the pruned one, and that both match a
-direct §4.2 simulation in distribution. Candidates are processed in chunks of ≤ 2M (memory bound).
+direct simulation in distribution. Candidates are processed in chunks of ≤ 2M (memory bound).
 
 RNG use, in this order: the Bernoulli uniforms (one per beam with R > r_min), the binomial thinning,
 per chunk one uniform and one exponential per candidate, then one normal per kept point.
@@ -69,6 +69,7 @@ per chunk one uniform and one exponential per candidate, then one normal per kep
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, replace
 from functools import cache
@@ -77,7 +78,9 @@ from typing import ClassVar
 import numba
 import numpy as np
 
-# ---- constants (PHYSICS.md §4.1, §4.3) --------------------------------------------------------------
+from stages.frame import PointTag
+
+# ---- constants (Kilic et al. 2021, pylisa) -------------------------------------------------------------
 WATER_INDEX = 1.328
 ICE_INDEX = 1.3031
 LI_SNOW_INDEX = 130.31  # Li et al.'s deliberate ×100 (ρ_p = 0.9698)
@@ -222,7 +225,7 @@ def mie_series(m: float, x: np.ndarray, back: bool = False) -> tuple[np.ndarray,
 
 
 def _efficiencies_on_grid(m: float, wavelength_nm: float, back: bool) -> tuple[np.ndarray, np.ndarray]:
-    import miepython
+    import miepython  # lazy: slow to import, and needed only once per (index, wavelength): the tables are cached
 
     lam_mm = wavelength_nm * 1e-6
     x = np.pi * D_GRID_MM / lam_mm
@@ -314,7 +317,7 @@ def expected_counts(ranges: np.ndarray, model: LisaModel) -> np.ndarray:
 
 
 def draw_counts(expected: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """floor(N) + Bernoulli(frac N) per beam (§4.2: not Poisson)."""
+    """floor(N) + Bernoulli(frac N) per beam (as pylisa: not Poisson)."""
     base = np.floor(expected)
     return (base + (rng.random(len(expected)) < expected - base)).astype(np.int64)
 
@@ -469,7 +472,7 @@ def _sample_candidates(seg, ranges, k, w1, w2, r0, lo2, q_lo, q_hi, model, rng):
 
 
 def _sample_complement(seg, ranges, k, model, rng):
-    """Particles of the full §4.2 law conditioned outside S (test path), by rejection."""
+    """Particles of the full law conditioned outside S (test path), by rejection."""
     r = np.empty(len(seg))
     d = np.empty(len(seg))
     todo = np.arange(len(seg))
@@ -721,8 +724,6 @@ def apply_to_frame(
     points are dropped, or with ``keep_lost_rows`` become x = y = z = intensity = 0 rows tagged
     ATTENUATED (their extra columns, e.g. ring, and other labels are kept).
     """
-    from stages.frame import PointTag
-
     if len(frame) == 0:
         return frame
     scale = frame.intensity_max
@@ -770,8 +771,6 @@ def validate_common(name: str, p) -> None:
 
 def resolve(p, defaults: dict[str, dict[str, object]]) -> dict[str, object]:
     """Every field of params ``p`` with None replaced by the default of ``p.mode``."""
-    import dataclasses
-
     out: dict[str, object] = {}
     for f in dataclasses.fields(p):
         v = getattr(p, f.name)

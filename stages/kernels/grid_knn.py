@@ -1,7 +1,7 @@
 """Exact k-nearest-neighbour searches on uniform grids, compiled with numba (cached on disk).
 
 Two searches share the bucketing (counting sort by cell) and the rule of the sorted best-k list (`_offer`):
-an x–y grid for the sequential deletions of LiDAR scans (`Grid`, `_knn`, below) and a 3D grid for the
+an x–y grid for the sequential deletions of LiDAR scans (`Grid`, `nearest_in_grid`, below) and a 3D grid for the
 k nearest of every point of an object shape (`knn_all`: ModelNet40-E normals; at the end of the file).
 
 The x–y search serves the one-after-another neighbourhood deletions of cutout / local_dec: the k nearest
@@ -21,6 +21,8 @@ import math
 import numba
 import numpy as np
 
+from stages.kernels.buckets import bounds, counting_sort
+
 _MAX_CELLS = 4_000_000  # grid size cap: the cell size grows for very wide scans
 
 
@@ -28,10 +30,8 @@ class Grid:
     """Points bucketed by x–y cell of side ``cell`` metres (counting sort; O(N))."""
 
     def __init__(self, xyz: np.ndarray, cell: float):
-        from stages.column_knn import _bounds
-
         xyz = np.ascontiguousarray(xyz, dtype=np.float64)
-        lo, hi = _bounds(xyz)  # (numpy's axis-0 min/max of the (N, 2) columns took ≈ 5 ms of the ≈ 8 ms build)
+        lo, hi = bounds(xyz)  # (numpy's axis-0 min/max of the (N, 2) columns took ≈ 5 ms of the ≈ 8 ms build)
         lo, hi = lo[:2], hi[:2]
         span = np.maximum(hi - lo, 1e-9)
         cell = max(cell, math.sqrt(float(span[0] * span[1]) / _MAX_CELLS))
@@ -56,22 +56,6 @@ def _cells(xyz, x0, y0, cell, nx, ny):
 
 
 @numba.njit(cache=True)
-def _counting_sort(cid, n_cells):
-    """(start, order): order lists point indices cell by cell, ascending within a cell."""
-    start = np.zeros(n_cells + 1, np.int64)
-    for i in range(cid.shape[0]):
-        start[cid[i] + 1] += 1
-    for c in range(n_cells):
-        start[c + 1] += start[c]
-    fill = start[:-1].copy()
-    order = np.empty(cid.shape[0], np.int64)
-    for i in range(cid.shape[0]):
-        order[fill[cid[i]]] = i
-        fill[cid[i]] += 1
-    return start, order
-
-
-@numba.njit(cache=True)
 def _bucket(xyz, x0, y0, cell, nx, ny):
     """Points by x–y cell: (start, order, pts)."""
     return _bucket_ids(xyz, _cells(xyz, x0, y0, cell, nx, ny), nx * ny)
@@ -80,7 +64,7 @@ def _bucket(xyz, x0, y0, cell, nx, ny):
 @numba.njit(cache=True)
 def _bucket_ids(xyz, cid, n_cells):
     """Points cell by cell: (start, order, pts) with pts[j] = xyz[order[j]]."""
-    start, order = _counting_sort(cid, n_cells)
+    start, order = counting_sort(cid, n_cells, np.arange(cid.shape[0]))
     n = xyz.shape[0]
     pts = np.empty((n, 3), np.float64)
     for j in range(n):
@@ -94,7 +78,7 @@ def _bucket_ids(xyz, cid, n_cells):
 @numba.njit(cache=True, inline="always")
 def _offer(bi, bd, cnt, k, i, d):
     """Offer point i at squared distance d to the best list (bi, bd) of cnt ≤ k entries sorted by (d², index);
-    returns the new count. For the 3D search, which offers only the candidates within its bound; `_knn`
+    returns the new count. For the 3D search, which offers only the candidates within its bound; `nearest_in_grid`
     writes it out (see there)."""
     if cnt == k:
         if d > bd[k - 1] or (d == bd[k - 1] and i > bi[k - 1]):
@@ -113,7 +97,7 @@ def _offer(bi, bd, cnt, k, i, d):
 
 
 @numba.njit(cache=True)
-def _knn(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, ny, bi, bd):
+def nearest_in_grid(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, ny, bi, bd):
     """The k nearest (alive) points to q, into bi / bd (indices, squared distances) sorted by (d², index);
     returns how many were found (< k only when fewer points are alive)."""
     fx = (qx - x0) / cell
@@ -164,7 +148,7 @@ def _knn(qx, qy, qz, k, alive, use_alive, start, order, pts, x0, y0, cell, nx, n
 
 
 @numba.njit(cache=True)
-def _sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop, present, rebuild_at,
+def sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop, present, rebuild_at,
                     start, order, pts, x0, y0, cell, nx, ny):
     bi = np.empty(k, np.int64)
     bd = np.empty(k, np.float64)
@@ -173,8 +157,8 @@ def _sequential_ops(xyz, cand, keep, subsets, use_subsets, op, n_ops, k, n_drop,
         if not keep[c]:
             continue
         want = min(k, present)
-        got = _knn(xyz[c, 0], xyz[c, 1], xyz[c, 2], want, keep, True, start, order, pts, x0, y0, cell, nx, ny,
-                   bi, bd)
+        got = nearest_in_grid(xyz[c, 0], xyz[c, 1], xyz[c, 2], want, keep, True, start, order, pts, x0, y0, cell,
+                              nx, ny, bi, bd)
         if use_subsets and want == k:
             for s in range(n_drop):
                 keep[bi[subsets[op, s]]] = False

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import delete_sequentially
 from stages.frame import Frame
 from stages.geometry import check_rule
+from stages.kernels.box_unit import delete_sequentially
 from stages.registry import stage
 
 
@@ -53,7 +53,7 @@ def cutout_obj(frame: Frame, params: CutoutObjParams, rng: np.random.Generator) 
         return frame
     if params.rule == "code":
         return delete_in_objects(frame, params.centers, params.k, params.k, params.centers * params.k, rng)
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     erased = []
     for idx in frame.box_points:

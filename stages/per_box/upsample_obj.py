@@ -17,7 +17,7 @@ Decisions the paper leaves open:
 * d = inf is identity; o = 0 still adds exact duplicates of the parents.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers: it works in the box-normalised frame (`stages.box_unit`), so
+which produced the published numbers: it works in the box-normalised frame (`stages.kernels.box_unit`), so
 the constant is in units of max(l, w, h)/2 (a car of length 3.9 m: × 1.95 m), and afterwards, if any
 coordinate of the object's points exceeds the ±1 cube, all of the object's points are shrunk by one
 common factor towards the box centre (the released `normalize`). Under it a new point's intensity and other
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.box_unit import clamp_unit, from_unit, to_unit
 from stages.frame import Frame, PointTag
 from stages.geometry import check_rule
+from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
 from stages.registry import stage
 
 
@@ -75,7 +75,7 @@ def upsample_obj(frame: Frame, params: UpsampleObjParams, rng: np.random.Generat
 
 
 def _upsample_code(frame: Frame, d: float, o: float, rng: np.random.Generator) -> Frame:
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
     boxes = frame.boxes
     if boxes is None:

@@ -41,6 +41,7 @@ import numpy as np
 
 from stages.frame import Frame
 from stages.geometry import check_rule, refresh_camera_fields
+from stages.per_box.shear import squeeze_into_boxes
 from stages.registry import stage
 
 FACE_SAMPLES = 9  # grid size per box face used to find the extent of the deformed box
@@ -122,8 +123,6 @@ def ffd(frame: Frame, params: FFDParams, rng: np.random.Generator) -> Frame:
 
 
 def _ffd_code(frame: Frame, r: float, n_ctrl: int, rng: np.random.Generator) -> Frame:
-    from stages.transform.shear import squeeze_into_boxes
-
     boxes = frame.boxes
     points = frame.points.copy()
     for j in np.flatnonzero(boxes.valid):

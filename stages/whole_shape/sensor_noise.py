@@ -1,4 +1,4 @@
-"""LiDAR-like range- and angle-dependent noise with per-point σ/μ labels (ModelNet40-E, PHYSICS.md §6).
+"""LiDAR-like range- and angle-dependent noise with per-point σ/μ labels (ModelNet40-E, released dataset_generator.py).
 
 Models how a real scanner would have measured the shape. Per shape: a sensor on a sphere of radius
 2 (azimuth ~ U(0, 2π), elevation ~ U(−45°, 45°)) and parameters a, b, c, k, q ~ U over the level's
@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from stages.frame import Frame, PointTag
+from stages.kernels.grid_knn import knn_all
 from stages.registry import stage
 
 MAX_NEIGHBORS = 128  # one pairwise-summation block of NumPy: the covariance sums copy its order exactly
@@ -49,12 +50,10 @@ def pca_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
 
     The same bytes as querying scipy's ``cKDTree(xyz, balanced_tree=False, compact_nodes=False)`` for the
     k nearest and summing the centred products with NumPy (what this function did up to stage version 2),
-    ≈ 2–3× faster: the k + 1 nearest of every point come from an exact grid search (`stages.grid_knn.knn_all`,
+    ≈ 2–3× faster: the k + 1 nearest of every point come from an exact grid search (`stages.kernels.grid_knn.knn_all`,
     sorted by distance); a row whose k + 1 distances hold a tie or near-tie (where the KD-tree's own order,
     or its rounding, decides) is answered by the KD-tree itself; the covariances are summed in numba in
     NumPy's order (`_neighbourhood_covariances`); the eigenvectors are NumPy's closed form."""
-    from stages.grid_knn import knn_all
-
     if not 1 <= neighbors <= MAX_NEIGHBORS:
         raise ValueError(f"sensor_noise: neighbors must be 1…{MAX_NEIGHBORS}, got {neighbors}")
     xyz = np.ascontiguousarray(xyz, dtype=np.float64)
@@ -65,7 +64,7 @@ def pca_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
     idx, d2 = knn_all(xyz, k + 1)
     tied = _near_ties(d2, 1e-12 * float(np.abs(xyz).max()) ** 2)
     if tied.any():
-        from scipy.spatial import cKDTree
+        from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
 
         tree = cKDTree(xyz, balanced_tree=False, compact_nodes=False)
         idx[tied, :k] = np.asarray(tree.query(xyz[tied], k=k)[1]).reshape(-1, k)

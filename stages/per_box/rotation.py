@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame
-from stages.geometry import refresh_camera_fields, wrap_angle
+from stages.geometry import refresh_camera_fields
+from stages.kernels.spherical import wrap_angle
 from stages.registry import stage
 
 

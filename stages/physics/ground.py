@@ -1,9 +1,10 @@
-"""Ground plane and noise-floor helpers shared by the wet-ground and snowfall stages (PHYSICS.md §2.4, §3.1–3.3).
+"""Ground plane and noise-floor helpers shared by the wet-ground and snowfall stages (Hahner et al., CVPR 2022:
+RANSAC ground plane, laser power and the noise-level estimator of the released snowfall / wet-ground code).
 
 - `fit_ground_plane`: RANSAC fit of z = a·x + b·y + h on the candidate strip in front of the sensor,
   vectorised (trials evaluated in batches), deterministic from the caller's generator. Like the released
   scripts it fits whenever the strip holds more than 4 candidates (``MIN_CANDIDATES``); how many *ground*
-  points the plane then has is the caller's gate (``MIN_GROUND_POINTS``, PHYSICS.md §3.1 step 4).
+  points the plane then has is the caller's gate (``MIN_GROUND_POINTS``, as in the released code).
 - `GroundPlane`: w = (a, b, −1)/‖(a, b, −1)‖ (unit normal pointing down) and the raw intercept h, as the
   reference uses them: ``w·p + h`` is ≈ 0 on the ground, ``w·p/|p|`` is the cosine of the incidence angle.
 - `fit_line`, `noise_level_line`, `fit_floor_quadratic`: the laser-power and noise-level fits.
@@ -49,7 +50,7 @@ def flat_ground_plane(sensor_height: float) -> GroundPlane:
 
 
 def ground_candidates(xyz: np.ndarray) -> np.ndarray:
-    """Candidate strip of §3.1: −1.86 − 0.01x < z < −1.55, 10 < x < 70, |y| < 3."""
+    """Candidate strip of the released ground fit: −1.86 − 0.01x < z < −1.55, 10 < x < 70, |y| < 3."""
     x, y, z = (np.asarray(xyz[:, k], dtype=np.float64) for k in range(3))
     return (z > -1.86 - 0.01 * x) & (z < -1.55) & (x > 10.0) & (x < 70.0) & (np.abs(y) < 3.0)
 
@@ -128,7 +129,7 @@ def fit_ground_plane(
     max_trials: int = 1000,
     squared_loss: bool = False,
 ) -> GroundPlane | None:
-    """RANSAC ground plane from the §3.1 candidate strip; None if fewer than ``min_candidates`` candidates
+    """RANSAC ground plane from the candidate strip; None if fewer than ``min_candidates`` candidates
     (or no consensus set). The caller decides the fallback (unchanged scan, or `flat_ground_plane`) and
     applies the ≥ 1,000 ground-point gate to the fitted plane's band. ``squared_loss``: see `ransac_plane`."""
     cand = ground_candidates(xyz)
@@ -162,7 +163,7 @@ def noise_level_line(
     method: str,
     fallback: tuple[float, float],
 ) -> tuple[float, float]:
-    """Straight line over range of the per-range-bin noise level of normalised intensities (§3.3).
+    """Straight line over range of the per-range-bin noise level of normalised intensities.
 
     Range bins: 50 over 10–70 m. ``method``:
     - "rarest" (reference): 2-D histogram with 2555 levels over [floor_const, max n]; empty cells count as
@@ -170,7 +171,7 @@ def noise_level_line(
       i.e. one of the two rarest cells, not the lowest;
     - "lowest" (deterministic, physical): per range bin, the smallest n above ``floor_const``.
     Levels ≤ floor_const are dropped; with 3 or fewer bins left (or no n above the floor) the
-    ``fallback`` line (the laser-power fit, §3.2) is returned.
+    ``fallback`` line (the laser-power fit) is returned.
     """
     lo, hi, nb = RANGE_BINS
     d = np.asarray(d, dtype=np.float64)
@@ -203,7 +204,7 @@ def noise_level_line(
 
 
 def fit_floor_quadratic(r_ground: np.ndarray, threshold_ground: np.ndarray) -> np.ndarray:
-    """Quadratic in range through (|p|, T_g) of the ground points (snow §2.4 step 4); np.polyval coefficients."""
+    """Quadratic in range through (|p|, T_g) of the ground points (snow noise floor); np.polyval coefficients."""
     r_ground = np.asarray(r_ground, dtype=np.float64)
     if len(r_ground) < 3:
         return np.array([0.0, 0.0, float(np.mean(threshold_ground)) if len(r_ground) else 0.0])

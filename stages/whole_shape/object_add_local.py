@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.frame import Frame, PointTag
-from stages.object import cluster_sizes
 from stages.registry import stage
+from stages.whole_shape import cluster_sizes
 
 OUTSIDE = ("invert", "keep")
 
