@@ -14,6 +14,7 @@ import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -74,9 +75,8 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    import stages
-
-    for mod in pkgutil.walk_packages(stages.__path__, prefix="stages."):
+    # every module below this package's folder, under the package's own name (wherever it is installed)
+    for mod in pkgutil.walk_packages([str(Path(__file__).parent)], prefix=f"{__package__}."):
         importlib.import_module(mod.name)
     _discovered = True
 
