@@ -35,7 +35,6 @@ an error, other files a warning); and that the manifest's counts agree with its 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +46,7 @@ import pyarrow.parquet as pq
 
 from manifests import names
 from pipeline.errors import BenchBuildError
+from pipeline.storage.files import sha256_file
 
 MANIFEST_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
@@ -252,15 +252,6 @@ def check_counts(manifest: dict[str, Any]) -> list[str]:
             problems.append(f"partition {key} holds {got['examples']} examples, the manifest says "
                             f"{manifest['frames']} frames")
     return problems
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, streamed in 8 MiB chunks (the checksum every manifest entry records)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -81,3 +82,11 @@ def atomic_write_with(path: Path, write) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
 
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, streamed in 8 MiB chunks (the checksum every manifest entry records)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()

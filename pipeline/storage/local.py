@@ -12,10 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import sha256_file
 from pipeline.storage.base import ObjectInfo, Progress, StagedFile, Store, StoreSpec, check_key, overlap_uploads
 from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
-from pipeline.storage.files import HASH_CHUNK, atomic_write_text, fsync_replace, fsync_replace_named, mkstemp_in
+from pipeline.storage.files import (
+    HASH_CHUNK,
+    atomic_write_text,
+    fsync_replace,
+    fsync_replace_named,
+    mkstemp_in,
+    sha256_file,
+)
 from pipeline.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
 from pipeline.storage.uploads import BackgroundUploads
 

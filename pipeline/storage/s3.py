@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import sha256_file
 from pipeline.storage.base import (
     MULTIPART_CHUNK,
     MULTIPART_THRESHOLD,
@@ -32,7 +31,7 @@ from pipeline.storage.base import (
     upload_checksum_mode,
 )
 from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
-from pipeline.storage.files import HASH_CHUNK, fsync_replace, mkstemp_in
+from pipeline.storage.files import HASH_CHUNK, fsync_replace, mkstemp_in, sha256_file
 from pipeline.storage.owners import LEASE_NAME, LEASE_TTL, describe_holder, owner_dead, owner_info, remove_dead_temps
 from pipeline.storage.s3_client import AUTH_CODES, DIGEST_CODES, denied_message, endpoint_from_env, s3_client
 from pipeline.storage.secrets import redact
