@@ -48,7 +48,6 @@ from pipeline.schema import (
     decode_points,
     file_metadata,
 )
-from pipeline.sources.kitti import write_frame
 from pipeline.storage import (
     LocalStore,
     open_store,
@@ -319,19 +318,3 @@ def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: 
     fast paths only: a changed byte then decodes silently); a mismatch raises `IntegrityError` naming the file.
     Rejected S3 credentials raise `pipeline.storage.StorageError` with one line saying so."""
     return Version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)
-
-
-def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity: int,
-                 frames: Iterable[str] | None = None) -> int:
-    """Write one partition of a built version in KITTI layout (velodyne .bin, label_2, calib).
-
-    Labels come from the example's boxes, so for object-level corruptions that move, rotate,
-    scale or deform objects the exported ``label_2`` describes the corrupted scene. Returns the
-    number of frames written to ``out/training``.
-    """
-
-    n = 0
-    for ex in open_version(root).examples(corruption, severity, frames):
-        write_frame(Path(out), ex.to_frame())
-        n += 1
-    return n

@@ -73,8 +73,9 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
 
     import pyarrow.parquet as pq
 
+    from pipeline.export.kitti_files import export_kitti
     from pipeline.loaders import PointCloudIterableDataset
-    from pipeline.reader import export_kitti, open_version
+    from pipeline.reader import open_version
 
     full, comp = open_version(mini_build), open_version(compact_build)
     assert comp.manifest["encoding"] == "compact" and full.manifest["encoding"] == "full"

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.reader import export_kitti, open_version
+from pipeline.export.kitti_files import export_kitti
+from pipeline.reader import open_version
 from pipeline.sources.kitti import KittiSource
 
 runner = CliRunner()
