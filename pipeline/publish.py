@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,9 @@ from pipeline.storage import (
 
 LATEST = "latest"
 PUBLISHING = "_publishing"  # <dataset>/_publishing/<version>/_lease.json: the publish lease, outside the version
+# <dataset>/_published/<version>.json: when the version was committed. Outside the version because the version's
+# manifest is the build's, byte for byte (its ``created`` is the build time), and its prefix holds only listed files.
+PUBLISHED = "_published"
 CARD = "README.md"
 DEFAULT_JOBS = 8
 STAGING = "_pull"  # <version dir>/_pull/<path>.partial: a pull's verified downloads, until the whole pull verified
@@ -209,13 +213,17 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
             existing = dest.get(MANIFEST_NAME)  # under the lease: nothing can commit meanwhile
             if existing is not None:
                 same = existing[0] == raw
-                if same and update_latest:  # a publish killed after its commit: finish moving the pointer
-                    _advance_latest(root, version, manifest_sha)
+                if same:  # a publish killed after its commit: finish recording it and moving the pointer
+                    _record_published(root, version, manifest_sha, if_absent=True)
+                    if update_latest:
+                        _advance_latest(root, version, manifest_sha)
                 raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: "
                                     "published versions are immutable; bump the recipe's version to publish a new "
                                     "one")
             _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
                                elsewhere=_published_files(root, version))
+            if not report.problems:
+                _record_published(root, version, manifest_sha)
     except VersionLocked as e:
         raise PublishConflict(f"a concurrent publish of {dest.url} holds its lease: {e}; if it is dead, "
                               "wait for the lease to expire (2 min) or re-run with --takeover") from None
@@ -226,6 +234,33 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         report.latest = _advance_latest(root, version, manifest_sha)
     report.seconds = time.time() - t0
     return report
+
+
+def _record_published(root: Store, version: str, manifest_sha: str, *, if_absent: bool = False) -> None:
+    """Write ``_published/<version>.json`` (UTC publish time, the committed manifest's sha256) for `list_versions`.
+    ``if_absent``: keep an existing record (a re-run after a kill between commit and record fills the gap only)."""
+    body = json.dumps({"version": version, "manifest_sha256": manifest_sha,
+                       "published": datetime.now(UTC).isoformat(timespec="seconds")}, sort_keys=True).encode()
+    try:
+        root.child(PUBLISHED).put_bytes(f"{version}.json", body, if_absent=if_absent)
+    except PreconditionFailed:
+        pass
+
+
+def _published_time(root: Store, version: str, manifest_raw: bytes) -> str | None:
+    """The publish time `_record_published` wrote for this manifest; None for versions published before it was
+    recorded (or a record that belongs to other content)."""
+    got = root.child(PUBLISHED).get(f"{version}.json")
+    if got is None:
+        return None
+    try:
+        rec = json.loads(got[0])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or rec.get("manifest_sha256") != hashlib.sha256(manifest_raw).hexdigest():
+        return None
+    t = rec.get("published")
+    return t if isinstance(t, str) else None
 
 
 def refuse_symlinks(version_dir: Path) -> None:
@@ -427,7 +462,9 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
         except ManifestError as e:
             unsafe.append({"version": name, "reason": str(e)})
             continue
-        versions.append({"version": name, "created": m.get("created"), "fingerprint": m.get("fingerprint"),
+        # "created" is the build time (the manifest's); "published" the commit time, None for old publishes
+        versions.append({"version": name, "created": m.get("created"), "published": _published_time(root, name, got[0]),
+                         "fingerprint": m.get("fingerprint"),
                          "files": len(m.get("shards", [])), "bytes": m.get("counts", {}).get("bytes"),
                          "examples_stored": m.get("counts", {}).get("examples_stored"), "latest": name == latest})
     versions.sort(key=lambda v: version_key(v["version"]))
