@@ -20,10 +20,12 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,13 +131,14 @@ def test_toml_and_jsonl_blocks_parse():
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+def workdir(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
     """The scratch directory every shell and Python block runs in; the demo data cache and HF's cache in it."""
     wd = tmp_path_factory.mktemp("doc-test")
     env = {**os.environ, "BENCH_BUILD_CACHE": str(wd / ".cache"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(wd / ".hf"), "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "MPLBACKEND": "Agg"}
-    return wd, env
+    yield wd, env
+    shutil.rmtree(wd, ignore_errors=True)  # the build is ≈ 370 MB: not left in pytest's kept temp dirs
 
 
 def _run(argv: list[str], wd: Path, env: dict[str, str], where: str, timeout: float = 600) -> None:
