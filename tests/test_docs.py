@@ -5,6 +5,8 @@ snippet cannot rot:
   ``bench-build …`` command and exit 0. They run in one scratch directory, in file order, with the project's
   Python (``python -c "from pipeline.cli import app; app()"``), after the README's quickstart block built
   ``bench-out/kitti-c/1.0.0`` there — so snippets name the demo build's real path, not placeholders.
+  ``s3://bench/…`` is a SeaweedFS store on loopback, as `bench-build s3-local` starts one, with its
+  credentials in the AWS environment variables the commands see.
 - ``python``: every block of a file in one subprocess (one namespace, in order), in that directory.
 - ``toml`` parsed with tomllib; ``jsonl`` every line parsed as JSON after its ``#`` comment.
 - ``text``: a layout or output listing, not code; an untagged fence is an error (say what it is).
@@ -25,11 +27,14 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from pipeline.seaweed import SeaweedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL = ("bash", "sh", "console")
@@ -132,13 +137,28 @@ def test_toml_and_jsonl_blocks_parse():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """The scratch directory every shell and Python block runs in; the demo data cache and HF's cache in it."""
+    """The scratch directory every shell and Python block runs in (the demo data cache and HF's cache in it), and
+    the environment: a loopback S3 store with bucket ``bench`` behind the AWS variables, as `bench-build s3-local`
+    prints them."""
     wd = tmp_path_factory.mktemp("doc-test")
-    env = {**os.environ, "BENCH_BUILD_CACHE": str(wd / ".cache"), "HF_HUB_OFFLINE": "1",
+    weed = SeaweedServer(wd / ".s3", "doctest", "doctest-" + uuid.uuid4().hex, ("bench",))
+    weed.start(timeout=60)
+    aws = wd / ".aws"
+    aws.mkdir()
+    (aws / "config").write_text("")
+    (aws / "credentials").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"AWS_ACCESS_KEY_ID": weed.access_key, "AWS_SECRET_ACCESS_KEY": weed.secret_key,
+            "AWS_ENDPOINT_URL": weed.endpoint, "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": str(aws / "config"), "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials")}
+    env = {**env, "BENCH_BUILD_CACHE": str(wd / ".cache"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(wd / ".hf"), "PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "MPLBACKEND": "Agg"}
-    yield wd, env
-    shutil.rmtree(wd, ignore_errors=True)  # the build is ≈ 370 MB: not left in pytest's kept temp dirs
+    try:
+        yield wd, env
+    finally:
+        weed.stop()
+        shutil.rmtree(wd, ignore_errors=True)  # the build is ≈ 370 MB: not left in pytest's kept temp dirs
 
 
 def _run(argv: list[str], wd: Path, env: dict[str, str], where: str, timeout: float = 600) -> None:
