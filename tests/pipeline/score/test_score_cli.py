@@ -186,7 +186,8 @@ def test_modelnet_c_from_jsonl(tmp_path):
     assert m["per_corruption"]["scale"]["CE"] == round(100 * round(0.1 / (1 - 0.906), 3), 1)
     assert_units(rep)
     res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "4"])
-    assert res.exit_code == 0 and "mCE" in res.output
+    assert res.exit_code == 0 and "mCE" in res.output and "(values in %)" in " ".join(res.output.split())
+    assert m["mCE"] > 1 and f"mCE {m['mCE']:.2f}" in " ".join(res.output.split())  # printed in percent too
 
 
 def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
@@ -232,6 +233,7 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     assert m["SR1"]["SR3"]["AUROC"] == 0.0 and "union" not in m["SR1"]  # one unknown set: no union
     res = runner.invoke(app, ["score", str(v), str(p)])
     assert res.exit_code == 0 and "known (positive) vs unknown" in res.output and "union" in res.output
+    assert "AUROC, FPR95 in %" in " ".join(res.output.split())
 
 
 def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
@@ -383,6 +385,7 @@ def test_robo3d_detection_reads_severity_name_dirs(det_version, demo_kitti_maste
     (tmp_path / "bd").rename(preds / "beam_del" / "light" / "data")
     rep = score_version(v, preds)
     assert rep.metric == "robo3d-det"
+    assert_units(rep)
     ap = {(r["corruption"], r["severity"]): r["value"] for r in rep.rows if r["metric"] == "Car/3d/moderate/AP_R40"}
     assert ap[("gaussian_rad", 1)] == ap[("clean", 0)] > 0 and ap[("beam_del", 1)] == 0.0
     # the Robo3D baseline has none of these corruptions: AP per partition, and the summary says why no mCE
