@@ -204,3 +204,28 @@ def test_skipped_blocks_are_listed(capsys):
         for b in skipped:
             print(f"  skip {b.where} ({b.lang}): {b.skip}")
     assert all(b.skip for b in skipped)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped (``-`` and ``_`` kept), spaces to ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_inside_the_docs_resolves():
+    """Relative links point at tracked files, ``#anchors`` at a heading of the file they name."""
+    bad = []
+    for f in markdown_files():
+        text = (ROOT / f).read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (ROOT / f).parent / path if path else ROOT / f
+            if not dest.exists():
+                bad.append(f"{f}: {target}: no such file")
+                continue
+            if anchor and dest.is_file():
+                heads = {_slug(h) for h in re.findall(r"(?m)^#+ (.+)$", dest.read_text())}
+                if anchor not in heads:
+                    bad.append(f"{f}: {target}: no such heading")
+    assert not bad, "\n".join(bad)
