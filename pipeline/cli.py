@@ -332,7 +332,9 @@ def versions(
         out_console.print(f"{info['url']}: no published version")
     for v in info["versions"]:
         mark = "  [bold green]← latest[/bold green]" if v["latest"] else ""
-        out_console.print(f"{v['version']}  {v['created']}  {v['files']} files  {(v['bytes'] or 0) / 1e6:.1f} MB  "
+        # versions published before the publish time was recorded show their build time, labelled as such
+        when = f"published {v['published']}" if v.get("published") else f"built {v['created']}"
+        out_console.print(f"{v['version']}  {when}  {v['files']} files  {(v['bytes'] or 0) / 1e6:.1f} MB  "
                           f"{v['examples_stored']} examples{mark}")
     for name in info["incomplete"]:
         out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish)")

@@ -28,6 +28,9 @@ LATEST = "latest"
 
 
 PUBLISHING = "_publishing"  # <dataset>/_publishing/<version>/_lease.json: the publish lease, outside the version
+# <dataset>/_published/<version>.json: when the version was committed. Outside the version because the version's
+# manifest is the build's, byte for byte (its ``created`` is the build time), and its prefix holds only listed files.
+PUBLISHED = "_published"
 
 
 CARD = "README.md"

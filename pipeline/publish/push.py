@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from pipeline.publish.common import (
     CARD,
     DEFAULT_JOBS,
     LATEST,
+    PUBLISHED,
     PUBLISHING,
     PublishConflict,
     PublishError,
@@ -66,13 +68,17 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
             existing = dest.get(MANIFEST_NAME)  # under the lease: nothing can commit meanwhile
             if existing is not None:
                 same = existing[0] == raw
-                if same and update_latest:  # a publish killed after its commit: finish moving the pointer
-                    _advance_latest(root, version, manifest_sha)
+                if same:  # a publish killed after its commit: finish recording it and moving the pointer
+                    record_published(root, version, manifest_sha, if_absent=True)
+                    if update_latest:
+                        _advance_latest(root, version, manifest_sha)
                 raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: "
                                     "published versions are immutable; bump the recipe's version to publish a new "
                                     "one")
             _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
                                elsewhere=_published_files(root, version))
+            if not report.problems:
+                record_published(root, version, manifest_sha)
     except VersionLocked as e:
         raise PublishConflict(f"a concurrent publish of {dest.url} holds its lease: {e}; if it is dead, "
                               "wait for the lease to expire (2 min) or re-run with --takeover") from None
@@ -233,3 +239,14 @@ def _advance_latest(root: Store, version: str, manifest_sha: str, attempts: int 
             time.sleep(0.05)
     raise StorageError(f"{root.key_url(LATEST)}: could not update the pointer (too much contention); "
                        f"the version is published, re-run `publish` to retry")
+
+
+def record_published(root: Store, version: str, manifest_sha: str, *, if_absent: bool = False) -> None:
+    """Write ``_published/<version>.json`` (UTC publish time, the committed manifest's sha256) for `list_versions`.
+    ``if_absent``: keep an existing record (a re-run after a kill between commit and record fills the gap only)."""
+    body = json.dumps({"version": version, "manifest_sha256": manifest_sha,
+                       "published": datetime.now(UTC).isoformat(timespec="seconds")}, sort_keys=True).encode()
+    try:
+        root.child(PUBLISHED).put_bytes(f"{version}.json", body, if_absent=if_absent)
+    except PreconditionFailed:
+        pass

@@ -19,8 +19,9 @@ from manifests.manifest import (
     parse_manifest,
 )
 from pipeline.progress import TransferProgress
-from pipeline.publish.common import DEFAULT_JOBS, LATEST, parallel, read_stored_manifest, version_key
+from pipeline.publish.common import DEFAULT_JOBS, LATEST, PUBLISHED, parallel, read_stored_manifest, version_key
 from pipeline.storage import (
+    Store,
     open_store,
 )
 
@@ -63,7 +64,9 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
         except ManifestError as e:
             unsafe.append({"version": name, "reason": str(e)})
             continue
-        versions.append({"version": name, "created": m.get("created"), "fingerprint": m.get("fingerprint"),
+        # "created" is the build time (the manifest's); "published" the commit time, None for old publishes
+        versions.append({"version": name, "created": m.get("created"), "published": published_time(root, name, got[0]),
+                         "fingerprint": m.get("fingerprint"),
                          "files": len(m.get("shards", [])), "bytes": m.get("counts", {}).get("bytes"),
                          "examples_stored": m.get("counts", {}).get("examples_stored"), "latest": name == latest})
     versions.sort(key=lambda v: version_key(v["version"]))
@@ -121,3 +124,19 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
     extra, report.warnings = check_file_set(manifest, [o.key for o in store.list()])
     report.problems += extra + check_counts(manifest)
     return report
+
+
+def published_time(root: Store, version: str, manifest_raw: bytes) -> str | None:
+    """The publish time `record_published` wrote for this manifest; None for versions published before it was
+    recorded (or a record that belongs to other content)."""
+    got = root.child(PUBLISHED).get(f"{version}.json")
+    if got is None:
+        return None
+    try:
+        rec = json.loads(got[0])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or rec.get("manifest_sha256") != hashlib.sha256(manifest_raw).hexdigest():
+        return None
+    t = rec.get("published")
+    return t if isinstance(t, str) else None

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from pipeline.score.bug_rates import BUGS
 from pipeline.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
-from pipeline.score.run import ScoreReport
+from pipeline.score.run import PERCENT, ScoreReport, unit_of
 
 
 def _fmt(v: Any) -> str:
@@ -36,7 +36,9 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
     shown = oa or [m for m in metrics if not m.endswith(("/easy/AP_R40", "/hard/AP_R40", "/AP_R11"))][:10]
 
     shown = [m for m in PRINTED[report.metric] if m in metrics] if report.metric in PRINTED else shown
-    table = Table(title=f"{report.dataset} {report.version}: {report.metric}")
+    units = sorted({f"{m} in {unit_of(m)}" for m in shown if unit_of(m) not in (PERCENT, "count")})
+    table = Table(title=f"{report.dataset} {report.version}: {report.metric} (values in %"
+                        + "".join(f"; {u}" for u in units) + ")")
     table.add_column("corruption")
     table.add_column("severity", justify="right")
     for m in shown:
@@ -96,7 +98,7 @@ def _headline(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _print_open_set(report: ScoreReport, console: Console) -> None:
     """3DOS: one row per scenario × unknown set (and their union)."""
-    table = Table(title=f"{report.dataset} {report.version}: known (positive) vs unknown")
+    table = Table(title=f"{report.dataset} {report.version}: known (positive) vs unknown (AUROC, FPR95 in %)")
     for col in ("scenario", "unknown", "AUROC", "FPR95", "known", "unknown n"):
         table.add_column(col, justify="left" if col in ("scenario", "unknown") else "right")
     by_scenario = report.summary if all(isinstance(v, dict) and "AUROC" not in v

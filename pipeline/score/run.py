@@ -13,6 +13,14 @@ Which metrics a version gets follows from its dataset name (or ``metric=`` expli
 | ``modelnet40-e`` | modelnet40-e                | ``probs`` per key                       |
 | ``3dos``      | 3dos*                          | ``score`` per key                       |
 
+**One unit: percent.** Every accuracy, AP, mIoU, NDS, mAPH, OA, CE/RCE/RR (and their means), ECE, AUROC, FPR95 and
+bug rate is reported in percent (0–100; ModelNet-C's CE 1.000 is 100.0), in the table, the CSV and the JSON, as
+most of the papers' tables are. The exceptions, said by `unit_of` and written beside every value: counts
+(``N_det``, ``n``, ``n_known``, ``n_unknown``), Pearson correlations, and nuScenes' true-positive errors in the
+devkit's own units (mATE m, mASE 1 − IoU, mAOE rad, mAVE m/s, mAAE 1 − accuracy). The metric modules compute in
+their papers' own form (ModelNet-C/-E and 3DOS fractions, rounded as the authors' scripts round them), and
+`score_version` converts once, so reference parity holds in both.
+
 ``kitti-c`` also gets Li et al.'s bug rates (`bug_rates`): BR per partition and class, CR against clean, mCR.
 Prediction values are checked element by element (`validate`); predictions for examples of a split that is
 not scored (train / val) are dropped with one note in ``ScoreReport.notes``. ``write`` emits strict JSON
@@ -42,6 +50,35 @@ from pipeline.score.robo3d_det import scene_set, score_det3d, task_of
 from pipeline.score.truth import iter_columns, manifest_of, object_truth
 from pipeline.score.validate import ScoreError, point_labels
 from pipeline.sources.nuscenes import lidarseg_learning_map
+
+PERCENT = "%"
+#: nuScenes' true-positive errors: the devkit's units, not fractions of anything the papers put in percent
+TP_ERROR_UNITS = {"mATE": "m", "mASE": "1 − IoU", "mAOE": "rad", "mAVE": "m/s", "mAAE": "1 − accuracy",
+                  "trans_err": "m", "scale_err": "1 − IoU", "orient_err": "rad", "vel_err": "m/s",
+                  "attr_err": "1 − accuracy"}
+COUNTS = ("n", "n_known", "n_unknown", "N_det")
+
+
+def unit_of(metric: str) -> str:
+    """The unit of a `ScoreReport` row's metric: ``%`` unless it is a count, a correlation or a nuScenes TP error."""
+    last = metric.rpartition("/")[2]
+    if last in COUNTS:
+        return "count"
+    if last.startswith("pearson"):
+        return "correlation"
+    return TP_ERROR_UNITS.get(last, PERCENT)
+
+
+def _scaled(v: Any, keep: tuple[str, ...], digits: int | None = None, key: str = "") -> Any:
+    """``v`` × 100 for every number not under a key in ``keep`` (recursing into dicts); ``digits`` rounds, so a
+    value the authors' script rounded to 3 decimals as a fraction stays exact (0.926 → 92.6, not 92.600…01)."""
+    if isinstance(v, dict):
+        return {k: _scaled(x, keep, digits, k) for k, x in v.items()}
+    if key in keep or key.startswith("pearson") or isinstance(v, bool) or not isinstance(v, int | float):
+        return v
+    x = float(v) * 100
+    return round(x, digits) if digits is not None and x == x else x
+
 
 METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos",
            "nuscenes-det", "wod-det")
@@ -74,7 +111,8 @@ class ScoreReport:
     notes: list[str] = field(default_factory=list)  # said once, printed and written (e.g. ignored train keys)
 
     def add(self, corruption: str, severity: int | str, name: str, value: float) -> None:
-        self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value})
+        self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value,
+                          "unit": unit_of(name)})
 
     def write(self, out: str | Path) -> tuple[Path, Path]:
         """``<out>.csv`` (one row per corruption × severity × metric) and ``<out>.json`` (everything)."""
@@ -82,15 +120,19 @@ class ScoreReport:
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path, json_path = out.with_suffix(".csv"), out.with_suffix(".json")
         with csv_path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value"])
+            w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value", "unit"])
             w.writeheader()
             w.writerows(self.rows)
-        doc = {"dataset": self.dataset, "version": self.version, "metric": self.metric, "summary": self.summary,
-               "rows": self.rows, "notes": self.notes}
+        doc = {"dataset": self.dataset, "version": self.version, "metric": self.metric, "units": UNITS_NOTE,
+               "summary": self.summary, "rows": self.rows, "notes": self.notes}
         # strict JSON: json.dumps writes NaN/Infinity literals for non-finite floats without calling `default`,
         # so they are replaced before, and allow_nan=False proves none is left
         json_path.write_text(json.dumps(_strict(doc), indent=1, allow_nan=False, default=str))
         return csv_path, json_path
+
+
+UNITS_NOTE = ("values in percent (0-100) unless the row's unit says otherwise: counts, correlations, "
+              "nuScenes TP errors (m, rad, m/s, 1 - IoU, 1 - accuracy); the summary follows its rows' units")
 
 
 def _strict(v: Any) -> Any:
@@ -311,7 +353,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                     name = (truth.unknown_set[i] if truth.unknown_set else None) or "unknown"
                     unknown.setdefault(name, []).append(s[i])
             known_scores = [s[i] for i in idx if truth.known[i]]
-            res = open_set_metrics(known_scores, unknown)
+            res = _scaled(open_set_metrics(known_scores, unknown), COUNTS)
             for name, v in res.items():
                 label = name if sc is None else f"{sc}/{name}"
                 report.add("clean", 0, f"{label}/AUROC", v["AUROC"])
@@ -332,8 +374,9 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
     if report.metric == "modelnet-c":
         oa = {p: float(np.mean(probs[idx].argmax(1) == truth.class_id[idx])) for p, idx in groups.items()}
         for (c, s), v in oa.items():
-            report.add(c, s, "OA", v)
-        report.summary = modelnet_c_metrics(oa)
+            report.add(c, s, "OA", 100 * v)
+        # eval.py's arithmetic on fractions rounded to 3 decimals, then percent with the same precision
+        report.summary = _scaled(modelnet_c_metrics(oa), (), digits=1)
         return
     per = {f"{c}/{s}": modelnet40_e_metrics(probs[idx], truth.class_id[idx],
                                             None if truth.sigma_mean is None else truth.sigma_mean[idx])
@@ -342,6 +385,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
     if noisy:
         per["noisy (pooled)"] = modelnet40_e_metrics(probs[noisy], truth.class_id[noisy],
                                                      None if truth.sigma_mean is None else truth.sigma_mean[noisy])
+    per = _scaled(per, COUNTS)
     for name, m in per.items():
         c, _, s = name.partition("/")
         for metric, v in m.items():

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -709,3 +710,34 @@ def test_real_disk_full_during_pull_is_one_line_and_the_pull_resumes(built, s3pr
     again = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ})
     assert again.returncode == 0, again.stdout + again.stderr
     assert verify_version(pulled).ok and not (pulled / "_pull").exists()
+
+
+def test_versions_shows_the_publish_time_and_labels_an_old_publish_build_time(built, s3prefix, s3env):
+    """`versions` says when a version was published (recorded by publish outside the immutable version); a version
+    published before that record existed shows its build time, labelled "built", never passed off as the publish."""
+    created = read_manifest(built)["created"]
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert runner.invoke(app, ["publish", str(built), "--to", s3prefix, "--no-progress"]).exit_code == 0
+    after = datetime.now(UTC)
+    out = runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"])
+    assert out.exit_code == 0, out.output
+    (v,) = json.loads(out.output)["versions"]
+    assert v["created"] == created and before <= datetime.fromisoformat(v["published"]) <= after
+    out = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
+    assert f"published {v['published']}" in out.output and created not in out.output
+
+    bucket, prefix = s3prefix.removeprefix("s3://").split("/", 1)
+    key = f"{prefix}/mini-c/_published/0.1.0.json"
+    record = json.loads(s3env.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    # a record for other content (another manifest) is not this version's publish time
+    s3env.client().put_object(Bucket=bucket, Key=key, Body=json.dumps({**record, "manifest_sha256": "0" * 64}))
+    assert json.loads(runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"]).output
+                      )["versions"][0]["published"] is None
+    s3env.client().delete_object(Bucket=bucket, Key=key)  # as published before the record existed
+    out = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
+    assert out.exit_code == 0 and f"built {created}" in out.output and "published" not in out.output
+    # re-running publish on the committed version (a kill between commit and record) fills the gap only
+    assert runner.invoke(app, ["publish", str(built), "--to", s3prefix, "--no-progress"]).exit_code != 0
+    refilled = json.loads(s3env.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert refilled["manifest_sha256"] == record["manifest_sha256"]
+    assert "published" in runner.invoke(app, ["versions", f"{s3prefix}/mini-c"]).output

@@ -18,6 +18,7 @@ from pipeline.score.robo3d import robo3d_metrics
 from pipeline.score.truth import points_in_boxes
 from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
 from tests.pipeline.score.det3d_helpers import write_scene_version
+from tests.pipeline.score.units import assert_units
 
 ROBO3D = ("fog", "wet_ground", "snow", "motion_blur", "beam_missing", "crosstalk", "incomplete_echo", "cross_sensor")
 runner = CliRunner()
@@ -156,6 +157,8 @@ def test_lidar_frame_without_tables_and_bad_input(nusc_root, tmp_path):
     rep = score_version(nusc_version, pred)
     row = {(r["corruption"], r["metric"]): r["value"] for r in rep.rows}
     assert len(present) >= 2
+    assert_units(rep)  # NDS, mAP and AP in percent; the TP errors in the devkit's units (mATE in m, …)
+    assert {r["unit"] for r in rep.rows if r["metric"] == "mATE"} == {"m"}
     for cls in ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle", "bicycle",
                 "traffic_cone", "barrier"):
         assert row[("clean", f"{cls}/AP")] == pytest.approx(100.0 if cls in present else 0.0), cls

@@ -19,6 +19,7 @@ from pipeline.score import PredictionError, score_version
 from pipeline.score.kitti_c import overall_accuracy
 from pipeline.score.kitti_eval import evaluate, parse_kitti_objects
 from pipeline.sources.kitti import KittiSource, format_labels
+from tests.pipeline.score.units import assert_units
 
 runner = CliRunner()
 
@@ -86,8 +87,9 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     assert car["per_corruption"]["beam_del"]["CE_AP"] == pytest.approx(oa)  # nothing detected: AP 0
     assert car["mCE_AP"] == pytest.approx(oa / 2)
     csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
-    assert csv_rows[0] == "corruption,severity,metric,value" and any("Car/3d/OA" in r for r in csv_rows)
-    assert "mCE_AP" in res.output
+    assert csv_rows[0] == "corruption,severity,metric,value,unit" and any("Car/3d/OA" in r for r in csv_rows)
+    assert "mCE_AP" in res.output and "(values in %)" in " ".join(res.output.split())
+    assert_units(data)
     # Li et al.'s bug rates: a perfect detector's boxes are all true detections; no detections → no rate (null)
     rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in data["rows"]}
     assert rows[("clean", 0, "Car/BR_TD")] == 100 and rows[("clean", 0, "Car/BR_MD")] == 0
@@ -178,11 +180,14 @@ def test_modelnet_c_from_jsonl(tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in preds))
     rep = score_version(v, p, num_classes=4)
     m = rep.summary
-    assert m["OA_clean"] == 0.9 and m["per_corruption"]["jitter"]["OA"] == 0.6
-    assert m["per_corruption"]["jitter"]["CE"] == round(0.4 / (1 - 0.684), 3)
-    assert m["per_corruption"]["scale"]["CE"] == round(0.1 / (1 - 0.906), 3)
+    # eval.py's fractions (rounded to 3 decimals), reported in percent
+    assert m["OA_clean"] == 90.0 and m["per_corruption"]["jitter"]["OA"] == 60.0
+    assert m["per_corruption"]["jitter"]["CE"] == round(100 * round(0.4 / (1 - 0.684), 3), 1)
+    assert m["per_corruption"]["scale"]["CE"] == round(100 * round(0.1 / (1 - 0.906), 3), 1)
+    assert_units(rep)
     res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "4"])
-    assert res.exit_code == 0 and "mCE" in res.output
+    assert res.exit_code == 0 and "mCE" in res.output and "(values in %)" in " ".join(res.output.split())
+    assert m["mCE"] > 1 and f"mCE {m['mCE']:.2f}" in " ".join(res.output.split())  # printed in percent too
 
 
 def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
@@ -194,9 +199,11 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     v = write_object_version(tmp_path / "modelnet40-e" / "1", "modelnet40-e", rows)
     p = tmp_path / "p.parquet"
     pq.write_table(pa.table({"key": [r["key"] for r in rows], "probs": probs}), p)
-    m = score_version(v, p, num_classes=2).summary["noise/1"]
-    assert m["accuracy"] == 0.75 and m["AUROC_error"] == pytest.approx(2 / 3)
-    assert m["ECE"] == pytest.approx(0.12 / 4 + 2 / 4 * abs(0.645 - 0.5) + 0.44 / 4)
+    rep = score_version(v, p, num_classes=2)
+    assert_units(rep)
+    m = rep.summary["noise/1"]  # percent, the correlations as they are
+    assert m["accuracy"] == 75.0 and m["AUROC_error"] == pytest.approx(100 * 2 / 3)
+    assert m["ECE"] == pytest.approx(100 * (0.12 / 4 + 2 / 4 * abs(0.645 - 0.5) + 0.44 / 4))
     unc = 1 - np.max(probs, axis=1)
     assert m["pearson_all"] == pytest.approx(0.75 * np.corrcoef([0.01, 0.03, 0.02, 0.04], unc)[0, 1])
     # 3DOS: per scenario, known test shapes vs each unknown set and their union; train shapes are not scored
@@ -216,13 +223,17 @@ def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
     p.write_text("".join(json.dumps({"key": r["key"], "score": s}) + "\n" for r, s in zip(rows, scores, strict=False))
                  + json.dumps({"key": "3dos/SR1/test/k/clean/0", "score": 0.3}) + "\n"
                  + json.dumps({"key": "3dos/SR1/test/u/clean/0", "score": 0.7}) + "\n")
-    m = score_version(v, p).summary
-    assert m["SN1"]["SN2"]["AUROC"] == pytest.approx(7.5 / 8) and m["SN1"]["SN2"]["FPR95"] == pytest.approx(0.4)
-    assert m["SN1"]["union"]["AUROC"] == pytest.approx(11.5 / 16)
-    assert m["SN1"]["union"]["FPR95"] == pytest.approx(0.45)
+    rep = score_version(v, p)
+    assert_units(rep)
+    m = rep.summary
+    assert m["SN1"]["SN2"]["AUROC"] == pytest.approx(100 * 7.5 / 8) and m["SN1"]["SN2"]["FPR95"] == pytest.approx(40)
+    assert m["SN1"]["union"]["AUROC"] == pytest.approx(100 * 11.5 / 16)
+    assert m["SN1"]["union"]["FPR95"] == pytest.approx(45)
+    assert m["SN1"]["union"]["n_known"] == 4  # counts stay counts
     assert m["SR1"]["SR3"]["AUROC"] == 0.0 and "union" not in m["SR1"]  # one unknown set: no union
     res = runner.invoke(app, ["score", str(v), str(p)])
     assert res.exit_code == 0 and "known (positive) vs unknown" in res.output and "union" in res.output
+    assert "AUROC, FPR95 in %" in " ".join(res.output.split())
 
 
 def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
@@ -235,7 +246,7 @@ def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
     p = tmp_path / "o.jsonl"
     p.write_text("".join(json.dumps({"key": r["key"], "score": 0.9 - 0.1 * i}) + "\n" for i, r in enumerate(rows)))
     rep = score_version(v, p)
-    assert rep.summary["SN1"]["SN2"]["AUROC"] == 1.0 and rep.summary["SN1"]["SN2"]["n_known"] == 2
+    assert rep.summary["SN1"]["SN2"]["AUROC"] == 100.0 and rep.summary["SN1"]["SN2"]["n_known"] == 2
     assert rep.notes == [f"{p}: 3 predictions for train/val examples were ignored (only the test split is scored), "
                          "e.g. 3dos/SN1/train/k2/clean/0"]
     res = runner.invoke(app, ["score", str(v), str(p), "--out", str(tmp_path / "r")])
@@ -256,6 +267,7 @@ def test_segmentation_miou_and_bad_label_count(tmp_path):
     p.write_text(json.dumps({"key": rows[0]["key"], "labels": [0, 1, 2, 2, 2, 1, 2]}) + "\n")
     rep = score_version(v, p)
     assert rep.metric == "robo3d-seg" and rep.rows[0]["value"] == pytest.approx(100 * (1 / 3 + 1 / 2) / 2)
+    assert_units(rep)
     p.write_text(json.dumps({"key": rows[0]["key"], "labels": [0, 1]}) + "\n")
     with pytest.raises(PredictionError, match="2 labels for 7 points"):
         score_version(v, p)
@@ -373,6 +385,7 @@ def test_robo3d_detection_reads_severity_name_dirs(det_version, demo_kitti_maste
     (tmp_path / "bd").rename(preds / "beam_del" / "light" / "data")
     rep = score_version(v, preds)
     assert rep.metric == "robo3d-det"
+    assert_units(rep)
     ap = {(r["corruption"], r["severity"]): r["value"] for r in rep.rows if r["metric"] == "Car/3d/moderate/AP_R40"}
     assert ap[("gaussian_rad", 1)] == ap[("clean", 0)] > 0 and ap[("beam_del", 1)] == 0.0
     # the Robo3D baseline has none of these corruptions: AP per partition, and the summary says why no mCE

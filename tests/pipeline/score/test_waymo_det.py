@@ -17,6 +17,7 @@ from pipeline.score.robo3d import robo3d_metrics
 from pipeline.score.waymo_det import FrameBoxes, average_precision, iou_3d, waymo_metrics
 from stages.frame import Boxes, Frame
 from tests.pipeline.score.det3d_helpers import write_scene_version
+from tests.pipeline.score.units import assert_units
 
 ROBO3D = ("fog", "wet_ground", "snow", "motion_blur", "beam_missing", "crosstalk", "incomplete_echo", "cross_sensor")
 CAR = [10.0, 5.0, 1.0, 4.0, 2.0, 1.5, 0.3]  # x, y, z, length, width, height, heading
@@ -156,6 +157,7 @@ def test_score_wod_c_detection_end_to_end(wod_version, tmp_path):
     data = json.loads((tmp_path / "o" / "wod.json").read_text(),
                       parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert data["metric"] == "wod-det" and "mAPH/L2" in res.output
+    assert_units(data)  # mAPH and AP in percent, like every benchmark's score
     got = {(r["corruption"], r["metric"]): r["value"] for r in data["rows"]}
     # clean: every box found. The second frame's pedestrian has no point: dropped, so its prediction is a false
     # positive (precision 1/2 at recall 1 → AP 0.5). The first frame's (3 points) is LEVEL_2, and its match is a
