@@ -136,7 +136,7 @@ def test_open_set_scores_are_checked(tmp_path, bad, message):
     # any real number is a normality score (energy and max logit can be negative)
     p.write_text("".join(f'{{"key": "{k}", "score": {s}}}\n' for k, s in zip(keys, ["-3.5", "2", "-9", "0.1"],
                                                                             strict=True)))
-    assert score_version(v, p).summary["SN1"]["SN2"]["AUROC"] == pytest.approx(0.75)
+    assert score_version(v, p).summary["SN1"]["SN2"]["AUROC"] == pytest.approx(75)  # percent
 
 
 @pytest.mark.parametrize(("bad", "message"), [
