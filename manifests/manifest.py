@@ -61,6 +61,9 @@ SAFE_NAME = names.SAFE_NAME
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
 
 
+CLEAN = "clean"  # the partition of the unchanged frames: corruption "clean", severity 0
+
+
 class ManifestError(BenchBuildError, ValueError):
     pass
 

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from manifests.manifest import partition_dir
+from manifests.manifest import CLEAN, partition_dir
 from manifests.recipe import Recipe
 from pipeline.costs import CostTable
 
-CLEAN = "clean"
 SHARD_RE = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 
 

@@ -35,10 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
 from pipeline.checked import CheckedParquetFile, IntegrityError, MissingFile, NotInVersion, read_error, remedy
 from pipeline.compact import materialize
-from pipeline.plan import CLEAN
 from pipeline.remote_fs import filesystem_for
 from pipeline.schema import (
     EXAMPLE_COLUMNS,

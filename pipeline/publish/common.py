@@ -13,13 +13,13 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from manifests.manifest import (
+    CLEAN,
     MANIFEST_NAME,
     ManifestError,
     check_manifest,
     parse_manifest,
 )
 from pipeline.errors import BenchBuildError
-from pipeline.plan import CLEAN
 from pipeline.storage import (
     Store,
 )

@@ -16,6 +16,7 @@ from typing import Any
 
 from manifests.card import card_with_header
 from manifests.manifest import (
+    CLEAN,
     MANIFEST_NAME,
     SAFE_NAME,
     ManifestError,
@@ -24,7 +25,6 @@ from manifests.manifest import (
     sha256_file,
 )
 from pipeline.compact_files import materialize_file
-from pipeline.plan import CLEAN
 from pipeline.progress import TransferProgress
 from pipeline.publish.common import (
     CARD,

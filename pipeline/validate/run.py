@@ -33,10 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from manifests.manifest import ManifestError
+from manifests.manifest import CLEAN, ManifestError
 from pipeline import __version__
 from pipeline.build import init_ray
-from pipeline.plan import CLEAN
 from pipeline.reader import open_version
 from pipeline.sources.base import SourceError
 from pipeline.sources.records import list_scans
