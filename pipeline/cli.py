@@ -603,14 +603,15 @@ def plan(
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
     worker_start: Annotated[float | None, typer.Option(min=0,
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
-             "loaded from the cache; default 2; add ≈ 11 where workers compile them)")] = None,
+             "loaded from the cache; default: the cost table's measurement, else 2; add ≈ 11 where workers compile "
+             "them)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
     from manifests.recipe import RecipeError, load_recipe
     from pipeline.costs import load_costs
-    from pipeline.scale import WORKER_START_S, plan_build
+    from pipeline.scale import plan_build
     from pipeline.sources import SourceError, open_source
 
     try:
@@ -629,7 +630,7 @@ def plan(
             fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
                             groups=groups, costs=load_costs(recipe, costs),
-                            worker_start_s=WORKER_START_S if worker_start is None else worker_start)
+                            worker_start_s=worker_start)
     except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
         raise _fail(e) from None
     if as_json:
@@ -645,11 +646,16 @@ def plan(
                       f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
                       f"{z['cpu_hours']:.2f} CPU-hours "
                       f"(each group rebuilds the per-frame caches it needs)")
+    rt = report["runtime"]
     out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
                       f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
-                      "scheduling")
-    table = Table(caption="best split for N workers | cost-sized split on N workers")
-    for col in ("workers", "groups", "tasks", "task s", "span", "util", "CPU-h", "span", "util"):
+                      f"scheduling; Ray starts in {rt['ray_start_s']:g} s, the driver finishes in "
+                      f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
+                      f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
+                      f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+    table = Table(caption="best split for N workers (wall = Ray start + span + finish) | cost-sized split on N "
+                          "workers")
+    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span", "util"):
         table.add_column(col, justify="right")
 
     def span(m: float) -> str:
@@ -657,7 +663,8 @@ def plan(
 
     for row in report["schedule"]:
         table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
-                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), f"{row['utilisation']:.1%}",
+                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), span(row["wall_s"]),
+                      f"{row['wall_utilisation']:.1%}",
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['utilisation']:.1%}")
     out_console.print(table)
