@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.bench.cli import bench_app  # typer only: NumPy is imported by its commands, after the pin
 from pipeline.numeric import NumericPinError, pin_environment
 
 # Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
@@ -26,6 +27,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console(soft_wrap=True)
+app.add_typer(bench_app, name="bench")
 
 # Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.
 EndpointOpt = Annotated[str | None, typer.Option(
@@ -668,79 +670,6 @@ def plan(
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['utilisation']:.1%}")
     out_console.print(table)
-
-
-@app.command()
-def bench(
-    *,
-    frames: Annotated[int, typer.Option(min=1, help="Demo frames to measure on")] = 4,
-    builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
-    publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
-                                               "pull, verify) against a throwaway local SeaweedFS")] = False,
-    s3_build: Annotated[bool, typer.Option(help="Instead: demo build to a local directory vs to s3:// (a throwaway "
-                                                "local SeaweedFS) with uploads overlapping compute and without, "
-                                                "interleaved --repeat times; medians and overhead %")] = False,
-    repeat: Annotated[int, typer.Option(min=1, help="With --s3-build: rounds of the three builds")] = 3,
-    isolate_server: Annotated[bool, typer.Option(help="With --s3-build: SeaweedFS on the last CPU, the builds on the "
-                                                      "others (as with a store on another host)")] = False,
-    build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
-                                                          "which goes first); the speed-up and the task CPU are "
-                                                          "medians")] = 1,
-    workers: Annotated[int, typer.Option(min=1, help="With --publish / --s3-build: Ray workers of the builds; "
-                                                     "with --score: "
-                                                     "scoring processes")] = 2,
-    objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
-                                               "3DOS) and a ModelNet-C demo build")] = True,
-    only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
-    loaders: Annotated[bool, typer.Option(help="Instead: read examples/s of a version: raw Parquet vs PyTorch "
-                                               "DataLoader with 0 and 2 workers")] = False,
-    version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
-                                                         "the kitti-c demo of --frames frames)")] = None,
-    points_layouts: Annotated[bool, typer.Option(help="Instead: write / read CPU and size of candidate layouts of the "
-                                                     "points column on --frames demo frames (for a schema decision)")]
-    = False,
-    score: Annotated[bool, typer.Option(help="Instead: time `score` on full-size KITTI-C partitions (7,481 synthetic "
-                                             "frames each at KITTI's label density, ~10 detections a frame; AP and "
-                                             "bug rates) at --workers processes and extrapolate to all 126")] = False,
-    score_partitions: Annotated[int, typer.Option(min=1, help="With --score: full-size partitions measured")] = 4,
-    costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
-                                                        "for `plan` and task sizing (pipeline/cost_tables/); "
-                                                        "scaled to real task seconds by the demo build unless "
-                                                        "--no-builds")] = None,
-) -> None:
-    """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
-    if score:
-        from pipeline.bench_score import run_bench_score
-
-        run_bench_score(partitions=score_partitions, workers=workers)
-        return
-    if loaders:
-        from pipeline.bench_loaders import run_bench_loaders
-
-        run_bench_loaders(version_dir, frames=frames)
-        return
-    if points_layouts:
-        from pipeline.bench_layouts import run_bench_layouts
-
-        run_bench_layouts(frames=frames)
-        return
-    if s3_build:
-        from pipeline.bench_publish import run_bench_s3_build
-
-        run_bench_s3_build(frames=frames, workers=workers, repeat=repeat, isolate_server=isolate_server)
-        return
-    if publish:
-        from pipeline.bench_publish import run_bench_publish
-
-        run_bench_publish(frames=frames, workers=workers)
-        return
-    from pipeline.bench import run_bench, run_object_bench
-
-    if not only_objects:
-        run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
-    if objects or only_objects:
-        run_object_bench(builds=builds)
-
 
 
 @app.command()

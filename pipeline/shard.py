@@ -133,26 +133,38 @@ class TaskSplit:
     """Where a task's wall time goes, by exclusive phase (seconds, summed over its files): ``read`` (scans),
     ``compute`` (the stages), ``encode`` (examples → Arrow record batches, ours), ``parquet`` (Arrow's column
     encoding + zstd compression + the write into the OS, one C++ call per row group and the footer), ``commit``
-    (fsync, sha256, rename or upload hand-off), ``paint`` (the contact sheet's panels); recorded in each ledger
-    entry as ``split`` with ``other`` (the rest of the wall time), ``cpu`` and ``wait`` (wall − the task thread's
-    CPU: the time it was runnable but had no core, or blocked on I/O) and ``other_threads_cpu`` (CPU of the
-    process's other threads during the task: library thread pools, uploads)."""
+    (fsync, sha256, rename or upload hand-off), ``paint`` (the contact sheet's panels). Recorded in each ledger
+    entry as ``split`` (wall seconds, plus ``other``: the rest of the task's wall time), ``split_cpu`` (the task
+    thread's CPU seconds in each phase) and ``cpu`` / ``wait`` (wall − the task thread's CPU: runnable without a
+    core, or blocked on I/O) / ``other_threads_cpu`` (the process's other threads during the task: library
+    thread pools, uploads)."""
 
     PHASES = ("read", "compute", "encode", "parquet", "commit", "paint")
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.PHASES, 0.0)
+        self.cpu = dict.fromkeys(self.PHASES, 0.0)
         self.wall0, self.cpu0, self.thread0 = time.perf_counter(), time.process_time(), time.thread_time()
+        self.mark = (self.wall0, self.thread0)
 
-    def add(self, phase: str, since: float) -> float:
-        now = time.perf_counter()
-        self.seconds[phase] += now - since
+    def start(self) -> float:
+        """Mark the start of a phase (returns its wall clock, for `add`)."""
+        self.mark = (time.perf_counter(), time.thread_time())
+        return self.mark[0]
+
+    def add(self, phase: str, since: float | None = None) -> float:
+        """End ``phase`` begun at the last `start` (or ``since``, a wall clock from `start`); the next one starts
+        now. Returns the wall clock."""
+        now, cpu = time.perf_counter(), time.thread_time()
+        self.seconds[phase] += now - (self.mark[0] if since is None else since)
+        self.cpu[phase] += cpu - self.mark[1]
+        self.mark = (now, cpu)
         return now
 
-    def record(self) -> dict[str, float]:
+    def record(self) -> dict[str, Any]:
         wall = time.perf_counter() - self.wall0
         own = time.thread_time() - self.thread0
-        out = {k: round(v, 4) for k, v in self.seconds.items()}
+        out: dict[str, Any] = {k: round(v, 4) for k, v in self.seconds.items()}
         out["other"] = round(max(0.0, wall - sum(self.seconds.values())), 4)
         out["cpu"] = round(own, 4)
         out["wait"] = round(max(0.0, wall - own), 4)
@@ -173,16 +185,18 @@ def _write_parquet(path: Path, schema, batches, split: TaskSplit | None = None) 
     w = pq.ParquetWriter(path, schema, **PARQUET_OPTIONS)
     try:
         for batch in batches:
-            t = time.perf_counter()
+            if split is not None:
+                split.start()
             w.write_batch(batch)
             if split is not None:
-                split.add("parquet", t)
+                split.add("parquet")
             rows += batch.num_rows
     finally:
-        t = time.perf_counter()
+        if split is not None:
+            split.start()
         w.close()
         if split is not None:
-            split.add("parquet", t)
+            split.add("parquet")
     return rows
 
 
@@ -195,28 +209,31 @@ def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None
         store, path = LocalStore(Path(path).parent), Path(Path(path).name)
     with store.staged_file(Path(path).as_posix()) as staged:
         rows = _write_parquet(staged.path, schema, batches, split)
-        t = time.perf_counter()  # the block's exit: fsync, sha256, rename (or the upload's hand-off)
+        if split is not None:  # the block's exit: fsync, sha256, rename (or the upload's hand-off)
+            split.start()
     if split is not None:
-        split.add("commit", t)
+        split.add("commit")
     return rows, staged.size, staged.sha256
 
 
-def _batches(examples, schema, size: int = ROW_GROUP_EXAMPLES, split: TaskSplit | None = None):
+def record_batches(examples, schema, size: int = ROW_GROUP_EXAMPLES, split: TaskSplit | None = None):
     buf = []
     for ex in examples:
         buf.append(ex)
         if len(buf) == size:
-            t = time.perf_counter()
+            if split is not None:
+                split.start()
             batch = encode_rows(buf, schema)
             if split is not None:
-                split.add("encode", t)
+                split.add("encode")
             yield batch
             buf = []
     if buf:
-        t = time.perf_counter()
+        if split is not None:
+            split.start()
         batch = encode_rows(buf, schema)
         if split is not None:
-            split.add("encode", t)
+            split.add("encode")
         yield batch
 
 
@@ -343,7 +360,7 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     if recipe.preprocess is not None:
         frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
-    split.seconds["read"] = read_seconds
+    split.add("read")
     try:
         try:
             return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file,
@@ -389,9 +406,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
             def examples(corruption=corruption):
                 for f in frames:
                     if paint is not None:
-                        t = time.perf_counter()
+                        split.start()
                         paint(corruption, 0, f, f)
-                        split.add("paint", t)
+                        split.add("paint")
                     yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
         else:
             stage = get_stage(recipe.corruption(corruption).stage)
@@ -400,21 +417,21 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
             def examples(corruption=corruption, severity=severity, stage=stage, params=params):
                 for f in frames:
                     key = example_key(recipe.name, f.frame_id, corruption, severity)
-                    t = time.perf_counter()
+                    split.start()
                     try:
                         out = stage.apply(f, params, example_rng(recipe.seed, key))
                     except Exception as e:
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
-                    t = split.add("compute", t)
+                    split.add("compute")
                     if paint is not None:
                         paint(corruption, severity, f, out)
-                        split.add("paint", t)
+                        split.add("paint")
                     yield key, corruption, severity, out, (f if encoding == "compact" else None)
         schema = schema_with_metadata(meta)
         try:
-            rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema, split=split), store,
-                                                      split)
+            batches = record_batches(examples(), schema, split=split)
+            rows, size, sha256 = write_parquet_atomic(rel, schema, batches, store, split)
         except OSError as e:
             e.bench_build_key = store.key_url(rel)  # type: ignore[attr-defined]  # the file, not its temp name
             raise
@@ -434,7 +451,8 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
              "process_cpu_start": round(t0[1], 4),
              **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {}),
              # where the task's wall time went (`TaskSplit`) and the threads its process ran at its end
-             "split": split.record(), "threads": process_threads(),
+             "split": split.record(), "split_cpu": {k: round(v, 4) for k, v in split.cpu.items()},
+             "threads": process_threads(), "started": round(time.time() - (time.perf_counter() - t0[0]), 3),
              # object storage: CPU of the threads that uploaded this task's files (part of cpu_seconds)
              **({"upload_cpu_seconds": round(store.upload_cpu_seconds, 4)} if not store.is_local else {})}
     if before_commit is not None and not before_commit():

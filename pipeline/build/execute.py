@@ -52,6 +52,9 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
                 record_failure(ledger, spec.name, {"shard": spec.name, "error": res["error"],
                                                     "kind": res["kind"], "run_id": run_id})
         if res["ok"]:
+            started, pid = res["entry"].get("started"), res["entry"].get("pid")
+            if started is not None and pid is not None:  # each worker's first task: when it could start working
+                result.first_task_starts[pid] = min(started, result.first_task_starts.get(pid, started))
             result.shards_built.append(spec.name)
             result.sheet_panels.update(res.get("panels") or {})
             finished_rows += sum(f["rows"] for f in res["entry"]["files"])

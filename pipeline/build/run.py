@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class BuildResult:
     phases: dict[str, float] = field(default_factory=dict)
     # --reuse: what this run took from the earlier version instead of computing it
     reused: dict[str, Any] | None = None
+    # worker pid → unix time its first task of this run started (`phases["worker_start"]`: their median after
+    # the tasks phase began, what `plan` models as a worker's start)
+    first_task_starts: dict[int, float] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -180,6 +184,8 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
         finally:
             bar.close()
             result.phases["tasks"] = round(time.time() - t, 3)
+            if result.first_task_starts:
+                result.phases["worker_start"] = round(statistics.median(result.first_task_starts.values()) - t, 3)
             if started and not result.failures and sys.exc_info()[0] is None:
                 stopping = stop_ray_in_background()  # Ray stops (≈ 1 s) while the manifest and card are written
             elif started:  # a failed run (a dead raylet …) stops Ray in the foreground, as it always did
