@@ -651,11 +651,11 @@ def plan(
     rt = report["runtime"]
     out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
                       f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
-                      f"scheduling; Ray starts in {rt['ray_start_s']:g} s, the driver finishes in "
+                      f"scheduling; the driver starts in {rt['driver_start_s']:g} s (plan, Ray), finishes in "
                       f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
                       f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
                       f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
-    table = Table(caption="best split for N workers (wall = Ray start + span + finish) | cost-sized split on N "
+    table = Table(caption="best split for N workers (wall = driver start + span + finish) | cost-sized split on N "
                           "workers")
     for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span", "util"):
         table.add_column(col, justify="right")

@@ -228,11 +228,12 @@ class Runtime:
 
     ``inflation``: task CPU with every one of ``cores`` busy over task CPU on one worker (memory bandwidth,
     caches, SMT siblings); a build on ``w`` workers pays ``1 + (inflation - 1) × (w - 1) / (cores - 1)`` per
-    task, at most the full factor. ``ray_start_s``: `ray.init` in the driver; ``finish_s`` (+ ``finish_s_per_task``):
-    the driver after the last task (ledger check, manifest, card, contact sheet)."""
+    task, at most the full factor. ``driver_start_s``: the driver before the first task can start (planning, the
+    ledger, `ray.init`); ``finish_s`` (+ ``finish_s_per_task``): the driver after the last task (ledger check,
+    manifest, card, contact sheet, Ray's stop)."""
 
     worker_start_s: float = WORKER_START_S
-    ray_start_s: float = 0.0
+    driver_start_s: float = 0.0
     finish_s: float = 0.0
     finish_s_per_task: float = 0.0
     inflation: float = 1.0
@@ -246,11 +247,11 @@ class Runtime:
     @classmethod
     def of(cls, costs: CostTable, worker_start_s: float | None = None) -> Runtime:
         r = costs.extra.get("runtime") or {}
-        known = {k: float(r[k]) for k in ("worker_start_s", "ray_start_s", "finish_s", "finish_s_per_task",
+        known = {k: float(r[k]) for k in ("worker_start_s", "driver_start_s", "finish_s", "finish_s_per_task",
                                           "inflation") if k in r}
         out = cls(**known, cores=int(r.get("cores", 1)))  # type: ignore[arg-type]
         if worker_start_s is not None:
-            out = cls(worker_start_s, out.ray_start_s, out.finish_s, out.finish_s_per_task, out.inflation, out.cores)
+            out = cls(worker_start_s, out.driver_start_s, out.finish_s, out.finish_s_per_task, out.inflation, out.cores)
         return out
 
 
@@ -272,11 +273,11 @@ def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TA
 
 def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime) -> dict[str, float]:
     """`simulate` at ``workers`` with ``runtime``'s worker start and inflation, plus the driver's serial parts:
-    ``wall_s`` = Ray start + makespan + finish, and ``wall_utilisation`` = one-worker task CPU / (N × wall)."""
+    ``wall_s`` = the driver's start + makespan + finish, and ``wall_utilisation`` = one-worker task CPU / (N × wall)."""
     m = simulate(task_seconds, workers, start_s=runtime.worker_start_s, inflation=runtime.inflation_at(workers))
     finish = runtime.finish_s + runtime.finish_s_per_task * len(task_seconds)
-    wall = runtime.ray_start_s + m["makespan_s"] + finish
-    return {**m, "inflation": runtime.inflation_at(workers), "ray_start_s": runtime.ray_start_s,
+    wall = runtime.driver_start_s + m["makespan_s"] + finish
+    return {**m, "inflation": runtime.inflation_at(workers), "driver_start_s": runtime.driver_start_s,
             "finish_s": finish, "wall_s": wall, "wall_utilisation": m["busy_cpu_s"] / (workers * wall) if wall else 1.0}
 
 

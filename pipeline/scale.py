@@ -76,7 +76,7 @@ def plan_build(recipe: Recipe | str, frame_ids: Sequence[str], *, frames_per_sha
         "examples_defined": recipe.examples_defined(len(frame_ids)),
         "cpu_hours_one_task_per_block": at(1)["cpu_hours"], "overhead_s_per_task": TASK_OVERHEAD_S,
         "worker_start_s": runtime.worker_start_s,
-        "runtime": {"ray_start_s": runtime.ray_start_s, "finish_s": runtime.finish_s,
+        "runtime": {"driver_start_s": runtime.driver_start_s, "finish_s": runtime.finish_s,
                     "finish_s_per_task": runtime.finish_s_per_task, "inflation_full": runtime.inflation,
                     "cores_measured": runtime.cores,
                     "measured": bool(costs.extra.get("runtime")), "default_worker_start_s": WORKER_START_S},

@@ -31,7 +31,9 @@ from pipeline.costs import load_costs
 from pipeline.scale import plan_build
 from pipeline.sources.demo import ensure_demo_source, mark_demo
 
-CONTROL_POINTS = 130_000  # a demo scan's size: the loop touches as much memory as a task's frame
+#: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
+#: so the loop shares the L3 and memory bandwidth with its neighbours as a task does
+CONTROL_POINTS = 1_000_000
 
 
 def control_loop(iterations: int, seed: int = 0) -> dict[str, float]:
@@ -55,31 +57,35 @@ def _control_child(args: tuple[int, int]) -> dict[str, float]:
     return control_loop(*args)
 
 
-def run_control(copies: int, iterations: int = 60) -> dict[str, Any]:
+def run_control(copies: int, iterations: int = 8, rounds: int = 3) -> dict[str, Any]:
     """CPU per copy of `control_loop` alone and with ``copies`` running at once (fresh processes, one thread pool
-    each pinned to one thread like a Ray task's); inflation = mean CPU at ``copies`` ÷ CPU alone."""
+    each pinned to one thread like a Ray task's), ``rounds`` times alternating; inflation = median CPU at
+    ``copies`` ÷ median CPU alone. ``together_wall_s_max`` far above the CPU says the copies did not each get a
+    core (other load on the machine): the inflation is then not only the hardware's."""
     ctx = multiprocessing.get_context("spawn")
     env = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    alone, together = [], []
     try:
-        with ctx.Pool(1) as pool:
-            pool.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
-            alone = pool.map(_control_child, [(iterations, 0)])[0]
-        with ctx.Pool(copies) as pool:
-            pool.map(_control_child, [(2, i) for i in range(copies)])
-            together = pool.map(_control_child, [(iterations, i) for i in range(copies)])
+        with ctx.Pool(1) as one, ctx.Pool(copies) as many:
+            one.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
+            many.map(_control_child, [(2, i) for i in range(copies)])
+            for _ in range(rounds):
+                alone += one.map(_control_child, [(iterations, 0)])
+                together += many.map(_control_child, [(iterations, i) for i in range(copies)])
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    mean_cpu = statistics.mean(r["cpu_s"] for r in together)
-    return {"copies": copies, "iterations": iterations, "alone_cpu_s": round(alone["cpu_s"], 3),
-            "together_cpu_s_mean": round(mean_cpu, 3),
+    alone_cpu = statistics.median(r["cpu_s"] for r in alone)
+    together_cpu = statistics.median(r["cpu_s"] for r in together)
+    return {"copies": copies, "iterations": iterations, "rounds": rounds, "alone_cpu_s": round(alone_cpu, 3),
+            "together_cpu_s_median": round(together_cpu, 3),
             "together_wall_s_max": round(max(r["wall_s"] for r in together), 3),
-            "inflation": round(mean_cpu / alone["cpu_s"], 3)}
+            "inflation": round(together_cpu / alone_cpu, 3)}
 
 
 def frames_source(frames: int, work: Path, source: str | None = None) -> str:
@@ -137,7 +143,7 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
         results["control"] = run_control(max(workers))
         c = results["control"]
         print(f"control (NumPy + zstd loop, no bench-build code): {c['alone_cpu_s']:.2f} CPU-s alone, "
-              f"{c['together_cpu_s_mean']:.2f} per copy with {c['copies']} at once: ×{c['inflation']:.3f}")
+              f"{c['together_cpu_s_median']:.2f} per copy with {c['copies']} at once: ×{c['inflation']:.3f}")
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=out) as tmp:
         root = frames_source(frames, Path(tmp), source)
         frame_ids = [f"{i:06d}" for i in range(frames)]
@@ -194,15 +200,15 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
 
 
 def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
-    """The cost table's ``runtime`` from a `run_scale` result: medians over its builds of Ray's start and the
-    driver's finish (per build, plus per task), the worker start (first task's start after Ray's, plus its extra
-    CPU over the build's mean task), and the task CPU inflation at the largest worker count (capped at the
-    cores: beyond them it is not the hardware's)."""
+    """The cost table's ``runtime`` from a `run_scale` result: medians over its builds of the driver's start
+    (planning + Ray's start) and finish, of the worker start (the median worker's first task's start after the
+    tasks phase began), and the task CPU inflation at the largest worker count within the cores."""
     runs = results["runs"]
-    finish = [r["phases"].get("manifest", 0.0) + r["phases"].get("contact_sheet", 0.0) for r in runs]
+    finish = [r["phases"].get("finish", 0.0) for r in runs]
     starts = [r["phases"]["worker_start"] for r in runs if "worker_start" in r["phases"]]
     full = [r for r in runs if r["workers"] <= (results["cores"] or 1)]
-    return {"ray_start_s": round(statistics.median(r["phases"].get("ray_start", 0.0) for r in runs), 3),
+    return {"driver_start_s": round(statistics.median(r["phases"].get("plan", 0.0) + r["phases"].get("ray_start", 0.0)
+                                                      for r in runs), 3),
             "finish_s": round(statistics.median(finish), 3), "finish_s_per_task": 0.0,
             **({"worker_start_s": round(statistics.median(starts), 3)} if starts else {}),
             "inflation": round(max(1.0, full[-1]["cpu_inflation"] or 1.0), 3) if full else 1.0,
