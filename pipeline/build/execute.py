@@ -57,6 +57,8 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
                 result.first_task_starts[pid] = min(started, result.first_task_starts.get(pid, started))
             result.shards_built.append(spec.name)
             result.sheet_panels.update(res.get("panels") or {})
+            if result.early_sheet is not None:
+                result.early_sheet.poll(result.sheet_panels)
             finished_rows += sum(f["rows"] for f in res["entry"]["files"])
         else:
             result.failures[spec.name] = res["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import warnings
 from datetime import UTC, datetime
@@ -41,6 +42,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
             described = {**src.describe(), **({"benchmark_split": benchmark_split} if benchmark_split else {})}
             result.manifest = write_manifest(store, recipe, described, tasks, ledger, fingerprint,
                                              fps, result.seconds, panels=result.sheet_panels,
+                                             early_sheet=result.early_sheet,
                                              phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
             result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
@@ -55,7 +57,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
         t = time.time()
         result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
-    result.sheet_panels = {}  # pictures of one frame: not kept with the result
+    result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result
 
 
@@ -63,11 +65,13 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
                    specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
                    seconds: float, *, panels: dict | None = None, phases: dict[str, float] | None = None,
-                   numeric_profile: dict[str, Any] | None = None) -> dict[str, Any]:
+                   numeric_profile: dict[str, Any] | None = None,
+                   early_sheet: EarlySheet | None = None) -> dict[str, Any]:
     """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards.
 
     ``panels``: the contact sheet's panels as the build tasks painted them (else the sheet's frame is read
-    back from the files); ``phases`` gets the seconds the contact sheet took.
+    back from the files); ``early_sheet``: the sheet already drawn from them while the other tasks ran (used
+    when it shows what this manifest would draw); ``phases`` gets the seconds the contact sheet took here.
 
     Files are listed block by block in the recipe's partition order, whatever the tasks were, so the
     manifest does not depend on how blocks were split into tasks."""
@@ -153,7 +157,9 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     if reused:
         card = card.rstrip("\n") + "\n\n" + reuse_card_section(manifest) + "\n"
     t = time.time()
-    sheet = contact_sheet(store, manifest, panels)
+    sheet = early_sheet.take(store, manifest) if early_sheet is not None else None
+    if sheet is None:
+        sheet = contact_sheet(store, manifest, panels)
     if phases is not None:
         phases["contact_sheet"] = round(time.time() - t, 3)
     store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
@@ -202,3 +208,66 @@ def contact_sheet(store, manifest: dict[str, Any], panels: dict | None = None) -
         warnings.warn(f"contact sheet not rendered: {type(e).__name__}: {e}", stacklevel=2)
         return None
 
+
+
+class CapturedStore:
+    """What `write_contact_sheet` puts, kept in memory: an early sheet is written only by a build that finishes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.data[key] = data
+
+
+class EarlySheet:
+    """The contact sheet drawn on a thread while the build's other tasks run, as soon as the tasks of its frame
+    (block 0) have painted every panel: the tiling (≈ 1 s on this project's machine) leaves the driver's serial
+    finish. It is drawn from a preview of the manifest (the plan's partitions and blocks) and used by
+    `write_manifest` only if the real manifest names the same frame and partitions, so the sheet's bytes are the
+    ones the finish would draw; otherwise (a resumed or reusing build, whose panels never complete) the finish
+    draws it as before."""
+
+    def __init__(self, recipe: Recipe, tasks: list[TaskSpec]) -> None:
+        blocks = {t.file_stem: list(t.frame_ids) for t in tasks}
+        self.parts = {p for t in tasks for p in t.parts}
+        first = min(blocks) if blocks else None
+        self.preview = {"dataset": recipe.name, "version": recipe.version, "recipe": recipe.canonical(),
+                        "shard_frames": blocks,
+                        "shards": [{"corruption": c, "severity": s, "shard": first} for c, s in sorted(self.parts)]}
+        self.store = CapturedStore()
+        self.thread: threading.Thread | None = None
+        self.sheet: dict[str, Any] | None = None
+        self.seconds = 0.0
+
+    def poll(self, panels: dict) -> None:
+        """Start drawing once ``panels`` covers every partition (called by the scheduling loop)."""
+        if self.thread is None and self.parts and set(panels) == self.parts:
+            self.thread = threading.Thread(target=self._draw, args=(dict(panels),), daemon=True,
+                                           name="bench-build-contact-sheet")
+            self.thread.start()
+
+    def _draw(self, panels: dict) -> None:
+        from pipeline.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
+
+        t = time.time()
+        try:
+            self.sheet = write_contact_sheet(self.store, self.preview, panels=panels)
+        except Exception:  # the finish draws it instead (and warns if it fails there too)
+            self.sheet = None
+        self.seconds = time.time() - t
+
+    def take(self, store: Store, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """The early sheet written into ``store`` if it is the one ``manifest`` would draw, else None."""
+        if self.thread is None:
+            return None
+        self.thread.join()
+        sheet = self.sheet
+        parts = {(s["corruption"], int(s["severity"])) for s in manifest.get("shards", [])}
+        first = manifest["shards"][0]["shard"] if manifest.get("shards") else None
+        frame = (manifest.get("shard_frames") or {}).get(first, [None])[0]
+        if sheet is None or parts != self.parts or sheet.get("frame_id") != frame or \
+                sheet["path"] not in self.store.data:
+            return None
+        store.put_bytes(sheet["path"], self.store.data[sheet["path"]])
+        return sheet

@@ -13,7 +13,7 @@ from typing import Any
 from manifests.manifest import MANIFEST_NAME
 from manifests.recipe import Recipe, load_recipe
 from pipeline.build.execute import execute
-from pipeline.build.finish import finish
+from pipeline.build.finish import EarlySheet, finish
 from pipeline.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from pipeline.numeric import build_profile, profile_differences
 from pipeline.plan import ShardSpec, TaskSpec, plan_shards, task_groups
@@ -48,6 +48,7 @@ class BuildResult:
     # worker pid → unix time its first task of this run started (`phases["worker_start"]`: their median after
     # the tasks phase began, what `plan` models as a worker's start)
     first_task_starts: dict[int, float] = field(default_factory=dict, repr=False)
+    early_sheet: Any = field(default=None, repr=False)  # `finish.EarlySheet`: the sheet drawn while tasks run
 
     @property
     def ok(self) -> bool:
@@ -173,6 +174,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
     bar.advance(sum(len(t.frame_ids) * len(t.parts) for t in tasks if t.name not in pending_names))
     stopping = None
     if pending:
+        result.early_sheet = EarlySheet(recipe, tasks)
         t = time.time()
         started = init_ray(workers, address)
         result.phases["ray_start"] = round(time.time() - t, 3)
