@@ -58,6 +58,7 @@ def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_pat
     table = replace(costs, scale=costs.scale * measured / modelled, extra={**costs.extra, "runtime": runtime})
     row = plan_build(recipe, frame_ids, frames_per_shard=1, workers=[2], groups=1, costs=table)["schedule"][0]
     assert row["tasks"] == 4
+    print(f"plan {row['wall_s']:.2f} s, build {wall:.2f} s ({row['wall_s'] / wall - 1:+.1%})")
     assert abs(row["wall_s"] - wall) <= TOLERANCE * wall, (row, wall, phases)
 
 
