@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from pipeline.bench.cli import bench_app  # typer only: NumPy is imported by its commands, after the pin
 from pipeline.errors import BenchBuildError
 from pipeline.numeric import NumericPinError, pin_environment
 
@@ -41,6 +42,7 @@ app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,
                   help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console(soft_wrap=True)
+app.add_typer(bench_app, name="bench")
 
 # Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.
 EndpointOpt = Annotated[str | None, typer.Option(
@@ -620,14 +622,15 @@ def plan(
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
     worker_start: Annotated[float | None, typer.Option(min=0,
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
-             "loaded from the cache; default 2; add ≈ 11 where workers compile them)")] = None,
+             "loaded from the cache; default: the cost table's measurement, else 2; add ≈ 11 where workers compile "
+             "them)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
     from manifests.recipe import RecipeError, load_recipe
     from pipeline.costs import load_costs
-    from pipeline.scale import WORKER_START_S, plan_build
+    from pipeline.scale import plan_build
     from pipeline.sources import SourceError, open_source
 
     try:
@@ -646,7 +649,7 @@ def plan(
             fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
                             groups=groups, costs=load_costs(recipe, costs),
-                            worker_start_s=WORKER_START_S if worker_start is None else worker_start)
+                            worker_start_s=worker_start)
     except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
         raise _fail(e) from None
     if as_json:
@@ -662,11 +665,16 @@ def plan(
                       f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
                       f"{z['cpu_hours']:.2f} CPU-hours "
                       f"(each group rebuilds the per-frame caches it needs)")
+    rt = report["runtime"]
     out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
                       f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
-                      "scheduling")
-    table = Table(caption="best split for N workers | cost-sized split on N workers")
-    for col in ("workers", "groups", "tasks", "task s", "span", "util", "CPU-h", "span", "util"):
+                      f"scheduling; the driver starts in {rt['driver_start_s']:g} s (plan, Ray), finishes in "
+                      f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
+                      f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
+                      f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+    table = Table(caption="best split for N workers (wall = driver start + span + finish) | cost-sized split on N "
+                          "workers")
+    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span", "util"):
         table.add_column(col, justify="right")
 
     def span(m: float) -> str:
@@ -674,83 +682,11 @@ def plan(
 
     for row in report["schedule"]:
         table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
-                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), f"{row['utilisation']:.1%}",
+                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), span(row["wall_s"]),
+                      f"{row['wall_utilisation']:.1%}",
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['utilisation']:.1%}")
     out_console.print(table)
-
-
-@app.command()
-def bench(
-    *,
-    frames: Annotated[int, typer.Option(min=1, help="Demo frames to measure on")] = 4,
-    builds: Annotated[bool, typer.Option(help="Also time whole demo builds at 1 and 2 workers")] = True,
-    publish: Annotated[bool, typer.Option(help="Instead: object-storage throughput (build to s3://, publish, "
-                                               "pull, verify) against a throwaway local SeaweedFS")] = False,
-    s3_build: Annotated[bool, typer.Option(help="Instead: demo build to a local directory vs to s3:// (a throwaway "
-                                                "local SeaweedFS) with uploads overlapping compute and without, "
-                                                "interleaved --repeat times; medians and overhead %")] = False,
-    repeat: Annotated[int, typer.Option(min=1, help="With --s3-build: rounds of the three builds")] = 3,
-    isolate_server: Annotated[bool, typer.Option(help="With --s3-build: SeaweedFS on the last CPU, the builds on the "
-                                                      "others (as with a store on another host)")] = False,
-    build_rounds: Annotated[int, typer.Option(min=1, help="Rounds of the 1- and 2-worker demo builds (alternating "
-                                                          "which goes first); the speed-up and the task CPU are "
-                                                          "medians")] = 1,
-    workers: Annotated[int, typer.Option(min=1, help="With --publish / --s3-build: Ray workers of the builds; "
-                                                     "with --score: "
-                                                     "scoring processes")] = 2,
-    objects: Annotated[bool, typer.Option(help="Also the object benchmarks' stages (ModelNet-C, ModelNet40-E, "
-                                               "3DOS) and a ModelNet-C demo build")] = True,
-    only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
-    loaders: Annotated[bool, typer.Option(help="Instead: read examples/s of a version: raw Parquet vs PyTorch "
-                                               "DataLoader with 0 and 2 workers")] = False,
-    version_dir: Annotated[str | None, typer.Option(help="With --loaders: the version to read (default: build "
-                                                         "the kitti-c demo of --frames frames)")] = None,
-    points_layouts: Annotated[bool, typer.Option(help="Instead: write / read CPU and size of candidate layouts of the "
-                                                     "points column on --frames demo frames (for a schema decision)")]
-    = False,
-    score: Annotated[bool, typer.Option(help="Instead: time `score` on full-size KITTI-C partitions (7,481 synthetic "
-                                             "frames each at KITTI's label density, ~10 detections a frame; AP and "
-                                             "bug rates) at --workers processes and extrapolate to all 126")] = False,
-    score_partitions: Annotated[int, typer.Option(min=1, help="With --score: full-size partitions measured")] = 4,
-    costs_out: Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) "
-                                                        "for `plan` and task sizing (pipeline/cost_tables/); "
-                                                        "scaled to real task seconds by the demo build unless "
-                                                        "--no-builds")] = None,
-) -> None:
-    """Print per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
-    if score:
-        from pipeline.bench_score import run_bench_score
-
-        run_bench_score(partitions=score_partitions, workers=workers)
-        return
-    if loaders:
-        from pipeline.bench_loaders import run_bench_loaders
-
-        run_bench_loaders(version_dir, frames=frames)
-        return
-    if points_layouts:
-        from pipeline.bench_layouts import run_bench_layouts
-
-        run_bench_layouts(frames=frames)
-        return
-    if s3_build:
-        from pipeline.bench_publish import run_bench_s3_build
-
-        run_bench_s3_build(frames=frames, workers=workers, repeat=repeat, isolate_server=isolate_server)
-        return
-    if publish:
-        from pipeline.bench_publish import run_bench_publish
-
-        run_bench_publish(frames=frames, workers=workers)
-        return
-    from pipeline.bench import run_bench, run_object_bench
-
-    if not only_objects:
-        run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
-    if objects or only_objects:
-        run_object_bench(builds=builds)
-
 
 
 @app.command()

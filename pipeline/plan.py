@@ -1,4 +1,5 @@
-"""Planning: (recipe, frames) → shard specs with deterministic, parseable names. Pure: no Ray, no I/O.
+"""Planning: (recipe, frames) → shard specs with deterministic, parseable names, and the schedule model that
+predicts a build's wall time. Pure: no Ray, no I/O but reading the cost table.
 
 A shard is a block of consecutive frames carried through the clean copy and every corruption ×
 severity. Block ``b`` of ``B`` writes one file per partition, all named ``part-{b:05d}-of-{B:05d}``::
@@ -26,16 +27,19 @@ itself (≈ 5 ms per frame, negligible next to the stages).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from manifests.manifest import CLEAN, partition_dir
 from manifests.recipe import Recipe
-from pipeline.costs import CostTable
+from pipeline.costs import CostTable, load_costs
+from pipeline.ledger import LedgerMismatch
 
 SHARD_RE = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 
@@ -203,3 +207,133 @@ def plan_tasks(shards: Sequence[ShardSpec], recipe: Recipe, costs: CostTable, gr
     read while still in the page cache and a block's files complete early."""
     cut = group_partitions(recipe, costs, groups)
     return [TaskSpec(shard, g, len(cut), parts) for shard in shards for g, parts in enumerate(cut)]
+
+
+# --- the schedule model: what `plan` predicts and what the local group choice minimises ---------------------------
+
+TASK_OVERHEAD_S = 0.05  # Ray task scheduling + start + ledger write per task, measured on loopback (order of)
+#: seconds from a worker's start to its first task computing as fast as the cost table says: Ray starting the
+#: worker process (≈ 0.6 CPU-s), the task code's imports (≈ 0.4 s), and its first task's one-off warm-up (numba's
+#: kernels loaded from the cache, first-call caches: ≈ 0.6–0.9 s), on this project's machine. A worker that has to
+#: compile the kernels (no cache entry for the CPU numba compiles for) pays ≈ 11 s more for KITTI-C's stages.
+#: A cost table measured by `bench scale` replaces it with its own measurement (`Runtime`).
+WORKER_START_S = 2.0
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a build costs besides its tasks' CPU, measured by `bench-build bench scale` on one machine and stored
+    in the cost table's ``runtime`` (defaults: the model before it was measured).
+
+    ``inflation``: task CPU with every one of ``cores`` busy over task CPU on one worker (memory bandwidth,
+    caches, SMT siblings); a build on ``w`` workers pays ``1 + (inflation - 1) × (w - 1) / (cores - 1)`` per
+    task, at most the full factor. ``driver_start_s``: the driver before the first task can start (planning, the
+    ledger, `ray.init`); ``finish_s`` (+ ``finish_s_per_task``): the driver after the last task (ledger check,
+    manifest, card, contact sheet, Ray's stop)."""
+
+    worker_start_s: float = WORKER_START_S
+    driver_start_s: float = 0.0
+    finish_s: float = 0.0
+    finish_s_per_task: float = 0.0
+    inflation: float = 1.0
+    cores: int = 1
+
+    def inflation_at(self, workers: int) -> float:
+        if self.cores <= 1 or workers <= 1:
+            return 1.0
+        return 1.0 + (self.inflation - 1.0) * min(1.0, (workers - 1) / (self.cores - 1))
+
+    @classmethod
+    def of(cls, costs: CostTable, worker_start_s: float | None = None) -> Runtime:
+        r = costs.extra.get("runtime") or {}
+        known = {k: float(r[k]) for k in ("worker_start_s", "driver_start_s", "finish_s", "finish_s_per_task",
+                                          "inflation") if k in r}
+        out = cls(**known, cores=int(r.get("cores", 1)))  # type: ignore[arg-type]
+        if worker_start_s is not None:
+            out = cls(worker_start_s, out.driver_start_s, out.finish_s, out.finish_s_per_task, out.inflation, out.cores)
+        return out
+
+
+def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TASK_OVERHEAD_S,
+             start_s: float = 0.0, inflation: float = 1.0) -> dict[str, float]:
+    """List scheduling in submission order, every worker free from ``start_s``, each task costing ``inflation`` ×
+    its one-worker seconds: makespan (s), busy CPU-s (one-worker seconds), and utilisation = busy / (N × makespan)
+    (a worker's start and the inflation are not useful work)."""
+    free = [start_s] * workers
+    busy = 0.0
+    for cost in task_seconds:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + cost * inflation + overhead_s)
+        busy += cost
+    makespan = max(free) if free else 0.0
+    return {"workers": workers, "makespan_s": makespan, "busy_cpu_s": busy,
+            "utilisation": busy / (workers * makespan) if makespan else 1.0}
+
+
+def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime) -> dict[str, float]:
+    """`simulate` at ``workers`` with ``runtime``'s worker start and inflation, plus the driver's serial parts:
+    ``wall_s`` = the driver's start + makespan + finish, and ``wall_utilisation`` = one-worker task CPU / (N × wall)."""
+    m = simulate(task_seconds, workers, start_s=runtime.worker_start_s, inflation=runtime.inflation_at(workers))
+    finish = runtime.finish_s + runtime.finish_s_per_task * len(task_seconds)
+    wall = runtime.driver_start_s + m["makespan_s"] + finish
+    return {**m, "inflation": runtime.inflation_at(workers), "driver_start_s": runtime.driver_start_s,
+            "finish_s": finish, "wall_s": wall, "wall_utilisation": m["busy_cpu_s"] / (workers * wall) if wall else 1.0}
+
+
+def task_seconds(shards: Sequence[ShardSpec], cut, costs: CostTable) -> list[float]:
+    """One-worker seconds of every task of ``shards`` cut into ``cut``, block-major (submission order)."""
+    per = [group_cost_ms(parts, costs) / 1e3 for parts in cut]
+    return [len(s.frame_ids) * c for s in shards for c in per]
+
+
+def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[ShardSpec], workers: int,
+                  max_groups: int | None = None, worker_start_s: float | None = None) -> int:
+    """Groups per block that minimise the predicted wall time on ``workers`` (worker start and the per-task CPU
+    inflation at that occupancy included: `Runtime`), up to the cost-sized number (`groups_for`). Splitting is not
+    free — every group rebuilds the per-frame caches its stages use — so a split must shorten the makespan by
+    ≥ 2 % to be preferred to a coarser one: a few workers get one task per block (least CPU), hundreds get
+    thousands of tasks."""
+    runtime = Runtime.of(costs, worker_start_s)
+    fps = max(len(s.frame_ids) for s in shards)
+    best_s, best_g = float("inf"), 1
+    for g in range(1, (max_groups or groups_for(recipe, costs, fps)) + 1):
+        cut = group_partitions(recipe, costs, g)
+        if len(cut) < g:  # no finer cut exists
+            break
+        m = predict(task_seconds(shards, cut, costs), workers, runtime)["wall_s"]
+        if m < best_s * 0.98:
+            best_s, best_g = m, g
+    return best_g
+
+
+def recorded_groups(recipe: Recipe, old_run: dict[str, Any]) -> list[list[list[Any]]]:
+    """The split a ledger recorded; a ledger from before grouping is one task per block."""
+    recorded = old_run.get("task_groups")
+    if recorded is None:
+        recorded = [[[CLEAN, 0]] + [[c.name, s] for c in recipe.corruptions for s in range(1, recipe.severities + 1)]]
+    return recorded
+
+
+def task_groups(recipe: Recipe, fps: int, groups: int | None, old_run: dict | None, fingerprint: str,
+                overwrite: bool, *, shards: list[ShardSpec] | None = None,
+                workers: int | None = None) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """How each block's partitions are split into tasks.
+
+    A resumed build keeps the split its ledger recorded (whatever the cost table says today), so a done
+    task is never redone and never half-overlaps a new one; asking for another number of groups on a build
+    in progress is refused. A new build cuts ``groups`` with `group_partitions`; by default, for a known number
+    of ``workers`` (a local Ray) the number that minimises the predicted wall time (`choose_groups`: one task per
+    block on a few workers, as splitting rebuilds per-frame caches), else (a cluster) the cost-sized number
+    (`groups_for`), whose thousands of short tasks also bound what a lost node or a straggler costs."""
+    if old_run is not None and old_run.get("fingerprint") == fingerprint and not overwrite:
+        recorded = recorded_groups(recipe, old_run)
+        if groups is not None and groups != len(recorded):
+            raise LedgerMismatch(
+                f"this build was started with {len(recorded)} task group(s) per block, not {groups}: run again "
+                f"without --groups (or with --groups {len(recorded)}) to resume it, or pass --overwrite to "
+                "start over")
+        return tuple(tuple((str(c), int(s)) for c, s in grp) for grp in recorded)
+    costs = load_costs(recipe)
+    if groups is None and workers is not None and shards:
+        groups = choose_groups(recipe, costs, shards, workers)
+    return group_partitions(recipe, costs, groups or groups_for(recipe, costs, fps))

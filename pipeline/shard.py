@@ -130,35 +130,112 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _write_parquet(path: Path, schema, batches) -> int:
+class TaskSplit:
+    """Where a task's wall time goes, by exclusive phase (seconds, summed over its files): ``read`` (scans),
+    ``compute`` (the stages), ``encode`` (examples → Arrow record batches, ours), ``parquet`` (Arrow's column
+    encoding + zstd compression + the write into the OS, one C++ call per row group and the footer), ``commit``
+    (fsync, sha256, rename or upload hand-off), ``paint`` (the contact sheet's panels). Recorded in each ledger
+    entry as ``split`` (wall seconds, plus ``other``: the rest of the task's wall time), ``split_cpu`` (the task
+    thread's CPU seconds in each phase) and ``cpu`` / ``wait`` (wall − the task thread's CPU: runnable without a
+    core, or blocked on I/O) / ``other_threads_cpu`` (the process's other threads during the task: library
+    thread pools, uploads)."""
+
+    PHASES = ("read", "compute", "encode", "parquet", "commit", "paint")
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+        self.cpu = dict.fromkeys(self.PHASES, 0.0)
+        self.wall0, self.cpu0, self.thread0 = time.perf_counter(), time.process_time(), time.thread_time()
+        self.mark = (self.wall0, self.thread0)
+
+    def start(self) -> float:
+        """Mark the start of a phase (returns its wall clock, for `add`)."""
+        self.mark = (time.perf_counter(), time.thread_time())
+        return self.mark[0]
+
+    def add(self, phase: str, since: float | None = None) -> float:
+        """End ``phase`` begun at the last `start` (or ``since``, a wall clock from `start`); the next one starts
+        now. Returns the wall clock."""
+        now, cpu = time.perf_counter(), time.thread_time()
+        self.seconds[phase] += now - (self.mark[0] if since is None else since)
+        self.cpu[phase] += cpu - self.mark[1]
+        self.mark = (now, cpu)
+        return now
+
+    def record(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.wall0
+        own = time.thread_time() - self.thread0
+        out: dict[str, Any] = {k: round(v, 4) for k, v in self.seconds.items()}
+        out["other"] = round(max(0.0, wall - sum(self.seconds.values())), 4)
+        out["cpu"] = round(own, 4)
+        out["wait"] = round(max(0.0, wall - own), 4)
+        out["other_threads_cpu"] = round(max(0.0, time.process_time() - self.cpu0 - own), 4)
+        return out
+
+
+def process_threads() -> int | None:
+    """Threads this process runs now (Linux: /proc/self/task), or None where that cannot be read."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def _write_parquet(path: Path, schema, batches, split: TaskSplit | None = None) -> int:
     rows = 0
-    with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as w:
+    w = pq.ParquetWriter(path, schema, **PARQUET_OPTIONS)
+    try:
         for batch in batches:
+            if split is not None:
+                split.start()
             w.write_batch(batch)
+            if split is not None:
+                split.add("parquet")
             rows += batch.num_rows
+    finally:
+        if split is not None:
+            split.start()
+        w.close()
+        if split is not None:
+            split.add("parquet")
     return rows
 
 
-def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None) -> tuple[int, int, str]:
+def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None,
+                         split: TaskSplit | None = None) -> tuple[int, int, str]:
     """Stream record batches into ``path`` (a key of ``store``, or a local path) so that only a complete
     file ever has that name: a temp file + fsync + rename locally, one upload of the finished file on S3.
-    Returns (rows, bytes, sha256)."""
+    Returns (rows, bytes, sha256). ``split``: gets the Parquet writer's and the commit's seconds."""
     if store is None:
         store, path = LocalStore(Path(path).parent), Path(Path(path).name)
     with store.staged_file(Path(path).as_posix()) as staged:
-        rows = _write_parquet(staged.path, schema, batches)
+        rows = _write_parquet(staged.path, schema, batches, split)
+        if split is not None:  # the block's exit: fsync, sha256, rename (or the upload's hand-off)
+            split.start()
+    if split is not None:
+        split.add("commit")
     return rows, staged.size, staged.sha256
 
 
-def _batches(examples, schema, size: int = ROW_GROUP_EXAMPLES):
+def record_batches(examples, schema, size: int = ROW_GROUP_EXAMPLES, split: TaskSplit | None = None):
     buf = []
     for ex in examples:
         buf.append(ex)
         if len(buf) == size:
-            yield encode_rows(buf, schema)
+            if split is not None:
+                split.start()
+            batch = encode_rows(buf, schema)
+            if split is not None:
+                split.add("encode")
+            yield batch
             buf = []
     if buf:
-        yield encode_rows(buf, schema)
+        if split is not None:
+            split.start()
+        batch = encode_rows(buf, schema)
+        if split is not None:
+            split.add("encode")
+        yield batch
 
 
 def _block_index(spec: ShardSpec | TaskSpec) -> int:
@@ -271,7 +348,8 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     spec then holds only the others); recorded with the built ones, so the ledger entry covers the whole task."""
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
-    t0, cpu0 = time.perf_counter(), time.process_time()
+    split = TaskSplit()
+    t0, cpu0 = split.wall0, split.cpu0
     store = open_store(root)
     ledger = Ledger(store)
     frames: list[Frame] = []
@@ -285,11 +363,12 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     if recipe.preprocess is not None:
         frames = [_preprocess(spec, recipe, f) for f in frames]
     read_seconds = time.perf_counter() - t0
+    split.add("read")
     try:
         try:
             return _write_shard(spec, recipe, source, store, ledger, fingerprint, run_id, frames, on_file,
                                 (t0, cpu0), read_seconds, sources, before_commit, encoding, panels,
-                                numeric_identity(numeric_profile), reused_files)
+                                numeric_identity(numeric_profile), reused_files, split)
         finally:  # a task that failed mid-way drops its queued uploads and waits for the running one
             store.end_background_uploads()
     except ShardFailed:
@@ -304,7 +383,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
                  read_seconds: float, sources: dict[str, Any],
                  before_commit: Callable[[], bool] | None = None, encoding: str = "full",
                  panels: dict | None = None, numeric: dict[str, Any] | None = None,
-                 reused_files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 reused_files: list[dict[str, Any]] | None = None,
+                 split: TaskSplit | None = None) -> dict[str, Any]:
+    split = split or TaskSplit()
     fields = frames[0].fields if frames else source.fields
     paint = _SheetPainter(frames[0], panels) if panels is not None and frames and _block_index(spec) == 0 else None
     columns = build_columns(recipe, source)
@@ -328,7 +409,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
             def examples(corruption=corruption):
                 for f in frames:
                     if paint is not None:
+                        split.start()
                         paint(corruption, 0, f, f)
+                        split.add("paint")
                     yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
         else:
             stage = get_stage(recipe.corruption(corruption).stage)
@@ -337,17 +420,21 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
             def examples(corruption=corruption, severity=severity, stage=stage, params=params):
                 for f in frames:
                     key = example_key(recipe.name, f.frame_id, corruption, severity)
+                    split.start()
                     try:
                         out = stage.apply(f, params, example_rng(recipe.seed, key))
                     except Exception as e:
                         raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
+                    split.add("compute")
                     if paint is not None:
                         paint(corruption, severity, f, out)
+                        split.add("paint")
                     yield key, corruption, severity, out, (f if encoding == "compact" else None)
         schema = schema_with_metadata(meta)
         try:
-            rows, size, sha256 = write_parquet_atomic(rel, schema, _batches(examples(), schema), store)
+            batches = record_batches(examples(), schema, split=split)
+            rows, size, sha256 = write_parquet_atomic(rel, schema, batches, store, split)
         except OSError as e:
             e.bench_build_key = store.key_url(rel)  # type: ignore[attr-defined]  # the file, not its temp name
             raise
@@ -366,6 +453,9 @@ def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, 
              # also paid the process's one-off warm-up (imports, numba's cached code)
              "process_cpu_start": round(t0[1], 4),
              **({"sheet_cpu_seconds": round(paint.cpu_seconds, 4)} if paint is not None else {}),
+             # where the task's wall time went (`TaskSplit`) and the threads its process ran at its end
+             "split": split.record(), "split_cpu": {k: round(v, 4) for k, v in split.cpu.items()},
+             "threads": process_threads(), "started": round(time.time() - (time.perf_counter() - t0[0]), 3),
              # object storage: CPU of the threads that uploaded this task's files (part of cpu_seconds)
              **({"upload_cpu_seconds": round(store.upload_cpu_seconds, 4)} if not store.is_local else {})}
     if before_commit is not None and not before_commit():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.bench_publish import split_cpus, thread_affinity
+from pipeline.bench.publish import split_cpus, thread_affinity
 
 
 def _child_cpus() -> set[int]:

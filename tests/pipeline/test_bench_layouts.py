@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 
-from pipeline.bench_layouts import LAYOUTS, measure_layouts
+from pipeline.bench.layouts import LAYOUTS, measure_layouts
 from pipeline.schema import points_type
 
 FIELDS = ("x", "y", "z", "intensity")

@@ -98,7 +98,7 @@ def test_the_cli_pins_its_own_process_before_numpy_and_records_an_override():
 def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_and_writes_nothing(
         small_recipe, demo_kitti, tmp_path):
     from manifests.recipe import load_recipe
-    from pipeline.build import _run_shard
+    from pipeline.build import run_shard
     from pipeline.ledger import Ledger
     from pipeline.plan import ShardSpec
     from pipeline.sources import KittiSource
@@ -107,7 +107,7 @@ def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_an
     store = open_store(tmp_path / "v")
     src = KittiSource(demo_kitti)
     expected = {**live_profile(), "libraries": {**live_profile()["libraries"], "numpy": "0.0.0"}}
-    res = _run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
+    res = run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
                      store.spec, "f" * 64, "run1", numeric_profile=expected)
     assert not res["ok"] and res["kind"] == "resource"
     assert f"numeric profile of node {socket.gethostname()}" in res["error"]
@@ -115,7 +115,7 @@ def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_an
     assert not list((tmp_path / "v").rglob("*.parquet"))
     assert Ledger(store).failed_entry(res["shard"])["error"] == res["error"]
     # the same task under its own profile builds the shard
-    ok = _run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
+    ok = run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
                     store.spec, "f" * 64, "run1", numeric_profile=live_profile())
     assert ok["ok"], ok
 
@@ -159,7 +159,7 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
                                                                       tmp_path, monkeypatch):
     import ray
 
-    import pipeline.build
+    import pipeline.build.run
     from pipeline.build import run_build
     from pipeline.ledger import Ledger, LedgerMismatch
 
@@ -183,7 +183,7 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
 
     # resuming under another profile (another image's NumPy) is refused before anything runs
     other = {**prof, "libraries": {**prof["libraries"], "numpy": "1.26.0"}}
-    monkeypatch.setattr(pipeline.build, "build_profile", lambda: other)
+    monkeypatch.setattr(pipeline.build.run, "build_profile", lambda: other)
     with pytest.raises(LedgerMismatch, match=r"another numeric profile \(numpy 1\.26\.0 \(build: "):
         run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, progress=False)
     # --overwrite starts it over under the new profile; this machine's workers do not match it: every shard

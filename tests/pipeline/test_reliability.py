@@ -262,7 +262,7 @@ def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, d
                 os._exit(9)  # the worker process dies, as under the OOM killer
             return super().read(frame_id)
 
-    monkeypatch.setattr("pipeline.build.open_source", lambda *a, **k: DyingSource(demo_kitti))
+    monkeypatch.setattr("pipeline.build.run.open_source", lambda *a, **k: DyingSource(demo_kitti))
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
                     progress=False)
     assert res.shards_built == ["part-00000-of-00002"]
@@ -369,7 +369,7 @@ def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_ki
     version's mkdir and exit 1 with NotADirectoryError."""
     from typer.testing import CliRunner
 
-    import pipeline.build as build
+    import pipeline.build.run as build
     from pipeline.cli import app
 
     def no_ray(*a, **kw):
@@ -481,17 +481,17 @@ def test_raylet_death_is_seen_within_the_wait_an_error_gives_it():
     symptom one worker saw. A running raylet is not waited on without cause, and is never reported dead."""
     import signal
 
-    from pipeline.build import _raylet_death
+    from pipeline.runtime.ray import raylet_death
 
-    assert _raylet_death(None, 1.0) is None  # no raylet watched (a cluster, or a Ray the caller started)
+    assert raylet_death(None, 1.0) is None  # no raylet watched (a cluster, or a Ray the caller started)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         t = time.perf_counter()
-        assert _raylet_death(proc) is None and time.perf_counter() - t < 0.5
-        assert _raylet_death(proc, 0.3) is None  # alive through the whole wait
+        assert raylet_death(proc) is None and time.perf_counter() - t < 0.5
+        assert raylet_death(proc, 0.3) is None  # alive through the whole wait
         t = time.perf_counter()
         proc.send_signal(signal.SIGKILL)
-        message = _raylet_death(proc, 5.0)
+        message = raylet_death(proc, 5.0)
         assert time.perf_counter() - t < 5.0  # returns as soon as it is dead, not after the wait
         assert message == (f"Ray node died (local raylet pid {proc.pid} exited with -9): the raylet or the machine "
                            "running the shard is gone")

@@ -168,12 +168,12 @@ def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s
 
     calls = [0]
 
-    def failing_write(path, schema, batches):
+    def failing_write(path, schema, batches, split=None):
         calls[0] += 1
         if calls[0] == 4:
             assert first_started.wait(60)
             raise OSError(28, "No space left on device")
-        return real_write(path, schema, batches)
+        return real_write(path, schema, batches, split)
 
     monkeypatch.setattr(store, "upload_file", slow)
     monkeypatch.setattr(shard_mod, "_write_parquet", failing_write)

@@ -1,4 +1,4 @@
-"""Object-storage benchmark (a script, not a test): `python -m pipeline.bench_publish`.
+"""Object-storage benchmark (a script, not a test): `python -m pipeline.bench.publish`.
 
 On a demo version it measures, against a local SeaweedFS (started on 127.0.0.1 for the run, unless
 ``--to s3://…`` names another store reached through the AWS chain):

@@ -1,4 +1,4 @@
-"""Benchmarks (a script, not a test): `bench-build bench` or `python -m pipeline.bench`.
+"""Benchmarks (a script, not a test): `bench-build bench` or `python -m pipeline.bench.stages`.
 
 Prints, on demo scans (full resolution, ≈130k points):
 1. the one-off per-frame preparation shared by all stages (KD-tree, points-in-box index, ring ids);
@@ -7,7 +7,7 @@ Prints, on demo scans (full resolution, ≈130k points):
 4. examples/s of a whole demo build at 1 and 2 workers (including Ray start-up), the speed-up, where the driver's
    serial time goes (its phases), the CPU time full KITTI-C needs (from the parts, from the build's tasks, and
    from the cost table scaled by their ratio).
-5. (`pipeline.bench_sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
+5. (`pipeline.bench.sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
    ≤ 20 ms per 64 × 2650 image) and the robo3d-nuscenes-c stages on 32-beam scans.
 6. object benchmarks (`run_object_bench`): per-shape cost of every ModelNet-C / ModelNet40-E corruption and
    of the 3DOS preprocessing on demo objects, and examples/s of a ModelNet-C demo build at 1 and 2 workers.
@@ -117,7 +117,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     # CPU time of this process: a stage's own cost, robust to other jobs on a shared machine
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
-        results["stages"][rec.name] = _stage_table(rec, demo, repeat, time.process_time)
+        results["stages"][rec.name] = stage_table(rec, demo, repeat, time.process_time)
         if any(c.stage == "upsample" for c in rec.corruptions):
             from stages.kernels.column_knn import CellGrid
 
@@ -131,15 +131,15 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
         rec = load_recipe("robo3d-kitti-c")
         fov = [f.take(camera_fov_mask(f)) for f in demo]
-        results["stages"]["robo3d-kitti-c camera-FOV"] = _stage_table(
+        results["stages"]["robo3d-kitti-c camera-FOV"] = stage_table(
             rec, fov, repeat, time.process_time, only=tuple(FOV_TARGET_MS), targets=FOV_TARGET_MS,
             title="robo3d-kitti-c, camera-FOV crop (CPU time of this process)")
 
-    from pipeline.bench_sources import run_bench_sources
+    from pipeline.bench.sources import run_bench_sources
 
     results["sources"] = run_bench_sources(repeat=repeat)
 
-    floor, write_by, size = _write_costs(recipe, demo, max(repeat, 3), clock)
+    floor, write_by, size = write_costs(recipe, demo, max(repeat, 3), clock)
     results["io_floor_ms_per_example"] = floor
     results["write_ms_by"] = write_by
     raw = sum(f.points.nbytes for f in demo) / frames
@@ -339,7 +339,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
         prepared[name] = demo
         print(f"\n(object shapes of {name}: {len(demo[0])} points each, best of {repeat}, CPU time of this "
               "process: shapes are small, so wall time on a shared machine mostly measures the neighbours)")
-        results["stages"][name] = _stage_table(recipe, demo, repeat, clock=time.process_time)
+        results["stages"][name] = stage_table(recipe, demo, repeat, clock=time.process_time)
     # ModelNet40-E per shape: one severity with the normals computed from scratch (a fresh frame has no
     # cached normals), the issue's target; further severities of the same shape reuse the normals
     recipe = load_recipe("modelnet40-e")
@@ -420,14 +420,14 @@ def _median_time(fn, repeat: int, clock=time.perf_counter) -> float:
     return float(np.median(times))
 
 
-def _write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
+def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
     """(clean ms, {corruption: ms at severities 1..S}, clean bytes) per example to commit a partition's examples
     to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
     write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
     a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
     from pipeline.plan import CLEAN, example_key, example_rng
     from pipeline.schema import schema_with_metadata
-    from pipeline.shard import _batches, build_columns, partition_meta, write_parquet_atomic
+    from pipeline.shard import build_columns, partition_meta, record_batches, write_parquet_atomic
     from pipeline.storage import LocalStore
     from stages.registry import get_stage
 
@@ -442,7 +442,7 @@ def _write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[fl
             rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
                     for f, o in zip(demo, outs, strict=True)]
             rel = Path(f"{corruption}-{severity}.parquet")
-            t = _median_time(lambda: write_parquet_atomic(rel, schema, _batches(iter(rows), schema), store),
+            t = _median_time(lambda: write_parquet_atomic(rel, schema, record_batches(iter(rows), schema), store),
                              repeat, clock)
             return t / len(demo) * 1e3, store.path(rel.as_posix()).stat().st_size // len(demo)
 
@@ -487,7 +487,7 @@ def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tuple[str, ...] | None = None,
+def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tuple[str, ...] | None = None,
                  targets: dict[str, float] | None = None, title: str | None = None) -> dict[str, list[float]]:
     """Cost per example (ms) of every corruption of ``recipe`` (or of the stages ``only``) at every severity,
     printed as a table against ``targets`` (default `TARGET_MS`)."""

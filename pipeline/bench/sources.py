@@ -44,7 +44,7 @@ def waymo_decode_ms(repeat: int = 5, height: int = 64, width: int = 2650) -> flo
 
 def run_bench_sources(repeat: int = 3, frames32: int = 2) -> dict:
     from manifests.recipe import load_recipe
-    from pipeline.bench import _stage_table
+    from pipeline.bench.stages import stage_table
     from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
     from pipeline.sources.semantickitti import SemanticKittiSource, write_semantickitti
     from pipeline.sources.waymo import WaymoSource, write_waymo
@@ -74,7 +74,7 @@ def run_bench_sources(repeat: int = 3, frames32: int = 2) -> dict:
         scans = [nus.read(fid) for fid in nus.list_frames()[:frames32]]
         recipe = load_recipe("robo3d-nuscenes-c")
         print("\n32-beam scans (ray-cast HDL-32E sweeps through the nuScenes reader):", end="")
-        results["stages_32beam"] = _stage_table(recipe, scans, repeat)
+        results["stages_32beam"] = stage_table(recipe, scans, repeat)
     return results
 
 

@@ -1,0 +1,227 @@
+"""`bench-build bench scale`: the same frames built at 1, 2, … N workers, side by side with `plan`'s prediction.
+
+For each worker count: wall time, the build's own phases (Ray start, tasks, finish), the tasks' CPU and where
+their time went (the ledger's per-task `split`: read, compute, encode, Parquet, commit, waiting), speed-up over
+the first count, utilisation = the first count's task CPU per worker-count ÷ (N × wall) (the issue's measure:
+1-worker task CPU ÷ (N × wall) when the first count is 1), and `plan`'s predicted wall and utilisation.
+
+``--control`` first runs a plain NumPy + zstd loop (no bench-build code) in 1 and then N processes at once: the
+CPU each copy needs at N against 1 is what the hardware alone inflates (shared caches, memory bandwidth, a
+hypervisor's neighbours), the floor any build's task inflation is compared with.
+
+``--costs-out`` merges what was measured (Ray start, worker start, the driver's finish, the task CPU inflation at
+full occupancy) into a cost table as its ``runtime``, which `plan` and the local group choice then use
+(`pipeline.plan.Runtime`).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.build import DEMO_FRAMES, run_build
+from pipeline.costs import load_costs
+from pipeline.scale import plan_build
+from pipeline.sources.demo import ensure_demo_source, mark_demo
+
+#: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
+#: so the loop shares the L3 and memory bandwidth with its neighbours as a task does
+CONTROL_POINTS = 1_000_000
+
+
+def control_loop(iterations: int, seed: int = 0) -> dict[str, float]:
+    """A task-like loop with no bench-build code: NumPy on a scan-sized array (sort, arithmetic, a gather) and
+    zstd (level 3, pyarrow's codec, as the writer uses) of the result. Returns its CPU and wall seconds."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    pts = rng.normal(size=(CONTROL_POINTS, 4)).astype(np.float32)
+    codec = pa.Codec("zstd", compression_level=3)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(iterations):
+        order = np.argsort(pts[:, 0], kind="stable")
+        out = pts[order] * np.float32(1.0001) + rng.normal(scale=0.01, size=pts.shape).astype(np.float32)
+        codec.compress(out.tobytes())
+    return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+
+
+def _control_child(args: tuple[int, int]) -> dict[str, float]:
+    return control_loop(*args)
+
+
+def run_control(copies: int, iterations: int = 8, rounds: int = 3) -> dict[str, Any]:
+    """CPU per copy of `control_loop` alone and with ``copies`` running at once (fresh processes, one thread pool
+    each pinned to one thread like a Ray task's), ``rounds`` times alternating; inflation = median CPU at
+    ``copies`` ÷ median CPU alone. ``together_wall_s_max`` far above the CPU says the copies did not each get a
+    core (other load on the machine): the inflation is then not only the hardware's."""
+    ctx = multiprocessing.get_context("spawn")
+    env = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    alone, together = [], []
+    try:
+        with ctx.Pool(1) as one, ctx.Pool(copies) as many:
+            one.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
+            many.map(_control_child, [(2, i) for i in range(copies)])
+            for _ in range(rounds):
+                alone += one.map(_control_child, [(iterations, 0)])
+                together += many.map(_control_child, [(iterations, i) for i in range(copies)])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    alone_cpu = statistics.median(r["cpu_s"] for r in alone)
+    together_cpu = statistics.median(r["cpu_s"] for r in together)
+    return {"copies": copies, "iterations": iterations, "rounds": rounds, "alone_cpu_s": round(alone_cpu, 3),
+            "together_cpu_s_median": round(together_cpu, 3),
+            "together_wall_s_max": round(max(r["wall_s"] for r in together), 3),
+            "inflation": round(together_cpu / alone_cpu, 3)}
+
+
+def frames_source(frames: int, work: Path, source: str | None = None) -> str:
+    """A KITTI-layout root with ``frames`` frames: ``source`` (or the 8-frame demo), its frames copied under new
+    ids (new keys, so new RNG streams: real work) when more are needed."""
+    root = Path(source) if source else ensure_demo_source(DEMO_FRAMES).root
+    velo = sorted((root / "training" / "velodyne").glob("*.bin"))
+    if frames <= len(velo):
+        return str(root)
+    out = work / "frames"
+    ids = [p.stem for p in velo]
+    for sub in (root / "training").iterdir():
+        if not sub.is_dir():
+            continue
+        (out / "training" / sub.name).mkdir(parents=True, exist_ok=True)
+        files = {p.stem: p for p in sub.iterdir() if p.stem in ids}
+        for i in range(frames):
+            src = files.get(ids[i % len(ids)])
+            if src is not None:
+                shutil.copyfile(src, out / "training" / sub.name / f"{i:06d}{src.suffix}")
+    (out / "ImageSets").mkdir(parents=True, exist_ok=True)
+    for name in ("train", "val", "trainval"):
+        (out / "ImageSets" / f"{name}.txt").write_text("".join(f"{i:06d}\n" for i in range(frames)))
+    mark_demo(out)
+    return str(out)
+
+
+def ledger_summary(version_dir: str | Path) -> dict[str, Any]:
+    """Task count, CPU, wall, longest task, threads and the summed `split` of a build's ledger."""
+    shards = Path(version_dir) / "_ledger" / "shards"  # a local build: every task's entry is a file there
+    entries = [json.loads(p.read_text()) for p in sorted(shards.glob("*.json"))]
+    split: dict[str, float] = {}
+    split_cpu: dict[str, float] = {}
+    for e in entries:
+        for k, v in (e.get("split") or {}).items():
+            split[k] = split.get(k, 0.0) + v
+        for k, v in (e.get("split_cpu") or {}).items():
+            split_cpu[k] = split_cpu.get(k, 0.0) + v
+    return {"tasks": len(entries), "task_cpu_s": round(sum(e.get("cpu_seconds", 0.0) for e in entries), 3),
+            "task_wall_s": round(sum(e.get("seconds", 0.0) for e in entries), 3),
+            "longest_task_s": round(max((e.get("seconds", 0.0) for e in entries), default=0.0), 3),
+            "threads": sorted({e["threads"] for e in entries if e.get("threads") is not None}),
+            "split": {k: round(v, 3) for k, v in split.items()},
+            "split_cpu": {k: round(v, 3) for k, v in split_cpu.items()}}
+
+
+def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard: int = 2, recipe: str = "kitti-c",
+              source: str | None = None, out: str | None = None, control: bool = False,
+              json_out: str | Path | None = None, costs_out: str | Path | None = None) -> dict[str, Any]:
+    """Build ``frames`` at each worker count (fresh output each), print the table, return (and write) results."""
+    results: dict[str, Any] = {"recipe": recipe, "frames": frames, "frames_per_shard": frames_per_shard,
+                               "cores": os.cpu_count(), "thread_pin": os.environ.get("BENCH_BUILD_THREAD_PIN", "on"),
+                               "runs": []}
+    if control:
+        results["control"] = run_control(max(workers))
+        c = results["control"]
+        print(f"control (NumPy + zstd loop, no bench-build code): {c['alone_cpu_s']:.2f} CPU-s alone, "
+              f"{c['together_cpu_s_median']:.2f} per copy with {c['copies']} at once: ×{c['inflation']:.3f}")
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=out) as tmp:
+        root = frames_source(frames, Path(tmp), source)
+        frame_ids = [f"{i:06d}" for i in range(frames)]
+        for n in workers:
+            dest = Path(tmp) / f"o{n}"
+            t = time.perf_counter()
+            res = run_build(recipe, source=root, out=str(dest), workers=n, max_frames=frames,
+                            frames_per_shard=frames_per_shard, progress=False)
+            wall = time.perf_counter() - t
+            if not res.ok:
+                raise RuntimeError(f"the {n}-worker build failed: {res.failures}")
+            led = ledger_summary(res.version_dir)
+            plan = plan_build(recipe, frame_ids, frames_per_shard=frames_per_shard, workers=[n])["schedule"][0]
+            results["runs"].append({"workers": n, "wall_s": round(wall, 3), "build_s": round(res.seconds, 3),
+                                    "phases": res.phases, "ledger": led,
+                                    "shards": sorted((s["path"], s["sha256"]) for s in res.manifest["shards"]),
+                                    "plan": {k: plan[k] for k in ("wall_s", "makespan_s", "wall_utilisation",
+                                                                  "tasks", "groups_per_block", "inflation")}})
+            shutil.rmtree(dest, ignore_errors=True)
+    base = results["runs"][0]
+    per_worker_cpu = base["ledger"]["task_cpu_s"]
+    results["identical_across_workers"] = len({json.dumps(r["shards"]) for r in results["runs"]}) == 1
+    print(f"\n{recipe}: {frames} frames, {frames_per_shard} per block, {os.cpu_count()} cores, thread pin "
+          f"{results['thread_pin']}")
+    print(f"{'N':>3} {'wall s':>7} {'speed-up':>8} {'tasks':>5} {'task CPU':>8} {'CPU ×':>6} {'longest':>7} "
+          f"{'util':>6} | {'plan wall':>9} {'plan util':>9} | wait s  parquet s  compute s  serial s")
+    for r in results["runs"]:
+        led = r["ledger"]
+        r["speedup"] = round(base["wall_s"] / r["wall_s"], 3)
+        r["cpu_inflation"] = round(led["task_cpu_s"] / per_worker_cpu, 3) if per_worker_cpu else None
+        r["utilisation"] = round(per_worker_cpu / (r["workers"] * r["wall_s"]), 3)
+        serial = r["wall_s"] - r["phases"].get("tasks", 0.0)
+        r["serial_s"] = round(serial, 3)
+        sp = led["split"]
+        print(f"{r['workers']:>3} {r['wall_s']:>7.1f} {r['speedup']:>7.2f}× {led['tasks']:>5} "
+              f"{led['task_cpu_s']:>8.1f} {r['cpu_inflation']:>6.3f} {led['longest_task_s']:>7.1f} "
+              f"{r['utilisation']:>6.1%} | {r['plan']['wall_s']:>9.1f} {r['plan']['wall_utilisation']:>9.1%} | "
+              f"{sp.get('wait', 0):>6.1f} {sp.get('parquet', 0):>9.1f} {sp.get('compute', 0):>10.1f} {serial:>8.1f}")
+    if len(results["runs"]) > 1:
+        last = results["runs"][-1]
+        ceiling = base["wall_s"] / (base["serial_s"] + (base["wall_s"] - base["serial_s"]) / last["workers"])
+        results["ceiling_speedup"] = round(ceiling, 3)
+        print(f"speed-up {last['workers']} vs {base['workers']}: {last['speedup']:.2f}× (the ceiling the measured "
+              f"serial time allows: {ceiling:.2f}×); shards identical across worker counts: "
+              f"{results['identical_across_workers']}")
+    for r in results["runs"]:
+        r.pop("shards")
+    if costs_out is not None:
+        write_runtime(results, recipe, costs_out)
+    if json_out is not None:
+        Path(json_out).write_text(json.dumps(results, indent=1) + "\n")
+        print(f"results written to {json_out}")
+    return results
+
+
+def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
+    """The cost table's ``runtime`` from a `run_scale` result: medians over its builds of the driver's start
+    (planning + Ray's start) and finish, and the task CPU inflation at the largest worker count within the cores.
+    The worker start is left to the model's constant: a build's ``phases["worker_start"]`` (when the first tasks
+    began) misses the one-off warm-up those tasks then pay inside (imports, numba's cached kernels)."""
+    runs = results["runs"]
+    finish = [r["phases"].get("finish", 0.0) for r in runs]
+    full = [r for r in runs if r["workers"] <= (results["cores"] or 1)]
+    return {"driver_start_s": round(statistics.median(r["phases"].get("plan", 0.0) + r["phases"].get("ray_start", 0.0)
+                                                      for r in runs), 3),
+            "finish_s": round(statistics.median(finish), 3), "finish_s_per_task": 0.0,
+            "inflation": round(max(1.0, full[-1]["cpu_inflation"] or 1.0), 3) if full else 1.0,
+            "cores": full[-1]["workers"] if full else 1,
+            "measured": f"bench-build bench scale --workers {' '.join(str(r['workers']) for r in runs)} "
+                        f"--frames {results['frames']} on {results['cores']} cores, {time.strftime('%Y-%m-%d')}"}
+
+
+def write_runtime(results: dict[str, Any], recipe: str, path: str | Path) -> None:
+    """Merge `measured_runtime` into the cost table at ``path`` (the recipe's shipped table if it does not exist)."""
+    from manifests.recipe import load_recipe
+
+    p = Path(path)
+    data = json.loads(p.read_text()) if p.is_file() else json.loads(load_costs(load_recipe(recipe)).to_json())
+    data["runtime"] = measured_runtime(results)
+    p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"runtime written to {p}: {data['runtime']}")

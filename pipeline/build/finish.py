@@ -1,0 +1,273 @@
+"""A build's finish in the driver: the dataset card, its contact sheet, then ``manifest.json`` last."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from manifests.card import card_with_renders, render_card
+from manifests.card_sections import complete_card
+from manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
+from manifests.recipe import Recipe
+from pipeline import __version__
+from pipeline.ledger import Ledger, identity_digest
+from pipeline.plan import ShardSpec, TaskSpec
+from pipeline.schema import SCHEMA_VERSION
+from pipeline.shard import os_error_message, partition_table
+from pipeline.storage import Store, open_store
+
+if TYPE_CHECKING:  # run.py imports this module
+    from pipeline.build.run import BuildResult
+
+
+def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
+            version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
+            workers: int | None, address: str | None, stopping: Any = None,
+            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None) -> BuildResult:
+    """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
+    result.seconds = time.time() - t0
+    complete = False
+    if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
+        sizes = ledger.object_sizes()
+        complete = all(ledger.check_done(t.name, fingerprint, "size", src, sizes)[0] for t in tasks)
+    if complete:
+        t = time.time()
+        try:
+            described = {**src.describe(), **({"benchmark_split": benchmark_split} if benchmark_split else {})}
+            result.manifest = write_manifest(store, recipe, described, tasks, ledger, fingerprint,
+                                             fps, result.seconds, panels=result.sheet_panels,
+                                             early_sheet=result.early_sheet,
+                                             phases=result.phases, numeric_profile=numeric_profile)
+        except OSError as e:  # every shard is written and kept: re-running writes only the manifest
+            result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
+                                                              store.key_url(MANIFEST_NAME))
+            result.failure_kinds[MANIFEST_NAME] = "resource"
+        result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
+    if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
+        from pipeline.validate import validate_after_build
+
+        if stopping is not None:  # validation may start a Ray of its own
+            stopping.join()
+        t = time.time()
+        result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
+        result.phases["validate"] = round(time.time() - t, 3)
+    result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
+    return result
+
+
+
+def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
+                   specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
+                   seconds: float, *, panels: dict | None = None, phases: dict[str, float] | None = None,
+                   numeric_profile: dict[str, Any] | None = None,
+                   early_sheet: EarlySheet | None = None) -> dict[str, Any]:
+    """Write the dataset card, then ``manifest.json`` last: a manifest only ever lists finished shards.
+
+    ``panels``: the contact sheet's panels as the build tasks painted them (else the sheet's frame is read
+    back from the files); ``early_sheet``: the sheet already drawn from them while the other tasks ran (used
+    when it shows what this manifest would draw); ``phases`` gets the seconds the contact sheet took here.
+
+    Files are listed block by block in the recipe's partition order, whatever the tasks were, so the
+    manifest does not depend on how blocks were split into tasks."""
+    store = open_store(version_dir)
+    shards, by_part = [], {}
+    fields, scale = None, None
+    rank = {("clean", 0): 0} | {(c.name, sv): 1 + i * recipe.severities + sv
+                                 for i, c in enumerate(recipe.corruptions) for sv in range(1, recipe.severities + 1)}
+    files = []
+    for spec in specs:
+        entry = ledger.done_entry(spec.name)
+        assert entry is not None
+        files += [(spec.file_stem, f) for f in entry["files"]]
+    files.sort(key=lambda sf: (sf[0], rank.get((sf[1]["corruption"], sf[1]["severity"]), 0)))
+    for stem, f in files:
+        shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
+                       "shard": stem, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"],
+                       **({"partition_fingerprint": f["partition_fingerprint"]} if "partition_fingerprint" in f
+                          else {}),
+                       **({"reused_from": f["reused_from"]} if "reused_from" in f else {})})
+        part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
+        part["examples"] += f["rows"]
+        part["bytes"] += f["bytes"]
+        part["seconds"] = round(part["seconds"] + f["seconds"], 4)
+    if shards:
+        import pyarrow.parquet as pq
+
+        from pipeline.schema import file_metadata
+
+        with store.open_input(shards[0]["path"]) as f:
+            meta = file_metadata(pq.read_schema(f))
+        fields, scale = meta.get("fields"), meta.get("intensity_scale")
+    columns = meta.get("columns", []) if shards else []
+    encoding = meta.get("encoding", "full") if shards else "full"
+    n_frames = sum(len(ids) for ids in {s.file_stem: s.frame_ids for s in specs}.values())
+    frame_digests = {}
+    for spec in specs:
+        recorded = (ledger.done_entry(spec.name) or {}).get("sources") or {}
+        frame_digests.update({fid: identity_digest(recorded.get(fid)) for fid in spec.frame_ids})
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "dataset": recipe.name,
+        "version": recipe.version,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "build_seconds": round(seconds, 2),
+        "code_version": __version__,
+        # what every task computed under (each checked its own against it): platform, library versions, NumPy
+        # SIMD dispatch, OpenBLAS core, and whether that is bench-build's pin or a user's override
+        **({"numeric_profile": numeric_profile} if numeric_profile is not None else {}),
+        "fingerprint": fingerprint,
+        "recipe": recipe.canonical(),
+        "source": {**{k: v for k, v in source.items() if k != "root"}, **({"demo": True} if is_demo(source) else {})},
+        "frames": n_frames,
+        "frames_per_shard": fps,
+        "fields": fields,
+        "intensity_scale": scale,
+        "columns": columns,
+        "encoding": encoding,
+        "partitions": partition_table(recipe),
+        # row r of every partition file of a shard is frame shard_frames[shard][r]: loaders index without a scan
+        "shard_frames": {spec.file_stem: list(spec.frame_ids) for spec in specs},
+        "counts": {
+            "examples_defined": recipe.examples_defined(n_frames),
+            "examples_stored": sum(s["rows"] for s in shards),
+            "bytes": sum(s["bytes"] for s in shards),
+            "by_partition": by_part,
+        },
+        "shards": shards,
+        # what each frame was built from: sha256 over its source files' (path, size, sha256); null when the
+        # reader cannot name a frame's files. A changed scan changes its digest (and is rebuilt by `run`).
+        "source_identity": {
+            "digest": hashlib.sha256(json.dumps(sorted(frame_digests.items())).encode()).hexdigest(),
+            "frames": frame_digests,
+        },
+    }
+    reused = [s for s in shards if s.get("reused_from")]
+    if reused:  # provenance only: the files are the ones this version would have computed, byte for byte
+        manifest["reused"] = {"from_versions": sorted({s["reused_from"] for s in reused}), "files": len(reused),
+                              "bytes": sum(s["bytes"] for s in reused)}
+    validation = "validation/summary.md" if store.exists("validation/summary.md") else None
+    card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
+    if reused:
+        card = card.rstrip("\n") + "\n\n" + reuse_card_section(manifest) + "\n"
+    t = time.time()
+    sheet = early_sheet.take(store, manifest) if early_sheet is not None else None
+    if sheet is None:
+        sheet = contact_sheet(store, manifest, panels)
+    if phases is not None:
+        phases["contact_sheet"] = round(time.time() - t, 3)
+    store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
+    # what the build drew for its card, with checksums: publish and pull move exactly these (never whatever a
+    # listing of renders/ holds), verify checks them; an empty list says "none", unlike an old build's absent key
+    manifest["renders"] = render_entries(store, sheet)
+    store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
+    return manifest
+
+
+def reuse_card_section(manifest: dict[str, Any]) -> str:
+    """The card's note on files taken from an earlier version (`run --reuse`): which, from which version."""
+    r = manifest["reused"]
+    parts = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest["shards"] if s.get("reused_from")})
+    built = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest["shards"] if not s.get("reused_from")})
+    return (f"## Reused partitions\n\n{r['files']} of {len(manifest['shards'])} files "
+            f"({r['bytes'] / 1e6:.1f} MB) were taken unchanged from version {', '.join(r['from_versions'])} of "
+            f"{manifest['dataset']}: their partition fingerprints (stage, version, parameters, seed, source, "
+            f"writer) are equal, so their bytes are identical (each checked against that version's sha256). "
+            f"Reused partitions: {', '.join(parts)}. Computed for this version: {', '.join(built) or 'none'}.")
+
+
+def render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The manifest's ``renders``: path, bytes and sha256 of the contact sheet as stored (read back)."""
+    if not sheet:
+        return []
+    data = store.read_bytes(sheet["path"])
+    return [{"path": sheet["path"], "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
+
+
+def is_demo(source: dict[str, Any]) -> bool:
+    """Built from bench-build's generated demo data (its marker file in a source root)?"""
+    from pipeline.sources.demo import is_demo_root
+
+    return any(isinstance(v, str) and k.endswith("root") and Path(v).is_dir() and is_demo_root(v)
+               for k, v in source.items())
+
+
+def contact_sheet(store, manifest: dict[str, Any], panels: dict | None = None) -> dict[str, Any] | None:
+    """Render the card's contact sheet into ``renders/``; a picture never fails a finished build."""
+    from pipeline.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
+
+    try:
+        return write_contact_sheet(store, manifest, panels=panels)
+    except Exception as e:  # matplotlib, an odd frame: say so and keep the build
+        warnings.warn(f"contact sheet not rendered: {type(e).__name__}: {e}", stacklevel=2)
+        return None
+
+
+
+class CapturedStore:
+    """What `write_contact_sheet` puts, kept in memory: an early sheet is written only by a build that finishes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.data[key] = data
+
+
+class EarlySheet:
+    """The contact sheet drawn on a thread while the build's other tasks run, as soon as the tasks of its frame
+    (block 0) have painted every panel: the tiling (≈ 1 s on this project's machine) leaves the driver's serial
+    finish. It is drawn from a preview of the manifest (the plan's partitions and blocks) and used by
+    `write_manifest` only if the real manifest names the same frame and partitions, so the sheet's bytes are the
+    ones the finish would draw; otherwise (a resumed or reusing build, whose panels never complete) the finish
+    draws it as before."""
+
+    def __init__(self, recipe: Recipe, tasks: list[TaskSpec]) -> None:
+        blocks = {t.file_stem: list(t.frame_ids) for t in tasks}
+        self.parts = {p for t in tasks for p in t.parts}
+        first = min(blocks) if blocks else None
+        self.preview = {"dataset": recipe.name, "version": recipe.version, "recipe": recipe.canonical(),
+                        "shard_frames": blocks,
+                        "shards": [{"corruption": c, "severity": s, "shard": first} for c, s in sorted(self.parts)]}
+        self.store = CapturedStore()
+        self.thread: threading.Thread | None = None
+        self.sheet: dict[str, Any] | None = None
+        self.seconds = 0.0
+
+    def poll(self, panels: dict) -> None:
+        """Start drawing once ``panels`` covers every partition (called by the scheduling loop)."""
+        if self.thread is None and self.parts and set(panels) == self.parts:
+            self.thread = threading.Thread(target=self._draw, args=(dict(panels),), daemon=True,
+                                           name="bench-build-contact-sheet")
+            self.thread.start()
+
+    def _draw(self, panels: dict) -> None:
+        from pipeline.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
+
+        t = time.time()
+        try:
+            self.sheet = write_contact_sheet(self.store, self.preview, panels=panels)
+        except Exception:  # the finish draws it instead (and warns if it fails there too)
+            self.sheet = None
+        self.seconds = time.time() - t
+
+    def take(self, store: Store, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """The early sheet written into ``store`` if it is the one ``manifest`` would draw, else None."""
+        if self.thread is None:
+            return None
+        self.thread.join()
+        sheet = self.sheet
+        parts = {(s["corruption"], int(s["severity"])) for s in manifest.get("shards", [])}
+        first = manifest["shards"][0]["shard"] if manifest.get("shards") else None
+        frame = (manifest.get("shard_frames") or {}).get(first, [None])[0]
+        if sheet is None or parts != self.parts or sheet.get("frame_id") != frame or \
+                sheet["path"] not in self.store.data:
+            return None
+        store.put_bytes(sheet["path"], self.store.data[sheet["path"]])
+        return sheet

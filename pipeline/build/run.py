@@ -1,0 +1,264 @@
+"""`bench-build run`: recipe → plan → ledger filter → Ray tasks (`execute`) → manifest + dataset card (`finish`)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from manifests.manifest import MANIFEST_NAME
+from manifests.recipe import Recipe, load_recipe
+from pipeline.build.execute import execute
+from pipeline.build.finish import EarlySheet, finish
+from pipeline.ledger import Ledger, LedgerMismatch, LedgerUnreadable
+from pipeline.numeric import build_profile, profile_differences
+from pipeline.plan import ShardSpec, TaskSpec, plan_shards, task_groups
+from pipeline.progress import BuildProgress
+from pipeline.runtime.ray import init_ray, local_raylet, stop_ray_in_background
+from pipeline.shard import parquet_format
+from pipeline.sources import checked_frame_ids, open_source
+from pipeline.storage import LocalStore, Store, open_store, redact
+
+DEMO_FRAMES = 8
+DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
+DEMO_OBJECTS_PER_SHARD = 16  # demo object sets hold 75–855 small shapes: 5–54 shards
+
+
+@dataclass
+class BuildResult:
+    version_dir: Path | str  # a local path, or the URL of a version on object storage
+    shards_total: int
+    shards_skipped: int  # already done in the ledger
+    shards_built: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    failure_kinds: dict[str, str] = field(default_factory=dict)  # "input", "resource" or "internal"
+    manifest: dict[str, Any] | None = None
+    seconds: float = 0.0
+    validation: dict[str, Any] | None = None  # per corruption, when the recipe has [validate]
+    # contact-sheet panels of the first frame, painted by the tasks that built it ((corruption, severity) → Panel)
+    sheet_panels: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
+    # wall seconds of the driver's phases (plan, ray_start, tasks, manifest, contact_sheet, validate)
+    phases: dict[str, float] = field(default_factory=dict)
+    # --reuse: what this run took from the earlier version instead of computing it
+    reused: dict[str, Any] | None = None
+    # worker pid → unix time its first task of this run started (`phases["worker_start"]`: their median after
+    # the tasks phase began, what `plan` models as a worker's start)
+    first_task_starts: dict[int, float] = field(default_factory=dict, repr=False)
+    early_sheet: Any = field(default=None, repr=False)  # `finish.EarlySheet`: the sheet drawn while tasks run
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.manifest is not None
+
+
+def run_build(
+    benchmark: str,
+    *,
+    source: str | None = None,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    address: str | None = None,
+    max_frames: int | None = None,
+    split: str | None = None,
+    frames_per_shard: int | None = None,
+    overwrite: bool = False,
+    recheck: str = "sha256",
+    progress: bool = True,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+    roots: dict[str, str] | None = None,
+    allow_empty_frames: bool = False,
+    groups: int | None = None,
+    encoding: str = "full",
+    reuse: str | Path | None = None,
+) -> BuildResult:
+    """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
+
+    ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
+    ``reuse``: an earlier version of the benchmark (directory or URL) whose files with this build's partition
+    fingerprints are taken instead of computed (`pipeline.reuse`)."""
+    t0 = time.time()
+    for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if recheck not in ("sha256", "size"):
+        raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
+    root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
+    if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
+        root.refuse_non_directory("--out")
+    recipe = load_recipe(benchmark)
+    earlier = None
+    if reuse is not None:  # refused (exit 2) before the source is read or anything is written
+        from pipeline.reuse import open_earlier
+
+        earlier = open_earlier(reuse, recipe, endpoint_url=endpoint_url, profile=profile)
+    demo = source is None and not any((roots or {}).values())
+    src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES, roots=roots,
+                      allow_empty=allow_empty_frames)
+    frame_ids = checked_frame_ids(src, src.list_frames())
+    other_split = split is not None and recipe.split is not None and split.rpartition(":")[2] != recipe.split
+    if other_split:  # allowed, but said at once and in the card: its numbers are not the benchmark's
+        print(f"[bench-build] building split {split!r}, not {recipe.name}'s benchmark split {recipe.split!r} "
+              f"(--split); the card says so", file=sys.stderr, flush=True)
+    if max_frames is not None:
+        frame_ids = frame_ids[:max_frames]
+    if not frame_ids:
+        raise ValueError(f"source {src.describe()} has no frames")
+    from pipeline.sources import OBJECT_KINDS
+
+    demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
+    fps = frames_per_shard if frames_per_shard is not None else (
+        demo_fps if demo else recipe.frames_per_shard)
+    # what decides the bytes besides the recipe and frames: shard size, encoding, Parquet writer options
+    fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
+                                      *([f"encoding={encoding}"] if encoding != "full" else []),
+                                      f"parquet={parquet_format()}"])
+    store = root.child(f"{recipe.name}/{recipe.version}")
+    if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too
+        store.refuse_non_directory("the version directory under --out,")
+    version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
+    specs = plan_shards(frame_ids, fps)
+    # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
+    with store.writer_lock("bench-build run") as owner:
+        store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
+        return build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
+                             workers=workers, address=address, overwrite=overwrite, recheck=recheck,
+                             progress=progress, owner=owner, groups=groups, encoding=encoding,
+                             benchmark_split=recipe.split if other_split else None, earlier=earlier)
+
+
+def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
+                  store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
+                  workers: int | None, address: str | None, overwrite: bool, recheck: str,
+                  progress: bool, owner: dict[str, Any] | None = None,
+                  groups: int | None = None, encoding: str = "full",
+                  benchmark_split: str | None = None, earlier: Any = None) -> BuildResult:
+    """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
+    source, so the card says the build is not the benchmark's split)."""
+    ledger = Ledger(store)
+    try:
+        old_run = ledger.run_info()
+    except LedgerUnreadable:
+        if not overwrite:
+            raise
+        old_run = None  # --overwrite starts the version over (begin clears the damaged ledger)
+    profile = build_profile()
+    if numeric_profile_changed(old_run, fingerprint, profile, overwrite, version_dir):
+        ledger.clear()  # --overwrite of a build started under another numeric profile: start it over
+        old_run = None
+    # a local Ray's size is known: split only as far as it shortens the build; a cluster gets the cost-sized split
+    cut = task_groups(recipe, fps, groups, old_run, fingerprint, overwrite,
+                      shards=specs, workers=None if address else (workers or os.cpu_count() or 1))
+    tasks = [TaskSpec(s, g, len(cut), parts) for s in specs for g, parts in enumerate(cut)]
+    ledger.begin({"fingerprint": fingerprint, "recipe": recipe.canonical(), "source": src.describe(),
+                  "frames": frame_ids, "frames_per_shard": fps, "shards": len(specs),
+                  "task_groups": [[list(p) for p in grp] for grp in cut], "numeric_profile": profile,
+                  "parquet_format": parquet_format()},
+                 overwrite=overwrite)
+
+    pending = [t for t in tasks if not ledger.check_done(t.name, fingerprint, recheck, src)[0]]
+    if pending:  # the version is being (re)built: no manifest may point at files that are changing
+        store.delete(MANIFEST_NAME)
+    result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))
+    reused_files: dict[str, list[dict[str, Any]]] = {}
+    if earlier is not None:
+        pending, reused_files = take_reused(earlier, recipe, src, pending, store, ledger, fingerprint, result,
+                                             encoding, profile)
+    result.phases["plan"] = round(time.time() - t0, 3)
+    bar = BuildProgress(total=len(frame_ids) * recipe.examples_stored(1), enabled=progress)
+    pending_names = {t.name for t in pending}
+    bar.advance(sum(len(t.frame_ids) * len(t.parts) for t in tasks if t.name not in pending_names))
+    stopping = None
+    if pending:
+        result.early_sheet = EarlySheet(recipe, tasks)
+        t = time.time()
+        started = init_ray(workers, address)
+        result.phases["ray_start"] = round(time.time() - t, 3)
+        t = time.time()
+        try:
+            execute(pending, recipe, src, store, fingerprint, result, bar, owner, encoding,
+                     raylet=local_raylet() if started and not address else None, numeric_profile=profile,
+                     pinned_by_env=started and not address, reused_files=reused_files)
+        finally:
+            bar.close()
+            result.phases["tasks"] = round(time.time() - t, 3)
+            if result.first_task_starts:
+                result.phases["worker_start"] = round(statistics.median(result.first_task_starts.values()) - t, 3)
+            if started and not result.failures and sys.exc_info()[0] is None:
+                stopping = stop_ray_in_background()  # Ray stops (≈ 1 s) while the manifest and card are written
+            elif started:  # a failed run (a dead raylet …) stops Ray in the foreground, as it always did
+                import ray
+
+                ray.shutdown()
+    else:
+        bar.close()
+    t = time.time()
+    try:
+        return finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
+                      workers=workers, address=address, stopping=stopping, numeric_profile=profile,
+                      benchmark_split=benchmark_split)
+    finally:
+        if stopping is not None:
+            stopping.join()
+        # the driver after its last task, Ray's stop included: what `plan` models as the finish
+        result.phases["finish"] = round(time.time() - t - result.phases.get("validate", 0.0), 3)
+
+
+def take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec], store: Store, ledger: Ledger,
+                 fingerprint: str, result: BuildResult, encoding: str,
+                 profile: dict[str, Any]) -> tuple[list[TaskSpec], dict[str, list[dict[str, Any]]]]:
+    """Put the earlier version's files with this build's partition fingerprints in place (verified by sha256) and
+    return (the tasks still to run, reduced to their new partitions; task name → its reused ledger file entries).
+    A task left with nothing to build is recorded done in the ledger here, its files marked ``reused_from``, so a
+    killed run resumes past it like past a built task. Its ledger name stays the full task's name."""
+    from pipeline.reuse import place_files, plan_reuse
+
+    t0 = time.time()
+    plan = plan_reuse(earlier, recipe, src, pending, encoding=encoding, numeric_profile=profile)
+    still, carry = [], {}
+    how: dict[str, int] = {}  # linked / server-side / copied / kept (in place from a killed earlier run)
+    for t in pending:
+        if t.name not in plan.reused:
+            still.append(t)
+            continue
+        files = place_files(plan, t.name, store)
+        for f in files:
+            how[f["placed"]] = how.get(f["placed"], 0) + 1
+        rest = plan.remaining[t.name]
+        if rest is None:
+            ledger.record_done(t.name, {"shard": t.name, "fingerprint": fingerprint, "run_id": "reuse",
+                                        "frames": list(t.frame_ids), "files": files,
+                                        "sources": {fid: plan.identities.get(fid) for fid in t.frame_ids},
+                                        "read_seconds": 0.0, "seconds": 0.0, "cpu_seconds": 0.0,
+                                        "reused_from": earlier.manifest["version"]})
+        else:
+            still.append(rest)
+            carry[t.name] = files
+    result.reused = {"from": earlier.label, "where": redact(earlier.where), "files": plan.files,
+                     "bytes": plan.bytes, "tasks_skipped": len(pending) - len(still), "placed": how,
+                     "seconds": round(time.time() - t0, 3)}
+    result.phases["reuse"] = round(time.time() - t0, 3)
+    return still, carry
+
+
+def numeric_profile_changed(old_run: dict[str, Any] | None, fingerprint: str, profile: dict[str, Any],
+                             overwrite: bool, version_dir: Path | str) -> bool:
+    """True if the build in progress was started under another numeric profile and ``overwrite`` starts it over;
+    without ``overwrite`` that is refused (LedgerMismatch, exit 2): its done shards and this run's could differ in
+    bytes for the same keys. A ledger from before profiles were recorded is resumed (and gets this one)."""
+    if old_run is None or old_run.get("fingerprint") != fingerprint or not old_run.get("numeric_profile"):
+        return False
+    diffs = profile_differences(old_run["numeric_profile"], profile)
+    if not diffs:
+        return False
+    if overwrite:
+        return True
+    raise LedgerMismatch(
+        f"{version_dir} was started under another numeric profile ({'; '.join(diffs)}): resuming it here could mix "
+        "shards whose bytes differ for the same keys. Resume it with the image and environment it started with, "
+        "or pass --overwrite to rebuild it from scratch (README: Reproducibility across machines)")
+

@@ -1,0 +1,46 @@
+"""`bench-build status`: a build's progress from its ledger alone (no Ray, no source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from manifests.manifest import MANIFEST_NAME
+from manifests.recipe import load_recipe
+from pipeline.ledger import Ledger
+from pipeline.plan import TaskSpec, plan_shards, task_groups
+from pipeline.storage import LocalStore, open_store
+
+
+def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,
+                 profile: str | None = None) -> dict[str, Any]:
+    """Shards done / failed / pending, examples written and an ETA, from the ledger alone."""
+    recipe = load_recipe(benchmark)
+    store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
+    version_dir = store.root if isinstance(store, LocalStore) else store.url
+    ledger = Ledger(store)
+    info = ledger.run_info()
+    if info is None:
+        raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
+    cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)
+    specs = [TaskSpec(s, g, len(cut), parts) for s in plan_shards(info["frames"], info["frames_per_shard"])
+             for g, parts in enumerate(cut)]
+    done, failed, pending = [], {}, []
+    seconds, examples = 0.0, 0
+    for s in specs:
+        e = ledger.done_entry(s.name)
+        if e and e.get("fingerprint") == info["fingerprint"]:
+            done.append(s.name)
+            seconds += e["seconds"]
+            examples += sum(f["rows"] for f in e["files"])
+        elif (fe := ledger.failed_entry(s.name)) is not None:
+            failed[s.name] = fe["error"]
+        else:
+            pending.append(s.name)
+    remaining = len(specs) - len(done)
+    eta = (seconds / len(done)) * remaining if done else None
+    return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "shards": len(specs),
+            "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
+            "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
+                                                      * info["recipe"]["severities"]),
+            "eta_cpu_seconds": eta, "complete": store.exists(MANIFEST_NAME)}

@@ -1,0 +1,122 @@
+"""The Ray task of a build: one `TaskSpec` built by `pipeline.shard.build_shard`, and how its failures are told.
+
+Runs in a Ray worker; returns only the small ledger entry (and the contact sheet's panels for block 0)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from manifests.recipe import Recipe
+from pipeline.ledger import Ledger
+from pipeline.numeric import check_profile
+from pipeline.plan import ShardSpec
+from pipeline.runtime.faults import kill_point
+from pipeline.runtime.ray import pin_worker_threads
+from pipeline.shard import ShardFailed, build_shard, os_error_message
+from pipeline.storage import StoreSpec, open_store, redact
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
+               counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
+               numeric_profile: dict[str, Any] | None = None,
+               reused_files: list[dict[str, Any]] | None = None) -> dict:
+    """Ray task body: build one shard, or record why it failed. Never raises for bad input.
+
+    ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
+    the driver's writer-lock record: a task whose run is over (driver dead, lock taken over) writes nothing,
+    so a killed run's surviving workers never race the next run. ``numeric_profile``: the build's
+    (`pipeline.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
+    AVX-512, other library versions …) fails the shard, naming the node and the difference, and writes nothing."""
+    pin_worker_threads()
+    store = open_store(root)
+    if owner is not None and not store.still_writer(owner):
+        return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
+                "holds the version's writer lock", "kind": "resource"}
+    ledger = Ledger(store)
+    mismatch = check_profile(numeric_profile)
+    if mismatch is not None:
+        record_failure(ledger, spec.name, {"shard": spec.name, "error": mismatch, "kind": "resource",
+                                            "run_id": run_id})
+        return {"shard": spec.name, "ok": False, "error": mismatch, "kind": "resource"}
+    on_file = None
+    panels: dict = {}
+    if counter is not None:
+        counter.start.remote(spec.name)
+
+        def on_file(rows: int) -> None:
+            counter.add.remote(spec.name, rows)
+    try:
+        kill_point("before-record", spec.name)
+        entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,
+                            before_commit=None if owner is None else lambda: store.still_writer(owner),
+                            encoding=encoding, panels=panels, numeric_profile=numeric_profile,
+                            reused_files=reused_files)
+        kill_point("after-record", spec.name)
+        return {"shard": spec.name, "ok": True, "entry": entry, **({"panels": panels} if panels else {})}
+    except ShardFailed as e:
+        if e.kind == "superseded":  # this run is over: write nothing more into the version
+            return {"shard": spec.name, "ok": False, "error": e.message, "kind": "resource"}
+        record_failure(ledger, spec.name, {"shard": spec.name, "error": e.message, "path": e.path,
+                                            "kind": e.kind, "run_id": run_id})
+        return {"shard": spec.name, "ok": False, "error": e.message, "kind": e.kind}
+
+
+
+def record_failure(ledger: Ledger, shard: str, entry: dict[str, Any]) -> None:
+    """Record a failed shard in the ledger; if even that fails (the disk is full), say so on stderr and go on:
+    recording a failure must never turn into a crash of its own."""
+    try:
+        ledger.record_failed(shard, entry)
+    except Exception as e:
+        print(f"[bench-build] could not record the failure of {shard} in the ledger "
+              f"({os_error_message(e) if isinstance(e, OSError) else redact(str(e))}); it was: {entry['error']}",
+              file=sys.stderr, flush=True)
+
+
+def ledger_read(ledger: Ledger, shard: str) -> dict[str, Any] | None:
+    try:
+        return ledger.done_entry(shard)
+    except Exception:  # unreadable (e.g. the store is gone): not done
+        return None
+
+
+def describe_task_error(e: BaseException) -> tuple[str, str]:
+    """(one line naming the root cause, kind) of an exception ``ray.get`` raised for a shard task.
+
+    kind: "resource" (disk, memory, a dead worker or node: the input is fine) or "internal"."""
+    import ray.exceptions as rx
+
+    for _ in range(5):  # unwrap RayTaskError(OSError) → the OSError raised in the worker
+        cause = getattr(e, "cause", None)
+        if isinstance(e, rx.RayTaskError) and isinstance(cause, BaseException) and cause is not e:
+            e = cause
+        else:
+            break
+    if isinstance(e, OSError):
+        return os_error_message(e), "resource"
+    if isinstance(e, rx.OutOfMemoryError):
+        return "worker killed by Ray's memory monitor (out of memory; retries exhausted)", "resource"
+    if isinstance(e, rx.OutOfDiskError):
+        return "Ray's local disk is full (object store spilling); retries exhausted", "resource"
+    if isinstance(e, rx.NodeDiedError | rx.LocalRayletDiedError | rx.OwnerDiedError | rx.ObjectLostError):
+        return f"Ray node died ({type(e).__name__}): the raylet or the machine running the shard is gone", "resource"
+    if isinstance(e, rx.WorkerCrashedError):
+        return "worker died (retries exhausted): its process exited unexpectedly (killed, out of memory or " \
+               "crashed in native code)", "resource"
+    if isinstance(e, rx.RaySystemError | rx.TaskCancelledError | rx.ActorDiedError):
+        return f"Ray failure ({type(e).__name__}): {first_line(str(e))}", "resource"
+    if isinstance(e, rx.RayTaskError):  # an exception in the task body that is not an OSError
+        cause = getattr(e, "cause", None)
+        text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
+        return redact(first_line(text)), "internal"
+    return redact(first_line(f"{type(e).__name__}: {e}")), "internal"
+
+
+def first_line(text: str) -> str:
+    lines = [ln.strip() for ln in ANSI.sub("", text).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+

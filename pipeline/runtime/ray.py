@@ -1,0 +1,176 @@
+"""Ray for a build: start (or join) it with the workers' environment, stop it, watch the local raylet.
+
+A worker's environment carries two pins: the numeric pin (`pipeline.numeric.worker_env`: what decides the bytes)
+and the thread pin (`thread_env`: every library's thread pool sized to the one CPU a Ray task holds, so N workers
+run N busy threads on N cores instead of N × cores; it never changes bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline import reaper
+from pipeline.numeric import worker_env
+
+RAYLET_GONE_GRACE_S = 2.0  # after the local raylet died: time for its workers to exit before the ledger is read
+
+#: ``off``: leave the libraries' thread pools at their defaults in workers (to measure what the pin saves)
+THREAD_PIN_SWITCH = "BENCH_BUILD_THREAD_PIN"
+#: thread-pool sizes read by the libraries when they load: OpenMP (open3d, scikit-learn), the BLAS builds NumPy
+#: and SciPy may link, numba's parallel layer, pyarrow's CPU pool (its I/O pool is set in `pin_worker_threads`)
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_THREAD_LIMIT")
+
+
+def thread_pin_disabled(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(THREAD_PIN_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def thread_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """One thread per library pool in a worker (a Ray task holds one CPU), where the user set nothing else."""
+    if thread_pin_disabled(environ):
+        return {}
+    return {k: environ.get(k, "1") for k in THREAD_VARS}
+
+
+def pin_worker_threads() -> None:
+    """Size the pools a worker's libraries start lazily, once per process (called by each task; cheap after the
+    first): pyarrow's CPU and I/O pools (its Parquet writer encodes and compresses columns on the CPU pool)."""
+    if thread_pin_disabled() or getattr(pin_worker_threads, "done", False):
+        return
+    import pyarrow as pa
+
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    pin_worker_threads.done = True  # type: ignore[attr-defined]
+
+
+def worker_environment() -> dict[str, str]:
+    """Everything a worker must start with: the numeric pin, then the thread pin."""
+    return {**thread_env(), **worker_env()}
+
+
+def init_ray(workers: int | None, address: str | None) -> bool:
+    """Start (or join) Ray; return True if this call started it (so the caller shuts it down).
+
+    Every worker must start with the numeric pin (`worker_env`) and the thread pin (`thread_env`) in its
+    environment. Joining a cluster, the pins travel in the job's ``runtime_env`` (its nodes were started
+    elsewhere). A local Ray started here gets them by inheritance instead: its raylet, and so every worker,
+    inherits this process's environment at ``ray.init``, so the pins are put there for the duration of the call
+    (the caller's environment is restored). A job ``runtime_env`` would make Ray start the job's workers through
+    its runtime-env agent rather than from its prestarted pool: measured here, ≈ 0.9 s more before the first
+    task runs, on every build."""
+    if "ray" not in sys.modules and not sys.stdout.isatty():
+        # a log file: Ray's forwarded worker/raylet lines without colour codes. Its de-duplicated lines end in a
+        # green "[repeated Nx across cluster]" whatever RAY_COLOR_PREFIX says, so a log keeps every line
+        # instead (both read by Ray when first imported; a user's own setting wins)
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    with keep_sigterm_handler():
+        return _init_ray(ray, workers, address, kwargs)
+
+
+class DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this Ray cluster")
+
+
+def quiet_token_notice() -> None:
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, DropTokenNotice) for f in log.filters):
+        log.addFilter(DropTokenNotice())
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler():
+    """ray.init installs its core worker's SIGTERM handler (it prints and dies), replacing the caller's: the CLI's
+    turns SIGTERM into the interrupt path that stops Ray and says how to resume. Put a Python handler back."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous) and previous is not signal.default_int_handler:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray: Any, workers: int | None, address: str | None, kwargs: dict[str, Any]) -> bool:
+    if address:
+        # every worker of the job, on any node, starts with the numeric pin (before NumPy)
+        ray.init(address=address, runtime_env={"env_vars": worker_environment()}, **kwargs)
+    else:
+        before = set(reaper.children(os.getpid()))
+        # Ray 2.60 turns token authentication on for a new local cluster (a token made once in ~/.ray) and logs a
+        # notice saying so on every run: the protection stays, the notice goes
+        quiet_token_notice()
+        # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
+        with environ(worker_environment()):
+            ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
+        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/reaper.py)
+        reaper.start(sorted(set(reaper.children(os.getpid())) - before))
+    return True
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]):
+    """``values`` in ``os.environ`` inside the block (for the processes it starts), the old values after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def stop_ray_in_background() -> threading.Thread:
+    """Ray stops (≈ 1 s) on a thread while the driver writes the manifest and card; join it before exiting."""
+    import ray
+
+    stopping = threading.Thread(target=ray.shutdown, name="bench-build-ray-shutdown")
+    stopping.start()
+    return stopping
+
+
+def local_raylet() -> Any:
+    """The `Popen` of the raylet this process started (``ray.init(address="local")``), or None if unknown."""
+    try:
+        from ray._private import ray_constants, worker
+
+        infos = worker._global_node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+        return infos[0].process if len(infos) == 1 and hasattr(infos[0].process, "poll") else None
+    except Exception:  # a private Ray API: without it the build runs as before, only without this watch
+        return None
+
+
+def raylet_death(raylet: Any, wait: float = 0.0) -> str | None:
+    """The local raylet's death (``raylet``: its `Popen`, or None when not watched) as the failure message of
+    the shards it took with it, or None while it runs. ``wait``: seconds to give it to be seen dead — an error
+    a task or ``ray.wait`` raised can be that death, noticed by a worker (its socket closed) a moment before
+    the raylet's exit completes."""
+    if raylet is None:
+        return None
+    try:
+        raylet.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return None
+    return (f"Ray node died (local raylet pid {raylet.pid} exited with {raylet.returncode}): the raylet "
+            "or the machine running the shard is gone")
+
