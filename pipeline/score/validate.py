@@ -53,7 +53,7 @@ def _at(preds: Mapping[str, Any], key: str) -> str:
     return f"{where}: " if where else ""
 
 
-def _fail(path: str | Path, preds: Mapping[str, Any], key: str, message: str) -> PredictionError:
+def fail(path: str | Path, preds: Mapping[str, Any], key: str, message: str) -> PredictionError:
     return PredictionError(f"{path}: {_at(preds, key)}key {key!r}: {message}")
 
 
@@ -74,24 +74,24 @@ def number_lists(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str]
     lists = [preds[k].get(field) for k in keys]
     for k, v in zip(keys, lists, strict=True):
         if not isinstance(v, list):
-            raise _fail(path, preds, k, f"{field} is {_kind(v)}, expected a list of numbers")
+            raise fail(path, preds, k, f"{field} is {_kind(v)}, expected a list of numbers")
     lens = np.fromiter(map(len, lists), np.int64, len(lists))
     if length is not None and (lens != length).any():
         i = int(np.nonzero(lens != length)[0][0])
-        raise _fail(path, preds, keys[i], f"{field} has {lens[i]} classes, the benchmark has {length}")
+        raise fail(path, preds, keys[i], f"{field} has {lens[i]} classes, the benchmark has {length}")
     off = np.r_[0, np.cumsum(lens)]
     flat = list(chain.from_iterable(lists))
     if not set(map(type, flat)) <= allowed:
         j = next(j for j, v in enumerate(flat) if type(v) not in allowed)
         i = int(np.searchsorted(off, j, side="right") - 1)
         want = "an integer" if allowed == INTEGER else "a number"
-        raise _fail(path, preds, keys[i], f"{field}[{j - off[i]}] is {_kind(flat[j])}, expected {want}")
+        raise fail(path, preds, keys[i], f"{field}[{j - off[i]}] is {_kind(flat[j])}, expected {want}")
     try:
         values = np.array(flat, dtype=np.int64 if allowed == INTEGER else np.float64)
     except OverflowError:
         j = next(j for j, v in enumerate(flat) if abs(v) > np.iinfo(np.int64).max)
         i = int(np.searchsorted(off, j, side="right") - 1)
-        raise _fail(path, preds, keys[i], f"{field}[{j - off[i]}] = {flat[j]} is out of range") from None
+        raise fail(path, preds, keys[i], f"{field}[{j - off[i]}] = {flat[j]} is out of range") from None
     if values.dtype.kind == "f":
         _in_range(path, preds, keys, field, values, off, ~np.isfinite(values), "(NaN/inf): write finite numbers")
     return values, off
@@ -101,7 +101,7 @@ def _in_range(path, preds, keys, field, values, off, bad: np.ndarray, what: str)
     if bad.any():
         j = int(np.nonzero(bad)[0][0])
         i = int(np.searchsorted(off, j, side="right") - 1)
-        raise _fail(path, preds, keys[i], f"{field}[{j - off[i]}] is {values[j]} {what}")
+        raise fail(path, preds, keys[i], f"{field}[{j - off[i]}] is {values[j]} {what}")
 
 
 def probabilities(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], num_classes: int, *,
@@ -116,7 +116,7 @@ def probabilities(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str
         err = np.abs(probs.sum(axis=1) - 1)
         if (err > SUM_TOLERANCE).any():
             i = int(np.argmax(err > SUM_TOLERANCE))
-            raise _fail(path, preds, keys[i], f"probs sum to {probs[i].sum():.6g}, not 1 (± {SUM_TOLERANCE}): "
+            raise fail(path, preds, keys[i], f"probs sum to {probs[i].sum():.6g}, not 1 (± {SUM_TOLERANCE}): "
                                               "the metric reads them as a distribution; write the softmax")
     return probs
 
@@ -126,12 +126,12 @@ def class_ids(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], n
     vals = [preds[k].get("pred") for k in keys]
     if not set(map(type, vals)) <= INTEGER:
         i = next(i for i, v in enumerate(vals) if type(v) is not int)
-        raise _fail(path, preds, keys[i], f"pred is {_kind(vals[i])}, expected a class id 0…{num_classes - 1}")
+        raise fail(path, preds, keys[i], f"pred is {_kind(vals[i])}, expected a class id 0…{num_classes - 1}")
     ids = np.array(vals, dtype=object)
     bad = np.array([not 0 <= v < num_classes for v in vals], bool) if len(vals) else np.zeros(0, bool)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, preds, keys[i], f"pred {vals[i]} is not a class id in 0…{num_classes - 1}")
+        raise fail(path, preds, keys[i], f"pred {vals[i]} is not a class id in 0…{num_classes - 1}")
     return ids.astype(np.int64)
 
 
@@ -142,12 +142,12 @@ def numbers(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], fie
         i = next(i for i, v in enumerate(vals) if type(v) not in NUMBER)
         what = f"no numeric {field!r} field" if field not in preds[keys[i]] else \
             f"{field} is {_kind(vals[i])}, expected a number"
-        raise _fail(path, preds, keys[i], what)
+        raise fail(path, preds, keys[i], what)
     out = np.array(vals, dtype=np.float64)
     bad = ~np.isfinite(out)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, preds, keys[i], f"{field} is {out[i]} (NaN/inf): write finite numbers")
+        raise fail(path, preds, keys[i], f"{field} is {out[i]} (NaN/inf): write finite numbers")
     return out
 
 
@@ -156,9 +156,9 @@ def point_labels(path: str | Path, preds: Mapping[str, Any], key: str, max_label
     values, _ = number_lists(path, preds, [key], "labels", INTEGER)
     if len(values) and values.min() < 0:
         j = int(np.argmax(values < 0))
-        raise _fail(path, preds, key, f"labels[{j}] is {values[j]}: labels must be non-negative integers")
+        raise fail(path, preds, key, f"labels[{j}] is {values[j]}: labels must be non-negative integers")
     if max_label is not None and len(values) and values.max() > max_label:
         j = int(np.argmax(values > max_label))
-        raise _fail(path, preds, key, f"label {values[j]} (point {j}) is not a train id 0…{max_label} of the "
+        raise fail(path, preds, key, f"label {values[j]} (point {j}) is not a train id 0…{max_label} of the "
                                       "benchmark's learning map")
     return values

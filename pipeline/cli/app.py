@@ -1,0 +1,71 @@
+"""The typer app every command registers on, the numeric pin set before any command imports NumPy, the one
+place a `BenchBuildError` becomes a one-line message and its exit code, and the options commands share."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from pipeline.bench.cli import bench_app  # typer only: NumPy is imported by its commands, after the pin
+from pipeline.errors import BenchBuildError
+from pipeline.numeric import NumericPinError, pin_environment
+
+# Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
+# starts compute with the numeric pin (NumPy without AVX-512 dispatch, OpenBLAS on Haswell kernels), so shard
+# and demo-data bytes do not depend on the machine's CPU. A user's own setting of either variable is kept.
+try:
+    pin_environment()
+except NumericPinError as e:  # a NumPy whose dispatch targets the pin cannot judge: refuse before any work
+    print(f"bench-build: {e}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+class Commands(TyperGroup):
+    """Every command's `BenchBuildError` ends here, once: its message on one line and its exit code (2: refused,
+    nothing written; 1: part of the work failed). Any other exception is a bug and keeps its traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BenchBuildError as e:
+            raise fail(e, e.exit_code) from None
+
+
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,
+                  help="Build corrupted point-cloud robustness benchmarks, reproducibly, with Ray.")
+
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+out_console = Console(soft_wrap=True)
+
+
+app.add_typer(bench_app, name="bench")
+
+
+# Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.
+EndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint-url", help="S3 endpoint for S3-compatible stores (default: AWS_ENDPOINT_URL, the profile's, AWS)")]
+
+
+class Recheck(StrEnum):  # a typer choice: anything else is a usage error (exit 2), never silently "size"
+    sha256 = "sha256"
+    size = "size"
+
+
+ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/config (default: AWS_PROFILE)")]
+
+
+def fail(e: BaseException, code: int = 2) -> typer.Exit:
+    from rich.markup import escape
+
+    from pipeline.storage import redact
+
+    console.print(f"[red]error:[/red] {escape(redact(str(e)))}", highlight=False)
+    return typer.Exit(code=code)

@@ -1,0 +1,394 @@
+"""Building: run, status, plan, list, warm, demo-data, demo-objects, repro-check."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pipeline.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
+
+
+@app.command()
+def run(
+    benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name (see `list`) or a recipe .toml file")],
+    *,
+    source: Annotated[str | None, typer.Option(help="Source dataset root; omitted: generated demo data")] = None,
+    out: Annotated[str, typer.Option(
+        help="Output root (path, file:// or s3://bucket/prefix); the build goes to OUT/<benchmark>/<version>")
+    ] = "bench-out",
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all)")] = None,
+    address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. auto, ray://host:10001)")]
+    = None,
+    max_frames: Annotated[int | None, typer.Option(min=1, help="Only the first N frames (smoke runs)")] = None,
+    split: Annotated[str | None, typer.Option(
+        help="KITTI: training, testing or an ImageSets list (train, val); SemanticKITTI: val, train, test or "
+             "sequences (08,09); nuScenes: a devkit split (val) or VERSION:SPLIT; Waymo: the split folder")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per shard (default: the recipe's)")]
+    = None,
+    groups: Annotated[int | None, typer.Option(
+        min=1, help="Tasks per frame block: its partitions split into this many groups (default: sized from the "
+                    "cost table, see `plan`; a resumed build keeps its own)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace a build of a different recipe/frame list")] = False,
+    recheck: Annotated[Recheck, typer.Option(help=(
+        "How resume checks finished shards and their source scans: sha256 (re-hash) or size (size + mtime)"))]
+    = Recheck.sha256,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    source_shapenet: Annotated[str | None, typer.Option(help="3dos: ShapeNetCore.v2 root (default: --source)")]
+    = None,
+    source_modelnet40: Annotated[str | None, typer.Option(
+        help="3dos: modelnet40_ply_hdf5_2048 root (default: --source)")] = None,
+    source_scanobjectnn: Annotated[str | None, typer.Option(help="3dos: ScanObjectNN root (default: --source)")]
+    = None,
+    version: Annotated[str | None, typer.Option(
+        help="nuScenes table version (v1.0-trainval, v1.0-mini; default: trainval if present); same as "
+             "--split VERSION:SPLIT")] = None,
+    allow_empty_frames: Annotated[bool, typer.Option(
+        help="Accept 0-byte scans as frames with no points (default: an error naming the file)")] = False,
+    encoding: Annotated[str, typer.Option(
+        help="full, or compact: corrupted examples as references into the clean scan + changed rows (smaller; "
+             "bench-build's reader, loaders and export materialise them)")] = "full",
+    reuse: Annotated[str | None, typer.Option(
+        help="An earlier version of this benchmark (its directory or URL): partitions whose fingerprint is "
+             "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built")
+    ] = None,
+) -> None:
+    """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
+    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
+        split = f"{version}:{split or ''}"
+    import signal
+
+    from manifests.recipe import RecipeError
+    from pipeline.build import run_build
+    from pipeline.ledger import LedgerMismatch
+    from pipeline.sources import SourceError
+    from pipeline.storage import StorageError
+
+    # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
+    # run_build's own cleanup, and the user is told what was kept and how to resume
+    previous_term = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        result = run_build(benchmark, source=source, out=out, workers=workers, address=address,
+                           max_frames=max_frames, split=split, frames_per_shard=frames_per_shard, groups=groups,
+                           overwrite=overwrite, recheck=recheck.value, progress=progress, endpoint_url=endpoint_url,
+                           profile=profile,
+                           roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
+                                  "scanobjectnn": source_scanobjectnn},
+                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse)
+    except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
+        raise fail(e) from None
+    except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
+        from pipeline.shard import os_error_message
+
+        raise fail(os_error_message(e), code=1) from None
+    except KeyboardInterrupt:
+        _interrupted(benchmark, out or "bench-out", endpoint_url, profile)
+        raise typer.Exit(code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    from rich.markup import escape
+
+    if result.manifest:
+        _summary_table(result.manifest)
+    shard_failures = [k for k in result.failures if k != "manifest.json"]
+    console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
+                  f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
+    # --- reuse (issue 36) ---
+    if result.reused is not None:
+        console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
+                      f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
+                      highlight=False)
+    # --- end reuse ---
+    if result.failures:
+        for shard, err in sorted(result.failures.items()):
+            console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
+                          highlight=False)
+        kinds = set(result.failure_kinds.values()) or {"input"}
+        if "input" in kinds:
+            console.print("fix the input named above and run the same command again: finished shards are kept")
+        if kinds - {"input"}:
+            console.print("the input is not at fault: free disk space / memory or check the Ray cluster, then run "
+                          "the same command again: finished shards are kept")
+        raise typer.Exit(code=1)
+    console.print(f"[green]done:[/green] {result.version_dir}")
+
+
+def raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: str | None) -> None:
+    """What an interrupted run kept, and the command that resumes it (the same command: recorded shards are
+    verified and skipped)."""
+    import shlex
+
+    from pipeline.build import build_status
+
+    try:
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+        kept = f"{st['done']} of {st['shards']} shards recorded in {st['version_dir']}"
+    except Exception:  # nothing recorded yet, or the ledger is unreachable: say so, never crash
+        kept = "no shard recorded yet"
+    command = shlex.join(["bench-build", *sys.argv[1:]])
+    console.print(f"interrupted: {kept}; every process this run started was stopped. Resume with the same "
+                  f"command (recorded shards are checked and kept):\n  {command}", highlight=False)
+
+
+def _summary_table(manifest: dict) -> None:
+    table = Table(title=f"{manifest['dataset']} {manifest['version']}")
+    for col in ("corruption", "severity", "examples", "MB", "seconds"):
+        table.add_column(col, justify="right" if col != "corruption" else "left")
+    def order(kv):
+        corruption, severity = kv[0].split("/")
+        return corruption != "clean", corruption, int(severity)
+
+    for key, v in sorted(manifest["counts"]["by_partition"].items(), key=order):
+        corruption, severity = key.split("/")
+        table.add_row(corruption, severity, str(v["examples"]), f"{v['bytes'] / 1e6:.1f}", f"{v['seconds']:.2f}")
+    console.print(table)
+
+
+@app.command()
+def status(
+    benchmark: Annotated[str, typer.Argument(help="Benchmark name or recipe file")],
+    *,
+    out: Annotated[str, typer.Option(help="Output root given to `run` (path or URL)")] = "bench-out",
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Shards done / failed / pending, examples written, ETA."""
+    from pipeline.build import build_status
+    from pipeline.storage import StorageError
+
+    try:
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+    except (FileNotFoundError, ValueError, StorageError) as e:
+        raise fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(st))
+        return
+    eta = "n/a" if st["eta_cpu_seconds"] is None else f"{st['eta_cpu_seconds']:.0f} CPU-s"
+    out_console.print(f"{st['version_dir']}: {st['done']}/{st['shards']} shards done, {len(st['failed'])} failed, "
+                      f"{st['pending']} pending; {st['examples_written']}/{st['examples_total']} examples; "
+                      f"remaining ≈ {eta}; manifest: {'yes' if st['complete'] else 'no'}")
+    for shard, err in sorted(st["failed"].items()):
+        out_console.print(f"  failed {shard}: {err.splitlines()[0]}")
+
+
+def _threedos_classes(sc) -> str:
+    from manifests.threedos import SN_SETS, SR_SCANOBJECTNN
+
+    def n(sets):
+        return sum(len(SN_SETS[s]) if s in SN_SETS else len(SR_SCANOBJECTNN[s]) for s in sets)
+
+    return f" ({n(sc.known)} known / {n(sc.unknown)} unknown categories)"
+
+
+@app.command("list")
+def list_benchmarks() -> None:
+    """Built-in benchmarks: corruptions × severities and example counts."""
+    from manifests.recipe import builtin_recipes, load_recipe
+
+    for name in sorted(builtin_recipes()):
+        r = load_recipe(name)
+        names = f" ({', '.join(r.severity_names)})" if r.severity_names else ""
+        if not r.corruptions:  # clean-only benchmark (3dos): its examples are (scenario, shape) pairs
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
+                              "scenario × shape")
+        else:
+            n_corr = f"{len(r.corruptions)} corruption{'s' if len(r.corruptions) != 1 else ''}"
+            split = f" ({r.split} split)" if r.split else ""
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
+                              f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
+                              f"defined, {r.examples_stored(1)} stored (clean once)")
+            out_console.print("  " + ", ".join(c.name for c in r.corruptions))
+        if r.paper_frames:
+            n, c, s = r.paper_frames, len(r.corruptions), r.severities
+            out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
+                              f"({r.examples_stored(n):,} stored with the clean scans)")
+        if r.source == "3dos":
+            from manifests.threedos import SCENARIOS
+
+            for sc in SCENARIOS:
+                out_console.print(f"  {sc.track} {sc.name}: known {'+'.join(sc.known)}, unknown {'+'.join(sc.unknown)}"
+                                  f"{_threedos_classes(sc)}")
+        if r.variants:
+            out_console.print("  variants: " + ", ".join(f"{name}:{v}" for v in r.variants))
+
+
+@app.command()
+def warm(
+    benchmarks: Annotated[list[str] | None, typer.Argument(
+        help="Built-in benchmark names or recipe .toml files (default: every built-in benchmark)")] = None,
+) -> None:
+    """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
+    starts later load them instead of each compiling them in its first task (the image runs this at build)."""
+    from manifests.recipe import builtin_recipes
+    from pipeline.warm import numba_cache_dir
+    from pipeline.warm import warm as warm_kernels
+
+    names = benchmarks or sorted(builtin_recipes())
+    total = 0.0
+
+    def done(row: dict) -> None:
+        nonlocal total
+        total += row["cpu_seconds"]
+        out_console.print(f"{row['benchmark']}: {row['cpu_seconds']:.1f} s CPU (one demo frame, "
+                          f"{row['examples']} examples, nothing kept)")
+
+    try:
+        warm_kernels(names, on_done=done)
+    except (ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    out_console.print(f"{len(names)} benchmark(s) in {total:.1f} s CPU; numba kernels cached in {numba_cache_dir()}")
+
+
+@app.command("demo-data")
+def demo_data(
+    out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to")],
+    *,
+    frames: Annotated[int, typer.Option(min=1, help="Number of frames")] = 8,
+    seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
+) -> None:
+    """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
+    from pipeline.sources.demo import write_demo_dataset
+
+    write_demo_dataset(out, frames, seed=seed)
+    out_console.print(f"wrote {frames} frames to {out}")
+
+
+@app.command("demo-objects")
+def demo_objects(
+    out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to")],
+    *,
+    per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
+) -> None:
+    """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
+    from pipeline.sources.demo_objects import write_demo_objects
+
+    n = per_class
+    write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
+                       shapenet={"train": n, "test": n})
+    out_console.print(f"wrote modelnet40_ply_hdf5_2048/, ModelNet40/, ScanObjectNN/ and ShapeNetCore.v2/ to {out}")
+
+
+@app.command()
+def plan(
+    benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name or a recipe .toml file")],
+    *,
+    source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)")]
+    = None,
+    frames: Annotated[int | None, typer.Option(min=1, help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
+    = None,
+    split: Annotated[str | None, typer.Option(help="training, testing, or an ImageSets list (train, val)")] = None,
+    workers: Annotated[list[int] | None, typer.Option(min=1, help="Worker counts to simulate (repeatable)")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per block (default: the recipe's)")] \
+        = None,
+    groups: Annotated[int | None, typer.Option(min=1, help="Task groups per block (default: sized from the costs)")]
+    = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
+    worker_start: Annotated[float | None, typer.Option(min=0,
+        help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
+             "loaded from the cache; default: the cost table's measurement, else 2; add ≈ 11 where workers compile "
+             "them)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
+    nothing."""
+    from manifests.recipe import RecipeError, load_recipe
+    from pipeline.costs import load_costs
+    from pipeline.scale import plan_build
+    from pipeline.sources import SourceError, open_source
+
+    try:
+        recipe = load_recipe(benchmark)
+        if frames is not None and source is not None:
+            raise ValueError("give --source or --frames, not both")
+        if frames is not None:
+            if frames < 1:
+                raise ValueError("--frames must be ≥ 1")
+            frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
+        else:
+            from pipeline.build import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
+
+            src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
+            frame_ids = src.list_frames()
+            fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
+        report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
+                            groups=groups, costs=load_costs(recipe, costs),
+                            worker_start_s=worker_start)
+    except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(report))
+        return
+    z = report["sized"]
+    out_console.print(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
+                      f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
+                      f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
+                      f"CPU-hours as one task per block")
+    out_console.print(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
+                      f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
+                      f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
+                      f"{z['cpu_hours']:.2f} CPU-hours "
+                      f"(each group rebuilds the per-frame caches it needs)")
+    rt = report["runtime"]
+    out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
+                      f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
+                      f"scheduling; the driver starts in {rt['driver_start_s']:g} s (plan, Ray), finishes in "
+                      f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
+                      f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
+                      f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+    table = Table(caption="best split for N workers (wall = driver start + span + finish) | cost-sized split on N "
+                          "workers")
+    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span", "util"):
+        table.add_column(col, justify="right")
+
+    def span(m: float) -> str:
+        return f"{m / 3600:.2f}h" if m >= 3600 else f"{m / 60:.1f}m"
+
+    for row in report["schedule"]:
+        table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
+                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), span(row["wall_s"]),
+                      f"{row['wall_utilisation']:.1%}",
+                      f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
+                      f"{row['sized']['utilisation']:.1%}")
+    out_console.print(table)
+
+
+@app.command("repro-check")
+def repro_check(
+    *,
+    out: Annotated[Path | None, typer.Option(help="Write this machine's battery (hashes, numeric profile) here")]
+    = None,
+    compare: Annotated[Path | None, typer.Option(help="Another machine's battery JSON: list what differs "
+                                                     "(exit 1 if any partition's bytes or probe differ)")] = None,
+    recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (default: every built-in and "
+                                                     "variant)")] = None,
+    probe: Annotated[bool, typer.Option(help="Also hash the float64 results of NumPy's CPU-dependent functions "
+                                             "per example (slower; sees what one frame's stored bytes hide)")] = False,
+) -> None:
+    """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
+    each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
+    from manifests.recipe import RecipeError
+    from pipeline.repro_check import battery, compare_files, summary
+
+    try:
+        res = battery(recipes.split(",") if recipes else None, probe=probe)
+    except (RecipeError, ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    if out is not None:
+        out.write_text(json.dumps(res, indent=1, sort_keys=True))
+    out_console.print(summary(res), highlight=False)
+    if compare is not None:
+        text, differs = compare_files(compare, res)
+        out_console.print(text, highlight=False)
+        if differs:
+            raise typer.Exit(code=1)

