@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from manifests.recipe import Recipe
-from stages.registry import get_stage
+from bench_build.manifests.recipe import Recipe
+from bench_build.stages.registry import get_stage
 
 VALIDATION_BEGIN = "<!-- bench-build:validation -->"
 VALIDATION_END = "<!-- /bench-build:validation -->"
@@ -188,7 +188,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "import duckdb; duckdb.sql(\"SELECT corruption, severity, count(*) FROM "
         "read_parquet('data/**/*.parquet', hive_partitioning=true) GROUP BY ALL\")",
         "import datasets; d = datasets.load_dataset('.', '" + first_config + "', split='" + split + "')  # see configs",
-        "from pipeline.loaders import PointCloudDataset  # PyTorch, with bench-build installed",
+        "from bench_build.loaders import PointCloudDataset  # PyTorch, with bench-build installed",
         "```",
         "",
         "## Row schema",

@@ -10,8 +10,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from manifests.recipe import Recipe
-from stages.registry import get_stage
+from bench_build.manifests.recipe import Recipe
+from bench_build.stages.registry import get_stage
 
 DEMO_SOURCE = ("generated demo data (bench-build's synthetic ray-cast scenes and meshes written in the real "
                "source format): **not** the real dataset")
@@ -20,7 +20,7 @@ MAX_CELL = 160  # characters of one table cell before it is cut
 
 @cache
 def _citations() -> dict[str, Any]:
-    return json.loads(resources.files("manifests").joinpath("citations.json").read_text())
+    return json.loads(resources.files(__package__).joinpath("citations.json").read_text())
 
 
 def is_demo(manifest: dict[str, Any]) -> bool:
@@ -147,7 +147,7 @@ def intended_use_section(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
 
 def demo_licence_section(manifest: dict[str, Any]) -> list[str]:
     """A demo build's licence: bench-build's own (its data is generated); what a real build would inherit."""
-    from manifests import card
+    from bench_build.manifests import card
 
     real = getattr(card, "SOURCE_LICENCES", {}).get((manifest.get("source") or {}).get("kind"))
     text = ("Generated demo data: no real dataset's scans or labels are included; the demo data and this card "

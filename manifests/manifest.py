@@ -43,10 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-from manifests import names
-from pipeline.errors import BenchBuildError
-from pipeline.storage.files import sha256_file
+from bench_build.errors import BenchBuildError
+from bench_build.manifests import names
+from bench_build.storage.files import sha256_file
 
 MANIFEST_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
@@ -56,7 +55,7 @@ MANIFEST_NAME = "manifest.json"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
 
-# a dataset or version name usable as a path segment: the one rule of manifests.names, also checked at load
+# a dataset or version name usable as a path segment: the one rule of bench_build.manifests.names, also checked at load
 SAFE_NAME = names.SAFE_NAME
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # s3:, file:, http:, C: ...
 

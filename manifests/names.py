@@ -9,7 +9,7 @@ name is checked once, when the recipe or the source's frame list is loaded, befo
 **A safe name** is 1 to `MAX_NAME_LENGTH` (128) characters of ASCII letters, digits and ``_ - . +``,
 starts with a letter or digit, and never contains ``..``. That excludes ``/``, ``\\``, ``=``, spaces
 and every other whitespace or control character, a leading ``.`` (hidden files, ``.`` and ``..``) and
-the empty name. It is the character set `manifests.manifest` already demanded of a published
+the empty name. It is the character set `bench_build.manifests.manifest` already demanded of a published
 dataset/version name (`SAFE_NAME`), so a build whose names pass can always be published.
 
 **A frame id** is one safe name or several joined by ``/`` (ModelNet's ``test/00042``, ShapeNet's

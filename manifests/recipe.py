@@ -44,7 +44,7 @@ canonical JSON (only when present: recipes without it keep their fingerprint). A
 with ``[variants.<name>.source_options]``; the card lists both values like any other variant change.
 
 Names and sizes. Every name that becomes a path or a partition key follows the one safe-name rule of
-`manifests.names` (1–128 characters of ``A–Z a–z 0–9 _ - . +``, starting with a letter or digit, no
+`bench_build.manifests.names` (1–128 characters of ``A–Z a–z 0–9 _ - . +``, starting with a letter or digit, no
 ``..``; so no ``/``, ``\\``, ``=``, whitespace or control characters): the benchmark's name and version (the
 build goes to ``OUT/<name>/<version>``), every corruption name (``data/corruption=<name>/``), every stage
 name and every severity name. A recipe is also bounded so a typo cannot ask for a build the size of a
@@ -80,10 +80,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from manifests.names import check_safe_name
-from manifests.threedos import SOURCE_OPTIONS
-from pipeline.errors import BenchBuildError
-from stages.registry import Stage, get_stage
+from bench_build.errors import BenchBuildError
+from bench_build.manifests.names import check_safe_name
+from bench_build.manifests.threedos import SOURCE_OPTIONS
+from bench_build.stages.registry import Stage, get_stage
 
 VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
 BENCHMARK_KEYS = {
@@ -95,7 +95,7 @@ MAX_SEVERITIES = 20
 MAX_PARAM_ITEMS = 256
 MAX_PARAM_CHARS = 256
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
-#: Keys of the optional [validate] table and their types (see pipeline.validate.config.ValidateConfig).
+#: Keys of the optional [validate] table and their types (see bench_build.validate.config.ValidateConfig).
 VALIDATE_KEYS: dict[str, Any] = {
     "corruptions": list, "real": dict, "real_clean": (str, dict), "real_format": str, "severities": list,
     "real_clean_format": str, "real_duplicates": str,
@@ -224,7 +224,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def builtin_recipes() -> dict[str, resources.abc.Traversable]:
-    folder = resources.files("manifests") / "recipes"
+    folder = resources.files(__package__) / "recipes"
     return {p.name[: -len(".toml")]: p for p in folder.iterdir() if p.name.endswith(".toml")}
 
 
@@ -407,7 +407,7 @@ def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
     if source == "3dos":
 
         return SOURCE_OPTIONS
-    if source == "wads":  # pipeline.sources.wads: what to do with the exact duplicate rows of raw WADS scans
+    if source == "wads":  # bench_build.sources.wads: what to do with the exact duplicate rows of raw WADS scans
         return {"duplicates": ("keep", "drop")}
     return {}
 

@@ -61,13 +61,13 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-#: [source_options] of a 3dos recipe (manifests.recipe checks them), each with its allowed values, the
+#: [source_options] of a 3dos recipe (bench_build.manifests.recipe checks them), each with its allowed values, the
 #: default first:
 #: ``cellphone``: ``exclude`` = the released loader (``datasets/sncore_4k.py`` filters by the scenario's
 #: synsets before its cellphone→telephone merge, which therefore never runs: no cellphone in SN1/SN2/SN3);
 #: ``telephone`` = cellphones join telephone in SN1 (known in SN1, SN1 unknowns in SN2 and SN3).
 #: ``r2r_val``: ``authors`` = Real→Real holds out the released trainer's validation split of the known
-#: classes' training scans (``classifiers/trainer_ddp_cla_r2r.py``, see `pipeline.sources.threedos`);
+#: classes' training scans (``classifiers/trainer_ddp_cla_r2r.py``, see `bench_build.sources.threedos`);
 #: ``none`` = the whole training file is ``train``.
 SOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
     "cellphone": ("exclude", "telephone"),

@@ -18,28 +18,29 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: public name → the module that defines it
-PUBLIC = {
+#: the module that defines each public name
+MODULES = {
     # reading a built or published version
-    "open_version": "pipeline.reader", "Version": "pipeline.reader", "Example": "pipeline.reader",
-    "IntegrityError": "pipeline.checked",
+    "bench_build.format.reader": ("open_version", "Version", "Example"),
+    "bench_build.format.checked": ("IntegrityError",),
     # PyTorch datasets (need torch)
-    "PointCloudDataset": "pipeline.loaders", "PointCloudIterableDataset": "pipeline.loaders",
-    "collate_point_clouds": "pipeline.loaders",
+    "bench_build.loaders": ("PointCloudDataset", "PointCloudIterableDataset", "collate_point_clouds"),
     # scoring predictions with each paper's metrics
-    "score_version": "pipeline.score", "ScoreReport": "pipeline.score", "METRICS": "pipeline.score",
+    "bench_build.score": ("score_version", "ScoreReport", "METRICS"),
     # the frame model and the stage API, for custom corruptions and recipes
-    "Frame": "stages.frame", "Boxes": "stages.frame", "Calib": "stages.frame", "PointTag": "stages.frame",
-    "Stage": "stages.registry", "stage": "stages.registry", "get_stage": "stages.registry",
-    "all_stages": "stages.registry",
-    "Recipe": "manifests.recipe", "RecipeError": "manifests.recipe", "load_recipe": "manifests.recipe",
-    "builtin_recipes": "manifests.recipe",
+    "bench_build.stages.frame": ("Frame", "Boxes", "Calib", "PointTag"),
+    "bench_build.stages.registry": ("Stage", "stage", "get_stage", "all_stages"),
+    "bench_build.manifests.recipe": ("Recipe", "RecipeError", "load_recipe", "builtin_recipes"),
     # building, exporting, rendering and storage from Python
-    "run_build": "pipeline.build", "export_version": "pipeline.export", "render_version": "pipeline.render",
-    "open_store": "pipeline.storage",
+    "bench_build.build.run": ("run_build",),
+    "bench_build.export": ("export_version",),
+    "bench_build.render": ("render_version",),
+    "bench_build.storage": ("open_store",),
     # the root of every error bench-build reports
-    "BenchBuildError": "pipeline.errors",
+    "bench_build.errors": ("BenchBuildError",),
 }
+#: public name → the module that defines it
+PUBLIC = {name: module for module, names in MODULES.items() for name in names}
 
 __all__ = [  # the names below, as a literal for tools that read it
     "METRICS",
@@ -87,15 +88,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
-    from manifests.recipe import Recipe, RecipeError, builtin_recipes, load_recipe
-    from pipeline.build import run_build
-    from pipeline.checked import IntegrityError
-    from pipeline.errors import BenchBuildError
-    from pipeline.export import export_version
-    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
-    from pipeline.reader import Example, Version, open_version
-    from pipeline.render import render_version
-    from pipeline.score import METRICS, ScoreReport, score_version
-    from pipeline.storage import open_store
-    from stages.frame import Boxes, Calib, Frame, PointTag
-    from stages.registry import Stage, all_stages, get_stage, stage
+    from bench_build.build.run import run_build
+    from bench_build.errors import BenchBuildError
+    from bench_build.export import export_version
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.reader import Example, Version, open_version
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
+    from bench_build.manifests.recipe import Recipe, RecipeError, builtin_recipes, load_recipe
+    from bench_build.render import render_version
+    from bench_build.score import METRICS, ScoreReport, score_version
+    from bench_build.stages.frame import Boxes, Calib, Frame, PointTag
+    from bench_build.stages.registry import Stage, all_stages, get_stage, stage
+    from bench_build.storage import open_store

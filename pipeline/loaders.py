@@ -1,7 +1,7 @@
 """PyTorch datasets over a built version (local, ``file://`` or ``s3://``, read in place).
 
     from torch.utils.data import DataLoader
-    from pipeline.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
 
     ds = PointCloudDataset("bench-out/kitti-c/1.0.0", corruption="fog", severity=3)       # map-style
     it = PointCloudIterableDataset("s3://bench/datasets/kitti-c/1.0.0", severity=[0, 5])  # streaming
@@ -22,7 +22,7 @@ and yield one dict per example with writable NumPy arrays (``torch.from_numpy`` 
 
 Both verify what they read unless ``verify=False``: each file against its manifest entry on open (size, rows;
 on ``s3://`` the sha256 recorded at upload) and each data page against its checksum, raising
-`pipeline.reader.IntegrityError` naming the file (see `pipeline.reader.Version`). ``verify=False`` is for trusted
+`IntegrityError` naming the file (see `format.reader.Version`). ``verify=False`` is for trusted
 fast paths (a local copy ``bench-build verify`` just checked); changed bytes then decode silently.
 
 `PointCloudDataset` builds its index of (file, row) from the manifest alone (rows per file, and the frame of
@@ -45,13 +45,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from bench_build.format.checked import NotInVersion
+from bench_build.format.reader import Example, Version, open_version
+from bench_build.format.remote_fs import s3_filesystem
+from bench_build.format.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
+from bench_build.stages.frame import DONT_CARE
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
-
-from pipeline.checked import NotInVersion
-from pipeline.reader import Example, Version, open_version
-from pipeline.remote_fs import s3_filesystem
-from pipeline.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
-from stages.frame import DONT_CARE
 
 __all__ = ["PointCloudDataset", "PointCloudIterableDataset", "collate_point_clouds", "example_dict",
            "s3_filesystem"]

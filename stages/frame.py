@@ -15,10 +15,9 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-
-from stages.kernels.boxes import points_in_boxes
-from stages.kernels.grid_knn import Grid
-from stages.sensor import Sensor
+from bench_build.stages.kernels.boxes import points_in_boxes
+from bench_build.stages.kernels.grid_knn import Grid
+from bench_build.stages.sensor import Sensor
 
 DELETION_GRID_CELL = 0.4  # metres: the x–y cell of the sequential deletions' search grid (`Frame.deletion_grid`)
 
@@ -238,7 +237,7 @@ class Frame:
     @cached_property
     def deletion_grid(self) -> tuple[np.ndarray, Grid]:
         """The search grid of the sequential neighbourhood deletions (`cutout`, `local_dec`: exact k nearest
-        present points, `stages.geometry.remove_neighbourhoods_sequentially`) over this frame's points, with
+        present points, `bench_build.stages.geometry.remove_neighbourhoods_sequentially`) over this frame's points, with
         their float64 xyz: built once (≈ 4 ms for 130k points), shared by both stages' severities."""
         xyz = np.ascontiguousarray(self.xyz, dtype=np.float64)
         return xyz, Grid(xyz, DELETION_GRID_CELL)

@@ -1,23 +1,22 @@
 """Frame-level geometry shared by the stages: boxes of a `Frame`, KITTI camera fields, neighbourhoods of a
 frame's points and the ``rule`` switch (released code vs paper text). The array arithmetic underneath is in
-`stages.kernels`."""
+`bench_build.stages.kernels`."""
 
 from __future__ import annotations
 
 import numpy as np
-
-from stages.frame import Boxes, Calib, Frame
-from stages.kernels.boxes import points_in_boxes
-from stages.kernels.grid_knn import sequential_ops
-from stages.kernels.neighbours import query_in_spatial_order
-from stages.kernels.spherical import wrap_angle
+from bench_build.stages.frame import Boxes, Calib, Frame
+from bench_build.stages.kernels.boxes import points_in_boxes
+from bench_build.stages.kernels.grid_knn import sequential_ops
+from bench_build.stages.kernels.neighbours import query_in_spatial_order
+from bench_build.stages.kernels.spherical import wrap_angle
 
 RULES = ("code", "text")
 
 
 def assign_points_to_boxes(xyz: np.ndarray, boxes: Boxes, margin: float = 0.0) -> np.ndarray:
     """Index of the first valid (non-DontCare) box of ``boxes`` containing each point, or -1
-    (`stages.kernels.boxes.points_in_boxes`)."""
+    (`bench_build.stages.kernels.boxes.points_in_boxes`)."""
     return points_in_boxes(xyz, boxes.center, boxes.dims, boxes.heading, boxes.valid, margin)
 
 
@@ -129,7 +128,7 @@ def remove_neighbourhoods_sequentially(frame: Frame, n_ops: int, k: int, n_drop:
 
     This is the rule of Li et al.'s released `cutout` / `density_dec` (scene level), computed without
     their O(N) scan per operation: one static grid over the original scan, searched with the deletion
-    mask (`stages.kernels.grid_knn`, exact k nearest present points), and a uniform centre among the present
+    mask (`bench_build.stages.kernels.grid_knn`, exact k nearest present points), and a uniform centre among the present
     points is a uniform draw over all points, redrawn while it hits a deleted one. Centres are drawn in
     chunks whose sizes depend only on the counts of deleted points (the schedule of the earlier KD-tree
     implementation, kept so the same rng gives the same bytes).

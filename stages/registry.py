@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-
-from stages.frame import Frame
+from bench_build.stages.frame import Frame
 
 
 class StageFn(Protocol):
@@ -55,7 +54,7 @@ _discovered = False
 def stage(name: str, *, params: type, version: int = 1, columns: tuple[str, ...] = ()) -> Callable[[StageFn], StageFn]:
     """Register ``fn`` as stage ``name``. Bump ``version`` whenever its output for the same inputs changes:
     the version is part of every recipe fingerprint, so a resumed build never mixes old and new output.
-    ``columns`` names the optional row columns (pipeline/schema.py) the stage adds to a frame, e.g. per-point
+    ``columns`` names the optional row columns (pipeline/format/schema.py) the stage adds to a frame, e.g. per-point
     ``sigma``/``mu``: every file of a build using the stage then has them."""
     if not (dataclasses.is_dataclass(params) and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"stage {name}: params must be a frozen dataclass")

@@ -21,8 +21,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-
-from stages.frame import Frame
+from bench_build.stages.frame import Frame
 
 #: frame -> {(method, n): (rings, method used)}: beam_missing and cross_sensor (6 examples a frame) and
 #: snow share one recovery per frame, like the frame's KD-tree; frames are immutable, so it never goes stale

@@ -13,9 +13,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-# The numeric pin (pipeline/numeric.py) before anything imports NumPy, as the CLI sets it: tests compute under
+# The numeric pin (pipeline/runtime/numeric.py) before anything imports NumPy, as the CLI sets it: tests compute under
 # the dispatch `bench-build` and its Ray workers use, and the CLI's late-pin warning is not raised in every run.
-from pipeline.numeric import pin_environment
+from bench_build.runtime.numeric import pin_environment
 
 pin_environment()
 
@@ -52,7 +52,7 @@ max_distance = [0.2, 0.4, 0.6, 0.8, 1.0]
 
 @pytest.fixture(scope="session")
 def demo_kitti_master(tmp_path_factory) -> Path:
-    from pipeline.sources.demo import write_demo_dataset
+    from bench_build.sources.demo import write_demo_dataset
 
     return write_demo_dataset(tmp_path_factory.mktemp("demo") / "kitti", 6, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
 

@@ -3,7 +3,7 @@ snippet cannot rot:
 
 - ``bash``/``sh``/``console``: each command (``\\`` continuations joined, ``#`` comments dropped) must be a
   ``bench-build …`` command and exit 0. They run in one scratch directory, in file order, with the project's
-  Python (``python -c "from pipeline.cli import app; app()"``), after the README's quickstart block built
+  Python (``python -c "from bench_build.cli import app; app()"``), after the README's quickstart block built
   ``bench-out/kitti-c/1.0.0`` there — so snippets name the demo build's real path, not placeholders.
   ``s3://bench/…`` is a SeaweedFS store on loopback, as `bench-build s3-local` starts one, with its
   credentials in the AWS environment variables the commands see.
@@ -33,15 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from pipeline.seaweed import SeaweedServer
+from bench_build.storage.seaweed import SeaweedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL = ("bash", "sh", "console")
 KINDS = (*SHELL, "python", "toml", "jsonl", "text")
 SKIP = re.compile(r"<!--\s*doc-test:\s*skip\s*(?:\((?P<why>[^)]*)\))?\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[^\s`]*)\s*$")
-CLI = [sys.executable, "-c", "from pipeline.cli import app; app()"]
+CLI = [sys.executable, "-c", "from bench_build.cli import app; app()"]
 QUICKSTART = "bench-out/kitti-c/1.0.0"  # what README's first runnable bash block builds
 README_MAX_BYTES = 26 * 1024
 OUTSIDE = ("PHYSICS.md", "ARCHITECTURE.md", "../shared")

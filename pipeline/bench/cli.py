@@ -6,7 +6,7 @@ layouts``, ``bench publish``, ``bench s3-build``, ``bench score``. ``bench`` wit
 the old flags (``--frames``, ``--no-builds``, ``--no-objects``, ``--costs-out`` …), and the old ``--publish``,
 ``--s3-build``, ``--loaders``, ``--points-layouts`` and ``--score`` switches still run their benchmark.
 
-The benchmark modules are imported inside each command: importing NumPy before `pipeline.cli` has put the numeric
+The benchmark modules are imported inside each command: importing NumPy before `bench_build.cli` has put the numeric
 pin in the environment would compute under another SIMD dispatch.
 """
 
@@ -22,13 +22,13 @@ bench_app = typer.Typer(add_completion=False, help="Benchmarks: stage costs, sca
 
 Frames = Annotated[int, typer.Option(min=1, help="Demo frames to measure on")]
 CostsOut = Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) for `plan` "
-                                                    "and task sizing (pipeline/cost_tables/); scaled to real task "
+                                                    "and task sizing (pipeline/plan/cost_tables/); scaled to real task "
                                                     "seconds by the demo build unless --no-builds")]
 
 
 def stages(frames: int = 4, builds: bool = True, build_rounds: int = 1, objects: bool = True,
            only_objects: bool = False, costs_out: Path | None = None) -> None:
-    from pipeline.bench.stages import run_bench, run_object_bench
+    from bench_build.bench.stages import run_bench, run_object_bench
 
     if not only_objects:
         run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
@@ -126,7 +126,7 @@ def scale_cmd(
     import json
     import os
 
-    from pipeline.bench.scale import run_control, run_scale
+    from bench_build.bench.scale import run_control, run_scale
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers or [n for n in (1, 2, 4, 8, 16, 32, 64) if n < cores] + [cores]))
@@ -140,7 +140,7 @@ def scale_cmd(
 @bench_app.command("sources")
 def sources_cmd(repeat: Annotated[int, typer.Option(min=1, help="Timing repeats")] = 3) -> None:
     """Dataset readers' decode cost per frame and the robo3d-nuscenes-c stages on 32-beam scans."""
-    from pipeline.bench.sources import run_bench_sources
+    from bench_build.bench.sources import run_bench_sources
 
     run_bench_sources(repeat=repeat)
 
@@ -153,7 +153,7 @@ def loaders_cmd(
     frames: Frames = 4,
 ) -> None:
     """Read examples/s of a version: raw Parquet vs PyTorch DataLoader with 0 and 2 workers."""
-    from pipeline.bench.loaders import run_bench_loaders
+    from bench_build.bench.loaders import run_bench_loaders
 
     run_bench_loaders(version_dir, frames=frames)
 
@@ -161,7 +161,7 @@ def loaders_cmd(
 @bench_app.command("layouts")
 def layouts_cmd(frames: Frames = 4) -> None:
     """Write / read CPU and size of candidate layouts of the points column (for a schema decision)."""
-    from pipeline.bench.layouts import run_bench_layouts
+    from bench_build.bench.layouts import run_bench_layouts
 
     run_bench_layouts(frames=frames)
 
@@ -173,7 +173,7 @@ def publish_cmd(
     workers: Annotated[int, typer.Option(min=1, help="Ray workers of the build")] = 2,
 ) -> None:
     """Object-storage throughput (build to s3://, publish, pull, verify) against a throwaway local SeaweedFS."""
-    from pipeline.bench.publish import run_bench_publish
+    from bench_build.bench.publish import run_bench_publish
 
     run_bench_publish(frames=frames, workers=workers)
 
@@ -188,7 +188,7 @@ def s3_build_cmd(
                                                       "with a store on another host)")] = False,
 ) -> None:
     """Demo build to a local directory vs to s3:// with uploads overlapping compute and without; medians."""
-    from pipeline.bench.publish import run_bench_s3_build
+    from bench_build.bench.publish import run_bench_s3_build
 
     run_bench_s3_build(frames=frames, workers=workers, repeat=repeat, isolate_server=isolate_server)
 
@@ -200,6 +200,6 @@ def score_cmd(
     workers: Annotated[int, typer.Option(min=1, help="Scoring processes")] = 2,
 ) -> None:
     """Time `score` on full-size synthetic KITTI-C partitions and extrapolate to all 126."""
-    from pipeline.bench.score import run_bench_score
+    from bench_build.bench.score import run_bench_score
 
     run_bench_score(partitions=partitions, workers=workers)

@@ -1,4 +1,4 @@
-"""Object-storage benchmark (a script, not a test): `python -m pipeline.bench.publish`.
+"""Object-storage benchmark (a script, not a test): `python -m bench_build.bench.publish`.
 
 On a demo version it measures, against a local SeaweedFS (started on 127.0.0.1 for the run, unless
 ``--to s3://…`` names another store reached through the AWS chain):
@@ -36,14 +36,14 @@ import typer
 
 
 def run_bench_publish(frames: int = 8, workers: int = 2, to: str | None = None, recipe: str = "kitti-c") -> dict:
-    from pipeline.build import run_build
-    from pipeline.publish import publish_version, pull_version, verify_remote
+    from bench_build.build.run import run_build
+    from bench_build.publish import publish_version, pull_version, verify_remote
 
     results: dict = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-publish-")))
         if to is None:
-            from pipeline.seaweed import SeaweedServer
+            from bench_build.storage.seaweed import SeaweedServer
 
             secret = uuid.uuid4().hex
             server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
@@ -113,8 +113,8 @@ def _tasks_cpu_seconds(res) -> tuple[float, float]:
     """CPU seconds the build's tasks recorded in the ledger: (each worker process's time over the task, upload
     threads included — with the driver's, what a build cost in CPU whatever else the machine runs; of that, the
     threads that ran the uploads to object storage)."""
-    from pipeline.ledger import Ledger
-    from pipeline.storage import open_store
+    from bench_build.build.ledger import Ledger
+    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(res.version_dir))
     entries = [ledger.done_entry(name) or {} for name in res.shards_built]
@@ -157,9 +157,9 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     number), so the server's CPU does not come out of the build's."""
     import shutil
 
-    from pipeline.build import run_build
-    from pipeline.seaweed import SeaweedServer
-    from pipeline.storage import OVERLAP_ENV
+    from bench_build.build.run import run_build
+    from bench_build.storage import OVERLAP_ENV
+    from bench_build.storage.seaweed import SeaweedServer
 
     times: dict[str, list[float]] = {m: [] for m in modes}
     server_cpu: dict[str, list[float]] = {m: [] for m in modes}

@@ -11,7 +11,7 @@ hypervisor's neighbours), the floor any build's task inflation is compared with.
 
 ``--costs-out`` merges what was measured (Ray start, worker start, the driver's finish, the task CPU inflation at
 full occupancy) into a cost table as its ``runtime``, which `plan` and the local group choice then use
-(`pipeline.plan.Runtime`).
+(`bench_build.plan.tasks.Runtime`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.build import DEMO_FRAMES, run_build
-from pipeline.costs import load_costs
-from pipeline.scale import plan_build
-from pipeline.sources.demo import ensure_demo_source, mark_demo
+from bench_build.build.run import DEMO_FRAMES, run_build
+from bench_build.plan.costs import load_costs
+from bench_build.plan.scale import plan_build
+from bench_build.sources.demo import ensure_demo_source, mark_demo
 
 #: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
 #: so the loop shares the L3 and memory bandwidth with its neighbours as a task does
@@ -218,7 +218,7 @@ def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
 
 def write_runtime(results: dict[str, Any], recipe: str, path: str | Path) -> None:
     """Merge `measured_runtime` into the cost table at ``path`` (the recipe's shipped table if it does not exist)."""
-    from manifests.recipe import load_recipe
+    from bench_build.manifests.recipe import load_recipe
 
     p = Path(path)
     data = json.loads(p.read_text()) if p.is_file() else json.loads(load_costs(load_recipe(recipe)).to_json())

@@ -81,12 +81,11 @@ def write_synthetic_version(root: Path, partitions: int, frames: int = KITTI_FRA
     row schema, one point per example) and its result files; returns (version dir, result root, density)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from manifests.manifest import MANIFEST_VERSION
-    from pipeline.schema import encode_rows, schema_with_metadata
-    from pipeline.sources.demo import demo_calib
-    from pipeline.sources.kitti import read_labels
-    from stages.frame import Frame
+    from bench_build.format.schema import encode_rows, schema_with_metadata
+    from bench_build.manifests.manifest import MANIFEST_VERSION
+    from bench_build.sources.demo import demo_calib
+    from bench_build.sources.kitti import read_labels
+    from bench_build.stages.frame import Frame
 
     rng = np.random.default_rng(seed)
     calib = demo_calib()
@@ -123,7 +122,7 @@ def write_synthetic_version(root: Path, partitions: int, frames: int = KITTI_FRA
 def bench_score(partitions: int = 4, workers: int = 2, frames: int = KITTI_FRAMES) -> dict[str, float]:
     """Time `score_version` on ``partitions`` full-size partitions at ``workers`` processes; extrapolate to
     full KITTI-C."""
-    from pipeline.score import score_version
+    from bench_build.score import score_version
 
     with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
         t = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Benchmarks (a script, not a test): `bench-build bench` or `python -m pipeline.bench.stages`.
+"""Benchmarks (a script, not a test): `bench-build bench` or `python -m bench_build.bench.stages`.
 
 Prints, on demo scans (full resolution, ≈130k points):
 1. the one-off per-frame preparation shared by all stages (KD-tree, points-in-box index, ring ids);
@@ -7,7 +7,7 @@ Prints, on demo scans (full resolution, ≈130k points):
 4. examples/s of a whole demo build at 1 and 2 workers (including Ray start-up), the speed-up, where the driver's
    serial time goes (its phases), the CPU time full KITTI-C needs (from the parts, from the build's tasks, and
    from the cost table scaled by their ratio).
-5. (`pipeline.bench.sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
+5. (`bench_build.bench.sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
    ≤ 20 ms per 64 × 2650 image) and the robo3d-nuscenes-c stages on 32-beam scans.
 6. object benchmarks (`run_object_bench`): per-shape cost of every ModelNet-C / ModelNet40-E corruption and
    of the 3DOS preprocessing on demo objects, and examples/s of a ModelNet-C demo build at 1 and 2 workers.
@@ -70,8 +70,8 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     time of this process (what a worker pays; wall time grows when other processes share the cores).
     ``build_rounds``: how many times the 1- and 2-worker demo builds run, alternating which goes first; the
     speed-up, the builds' examples/s and the task CPU per example are medians (one round is noise here)."""
-    from manifests.recipe import load_recipe
-    from pipeline.sources.demo import generate_frame
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.sources.demo import generate_frame
 
     results: dict = {"stages": {}}
     recipe = load_recipe(recipe_name)
@@ -84,7 +84,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     print(f"speed probe (a fixed CPU workload, to compare absolute numbers across runs and machines): "
           f"{results['speed_probe_ms'][0]:.0f} ms")
 
-    from stages.ring import frame_rings
+    from bench_build.stages.ring import frame_rings
 
     times = []
     for f in demo:
@@ -99,7 +99,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     print(f"\nshared per-frame preparation (KD-tree + box index + deletion grid + ring recovery): {prep * 1e3:.1f} ms "
           "CPU per frame "
           f"(once per frame; the process's first frame: {times[0] * 1e3:.0f} ms, with one-off imports and loads)")
-    from pipeline.costs import CACHES
+    from bench_build.plan.costs import CACHES
 
     clock = time.process_time  # CPU time of this process: robust to other jobs on a shared machine
     prep_ms = {}
@@ -119,7 +119,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
         results["stages"][rec.name] = stage_table(rec, demo, repeat, time.process_time)
         if any(c.stage == "upsample" for c in rec.corruptions):
-            from stages.kernels.column_knn import CellGrid
+            from bench_build.stages.kernels.column_knn import CellGrid
 
             grid_ms = _timeit(lambda: [CellGrid(f.points, value_col=f.fields.index("intensity")) for f in demo],
                               repeat, time.process_time) / len(demo) * 1e3
@@ -127,7 +127,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             print(f"  upsample's 5-NN search grid: {grid_ms:.1f} ms CPU once per frame (cached on the frame and shared "
                   "by its severities, like the KD-tree; not in the row above)")
     if "robo3d-kitti-c" in (recipe_name, *extra_recipes):
-        from pipeline.sources.kitti import camera_fov_mask
+        from bench_build.sources.kitti import camera_fov_mask
 
         rec = load_recipe("robo3d-kitti-c")
         fov = [f.take(camera_fov_mask(f)) for f in demo]
@@ -135,7 +135,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             rec, fov, repeat, time.process_time, only=tuple(FOV_TARGET_MS), targets=FOV_TARGET_MS,
             title="robo3d-kitti-c, camera-FOV crop (CPU time of this process)")
 
-    from pipeline.bench.sources import run_bench_sources
+    from bench_build.bench.sources import run_bench_sources
 
     results["sources"] = run_bench_sources(repeat=repeat)
 
@@ -151,7 +151,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     results["render_s_per_panel"] = _render_bench(demo[0], recipe)
 
-    from pipeline.costs import CostTable
+    from bench_build.plan.costs import CostTable
 
     table = CostTable(recipe=recipe.name, read_ms=round(results["read_ms"], 2),
                           write_ms=round(results["io_floor_ms_per_example"], 2),
@@ -171,7 +171,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
           f"timed alone): {results['full_cpu_hours_model']:.2f} CPU-hours")
 
     if builds:
-        from pipeline.build import run_build
+        from bench_build.build.run import run_build
 
         print("\nwhole demo build (8 frames, every corruption × severity, Ray start-up included"
               + (f"; {build_rounds} rounds, alternating which goes first; medians" if build_rounds > 1 else "") + "):")
@@ -242,7 +242,7 @@ FULL_FRAMES_DEFAULT = 7481
 
 def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
     """CPU-hours of the full benchmark from a cost table, one task per block (each cache built once per frame)."""
-    from pipeline.plan import group_cost_ms, partition_order
+    from bench_build.plan.tasks import group_cost_ms, partition_order
 
     frames = FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT) if frames is None else frames
     return frames * group_cost_ms(partition_order(recipe, table), table) / 3.6e6
@@ -252,9 +252,9 @@ def model_ms_per_example(version_dir, tasks, table) -> float:
     """What ``table`` predicts a finished build's tasks cost per stored example: each task's frames × (read + the
     caches its partitions need + its partitions), from the ledger — to check the table against
     `task_cpu_per_example`."""
-    from pipeline.ledger import Ledger
-    from pipeline.plan import group_cost_ms
-    from pipeline.storage import open_store
+    from bench_build.build.ledger import Ledger
+    from bench_build.plan.tasks import group_cost_ms
+    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(version_dir))
     ms = rows = 0.0
@@ -273,8 +273,8 @@ def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
     picture of one frame). A worker process's first task also pays its one-off warm-up (imports, numba's
     cached code: a cost per process, not per example), so the rate comes from the other tasks when every
     process ran more than one, and the warm-up is what a first task cost beyond that rate."""
-    from pipeline.ledger import Ledger
-    from pipeline.storage import open_store
+    from bench_build.build.ledger import Ledger
+    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(version_dir))
     entries = [e for e in (ledger.done_entry(name) for name in tasks) if e is not None]
@@ -297,7 +297,7 @@ def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
 
 def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
     """Seconds per contact-sheet panel (raster + matplotlib Agg + PNG) for a full sheet of ``recipe``."""
-    from pipeline.render import View, contact_sheet
+    from bench_build.render import View, contact_sheet
 
     tags = frame.point_tag.astype(np.uint8)
     views = [View("clean", 0, frame.points[:, :3], tags, frame.boxes, False)]
@@ -312,19 +312,19 @@ def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
 @one_thread
 def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> dict:
     """Object stages on demo ModelNet40 shapes (as the recipes preprocess them), then a ModelNet-C demo build."""
-    from manifests.recipe import load_recipe
-    from pipeline.plan import example_key, example_rng
-    from pipeline.sources.demo_objects import ensure_demo_objects
-    from pipeline.sources.modelnet import ModelNet40H5Source
-    from pipeline.sources.shapenet import ShapeNetCoreSource
-    from stages.registry import get_stage
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import example_key, example_rng
+    from bench_build.sources.demo_objects import ensure_demo_objects
+    from bench_build.sources.modelnet import ModelNet40H5Source
+    from bench_build.sources.shapenet import ShapeNetCoreSource
+    from bench_build.stages.registry import get_stage
 
     root = ensure_demo_objects(("modelnet40", "shapenet"))
     src = ModelNet40H5Source(root, "test")
     full = [src.read(i) for i in src.list_frames()[:shapes]]
     results: dict = {"stages": {}}
     t = time.perf_counter()
-    from stages.whole_shape.sensor_noise import pca_normals
+    from bench_build.stages.whole_shape.sensor_noise import pca_normals
 
     pca_normals(full[0].xyz.astype(np.float64), 10)  # numba kernels: loaded from the on-disk cache (or compiled)
     first_ms = (time.perf_counter() - t) * 1e3
@@ -378,7 +378,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     print(f"\n3dos: ShapeNet mesh → 16,384 area-weighted samples → FPS 4,096: {read_ms:.1f} ms CPU per shape "
           f"(reader); seeded 1,024 + unit sphere: {ms:.2f} ms CPU per example")
     if builds:
-        from pipeline.build import run_build
+        from bench_build.build.run import run_build
 
         print("\nModelNet-C demo build (80 test shapes × 36 examples, Ray start-up included):")
         results["builds"] = {}
@@ -425,11 +425,11 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
     to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
     write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
     a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
-    from pipeline.plan import CLEAN, example_key, example_rng
-    from pipeline.schema import schema_with_metadata
-    from pipeline.shard import build_columns, partition_meta, record_batches, write_parquet_atomic
-    from pipeline.storage import LocalStore
-    from stages.registry import get_stage
+    from bench_build.build.shard import build_columns, partition_meta, record_batches, write_parquet_atomic
+    from bench_build.format.schema import schema_with_metadata
+    from bench_build.plan.tasks import CLEAN, example_key, example_rng
+    from bench_build.stages.registry import get_stage
+    from bench_build.storage import LocalStore
 
     columns = list(build_columns(recipe, None))
     with tempfile.TemporaryDirectory(prefix="bench-build-write-") as tmp:
@@ -461,7 +461,7 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
 
 def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
     """ms per frame to read one scan back through the KITTI reader (what every task pays per frame)."""
-    from pipeline.sources.kitti import KittiSource, write_frame
+    from bench_build.sources.kitti import KittiSource, write_frame
 
     with tempfile.TemporaryDirectory() as tmp:
         for f in demo:
@@ -473,9 +473,9 @@ def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
 
 def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
     """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame)."""
-    from pipeline.costs import CACHES
-    from pipeline.plan import example_key, example_rng
-    from stages.registry import get_stage
+    from bench_build.plan.costs import CACHES
+    from bench_build.plan.tasks import example_key, example_rng
+    from bench_build.stages.registry import get_stage
 
     out = {}
     for c in recipe.corruptions:
@@ -491,8 +491,8 @@ def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tup
                  targets: dict[str, float] | None = None, title: str | None = None) -> dict[str, list[float]]:
     """Cost per example (ms) of every corruption of ``recipe`` (or of the stages ``only``) at every severity,
     printed as a table against ``targets`` (default `TARGET_MS`)."""
-    from pipeline.plan import example_key, example_rng
-    from stages.registry import get_stage
+    from bench_build.plan.tasks import example_key, example_rng
+    from bench_build.stages.registry import get_stage
 
     targets = TARGET_MS if targets is None else targets
     sev = range(1, recipe.severities + 1)

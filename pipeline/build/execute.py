@@ -9,12 +9,12 @@ import time
 import uuid
 from typing import Any
 
-from pipeline.build.task import describe_task_error, ledger_read, record_failure, run_shard
-from pipeline.ledger import Ledger
-from pipeline.plan import TaskSpec
-from pipeline.progress import ProgressCounter
-from pipeline.runtime.ray import RAYLET_GONE_GRACE_S, raylet_death, worker_environment
-from pipeline.storage import Store
+from bench_build.build.ledger import Ledger
+from bench_build.build.progress import ProgressCounter
+from bench_build.build.task import describe_task_error, ledger_read, record_failure, run_shard
+from bench_build.plan.tasks import TaskSpec
+from bench_build.runtime.ray import RAYLET_GONE_GRACE_S, raylet_death, worker_environment
+from bench_build.storage import Store
 
 
 def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=None,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import MANIFEST_NAME
-from manifests.recipe import load_recipe
-from pipeline.ledger import Ledger
-from pipeline.plan import TaskSpec, plan_shards, task_groups
-from pipeline.storage import LocalStore, open_store
+from bench_build.build.ledger import Ledger
+from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import TaskSpec, plan_shards, task_groups
+from bench_build.storage import LocalStore, open_store
 
 
 def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,

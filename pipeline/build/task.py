@@ -1,4 +1,4 @@
-"""The Ray task of a build: one `TaskSpec` built by `pipeline.shard.build_shard`, and how its failures are told.
+"""The Ray task of a build: one `TaskSpec` built by `build.shard.build_shard`, and how its failures are told.
 
 Runs in a Ray worker; returns only the small ledger entry (and the contact sheet's panels for block 0)."""
 
@@ -8,14 +8,14 @@ import re
 import sys
 from typing import Any
 
-from manifests.recipe import Recipe
-from pipeline.ledger import Ledger
-from pipeline.numeric import check_profile
-from pipeline.plan import ShardSpec
-from pipeline.runtime.faults import kill_point
-from pipeline.runtime.ray import pin_worker_threads
-from pipeline.shard import ShardFailed, build_shard, os_error_message
-from pipeline.storage import StoreSpec, open_store, redact
+from bench_build.build.ledger import Ledger
+from bench_build.build.shard import ShardFailed, build_shard, os_error_message
+from bench_build.manifests.recipe import Recipe
+from bench_build.plan.tasks import ShardSpec
+from bench_build.runtime.faults import kill_point
+from bench_build.runtime.numeric import check_profile
+from bench_build.runtime.ray import pin_worker_threads
+from bench_build.storage import StoreSpec, open_store, redact
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -29,7 +29,7 @@ def run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fin
     ``root`` is a secret-free `StoreSpec`: a worker reads credentials from its own AWS chain. ``owner`` is
     the driver's writer-lock record: a task whose run is over (driver dead, lock taken over) writes nothing,
     so a killed run's surviving workers never race the next run. ``numeric_profile``: the build's
-    (`pipeline.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
+    (`runtime.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
     AVX-512, other library versions …) fails the shard, naming the node and the difference, and writes nothing."""
     pin_worker_threads()
     store = open_store(root)

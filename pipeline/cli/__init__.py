@@ -7,7 +7,7 @@ sub-app (pipeline/bench/cli.py). Commands import what they run inside their func
 must be set before NumPy loads, and `bench-build --help` stays fast.
 """
 
-from pipeline.cli import build_commands, data_commands, publish_commands  # noqa: F401  (they register commands)
-from pipeline.cli.app import Commands, app
+from bench_build.cli import build_commands, data_commands, publish_commands  # noqa: F401  (they register commands)
+from bench_build.cli.app import Commands, app
 
 __all__ = ["Commands", "app"]

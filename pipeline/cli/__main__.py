@@ -1,6 +1,6 @@
-"""``python -m pipeline.cli``: the same command line as ``bench-build``."""
+"""``python -m bench_build.cli``: the same command line as ``bench-build``."""
 
-from pipeline.cli import app
+from bench_build.cli import app
 
 if __name__ == "__main__":
     app(prog_name="bench-build")

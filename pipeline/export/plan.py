@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manifests.recipe import severity_names
-from pipeline.export.errors import ExportError
-from pipeline.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
-from pipeline.reader import Version
-from pipeline.schema import decode_boxes, decode_calib
-from stages.frame import Boxes, Calib
+from bench_build.export.errors import ExportError
+from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
+from bench_build.format.reader import Version
+from bench_build.format.schema import decode_boxes, decode_calib
+from bench_build.manifests.recipe import severity_names
+from bench_build.stages.frame import Boxes, Calib
 
 SPLIT_LISTS = ("train", "val", "test", "trainval")
 

@@ -7,10 +7,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from manifests.manifest import read_manifest
-from pipeline.export.errors import ExportError, ExportIncomplete
-from pipeline.export.kitti_files import calib_text, label_text, velodyne_bytes
-from pipeline.export.plan import (
+from bench_build.build.shard import os_error_message
+from bench_build.export.errors import ExportError, ExportIncomplete
+from bench_build.export.kitti_files import calib_text, label_text, velodyne_bytes
+from bench_build.export.plan import (
     LAYOUTS,
     ExportResult,
     Part,
@@ -20,8 +20,8 @@ from pipeline.export.plan import (
     plan,
     split_name,
 )
-from pipeline.reader import Version, open_version
-from pipeline.shard import os_error_message
+from bench_build.format.reader import Version, open_version
+from bench_build.manifests.manifest import read_manifest
 
 
 def _write_file(path: Path, data: bytes) -> None:

@@ -24,7 +24,7 @@ publishes never mix):
    write into a committed version.)
 3. Upload every shard (and listed render) not already there with the same size and sha256 (recorded as object metadata,
    so the check is a HEAD). A file that another committed version of the dataset lists with the same sha256 and
-   size (a partition a recipe change did not touch: `run --reuse`, `pipeline.reuse`) is copied from there on the
+   size (a partition a recipe change did not touch: `run --reuse`, `build.reuse`) is copied from there on the
    store (S3 CopyObject: no byte uploaded; a hard link for a local ``--to``), its stored sha256 checked first.
    Each version stays self-contained: its prefix holds every file it lists, so reads, `verify` and `pull`
    never need another version, and deleting an old version never breaks a newer one. Otherwise: local hash
@@ -39,7 +39,7 @@ publishes never mix):
    never moves to an older version than the one it names.
 """
 
-from pipeline.publish.common import (
+from bench_build.publish.common import (
     LATEST,
     PublishConflict,
     PublishError,
@@ -49,9 +49,9 @@ from pipeline.publish.common import (
     content_identity,
     version_key,
 )
-from pipeline.publish.pull import pull_version
-from pipeline.publish.push import publish_version, refuse_symlinks
-from pipeline.publish.versions import list_versions, verify_remote
+from bench_build.publish.pull import pull_version
+from bench_build.publish.push import publish_version, refuse_symlinks
+from bench_build.publish.versions import list_versions, verify_remote
 
 __all__ = [
     "LATEST", "PublishConflict", "PublishError", "PullError", "TransferReport", "VersionExists", "content_identity",

@@ -10,19 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench_build.errors import BenchBuildError
+from bench_build.manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from bench_build.storage import Store
 from packaging.version import InvalidVersion, Version
-
-from manifests.manifest import (
-    CLEAN,
-    MANIFEST_NAME,
-    ManifestError,
-    check_manifest,
-    parse_manifest,
-)
-from pipeline.errors import BenchBuildError
-from pipeline.storage import (
-    Store,
-)
 
 LATEST = "latest"
 

@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from manifests.card import card_with_header
-from manifests.manifest import (
+from bench_build.build.progress import TransferProgress
+from bench_build.build.shard import os_error_message
+from bench_build.format.compact_files import materialize_file
+from bench_build.manifests.card import card_with_header
+from bench_build.manifests.manifest import (
     CLEAN,
     MANIFEST_NAME,
     SAFE_NAME,
@@ -24,9 +27,7 @@ from manifests.manifest import (
     parse_manifest,
     sha256_file,
 )
-from pipeline.compact_files import materialize_file
-from pipeline.progress import TransferProgress
-from pipeline.publish.common import (
+from bench_build.publish.common import (
     CARD,
     DEFAULT_JOBS,
     LATEST,
@@ -40,17 +41,9 @@ from pipeline.publish.common import (
     read_stored_manifest,
     selected,
 )
-from pipeline.publish.push import tally
-from pipeline.publish.versions import latest_version
-from pipeline.shard import os_error_message
-from pipeline.storage import (
-    LocalStore,
-    NotFound,
-    StorageError,
-    Store,
-    VersionLocked,
-    open_store,
-)
+from bench_build.publish.push import tally
+from bench_build.publish.versions import latest_version
+from bench_build.storage import LocalStore, NotFound, StorageError, Store, VersionLocked, open_store
 
 
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,

@@ -11,15 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import (
-    MANIFEST_NAME,
-    ManifestError,
-    check_manifest,
-    parse_manifest,
-    sha256_file,
-)
-from pipeline.progress import TransferProgress
-from pipeline.publish.common import (
+from bench_build.build.progress import TransferProgress
+from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, check_manifest, parse_manifest, sha256_file
+from bench_build.publish.common import (
     CARD,
     DEFAULT_JOBS,
     LATEST,
@@ -35,15 +29,8 @@ from pipeline.publish.common import (
     remote_matches,
     version_key,
 )
-from pipeline.publish.versions import latest_version
-from pipeline.storage import (
-    LocalStore,
-    PreconditionFailed,
-    StorageError,
-    Store,
-    VersionLocked,
-    open_store,
-)
+from bench_build.publish.versions import latest_version
+from bench_build.storage import LocalStore, PreconditionFailed, StorageError, Store, VersionLocked, open_store
 
 
 # -- publish ---------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pyarrow.parquet as pq
-
-from manifests.manifest import (
+from bench_build.build.progress import TransferProgress
+from bench_build.manifests.manifest import (
     MANIFEST_NAME,
     SAFE_NAME,
     ManifestError,
@@ -18,12 +18,8 @@ from manifests.manifest import (
     check_manifest,
     parse_manifest,
 )
-from pipeline.progress import TransferProgress
-from pipeline.publish.common import DEFAULT_JOBS, LATEST, PUBLISHED, parallel, read_stored_manifest, version_key
-from pipeline.storage import (
-    Store,
-    open_store,
-)
+from bench_build.publish.common import DEFAULT_JOBS, LATEST, PUBLISHED, parallel, read_stored_manifest, version_key
+from bench_build.storage import Store, open_store
 
 
 def latest_version(raw: bytes) -> str | None:

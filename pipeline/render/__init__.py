@@ -17,9 +17,9 @@ crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−
 Boxes: red Car, blue Pedestrian, green Cyclist, dark grey any other class.
 """
 
-from pipeline.render.figure import render_version, view_figure
-from pipeline.render.legend import SCENE_Z_RANGE, TAG_LABELS, LegendEntry, legend_entries, scale_bar_m
-from pipeline.render.panels import (
+from bench_build.render.figure import render_version, view_figure
+from bench_build.render.legend import SCENE_Z_RANGE, TAG_LABELS, LegendEntry, legend_entries, scale_bar_m
+from bench_build.render.panels import (
     OBJECT_VIEWS,
     OTHER_BOX,
     Panel,
@@ -29,9 +29,9 @@ from pipeline.render.panels import (
     sheet_extent,
     sheet_panels,
 )
-from pipeline.render.raster import bev_raster, box_outlines, object_extent, object_raster, paint, scene_extent
-from pipeline.render.read import default_render_dir, read_views, sheet_frame, sort_views, write_contact_sheet
-from pipeline.render.sheet import (
+from bench_build.render.raster import bev_raster, box_outlines, object_extent, object_raster, paint, scene_extent
+from bench_build.render.read import default_render_dir, read_views, sheet_frame, sort_views, write_contact_sheet
+from bench_build.render.sheet import (
     COLORBAR_PX,
     COLORBAR_X,
     LEGEND_DPI,
@@ -47,8 +47,8 @@ from pipeline.render.sheet import (
     sheet_layout,
     sheet_title,
 )
-from pipeline.render.views import BOX_COLORS, COLOR_BY, PANEL_PX, SHEET_NAME, TAG_COLORS, RenderError, View
-from pipeline.render.zoom import (
+from bench_build.render.views import BOX_COLORS, COLOR_BY, PANEL_PX, SHEET_NAME, TAG_COLORS, RenderError, View
+from bench_build.render.zoom import (
     CLEAN_BOX,
     INSET_FRAC,
     ZOOM_CHANGED,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from manifests.manifest import read_manifest
-from manifests.recipe import severity_names
-from pipeline.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
-from pipeline.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
-from pipeline.render.raster import bev_raster, box_outlines, object_raster
-from pipeline.render.read import default_render_dir, file_part, read_views
-from pipeline.render.sheet import contact_sheet
-from pipeline.render.views import COLOR_BY, RenderError, View
-from pipeline.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
-from pipeline.storage import LocalStore
+from bench_build.manifests.manifest import read_manifest
+from bench_build.manifests.recipe import severity_names
+from bench_build.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
+from bench_build.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
+from bench_build.render.raster import bev_raster, box_outlines, object_raster
+from bench_build.render.read import default_render_dir, file_part, read_views
+from bench_build.render.sheet import contact_sheet
+from bench_build.render.views import COLOR_BY, RenderError, View
+from bench_build.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
+from bench_build.storage import LocalStore
 
 
 def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,

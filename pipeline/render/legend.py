@@ -6,11 +6,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipeline.render.panels import OTHER_BOX
-from pipeline.render.views import BOX_COLORS, TAG_COLORS
-from pipeline.render.zoom import CLEAN_BOX, ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME
-from stages.frame import PointTag
+from bench_build.render.panels import OTHER_BOX
+from bench_build.render.views import BOX_COLORS, TAG_COLORS
+from bench_build.render.zoom import CLEAN_BOX, ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME
+from bench_build.stages.frame import PointTag
 
 TAG_LABELS = {
     PointTag.CLEAN: "unchanged",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-
-from pipeline.render.views import COLOR_BY, PANEL_PX, TAG_COLORS, RenderError, View
-from stages.frame import Boxes, PointTag
+from bench_build.render.views import COLOR_BY, PANEL_PX, TAG_COLORS, RenderError, View
+from bench_build.stages.frame import Boxes, PointTag
 
 _TAG_LUT: np.ndarray | None = None
 

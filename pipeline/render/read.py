@@ -10,13 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from manifests.recipe import severity_names
-from pipeline.compact import materialize
-from pipeline.render.panels import Panel
-from pipeline.render.sheet import contact_sheet, panels_sheet
-from pipeline.render.views import SHEET_NAME, RenderError, View
-from pipeline.schema import decode_boxes, file_metadata
+from bench_build.format.compact import materialize
+from bench_build.format.schema import decode_boxes, file_metadata
+from bench_build.manifests.recipe import severity_names
+from bench_build.render.panels import Panel
+from bench_build.render.sheet import contact_sheet, panels_sheet
+from bench_build.render.views import SHEET_NAME, RenderError, View
 
 
 def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
@@ -140,7 +139,7 @@ def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None
     """Render the contact sheet of a version into ``store`` at ``key``; returns what the card says of it.
 
     ``panels``: the default frame's panels, painted by the build tasks that held it in memory
-    (`pipeline.shard`); used when they cover every partition of the version, else the views are read
+    (`bench_build.build.shard`); used when they cover every partition of the version, else the views are read
     back from the files."""
 
     names = severity_names(manifest)

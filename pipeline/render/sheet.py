@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipeline.render.legend import SCENE_Z_RANGE, LegendEntry, legend_entries, metres, scale_bar_m
-from pipeline.render.panels import OBJECT_VIEWS, Panel, box_color, sheet_panels, to_px
-from pipeline.render.views import PANEL_PX, RenderError, View
-from pipeline.render.zoom import CLEAN_BOX, INSET_FRAC
+from bench_build.render.legend import SCENE_Z_RANGE, LegendEntry, legend_entries, metres, scale_bar_m
+from bench_build.render.panels import OBJECT_VIEWS, Panel, box_color, sheet_panels, to_px
+from bench_build.render.views import PANEL_PX, RenderError, View
+from bench_build.render.zoom import CLEAN_BOX, INSET_FRAC
 
 SHEET_GAP_PX, SHEET_TITLE_PX, SHEET_LEGEND_LINE_PX = 6, 16, 15
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipeline.errors import BenchBuildError
-from stages.frame import Boxes, PointTag
+from bench_build.errors import BenchBuildError
+from bench_build.stages.frame import Boxes, PointTag
 
 PANEL_PX = 240  # raster size of one view
 

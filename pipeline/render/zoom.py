@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipeline.render.raster import box_outline, f32
-from pipeline.render.views import View
-from stages.frame import Boxes
+from bench_build.render.raster import box_outline, f32
+from bench_build.render.views import View
+from bench_build.stages.frame import Boxes
 
 INSET_FRAC = 0.45  # inset side / panel side
 

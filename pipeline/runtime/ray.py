@@ -1,6 +1,6 @@
 """Ray for a build: start (or join) it with the workers' environment, stop it, watch the local raylet.
 
-A worker's environment carries two pins: the numeric pin (`pipeline.numeric.worker_env`: what decides the bytes)
+A worker's environment carries two pins: the numeric pin (`runtime.numeric.worker_env`: what decides the bytes)
 and the thread pin (`thread_env`: every library's thread pool sized to the one CPU a Ray task holds, so N workers
 run N busy threads on N cores instead of N × cores; it never changes bytes).
 """
@@ -17,8 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline import reaper
-from pipeline.numeric import worker_env
+from bench_build.runtime import reaper
+from bench_build.runtime.numeric import worker_env
 
 RAYLET_GONE_GRACE_S = 2.0  # after the local raylet died: time for its workers to exit before the ledger is read
 
@@ -120,7 +120,7 @@ def _init_ray(ray: Any, workers: int | None, address: str | None, kwargs: dict[s
         # "local": always a fresh instance — without it ray.init() joins any `ray start` cluster on this machine
         with environ(worker_environment()):
             ray.init(address="local", num_cpus=workers if workers is not None else os.cpu_count() or 1, **kwargs)
-        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/reaper.py)
+        # Ray's agents outlive a kill -9 of this driver by a minute; a watcher reaps them (pipeline/runtime/reaper.py)
         reaper.start(sorted(set(reaper.children(os.getpid())) - before))
     return True
 

@@ -6,7 +6,7 @@ files in ``baselines/`` with their citations. `run.score_version` ties them to a
 truth and a prediction file (`predictions` documents the formats).
 """
 
-from pipeline.score.predictions import PredictionError
-from pipeline.score.run import METRICS, ScoreReport, score_version
+from bench_build.score.predictions import PredictionError
+from bench_build.score.run import METRICS, ScoreReport, score_version
 
 __all__ = ["METRICS", "PredictionError", "ScoreReport", "score_version"]

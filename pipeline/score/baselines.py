@@ -7,13 +7,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from pipeline.score.validate import ScoreError
+from bench_build.score.validate import ScoreError
 
 
 @cache
 def load_baseline(name: str) -> dict[str, Any]:
     """``modelnet_c_dgcnn`` or ``robo3d``: the parsed data file (values, citation, bibtex)."""
-    text = resources.files("pipeline.score").joinpath("baselines", f"{name}.json").read_text()
+    text = resources.files("bench_build.score").joinpath("baselines", f"{name}.json").read_text()
     return json.loads(text)
 
 

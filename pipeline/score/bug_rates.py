@@ -39,8 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.kitti_eval import (
+from bench_build.score.kitti_eval import (
     CLASSES,
     MIN_OVERLAP,
     FrameOverlaps,
@@ -49,7 +48,7 @@ from pipeline.score.kitti_eval import (
     lower_names,
     pair_index,
 )
-from pipeline.score.validate import ScoreError
+from bench_build.score.validate import ScoreError
 
 BUGS = ("TD", "FC", "FD", "MD")
 TD, FC, FD, MD = range(4)

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-from manifests.manifest import read_manifest
-from pipeline.schema import decode_boxes, decode_calib
-from pipeline.score.bug_rates import bug_rates
-from pipeline.score.kitti_eval import (
+from bench_build.format.schema import decode_boxes, decode_calib
+from bench_build.manifests.manifest import read_manifest
+from bench_build.score.bug_rates import bug_rates
+from bench_build.score.kitti_eval import (
     KittiFormatError,
     KittiObjects,
     evaluate,
@@ -35,9 +34,9 @@ from pipeline.score.kitti_eval import (
     parse_kitti_objects,
     read_kitti_objects,
 )
-from pipeline.score.predictions import FIRST, PredictionError
-from pipeline.score.truth import Partition, iter_columns
-from pipeline.sources.kitti import format_labels
+from bench_build.score.predictions import FIRST, PredictionError
+from bench_build.score.truth import Partition, iter_columns
+from bench_build.sources.kitti import format_labels
 
 
 def truth_by_partition(version_dir: str | Path) -> dict[Partition, dict[str, KittiObjects]]:

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.validate import ScoreError
+from bench_build.score.validate import ScoreError
 
 
 def overall_accuracy(ap: Mapping[str, Mapping[str, float]]) -> float:

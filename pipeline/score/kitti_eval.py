@@ -25,8 +25,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import shapely
-
-from pipeline.errors import BenchBuildError
+from bench_build.errors import BenchBuildError
 
 CLASSES = ("Car", "Pedestrian", "Cyclist")
 #: IoU thresholds of the official "moderate" setting (Li et al. and Robo3D use these)

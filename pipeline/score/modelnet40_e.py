@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.rank import auroc
+from bench_build.score.rank import auroc
 
 
 def accuracy(probs: np.ndarray, labels: np.ndarray) -> float:

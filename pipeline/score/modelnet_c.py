@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.score.baselines import dgcnn_oa
-from pipeline.score.validate import ScoreError
+from bench_build.score.baselines import dgcnn_oa
+from bench_build.score.validate import ScoreError
 
 CORRUPTIONS = ("scale", "jitter", "rotate", "dropout_global", "dropout_local", "add_global", "add_local")
 #: names a recipe may use for eval.py's corruptions

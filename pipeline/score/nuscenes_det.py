@@ -46,12 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.detection import partition_candidates
-from pipeline.score.predictions import FIRST, PredictionError
-from pipeline.score.truth import Partition, manifest_of, read_build
-from pipeline.score.validate import ScoreError
-from pipeline.sources.base import require_extra
+from bench_build.score.detection import partition_candidates
+from bench_build.score.predictions import FIRST, PredictionError
+from bench_build.score.truth import Partition, manifest_of, read_build
+from bench_build.score.validate import ScoreError
+from bench_build.sources.base import require_extra
 
 CONFIG = "detection_cvpr_2019"
 RESULT_NAME = "results_nusc.json"

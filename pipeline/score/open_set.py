@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.rank import auroc, fpr_at_tpr
-from pipeline.score.validate import ScoreError
+from bench_build.score.rank import auroc, fpr_at_tpr
+from bench_build.score.validate import ScoreError
 
 
 def open_set_metrics(known_scores: np.ndarray, unknown_scores: Mapping[str, np.ndarray]) -> dict[str, Any]:

@@ -11,11 +11,11 @@ by the example key ``benchmark/frame_id/corruption/severity`` of the version bei
 | score    | float           | 3DOS                                      | normality score, higher = more likely known |
 | labels   | list<int>[N]    | Robo3D segmentation                       | predicted label of each of the N points   |
 
-Detection predictions are KITTI result files instead (see `pipeline.score.detection`).
+Detection predictions are KITTI result files instead (see `bench_build.score.detection`).
 Every problem raises `PredictionError` naming the file and the key or line: a file that is not UTF-8
 text, and a JSON ``true``/``false`` where a number is expected (``"pred": true`` is not class 1), are
 refused on reading; the values of the fields a metric reads are checked element by element (types, NaN/inf,
-ranges) in `pipeline.score.validate`.
+ranges) in `bench_build.score.validate`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from pipeline.score.validate import PredictionError, class_ids, numbers, probabilities
+from bench_build.score.validate import PredictionError, class_ids, numbers, probabilities
 
 FIRST = 5  # how many offending keys an error lists
 #: the fields whose values are numbers (or lists of numbers): a boolean there is refused, not read as 0/1
@@ -46,7 +45,7 @@ class Predictions(dict):
 def read_predictions(path: str | Path) -> Predictions:
     """``{key: row}`` from a ``.jsonl`` / ``.json`` (lines) or ``.parquet`` file; rejects duplicate keys.
 
-    Values are checked element by element where a metric reads them (`pipeline.score.validate`)."""
+    Values are checked element by element where a metric reads them (`bench_build.score.validate`)."""
     path = Path(path)
     if not path.exists():
         raise PredictionError(f"{path}: no such prediction file")

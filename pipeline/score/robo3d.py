@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from pipeline.score.baselines import robo3d_baseline
-from pipeline.score.validate import ScoreError
+from bench_build.score.baselines import robo3d_baseline
+from bench_build.score.validate import ScoreError
 
 
 def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str, Any]:

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-from pipeline.score.nuscenes_det import score_nuscenes
-from pipeline.score.predictions import PredictionError
-from pipeline.score.robo3d import robo3d_metrics
-from pipeline.score.validate import ScoreError
-from pipeline.score.waymo_det import score_waymo
+from bench_build.score.nuscenes_det import score_nuscenes
+from bench_build.score.predictions import PredictionError
+from bench_build.score.robo3d import robo3d_metrics
+from bench_build.score.validate import ScoreError
+from bench_build.score.waymo_det import score_waymo
 
 DET_METRICS = {"nuscenes": "nuscenes-det", "wod": "wod-det"}
 BASELINE_TABLE = {"nuscenes-det": "nuscenes-c-det", "wod-det": "wod-c-det"}

@@ -36,20 +36,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from manifests.recipe import severity_names as names_of
-from pipeline.score.bug_rates import BUGS, corruption_risk
-from pipeline.score.detection import score_partitions
-from pipeline.score.kitti_c import kitti_c_metrics, overall_accuracy
-from pipeline.score.modelnet40_e import modelnet40_e_metrics
-from pipeline.score.modelnet_c import modelnet_c_metrics
-from pipeline.score.open_set import open_set_metrics
-from pipeline.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
-from pipeline.score.robo3d import confusion, miou, robo3d_metrics
-from pipeline.score.robo3d_det import scene_set, score_det3d, task_of
-from pipeline.score.truth import iter_columns, manifest_of, object_truth
-from pipeline.score.validate import ScoreError, point_labels
-from pipeline.sources.nuscenes import lidarseg_learning_map
+from bench_build.manifests.recipe import severity_names as names_of
+from bench_build.score.bug_rates import BUGS, corruption_risk
+from bench_build.score.detection import score_partitions
+from bench_build.score.kitti_c import kitti_c_metrics, overall_accuracy
+from bench_build.score.modelnet40_e import modelnet40_e_metrics
+from bench_build.score.modelnet_c import modelnet_c_metrics
+from bench_build.score.open_set import open_set_metrics
+from bench_build.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
+from bench_build.score.robo3d import confusion, miou, robo3d_metrics
+from bench_build.score.robo3d_det import scene_set, score_det3d, task_of
+from bench_build.score.truth import iter_columns, manifest_of, object_truth
+from bench_build.score.validate import ScoreError, point_labels
+from bench_build.sources.nuscenes import lidarseg_learning_map
 
 PERCENT = "%"
 #: nuScenes' true-positive errors: the devkit's units, not fractions of anything the papers put in percent
@@ -154,7 +153,7 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
                   workers: int | None = None) -> ScoreReport:
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
-    # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (pipeline.score.robo3d_det)
+    # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (bench_build.score.robo3d_det)
 
     if scene_set(dataset) is not None:
         metric = task_of(dataset, predictions, metric)

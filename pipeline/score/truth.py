@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from manifests.manifest import read_manifest
-from pipeline.schema import decode_points
-from pipeline.score.validate import ScoreError
+from bench_build.format.schema import decode_points
+from bench_build.manifests.manifest import read_manifest
+from bench_build.score.validate import ScoreError
 
 
 @dataclass(frozen=True)

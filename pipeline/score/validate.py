@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.errors import BenchBuildError
+from bench_build.errors import BenchBuildError
 
 
 class PredictionError(BenchBuildError, ValueError):

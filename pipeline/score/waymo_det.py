@@ -29,7 +29,7 @@ Checked against ``waymo-open-dataset-tf-2-12-0`` 1.6.7's ``detection_metrics`` o
 this project's environment) on 150 seeded cases of 5 frames with all three classes, both levels, flipped
 headings and false positives: every AP and APH agreed within 2.4e-5 AP points.
 
-Predictions: JSON Lines or Parquet, one row per example of the version (`pipeline.score.predictions`)::
+Predictions: JSON Lines or Parquet, one row per example of the version (`bench_build.score.predictions`)::
 
     {"key": "robo3d-wod-c/<context>-<timestamp>/<corruption>/<severity>",
      "boxes": [[x, y, z, length, width, height, heading], ...],   # the build's vehicle frame (its box columns)
@@ -49,12 +49,11 @@ from typing import Any
 
 import numpy as np
 import shapely
+from bench_build.score.kitti_eval import KittiObjects, bev_polygons
+from bench_build.score.predictions import PredictionError, check_keys, read_predictions
+from bench_build.score.truth import Partition, manifest_of, read_build
+from bench_build.score.validate import ScoreError
 from scipy.optimize import linear_sum_assignment
-
-from pipeline.score.kitti_eval import KittiObjects, bev_polygons
-from pipeline.score.predictions import PredictionError, check_keys, read_predictions
-from pipeline.score.truth import Partition, manifest_of, read_build
-from pipeline.score.validate import ScoreError
 
 CLASSES = ("Vehicle", "Pedestrian", "Cyclist")
 TYPE_IDS = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from manifests.names import frame_id_message, frame_id_problem
-from manifests.recipe import Recipe
-from pipeline.sources.base import Source, SourceError
-from pipeline.sources.kitti import KittiSource
-from pipeline.sources.modelnet import ModelNet40H5Source
-from pipeline.sources.nuscenes import NuScenesSource
-from pipeline.sources.semantickitti import SemanticKittiSource
-from pipeline.sources.wads import WadsSource
-from pipeline.sources.waymo import WaymoSource
+from bench_build.manifests.names import frame_id_message, frame_id_problem
+from bench_build.manifests.recipe import Recipe
+from bench_build.sources.base import Source, SourceError
+from bench_build.sources.kitti import KittiSource
+from bench_build.sources.modelnet import ModelNet40H5Source
+from bench_build.sources.nuscenes import NuScenesSource
+from bench_build.sources.semantickitti import SemanticKittiSource
+from bench_build.sources.wads import WadsSource
+from bench_build.sources.waymo import WaymoSource
 
 SOURCE_KINDS = {"kitti": KittiSource, "semantickitti": SemanticKittiSource, "nuscenes": NuScenesSource,
                 "waymo": WaymoSource, "modelnet40": ModelNet40H5Source, "wads": WadsSource}
-#: Object sources (classification benchmarks); their demo is `pipeline.sources.demo_objects`. "3dos" reads
+#: Object sources (classification benchmarks); their demo is `bench_build.sources.demo_objects`. "3dos" reads
 #: three datasets, each root given by --source (a folder holding all three) or --source-<name>.
 OBJECT_KINDS = ("modelnet40", "scanobjectnn", "shapenet", "3dos")
 COMPOSITE_ROOTS = {"3dos": ("shapenet", "modelnet40", "scanobjectnn")}
@@ -25,15 +25,15 @@ COMPOSITE_ROOTS = {"3dos": ("shapenet", "modelnet40", "scanobjectnn")}
 def _object_source(kind: str, path: str | Path, split: str | None, roots: dict[str, str],
                    options: dict[str, str] | None = None) -> Source:
     if kind == "3dos":
-        from pipeline.sources.threedos import ThreeDOSSource
+        from bench_build.sources.threedos import ThreeDOSSource
 
         return ThreeDOSSource(path, **roots, **(options or {}))
     if kind == "scanobjectnn":
-        from pipeline.sources.scanobjectnn import ScanObjectNNSource
+        from bench_build.sources.scanobjectnn import ScanObjectNNSource
 
         return ScanObjectNNSource(path, split)
     if kind == "shapenet":
-        from pipeline.sources.shapenet import ShapeNetCoreSource
+        from bench_build.sources.shapenet import ShapeNetCoreSource
 
         return ShapeNetCoreSource(path, split)
     return ModelNet40H5Source(path, split)
@@ -47,7 +47,7 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
                 allow_empty: bool = False) -> Source:
     """The recipe's source at ``path``; without a path, the generated demo data (KITTI layout, the real
     SemanticKITTI / nuScenes / Waymo v2 layout for those kinds, or the demo objects of
-    `pipeline.sources.demo_objects` for object benchmarks). ``roots`` names the dataset roots of a
+    `bench_build.sources.demo_objects` for object benchmarks). ``roots`` names the dataset roots of a
     composite source (3dos: shapenet, modelnet40, scanobjectnn).
 
     ``allow_empty``: accept 0-point scans (KITTI layout) instead of failing their shard."""
@@ -57,7 +57,7 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         if bad:
             raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes no --source-{bad[0]}")
         if path is None and len(roots) < len(COMPOSITE_ROOTS.get(recipe.source, ("",))):
-            from pipeline.sources.demo_objects import DEMO_PARTS, ensure_demo_objects
+            from bench_build.sources.demo_objects import DEMO_PARTS, ensure_demo_objects
 
             needed = COMPOSITE_ROOTS.get(recipe.source, (recipe.source,))
             # roots not given default to the demo objects (only the datasets the recipe reads are generated)
@@ -69,13 +69,13 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         raise ValueError(f"recipe {recipe.name}: unknown source kind {recipe.source!r} "
                          f"(known: {', '.join(sorted(SOURCE_KINDS))})")
     if path is None and recipe.source in DEMO_KINDS:
-        from pipeline.sources.synthetic import ensure_demo_dataset
+        from bench_build.sources.synthetic import ensure_demo_dataset
 
         path = ensure_demo_dataset(recipe.source, demo_frames)
     if path is None:
         if recipe.source != "kitti":
             raise ValueError(f"recipe {recipe.name}: no demo data for source kind {recipe.source!r}; pass --source")
-        from pipeline.sources.demo import ensure_demo_source
+        from bench_build.sources.demo import ensure_demo_source
 
         src = ensure_demo_source(demo_frames)
         if split:
@@ -89,7 +89,7 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
 
 
 def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:
-    """``frame_ids`` if every one is a safe frame id (`manifests.names`: safe names joined by '/'), else a
+    """``frame_ids`` if every one is a safe frame id (`bench_build.manifests.names`: safe names joined by '/'), else a
     SourceError naming the source and the first bad id. Frame ids become file names (KITTI reads
     ``velodyne/<id>.bin``, `export` writes them), so a build refuses an unsafe one before any work starts."""
     for fid in frame_ids:

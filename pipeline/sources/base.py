@@ -7,8 +7,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-from pipeline.errors import BenchBuildError
-from stages.frame import Frame
+from bench_build.errors import BenchBuildError
+from bench_build.stages.frame import Frame
 
 
 class SourceError(BenchBuildError, ValueError):
@@ -36,7 +36,7 @@ class Source(Protocol):
     fields: tuple[str, ...]
     intensity_scale: str
     # Optional: ``columns``, a tuple of the optional row columns this source fills (names from
-    # pipeline/schema.py: per-point labels such as "semantic", per-example attrs such as "class_name");
+    # pipeline/format/schema.py: per-point labels such as "semantic", per-example attrs such as "class_name");
     # absent → none. Every file of a build then has them, null where a frame lacks one.
 
     def list_frames(self) -> list[str]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.sources.records import RecordSource, read_records, write_records
+from bench_build.sources.records import RecordSource, read_records, write_records
 
 BOREAS_FIELDS = ("x", "y", "z", "intensity", "ring", "time")
 BOREAS_INTENSITY_SCALE = "byte"  # assumed 0..255, see the module docstring

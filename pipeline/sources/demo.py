@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.sources.kitti import KittiSource, write_frame
-from stages.frame import Boxes, Calib, Frame
-from stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y
-from stages.kernels.spherical import wrap_angle
-from stages.sensor import HDL64E
+from bench_build.sources.kitti import KittiSource, write_frame
+from bench_build.stages.frame import Boxes, Calib, Frame
+from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y
+from bench_build.stages.kernels.spherical import wrap_angle
+from bench_build.stages.sensor import HDL64E
 
 SENSOR_HEIGHT = 1.73
 MAX_RANGE = 120.0

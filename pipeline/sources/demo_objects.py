@@ -27,11 +27,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.plan import stable_hash
-from pipeline.sources.mesh import sample_surface, unit_sphere
-from pipeline.sources.scanobjectnn import SONN_CLASSES
-from pipeline.sources.shapenet import SHAPENET_SYNSETS
+from bench_build.plan.tasks import stable_hash
+from bench_build.sources.mesh import sample_surface, unit_sphere
+from bench_build.sources.scanobjectnn import SONN_CLASSES
+from bench_build.sources.shapenet import SHAPENET_SYNSETS
 
 DEMO_OBJECT_SEED = 4242
 #: The 40 ModelNet40 class names, alphabetical (= shape_names.txt order, formats.md §4.1).
@@ -180,7 +179,7 @@ def write_demo_objects(out: str | Path, *, modelnet: dict[str, int] | None = Non
     write_modelnet40(out, modelnet if modelnet is not None else {"train": 2, "test": 2}, seed)
     write_scanobjectnn(out, scanobjectnn if scanobjectnn is not None else {"training": 3, "test": 2}, seed)
     write_shapenet(out, shapenet if shapenet is not None else {"train": 2, "test": 2}, seed)
-    from pipeline.sources.demo import mark_demo
+    from bench_build.sources.demo import mark_demo
 
     mark_demo(out)
     return out
@@ -199,7 +198,7 @@ def ensure_demo_objects(datasets: tuple[str, ...] = tuple(DEMO_PARTS), seed: int
     a file lock, renamed into place when complete: a killed run never leaves a half-written dataset)."""
     import fcntl
 
-    from pipeline.sources.demo import demo_cache_dir
+    from bench_build.sources.demo import demo_cache_dir
 
     root = demo_cache_dir().parent / "demo-objects" / f"seed{seed}-v{DEMO_VERSION}"
     root.mkdir(parents=True, exist_ok=True)

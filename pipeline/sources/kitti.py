@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from manifests.names import frame_id_message, name_problem
-from pipeline.sources.base import SourceError
-from stages.frame import DONT_CARE, Boxes, Calib, Frame
-from stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
-from stages.sensor import HDL64E
+from bench_build.manifests.names import frame_id_message, name_problem
+from bench_build.sources.base import SourceError
+from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
+from bench_build.stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
+from bench_build.stages.sensor import HDL64E
 
 LABEL_FIELDS = 15  # a 16th (score) is allowed: detection results use the same format
 CALIB_KEYS = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_cam": 12, "Tr_imu_to_velo": 12}
@@ -245,7 +244,7 @@ class KittiSource:
 def camera_fov_mask(frame: Frame) -> np.ndarray:
     """Points that project into the left colour image through P2 with depth ≥ 0: what KITTI's
     object-detection tools keep of a scan (≈ 18k of ≈ 130k points). Needs the frame's calibration."""
-    from stages.geometry import IMAGE_SIZE
+    from bench_build.stages.geometry import IMAGE_SIZE
 
     if frame.calib is None:
         raise ValueError(f"frame {frame.frame_id}: camera_fov_mask needs the KITTI calibration")

@@ -17,9 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.plan import stable_hash
-from pipeline.sources.base import SourceError
+from bench_build.plan.tasks import stable_hash
+from bench_build.sources.base import SourceError
 
 #: Seed of the per-shape surface sampling (part of every mesh source's fingerprinted description).
 MESH_SAMPLING_SEED = 20240501

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
-from stages.frame import Frame
+from bench_build.sources.base import SourceError
+from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
+from bench_build.stages.frame import Frame
 
 H5_DIR = "modelnet40_ply_hdf5_2048"
 SPLITS = ("train", "test")
@@ -95,7 +94,7 @@ class ModelNet40H5Source:
     """ModelNet40 point clouds from PointNet's HDF5 files; one frame per shape of the chosen split."""
 
     kind = "modelnet40"
-    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
+    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/format/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 
@@ -198,7 +197,7 @@ class ModelNet40MeshSource:
     """ModelNet40 OFF meshes, each sampled to ``num_points`` surface points (area-weighted, unit sphere)."""
 
     kind = "modelnet40-off"
-    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
+    columns = ("class_name", "class_id", "split")  # optional row columns (pipeline/format/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

@@ -33,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError, require_extra
-from stages.frame import Boxes, Frame
-from stages.sensor import HDL32E
+from bench_build.sources.base import SourceError, require_extra
+from bench_build.stages.frame import Boxes, Frame
+from bench_build.stages.sensor import HDL32E
 
 VERSIONS = ("v1.0-trainval", "v1.0-mini", "v1.0-test")
 TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",
@@ -133,7 +132,7 @@ class NuScenesSource:
     """Reads the LIDAR_TOP key frames of a nuScenes split, with lidarseg labels and boxes in the LiDAR frame."""
 
     kind = "nuscenes"
-    columns = ("semantic", "sequence", "timestamp_us")  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "sequence", "timestamp_us")  # optional row columns (pipeline/format/schema.py)
     fields = ("x", "y", "z", "intensity", "ring")
     intensity_scale = "byte"
 
@@ -304,8 +303,8 @@ def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini",
     ``ego2global`` (4×4) and ``boxes`` (LiDAR frame: category, x, y, z, l, w, h, yaw, num_lidar_pts), written
     back into the tables (global annotations, calibrated sensor, ego pose) the way the released data has them.
     """
-    from pipeline.sources.demo import DEMO_SEED
-    from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
+    from bench_build.sources.demo import DEMO_SEED
+    from bench_build.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
 
     # the devkit's own dependencies: a demo that its reader then cannot open would only fail later
     Quaternion = require_extra("pyquaternion", "nuscenes", "nuScenes", root).Quaternion

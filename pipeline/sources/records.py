@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.sources.base import SourceError
-from stages.sensor import Sensor
+from bench_build.sources.base import SourceError
+from bench_build.stages.sensor import Sensor
 
 
 def read_records(path: Path, width: int, layout: str) -> np.ndarray:
@@ -69,7 +68,7 @@ class RecordSource:
     kind = "records"
     fields: tuple[str, ...] = ()
     intensity_scale = "unit"
-    sensor: Sensor | None = None  # the recording LiDAR (stages.sensor), None when unknown
+    sensor: Sensor | None = None  # the recording LiDAR (bench_build.stages.sensor), None when unknown
 
     def __init__(self, root: str | Path, split: str | None = None) -> None:
         self.root = Path(root)
@@ -90,7 +89,7 @@ class RecordSource:
         return read_records(self.path(frame_id), len(self.fields), ", ".join(self.fields))
 
     def read(self, frame_id: str):
-        from stages.frame import Frame
+        from bench_build.stages.frame import Frame
 
         return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
                      intensity_scale=self.intensity_scale, sensor=self.sensor)

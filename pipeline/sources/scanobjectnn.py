@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.modelnet import XYZ, check_points, h5_labels, h5_points_shape, open_h5
-from stages.frame import Frame
+from bench_build.sources.base import SourceError
+from bench_build.sources.modelnet import XYZ, check_points, h5_labels, h5_points_shape, open_h5
+from bench_build.stages.frame import Frame
 
 SONN_CLASSES = ("bag", "bin", "box", "cabinet", "chair", "desk", "display", "door", "shelf", "table", "bed",
                 "pillow", "sink", "sofa", "toilet")
@@ -34,7 +33,7 @@ SPLITS = ("training", "test")
 
 class ScanObjectNNSource:
     kind = "scanobjectnn"
-    columns = ("mask", "class_name", "class_id", "split")  # optional row columns (pipeline/schema.py)
+    columns = ("mask", "class_name", "class_id", "split")  # optional row columns (pipeline/format/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError, require_extra
-from pipeline.sources.kitti import read_velodyne
-from stages.frame import Calib, Frame
-from stages.sensor import HDL64E
+from bench_build.sources.base import SourceError, require_extra
+from bench_build.sources.kitti import read_velodyne
+from bench_build.stages.frame import Calib, Frame
+from bench_build.stages.sensor import HDL64E
 
 SPLITS = {"train": ("00", "01", "02", "03", "04", "05", "06", "07", "09", "10"), "val": ("08",),
           "test": tuple(f"{i:02d}" for i in range(11, 22))}
@@ -51,7 +50,7 @@ LEARNING_MAP = {0: 0, 1: 0, 10: 1, 11: 2, 13: 5, 15: 3, 16: 5, 18: 4, 20: 5, 30:
 TRAIN_CLASSES = ("unlabeled", "car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist",
                  "motorcyclist", "road", "parking", "sidewalk", "other-ground", "building", "fence", "vegetation",
                  "trunk", "terrain", "pole", "traffic-sign")
-#: generic synthetic classes (`pipeline.sources.synthetic`) → raw SemanticKITTI id, for the fixture writer
+#: generic synthetic classes (`bench_build.sources.synthetic`) → raw SemanticKITTI id, for the fixture writer
 SYNTHETIC_TO_RAW = {"unlabelled": 0, "road": 40, "sidewalk": 48, "building": 50, "pole": 80, "car": 10,
                     "car_moving": 252, "truck": 18, "bus": 13, "pedestrian": 30, "bicyclist": 31}
 
@@ -85,7 +84,7 @@ class SemanticKittiSource:
     """Reads SemanticKITTI scans + labels of the sequences of ``split`` (default ``val`` = sequence 08)."""
 
     kind = "semantickitti"
-    columns = ("semantic", "instance", "sequence")  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "instance", "sequence")  # optional row columns (pipeline/format/schema.py)
     fields = ("x", "y", "z", "intensity")
     intensity_scale = "unit"
 
@@ -179,8 +178,8 @@ def write_semantickitti(root: str | Path, frames: int, *, sequence: str = "08", 
     azimuth 0), remission in [0, 1], labels ``instance << 16 | raw id`` (`SYNTHETIC_TO_RAW`); calib.txt
     has P0..P3 and Tr (the demo's KITTI calibration), times.txt 0.1 s steps, poses.txt identities.
     """
-    from pipeline.sources.demo import DEMO_SEED, demo_calib
-    from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
+    from bench_build.sources.demo import DEMO_SEED, demo_calib
+    from bench_build.sources.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths
 
     seed = DEMO_SEED if seed is None else seed
     d = Path(root) / "sequences" / sequence

@@ -26,10 +26,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pipeline.plan import stable_hash
-from pipeline.sources.base import SourceError
-from pipeline.sources.mesh import DENSE_POINTS, farthest_points, load_mesh, mesh_rng, sample_surface
-from stages.frame import Frame
+from bench_build.plan.tasks import stable_hash
+from bench_build.sources.base import SourceError
+from bench_build.sources.mesh import DENSE_POINTS, farthest_points, load_mesh, mesh_rng, sample_surface
+from bench_build.stages.frame import Frame
 
 XYZ = ("x", "y", "z")
 FPS_POINTS = 4096
@@ -63,7 +63,7 @@ def hash_split(model_id: str) -> str:
 
 class ShapeNetCoreSource:
     kind = "shapenet"
-    columns = ("class_name", "synset", "model_id", "split")  # optional row columns (pipeline/schema.py)
+    columns = ("class_name", "synset", "model_id", "split")  # optional row columns (pipeline/format/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

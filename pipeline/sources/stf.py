@@ -7,7 +7,7 @@ z up). Intensity is the sensor's 8-bit value, **0..255** (intensity scale ``"byt
 the laser index 0..63 stored as a float.
 
 There are no labels or calibration here: the scans are used for the naturalness validation
-(`pipeline.validate`), where the weather classifier is trained on real foggy vs clear STF scans.
+(`bench_build.validate`), where the weather classifier is trained on real foggy vs clear STF scans.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.sources.records import RecordSource, read_records, write_records
-from stages.physics.hdl64e_s3 import HDL64E_S3
+from bench_build.sources.records import RecordSource, read_records, write_records
+from bench_build.stages.physics.hdl64e_s3 import HDL64E_S3
 
 STF_FIELDS = ("x", "y", "z", "intensity", "ring")
 STF_INTENSITY_SCALE = "byte"  # 0..255

@@ -2,7 +2,7 @@
 
 The dataset fixture writers (`semantickitti.write_semantickitti`, `nuscenes.write_nuscenes`,
 `waymo.write_waymo`) and the demo data of the Robo3D recipes use this: the same scene generator as
-`pipeline.sources.demo` (ground, façades, poles, cars, pedestrians, cyclists), cast with the caller's
+`bench_build.sources.demo` (ground, façades, poles, cars, pedestrians, cyclists), cast with the caller's
 laser elevations and azimuths (a 64-beam HDL-64E, a 32-beam HDL-32E, a 64×2650 Waymo range image) and
 with a generic class per return that each writer maps to its dataset's raw label ids:
 
@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes, cast_grid
+from bench_build.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes, cast_grid
 
 GENERIC_CLASSES = ("unlabelled", "road", "sidewalk", "building", "pole", "car", "car_moving", "truck", "bus",
                    "pedestrian", "bicyclist")
@@ -107,19 +106,19 @@ def spinning_azimuths(step_deg: float, rng_offset: float = 0.0) -> np.ndarray:
 
 def write_demo_dataset(kind: str, root: Path, frames: int, seed: int = DEMO_SEED) -> Path:
     """Write the demo data of a Robo3D source kind in its real layout (full sensor resolution)."""
-    from pipeline.sources.demo import mark_demo
+    from bench_build.sources.demo import mark_demo
 
     mark_demo(root)
     if kind == "semantickitti":
-        from pipeline.sources.semantickitti import write_semantickitti
+        from bench_build.sources.semantickitti import write_semantickitti
 
         return write_semantickitti(root, frames, seed=seed)
     if kind == "nuscenes":
-        from pipeline.sources.nuscenes import write_nuscenes
+        from bench_build.sources.nuscenes import write_nuscenes
 
         return write_nuscenes(root, frames, seed=seed, train_frames=0)
     if kind == "waymo":
-        from pipeline.sources.waymo import write_waymo
+        from bench_build.sources.waymo import write_waymo
 
         return write_waymo(root, frames, seed=seed, unlabelled_per_context=0)
     raise ValueError(f"no demo data writer for source kind {kind!r}")
@@ -131,7 +130,7 @@ def ensure_demo_dataset(kind: str, frames: int = 8, *, seed: int = DEMO_SEED) ->
     import shutil
     import tempfile
 
-    from pipeline.sources.demo import demo_cache_dir
+    from bench_build.sources.demo import demo_cache_dir
 
     root = demo_cache_dir().parent / f"demo-{kind}" / f"seed{seed}-n{frames}"
     if not (root / ".complete").is_file():

@@ -2,7 +2,7 @@
 
 It reads ShapeNetCore v2 (`ShapeNetCoreSource`, meshes → FPS 4,096), ModelNet40 (`ModelNet40H5Source`,
 PointNet's 2,048-point h5 clouds) and ScanObjectNN OBJ_BG (`ScanObjectNNSource`) and lists, per
-scenario of `manifests.threedos.SCENARIOS` (stable order: scenario, then split, then source order)::
+scenario of `bench_build.manifests.threedos.SCENARIOS` (stable order: scenario, then split, then source order)::
 
     SN1/train/shapenet/<synset>/<model>          known set's train / val / test shapes
     SN1/test/shapenet/<synset>/<model>           + the two unknown sets' test shapes
@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from manifests.threedos import (
+from bench_build.manifests.threedos import (
     DEFAULT_SOURCE_OPTIONS,
     SCENARIOS,
     SOURCE_OPTIONS,
@@ -55,11 +54,11 @@ from manifests.threedos import (
     sonn_set_of,
     synset_label_map,
 )
-from pipeline.sources.base import SourceError
-from pipeline.sources.modelnet import XYZ, ModelNet40H5Source
-from pipeline.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
-from pipeline.sources.shapenet import ShapeNetCoreSource
-from stages.frame import Frame
+from bench_build.sources.base import SourceError
+from bench_build.sources.modelnet import XYZ, ModelNet40H5Source
+from bench_build.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
+from bench_build.sources.shapenet import ShapeNetCoreSource
+from bench_build.stages.frame import Frame
 
 DATASETS = ("shapenet", "modelnet40", "scanobjectnn")
 
@@ -81,7 +80,7 @@ def authors_r2r_split(n: int) -> tuple[np.ndarray, np.ndarray]:
 class ThreeDOSSource:
     kind = "3dos"
     columns = ("class_name", "class_id", "split", "track", "scenario", "known", "synset", "model_id",
-               "unknown_set", "domain")  # optional row columns (pipeline/schema.py)
+               "unknown_set", "domain")  # optional row columns (pipeline/format/schema.py)
     fields = XYZ
     intensity_scale = "unit"
 

@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.kitti import read_velodyne
-from pipeline.sources.semantickitti import LABEL_NAMES as SEMANTICKITTI_NAMES
-from pipeline.sources.semantickitti import read_label_file
-from stages.frame import Frame
-from stages.sensor import Sensor
+from bench_build.sources.base import SourceError
+from bench_build.sources.kitti import read_velodyne
+from bench_build.sources.semantickitti import LABEL_NAMES as SEMANTICKITTI_NAMES
+from bench_build.sources.semantickitti import read_label_file
+from bench_build.stages.frame import Frame
+from bench_build.stages.sensor import Sensor
 
 FALLING_SNOW = 110
 ACCUMULATED_SNOW = 111

@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.sources.base import SourceError
-from stages.frame import Boxes, Frame
-from stages.sensor import Sensor
+from bench_build.sources.base import SourceError
+from bench_build.stages.frame import Boxes, Frame
+from bench_build.stages.sensor import Sensor
 
 TOP = 1
 KEY_CONTEXT = "key.segment_context_name"
@@ -194,7 +193,7 @@ class WaymoSource:
     """Reads TOP-laser first returns of Waymo v2 frames (with semantic labels and boxes when present)."""
 
     kind = "waymo"
-    columns = ("semantic", "instance", "sequence", "timestamp_us")  # optional row columns (pipeline/schema.py)
+    columns = ("semantic", "instance", "sequence", "timestamp_us")  # optional row columns (pipeline/format/schema.py)
     fields = ("x", "y", "z", "intensity", "ring", "elongation")
     intensity_scale = "tanh"
 
@@ -371,10 +370,9 @@ def write_waymo(root: str | Path, frames: int, *, contexts: int = 2, width: int 
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from pipeline.sources.demo import DEMO_SEED
-    from pipeline.sources.synthetic import GENERIC_CLASSES, cast_scan
-    from stages.sensor import waymo_top_elevations
+    from bench_build.sources.demo import DEMO_SEED
+    from bench_build.sources.synthetic import GENERIC_CLASSES, cast_scan
+    from bench_build.stages.sensor import waymo_top_elevations
 
     seed = DEMO_SEED if seed is None else seed
     lidar_s, calib_s, seg_s, box_s = _schemas()

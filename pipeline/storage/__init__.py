@@ -38,7 +38,7 @@ known secret from any text this module produces.
 The modules: `errors`, `owners`, `secrets`, `files`, `base`, `uploads`, `local`, `s3_client`, `s3`, `open`.
 """
 
-from pipeline.storage.base import (
+from bench_build.storage.base import (
     CHECKSUM_ENV,
     DEFAULT_REGION,
     MULTIPART_CHUNK,
@@ -54,8 +54,8 @@ from pipeline.storage.base import (
     overlap_uploads,
     upload_checksum_mode,
 )
-from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
-from pipeline.storage.files import (
+from bench_build.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from bench_build.storage.files import (
     HASH_CHUNK,
     atomic_write_text,
     atomic_write_with,
@@ -65,9 +65,9 @@ from pipeline.storage.files import (
     mkstemp_in,
     sha256_file,
 )
-from pipeline.storage.local import LocalStore
-from pipeline.storage.open import is_remote, open_store
-from pipeline.storage.owners import (
+from bench_build.storage.local import LocalStore
+from bench_build.storage.open import is_remote, open_store
+from bench_build.storage.owners import (
     LEASE_NAME,
     LEASE_TTL,
     LOCK_NAME,
@@ -81,10 +81,10 @@ from pipeline.storage.owners import (
     remove_dead_temps,
     temp_owner_dead,
 )
-from pipeline.storage.s3 import S3Store
-from pipeline.storage.s3_client import denied_message, endpoint_from_env, s3_client
-from pipeline.storage.secrets import redact, register_secret
-from pipeline.storage.uploads import BackgroundUploads
+from bench_build.storage.s3 import S3Store
+from bench_build.storage.s3_client import denied_message, endpoint_from_env, s3_client
+from bench_build.storage.secrets import redact, register_secret
+from bench_build.storage.uploads import BackgroundUploads
 
 __all__ = [
     "CHECKSUM_ENV", "DEFAULT_REGION", "HASH_CHUNK", "LEASE_NAME", "LEASE_TTL", "LOCK_NAME", "MULTIPART_CHUNK",

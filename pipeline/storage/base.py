@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.storage.errors import NotFound, StorageError
-from pipeline.storage.files import HASH_CHUNK
-from pipeline.storage.owners import owner_dead
-from pipeline.storage.uploads import BackgroundUploads
+from bench_build.storage.errors import NotFound, StorageError
+from bench_build.storage.files import HASH_CHUNK
+from bench_build.storage.owners import owner_dead
+from bench_build.storage.uploads import BackgroundUploads
 
 SHA256_META = "sha256"  # object metadata key (x-amz-meta-sha256) holding the hex sha256 of the content
 

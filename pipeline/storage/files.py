@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pipeline.storage.owners import owner_tag
+from bench_build.storage.owners import owner_tag
 
 HASH_CHUNK = 8 << 20
 

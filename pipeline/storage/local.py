@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.storage.base import ObjectInfo, Progress, StagedFile, Store, StoreSpec, check_key, overlap_uploads
-from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
-from pipeline.storage.files import (
+from bench_build.storage.base import ObjectInfo, Progress, StagedFile, Store, StoreSpec, check_key, overlap_uploads
+from bench_build.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from bench_build.storage.files import (
     HASH_CHUNK,
     atomic_write_text,
     fsync_replace,
@@ -22,8 +22,8 @@ from pipeline.storage.files import (
     mkstemp_in,
     sha256_file,
 )
-from pipeline.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
-from pipeline.storage.uploads import BackgroundUploads
+from bench_build.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
+from bench_build.storage.uploads import BackgroundUploads
 
 
 # -- local -----------------------------------------------------------------------------------------

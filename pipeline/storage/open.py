@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pipeline.storage.base import Store, StoreSpec
-from pipeline.storage.errors import StorageError
-from pipeline.storage.local import LocalStore
-from pipeline.storage.s3 import S3Store
+from bench_build.storage.base import Store, StoreSpec
+from bench_build.storage.errors import StorageError
+from bench_build.storage.local import LocalStore
+from bench_build.storage.s3 import S3Store
 
 # -- opening -----------------------------------------------------------------------------------------
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")

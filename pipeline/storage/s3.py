@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.storage.base import (
+from bench_build.storage.base import (
     MULTIPART_CHUNK,
     MULTIPART_THRESHOLD,
     SHA256_META,
@@ -30,12 +30,19 @@ from pipeline.storage.base import (
     overlap_uploads,
     upload_checksum_mode,
 )
-from pipeline.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
-from pipeline.storage.files import HASH_CHUNK, fsync_replace, mkstemp_in, sha256_file
-from pipeline.storage.owners import LEASE_NAME, LEASE_TTL, describe_holder, owner_dead, owner_info, remove_dead_temps
-from pipeline.storage.s3_client import AUTH_CODES, DIGEST_CODES, denied_message, endpoint_from_env, s3_client
-from pipeline.storage.secrets import redact
-from pipeline.storage.uploads import BackgroundUploads
+from bench_build.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from bench_build.storage.files import HASH_CHUNK, fsync_replace, mkstemp_in, sha256_file
+from bench_build.storage.owners import (
+    LEASE_NAME,
+    LEASE_TTL,
+    describe_holder,
+    owner_dead,
+    owner_info,
+    remove_dead_temps,
+)
+from bench_build.storage.s3_client import AUTH_CODES, DIGEST_CODES, denied_message, endpoint_from_env, s3_client
+from bench_build.storage.secrets import redact
+from bench_build.storage.uploads import BackgroundUploads
 
 
 class S3Store(Store):

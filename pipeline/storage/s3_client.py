@@ -7,9 +7,9 @@ import os
 import threading
 from typing import Any
 
-from pipeline.storage.base import DEFAULT_REGION
-from pipeline.storage.errors import StorageError
-from pipeline.storage.secrets import register_secret
+from bench_build.storage.base import DEFAULT_REGION
+from bench_build.storage.errors import StorageError
+from bench_build.storage.secrets import register_secret
 
 # -- S3 --------------------------------------------------------------------------------------------
 _CLIENTS: dict[tuple, Any] = {}

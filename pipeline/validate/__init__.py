@@ -7,8 +7,8 @@ snow, `realism` also compares the simulated snow points with real ones, point by
 the steps and outputs; `bench-build validate` is the command.
 """
 
-from pipeline.validate.config import ValidateConfig, ValidationError
-from pipeline.validate.hook import validate_after_build
-from pipeline.validate.run import preflight, run_validation
+from bench_build.validate.config import ValidateConfig, ValidationError
+from bench_build.validate.hook import validate_after_build
+from bench_build.validate.run import preflight, run_validation
 
 __all__ = ["ValidateConfig", "ValidationError", "preflight", "run_validation", "validate_after_build"]

@@ -1,4 +1,4 @@
-"""CPU cost of the naturalness validation: ``python -m pipeline.validate.bench``.
+"""CPU cost of the naturalness validation: ``python -m bench_build.validate.bench``.
 
 Prints the training time per epoch of the test configuration (measured: whole epochs) and of the
 paper's configuration (measured: a few batches, extrapolated): Boreas snow, 24,292 scans split 9:1,
@@ -14,11 +14,10 @@ import os
 import time
 
 import numpy as np
-
-from pipeline.sources.demo import generate_frame
-from pipeline.validate.pointnet import PointNet, PointNetConfig
-from pipeline.validate.preprocess import Preprocess
-from pipeline.validate.train import TrainConfig, train_classifier
+from bench_build.sources.demo import generate_frame
+from bench_build.validate.pointnet import PointNet, PointNetConfig
+from bench_build.validate.preprocess import Preprocess
+from bench_build.validate.train import TrainConfig, train_classifier
 
 PAPER_SCANS = 24292  # Boreas snow + clean (Table III)
 PAPER_TEST = 14962  # KITTI clean + simulated snow (Table III)

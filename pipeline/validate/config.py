@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BenchBuildError
-from pipeline.validate.preprocess import Preprocess
+from bench_build.errors import BenchBuildError
+from bench_build.validate.preprocess import Preprocess
 
 REAL_FORMATS = ("auto", "stf", "boreas", "kitti", "wads")
 DUPLICATE_CHOICES = ("keep", "drop")

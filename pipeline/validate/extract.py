@@ -19,23 +19,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipeline.compact import materialize
-from pipeline.schema import decode_points, file_metadata
-from pipeline.sources.base import SourceError
-from pipeline.sources.boreas import read_boreas_bin
-from pipeline.sources.kitti import read_velodyne
-from pipeline.sources.semantickitti import read_label_file
-from pipeline.sources.stf import read_stf_bin
-from pipeline.sources.wads import duplicate_first
-from pipeline.validate.preprocess import EmptyScanError, Preprocess
-from pipeline.validate.train import evaluate, load_model
+from bench_build.format.compact import materialize
+from bench_build.format.schema import decode_points, file_metadata
+from bench_build.sources.base import SourceError
+from bench_build.sources.boreas import read_boreas_bin
+from bench_build.sources.kitti import read_velodyne
+from bench_build.sources.semantickitti import read_label_file
+from bench_build.sources.stf import read_stf_bin
+from bench_build.sources.wads import duplicate_first
+from bench_build.validate.preprocess import EmptyScanError, Preprocess
+from bench_build.validate.train import evaluate, load_model
 
 FORMATS: dict[str, dict[str, Any]] = {
     "stf": {"width": 5, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring")},
     "boreas": {"width": 6, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring", "time")},
     "kitti": {"width": 4, "scale": "unit", "fields": ("x", "y", "z", "intensity")},
-    # WADS (pipeline.sources.wads): KITTI's record, 0..255 intensities, a labels/ file beside velodyne/
+    # WADS (bench_build.sources.wads): KITTI's record, 0..255 intensities, a labels/ file beside velodyne/
     "wads": {"width": 4, "scale": "byte", "fields": ("x", "y", "z", "intensity")},
 }
 #: formats told apart by their record size alone (WADS has KITTI's record: it is named, or found by path)

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.sources.base import SourceError
-from pipeline.validate.config import ValidationError, configs_from_recipe
-from pipeline.validate.run import run_validation
+from bench_build.sources.base import SourceError
+from bench_build.validate.config import ValidationError, configs_from_recipe
+from bench_build.validate.run import run_validation
 
 
 def _say(msg: str) -> None:

@@ -24,10 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from pipeline.errors import BenchBuildError
-from pipeline.plan import example_rng
-from stages.frame import INTENSITY_SCALES
+from bench_build.errors import BenchBuildError
+from bench_build.plan.tasks import example_rng
+from bench_build.stages.frame import INTENSITY_SCALES
 
 INPUT_CHANNELS = 4  # x, y, z, intensity
 

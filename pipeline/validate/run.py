@@ -32,26 +32,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from manifests.manifest import CLEAN, ManifestError
-from pipeline import __version__
-from pipeline.build import init_ray
-from pipeline.reader import open_version
-from pipeline.sources.base import SourceError
-from pipeline.sources.records import list_scans
-from pipeline.validate.config import ValidateConfig, ValidationError
-from pipeline.validate.extract import (
+from bench_build import __version__
+from bench_build.format.reader import open_version
+from bench_build.manifests.manifest import CLEAN, ManifestError
+from bench_build.runtime.ray import init_ray
+from bench_build.sources.base import SourceError
+from bench_build.sources.records import list_scans
+from bench_build.validate.config import ValidateConfig, ValidationError
+from bench_build.validate.extract import (
     FORMATS,
     SIZE_FORMATS,
     extract_partition_file,
     list_partition_frames,
     load_real_chunk,
 )
-from pipeline.validate.mmd import mmd_table
-from pipeline.validate.pointnet import PointNetConfig
-from pipeline.validate.realism import MAX_SCANS, realism_report, snow_like_corruptions
-from pipeline.validate.report import write_outputs
-from pipeline.validate.train import (
+from bench_build.validate.mmd import mmd_table
+from bench_build.validate.pointnet import PointNetConfig
+from bench_build.validate.realism import MAX_SCANS, realism_report, snow_like_corruptions
+from bench_build.validate.report import write_outputs
+from bench_build.validate.train import (
     CLEAN_LABEL,
     WEATHER_LABEL,
     TrainConfig,

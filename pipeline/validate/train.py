@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from pipeline.validate.pointnet import PointNet, PointNetConfig
+from bench_build.validate.pointnet import PointNet, PointNetConfig
 
 CLEAN_LABEL, WEATHER_LABEL = 0, 1
 
@@ -70,7 +69,7 @@ def split_train_val(labels: np.ndarray, val_fraction: float, seed: int) -> tuple
 
 
 #: measured training time of one batch at the paper's size (32 scans × 16,384 points, PointNet width 1): ≈ 17 s on
-#: 2 CPU cores (`python -m pipeline.validate.bench`), 0.04–0.065 s on an H100
+#: 2 CPU cores (`python -m bench_build.validate.bench`), 0.04–0.065 s on an H100
 CPU_BATCH_SECONDS, CPU_BATCH_POINTS, CPU_BATCH_THREADS = 17.0, 32 * 16384, 2
 
 

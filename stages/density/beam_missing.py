@@ -15,7 +15,7 @@ KITTI-C; taken literally that would make *light* the strongest level. We follow 
 (``create/*/beam_missing``): K = 16 / 32 / 48 for light / moderate / heavy, drawn with replacement; the paper's
 list reads as the beams *kept* of a 64-beam sensor (64 − 16 = 48, …).
 
-Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``: a valid ring
+Ring ids come from `bench_build.stages.ring.frame_rings` with ``ring_method`` (default ``auto``: a valid ring
 column, else azimuth-wrap recovery when the file is in raw sensor order, else the nearest HDL-64E
 laser elevation). Robo3D recovered rings by azimuth-wrap on KITTI's raw point order; on a raw
 KITTI ``.bin`` ``auto`` resolves to exactly that. Ring 0 is the first ring of the file (the top laser).
@@ -28,11 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.registry import stage
-from stages.ring import METHODS as RING_METHODS
-from stages.ring import frame_rings
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import stage
+from bench_build.stages.ring import METHODS as RING_METHODS
+from bench_build.stages.ring import frame_rings
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class BeamMissingParams:
     ring_low: int = 4  # smallest candidate ring id (inclusive)
     ring_high: int = 58  # largest candidate ring id (inclusive)
     replace: bool = True  # paper: draw with replacement; False: exactly K distinct rings
-    ring_method: str = "auto"  # see stages.ring.frame_rings
+    ring_method: str = "auto"  # see bench_build.stages.ring.frame_rings
 
     def __post_init__(self) -> None:
         if not 0 <= self.ring_low <= self.ring_high:

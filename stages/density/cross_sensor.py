@@ -16,7 +16,7 @@ points from each beam" / "50 % … with an equal interval". We follow Robo3D's r
 (``create/*/cross_sensor``): the ``[::2]`` runs over the whole remaining cloud in file order, not per
 beam (the two differ only in the parity at ring boundaries).
 
-Ring ids come from `stages.ring.frame_rings` with ``ring_method`` (default ``auto``); Robo3D used the
+Ring ids come from `bench_build.stages.ring.frame_rings` with ``ring_method`` (default ``auto``); Robo3D used the
 azimuth-wrap recovery on KITTI's raw point order, which ``auto`` picks on a raw KITTI ``.bin``
 (a frame with a valid ring column uses that column, as Robo3D did on nuScenes). The ``[::2]`` step
 needs the raw file order too, so this stage must run on an unshuffled scan. The method used is recorded
@@ -31,11 +31,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.registry import stage
-from stages.ring import METHODS as RING_METHODS
-from stages.ring import frame_rings
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import stage
+from bench_build.stages.ring import METHODS as RING_METHODS
+from bench_build.stages.ring import frame_rings
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class CrossSensorParams:
     ring_start: int = 1  # first deleted ring
     ring_stop: int = 64  # deleted rings are < ring_stop
     subsample: int = 2  # keep every subsample-th remaining point (file order); 1 keeps all
-    ring_method: str = "auto"  # see stages.ring.frame_rings
+    ring_method: str = "auto"  # see bench_build.stages.ring.frame_rings
 
     def __post_init__(self) -> None:
         if not self.ring_step > 0:  # also rejects NaN

@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule, random_neighbourhoods, remove_neighbourhoods_sequentially
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule, random_neighbourhoods, remove_neighbourhoods_sequentially
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

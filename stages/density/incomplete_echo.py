@@ -36,9 +36,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import stage
 
 VEHICLE_CLASSES = ("Car", "Van", "Truck", "Tram")
 

@@ -33,11 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.geometry import check_rule, random_neighbourhoods
-from stages.kernels.neighbours import query_in_spatial_order
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import check_rule, random_neighbourhoods
+from bench_build.stages.kernels.neighbours import query_in_spatial_order
+from bench_build.stages.registry import stage
 
 _CHUNK_ELEMENTS = 4_000_000  # bound on the (centres × new × neighbours) distance block, ≈ 32 MB
 

@@ -1,4 +1,4 @@
-"""Bounds and the counting sort that every grid index in `stages.kernels` is built with."""
+"""Bounds and the counting sort that every grid index in `bench_build.stages.kernels` is built with."""
 
 from __future__ import annotations
 

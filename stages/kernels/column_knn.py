@@ -28,9 +28,8 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
-
-from stages.kernels.buckets import bounds, counting_sort
-from stages.kernels.neighbours import query_in_spatial_order
+from bench_build.stages.kernels.buckets import bounds, counting_sort
+from bench_build.stages.kernels.neighbours import query_in_spatial_order
 
 B = 8  # columns per block side
 _MAX_BLOCKS = 4_000_000  # block-table cap: the cell grows for very wide scans

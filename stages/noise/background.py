@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.geometry import check_rule, mean_intensity_of_nearest
-from stages.kernels.buckets import bounds
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import check_rule, mean_intensity_of_nearest
+from bench_build.stages.kernels.buckets import bounds
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

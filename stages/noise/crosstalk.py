@@ -30,10 +30,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.labels import set_semantic
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.labels import set_semantic
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

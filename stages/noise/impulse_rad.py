@@ -17,11 +17,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import range_factor
-from stages.kernels.spherical import scale_range
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import range_factor
+from bench_build.stages.kernels.spherical import scale_range
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ unchanged (offset = 0 with a positive count adds exact duplicates).
 ``rule = "code"`` (default, the released generator behind the published numbers): the new point's
 intensity is the mean intensity of its 5 nearest original points (other columns and labels still
 come from the parent). ``rule = "text"``: the parent's intensity. The 5 nearest are found by an exact
-grid search (`stages.kernels.column_knn`: the same neighbours, hence the same bytes, as the frame's KD-tree,
+grid search (`bench_build.stages.kernels.column_knn`: the same neighbours, hence the same bytes, as the frame's KD-tree,
 which still answers tied and far queries), ≈ 2× faster than KD-tree queries at N/2 new points; the grid
 (≈ 3 ms for 130k points) is cached on the frame (``Frame.derived``) and shared by the severities.
 """
@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.geometry import check_rule
-from stages.kernels.column_knn import mean_of_nearest
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.kernels.column_knn import mean_of_nearest
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule
-from stages.kernels.box_unit import delete_sequentially
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.kernels.box_unit import delete_sequentially
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

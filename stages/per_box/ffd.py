@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from math import comb
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule, refresh_camera_fields
-from stages.per_box.shear import squeeze_into_boxes
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule, refresh_camera_fields
+from bench_build.stages.per_box.shear import squeeze_into_boxes
+from bench_build.stages.registry import stage
 
 FACE_SAMPLES = 9  # grid size per box face used to find the extent of the deformed box
 

@@ -12,7 +12,7 @@ Decisions the paper leaves open:
 * Intensity and extra columns (e.g. ring) are kept; points are not re-tagged. σ = 0 is identity.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers: it works in the box-normalised frame (`stages.kernels.box_unit`), so
+which produced the published numbers: it works in the box-normalised frame (`bench_build.stages.kernels.box_unit`), so
 the constant is in units of max(l, w, h)/2 (a car of length 3.9 m: × 1.95 m), and afterwards, if any
 coordinate of the object's points exceeds the ±1 cube, all of the object's points are shrunk by one
 common factor towards the box centre (the released `normalize`).
@@ -23,11 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule
-from stages.per_box.uniform_obj import jitter_in_box_units
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.per_box.uniform_obj import jitter_in_box_units
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

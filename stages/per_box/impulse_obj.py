@@ -15,7 +15,7 @@ Decisions the paper leaves open:
 * Intensity and extra columns are kept; points are not re-tagged. d = inf or m = 0 is identity.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers: it works in the box-normalised frame (`stages.kernels.box_unit`), so
+which produced the published numbers: it works in the box-normalised frame (`bench_build.stages.kernels.box_unit`), so
 the constant is in units of max(l, w, h)/2 (a car of length 3.9 m: × 1.95 m), and afterwards, if any
 coordinate of the object's points exceeds the ±1 cube, all of the object's points are shrunk by one
 common factor towards the box centre (the released `normalize`).
@@ -27,11 +27,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule
-from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.kernels.box_unit import clamp_unit, from_unit, to_unit
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

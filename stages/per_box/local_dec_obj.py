@@ -29,11 +29,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule
-from stages.per_box.cutout_obj import delete_in_objects
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.per_box.cutout_obj import delete_in_objects
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ Decisions the paper leaves open:
 * c = 0 or k = 0 is identity.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers, in the box-normalised frame (`stages.kernels.box_unit`): only objects
+which produced the published numbers, in the box-normalised frame (`bench_build.stages.kernels.box_unit`): only objects
 with more than k points; min(c, (N − 1) // k) operations, each with a centre drawn among the object's
 original points and its k nearest; a least-squares plane h = w0 + w1 u + w2 v on the axis of the
 neighbourhood's smallest extent (box frame) over the other two; **2k** new points with u, v ~
@@ -39,12 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.density.local_inc import AXES
-from stages.frame import Frame, PointTag
-from stages.geometry import check_rule
-from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
-from stages.registry import stage
+from bench_build.stages.density.local_inc import AXES
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.kernels.box_unit import clamp_unit, from_unit, to_unit
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import refresh_camera_fields
-from stages.kernels.spherical import wrap_angle
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import refresh_camera_fields
+from bench_build.stages.kernels.spherical import wrap_angle
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

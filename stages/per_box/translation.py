@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.geometry import check_rule, refresh_camera_fields
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.geometry import check_rule, refresh_camera_fields
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

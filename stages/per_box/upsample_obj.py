@@ -17,7 +17,7 @@ Decisions the paper leaves open:
 * d = inf is identity; o = 0 still adds exact duplicates of the parents.
 
 The above is ``rule = "text"``. ``rule = "code"`` (default) follows Li et al.'s released generator,
-which produced the published numbers: it works in the box-normalised frame (`stages.kernels.box_unit`), so
+which produced the published numbers: it works in the box-normalised frame (`bench_build.stages.kernels.box_unit`), so
 the constant is in units of max(l, w, h)/2 (a car of length 3.9 m: × 1.95 m), and afterwards, if any
 coordinate of the object's points exceeds the ±1 cube, all of the object's points are shrunk by one
 common factor towards the box centre (the released `normalize`). Under it a new point's intensity and other
@@ -31,11 +31,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.geometry import check_rule
-from stages.kernels.box_unit import clamp_unit, from_unit, to_unit
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import check_rule
+from bench_build.stages.kernels.box_unit import clamp_unit, from_unit, to_unit
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

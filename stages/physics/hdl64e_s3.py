@@ -25,8 +25,7 @@ the snow stage's paper mode reproduces that, its physical mode uses the laser's 
 from __future__ import annotations
 
 import numpy as np
-
-from stages.sensor import Sensor
+from bench_build.stages.sensor import Sensor
 
 CALIBRATION = "hdl64e_s3"  # name of this table in SnowParams.focal_calibration
 
@@ -106,7 +105,7 @@ MAX_INTENSITY = np.array([r[4] for r in LASERS], dtype=np.float64)
 for _a in (LASER_ID, ELEVATION_DEG, FOCAL_DISTANCE, FOCAL_SLOPE, MAX_INTENSITY):
     _a.setflags(write=False)
 
-#: The STF sensor as a `stages.sensor.Sensor`: ring id r is laser_id r (STF stores the laser id), so its
+#: The STF sensor as a `bench_build.stages.sensor.Sensor`: ring id r is laser_id r (STF stores the laser id), so its
 #: elevations are the table's, in laser_id order (not sorted).
 HDL64E_S3 = Sensor("velodyne-hdl64e-s3", tuple(float(v) for v in ELEVATION_DEG), max_range=120.0)
 

@@ -77,8 +77,7 @@ from typing import ClassVar
 
 import numba
 import numpy as np
-
-from stages.frame import PointTag
+from bench_build.stages.frame import PointTag
 
 # ---- constants (Kilic et al. 2021, pylisa) -------------------------------------------------------------
 WATER_INDEX = 1.328

@@ -77,10 +77,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.labels import set_semantic
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.labels import set_semantic
+from bench_build.stages.registry import stage
 
 # ---- constants (Hahner et al., released code) ----------------------------------------------------------
 C_LIGHT = 299_792_458.0  # m/s

@@ -1,5 +1,5 @@
 """LISA rain (Kilic et al. 2021; KITTI-C `rain`, Li et al.): Mie extinction of Marshall–Palmer rain
-and a Monte Carlo of the drops in every beam (Kilic et al. 2021; the core is `stages.physics.lisa`).
+and a Monte Carlo of the drops in every beam (Kilic et al. 2021; the core is `bench_build.stages.physics.lisa`).
 
 For a rate R (mm/h): Λ = 4.1·R^{−0.21} mm⁻¹, N₀ = 8000 m⁻³mm⁻¹, α from Mie theory (water), and per
 point the drops in its beam cone compete with the attenuated target:
@@ -44,10 +44,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.physics import lisa
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.physics import lisa
+from bench_build.stages.registry import stage
 
 DEFAULTS: dict[str, dict[str, object]] = {
     "physical": {

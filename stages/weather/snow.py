@@ -32,7 +32,7 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    ATTENUATED (position kept, intensity i_new); else SCATTER_SNOW (moved to d_max along its ray). Beams
    without candidates (or whose candidates all get q = 0) are unchanged. The signal is evaluated only
    at the bins of the elements' own windows (it is 0 elsewhere), so no 1230-bin array is built.
-5. Noise floor: ground plane by RANSAC (`stages.physics.ground`, with the example's generator;
+5. Noise floor: ground plane by RANSAC (`bench_build.stages.physics.ground`, with the example's generator;
    when no plane can be fitted, the flat plane z = −``sensor_height`` with the fitted sign convention),
    ground = |w·p + h| < 0.5 m, estimated on the *input* (clean) scan: n = i/cos θ, the noise-level
    line L(d) over 10–70 m, T_g = noise_floor·L(d)·cos θ on the ground points, a quadratic in range
@@ -74,7 +74,7 @@ HDL-64 focal intensity compensation, on in both modes (``focal_compensation``): 
 waveform i_adj = clip(i − 255·s·|f − (1 − R₀/120)²|, 0, i_max,ch) (physical: i_max,ch·s, so an unoccluded
 beam returns exactly i), after it i_new = clip(i_max + i_max,ch·s·|f − (1 − d_max/120)²|, min_intensity,
 i_max,ch), f = (1 − 100·F/13100)², with the focal distance F and slope s of the point's laser from the
-shipped per-laser calibration of an HDL-64E S3 (`stages.physics.hdl64e_s3`, values and their source).
+shipped per-laser calibration of an HDL-64E S3 (`bench_build.stages.physics.hdl64e_s3`, values and their source).
 Which calibration (`focal_lookup`): ``focal_calibration`` "auto" uses the S3 table for an HDL-64 frame
 (``Frame.sensor``: KITTI, SemanticKITTI, the demo, STF) and the documented neutral calibration (slope 0:
 the term is the identity; i_max,ch = 255) for any other or unknown sensor (nuScenes HDL-32E, Waymo) —
@@ -104,12 +104,12 @@ pooled particle sets with a random rotation per channel instead of 64 shuffled f
 finely without truncation, looks the calibration up by laser id, uses the lowest noise level, and lets
 the floor remove only points the snow dimmed.
 
-Ring: the channel of each point comes from `stages.ring.frame_rings` (``ring_method``, default "auto":
+Ring: the channel of each point comes from `bench_build.stages.ring.frame_rings` (``ring_method``, default "auto":
 the source's ring column when valid, else azimuth-wrap recovery when the raw order is intact, else the
 nearest HDL-64E laser elevation). Robo3D used elevation rows — ``ring_method = "elevation_bins"``.
 
 Recorded in the example's ``info`` (the row's ``info`` JSON column): ``ring_method`` = the method used
-(`stages.ring.RING_METHOD_CODES` names), ``snow_noise_floor`` = whether the noise floor was applied
+(`bench_build.stages.ring.RING_METHOD_CODES` names), ``snow_noise_floor`` = whether the noise floor was applied
 (false when skipped: fewer than 1,000 ground points, or ``noise_floor`` = 0), ``snow_focal`` = the
 calibration used ("hdl64e_s3/row", "hdl64e_s3/laser", "none" = neutral, "custom"). Labels:
 ``point_tag`` = SCATTER_SNOW for points moved to a flake, ATTENUATED for points whose beam had a flake
@@ -131,11 +131,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.labels import set_semantic
-from stages.physics import hdl64e_s3
-from stages.physics.ground import (
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.labels import set_semantic
+from bench_build.stages.physics import hdl64e_s3
+from bench_build.stages.physics.ground import (
     MIN_GROUND_POINTS,
     fit_floor_quadratic,
     fit_ground_plane,
@@ -143,10 +142,10 @@ from stages.physics.ground import (
     flat_ground_plane,
     noise_level_line,
 )
-from stages.registry import stage
-from stages.ring import METHODS as RING_METHODS
-from stages.ring import N_RINGS, frame_rings
-from stages.sensor import HDL64E
+from bench_build.stages.registry import stage
+from bench_build.stages.ring import METHODS as RING_METHODS
+from bench_build.stages.ring import N_RINGS, frame_rings
+from bench_build.stages.sensor import HDL64E
 
 C_LIGHT = 299_792_458.0
 TAU_H = 10e-9  # s, HDL-64 S1 half-power pulse width
@@ -792,7 +791,7 @@ def focal_lookup(frame: Frame, rings: np.ndarray, params: SnowParams, opts: _Opt
     - custom ``focal_distance``/``focal_slope``: indexed by ring; cap 255 (230 on rows 53/55/56/58 with
       ``reference_channel_max``).
     - ``focal_calibration`` "auto": the HDL-64E S3 table for an HDL-64 frame (``Frame.sensor`` is
-      `stages.sensor.HDL64E` or `hdl64e_s3.HDL64E_S3`), else neutral. "hdl64e_s3" forces the table
+      `bench_build.stages.sensor.HDL64E` or `hdl64e_s3.HDL64E_S3`), else neutral. "hdl64e_s3" forces the table
       (Robo3D's nuScenes-C script applied it to the HDL-32E's rings 0–31), "none" is neutral.
     - neutral (no calibration for the sensor, e.g. nuScenes HDL-32E, Waymo, an unknown sensor): focal slope
       0, so the term is the identity, and i_max,ch = 255 on every channel.

@@ -1,5 +1,5 @@
 """LISA snow (Kilic et al. 2021; KITTI-C `snow`, Li et al.): Mie extinction of Marshall–Gunn snow and
-a Monte Carlo of the flakes in every beam (Kilic et al. 2021; the core is `stages.physics.lisa`).
+a Monte Carlo of the flakes in every beam (Kilic et al. 2021; the core is `bench_build.stages.physics.lisa`).
 
 For a water-equivalent rate R (mm/h): N₀ = 7600·R^{−0.87} m⁻³mm⁻¹, Λ = 2.55·R^{−0.48} mm⁻¹, flakes as
 spheres (diameter D = D_st + Exp(1/Λ)). Outcomes as in `rain_lisa`: kept (``ATTENUATED``, range noise
@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.physics import lisa
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.physics import lisa
+from bench_build.stages.registry import stage
 
 DEFAULTS: dict[str, dict[str, object]] = {
     "physical": {

@@ -3,7 +3,7 @@
 A film of water of height d_w on the road turns part of the diffuse (Lambertian) ground into a
 specular surface, so less light returns and dim ground returns fall below the sensor's noise floor:
 
-1. Ground plane by RANSAC on the strip in front of the sensor (`stages.physics.ground`), fitted whenever
+1. Ground plane by RANSAC on the strip in front of the sensor (`bench_build.stages.physics.ground`), fitted whenever
    the strip holds more than 4 candidates (``min_candidates`` = 5), as the released scripts do; ground
    points are |w·p + h| < 0.5 m, and the 1,000 gate (``min_ground``) counts them *after* the fit
    (the released code's minimum). A camera-FOV KITTI scan (the object-detection layout keeps only the points in
@@ -74,9 +74,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.physics.ground import (
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.physics.ground import (
     GROUND_BAND,
     MIN_CANDIDATES,
     MIN_GROUND_POINTS,
@@ -85,7 +84,7 @@ from stages.physics.ground import (
     flat_ground_plane,
     noise_level_line,
 )
-from stages.registry import stage
+from bench_build.stages.registry import stage
 
 N_AIR = 1.0003
 N_WATER = 1.33

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.registry import stage
-from stages.whole_shape import cluster_sizes
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.registry import stage
+from bench_build.stages.whole_shape import cluster_sizes
 
 OUTSIDE = ("invert", "keep")
 

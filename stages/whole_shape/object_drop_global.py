@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.registry import stage
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import stage
 
 
 @dataclass(frozen=True)

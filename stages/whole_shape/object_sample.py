@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.frame import Frame
-from stages.registry import stage
-from stages.whole_shape import normalize_unit_sphere
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import stage
+from bench_build.stages.whole_shape import normalize_unit_sphere
 
 METHODS = ("first", "random")
 NORMALIZE = ("none", "sphere", "cube")

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-
-from stages.frame import Frame, PointTag
-from stages.kernels.grid_knn import knn_all
-from stages.registry import stage
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.kernels.grid_knn import knn_all
+from bench_build.stages.registry import stage
 
 MAX_NEIGHBORS = 128  # one pairwise-summation block of NumPy: the covariance sums copy its order exactly
 
@@ -50,7 +49,7 @@ def pca_normals(xyz: np.ndarray, neighbors: int) -> np.ndarray:
 
     The same bytes as querying scipy's ``cKDTree(xyz, balanced_tree=False, compact_nodes=False)`` for the
     k nearest and summing the centred products with NumPy (what this function did up to stage version 2),
-    ≈ 2–3× faster: the k + 1 nearest of every point come from an exact grid search (`stages.kernels.grid_knn.knn_all`,
+    ≈ 2–3× faster: the k + 1 nearest of every point come from an exact grid search (`kernels.grid_knn.knn_all`,
     sorted by distance); a row whose k + 1 distances hold a tie or near-tie (where the KD-tree's own order,
     or its rounding, decides) is answered by the KD-tree itself; the covariances are summed in numba in
     NumPy's order (`_neighbourhood_covariances`); the eigenvectors are NumPy's closed form."""

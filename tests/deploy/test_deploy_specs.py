@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bench_build.build.run import BuildResult
+from bench_build.cli import app
 from typer.testing import CliRunner
-
-from pipeline.build import BuildResult
-from pipeline.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -48,7 +47,7 @@ def cli_accepts(argv: list[str], monkeypatch) -> dict:
         calls.append({"benchmark": benchmark, **kwargs})
         return BuildResult(version_dir=f"{kwargs['out']}/x/1", shards_total=1, shards_skipped=1)
 
-    monkeypatch.setattr("pipeline.build.run_build", fake_run_build)
+    monkeypatch.setattr("bench_build.build.run_build", fake_run_build)
     res = CliRunner().invoke(app, argv[1:])
     assert res.exit_code == 0, (argv, res.output)
     assert len(calls) == 1, res.output
@@ -82,7 +81,7 @@ def test_dockerfile_pins_the_numeric_environment_of_every_process():
     all compute without NumPy's AVX-512 paths and with OpenBLAS's Haswell kernels (README: Reproducibility)."""
     import shlex
 
-    from pipeline.numeric import PIN
+    from bench_build.runtime.numeric import PIN
 
     env = dict(kv.split("=", 1) for op, arg in _dockerfile_instructions() if op == "ENV" for kv in shlex.split(arg))
     assert {k: env.get(k) for k in PIN} == PIN

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bench_build.build.run import run_build
+from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
+from bench_build.storage import open_store
 
-from manifests.manifest import read_manifest, stable_view, verify_version
-from pipeline.build import run_build
-from pipeline.storage import open_store
 from tests.conftest import SMALL_RECIPE
 
 HOST = "127.0.0.2"
@@ -265,7 +265,7 @@ def _build_killing_the_worker_node(head: Head, recipe: Path, source: Path, out: 
         driver_log = head.logs / f"{name}-driver.log"
         with open(driver_log, "wb") as f:
             driver = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.cli", "run", str(recipe), "--address", head.address, "--source",
+                [sys.executable, "-m", "bench_build.cli", "run", str(recipe), "--address", head.address, "--source",
                  str(source), "--out", out, "--max-frames", str(FRAMES), "--frames-per-shard", "1",
                  "--no-progress"], stdout=f, stderr=subprocess.STDOUT, env=head.env, start_new_session=True)
         deadline = time.time() + RUN_TIMEOUT

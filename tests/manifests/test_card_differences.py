@@ -5,9 +5,9 @@ source options (cellphones, the Real→Real validation hold-out)."""
 from __future__ import annotations
 
 import pytest
+from bench_build.manifests.card import differences_section
+from bench_build.manifests.recipe import load_recipe
 
-from manifests.card import differences_section
-from manifests.recipe import load_recipe
 from tests.manifests.test_kitti_c_tables import CODE_CHANGES
 
 
@@ -33,7 +33,7 @@ def test_a_recipe_without_variants_has_no_section():
 
 @pytest.mark.parametrize("spec", ["3dos", "3dos:cellphone"])
 def test_3dos_lists_both_membership_choices_with_both_values(spec):
-    from manifests.card import object_sections
+    from bench_build.manifests.card import object_sections
 
     recipe = load_recipe(spec)
     text = "\n".join(differences_section(recipe))

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from manifests.card_sections import (
+from bench_build.manifests.card_sections import (
     MAX_CELL,
     benchmark_citations,
     citation_section,
@@ -14,7 +13,7 @@ from manifests.card_sections import (
     parameter_table,
     title,
 )
-from manifests.recipe import builtin_recipes, load_recipe
+from bench_build.manifests.recipe import builtin_recipes, load_recipe
 
 
 @pytest.mark.parametrize("name", sorted(builtin_recipes()))

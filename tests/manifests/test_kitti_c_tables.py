@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pytest
-
-from manifests.recipe import load_recipe
+from bench_build.manifests.recipe import load_recipe
 
 TEXT = "text"
 

@@ -10,9 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-
-from manifests.recipe import RecipeError, load_recipe
-from manifests.threedos import (
+from bench_build.manifests.recipe import RecipeError, load_recipe
+from bench_build.manifests.threedos import (
     SCENARIOS,
     SN_SETS,
     SR_MODELNET,
@@ -21,8 +20,8 @@ from manifests.threedos import (
     sonn_label_map,
     synset_label_map,
 )
-from pipeline.sources.scanobjectnn import SONN_CLASSES
-from pipeline.sources.shapenet import SHAPENET_SYNSETS
+from bench_build.sources.scanobjectnn import SONN_CLASSES
+from bench_build.sources.shapenet import SHAPENET_SYNSETS
 
 # Ren et al., Appendix A, as printed (levels 1..5)
 PAPER_TEXT = {
@@ -106,7 +105,7 @@ def test_3dos_source_options_default_to_the_released_code_and_variants_restore_1
      r"\[variants.v\]: source_options \['r2r_val'\] are not in"),
 ])
 def test_3dos_bad_source_options_are_refused_at_load(table, message):
-    from manifests.recipe import parse_recipe
+    from bench_build.manifests.recipe import parse_recipe
 
     head = '[benchmark]\nname = "x"\nversion = "1"\nseed = 1\nsource = "3dos"\nseverities = 0\n'
     with pytest.raises(RecipeError, match=message):
@@ -145,7 +144,7 @@ def test_modelnet40_e_equals_table_1():
     assert recipe.preprocess is None  # all 2,048 points
 
 
-# 3DOS sets, typed from the spec (names), checked against manifests.threedos (ids)
+# 3DOS sets, typed from the spec (names), checked against bench_build.manifests.threedos (ids)
 SN_NAMES = {
     "SN1": "mug lamp bed washer loudspeaker telephone dishwasher camera birdhouse jar bowl bookshelf stove bench "
            "display keyboard clock piano",

@@ -7,8 +7,7 @@ import math
 from importlib import resources
 
 import pytest
-
-from manifests.recipe import Recipe, RecipeError, load_recipe, parse_recipe
+from bench_build.manifests.recipe import Recipe, RecipeError, load_recipe, parse_recipe
 
 # Li et al., Appendix C (seed 001, lines 733-780), severities 1..5 (severity 0 is the clean scan).
 PAPER_GAUSSIAN_RAD_SIGMA = (0.04, 0.06, 0.08, 0.10, 0.12)
@@ -400,7 +399,7 @@ def test_unsafe_names_and_oversized_recipes_are_refused_naming_file_and_field(ed
 
 
 def test_parameter_sizes_are_bounded():
-    from manifests.recipe import MAX_PARAM_CHARS, MAX_PARAM_ITEMS
+    from bench_build.manifests.recipe import MAX_PARAM_CHARS, MAX_PARAM_ITEMS
 
     assert len(parse_recipe(_fog_recipe(MAX_PARAM_ITEMS), origin=ORIGIN).corruption("fog").params[0]
                .table_alphas) == MAX_PARAM_ITEMS
@@ -417,8 +416,8 @@ def test_parameter_sizes_are_bounded():
 
 def test_every_builtin_recipe_is_within_the_rules():
     """The bounds sit well above the built-ins, so none of them (nor a variant) is refused."""
-    from manifests.names import frame_id_problem, name_problem
-    from manifests.recipe import MAX_SEVERITIES, builtin_recipes
+    from bench_build.manifests.names import frame_id_problem, name_problem
+    from bench_build.manifests.recipe import MAX_SEVERITIES, builtin_recipes
 
     for name in builtin_recipes():
         recipe = load_recipe(name)
@@ -441,8 +440,8 @@ def test_every_builtin_recipe_is_within_the_rules():
 def test_manifest_safe_name_is_the_same_rule():
     import itertools
 
-    from manifests.manifest import SAFE_NAME
-    from manifests.names import frame_id_problem, name_problem
+    from bench_build.manifests.manifest import SAFE_NAME
+    from bench_build.manifests.names import frame_id_problem, name_problem
 
     for n in ("kitti-c", "1.0.0", "a..b", "a/b", ".x", "x" * 128, "x" * 129, "ok\n", "a=b", "v1+local"):
         assert bool(SAFE_NAME.match(n)) == (name_problem(n) is None), n

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from manifests.recipe import RecipeError, parse_recipe
+from bench_build.manifests.recipe import RecipeError, parse_recipe
 
 BASE = """
 [benchmark]

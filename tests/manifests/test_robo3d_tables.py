@@ -7,8 +7,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-
-from manifests.recipe import load_recipe
+from bench_build.manifests.recipe import load_recipe
 
 L3 = 3
 FOG_ALPHAS = (0.0, 0.005, 0.01, 0.02, 0.03, 0.06)
@@ -90,8 +89,8 @@ def _cases():
 
 @pytest.mark.parametrize(("name", "corruption"), _cases())
 def test_table_equals_generators_spec(name, corruption):
-    from stages.density.cross_sensor import deleted_rings
-    from stages.density.incomplete_echo import vehicle_classes
+    from bench_build.stages.density.cross_sensor import deleted_rings
+    from bench_build.stages.density.incomplete_echo import vehicle_classes
 
     c = load_recipe(name).corruption(name=corruption)
     assert c.stage == corruption
@@ -115,9 +114,8 @@ def test_table_equals_generators_spec(name, corruption):
 
 
 def test_cli_list_shows_full_size_counts():
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     out = CliRunner().invoke(app, ["list"])
     assert out.exit_code == 0

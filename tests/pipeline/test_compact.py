@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_build.format.compact import NO_REF, encode_refs, materialize
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import example_key, example_rng
+from bench_build.stages.registry import get_stage
 
-from manifests.recipe import load_recipe
-from pipeline.compact import NO_REF, encode_refs, materialize
-from pipeline.plan import example_key, example_rng
-from stages.registry import get_stage
 from tests.stages.conftest import make_scene
 
 
@@ -56,7 +56,8 @@ def test_every_corruption_materialises_byte_identically(recipe):
 
 @pytest.fixture(scope="module")
 def compact_build(tmp_path_factory, demo_kitti_master):
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
+
     from tests.conftest import SMALL_RECIPE
 
     tmp = tmp_path_factory.mktemp("compact")
@@ -72,10 +73,9 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
     import json
 
     import pyarrow.parquet as pq
-
-    from pipeline.export.kitti_files import export_kitti
-    from pipeline.loaders import PointCloudIterableDataset
-    from pipeline.reader import open_version
+    from bench_build.export.kitti_files import export_kitti
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudIterableDataset
 
     full, comp = open_version(mini_build), open_version(compact_build)
     assert comp.manifest["encoding"] == "compact" and full.manifest["encoding"] == "full"
@@ -107,9 +107,9 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
 
 
 def test_render_materialises_compact_rows(compact_build, mini_build):
-    from pipeline.reader import open_version
-    from pipeline.render import read_views
-    from pipeline.storage import open_store
+    from bench_build.format.reader import open_version
+    from bench_build.render import read_views
+    from bench_build.storage import open_store
 
     parts = [("clean", 0), ("beam_del", 5), ("background", 5), ("translation", 3)]
     views = {}
@@ -123,10 +123,9 @@ def test_render_materialises_compact_rows(compact_build, mini_build):
 
 def test_pull_materialize_gives_full_files_plain_readers_can_use(compact_build, mini_build, tmp_path):
     import pandas as pd
-
-    from manifests.manifest import read_manifest, verify_version
-    from pipeline.publish import publish_version, pull_version
-    from pipeline.reader import open_version
+    from bench_build.format.reader import open_version
+    from bench_build.manifests.manifest import read_manifest, verify_version
+    from bench_build.publish import publish_version, pull_version
 
     pub = tmp_path / "pub"
     assert publish_version(compact_build, str(pub), progress=False).ok
@@ -160,11 +159,11 @@ def test_a_changed_point_ref_is_caught_naming_file_row_and_key(compact_build, tm
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.compact_files import materialize_file
+    from bench_build.format.reader import open_version, rows_of
+    from bench_build.format.schema import decode_points, file_metadata
 
-    from pipeline.checked import IntegrityError
-    from pipeline.compact_files import materialize_file
-    from pipeline.reader import open_version, rows_of
-    from pipeline.schema import decode_points, file_metadata
     from tests.pipeline.tamper import POINT_REF, flip_file
 
     v = tmp_path / "v"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipeline.sources.demo import (
+from bench_build.sources.demo import (
     AZIMUTH_STEP_DEG,
     DEMO_SEED,
     SENSOR_HEIGHT,
@@ -13,7 +12,7 @@ from pipeline.sources.demo import (
     generate_frame,
     write_demo_dataset,
 )
-from pipeline.sources.kitti import KittiSource, read_velodyne, write_frame
+from bench_build.sources.kitti import KittiSource, read_velodyne, write_frame
 
 FAST = 0.36  # azimuth step for every frame but the one full-resolution frame
 

@@ -6,16 +6,15 @@ import importlib
 import inspect
 import pkgutil
 
+import bench_build as pipeline_package
+import bench_build.manifests as manifests_package
+import bench_build.stages as stages_package
 import pytest
 import typer
+from bench_build.cli import Commands
+from bench_build.errors import BenchBuildError, UsageError
+from bench_build.manifests import manifest, recipe
 from typer.testing import CliRunner
-
-import manifests as manifests_package
-import pipeline as pipeline_package
-import stages as stages_package
-from manifests import manifest, recipe
-from pipeline.cli import Commands
-from pipeline.errors import BenchBuildError, UsageError
 
 runner = CliRunner()
 
@@ -45,8 +44,8 @@ def test_every_domain_error_derives_from_the_root():
 
 def test_errors_keep_the_builtin_they_were():
     """Callers that caught ``ValueError`` around a recipe or ``RuntimeError`` around storage keep working."""
-    from pipeline.sources.base import SourceError
-    from pipeline.storage import StorageError
+    from bench_build.sources.base import SourceError
+    from bench_build.storage import StorageError
 
     assert issubclass(recipe.RecipeError, ValueError) and issubclass(manifest.ManifestError, ValueError)
     assert issubclass(SourceError, ValueError) and issubclass(StorageError, RuntimeError)

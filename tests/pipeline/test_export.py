@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_build.cli import app
+from bench_build.export import ExportError, export_version
+from bench_build.format.reader import open_version
 from typer.testing import CliRunner
-
-from pipeline.cli import app
-from pipeline.export import ExportError, export_version
-from pipeline.reader import open_version
 
 runner = CliRunner()
 
@@ -163,8 +162,8 @@ def test_source_without_images_is_refused(built, tmp_path):
 
 
 def test_severity_names_come_from_the_builtin_recipe():
-    from manifests.recipe import load_recipe, severity_names
-    from pipeline.export import severity_dir
+    from bench_build.export import severity_dir
+    from bench_build.manifests.recipe import load_recipe, severity_names
 
     r = load_recipe("robo3d-kitti-c")
     manifest = {"dataset": r.name, "version": r.version, "recipe": r.canonical()}
@@ -335,8 +334,7 @@ def test_export_into_its_own_source_leaves_it_byte_identical(built, kitti_root):
 def test_frame_id_that_is_not_a_plain_name_is_refused():
     """A frame id becomes a file name (velodyne/<id>.bin): one with a path in it would write outside OUT."""
     import pyarrow as pa
-
-    from pipeline.export.plan import _rows
+    from bench_build.export.plan import _rows
 
     class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id
         url = "v"
@@ -407,7 +405,7 @@ def test_force_replaces_only_what_export_writes(built, kitti_images, tmp_path):
 def test_os_error_while_writing_is_one_line_saying_what_was_written(built, tmp_path, monkeypatch, err, cause):
     import os
 
-    import pipeline.export.write as export_mod
+    import bench_build.export.write as export_mod
 
     real, calls = export_mod._write_file, []
 

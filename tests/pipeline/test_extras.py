@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from bench_build.cli import app
+from bench_build.sources.base import SourceError, require_extra
 from typer.testing import CliRunner
-
-from pipeline.cli import app
-from pipeline.sources.base import SourceError, require_extra
 
 
 def _hide(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:
@@ -43,7 +42,7 @@ def test_a_nuscenes_build_without_the_devkit_exits_2_naming_the_extra_and_writes
 
 
 def test_a_semantickitti_build_without_pykitti_exits_2_naming_the_extra(monkeypatch, tmp_path):
-    from pipeline.sources.semantickitti import write_semantickitti
+    from bench_build.sources.semantickitti import write_semantickitti
 
     root = write_semantickitti(tmp_path / "sk", 2, azimuth_step_deg=0.72)
     _hide(monkeypatch, "pykitti")

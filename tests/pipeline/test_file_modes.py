@@ -7,8 +7,7 @@ import os
 import stat
 
 import pytest
-
-from pipeline.storage import LocalStore, atomic_write_text, current_umask
+from bench_build.storage import LocalStore, atomic_write_text, current_umask
 
 
 def _mode(path) -> int:

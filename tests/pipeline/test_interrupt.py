@@ -32,7 +32,7 @@ def test_an_interrupted_run_prints_what_it_kept_and_the_resume_command(small_rec
     args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--workers", "1",
             "--frames-per-shard", "1", "--max-frames", "6", "--no-progress"]
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "bench_build.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     shards = out / "mini-c" / "0.1.0" / "_ledger" / "shards"
     deadline = time.time() + 240
@@ -51,7 +51,7 @@ def test_an_interrupted_run_prints_what_it_kept_and_the_resume_command(small_rec
         time.sleep(0.3)
     assert not left, left
     # the same command resumes: only what was not recorded is built
-    again = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
+    again = subprocess.run([sys.executable, "-m", "bench_build.cli", *args], capture_output=True, text=True, env=env,
                            timeout=300)
     assert again.returncode == 0, again.stderr
     assert "already done" in again.stderr and " 0 already done" not in again.stderr
@@ -59,7 +59,7 @@ def test_an_interrupted_run_prints_what_it_kept_and_the_resume_command(small_rec
 
 def test_a_seaweed_server_dies_with_the_process_that_started_it(tmp_path):
     """A test run killed before its teardown (or a CLI that dies) leaves no `weed` behind: PR_SET_PDEATHSIG."""
-    code = ("import sys; from pathlib import Path; from pipeline.seaweed import SeaweedServer; "
+    code = ("import sys; from pathlib import Path; from bench_build.storage.seaweed import SeaweedServer; "
             f"s = SeaweedServer(Path({str(tmp_path)!r}), 'bench-key', 'bench-secret-key').start(); "
             "print(s.proc.pid, flush=True); import os; os._exit(1)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -77,7 +77,7 @@ def test_s3_local_serves_with_the_credentials_it_prints_and_stops_on_ctrl_c(tmp_
     import boto3
     from botocore.config import Config
 
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "s3-local", "--dir", str(tmp_path / "s3")],
+    proc = subprocess.Popen([sys.executable, "-m", "bench_build.cli", "s3-local", "--dir", str(tmp_path / "s3")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.demo import generate_frame
-from pipeline.sources.kitti import (
-    KittiSource,
-    format_labels,
-    read_calib,
-    read_labels,
-    read_velodyne,
-    write_frame,
-)
-from stages.frame import DONT_CARE, Boxes, Frame
-from stages.kernels.spherical import wrap_angle
+from bench_build.sources.base import SourceError
+from bench_build.sources.demo import generate_frame
+from bench_build.sources.kitti import KittiSource, format_labels, read_calib, read_labels, read_velodyne, write_frame
+from bench_build.stages.frame import DONT_CARE, Boxes, Frame
+from bench_build.stages.kernels.spherical import wrap_angle
 
 # A real KITTI calibration (training/calib/000000.txt style; P0/P1 abbreviated to P2 without offset).
 KITTI_CALIB_TEXT = """\

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_build.cli import app
+from bench_build.manifests.manifest import verify_version
 from typer.testing import CliRunner
-
-from manifests.manifest import verify_version
-from pipeline.cli import app
 
 
 def _flat(text: str) -> str:
@@ -59,7 +58,7 @@ def test_unsafe_split_list_id_exits_2_naming_the_split_file(small_recipe, demo_k
 
 def test_every_source_listing_is_checked(tmp_path):
     """Any source's ids (not only split lists) pass the frame-id rule before a build plans its shards."""
-    from pipeline.sources import SourceError, checked_frame_ids
+    from bench_build.sources import SourceError, checked_frame_ids
 
     class Listing:  # a reader whose ids come from its data (nuScenes tokens, Waymo file stems, …)
         kind = "stub"
@@ -75,8 +74,8 @@ def test_every_source_listing_is_checked(tmp_path):
 
 def test_unreadable_ledger_entries_are_rebuilt_and_a_bad_run_json_is_refused(small_recipe, demo_kitti, tmp_path,
                                                                              shared_ray, capfd):
-    from pipeline.build import run_build
-    from pipeline.ledger import Ledger, LedgerUnreadable
+    from bench_build.build.ledger import Ledger, LedgerUnreadable
+    from bench_build.build.run import run_build
 
     out = tmp_path / "out"
 

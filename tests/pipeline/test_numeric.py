@@ -1,4 +1,4 @@
-"""The numeric pin (pipeline/numeric.py) and the stage battery (pipeline/repro_check.py).
+"""The numeric pin (pipeline/runtime/numeric.py) and the stage battery (pipeline/build/repro_check.py).
 
 The battery runs in subprocesses, because NumPy reads ``NPY_DISABLE_CPU_FEATURES`` and OpenBLAS reads
 ``OPENBLAS_CORETYPE`` only when they are loaded: pinned, on a simulated AVX2-only node, and unpinned.
@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from pipeline.numeric import (
+from bench_build.build.repro_check import HASWELL_NUMBA, differing, run_in_subprocess
+from bench_build.runtime.numeric import (
     PIN,
     PIN_SWITCH,
     build_profile,
@@ -30,7 +30,6 @@ from pipeline.numeric import (
     profile_differences,
     worker_env,
 )
-from pipeline.repro_check import HASWELL_NUMBA, differing, run_in_subprocess
 
 # --- the pin ------------------------------------------------------------------------------------------
 
@@ -74,7 +73,7 @@ def test_profile_differences_name_every_difference_and_nothing_else():
 def _profile_of_cli_process(**env: str) -> dict:
     """The live profile of a fresh process that imports the CLI (which pins) and then NumPy, as `bench-build` does."""
     full = {k: v for k, v in os.environ.items() if k not in (*PIN, PIN_SWITCH)} | env
-    code = ("import json, pipeline.cli, numpy; from pipeline.numeric import build_profile, live_profile; "
+    code = ("import json, bench_build.cli, numpy; from bench_build.runtime.numeric import build_profile, live_profile; "
             "print(json.dumps({'live': live_profile(), 'build': build_profile()}))")
     res = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -97,12 +96,12 @@ def test_the_cli_pins_its_own_process_before_numpy_and_records_an_override():
 
 def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_and_writes_nothing(
         small_recipe, demo_kitti, tmp_path):
-    from manifests.recipe import load_recipe
-    from pipeline.build import run_shard
-    from pipeline.ledger import Ledger
-    from pipeline.plan import ShardSpec
-    from pipeline.sources import KittiSource
-    from pipeline.storage import open_store
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.task import run_shard
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import ShardSpec
+    from bench_build.sources import KittiSource
+    from bench_build.storage import open_store
 
     store = open_store(tmp_path / "v")
     src = KittiSource(demo_kitti)
@@ -137,8 +136,7 @@ def pinned_ray():
     workers inherit), from a driver whose own environment lacks the pin (a library caller's): the workers must
     still be pinned, and the caller's environment comes back as it was."""
     import ray
-
-    from pipeline.build import init_ray
+    from bench_build.runtime.ray import init_ray
 
     assert not ray.is_initialized()
     saved = {k: os.environ.pop(k) for k in PIN if k in os.environ}
@@ -157,11 +155,10 @@ def pinned_ray():
 
 def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray, small_recipe, demo_kitti,
                                                                       tmp_path, monkeypatch):
+    import bench_build.build.run
     import ray
-
-    import pipeline.build.run
-    from pipeline.build import run_build
-    from pipeline.ledger import Ledger, LedgerMismatch
+    from bench_build.build.ledger import Ledger, LedgerMismatch
+    from bench_build.build.run import run_build
 
     # a plain task of the job (no runtime_env of its own): NumPy without AVX-512, OpenBLAS on Haswell kernels
     worker = ray.get(ray.remote(_worker_profile).remote())
@@ -183,7 +180,7 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
 
     # resuming under another profile (another image's NumPy) is refused before anything runs
     other = {**prof, "libraries": {**prof["libraries"], "numpy": "1.26.0"}}
-    monkeypatch.setattr(pipeline.build.run, "build_profile", lambda: other)
+    monkeypatch.setattr(bench_build.build.run, "build_profile", lambda: other)
     with pytest.raises(LedgerMismatch, match=r"another numeric profile \(numpy 1\.26\.0 \(build: "):
         run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, progress=False)
     # --overwrite starts it over under the new profile; this machine's workers do not match it: every shard
@@ -205,7 +202,7 @@ BATTERY_RECIPES = ["robo3d-kitti-c", "modelnet40-e", "modelnet-c"]
 
 @pytest.fixture(scope="module")
 def battery_sources(tmp_path_factory, demo_kitti_master) -> dict[str, str]:
-    from pipeline.sources.demo_objects import write_demo_objects
+    from bench_build.sources.demo_objects import write_demo_objects
 
     objects = write_demo_objects(tmp_path_factory.mktemp("objects"), modelnet={"train": 1, "test": 1})
     kitti = tmp_path_factory.mktemp("kitti") / "kitti"
@@ -240,9 +237,8 @@ def test_the_battery_is_the_same_pinned_and_on_an_avx2_node_and_differs_unpinned
 def test_repro_check_command_compares_two_nodes_batteries(tmp_path, monkeypatch):
     """`bench-build repro-check --out` then `--compare` (README): equal → exit 0; a partition whose bytes differ
     on the other node, or another numeric profile there → exit 1, naming it."""
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     runner = CliRunner()

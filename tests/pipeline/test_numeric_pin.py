@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pipeline.numeric import (
+from bench_build.runtime.numeric import (
     NumericPinError,
     avx512_targets,
     cpu_has_avx512,
@@ -64,8 +63,8 @@ def test_a_pinned_process_dispatches_no_avx512_target_and_numpy_warns_of_no_unkn
     """The effect, on this machine's NumPy: a process that pins before importing NumPy (as the CLI does) has no
     AVX-512 target active, while an unpinned one has; NumPy raises no warning about a name it does not dispatch
     (``-W error``: NumPy 2 warns when asked to disable a target it does not know)."""
-    code = ("import json; from pipeline.numeric import pin_environment; pin_environment(); "
-            "from pipeline.numeric import active_simd; print(json.dumps(active_simd()))")
+    code = ("import json; from bench_build.runtime.numeric import pin_environment; pin_environment(); "
+            "from bench_build.runtime.numeric import active_simd; print(json.dumps(active_simd()))")
     pinned = _run(code, {"BENCH_BUILD_CACHE": str(tmp_path)})
     assert pinned.returncode == 0, pinned.stderr
     active = json.loads(pinned.stdout)
@@ -76,7 +75,8 @@ def test_a_pinned_process_dispatches_no_avx512_target_and_numpy_warns_of_no_unkn
 
 
 def test_the_dispatch_list_is_read_without_importing_numpy_and_cached_per_numpy_install(tmp_path):
-    code = ("import json, sys; from pipeline.numeric import numpy_dispatch_targets; d = numpy_dispatch_targets(); "
+    code = ("import json, sys; from bench_build.runtime.numeric import numpy_dispatch_targets; "
+            "d = numpy_dispatch_targets(); "
             "print(json.dumps({'dispatch': d, 'numpy_imported': 'numpy' in sys.modules}))")
     first = _run(code, {"BENCH_BUILD_CACHE": str(tmp_path)})
     assert first.returncode == 0, first.stderr

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.nuscenes import FINE_INDEX, NuScenesSource, write_nuscenes
-from stages.frame import Boxes
-from stages.geometry import assign_points_to_boxes
-from stages.kernels.boxes import points_in_box_frame
-from stages.sensor import HDL32E
+from bench_build.sources.base import SourceError
+from bench_build.sources.nuscenes import FINE_INDEX, NuScenesSource, write_nuscenes
+from bench_build.stages.frame import Boxes
+from bench_build.stages.geometry import assign_points_to_boxes
+from bench_build.stages.kernels.boxes import points_in_box_frame
+from bench_build.stages.sensor import HDL32E
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real" / "nuscenes-lidar-top"
 
@@ -156,9 +155,8 @@ def test_real_sweep_and_its_boxes_through_the_devkit(tmp_path):
 
 
 def test_table_version_from_split_or_cli(nu_root):
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     assert NuScenesSource(nu_root, "v1.0-mini:").split == "mini_val"
     out = CliRunner().invoke(app, ["run", "robo3d-nuscenes-c", "--source", str(nu_root), "--version",

@@ -18,15 +18,15 @@ import numpy as np
 import pyarrow.dataset as pads
 import pytest
 import ray
+from bench_build.build.run import run_build
+from bench_build.cli import app
+from bench_build.manifests.manifest import read_manifest, verify_version
+from bench_build.manifests.threedos import SN_SETS
+from bench_build.sources.demo_objects import write_demo_objects
+from bench_build.sources.threedos import ThreeDOSSource
+from bench_build.stages.whole_shape.object_rotate import euler_matrix
 from typer.testing import CliRunner
 
-from manifests.manifest import read_manifest, verify_version
-from manifests.threedos import SN_SETS
-from pipeline.build import run_build
-from pipeline.cli import app
-from pipeline.sources.demo_objects import write_demo_objects
-from pipeline.sources.threedos import ThreeDOSSource
-from stages.whole_shape.object_rotate import euler_matrix
 from tests.pipeline.test_threedos_source import released_counts
 
 runner = CliRunner()
@@ -132,7 +132,7 @@ def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, local
                   progress=False)
     assert _files(a.version_dir) == _files(b.version_dir)
     # it publishes (here to a local publication root) and pulls back verified, σ/μ columns included
-    from pipeline.publish import publish_version, pull_version
+    from bench_build.publish import publish_version, pull_version
 
     pub = publish_version(a.version_dir, str(tmp_path / "pub"), progress=False)
     assert pub.ok, pub.problems
@@ -201,7 +201,7 @@ def test_object_build_resumes_after_sigkill(objects, tmp_path, local_ray):
     args = ["run", str(recipe), "--source", str(objects), "--workers", "1", "--frames-per-shard", "2",
             "--max-frames", "24", "--no-progress"]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--out", str(killed)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench_build.cli", *args, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     shards = killed / "mini-object" / "0.1.0" / "_ledger" / "shards"
     deadline = time.time() + 180

@@ -11,12 +11,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
-from pipeline.sources.modelnet import ModelNet40H5Source, ModelNet40MeshSource
-from pipeline.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
-from pipeline.sources.shapenet import SHAPENET_SYNSETS, ShapeNetCoreSource, hash_split
+from bench_build.sources.base import SourceError
+from bench_build.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
+from bench_build.sources.modelnet import ModelNet40H5Source, ModelNet40MeshSource
+from bench_build.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
+from bench_build.sources.shapenet import SHAPENET_SYNSETS, ShapeNetCoreSource, hash_split
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +137,7 @@ def test_modelnet_off_area_weighting(tmp_path):
     p.parent.mkdir(parents=True)
     p.write_text("OFF\n6 2 0\n0 0 0\n1 0 0\n0 1 0\n0 0 5\n3 0 5\n0 3 5\n3 0 1 2\n3 3 4 5\n")
     src = ModelNet40MeshSource(tmp_path, "test", num_points=4000)
-    from pipeline.sources.mesh import load_mesh, mesh_rng, sample_surface
+    from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface
 
     pts = sample_surface(load_mesh(p, "off"), 4000, mesh_rng("x"))
     share = float((pts[:, 2] < 2.5).mean())
@@ -215,9 +214,8 @@ def test_shapenet_lists_every_synset_and_samples_fps_clouds(demo):
     assert fr.attrs == {"class_name": SHAPENET_SYNSETS[syn], "synset": syn, "model_id": model, "split": "test"}
     np.testing.assert_array_equal(fr.points, src.read(test_ids[0]).points)  # reproducible from the id
     # FPS spreads points: the smallest pairwise gap is far above that of 4,096 random surface samples
+    from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface
     from scipy.spatial import cKDTree
-
-    from pipeline.sources.mesh import load_mesh, mesh_rng, sample_surface
 
     d_fps = cKDTree(fr.points).query(fr.points, k=2)[0][:, 1]
     rnd = sample_surface(load_mesh(src.path(test_ids[0]), "obj"), 4096, mesh_rng("other"))
@@ -290,9 +288,8 @@ def test_demo_object_classes_are_distinguishable(demo):
 
 
 def test_demo_objects_cli(tmp_path):
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     out = CliRunner().invoke(app, ["demo-objects", str(tmp_path), "--per-class", "1"])
     assert out.exit_code == 0, out.output
@@ -319,7 +316,7 @@ def test_shapenet_obj_with_materials_groups_and_missing_mtl(tmp_path):
 
 
 def test_demo_objects_cache_generates_only_what_a_recipe_reads(tmp_path, monkeypatch):
-    from pipeline.sources.demo_objects import ensure_demo_objects
+    from bench_build.sources.demo_objects import ensure_demo_objects
 
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     root = ensure_demo_objects(("scanobjectnn",))

@@ -9,13 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from bench_build.cli import app
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.costs import load_costs
+from bench_build.plan.scale import plan_build
+from bench_build.plan.tasks import Runtime, choose_groups, group_partitions, plan_shards, predict, task_seconds
 from typer.testing import CliRunner
-
-from manifests.recipe import load_recipe
-from pipeline.cli import app
-from pipeline.costs import load_costs
-from pipeline.plan import Runtime, choose_groups, group_partitions, plan_shards, predict, task_seconds
-from pipeline.scale import plan_build
 
 #: plan's predicted wall time against the measured one of the same build: the issue's bar
 TOLERANCE = 0.15
@@ -29,7 +28,7 @@ def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_pat
     machine stays within the tolerance), and the runtime holds the build's measured driver start, worker start and
     finish. What is tested is the model: the schedule of the tasks on the workers after each worker's start, plus
     the serial parts, against the build's wall clock."""
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     t = time.perf_counter()
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", workers=2, max_frames=4,

@@ -7,12 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
-
-from manifests.recipe import load_recipe
-from pipeline.cli import app
-from pipeline.costs import CostTable, default_costs, load_costs
-from pipeline.plan import (
+from bench_build.cli import app
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.costs import CostTable, default_costs, load_costs
+from bench_build.plan.scale import TASK_OVERHEAD_S, plan_build, simulate
+from bench_build.plan.tasks import (
     CLEAN,
     group_cost_ms,
     group_partitions,
@@ -21,7 +20,7 @@ from pipeline.plan import (
     plan_shards,
     plan_tasks,
 )
-from pipeline.scale import TASK_OVERHEAD_S, plan_build, simulate
+from typer.testing import CliRunner
 
 KITTI_FRAMES = 7481
 
@@ -154,7 +153,7 @@ def test_plan_cli(kitti_c):
 # not: Linux carries it across fork + execve, so a child of a large pytest process reports the parent's peak.
 RSS_SCRIPT = """
 import re, sys
-from pipeline.scale import plan_build
+from bench_build.plan.scale import plan_build
 frames = int(sys.argv[1])
 r = plan_build("kitti-c", [f"{i:07d}" for i in range(frames)], frames_per_shard=64)
 assert r["examples_stored"] >= 1_000_000 * (frames // 8000)
@@ -180,9 +179,9 @@ def _data_files(version_dir) -> dict[str, bytes]:
 
 
 def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(small_recipe, demo_kitti, tmp_path):
-    from manifests.manifest import read_manifest, stable_view
-    from pipeline.build import run_build
-    from pipeline.ledger import LedgerMismatch
+    from bench_build.build.ledger import LedgerMismatch
+    from bench_build.build.run import run_build
+    from bench_build.manifests.manifest import read_manifest, stable_view
 
     common = {"source": str(demo_kitti), "workers": 2, "max_frames": 4, "frames_per_shard": 2, "progress": False}
     whole = run_build(str(small_recipe), out=tmp_path / "whole", groups=1, **common)
@@ -220,8 +219,8 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     already warm process, and the warm-up (imports, numba's cached code) as what each process's first task cost
     beyond that rate; the contact-sheet painting is excluded. Where a process ran only one task, nothing can be
     separated and every task counts."""
-    from pipeline.bench.stages import task_cpu_per_example
-    from pipeline.ledger import Ledger
+    from bench_build.bench.stages import task_cpu_per_example
+    from bench_build.build.ledger import Ledger
 
     ledger = Ledger(tmp_path)
     rate, warmup = 0.02, 1.5  # s per example, s per process
@@ -244,9 +243,8 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
 def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
     """`bench` times stages inside `one_thread`: the BLAS/OpenMP pools are limited to one thread while it runs (a
     one-CPU Ray task's setting) and restored after, so an idle core's spinning BLAS thread is not counted."""
+    from bench_build.bench.stages import one_thread
     from threadpoolctl import threadpool_info, threadpool_limits
-
-    from pipeline.bench.stages import one_thread
 
     with threadpool_limits(limits=2):  # whatever the machine has, start from more than one
         before = [p["num_threads"] for p in threadpool_info()]
@@ -258,7 +256,7 @@ def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
 def test_cost_table_write_cost_per_partition_round_trips_and_prices_partitions(kitti_c, tmp_path):
     """A partition pays its own output's write cost when the table has one (``write_ms_by``), else ``write_ms``;
     tables written before the field still load; a negative cost is refused."""
-    from pipeline.costs import parse_costs
+    from bench_build.plan.costs import parse_costs
 
     base = default_costs(kitti_c)
     table = CostTable(**{**base.__dict__, "write_ms_by": {"snow": (11.0, 12.0, 13.0, 14.0, 25.0)}})
@@ -290,8 +288,8 @@ def test_cost_table_write_cost_per_partition_round_trips_and_prices_partitions(k
 def test_model_prediction_for_a_finished_build_reads_its_tasks_from_the_ledger(kitti_c, tmp_path):
     """`bench` checks the cost table against a real build: per stored example, what the table predicts for the
     build's own tasks (each task's frames × its read, caches and partitions)."""
-    from pipeline.bench.stages import model_ms_per_example
-    from pipeline.ledger import Ledger
+    from bench_build.bench.stages import model_ms_per_example
+    from bench_build.build.ledger import Ledger
 
     table = default_costs(kitti_c)
     a = [(CLEAN, 0), ("fog", 1), ("fog", 2)]
@@ -310,9 +308,8 @@ def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
     from dataclasses import replace
 
     import numpy as np
-
-    from pipeline.bench.stages import write_costs
-    from pipeline.sources.demo import generate_frame
+    from bench_build.bench.stages import write_costs
+    from bench_build.sources.demo import generate_frame
 
     recipe = load_recipe(str(small_recipe))
     demo = [replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])

@@ -14,19 +14,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench_build.build.run import run_build
+from bench_build.cli import app
+from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
+from bench_build.publish import publish_version, pull_version, verify_remote
 from typer.testing import CliRunner
-
-from manifests.manifest import read_manifest, stable_view, verify_version
-from pipeline.build import run_build
-from pipeline.cli import app
-from pipeline.publish import publish_version, pull_version, verify_remote
 
 runner = CliRunner()
 FRAMES = 4  # 4 shards of 1 frame × 21 partitions = 84 Parquet files
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
+    return [sys.executable, "-m", "bench_build.cli", *args]
 
 
 def data_files(version_dir: Path) -> dict[str, bytes]:
@@ -107,7 +106,7 @@ def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
                                                {"corruption": "clean", "severity": None}]
     assert len(merged["shards"]) == 2 * FRAMES and verify_version(pdir).ok
     assert set(merged["counts"]["by_partition"]) == {"beam_del/3", "clean/0"}
-    from pipeline.reader import open_version
+    from bench_build.format.reader import open_version
 
     ds = open_version(pdir)  # both partitions read, neither as 0 examples
     assert len(list(ds.examples(corruption="beam_del", severity=3))) == FRAMES
@@ -361,7 +360,7 @@ def test_concurrent_publishes_of_different_content_leave_exactly_the_winners_fil
 def test_interrupted_publish_of_other_content_leaves_no_stray_in_the_committed_version(built, s3prefix, s3env,
                                                                                       tmp_path):
     """Shards an interrupted publish of *other* content left behind are removed before the commit."""
-    from pipeline.storage import open_store
+    from bench_build.storage import open_store
 
     dest = open_store(f"{s3prefix}/mini-c/0.1.0")
     dest.put_bytes("data/corruption=gone/severity=1/part-00000-of-00004.parquet", b"PAR1 stray")
@@ -379,7 +378,7 @@ def test_interrupted_publish_of_other_content_leaves_no_stray_in_the_committed_v
 
 
 def test_versions_flags_unsafe_manifests(built, s3prefix, s3env):
-    from pipeline.storage import open_store
+    from bench_build.storage import open_store
 
     assert publish_version(built, s3prefix, progress=False).ok
     evil = json.loads((built / "manifest.json").read_text())
@@ -396,7 +395,8 @@ def test_versions_flags_unsafe_manifests(built, s3prefix, s3env):
 
 
 def test_seaweed_restarts_on_its_existing_data_dir(tmp_path):
-    from pipeline.seaweed import SeaweedServer
+    from bench_build.storage.seaweed import SeaweedServer
+
     from tests.pipeline.conftest import ACCESS_KEY, SECRET_KEY
 
     server = SeaweedServer(tmp_path / "weed", ACCESS_KEY, SECRET_KEY, ("keep",))
@@ -423,7 +423,7 @@ def test_pull_ignores_a_listed_key_that_escapes_and_writes_only_the_manifests_fi
                                                                                    tmp_path, monkeypatch):
     """A listing entry ``renders/../../../../x`` (AWS S3 accepts any key; SeaweedFS does not, so it is injected
     in-process, with its content) is never written: pull takes every path from the checked manifest."""
-    from pipeline.storage import ObjectInfo, S3Store
+    from bench_build.storage import ObjectInfo, S3Store
 
     assert publish_version(built, s3prefix, progress=False).ok
     real_list, real_get = S3Store.list, S3Store.get
@@ -534,7 +534,7 @@ def test_concurrent_partial_pulls_into_one_out_compose(built, s3prefix, s3env, t
     the manifest it wrote (before: the last manifest written won and verify saw stray shards)."""
     import threading
 
-    from pipeline.storage import S3Store
+    from bench_build.storage import S3Store
 
     assert publish_version(built, s3prefix, progress=False).ok
     waited = threading.Event()
@@ -575,7 +575,7 @@ def test_concurrent_partial_pulls_into_one_out_compose(built, s3prefix, s3env, t
 
 def test_failed_pull_puts_nothing_in_place_and_the_next_reuses_its_verified_files(built, s3prefix, s3env, tmp_path,
                                                                                   monkeypatch):
-    from pipeline.storage import S3Store
+    from bench_build.storage import S3Store
 
     assert publish_version(built, s3prefix, progress=False).ok
     first = pull_version(f"{s3prefix}/mini-c", tmp_path, corruption="clean", progress=False)
@@ -609,7 +609,7 @@ def test_failed_pull_puts_nothing_in_place_and_the_next_reuses_its_verified_file
 
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EACCES])
 def test_os_error_during_pull_is_one_line_naming_the_file(built, s3prefix, s3env, tmp_path, monkeypatch, err):
-    from pipeline.storage import S3Store
+    from bench_build.storage import S3Store
 
     assert publish_version(built, s3prefix, progress=False).ok
     real_download, calls = S3Store.download_file, []
@@ -633,7 +633,7 @@ def test_os_error_during_pull_is_one_line_naming_the_file(built, s3prefix, s3env
 
 def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(built, s3prefix, s3env, tmp_path,
                                                                              monkeypatch):
-    from pipeline.storage import LocalStore
+    from bench_build.storage import LocalStore
 
     assert publish_version(built, s3prefix, progress=False).ok
     a_file = tmp_path / "a-file"
@@ -652,8 +652,8 @@ def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(bu
 
 
 def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place(built, tmp_path, monkeypatch):
-    import pipeline.publish.common as publish
-    from pipeline.storage import LocalStore
+    import bench_build.publish.common as publish
+    from bench_build.storage import LocalStore
 
     assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
     real_put = LocalStore.put_bytes
@@ -679,7 +679,7 @@ def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place
 
 
 def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
-    from pipeline.storage import LocalStore
+    from bench_build.storage import LocalStore
 
     assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
     dest = tmp_path / "o" / "mini-c" / "0.1.0"

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipeline.build import run_build
+from bench_build.build.run import run_build
 
 
 def _free_port() -> int:

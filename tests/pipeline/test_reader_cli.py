@@ -9,12 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
+from bench_build.cli import app
+from bench_build.export.kitti_files import export_kitti
+from bench_build.format.reader import open_version
+from bench_build.sources.kitti import KittiSource
 from typer.testing import CliRunner
-
-from pipeline.cli import app
-from pipeline.export.kitti_files import export_kitti
-from pipeline.reader import open_version
-from pipeline.sources.kitti import KittiSource
 
 runner = CliRunner()
 
@@ -119,7 +118,8 @@ def _copy(built, tmp_path):
 
 
 def test_a_flipped_byte_in_a_points_page_fails_the_read_naming_the_file(built, tmp_path):
-    from pipeline.checked import IntegrityError
+    from bench_build.format.checked import IntegrityError
+
     from tests.pipeline.tamper import flip_file
 
     v = _copy(built, tmp_path)
@@ -140,7 +140,7 @@ def test_a_flipped_byte_in_a_points_page_fails_the_read_naming_the_file(built, t
 
 
 def test_a_file_of_another_size_fails_on_open_naming_the_manifests_value(built, tmp_path):
-    from pipeline.checked import IntegrityError
+    from bench_build.format.checked import IntegrityError
 
     v = _copy(built, tmp_path)
     shorter, longer = open_version(v).shards("translation", 3)

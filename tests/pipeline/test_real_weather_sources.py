@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.boreas import BOREAS_FIELDS, BoreasSource, read_boreas_bin, write_boreas_bin
-from pipeline.sources.stf import STF_FIELDS, StfSource, read_stf_bin, write_stf_bin
+from bench_build.sources.base import SourceError
+from bench_build.sources.boreas import BOREAS_FIELDS, BoreasSource, read_boreas_bin, write_boreas_bin
+from bench_build.sources.stf import STF_FIELDS, StfSource, read_stf_bin, write_stf_bin
 
 
 def _cloud(n: int, width: int, seed: int = 0) -> np.ndarray:
@@ -87,8 +86,8 @@ def test_missing_or_empty_directory_is_loud(tmp_path, source):
 
 
 def test_validation_loader_reads_both_formats_onto_one_scale(tmp_path):
-    from pipeline.validate.extract import load_real_chunk
-    from pipeline.validate.preprocess import Preprocess
+    from bench_build.validate.extract import load_real_chunk
+    from bench_build.validate.preprocess import Preprocess
 
     pts = _cloud(400, 6, 3)
     pts[:, :3] = np.abs(pts[:, :3]) * [1, 1, 0] + [5, 0, -1]  # in range and inside the common FOV

@@ -1,7 +1,7 @@
 """A `bench-build run` killed with SIGKILL leaves no Ray process behind (issue 29, defect 7).
 
 Ray's dashboard and runtime-env agents outlived a killed driver by ≈ 61 s (they report the raylet's death to
-the dead GCS and wait out a 60 s call); pipeline/reaper.py's watcher kills them as soon as the driver is gone,
+the dead GCS and wait out a 60 s call); pipeline/runtime/reaper.py's watcher kills them as soon as the driver is gone,
 and leaves on its own after a normal run."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipeline import reaper
+from bench_build.runtime import reaper
 
 pytestmark = pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
                                 reason="the watcher needs Linux /proc children lists")
@@ -43,7 +42,7 @@ def _kill(tree: dict[int, int | None]) -> None:
 
 
 def _run(recipe: Path, source: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", str(recipe), "--source", str(source),
+    return subprocess.Popen([sys.executable, "-m", "bench_build.cli", "run", str(recipe), "--source", str(source),
                              "--out", str(out), "--workers", "2", "--max-frames", "4", "--frames-per-shard", "1",
                              "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)

@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from manifests.manifest import read_manifest, verify_version
-from pipeline.storage import LOCK_NAME, LocalStore, VersionLocked, owner_tag, remove_dead_temps
+from bench_build.manifests.manifest import read_manifest, verify_version
+from bench_build.storage import LOCK_NAME, LocalStore, VersionLocked, owner_tag, remove_dead_temps
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
+    return [sys.executable, "-m", "bench_build.cli", *args]
 
 
 def _dead_pid() -> int:
@@ -71,7 +70,7 @@ def test_second_run_and_overwrite_are_refused_while_a_run_holds_the_version(smal
 def test_lock_is_released_when_its_holder_dies(tmp_path):
     """flock is released by the kernel: a SIGKILLed holder never leaves a stale lock."""
     store = LocalStore(tmp_path / "v")
-    code = ("import sys, time; from pipeline.storage import LocalStore\n"
+    code = ("import sys, time; from bench_build.storage import LocalStore\n"
             f"with LocalStore({str(store.root)!r}).writer_lock('holder'):\n"
             "    print('locked', flush=True); time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -103,7 +102,7 @@ def test_temp_cleanup_removes_only_dead_owners_temps(tmp_path):
 
 
 def test_s3_lease_refuses_a_second_writer_and_takes_over_an_expired_one(s3prefix):
-    from pipeline.storage import LEASE_NAME, open_store
+    from bench_build.storage import LEASE_NAME, open_store
 
     store = open_store(f"{s3prefix}/mini-c/0.1.0")
     with store.writer_lock("first"):
@@ -136,7 +135,7 @@ def _clean_points(version: Path, shard: str) -> np.ndarray:
 
 
 def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path, shared_ray):
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     out = tmp_path / "out"
     first = subprocess.run(_cli("run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out),
@@ -188,7 +187,7 @@ def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tm
     assert run.returncode == 1, run.stderr
     assert f"{empty}: empty scan (0 bytes" in run.stderr
     assert "1 built, 1 failed" in run.stderr
-    from pipeline.sources.kitti import KittiSource
+    from bench_build.sources.kitti import KittiSource
 
     frame = KittiSource(demo_kitti, allow_empty=True).read("000001")  # opt-in for datasets with empty frames
     assert frame.points.shape == (0, 4)
@@ -205,7 +204,7 @@ def test_disk_full_names_the_cause_and_never_crashes_the_driver(small_recipe, de
         assert "\x1b[" not in run.stderr  # no colour codes in a log file
         assert "the input is not at fault" in run.stderr and "fix the input" not in run.stderr
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     res = run_build(str(small_recipe), source=str(demo_kitti), out=small_fs, max_frames=3, frames_per_shard=1,
                     progress=False)
@@ -218,12 +217,12 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
     """The same path without a mount: ENOSPC raised by the storage layer (a shard file, then the manifest)."""
     import errno
 
-    from manifests.recipe import load_recipe
-    from pipeline import shard as shard_mod
-    from pipeline.build import run_build
-    from pipeline.plan import plan_shards
-    from pipeline.shard import ShardFailed, build_shard
-    from pipeline.sources.kitti import KittiSource
+    from bench_build.build import shard as shard_mod
+    from bench_build.build.run import run_build
+    from bench_build.build.shard import ShardFailed, build_shard
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.sources.kitti import KittiSource
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -253,8 +252,8 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
 
 def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,
                                                                   shared_ray):
-    from pipeline.build import run_build
-    from pipeline.sources.kitti import KittiSource
+    from bench_build.build.run import run_build
+    from bench_build.sources.kitti import KittiSource
 
     class DyingSource(KittiSource):  # defined here so Ray ships it by value to its workers
         def read(self, frame_id):
@@ -262,13 +261,13 @@ def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, d
                 os._exit(9)  # the worker process dies, as under the OOM killer
             return super().read(frame_id)
 
-    monkeypatch.setattr("pipeline.build.run.open_source", lambda *a, **k: DyingSource(demo_kitti))
+    monkeypatch.setattr("bench_build.build.run.open_source", lambda *a, **k: DyingSource(demo_kitti))
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
                     progress=False)
     assert res.shards_built == ["part-00000-of-00002"]
     assert res.failures["part-00001-of-00002"].startswith("worker died (retries exhausted)")
     assert res.failure_kinds["part-00001-of-00002"] == "resource"
-    from pipeline.ledger import Ledger
+    from bench_build.build.ledger import Ledger
 
     recorded = Ledger(res.version_dir).failed_entry("part-00001-of-00002")
     assert recorded["error"].startswith("worker died") and recorded["kind"] == "resource"
@@ -283,9 +282,11 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     the ledger recorded its shard, one before it built anything. The summary, the ledger and `status` agree:
     the recorded shard is built, the other failed with "worker died (retries exhausted)" (not bad input);
     exit 1; the same command resumes and the result equals a build nobody killed, byte for byte."""
-    from manifests.manifest import stable_view
-    from pipeline.build import TEST_KILL_ENV, build_status, run_build
-    from pipeline.ledger import Ledger
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.run import run_build
+    from bench_build.build.status import build_status
+    from bench_build.manifests.manifest import stable_view
+    from bench_build.runtime.faults import TEST_KILL_ENV
 
     recorded, killed = "part-00000-of-00003", "part-00001-of-00003"
     out = tmp_path / "out"
@@ -311,9 +312,8 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     status = build_status(str(small_recipe), out)
     assert (status["done"], set(status["failed"]), status["pending"]) == (2, {killed}, 0)
 
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     again = CliRunner().invoke(app, args)  # the same command, nobody killed (shared Ray: no second start-up)
     assert again.exit_code == 0, again.output
@@ -337,9 +337,8 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     (("seed = 7", "seed = -7"), "seed must be a non-negative integer"),
 ])
 def test_bad_recipe_values_exit_2_at_load_naming_file_and_key(small_recipe, edit, message):
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     small_recipe.write_text(small_recipe.read_text().replace(*edit))
     run = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(small_recipe.parent / "o"), "--no-progress"])
@@ -352,9 +351,8 @@ def test_bad_recipe_values_exit_2_at_load_naming_file_and_key(small_recipe, edit
 @pytest.mark.parametrize("args", [["--recheck", "bogus"], ["--max-frames", "-1"], ["--max-frames", "0"],
                                   ["--frames-per-shard", "0"], ["--workers", "0"]])
 def test_bad_run_options_are_usage_errors(small_recipe, tmp_path, args):
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     out = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(tmp_path / "o"), *args])
     assert out.exit_code == 2, out.output
@@ -367,10 +365,9 @@ def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_ki
                                                            where):
     """Issue 29: `run --out <a file>` (or OUT/<benchmark> a file) exits 2 naming the path; it used to reach the
     version's mkdir and exit 1 with NotADirectoryError."""
+    import bench_build.build.run as build
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    import pipeline.build.run as build
-    from pipeline.cli import app
 
     def no_ray(*a, **kw):
         raise AssertionError("Ray started for a refused run")
@@ -394,10 +391,9 @@ def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_ki
 
 
 def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
+    from bench_build.cli import app
+    from bench_build.manifests.manifest import MANIFEST_VERSION
     from typer.testing import CliRunner
-
-    from manifests.manifest import MANIFEST_VERSION
-    from pipeline.cli import app
 
     version = tmp_path / "mini-c" / "0.1.0"
     version.mkdir(parents=True)
@@ -415,7 +411,7 @@ def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
 
 
 def test_manifests_are_strict_json():
-    from manifests.manifest import MANIFEST_VERSION, ManifestError, parse_manifest
+    from bench_build.manifests.manifest import MANIFEST_VERSION, ManifestError, parse_manifest
 
     with pytest.raises(ManifestError, match="NaN is not a JSON number"):
         parse_manifest(f'{{"manifest_version": {MANIFEST_VERSION}, "x": NaN}}', "m.json")
@@ -424,10 +420,9 @@ def test_manifests_are_strict_json():
 def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo_kitti, tmp_path, shared_ray):
     import shutil
 
+    from bench_build.build.run import run_build
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.build import run_build
-    from pipeline.cli import app
 
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
                     progress=False)
@@ -481,7 +476,7 @@ def test_raylet_death_is_seen_within_the_wait_an_error_gives_it():
     symptom one worker saw. A running raylet is not waited on without cause, and is never reported dead."""
     import signal
 
-    from pipeline.runtime.ray import raylet_death
+    from bench_build.runtime.ray import raylet_death
 
     assert raylet_death(None, 1.0) is None  # no raylet watched (a cluster, or a Ray the caller started)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -539,13 +534,13 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
     assert failed == sorted({f"part-{i:05d}-of-00005" for i in range(5)} - set(recorded)), stderr
     assert all(f"FAILED {s}: Ray node died (local raylet pid {raylets[0].pid} exited" in stderr for s in failed), stderr
     assert "the input is not at fault" in stderr and "fix the input" not in stderr and "Traceback" not in stderr
-    from pipeline.ledger import Ledger
+    from bench_build.build.ledger import Ledger
 
     ledger = Ledger(version)
     assert all(ledger.failed_entry(s)["error"].startswith("Ray node died") for s in failed)
     fingerprint = ledger.run_info()["fingerprint"]
     assert all(ledger.check_done(s, fingerprint, "sha256")[0] for s in recorded)  # intact, checksums and all
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     again = run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=5, frames_per_shard=1,
                       progress=False)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-from pipeline.cli import app
-from pipeline.render import (
+from bench_build.cli import app
+from bench_build.render import (
     PANEL_PX,
     SHEET_GAP_PX,
     TAG_COLORS,
@@ -24,7 +22,8 @@ from pipeline.render import (
     sheet_panels,
     sheet_title,
 )
-from stages.frame import Boxes, PointTag
+from bench_build.stages.frame import Boxes, PointTag
+from typer.testing import CliRunner
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -141,7 +140,7 @@ def test_render_cli(built, tmp_path):
 
 
 def test_publish_and_pull_carry_the_renders(built, tmp_path):
-    from pipeline.publish import publish_version, pull_version
+    from bench_build.publish import publish_version, pull_version
 
     r = publish_version(str(built), str(tmp_path / "pub"), progress=False)
     assert r.ok
@@ -155,9 +154,8 @@ def test_reads_layout_v2_points(tmp_path):
     """Layout v2 stores points as list<fixed_size_list<float32, C>> and keeps partition keys in the path only."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from pipeline.render import read_views
-    from pipeline.storage import LocalStore
+    from bench_build.render import read_views
+    from bench_build.storage import LocalStore
 
     pts = [np.arange(12, dtype=np.float32).reshape(3, 4), np.ones((2, 4), np.float32)]
     flat = pa.array(np.concatenate([p.ravel() for p in pts]))
@@ -236,7 +234,7 @@ def _colour_px(img: np.ndarray, rgb) -> int:
 def test_zoom_inset_shows_object_level_changes_the_scene_view_cannot():
     """uniform_obj at severity 1 moves a car's points by centimetres: the whole-scene raster barely changes,
     the inset zoomed on the car marks every moved point black; deleted points (cutout_obj) show pink."""
-    from pipeline.render import ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME, sheet_focus
+    from bench_build.render import ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME, sheet_focus
 
     rng = np.random.default_rng(1)
     pts, boxes, car = _car_scene(rng)
@@ -264,7 +262,7 @@ def test_zoom_inset_shows_object_level_changes_the_scene_view_cannot():
 
 
 def test_scale_bars_and_legend_of_a_scene_sheet():
-    from pipeline.render import ZOOM_CHANGED, legend_entries, scale_bar_m, sheet_key
+    from bench_build.render import ZOOM_CHANGED, legend_entries, scale_bar_m, sheet_key
 
     assert [scale_bar_m(w) for w in (80, 60, 10, 3)] == [20, 10, 2, 0.5]
     rng = np.random.default_rng(2)
@@ -303,7 +301,7 @@ def test_scale_bars_and_legend_of_a_scene_sheet():
 
 
 def test_object_legend_lists_no_weather_and_views_are_labelled():
-    from pipeline.render import sheet_key, view_figure
+    from bench_build.render import sheet_key, view_figure
 
     rng = np.random.default_rng(3)
     pts = rng.uniform(-0.8, 0.8, (500, 3))
@@ -328,7 +326,7 @@ def test_object_legend_lists_no_weather_and_views_are_labelled():
 
 
 def test_scene_figure_has_metric_axes_legend_and_colour_bar():
-    from pipeline.render import sheet_focus, view_figure
+    from bench_build.render import sheet_focus, view_figure
 
     rng = np.random.default_rng(4)
     pts, boxes, _ = _car_scene(rng)
@@ -361,9 +359,9 @@ def test_render_writes_beside_the_user_not_into_the_build(built, tmp_path, monke
 def test_build_sheet_panels_carry_the_zoom(built):
     """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
     read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
-    from manifests.manifest import read_manifest
-    from pipeline.render import ZOOM_CHANGED, ZOOM_GONE, read_views
-    from pipeline.storage import LocalStore
+    from bench_build.manifests.manifest import read_manifest
+    from bench_build.render import ZOOM_CHANGED, ZOOM_GONE, read_views
+    from bench_build.storage import LocalStore
 
     _, views = read_views(LocalStore(built), read_manifest(built), None,
                           partitions=[("clean", 0), ("translation", 1)])
@@ -378,7 +376,7 @@ def test_panels_from_memory_equal_panels_from_the_files_float32_boxes():
     zoom magnifies a box edge ≈ 15×, so the panels must use the boxes as stored: both give the same panel."""
     import dataclasses
 
-    from pipeline.render import sheet_focus
+    from bench_build.render import sheet_focus
 
     rng = np.random.default_rng(5)
     pts, boxes, _ = _car_scene(rng)

@@ -9,13 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
+from bench_build.build.run import run_build
+from bench_build.cli import app
+from bench_build.format.schema import file_metadata
+from bench_build.manifests.manifest import read_manifest, verify_version
+from bench_build.publish import publish_version, pull_version, verify_remote
+from bench_build.runtime.faults import TEST_KILL_ENV
 from typer.testing import CliRunner
 
-from manifests.manifest import read_manifest, verify_version
-from pipeline.build import TEST_KILL_ENV, run_build
-from pipeline.cli import app
-from pipeline.publish import publish_version, pull_version, verify_remote
-from pipeline.schema import file_metadata
 from tests.conftest import SMALL_RECIPE
 
 runner = CliRunner()
@@ -139,7 +140,7 @@ def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(
         {s["path"]: s["sha256"] for s in read_manifest(v2["fresh"])["shards"]}
     assert verify_remote(f"{s3prefix}/builds/mini-c/0.2.0", progress=False).ok
     # every version is self-contained: deleting the old one leaves the new one whole
-    from pipeline.storage import open_store
+    from bench_build.storage import open_store
 
     open_store(f"{s3prefix}/mini-c").delete_prefix("0.1.0")
     assert verify_remote(f"{s3prefix}/mini-c/0.2.0", progress=False).ok

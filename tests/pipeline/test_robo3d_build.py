@@ -9,16 +9,15 @@ import json
 
 import numpy as np
 import pyarrow.dataset as ds
+from bench_build.cli import app
+from bench_build.manifests.manifest import read_manifest, verify_version
 from typer.testing import CliRunner
-
-from manifests.manifest import read_manifest, verify_version
-from pipeline.cli import app
 
 runner = CliRunner()
 
 
 def _without_snow(tmp_path):
-    from manifests.recipe import builtin_recipes
+    from bench_build.manifests.recipe import builtin_recipes
 
     text = builtin_recipes()["robo3d-nuscenes-c"].read_text()
     head, _, rest = text.partition("[corruptions.snow]")
@@ -53,7 +52,7 @@ def test_demo_build_verify_resume(tmp_path, monkeypatch):
     assert "not from the released data" in card and "nuScenes-lidarseg: CC BY-NC-SA 4.0" in card
     # the devkit's 16-class lidarseg benchmark map is recorded; `score` maps ground truth through it, so
     # predictions that are the mapped ground truth (0 where it is ignored) score 100 % mIoU in every partition
-    from pipeline.sources.nuscenes import FINE_INDEX
+    from bench_build.sources.nuscenes import FINE_INDEX
 
     lmap = {int(k): v for k, v in m["source"]["learning_map"].items()}
     assert lmap[FINE_INDEX["vehicle.car"]] == 4 and lmap[FINE_INDEX["human.pedestrian.child"]] == 7

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from manifests.recipe import load_recipe
-from stages.frame import Frame, PointTag
-from stages.registry import get_stage
+from bench_build.manifests.recipe import load_recipe
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.registry import get_stage
 
 RECIPES = {"robo3d-semantickitti-c": "semantickitti", "robo3d-nuscenes-c": "nuscenes", "robo3d-wod-c": "waymo"}
 TAG_OF = {"fog": PointTag.SCATTER_FOG, "snow": PointTag.SCATTER_SNOW, "crosstalk": PointTag.CROSSTALK}
@@ -19,14 +18,14 @@ TAG_OF = {"fog": PointTag.SCATTER_FOG, "snow": PointTag.SCATTER_SNOW, "crosstalk
 
 def _fixture(kind: str, root: Path):
     if kind == "semantickitti":
-        from pipeline.sources.semantickitti import SemanticKittiSource, write_semantickitti
+        from bench_build.sources.semantickitti import SemanticKittiSource, write_semantickitti
 
         return SemanticKittiSource(write_semantickitti(root, 1, azimuth_step_deg=0.36))
     if kind == "nuscenes":
-        from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
+        from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
 
         return NuScenesSource(write_nuscenes(root, 1, train_frames=0, azimuth_step_deg=0.33))
-    from pipeline.sources.waymo import WaymoSource, write_waymo
+    from bench_build.sources.waymo import WaymoSource, write_waymo
 
     return WaymoSource(write_waymo(root, 1, contexts=1, width=1300, unlabelled_per_context=0))
 
@@ -68,7 +67,7 @@ def test_labels_follow_points_through_every_corruption(labelled):
 
 
 def test_points_a_stage_adds_get_the_unlabelled_id(labelled):
-    from stages.labels import UNLABELLED
+    from bench_build.stages.labels import UNLABELLED
 
     _, frame = labelled
     out = frame.append(np.zeros((3, len(frame.fields)), np.float32))

@@ -11,9 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipeline.reader import rows_of
-from pipeline.schema import (
+from bench_build.format.reader import rows_of
+from bench_build.format.schema import (
     EXAMPLE_COLUMNS,
     POINT_COLUMNS,
     encode_rows,
@@ -21,7 +20,8 @@ from pipeline.schema import (
     row_schema,
     schema_with_metadata,
 )
-from stages.frame import PointTag
+from bench_build.stages.frame import PointTag
+
 from tests.stages.conftest import make_scene
 
 
@@ -107,13 +107,13 @@ def test_undeclared_labels_and_unknown_columns_are_refused():
 
 
 def _source_cases(tmp: Path):
-    from pipeline.sources.demo_objects import write_demo_objects
-    from pipeline.sources.modelnet import ModelNet40H5Source
-    from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
-    from pipeline.sources.scanobjectnn import ScanObjectNNSource
-    from pipeline.sources.semantickitti import SemanticKittiSource, write_semantickitti
-    from pipeline.sources.shapenet import ShapeNetCoreSource
-    from pipeline.sources.waymo import WaymoSource, write_waymo
+    from bench_build.sources.demo_objects import write_demo_objects
+    from bench_build.sources.modelnet import ModelNet40H5Source
+    from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
+    from bench_build.sources.scanobjectnn import ScanObjectNNSource
+    from bench_build.sources.semantickitti import SemanticKittiSource, write_semantickitti
+    from bench_build.sources.shapenet import ShapeNetCoreSource
+    from bench_build.sources.waymo import WaymoSource, write_waymo
 
     objs = write_demo_objects(tmp / "objects", modelnet={"test": 1}, scanobjectnn={"test": 1},
                               shapenet={"test": 1})
@@ -154,7 +154,7 @@ def test_every_source_encodes_losslessly_with_the_columns_it_declares(tmp_path):
 def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
     from types import SimpleNamespace
 
-    from pipeline.shard import build_columns
+    from bench_build.build.shard import build_columns
 
     recipe = SimpleNamespace(corruptions=[SimpleNamespace(stage=s) for s in ("object_jitter", "sensor_noise")])
     source = SimpleNamespace(columns=("split", "class_id", "class_name"))
@@ -165,7 +165,8 @@ def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
 def test_the_builders_writer_puts_a_checksum_on_every_page(tmp_path):
     """Plain and compact encodings both go through `_write_parquet`: a flipped byte in the points (or a compact
     row's literal points) is caught by the page checksum, where without it the same bytes decode silently."""
-    from pipeline.shard import write_parquet_atomic
+    from bench_build.build.shard import write_parquet_atomic
+
     from tests.pipeline.tamper import flip_file
 
     a = make_scene(3, n_ground=4000, n_per_car=50)

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.semantickitti import SemanticKittiSource, parse_split, write_semantickitti
-from stages.ring import frame_rings
-from stages.sensor import HDL64E
+from bench_build.sources.base import SourceError
+from bench_build.sources.semantickitti import SemanticKittiSource, parse_split, write_semantickitti
+from bench_build.stages.ring import frame_rings
+from bench_build.stages.sensor import HDL64E
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,7 @@ def test_reads_scans_and_raw_semantic_ids(sk_root):
         assert f.intensity_scale == "unit" and f.sensor == HDL64E
         assert 0.0 <= f.intensity.min() and f.intensity.max() <= 1.0
         # calibration: pykitti's Tr, written as the demo's velodyne → rectified camera transform
-        from pipeline.sources.demo import demo_calib
+        from bench_build.sources.demo import demo_calib
 
         np.testing.assert_allclose(f.calib.Tr_velo_to_cam, demo_calib().velo_to_rect[:3], atol=1e-9)
 

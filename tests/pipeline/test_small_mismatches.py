@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from bench_build.cli import app
+from bench_build.manifests.recipe import builtin_recipes, load_recipe
 from typer.testing import CliRunner
-
-from manifests.recipe import builtin_recipes, load_recipe
-from pipeline.cli import app
 
 
 def test_list_counts_with_the_right_plural_and_gives_every_paper_benchmark_its_full_size():
@@ -29,7 +28,7 @@ def test_verify_on_a_missing_directory_says_so(tmp_path):
 
 
 def test_progress_log_lines_never_say_eta_nan(capsys):
-    from pipeline.progress import BuildProgress
+    from bench_build.build.progress import BuildProgress
 
     bar = BuildProgress(total=10, enabled=True)
     bar.advance(0)  # the first call: what an earlier run had done (here nothing)
@@ -46,7 +45,8 @@ def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti,
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {"HOME": str(tmp_path / "home"),
                                                                           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(small_recipe), "--source", str(demo_kitti),
+    res = subprocess.run([sys.executable, "-m", "bench_build.cli", "run", str(small_recipe),
+                          "--source", str(demo_kitti),
                           "--out", str(tmp_path / "o"), "--workers", "1", "--max-frames", "1", "--no-progress"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr

@@ -7,16 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from pipeline.storage import (
-    LocalStore,
-    NotFound,
-    PreconditionFailed,
-    S3Store,
-    StorageError,
-    open_store,
-    redact,
-)
+from bench_build.storage import LocalStore, NotFound, PreconditionFailed, S3Store, StorageError, open_store, redact
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -11,19 +11,18 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
-from manifests.threedos import SCENARIOS, SN_SETS, SR_MODELNET, SR_SCANOBJECTNN, sn_set_of
-from pipeline.sources.base import SourceError
-from pipeline.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
-from pipeline.sources.scanobjectnn import SONN_CLASSES
-from pipeline.sources.shapenet import SHAPENET_SYNSETS
-from pipeline.sources.threedos import ThreeDOSSource, authors_r2r_split
+from bench_build.manifests.threedos import SCENARIOS, SN_SETS, SR_MODELNET, SR_SCANOBJECTNN, sn_set_of
+from bench_build.sources.base import SourceError
+from bench_build.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
+from bench_build.sources.scanobjectnn import SONN_CLASSES
+from bench_build.sources.shapenet import SHAPENET_SYNSETS
+from bench_build.sources.threedos import ThreeDOSSource, authors_r2r_split
 
 SYNSET_OF = {name: syn for syn, name in SHAPENET_SYNSETS.items()}
 CELLPHONE = "02992529"
 
 # The released class lists (antoalli/3D_OS datasets/sncore_splits.py, modelnet.py, scanobject.py), typed here
-# as facts, independently of manifests.threedos: ShapeNet synsets per SN set, ModelNet40 classes and SONN
+# as facts, independently of bench_build.manifests.threedos: ShapeNet synsets per SN set, ModelNet40 classes and SONN
 # labels per SR set. Cellphone (02992529) is in none of them.
 RELEASED_SN = {
     "SN1": "03797390 03636649 02818832 04554684 03691459 04401088 03207941 02942699 02843684 03593526 02880940 "

@@ -13,10 +13,9 @@ import hashlib
 import os
 from pathlib import Path
 
+import bench_build.storage.s3 as storage_s3
 import pytest
-
-import pipeline.storage.s3 as storage_s3
-from pipeline.storage import CHECKSUM_ENV, StorageError, open_store
+from bench_build.storage import CHECKSUM_ENV, StorageError, open_store
 
 
 def _file(tmp_path: Path, name: str, size: int) -> tuple[Path, bytes]:

@@ -11,8 +11,7 @@ import threading
 import time
 
 import pytest
-
-from pipeline.storage import OVERLAP_ENV, UPLOAD_THREADS, LocalStore, open_store
+from bench_build.storage import OVERLAP_ENV, UPLOAD_THREADS, LocalStore, open_store
 
 
 def _write(store, key: str, data: bytes) -> str:
@@ -91,9 +90,9 @@ def test_overlap_is_on_by_default_and_can_be_switched_off(s3prefix, s3env, monke
 def _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path):
     """One shard of the small recipe to build into ``s3prefix/v`` with overlapped uploads (staging under
     ``tmp_path``): recipe, spec, source, store and the shard's file keys in writing order."""
-    from manifests.recipe import load_recipe
-    from pipeline.plan import plan_shards
-    from pipeline.sources.kitti import KittiSource
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.sources.kitti import KittiSource
 
     monkeypatch.setenv("BENCH_BUILD_STAGING", str(tmp_path / "staging"))
     monkeypatch.setenv(OVERLAP_ENV, "1")
@@ -109,8 +108,8 @@ def _upload_threads() -> list[threading.Thread]:
 
 def test_a_shard_is_recorded_only_after_its_last_upload_finished(s3prefix, s3env, monkeypatch, tmp_path,
                                                                 small_recipe, demo_kitti):
-    from pipeline.ledger import Ledger
-    from pipeline.shard import build_shard
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.shard import build_shard
 
     recipe, spec, source, store, keys = _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path)
     real_upload = store.upload_file
@@ -151,9 +150,9 @@ def test_a_shard_is_recorded_only_after_its_last_upload_finished(s3prefix, s3env
 
 def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s3env, monkeypatch, tmp_path,
                                                                     small_recipe, demo_kitti):
-    from pipeline import shard as shard_mod
-    from pipeline.ledger import Ledger
-    from pipeline.shard import ShardFailed, build_shard
+    from bench_build.build import shard as shard_mod
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.shard import ShardFailed, build_shard
 
     recipe, spec, source, store, keys = _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path)
     real_upload, real_write = store.upload_file, shard_mod._write_parquet
@@ -262,7 +261,7 @@ def test_local_flush_failure_fails_the_batch(tmp_path, monkeypatch):
 
 def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, monkeypatch, small_recipe,
                                                                demo_kitti, tmp_path):
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     monkeypatch.setenv(OVERLAP_ENV, "1")  # the local Ray's workers inherit it
     common = {"source": str(demo_kitti), "workers": 1, "max_frames": 2, "frames_per_shard": 1, "progress": False}
@@ -279,7 +278,7 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
              for p in local.version_dir.rglob("*.parquet") if "_ledger" not in p.parts}
     assert objects == files and len(files) == 2 * 21
     # each task records the CPU its uploads took (what `bench --s3-build` reports as the client's share)
-    from pipeline.ledger import Ledger
+    from bench_build.build.ledger import Ledger
 
     remote_entries = [Ledger(store).done_entry(n) for n in remote.shards_built]
     local_entries = [Ledger(LocalStore(local.version_dir)).done_entry(n) for n in local.shards_built]
@@ -289,11 +288,11 @@ def test_s3_build_with_overlapped_uploads_equals_a_local_build(s3prefix, s3env, 
 
 def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_nothing(tmp_path, monkeypatch,
                                                                                       small_recipe, demo_kitti):
-    from manifests.recipe import load_recipe
-    from pipeline.ledger import Ledger
-    from pipeline.plan import ShardSpec
-    from pipeline.shard import ShardFailed, build_shard
-    from pipeline.sources.kitti import KittiSource
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.shard import ShardFailed, build_shard
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import ShardSpec
+    from bench_build.sources.kitti import KittiSource
 
     monkeypatch.setenv(OVERLAP_ENV, "1")
     source = KittiSource(demo_kitti)

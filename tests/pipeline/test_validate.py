@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_build.cli import app
 from typer.testing import CliRunner
 
-from pipeline.cli import app
 from tests.conftest import FIXTURE_AZIMUTH_STEP
 
 TINY = {"points": 512, "width": 0.125, "epochs": 30, "batch_size": 16, "max_embed": 200, "permutations": 200}
@@ -33,10 +33,10 @@ def _rotate(points: np.ndarray, angle: float) -> np.ndarray:
 
 def write_real_stf(root: Path, scenes: int = 12, turns: int = 3, alpha: float = 0.1) -> tuple[Path, Path]:
     """Real fog / real clear in STF layout: demo scenes of another seed, each at ``turns`` headings."""
-    from pipeline.sources.demo import generate_frame
-    from pipeline.sources.stf import write_stf_bin
-    from stages.frame import Frame
-    from stages.registry import get_stage
+    from bench_build.sources.demo import generate_frame
+    from bench_build.sources.stf import write_stf_bin
+    from bench_build.stages.frame import Frame
+    from bench_build.stages.registry import get_stage
 
     fog = get_stage("fog")
     params = fog.params(alpha=alpha, mode="physical")
@@ -75,9 +75,8 @@ alpha = [0.0, 0.0]
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     import ray
-
-    from pipeline.build import run_build
-    from pipeline.sources.demo import write_demo_dataset
+    from bench_build.build.run import run_build
+    from bench_build.sources.demo import write_demo_dataset
 
     tmp = tmp_path_factory.mktemp("validate")
     fog_dir, clear_dir = write_real_stf(tmp / "stf")
@@ -184,14 +183,14 @@ def test_outputs_plots_card_and_checkpoint(validated):
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail loudly if Ray or training were started: input errors must come first."""
-    import pipeline.build
-    import pipeline.validate.train
+    import bench_build.build
+    import bench_build.validate.train
 
     def boom(*a, **k):
         raise AssertionError("training / Ray started before the input check")
 
-    monkeypatch.setattr(pipeline.build, "init_ray", boom)
-    monkeypatch.setattr(pipeline.validate.train, "train_classifier", boom)
+    monkeypatch.setattr(bench_build.build, "init_ray", boom)
+    monkeypatch.setattr(bench_build.validate.train, "train_classifier", boom)
 
 
 def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, no_training):
@@ -216,7 +215,7 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
 
 
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     recipe = tmp_path / "skip.toml"
     recipe.write_text(RECIPE.replace("fog-mini", "fog-skip") + '\n[validate]\ncorruptions = ["fog"]\n'

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from manifests.recipe import RecipeError, parse_recipe
-from pipeline.validate.config import ValidateConfig, ValidationError, configs_from_recipe, parse_real_options
-from pipeline.validate.mmd import gaussian_mmd2, median_bandwidth, mmd2_unbiased, mmd_table, mmd_test
-from pipeline.validate.preprocess import EmptyScanError, Preprocess
-from pipeline.validate.run import detect_format, verdict
+from bench_build.manifests.recipe import RecipeError, parse_recipe
+from bench_build.validate.config import ValidateConfig, ValidationError, configs_from_recipe, parse_real_options
+from bench_build.validate.mmd import gaussian_mmd2, median_bandwidth, mmd2_unbiased, mmd_table, mmd_test
+from bench_build.validate.preprocess import EmptyScanError, Preprocess
+from bench_build.validate.run import detect_format, verdict
 
 
 def _gauss(rng, n, d, shift=0.0):
@@ -99,9 +98,8 @@ def test_preprocess_crops_samples_rescales_and_is_deterministic():
 
 def test_training_is_deterministic_and_keeps_the_best_checkpoint():
     import torch
-
-    from pipeline.validate.pointnet import PointNet, PointNetConfig
-    from pipeline.validate.train import TrainConfig, split_train_val, train_classifier
+    from bench_build.validate.pointnet import PointNet, PointNetConfig
+    from bench_build.validate.train import TrainConfig, split_train_val, train_classifier
 
     rng = np.random.default_rng(0)
     y = np.repeat([0, 1], 20).astype(np.int64)
@@ -219,7 +217,7 @@ def test_recipe_validate_table_is_checked_and_leaves_the_fingerprint_alone(tmp_p
 
 
 def test_the_cpu_training_estimate_scales_from_the_measured_paper_batch():
-    from pipeline.validate.train import CPU_BATCH_SECONDS, cpu_training_estimate
+    from bench_build.validate.train import CPU_BATCH_SECONDS, cpu_training_estimate
 
     # one paper-sized batch on the 2 cores it was measured on
     assert cpu_training_estimate(32, 16384, 1.0, 32, 1, 2) == pytest.approx(CPU_BATCH_SECONDS)
@@ -232,8 +230,7 @@ def test_the_cpu_training_estimate_scales_from_the_measured_paper_batch():
 
 def test_validate_says_its_device_and_on_cpu_how_long_training_will_take(tmp_path, monkeypatch):
     import torch
-
-    from pipeline.validate.run import training_device_line
+    from bench_build.validate.run import training_device_line
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = ValidateConfig(corruption="snow", real_weather=tmp_path, real_clean=tmp_path)  # the paper's defaults

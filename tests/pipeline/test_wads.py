@@ -14,12 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-from manifests.recipe import RecipeError, parse_recipe
-from pipeline.sources import SOURCE_KINDS, open_source
-from pipeline.sources.base import SourceError
-from pipeline.sources.wads import (
+from bench_build.manifests.recipe import RecipeError, parse_recipe
+from bench_build.sources import SOURCE_KINDS, open_source
+from bench_build.sources.base import SourceError
+from bench_build.sources.wads import (
     ACCUMULATED_SNOW,
     DUPLICATE_CHOICES,
     FALLING_SNOW,
@@ -28,7 +26,8 @@ from pipeline.sources.wads import (
     snow_masks,
     write_wads,
 )
-from pipeline.validate import realism
+from bench_build.validate import realism
+from typer.testing import CliRunner
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "real"
 WADS = SHARED / "wads"
@@ -99,7 +98,7 @@ def test_wads_is_a_build_source_with_a_duplicates_option(tmp_path):
     assert dropped.duplicates == "drop" and len(dropped.read("36_000000")) < len(src.read("36_000000"))
     with pytest.raises(RecipeError, match="duplicates must be one of"):
         parse_recipe(head + '[source_options]\nduplicates = "some"\n' + body)
-    from manifests.recipe import _source_option_choices
+    from bench_build.manifests.recipe import _source_option_choices
 
     assert _source_option_choices("wads") == {"duplicates": DUPLICATE_CHOICES}  # manifests cannot import pipeline
 
@@ -213,9 +212,9 @@ def _rotated_copies(points: np.ndarray, n: int) -> list[np.ndarray]:
 def snow_build(tmp_path_factory):
     """A 3-frame demo KITTI build with LISA snow at 2 severities; Ray stays up for the validations."""
     import ray
+    from bench_build.build.run import run_build
+    from bench_build.sources.demo import write_demo_dataset
 
-    from pipeline.build import run_build
-    from pipeline.sources.demo import write_demo_dataset
     from tests.conftest import FIXTURE_AZIMUTH_STEP
 
     tmp = tmp_path_factory.mktemp("wads-validate")
@@ -238,8 +237,7 @@ def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
     """source = "wads" builds (LISA snow on WADS's own snowy scans): labels per point, the duplicate count in
     every row's info, the licence on the card."""
     import pyarrow.parquet as pq
-
-    from pipeline.build import run_build
+    from bench_build.build.run import run_build
 
     root = write_wads(tmp_path / "wads", 2)
     recipe = tmp_path / "w.toml"
@@ -258,8 +256,8 @@ def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
 
 
 def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_path):
-    from pipeline.validate.config import ValidateConfig, ValidationError
-    from pipeline.validate.run import detect_format, preflight
+    from bench_build.validate.config import ValidateConfig, ValidationError
+    from bench_build.validate.run import detect_format, preflight
 
     wads = write_wads(tmp_path / "wads", 2)
     clear = tmp_path / "clear"
@@ -293,7 +291,7 @@ def test_snow_like_corruptions_are_both_snow_simulators():
 def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, tmp_path):
     """Real snow = the WADS scan at 4 headings (WADS layout, labels kept); real clean = the real nuScenes
     sweep at 4 headings (x, y, z, intensity 0–255, ring: STF's record); build = demo KITTI with LISA snow."""
-    from pipeline.cli import app
+    from bench_build.cli import app
 
     pts = np.fromfile(WADS / "sequences/36/velodyne/042223.bin", "<f4").reshape(-1, 4)
     label = (WADS / "sequences/36/labels/042223.label").read_bytes()

@@ -36,22 +36,22 @@ COUNT = textwrap.dedent("""
 
 WARM = COUNT + textwrap.dedent("""
     import json, sys
-    from pipeline.numeric import pin_environment
+    from bench_build.runtime.numeric import pin_environment
     pin_environment()
-    from pipeline.warm import numba_cache_dir, warm
+    from bench_build.runtime.warm import numba_cache_dir, warm
     rows = warm([sys.argv[1]])
     print(json.dumps({**kernel_stats(), "rows": rows, "cache": numba_cache_dir()}))
 """)
 
 TASK = COUNT + textwrap.dedent("""
     import json, sys, tempfile
-    from pipeline.numeric import pin_environment
+    from bench_build.runtime.numeric import pin_environment
     pin_environment()
-    from manifests.recipe import load_recipe
-    from pipeline.build import DEMO_FRAMES
-    from pipeline.plan import plan_shards
-    from pipeline.shard import build_shard
-    from pipeline.sources import open_source
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.build.run import DEMO_FRAMES
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.build.shard import build_shard
+    from bench_build.sources import open_source
     recipe = load_recipe(sys.argv[1])
     source = open_source(recipe, None, demo_frames=DEMO_FRAMES)
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,9 +64,9 @@ TASK = COUNT + textwrap.dedent("""
 #: features (its cache key, unless ``NUMBA_CPU_NAME`` names one); here they are a Haswell's, not this machine's
 OTHER_CPU = textwrap.dedent("""
     import llvmlite.binding as ll
-    from pipeline.numeric import pin_environment
+    from bench_build.runtime.numeric import pin_environment
     pin_environment()
-    from pipeline.repro_check import HASWELL_NUMBA
+    from bench_build.build.repro_check import HASWELL_NUMBA
     ll.get_host_cpu_name = lambda: HASWELL_NUMBA["NUMBA_CPU_NAME"]
     import numba.core.codegen as codegen
     codegen.get_host_cpu_features = lambda: HASWELL_NUMBA["NUMBA_CPU_FEATURES"]
@@ -108,9 +108,8 @@ def test_after_warm_a_new_process_loads_every_kernel_and_compiles_none(env, tmp_
 
 
 def test_warm_cli_names_an_unknown_benchmark():
+    from bench_build.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     res = CliRunner().invoke(app, ["warm", "no-such-benchmark"])
     assert res.exit_code == 2

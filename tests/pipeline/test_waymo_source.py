@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from pipeline.sources.base import SourceError
-from pipeline.sources.waymo import (
+from bench_build.sources.base import SourceError
+from bench_build.sources.waymo import (
     CALIB_COLUMNS,
     KEY_LASER,
     RI1_SHAPE,
@@ -21,7 +20,7 @@ from pipeline.sources.waymo import (
     synthetic_extrinsic,
     write_waymo,
 )
-from stages.geometry import assign_points_to_boxes
+from bench_build.stages.geometry import assign_points_to_boxes
 
 
 def fid_ctx(fid: str) -> str:

@@ -11,11 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from pipeline.sources.demo import generate_frame
-from stages.frame import Boxes, Calib, Frame
-from stages.geometry import lidar_heading_to_rot_y, refresh_camera_fields
-from stages.kernels.spherical import wrap_angle
+from bench_build.sources.demo import generate_frame
+from bench_build.stages.frame import Boxes, Calib, Frame
+from bench_build.stages.geometry import lidar_heading_to_rot_y, refresh_camera_fields
+from bench_build.stages.kernels.spherical import wrap_angle
 
 CAR_DIMS = (3.9, 1.6, 1.5)
 BOX_FIELDS = ("center", "dims", "heading", "cls", "truncated", "occluded", "alpha", "bbox2d")
@@ -130,7 +129,7 @@ def demo_scan() -> Frame:
 
 def unit_coords(frame: Frame, j: int, xyz: np.ndarray | None = None) -> np.ndarray:
     """Coordinates in box ``j``'s box-normalised frame (Li et al.'s "Max2": centre, ÷ max(l, w, h)/2,
-    rotated by −heading), written out here independently of `stages.kernels.box_unit`."""
+    rotated by −heading), written out here independently of `bench_build.stages.kernels.box_unit`."""
     b = frame.boxes
     xyz = frame.xyz[frame.box_points[j]] if xyz is None else xyz
     d = (np.asarray(xyz, dtype=np.float64) - b.center[j]) / (b.dims[j].max() / 2)

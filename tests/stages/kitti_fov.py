@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pipeline.sources.demo import generate_frame
-from pipeline.sources.kitti import camera_fov_mask
-from stages.frame import Frame
+from bench_build.sources.demo import generate_frame
+from bench_build.sources.kitti import camera_fov_mask
+from bench_build.stages.frame import Frame
 
 
 def camera_fov_crop(frame: Frame) -> Frame:
-    """The points of ``frame`` inside the image (`pipeline.sources.kitti.camera_fov_mask`)."""
+    """The points of ``frame`` inside the image (`bench_build.sources.kitti.camera_fov_mask`)."""
     return frame.take(camera_fov_mask(frame))
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from stages.frame import Frame
+from bench_build.stages.frame import Frame
 
 # ModelNet-C, Ren et al. Appendix A (paper text), levels 1..5
 JITTER_SIGMA = [0.01, 0.02, 0.03, 0.04, 0.05]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from stages.frame import Boxes
-from stages.geometry import assign_points_to_boxes
-from stages.kernels.boxes import points_in_box_frame
+from bench_build.stages.frame import Boxes
+from bench_build.stages.geometry import assign_points_to_boxes
+from bench_build.stages.kernels.boxes import points_in_box_frame
 
 
 def per_box_reference(xyz, boxes, margin=0.0):

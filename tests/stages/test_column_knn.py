@@ -1,4 +1,4 @@
-"""stages.kernels.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
+"""kernels.column_knn: the grid search gives exactly the KD-tree's neighbours (same indices, same order, so the
 same bytes of the mean intensity), on the demo scan and on adversarial clouds (ties, duplicates, tiny N,
 far queries, tall columns); and `upsample` gives the same bytes as its KD-tree version (transcribed here)."""
 
@@ -8,13 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from bench_build.manifests.recipe import load_recipe
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.kernels.column_knn import knn_near, mean_of_nearest, row_means, search, select_smallest
+from bench_build.stages.kernels.neighbours import query_in_spatial_order
+from bench_build.stages.noise.upsample import UpsampleParams, upsample
 from scipy.spatial import cKDTree
 
-from manifests.recipe import load_recipe
-from stages.frame import Frame, PointTag
-from stages.kernels.column_knn import knn_near, mean_of_nearest, row_means, search, select_smallest
-from stages.kernels.neighbours import query_in_spatial_order
-from stages.noise.upsample import UpsampleParams, upsample
 from tests.stages.conftest import make_scene, rng_for
 
 CODE = load_recipe("kitti-c").corruption("upsample").params

@@ -7,11 +7,9 @@ import math
 
 import numpy as np
 import pytest
-from scipy.integrate import quad
-
-from manifests.recipe import load_recipe
-from stages.frame import Frame, PointTag
-from stages.weather.fog import (
+from bench_build.manifests.recipe import load_recipe
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.weather.fog import (
     BETA_0,
     C_LIGHT,
     FROZEN_BETA,
@@ -25,6 +23,8 @@ from stages.weather.fog import (
     soft_target_j,
     soft_target_lookup,
 )
+from scipy.integrate import quad
+
 from tests.stages.conftest import rng_for
 
 ROBO3D = dict(mode="paper", byte_scale=False, round_hard=False, clip_soft_255=False)  # Robo3D KITTI-C quirks

@@ -1,4 +1,4 @@
-"""stages.kernels.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
+"""kernels.grid_knn: exact k nearest neighbours on a grid, and the stages that use it (cutout / local_dec
 sequential deletions) give the same bytes as the KD-tree implementation they replaced (transcribed here
 as the slow reference)."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_build.manifests.recipe import load_recipe
+from bench_build.sources.demo import generate_frame
+from bench_build.stages.density.cutout import operation_count
+from bench_build.stages.geometry import remove_neighbourhoods_sequentially
+from bench_build.stages.kernels.grid_knn import Grid, nearest_in_grid
+from bench_build.stages.kernels.neighbours import spatial_order
 from scipy.spatial import cKDTree
 
-from manifests.recipe import load_recipe
-from pipeline.sources.demo import generate_frame
-from stages.density.cutout import operation_count
-from stages.geometry import remove_neighbourhoods_sequentially
-from stages.kernels.grid_knn import Grid, nearest_in_grid
-from stages.kernels.neighbours import spatial_order
 from tests.stages.conftest import make_scene, rng_for
 
 

@@ -1,4 +1,4 @@
-"""stages.kernels.grid_knn.knn_all: the k nearest of every point of a cloud on a 3D grid equal a sorted brute-force
+"""kernels.grid_knn.knn_all: the k nearest of every point of a cloud on a 3D grid equal a sorted brute-force
 search (indices by (d², index), squared distances bit for bit), on shapes and on degenerate clouds that
 exercise every path (block answer, ball fallback, one cell, flat and collinear grids, duplicates)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_build.stages.kernels.grid_knn import knn_all
 
-from stages.kernels.grid_knn import knn_all
 from tests.stages.objects import make_object, make_sphere
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from stages.registry import all_stages
+from bench_build.stages.registry import all_stages
 
 ROOT = Path(__file__).resolve().parents[2] / "stages"
 STAGE_FOLDERS = {"noise", "density", "weather", "per_box", "whole_shape"}
@@ -32,8 +32,8 @@ FILES = sorted(ROOT.rglob("*.py"))
 
 
 def test_kernels_import_nothing_else_from_stages():
-    bad = [f"{_module(p)} imports {mod}" for p in FILES if _module(p).startswith("stages.kernels")
-           for mod, _ in _imports(p) if mod.startswith("stages") and not mod.startswith("stages.kernels")]
+    bad = [f"{_module(p)} imports {mod}" for p in FILES if _module(p).startswith("bench_build.stages.kernels")
+           for mod, _ in _imports(p) if mod.startswith("stages") and not mod.startswith("bench_build.stages.kernels")]
     assert not bad, bad
 
 

@@ -6,10 +6,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from pipeline.sources.demo import generate_frame
-from stages.frame import Frame
-from stages.ring import (
+from bench_build.sources.demo import generate_frame
+from bench_build.stages.frame import Frame
+from bench_build.stages.ring import (
     HDL64E_ELEVATIONS_DEG,
     azimuth_wrap_plausible,
     frame_rings,

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_build.sources.demo_objects import class_mesh
+from bench_build.sources.mesh import sample_surface, unit_sphere
+from bench_build.stages.frame import PointTag
+from bench_build.stages.whole_shape.sensor_noise import (
+    SensorNoiseParams,
+    pca_normals,
+    sensor_noise,
+    smallest_eigenvectors,
+)
 from scipy.spatial import cKDTree
 
-from pipeline.sources.demo_objects import class_mesh
-from pipeline.sources.mesh import sample_surface, unit_sphere
-from stages.frame import PointTag
-from stages.whole_shape.sensor_noise import SensorNoiseParams, pca_normals, sensor_noise, smallest_eigenvectors
 from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
 
 # paper Table 1 (×10³ and % converted), light / moderate / heavy

@@ -9,15 +9,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from scipy.spatial import cKDTree
-
-from manifests.recipe import load_recipe
-from pipeline.sources.demo import generate_frame
-from stages.frame import Frame, PointTag
-from stages.physics import hdl64e_s3 as s3
-from stages.ring import rings_from_elevation_bins
-from stages.sensor import HDL32E, WAYMO_TOP
-from stages.weather.snow import (
+from bench_build.manifests.recipe import load_recipe
+from bench_build.sources.demo import generate_frame
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.physics import hdl64e_s3 as s3
+from bench_build.stages.ring import rings_from_elevation_bins
+from bench_build.stages.sensor import HDL32E, WAYMO_TOP
+from bench_build.stages.weather.snow import (
     C_TAU,
     DISK_RADIUS,
     SnowParams,
@@ -34,6 +32,8 @@ from stages.weather.snow import (
     slope_parameter,
     snow,
 )
+from scipy.spatial import cKDTree
+
 from tests.stages.conftest import rng_for
 from tests.stages.kitti_fov import demo_fov_scan
 

@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from manifests.recipe import Recipe, builtin_recipes, load_recipe
-from pipeline.sources import open_source
-from stages.frame import Frame
-from stages.registry import all_stages, get_stage
+from bench_build.manifests.recipe import Recipe, builtin_recipes, load_recipe
+from bench_build.sources import open_source
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import all_stages, get_stage
 
 SCENE_POINTS = 8_000  # a demo scan thinned to about this many points (every k-th, so the scan order is kept)
 

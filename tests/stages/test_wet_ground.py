@@ -6,14 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import linregress
-
-from manifests.recipe import load_recipe
-from pipeline.sources.demo import generate_frame
-from pipeline.sources.kitti import camera_fov_mask
-from stages.frame import Frame, PointTag
-from stages.geometry import IMAGE_SIZE
-from stages.physics.ground import (
+from bench_build.manifests.recipe import load_recipe
+from bench_build.sources.demo import generate_frame
+from bench_build.sources.kitti import camera_fov_mask
+from bench_build.stages.frame import Frame, PointTag
+from bench_build.stages.geometry import IMAGE_SIZE
+from bench_build.stages.physics.ground import (
     fit_ground_plane,
     fit_line,
     flat_ground_plane,
@@ -21,7 +19,7 @@ from stages.physics.ground import (
     noise_level_line,
     ransac_plane,
 )
-from stages.weather.wet_ground import (
+from bench_build.stages.weather.wet_ground import (
     N_AIR,
     N_WATER,
     WetGroundParams,
@@ -30,6 +28,8 @@ from stages.weather.wet_ground import (
     fresnel_powers,
     wet_ground,
 )
+from scipy.stats import linregress
+
 from tests.stages.conftest import indexed, make_scene, rng_for
 from tests.stages.kitti_fov import demo_fov_scan
 

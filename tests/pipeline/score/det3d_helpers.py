@@ -8,10 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from manifests.manifest import MANIFEST_VERSION
-from pipeline.schema import encode_rows, schema_with_metadata
-from stages.frame import Frame
+from bench_build.format.schema import encode_rows, schema_with_metadata
+from bench_build.manifests.manifest import MANIFEST_VERSION
+from bench_build.stages.frame import Frame
 
 
 def write_scene_version(root: Path, dataset: str, parts: dict[tuple[str, int], list[Frame]],

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipeline.score.kitti_eval import (
+from bench_build.score.kitti_eval import (
     KittiFormatError,
     box_overlaps,
     evaluate,

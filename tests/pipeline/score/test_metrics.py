@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipeline.score.baselines import dgcnn_oa, load_baseline, robo3d_baseline
-from pipeline.score.kitti_c import kitti_c_metrics
-from pipeline.score.modelnet40_e import ece, error_auroc, modelnet40_e_metrics, pearson
-from pipeline.score.modelnet_c import CORRUPTIONS, modelnet_c_metrics
-from pipeline.score.open_set import open_set_metrics
-from pipeline.score.rank import auroc, fpr_at_tpr
-from pipeline.score.robo3d import confusion, miou, robo3d_metrics
-from pipeline.score.validate import ScoreError
+from bench_build.score.baselines import dgcnn_oa, load_baseline, robo3d_baseline
+from bench_build.score.kitti_c import kitti_c_metrics
+from bench_build.score.modelnet40_e import ece, error_auroc, modelnet40_e_metrics, pearson
+from bench_build.score.modelnet_c import CORRUPTIONS, modelnet_c_metrics
+from bench_build.score.open_set import open_set_metrics
+from bench_build.score.rank import auroc, fpr_at_tpr
+from bench_build.score.robo3d import confusion, miou, robo3d_metrics
+from bench_build.score.validate import ScoreError
 
 
 def test_baseline_files_carry_values_and_citations():

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 pytest.importorskip("nuscenes", reason="NDS is the devkit's evaluation: the nuscenes extra")
 
-from pipeline.cli import app
-from pipeline.score import PredictionError, score_version
-from pipeline.score.robo3d import robo3d_metrics
-from pipeline.score.truth import points_in_boxes
-from pipeline.sources.nuscenes import NuScenesSource, write_nuscenes
+from bench_build.cli import app
+from bench_build.score import PredictionError, score_version
+from bench_build.score.robo3d import robo3d_metrics
+from bench_build.score.truth import points_in_boxes
+from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
+
 from tests.pipeline.score.det3d_helpers import write_scene_version
 from tests.pipeline.score.units import assert_units
 

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from bench_build.cli import app
+from bench_build.format.schema import encode_rows, schema_with_metadata
+from bench_build.manifests.manifest import MANIFEST_VERSION
+from bench_build.score import PredictionError, score_version
+from bench_build.score.kitti_c import overall_accuracy
+from bench_build.score.kitti_eval import evaluate, parse_kitti_objects
+from bench_build.sources.kitti import KittiSource, format_labels
 from typer.testing import CliRunner
 
-from manifests.manifest import MANIFEST_VERSION
-from pipeline.cli import app
-from pipeline.schema import encode_rows, schema_with_metadata
-from pipeline.score import PredictionError, score_version
-from pipeline.score.kitti_c import overall_accuracy
-from pipeline.score.kitti_eval import evaluate, parse_kitti_objects
-from pipeline.sources.kitti import KittiSource, format_labels
 from tests.pipeline.score.units import assert_units
 
 runner = CliRunner()
@@ -114,7 +114,7 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
 
 
 def test_detection_partitions_in_parallel_processes_score_the_same(det_version, demo_kitti_master, tmp_path):
-    from pipeline.score.run import _strict
+    from bench_build.score.run import _strict
 
     preds = write_results(tmp_path / "pred", demo_kitti_master, det_version, empty={"beam_del/1"})
     one, two = score_version(det_version, preds, workers=1), score_version(det_version, preds, workers=2)
@@ -288,7 +288,7 @@ def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
 
 def test_nuscenes_ground_truth_goes_through_the_lidarseg_16_class_map(tmp_path):
     pytest.importorskip("nuscenes", reason="the lidarseg map is the devkit's: the nuscenes extra")
-    from pipeline.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
+    from bench_build.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
 
     fine = ["human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.police_officer",  # → pedestrian 7
             "vehicle.bus.bendy", "vehicle.bus.rigid", "vehicle.car",                               # → bus 3, car 4

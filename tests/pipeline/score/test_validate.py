@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from bench_build.cli import app
+from bench_build.score import PredictionError, score_version
+from bench_build.score.predictions import class_probs, read_predictions
 from typer.testing import CliRunner
 
-from pipeline.cli import app
-from pipeline.score import PredictionError, score_version
-from pipeline.score.predictions import class_probs, read_predictions
 from tests.pipeline.score.test_score_cli import write_object_version
 
 runner = CliRunner()
@@ -158,7 +158,7 @@ def test_segmentation_labels_are_checked(tmp_path, bad, message):
 
 def test_validation_refuses_booleans_on_its_own():
     """read_predictions refuses booleans while reading; the value checks do too, for rows from anywhere."""
-    from pipeline.score.validate import class_ids, numbers, point_labels, probabilities
+    from bench_build.score.validate import class_ids, numbers, point_labels, probabilities
 
     rows = {"k": {"probs": [0.5, True], "pred": True, "score": False, "labels": [1, False]}}
     with pytest.raises(PredictionError, match=r"f: key 'k': probs\[1\] is a boolean \(true\), expected a number"):

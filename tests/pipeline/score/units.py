@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.score.run import PERCENT, unit_of
+from bench_build.score.run import PERCENT, unit_of
 
 # relative to a baseline or to clean: may leave 0–100 (worse than the baseline, better than clean, negative change)
 RELATIVE = ("CE", "RCE", "CR_", "mCE", "RmCE", "RR", "mRR", "CE_AP", "mCE_AP")

@@ -3,7 +3,7 @@
 NumPy picks a SIMD implementation of many functions by CPU when it is imported, and its bundled OpenBLAS picks
 a kernel by CPU when it is loaded. On x86-64 the AVX-512 code paths give different float64 results from the
 AVX2 ones (``arccos``, ``exp``, ``arctan2``; ``argsort`` orders ties differently) — measured on the stages with
-``python -m pipeline.repro_check --matrix`` (README, "Reproducibility across machines"). A Ray cluster mixing
+``python -m bench_build.build.repro_check --matrix`` (README, "Reproducibility across machines"). A Ray cluster mixing
 AVX-512 nodes (Xeon SP, Zen 4) with AVX2 ones (Zen 2/3, older Xeons) would write different bytes for the same
 key depending on where a task ran.
 
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from pipeline.errors import BenchBuildError
+from bench_build.errors import BenchBuildError
 
 #: x86-64 dispatch targets that need no more than AVX2 + FMA3 (NumPy 1.26–2.3 name each extension, 2.4+ group
 #: them as the x86-64-v2/v3 levels). Every other x86 target NumPy names is AVX-512 (``AVX512F`` … ``AVX512_SPR``;
@@ -263,7 +263,7 @@ def read_lock(text: str | None = None) -> dict[str, str]:
     if text is None:
         from importlib.resources import files
 
-        text = files("manifests").joinpath("lock.txt").read_text(encoding="utf-8")
+        text = files("bench_build.manifests").joinpath("lock.txt").read_text(encoding="utf-8")
     out = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
@@ -282,7 +282,7 @@ def lock_record() -> dict[str, Any]:
     from importlib import metadata
     from importlib.resources import files
 
-    raw = files("manifests").joinpath("lock.txt").read_bytes()
+    raw = files("bench_build.manifests").joinpath("lock.txt").read_bytes()
     lock = read_lock(raw.decode("utf-8"))
     differs = []
     for name in LOCKED_FOR_BYTES:

@@ -144,7 +144,7 @@ class TransferProgress:
 class ProgressCounter:
     """Ray actor: examples written so far per shard, so the driver's bar moves file by file, not shard by
     shard. A shard's count restarts when its task (re)starts, so retries are not counted twice. It lives
-    in this light module so that the actor's process imports nothing else (from `pipeline.build` it imported
+    in this light module so that the actor's process imports nothing else (from `bench_build.build` it imported
     the whole pipeline: ≈ 0.5 s of CPU taken from the workers at the start of every build)."""
 
     def __init__(self) -> None:

@@ -27,9 +27,8 @@ def numba_cache_dir() -> str:
     its own locators pick, in their order, for one of them."""
     import inspect
 
+    from bench_build.stages.kernels import grid_knn
     from numba.core import caching
-
-    from stages.kernels import grid_knn
 
     py_func = grid_knn._cells.py_func
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
@@ -45,11 +44,11 @@ def numba_cache_dir() -> str:
 def warm(benchmarks: Sequence[str], on_done=None) -> list[dict]:
     """Build one demo frame of each benchmark in this process (nothing kept); return per benchmark its CPU
     seconds and examples. A kernel already in the cache for this CPU is loaded, not compiled."""
-    from manifests.recipe import load_recipe
-    from pipeline.build import DEMO_FRAMES
-    from pipeline.plan import plan_shards
-    from pipeline.shard import build_shard
-    from pipeline.sources import open_source
+    from bench_build.build.run import DEMO_FRAMES
+    from bench_build.build.shard import build_shard
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.sources import open_source
 
     out = []
     for name in benchmarks:

@@ -7,16 +7,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
-
-from pipeline.storage import (
-    LocalStore,
-    StorageError,
-    Store,
-    open_store,
-    redact,
-    register_secret,
-    s3_client,
-)
+from bench_build.storage import LocalStore, StorageError, Store, open_store, redact, register_secret, s3_client
 
 
 def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None) -> Any:
@@ -46,7 +37,7 @@ def s3_filesystem(*, endpoint_url: str | None = None, profile: str | None = None
 def filesystem_for(root: Any, *, endpoint_url: str | None = None, profile: str | None = None
                    ) -> tuple[Any, str]:
     """(pyarrow filesystem, base path inside it) of a version directory: a path, ``file://`` or ``s3://`` URL,
-    or an open `pipeline.storage.Store`."""
+    or an open `bench_build.storage.Store`."""
 
     store = root if isinstance(root, Store) else open_store(
         root if isinstance(root, Path) else str(root), endpoint_url=endpoint_url, profile=profile)

@@ -1,6 +1,6 @@
 """Reusing an earlier version's unchanged partition files (`bench-build run --reuse`, publish, `diff`).
 
-A partition file's bytes are a function of its partition fingerprint (`pipeline.shard.partition_fingerprint`:
+A partition file's bytes are a function of its partition fingerprint (`bench_build.build.shard.partition_fingerprint`:
 stage, stage version, that severity's parameters, seed, source frames and their content, block, schema,
 writer options, numeric profile — not the version). A new version of a benchmark whose recipe changed one
 corruption has the same fingerprints for every other partition, so `run --reuse EARLIER` takes those files
@@ -19,14 +19,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import MANIFEST_NAME, parse_manifest
-from manifests.recipe import Recipe
-from pipeline.errors import BenchBuildError
-from pipeline.ledger import frame_identity, identity_digest
-from pipeline.numeric import build_profile
-from pipeline.plan import TaskSpec
-from pipeline.shard import build_columns, numeric_identity, partition_fingerprint
-from pipeline.storage import LocalStore, Store, open_store
+from bench_build.build.ledger import frame_identity, identity_digest
+from bench_build.build.shard import build_columns, numeric_identity, partition_fingerprint
+from bench_build.errors import BenchBuildError
+from bench_build.manifests.manifest import MANIFEST_NAME, parse_manifest
+from bench_build.manifests.recipe import Recipe
+from bench_build.plan.tasks import TaskSpec
+from bench_build.runtime.numeric import build_profile
+from bench_build.storage import LocalStore, Store, open_store
 
 
 class ReuseRefused(BenchBuildError, ValueError):

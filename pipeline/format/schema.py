@@ -8,7 +8,7 @@ Core columns (every file of every build)::
 | frame_id    | string                                | source frame (or object) id                            |
 | num_points  | int32                                 | N                                                      |
 | points      | list<fixed_size_list<float32, C>>     | N×C; C = len(fields) (x, y, z, intensity[, ring, …])   |
-| point_tag   | list<uint8>                           | per-point provenance (`stages.frame.PointTag`), len N  |
+| point_tag   | list<uint8>                           | per-point provenance (`stages.frame.PointTag`)       , len N  |
 | boxes       | list<struct>, nullable                | 3D boxes, LiDAR frame, OpenPCDet ``gt_boxes_lidar``    |
 | calib       | struct, nullable                      | KITTI calibration (row-major matrices)                 |
 | info        | string (JSON), nullable               | per-example facts stages record (ring method, drawn α) |
@@ -42,8 +42,8 @@ sources with tracks/velocities; all of these are null when the source has no suc
 File metadata key ``bench_build`` holds JSON: schema version, point fields, intensity scale, optional
 columns, encoding, benchmark, shard name, corruption, severity, stage, stage version, the stage parameters of
 that severity (the same per-partition table is in the manifest and card) and the partition fingerprint
-(`pipeline.shard.partition_fingerprint`). Not the version nor the whole build's fingerprint: a partition a new
-version did not change is then the same file, byte for byte, and can be shared (`pipeline.reuse`).
+(`bench_build.build.shard.partition_fingerprint`). Not the version nor the whole build's fingerprint: a partition a new
+version did not change is then the same file, byte for byte, and can be shared (`bench_build.build.reuse`).
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.compact import encode_refs
-from stages.frame import Boxes, Calib, Frame
+from bench_build.format.compact import encode_refs
+from bench_build.stages.frame import Boxes, Calib, Frame
 
 SCHEMA_VERSION = 2
 METADATA_KEY = b"bench_build"
@@ -109,7 +108,7 @@ def canonical_columns(columns: Sequence[str]) -> tuple[str, ...]:
 def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Sequence[str] = (),
                compact: bool = False) -> pa.Schema:
     """The Arrow schema of a build whose points have ``fields`` and whose source declares ``columns``;
-    ``compact`` adds ``point_ref`` (pipeline/compact.py: ``points`` then holds only the unreferenced rows)."""
+    ``compact`` adds ``point_ref`` (pipeline/format/compact.py: ``points`` then holds only the unreferenced rows)."""
     cols = canonical_columns(columns)
     return pa.schema(
         [
@@ -161,7 +160,7 @@ def encode_rows(examples: list[ExampleRow], schema: pa.Schema | None = None) -> 
     """A record batch of examples ``(key, corruption, severity, frame[, clean frame])`` in ``schema`` (default:
     derived from the first frame's fields, no optional column) — vectorised, no per-point loops. Corruption
     and severity are the file's partition, not columns. With a ``point_ref`` column (compact encoding) an
-    example given its clean frame is stored as references into it plus its other rows (pipeline/compact.py)."""
+    example given its clean frame is stored as references into it plus its other rows (pipeline/format/compact.py)."""
     frames = [e[3] for e in examples]
     if schema is None:
         schema = row_schema(frames[0].fields if frames else ("x", "y", "z", "intensity"))

@@ -1,7 +1,7 @@
 """Cost model of a build, from stage costs that `bench-build bench` measures. Pure: no Ray, no I/O but reading
 the shipped table.
 
-A table (``pipeline/cost_tables/<recipe>.json``, written by ``bench-build bench --costs-out``) holds, on one
+A table (``pipeline/plan/cost_tables/<recipe>.json``, written by ``bench-build bench --costs-out``) holds, on one
 core and full-resolution scans:
 
 - ``read_ms``: reading and decoding one scan (per frame, paid by every task that holds the frame);
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manifests.recipe import Recipe
+from bench_build.manifests.recipe import Recipe
 
 TABLES = Path(__file__).parent / "cost_tables"
 CACHES = ("kdtree", "box_index", "deletion_grid")  # Frame's shared per-frame caches (cached properties)

@@ -10,13 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from manifests.manifest import ManifestError
-from pipeline.errors import BenchBuildError
-from pipeline.storage import (
-    StorageError,
-    denied_message,
-)
+from bench_build.errors import BenchBuildError
+from bench_build.manifests.manifest import ManifestError
+from bench_build.storage import StorageError, denied_message
 
 
 class IntegrityError(ManifestError):

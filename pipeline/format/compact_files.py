@@ -1,18 +1,18 @@
 """Compact files: rewriting a compact-encoded shard in full encoding, and a version's size against raw points.
 
-The encoding itself (references into the clean scan, and back) is `pipeline.compact`, pure arrays; this module
+The encoding itself (references into the clean scan, and back) is `bench_build.format.compact`, pure arrays; this module
 is the file side, on top of the checked reader and the shard writer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from manifests.manifest import sha256_file
-from pipeline.checked import CheckedParquetFile
-from pipeline.reader import open_version, rows_of
-from pipeline.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
-from pipeline.shard import _write_parquet
-from pipeline.storage import LocalStore
+from bench_build.build.shard import _write_parquet
+from bench_build.format.checked import CheckedParquetFile
+from bench_build.format.reader import open_version, rows_of
+from bench_build.format.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
+from bench_build.manifests.manifest import sha256_file
+from bench_build.storage import LocalStore
 
 
 def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str]:

@@ -31,9 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from manifests.manifest import sha256_file
-from pipeline.errors import BenchBuildError
-from pipeline.storage import HASH_CHUNK, Store, atomic_write_text, open_store
+from bench_build.errors import BenchBuildError
+from bench_build.manifests.manifest import sha256_file
+from bench_build.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
 __all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
 

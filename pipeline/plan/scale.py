@@ -1,10 +1,10 @@
 """`bench-build plan`: how a build splits into tasks and how it would run on N workers, without building.
 
-The task costs come from the cost table (`pipeline.costs`, measured by `bench-build bench stages --costs-out`);
+The task costs come from the cost table (`bench_build.plan.costs`, measured by `bench-build bench stages --costs-out`);
 the schedule is simulated the way the executor submits (tasks in plan order, each to the first free worker),
 plus a fixed per-task overhead for Ray's scheduling and the task's start, each worker's own start before its
 first task, the per-task CPU inflation at that occupancy, and the driver's serial parts (Ray's start, the finish):
-`pipeline.plan.Runtime`, measured by `bench-build bench scale --costs-out`. Memory stays flat as plans grow:
+`bench_build.plan.tasks.Runtime`, measured by `bench-build bench scale --costs-out`. Memory stays flat as plans grow:
 the driver holds the frame ids, one `ShardSpec` per block and one small `TaskSpec` per task (parts tuples
 are shared by every block), and the simulation keeps one heap entry per worker.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from manifests.recipe import Recipe, load_recipe
-from pipeline.costs import CostTable, load_costs
-from pipeline.plan import (
+from bench_build.manifests.recipe import Recipe, load_recipe
+from bench_build.plan.costs import CostTable, load_costs
+from bench_build.plan.tasks import (
     TASK_OVERHEAD_S,
     WORKER_START_S,
     Runtime,

@@ -1,12 +1,12 @@
 """Reading a built version: filter by corruption / severity / frame, get examples as NumPy.
 
-    from pipeline.reader import open_version
+    from bench_build.format.reader import open_version
     ds = open_version("bench-out/kitti-c/1.0.0")          # or "s3://bucket/datasets/kitti-c/1.0.0"
     for ex in ds.examples(corruption="translation", severity=3, frames=["000008"]):
         ex.points      # (N, C) float32, writable, columns ex.fields
-        ex.point_tag   # (N,) uint8, stages.frame.PointTag
-        ex.boxes       # stages.frame.Boxes in the LiDAR frame (or None)
-        ex.to_frame()  # a stages.frame.Frame, e.g. to run further stages or export KITTI labels
+        ex.point_tag   # (N,) uint8, bench_build.stages.frame.PointTag
+        ex.boxes       # bench_build.stages.frame.Boxes in the LiDAR frame (or None)
+        ex.to_frame()  # a bench_build.stages.frame.Frame, e.g. to run further stages or export KITTI labels
 
 Only the files of the requested partitions are opened (the manifest says which), and within a file
 only the row groups whose statistics can hold the requested frames. ``s3://`` versions are read in
@@ -34,12 +34,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-
-from manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
-from pipeline.checked import CheckedParquetFile, IntegrityError, MissingFile, NotInVersion, read_error, remedy
-from pipeline.compact import materialize
-from pipeline.remote_fs import filesystem_for
-from pipeline.schema import (
+from bench_build.format.checked import (
+    CheckedParquetFile,
+    IntegrityError,
+    MissingFile,
+    NotInVersion,
+    read_error,
+    remedy,
+)
+from bench_build.format.compact import materialize
+from bench_build.format.remote_fs import filesystem_for
+from bench_build.format.schema import (
     EXAMPLE_COLUMNS,
     POINT_COLUMNS,
     decode_boxes,
@@ -47,11 +52,9 @@ from pipeline.schema import (
     decode_points,
     file_metadata,
 )
-from pipeline.storage import (
-    LocalStore,
-    open_store,
-)
-from stages.frame import Boxes, Calib, Frame
+from bench_build.manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from bench_build.stages.frame import Boxes, Calib, Frame
+from bench_build.storage import LocalStore, open_store
 
 
 @dataclass(frozen=True)
@@ -315,5 +318,5 @@ def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: 
 
     Its reads are verified against the manifest and the files' page checksums unless ``verify=False`` (trusted
     fast paths only: a changed byte then decodes silently); a mismatch raises `IntegrityError` naming the file.
-    Rejected S3 credentials raise `pipeline.storage.StorageError` with one line saying so."""
+    Rejected S3 credentials raise `bench_build.storage.StorageError` with one line saying so."""
     return Version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)

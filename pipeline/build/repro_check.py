@@ -4,11 +4,11 @@
 source reader, ``[preprocess]``, every corruption × severity with its key's RNG, Parquet encoding — into a
 scratch directory and returns the sha256 of each partition file. Two machines (or two numeric environments
 on one machine) compute the same bytes exactly when their batteries are equal, so the battery is how the
-numeric pin (`pipeline.numeric`) was measured and how a user checks a node::
+numeric pin (`bench_build.runtime.numeric`) was measured and how a user checks a node::
 
-    python -m pipeline.repro_check --out node-a.json          # on each node (its environment as it is)
-    python -m pipeline.repro_check --compare node-a.json      # on another: which partitions differ
-    python -m pipeline.repro_check --matrix                   # this machine under several environments
+    python -m bench_build.build.repro_check --out node-a.json          # on each node (its environment as it is)
+    python -m bench_build.build.repro_check --compare node-a.json      # on another: which partitions differ
+    python -m bench_build.build.repro_check --matrix                   # this machine under several environments
 
 ``--matrix`` runs the battery in subprocesses under the environments of `CONFIGS` (the default, AVX-512
 disabled, only the SSE baseline, OpenBLAS cores, …) and prints per configuration the partitions that differ
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.numeric import PIN, PIN_SWITCH, is_avx512_target, numpy_dispatch_targets
+from bench_build.runtime.numeric import PIN, PIN_SWITCH, is_avx512_target, numpy_dispatch_targets
 
 #: the installed NumPy's dispatch targets above its baseline: below AVX-512, and AVX-512 (what the pin disables)
 AVX2_AND_BELOW = tuple(t for t in numpy_dispatch_targets() if not is_avx512_target(t))
@@ -62,7 +62,7 @@ NUMERIC_VARS = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS
 
 def battery_recipes() -> list[str]:
     """Every built-in recipe and each of its variants (``kitti-c``, ``kitti-c:text``, …)."""
-    from manifests.recipe import builtin_recipes, load_recipe
+    from bench_build.manifests.recipe import builtin_recipes, load_recipe
 
     out = []
     for name in sorted(builtin_recipes()):
@@ -91,11 +91,11 @@ def battery(recipes: list[str] | None = None, frame_index: int = 0, roots: dict[
     the shards a second time with the `PROBED` NumPy functions wrapped, hashing every result they return per
     example key: which stages compute CPU-dependent values at all. (The first pass compiles the numba kernels,
     which must not see the wrapped functions; calls through ``**`` or array methods are not seen.)"""
-    from manifests.recipe import load_recipe
-    from pipeline import shard as shard_mod
-    from pipeline.numeric import live_profile
-    from pipeline.plan import ShardSpec
-    from pipeline.sources import open_source
+    from bench_build.build import shard as shard_mod
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import ShardSpec
+    from bench_build.runtime.numeric import live_profile
+    from bench_build.sources import open_source
 
     names = recipes or battery_recipes()
     recipes_by_name = {}
@@ -194,7 +194,8 @@ def run_in_subprocess(env_vars: dict[str, str], recipes: list[str] | None = None
     env.update(env_vars)
     with tempfile.TemporaryDirectory(prefix="bench-build-battery-out-") as tmp:
         out = Path(tmp) / "battery.json"
-        cmd = [sys.executable, "-m", "pipeline.repro_check", "--out", str(out), *(["--probe"] if probe else [])]
+        cmd = [sys.executable, "-m", "bench_build.build.repro_check", "--out", str(out),
+               *(["--probe"] if probe else [])]
         if recipes:
             cmd += ["--recipes", ",".join(recipes)]
         for kind, root in (roots or {}).items():
@@ -207,8 +208,8 @@ def run_in_subprocess(env_vars: dict[str, str], recipes: list[str] | None = None
 
 def prepare_sources(recipes: list[str]) -> None:
     """Generate the recipes' demo data in this process, so the subprocesses only read it (same input bytes)."""
-    from manifests.recipe import load_recipe
-    from pipeline.sources import open_source
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.sources import open_source
 
     for name in recipes:
         open_source(load_recipe(name), None, demo_frames=8)
@@ -232,7 +233,7 @@ def matrix(configs: dict[str, dict[str, str]] | None = None, recipes: list[str] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline.repro_check", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench_build.build.repro_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipes", help="comma-separated recipes (default: every built-in recipe and variant)")
     p.add_argument("--root", action="append", default=[], help="KIND=DIR: a source root instead of the demo data")
@@ -276,7 +277,7 @@ def summary(res: dict[str, Any]) -> str:
 def compare(other: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:
     """Partitions whose stored bytes differ, examples whose probe differs (when both have one), profile
     differences (another node's battery ``other`` vs this one's ``res``)."""
-    from pipeline.numeric import profile_differences
+    from bench_build.runtime.numeric import profile_differences
 
     def common(a: dict[str, str], b: dict[str, str]) -> list[str]:
         return differing({k: a[k] for k in a.keys() & b.keys()}, {k: b[k] for k in a.keys() & b.keys()})

@@ -74,7 +74,7 @@ def encode_refs(points: np.ndarray, clean: np.ndarray) -> tuple[np.ndarray, np.n
 def materialize(ref: np.ndarray, literal: np.ndarray, clean: np.ndarray) -> np.ndarray:
     """The full N×C points of a compact row (writable, float32). Raises ValueError, saying which, on a row that
     does not fit ``clean`` (a reference past its end, or other than one literal row per unreferenced point):
-    callers add the file, row and key (`pipeline.reader.rows_of`)."""
+    callers add the file, row and key (`bench_build.format.reader.rows_of`)."""
     out = np.empty((len(ref), clean.shape[1] if len(clean) else literal.shape[1]), dtype=np.float32)
     has = ref >= 0
     if has.any() and int(ref[has].max()) >= len(clean):

@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-from manifests.manifest import config_name, partition_dir
-from manifests.recipe import Recipe, _jsonable
-from pipeline.errors import BenchBuildError
-from pipeline.ledger import Ledger, frame_identity, identity_digest
-from pipeline.plan import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
-from pipeline.schema import canonical_columns, encode_rows, schema_with_metadata
-from pipeline.sources.base import Source, SourceError
-from pipeline.storage import LocalStore, Store, StoreSpec, open_store
-from stages.frame import Frame
-from stages.registry import get_stage
+from bench_build.build.ledger import Ledger, frame_identity, identity_digest
+from bench_build.errors import BenchBuildError
+from bench_build.format.schema import canonical_columns, encode_rows, schema_with_metadata
+from bench_build.manifests.manifest import config_name, partition_dir
+from bench_build.manifests.recipe import Recipe, _jsonable
+from bench_build.plan.tasks import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
+from bench_build.sources.base import Source, SourceError
+from bench_build.stages.frame import Frame
+from bench_build.stages.registry import get_stage
+from bench_build.storage import LocalStore, Store, StoreSpec, open_store
 
 ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can skip what they filter out
 # Float coordinates compress poorly as-is; BYTE_STREAM_SPLIT + zstd makes files ≈35 % smaller and
@@ -33,7 +32,7 @@ ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can s
 # zstd level 1, not 3: on BYTE_STREAM_SPLIT floats level 3 gains 0.4 % of size for ≈ 1.9 ms more CPU per
 # 130k-point example (≈ 12.0 → 10.0 ms to encode and write; LZ4 would be ≈ 8.6 ms but 6 % larger and not
 # readable by older Parquet readers). Measured with `bench-build bench` ("I/O floor") on one core.
-# write_page_checksum: a CRC32 in every data page header, which our readers verify (pipeline/reader.py): without
+# write_page_checksum: a CRC32 in every data page header, which our readers verify (pipeline/format/reader.py): without
 # it a flipped byte inside a BYTE_STREAM_SPLIT float page decodes to other points without any error. It costs 4
 # bytes per page and a CRC of each page written; plain readers ignore it unless asked to check.
 PARQUET_OPTIONS = {
@@ -96,7 +95,7 @@ def numeric_identity(profile: dict[str, Any] | None) -> dict[str, Any] | None:
     """The fields of a numeric profile that decide computed bytes (those `profile_differences` compares)."""
     if profile is None:
         return None
-    from pipeline.numeric import COMPARED
+    from bench_build.runtime.numeric import COMPARED
 
     return {k: profile.get(k) for k in COMPARED}
 
@@ -107,7 +106,7 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     """sha256 of everything that decides the bytes of one partition file (one block of one corruption × severity).
 
     Two files with equal partition fingerprints are byte-identical, whatever version of the benchmark they belong
-    to: that is what lets a new version reuse an earlier version's files (`pipeline.reuse`). In it: what each
+    to: that is what lets a new version reuse an earlier version's files (`bench_build.build.reuse`). In it: what each
     example's key and RNG derive from (benchmark name, seed), the source (kind, split, options, preprocess, the
     block's frame ids and each frame's content digest), the partition (stage, stage version, that severity's
     parameters), the block's name (it is in the footer), the file schema (optional columns, which other stages
@@ -116,7 +115,7 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     import hashlib
     import json
 
-    from pipeline.schema import SCHEMA_VERSION
+    from bench_build.format.schema import SCHEMA_VERSION
 
     canonical = recipe.canonical()
     payload = {
@@ -252,7 +251,7 @@ class _SheetPainter:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
-            from pipeline.render import sheet_extent, sheet_focus
+            from bench_build.render import sheet_extent, sheet_focus
 
             clean = self.view(CLEAN, 0, frame)
             self.extent, self.radius = sheet_extent(clean)
@@ -266,8 +265,7 @@ class _SheetPainter:
         """The `View` a reader of the files would make (float64 xyz); ``copy=False``: the frame's float32 xyz in
         place, which paints the same raster (`render.paint` computes in float64) without a 3 MB copy."""
         import numpy as np
-
-        from pipeline.render import View
+        from bench_build.render import View
 
         pts = np.asarray(f.points[:, :3], dtype=np.float64) if copy else f.points[:, :3]
         is_object = f.boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
@@ -278,7 +276,7 @@ class _SheetPainter:
             return
         c = time.process_time()
         try:
-            from pipeline.render import make_panel
+            from bench_build.render import make_panel
 
             self.panels[(corruption, severity)] = make_panel(self.view(corruption, severity, out, copy=False),
                                                              extent=self.extent, radius=self.radius,
@@ -340,10 +338,10 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
     overlapped uploads it may still be uploading: the ledger entry is recorded only once every upload finished).
     ``before_commit()`` is asked before the shard is recorded as done; False (the run that started this
     task lost the version's writer lock) fails the shard instead of recording it. ``encoding="compact"``
-    stores corrupted examples as references into the clean scan (pipeline/compact.py). ``panels``: if given
+    stores corrupted examples as references into the clean scan (pipeline/format/compact.py). ``panels``: if given
     and this is the first block, filled with the contact-sheet panels of its first frame ((corruption,
-    severity) → `pipeline.render.Panel`), painted from memory so the driver need not read the files back.
-    ``numeric_profile``: the build's (`pipeline.numeric.build_profile`), part of each partition's fingerprint.
+    severity) → `bench_build.render.Panel`), painted from memory so the driver need not read the files back.
+    ``numeric_profile``: the build's (`runtime.numeric.build_profile`), part of each partition's fingerprint.
     ``reused_files``: ledger file entries of the task's partitions that `run --reuse` already put in place (the
     spec then holds only the others); recorded with the built ones, so the ledger entry covers the whole task."""
     if encoding not in ENCODINGS:

@@ -17,7 +17,7 @@ scheduling order and shard layout.
 has ``blocks × groups`` tasks of roughly equal cost even though there are only ~117 blocks in full KITTI-C.
 Groups are cut from the recipe's partitions in a fixed order (clean first, then by the per-frame caches the
 stage uses, then recipe order and severity) into contiguous runs of roughly equal estimated cost
-(`pipeline.costs`), so stages that share a KD-tree or a box index share a task and build it once. File names
+(`bench_build.plan.costs`), so stages that share a KD-tree or a box index share a task and build it once. File names
 do not depend on grouping: every file is still ``<partition>/part-{b}-of-{B}.parquet`` and its bytes are the
 same whatever the number of groups or workers. A block's clean copy lives in its group 0 (the first
 partition of the order): it is encoded once per frame, like before; every group reads its block's scans
@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from manifests.manifest import CLEAN, partition_dir
-from manifests.recipe import Recipe
-from pipeline.costs import CostTable, load_costs
-from pipeline.ledger import LedgerMismatch
+from bench_build.build.ledger import LedgerMismatch
+from bench_build.manifests.manifest import CLEAN, partition_dir
+from bench_build.manifests.recipe import Recipe
+from bench_build.plan.costs import CostTable, load_costs
 
 SHARD_RE = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 

@@ -1,0 +1,63 @@
+"""One import name: the package installs as ``bench_build`` only, with every subpackage, and its public names load.
+
+``pipeline/`` is the package ``bench_build``; ``stages/`` and ``manifests/`` are ``bench_build.stages`` and
+``bench_build.manifests`` (pyproject.toml). Research repositories often have a ``pipeline/`` of their own: an
+installed bench-build must never answer to that name.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import bench_build
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"pipeline": "bench_build", "stages": "bench_build.stages", "manifests": "bench_build.manifests"}
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"] == {"bench_build": "pipeline", "bench_build.stages": "stages",
+                                   "bench_build.manifests": "manifests"}
+    tree = {".".join([FOLDERS[folder], *init.parent.relative_to(ROOT / folder).parts])
+            for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert set(tool["packages"]) == tree
+    # a folder of modules without __init__.py would be left out of the wheel silently
+    orphans = [str(d.relative_to(ROOT)) for folder in FOLDERS for d in (ROOT / folder).rglob("*")
+               if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    assert not orphans
+
+
+def test_installed_the_only_import_name_is_bench_build(tmp_path):
+    """Outside the checkout (the checkout's folders would shadow the installed package), ``bench_build`` imports
+    and the folder names do not."""
+    code = ("import importlib.util as u, bench_build, bench_build.stages, bench_build.manifests.recipe\n"
+            "print(bench_build.__file__)\n"
+            "print([n for n in ('pipeline', 'stages', 'manifests') if u.find_spec(n) is not None])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert Path(lines[0]).resolve() == (ROOT / "pipeline" / "__init__.py").resolve()
+    assert lines[1] == "[]"
+
+
+def test_public_names_load_and_are_listed():
+    assert set(bench_build.__all__) == {"__version__", *bench_build.PUBLIC}
+    for name in bench_build.PUBLIC:
+        if name.startswith(("PointCloud", "collate")):  # they need torch, which the test extra has
+            pass
+        assert getattr(bench_build, name) is not None, name
+    assert bench_build.open_version.__module__ == "bench_build.format.reader"
+
+
+def test_import_bench_build_stays_light():
+    """``import bench_build`` and the stage API load neither pyarrow nor Ray nor torch."""
+    code = ("import sys, bench_build, bench_build.stages\n"
+            "print(sorted(m for m in ('pyarrow', 'ray', 'torch', 'boto3') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
