@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from bench_build.manifests.card_sections import source_licence
 from bench_build.manifests.recipe import Recipe
 from bench_build.stages.registry import get_stage
 
@@ -43,9 +44,6 @@ def card_with_validation(card: str, link: str) -> str:
     return card.rstrip("\n") + "\n\n" + section + "\n"
 
 
-#: Licence identifiers (Hugging Face card vocabulary) of the source datasets; the corrupted data inherits it.
-SOURCE_LICENSES = {"kitti": "cc-by-nc-sa-3.0", "nuscenes": "cc-by-nc-sa-4.0"}  # others: "other" (see the
-# card's Licence section: SemanticKITTI mixes 3.0 scans and 4.0 labels, Waymo has its own agreement)
 _SPLITS = {"training": "train", "train": "train", "val": "validation", "validation": "validation",
            "testing": "test", "test": "test"}
 
@@ -74,7 +72,7 @@ def yaml_header(manifest: dict[str, Any]) -> str:
     split = split_name(manifest["source"].get("split"))
     q = json.dumps
     lines = ["---", f"pretty_name: {q(manifest['dataset'] + ' ' + manifest['version'])}",
-             f"license: {SOURCE_LICENSES.get(kind, 'other')}",
+             f"license: {source_licence(kind).get('id', 'other')}",  # see the Licence section
              "size_categories:", f"- {q(size_category(manifest['counts']['examples_stored']))}",
              "tags:", "- point-cloud", "- lidar", "- robustness", "- corruption", "configs:"]
     parts = manifest.get("partitions", {})
@@ -219,7 +217,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "## Licence",
         "",
         "The corrupted data inherits the licence of the source dataset"
-        + (f" ({SOURCE_LICENCES[src.get('kind')]})." if src.get("kind") in SOURCE_LICENCES else "."),
+        + (f" ({lic})." if (lic := source_licence(src.get("kind")).get("text")) else "."),
         "",
     ]
     card = "\n".join(line for line in lines if line is not None)
@@ -249,15 +247,6 @@ def object_sections(recipe: Recipe, src: dict[str, Any]) -> list[str]:
             for split, c in splits.items():
                 lines.append(f"| {scenario} | {split} | {c['known']} | {c['unknown']} |")
     return lines
-
-
-SOURCE_LICENCES = {
-    "kitti": "KITTI: CC BY-NC-SA 3.0",
-    "semantickitti": "SemanticKITTI labels and KITTI Odometry scans: CC BY-NC-SA 3.0 / 4.0",
-    "nuscenes": "nuScenes and nuScenes-lidarseg: CC BY-NC-SA 4.0, nuScenes terms of use",
-    "waymo": "Waymo Open Dataset: Waymo Open Dataset License Agreement for Non-Commercial Use",
-    "wads": "WADS (Winter Adverse Driving dataSet, Michigan Tech; Kurup and Bos): CC BY-NC-SA 4.0",
-}
 
 
 def source_section(src: dict[str, Any]) -> list[str]:

@@ -31,6 +31,12 @@ def source_info(kind: str | None) -> dict[str, Any] | None:
     return _citations()["sources"].get(kind or "")
 
 
+def source_licence(kind: str | None) -> dict[str, str]:
+    """The licence a build of source ``kind`` inherits, from citations.json's ``licences``: ``text`` (the card's
+    Licence section) and ``id`` (the Hugging Face licence id); empty for a kind with none recorded."""
+    return _citations()["licences"].get(kind or "", {})
+
+
 def benchmark_citations(dataset: str) -> list[dict[str, Any]]:
     """The papers whose benchmark ``dataset`` builds (by name: ``robo3d-*`` → Robo3D, ``kitti-c`` → Li et al.)."""
     name = dataset.lower()
@@ -147,9 +153,7 @@ def intended_use_section(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
 
 def demo_licence_section(manifest: dict[str, Any]) -> list[str]:
     """A demo build's licence: bench-build's own (its data is generated); what a real build would inherit."""
-    from bench_build.manifests import card
-
-    real = getattr(card, "SOURCE_LICENCES", {}).get((manifest.get("source") or {}).get("kind"))
+    real = source_licence((manifest.get("source") or {}).get("kind")).get("text")
     text = ("Generated demo data: no real dataset's scans or labels are included; the demo data and this card "
             "are under bench-build's Apache-2.0 licence.")
     if real:

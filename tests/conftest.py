@@ -52,7 +52,7 @@ max_distance = [0.2, 0.4, 0.6, 0.8, 1.0]
 
 @pytest.fixture(scope="session")
 def demo_kitti_master(tmp_path_factory) -> Path:
-    from bench_build.sources.demo import write_demo_dataset
+    from bench_build.sources.demo.kitti import write_demo_dataset
 
     return write_demo_dataset(tmp_path_factory.mktemp("demo") / "kitti", 6, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
 

@@ -171,7 +171,7 @@ def run_bench_layouts(frames: int = 4, repeat: int = 5) -> list[dict]:
     recipe's stages, so the values have real distributions), through every layout; prints a table."""
     from bench_build.manifests.recipe import load_recipe
     from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.sources.demo import generate_frame
+    from bench_build.sources.demo.kitti import generate_frame
     from bench_build.stages.registry import get_stage
 
     recipe = load_recipe("kitti-c")

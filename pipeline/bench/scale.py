@@ -29,7 +29,7 @@ from typing import Any
 from bench_build.build.run import DEMO_FRAMES, run_build
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
-from bench_build.sources.demo import ensure_demo_source, mark_demo
+from bench_build.sources.demo.kitti import ensure_demo_source, mark_demo
 
 #: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
 #: so the loop shares the L3 and memory bandwidth with its neighbours as a task does

@@ -83,7 +83,7 @@ def write_synthetic_version(root: Path, partitions: int, frames: int = KITTI_FRA
     import pyarrow.parquet as pq
     from bench_build.format.schema import encode_rows, schema_with_metadata
     from bench_build.manifests.manifest import MANIFEST_VERSION
-    from bench_build.sources.demo import demo_calib
+    from bench_build.sources.demo.kitti import demo_calib
     from bench_build.sources.kitti import read_labels
     from bench_build.stages.frame import Frame
 

@@ -71,7 +71,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     ``build_rounds``: how many times the 1- and 2-worker demo builds run, alternating which goes first; the
     speed-up, the builds' examples/s and the task CPU per example are medians (one round is noise here)."""
     from bench_build.manifests.recipe import load_recipe
-    from bench_build.sources.demo import generate_frame
+    from bench_build.sources.demo.kitti import generate_frame
 
     results: dict = {"stages": {}}
     recipe = load_recipe(recipe_name)
@@ -314,7 +314,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     """Object stages on demo ModelNet40 shapes (as the recipes preprocess them), then a ModelNet-C demo build."""
     from bench_build.manifests.recipe import load_recipe
     from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.sources.demo_objects import ensure_demo_objects
+    from bench_build.sources.demo.objects import ensure_demo_objects
     from bench_build.sources.modelnet import ModelNet40H5Source
     from bench_build.sources.shapenet import ShapeNetCoreSource
     from bench_build.stages.registry import get_stage

@@ -191,7 +191,7 @@ def render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str,
 
 def is_demo(source: dict[str, Any]) -> bool:
     """Built from bench-build's generated demo data (its marker file in a source root)?"""
-    from bench_build.sources.demo import is_demo_root
+    from bench_build.sources.demo.cache import is_demo_root
 
     return any(isinstance(v, str) and k.endswith("root") and Path(v).is_dir() and is_demo_root(v)
                for k, v in source.items())

@@ -257,7 +257,7 @@ def demo_data(
     seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
 ) -> None:
     """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
-    from bench_build.sources.demo import write_demo_dataset
+    from bench_build.sources.demo.kitti import write_demo_dataset
 
     write_demo_dataset(out, frames, seed=seed)
     out_console.print(f"wrote {frames} frames to {out}")
@@ -270,7 +270,7 @@ def demo_objects(
     per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
     """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
-    from bench_build.sources.demo_objects import write_demo_objects
+    from bench_build.sources.demo.objects import write_demo_objects
 
     n = per_class
     write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},

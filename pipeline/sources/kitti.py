@@ -22,7 +22,7 @@ import numpy as np
 from bench_build.manifests.names import frame_id_message, name_problem
 from bench_build.sources.base import SourceError
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
-from bench_build.stages.geometry import lidar_heading_to_rot_y, rot_y_to_lidar_heading
+from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, rot_y_to_lidar_heading
 from bench_build.stages.sensor import HDL64E
 
 LABEL_FIELDS = 15  # a 16th (score) is allowed: detection results use the same format
@@ -244,8 +244,6 @@ class KittiSource:
 def camera_fov_mask(frame: Frame) -> np.ndarray:
     """Points that project into the left colour image through P2 with depth ≥ 0: what KITTI's
     object-detection tools keep of a scan (≈ 18k of ≈ 130k points). Needs the frame's calibration."""
-    from bench_build.stages.geometry import IMAGE_SIZE
-
     if frame.calib is None:
         raise ValueError(f"frame {frame.frame_id}: camera_fov_mask needs the KITTI calibration")
     rect = frame.calib.lidar_to_rect(frame.xyz)

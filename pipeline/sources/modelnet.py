@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 from bench_build.sources.base import SourceError
 from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
@@ -74,8 +75,6 @@ def h5_points_shape(path: Path, f: Any, width: int = 3) -> tuple[int, int]:
 
 
 def open_h5(path: Path):
-    import h5py
-
     if not path.is_file():
         raise SourceError(path, "file not found")
     try:

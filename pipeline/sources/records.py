@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_build.sources.base import SourceError
+from bench_build.stages.frame import Frame
 from bench_build.stages.sensor import Sensor
 
 
@@ -89,8 +90,6 @@ class RecordSource:
         return read_records(self.path(frame_id), len(self.fields), ", ".join(self.fields))
 
     def read(self, frame_id: str):
-        from bench_build.stages.frame import Frame
-
         return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
                      intensity_scale=self.intensity_scale, sensor=self.sensor)
 

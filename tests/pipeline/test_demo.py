@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.sources.demo import (
+from bench_build.sources.demo.kitti import (
     AZIMUTH_STEP_DEG,
     DEMO_SEED,
     SENSOR_HEIGHT,
-    _place_objects,
     generate_frame,
+    place_objects,
     write_demo_dataset,
 )
 from bench_build.sources.kitti import KittiSource, read_velodyne, write_frame
@@ -85,7 +85,7 @@ def test_full_frame_ground_and_intensity(full):
 @pytest.mark.parametrize("index", range(12))
 def test_three_to_eight_objects_are_placed(index):
     rng = np.random.default_rng(np.random.SeedSequence([DEMO_SEED, index]))
-    objs = _place_objects(rng)
+    objs = place_objects(rng)
     assert 3 <= len(objs) <= 8
     assert {o.cls for o in objs} <= {"Car", "Pedestrian", "Cyclist"}
     for o in objs:  # standing on the ground

@@ -42,7 +42,7 @@ def test_a_nuscenes_build_without_the_devkit_exits_2_naming_the_extra_and_writes
 
 
 def test_a_semantickitti_build_without_pykitti_exits_2_naming_the_extra(monkeypatch, tmp_path):
-    from bench_build.sources.semantickitti import write_semantickitti
+    from bench_build.sources.demo.semantickitti import write_semantickitti
 
     root = write_semantickitti(tmp_path / "sk", 2, azimuth_step_deg=0.72)
     _hide(monkeypatch, "pykitti")

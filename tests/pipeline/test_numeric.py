@@ -202,7 +202,7 @@ BATTERY_RECIPES = ["robo3d-kitti-c", "modelnet40-e", "modelnet-c"]
 
 @pytest.fixture(scope="module")
 def battery_sources(tmp_path_factory, demo_kitti_master) -> dict[str, str]:
-    from bench_build.sources.demo_objects import write_demo_objects
+    from bench_build.sources.demo.objects import write_demo_objects
 
     objects = write_demo_objects(tmp_path_factory.mktemp("objects"), modelnet={"train": 1, "test": 1})
     kitti = tmp_path_factory.mktemp("kitti") / "kitti"

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bench_build.sources.base import SourceError
-from bench_build.sources.nuscenes import FINE_INDEX, NuScenesSource, write_nuscenes
+from bench_build.sources.demo.nuscenes import write_nuscenes
+from bench_build.sources.nuscenes import FINE_INDEX, NuScenesSource
 from bench_build.stages.frame import Boxes
 from bench_build.stages.geometry import assign_points_to_boxes
 from bench_build.stages.kernels.boxes import points_in_box_frame

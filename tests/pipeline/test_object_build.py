@@ -22,7 +22,7 @@ from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, verify_version
 from bench_build.manifests.threedos import SN_SETS
-from bench_build.sources.demo_objects import write_demo_objects
+from bench_build.sources.demo.objects import write_demo_objects
 from bench_build.sources.threedos import ThreeDOSSource
 from bench_build.stages.whole_shape.object_rotate import euler_matrix
 from typer.testing import CliRunner

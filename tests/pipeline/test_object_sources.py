@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 from bench_build.sources.base import SourceError
-from bench_build.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
+from bench_build.sources.demo.objects import MODELNET40_CLASSES, write_demo_objects
 from bench_build.sources.modelnet import ModelNet40H5Source, ModelNet40MeshSource
 from bench_build.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
 from bench_build.sources.shapenet import SHAPENET_SYNSETS, ShapeNetCoreSource, hash_split
@@ -316,7 +316,7 @@ def test_shapenet_obj_with_materials_groups_and_missing_mtl(tmp_path):
 
 
 def test_demo_objects_cache_generates_only_what_a_recipe_reads(tmp_path, monkeypatch):
-    from bench_build.sources.demo_objects import ensure_demo_objects
+    from bench_build.sources.demo.objects import ensure_demo_objects
 
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     root = ensure_demo_objects(("scanobjectnn",))

@@ -309,7 +309,7 @@ def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
 
     import numpy as np
     from bench_build.bench.stages import write_costs
-    from bench_build.sources.demo import generate_frame
+    from bench_build.sources.demo.kitti import generate_frame
 
     recipe = load_recipe(str(small_recipe))
     demo = [replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])

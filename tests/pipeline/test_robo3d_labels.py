@@ -18,14 +18,17 @@ TAG_OF = {"fog": PointTag.SCATTER_FOG, "snow": PointTag.SCATTER_SNOW, "crosstalk
 
 def _fixture(kind: str, root: Path):
     if kind == "semantickitti":
-        from bench_build.sources.semantickitti import SemanticKittiSource, write_semantickitti
+        from bench_build.sources.demo.semantickitti import write_semantickitti
+        from bench_build.sources.semantickitti import SemanticKittiSource
 
         return SemanticKittiSource(write_semantickitti(root, 1, azimuth_step_deg=0.36))
     if kind == "nuscenes":
-        from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
+        from bench_build.sources.demo.nuscenes import write_nuscenes
+        from bench_build.sources.nuscenes import NuScenesSource
 
         return NuScenesSource(write_nuscenes(root, 1, train_frames=0, azimuth_step_deg=0.33))
-    from bench_build.sources.waymo import WaymoSource, write_waymo
+    from bench_build.sources.demo.waymo import write_waymo
+    from bench_build.sources.waymo import WaymoSource
 
     return WaymoSource(write_waymo(root, 1, contexts=1, width=1300, unlabelled_per_context=0))
 

@@ -107,13 +107,16 @@ def test_undeclared_labels_and_unknown_columns_are_refused():
 
 
 def _source_cases(tmp: Path):
-    from bench_build.sources.demo_objects import write_demo_objects
+    from bench_build.sources.demo.nuscenes import write_nuscenes
+    from bench_build.sources.demo.objects import write_demo_objects
+    from bench_build.sources.demo.semantickitti import write_semantickitti
+    from bench_build.sources.demo.waymo import write_waymo
     from bench_build.sources.modelnet import ModelNet40H5Source
-    from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
+    from bench_build.sources.nuscenes import NuScenesSource
     from bench_build.sources.scanobjectnn import ScanObjectNNSource
-    from bench_build.sources.semantickitti import SemanticKittiSource, write_semantickitti
+    from bench_build.sources.semantickitti import SemanticKittiSource
     from bench_build.sources.shapenet import ShapeNetCoreSource
-    from bench_build.sources.waymo import WaymoSource, write_waymo
+    from bench_build.sources.waymo import WaymoSource
 
     objs = write_demo_objects(tmp / "objects", modelnet={"test": 1}, scanobjectnn={"test": 1},
                               shapenet={"test": 1})

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bench_build.sources.base import SourceError
-from bench_build.sources.semantickitti import SemanticKittiSource, parse_split, write_semantickitti
+from bench_build.sources.demo.semantickitti import write_semantickitti
+from bench_build.sources.semantickitti import SemanticKittiSource, parse_split
 from bench_build.stages.ring import frame_rings
 from bench_build.stages.sensor import HDL64E
 
@@ -40,7 +41,7 @@ def test_reads_scans_and_raw_semantic_ids(sk_root):
         assert f.intensity_scale == "unit" and f.sensor == HDL64E
         assert 0.0 <= f.intensity.min() and f.intensity.max() <= 1.0
         # calibration: pykitti's Tr, written as the demo's velodyne → rectified camera transform
-        from bench_build.sources.demo import demo_calib
+        from bench_build.sources.demo.kitti import demo_calib
 
         np.testing.assert_allclose(f.calib.Tr_velo_to_cam, demo_calib().velo_to_rect[:3], atol=1e-9)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from bench_build.manifests.threedos import SCENARIOS, SN_SETS, SR_MODELNET, SR_SCANOBJECTNN, sn_set_of
 from bench_build.sources.base import SourceError
-from bench_build.sources.demo_objects import MODELNET40_CLASSES, write_demo_objects
+from bench_build.sources.demo.objects import MODELNET40_CLASSES, write_demo_objects
 from bench_build.sources.scanobjectnn import SONN_CLASSES
 from bench_build.sources.shapenet import SHAPENET_SYNSETS
 from bench_build.sources.threedos import ThreeDOSSource, authors_r2r_split

@@ -33,7 +33,7 @@ def _rotate(points: np.ndarray, angle: float) -> np.ndarray:
 
 def write_real_stf(root: Path, scenes: int = 12, turns: int = 3, alpha: float = 0.1) -> tuple[Path, Path]:
     """Real fog / real clear in STF layout: demo scenes of another seed, each at ``turns`` headings."""
-    from bench_build.sources.demo import generate_frame
+    from bench_build.sources.demo.kitti import generate_frame
     from bench_build.sources.stf import write_stf_bin
     from bench_build.stages.frame import Frame
     from bench_build.stages.registry import get_stage
@@ -76,7 +76,7 @@ alpha = [0.0, 0.0]
 def validated(tmp_path_factory):
     import ray
     from bench_build.build.run import run_build
-    from bench_build.sources.demo import write_demo_dataset
+    from bench_build.sources.demo.kitti import write_demo_dataset
 
     tmp = tmp_path_factory.mktemp("validate")
     fog_dir, clear_dir = write_real_stf(tmp / "stf")

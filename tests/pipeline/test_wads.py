@@ -213,7 +213,7 @@ def snow_build(tmp_path_factory):
     """A 3-frame demo KITTI build with LISA snow at 2 severities; Ray stays up for the validations."""
     import ray
     from bench_build.build.run import run_build
-    from bench_build.sources.demo import write_demo_dataset
+    from bench_build.sources.demo.kitti import write_demo_dataset
 
     from tests.conftest import FIXTURE_AZIMUTH_STEP
 

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from bench_build.sources.base import SourceError
+from bench_build.sources.demo.waymo import synthetic_extrinsic, write_waymo
 from bench_build.sources.waymo import (
     CALIB_COLUMNS,
     KEY_LASER,
@@ -17,8 +18,6 @@ from bench_build.sources.waymo import (
     WaymoSource,
     beam_inclinations,
     range_image_to_points,
-    synthetic_extrinsic,
-    write_waymo,
 )
 from bench_build.stages.geometry import assign_points_to_boxes
 

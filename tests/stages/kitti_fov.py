@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from bench_build.sources.demo import generate_frame
+from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import camera_fov_mask
 from bench_build.stages.frame import Frame
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from bench_build.manifests.recipe import load_recipe
-from bench_build.sources.demo import generate_frame
+from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.density.beam_missing import BeamMissingParams, beam_missing, draw_beams
 
 from tests.stages.conftest import rng_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.sources.demo_objects import class_mesh
+from bench_build.sources.demo.objects import class_mesh
 from bench_build.sources.mesh import sample_surface, unit_sphere
 from bench_build.stages.frame import PointTag
 from bench_build.stages.whole_shape.sensor_noise import (

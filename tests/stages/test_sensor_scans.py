@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bench_build.manifests.recipe import load_recipe
-from bench_build.sources.synthetic import cast_scan, spinning_azimuths
+from bench_build.sources.demo.synthetic import cast_scan, spinning_azimuths
 from bench_build.stages.density.beam_missing import BeamMissingParams, beam_missing, draw_beams
 from bench_build.stages.density.cross_sensor import cross_sensor, deleted_rings
 from bench_build.stages.frame import Frame

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from bench_build.manifests.recipe import load_recipe
-from bench_build.sources.demo import generate_frame
+from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics import hdl64e_s3 as s3
 from bench_build.stages.ring import rings_from_elevation_bins

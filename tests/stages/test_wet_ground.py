@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 from bench_build.manifests.recipe import load_recipe
-from bench_build.sources.demo import generate_frame
+from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import camera_fov_mask
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import IMAGE_SIZE

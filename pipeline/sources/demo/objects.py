@@ -19,6 +19,7 @@ byte-identical on every run (h5 files are written without timestamps).
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -26,8 +27,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import h5py
 import numpy as np
+import trimesh
 from bench_build.plan.tasks import stable_hash
+from bench_build.sources.demo.cache import demo_cache_dir, mark_demo
 from bench_build.sources.mesh import sample_surface, unit_sphere
 from bench_build.sources.scanobjectnn import SONN_CLASSES
 from bench_build.sources.shapenet import SHAPENET_SYNSETS
@@ -45,8 +49,6 @@ DEMO_VERSION = 2  # bump when the generated files change (part of the cache dire
 
 def class_mesh(name: str, instance: int, seed: int = DEMO_OBJECT_SEED):
     """The ``instance``-th procedural mesh of class ``name`` (a trimesh.Trimesh, roughly 1 unit tall)."""
-    import trimesh
-
     crng = np.random.default_rng(np.random.SeedSequence([seed, stable_hash(f"class/{name}")]))
     irng = np.random.default_rng(np.random.SeedSequence([seed, stable_hash(f"instance/{name}/{instance}")]))
     parts = []
@@ -72,8 +74,6 @@ def _shape_rng(seed: int, what: str) -> np.random.Generator:
 
 
 def _write_h5(path: Path, **datasets: np.ndarray) -> None:
-    import h5py
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w", track_order=True) as f:
         for k, v in datasets.items():
@@ -179,8 +179,6 @@ def write_demo_objects(out: str | Path, *, modelnet: dict[str, int] | None = Non
     write_modelnet40(out, modelnet if modelnet is not None else {"train": 2, "test": 2}, seed)
     write_scanobjectnn(out, scanobjectnn if scanobjectnn is not None else {"training": 3, "test": 2}, seed)
     write_shapenet(out, shapenet if shapenet is not None else {"train": 2, "test": 2}, seed)
-    from bench_build.sources.demo import mark_demo
-
     mark_demo(out)
     return out
 
@@ -196,10 +194,6 @@ DEMO_PARTS: dict[str, tuple[str, ...]] = {
 def ensure_demo_objects(datasets: tuple[str, ...] = tuple(DEMO_PARTS), seed: int = DEMO_OBJECT_SEED) -> Path:
     """The demo object root in the cache directory with ``datasets`` generated (each on first use only, under
     a file lock, renamed into place when complete: a killed run never leaves a half-written dataset)."""
-    import fcntl
-
-    from bench_build.sources.demo import demo_cache_dir
-
     root = demo_cache_dir().parent / "demo-objects" / f"seed{seed}-v{DEMO_VERSION}"
     root.mkdir(parents=True, exist_ok=True)
     writers = {"modelnet40": lambda out: write_modelnet40(out, {"train": 2, "test": 2}, seed),

@@ -1,8 +1,8 @@
 """Synthetic scans of any spinning LiDAR, ray-cast against the demo street scene, with per-point classes.
 
-The dataset fixture writers (`semantickitti.write_semantickitti`, `nuscenes.write_nuscenes`,
-`waymo.write_waymo`) and the demo data of the Robo3D recipes use this: the same scene generator as
-`bench_build.sources.demo` (ground, façades, poles, cars, pedestrians, cyclists), cast with the caller's
+The dataset fixture writers (`demo.semantickitti.write_semantickitti`, `demo.nuscenes.write_nuscenes`,
+`demo.waymo.write_waymo`) and the demo data of the Robo3D recipes use this: the same scene generator as
+`bench_build.sources.demo.kitti` (ground, façades, poles, cars, pedestrians, cyclists), cast with the caller's
 laser elevations and azimuths (a 64-beam HDL-64E, a 32-beam HDL-32E, a 64×2650 Waymo range image) and
 with a generic class per return that each writer maps to its dataset's raw label ids:
 
@@ -19,10 +19,10 @@ are objects, the other parts are façades (8-vertex boxes) or poles (cylinders).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from bench_build.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes, cast_grid
+from bench_build.sources.demo.cache import DEMO_SEED
+from bench_build.sources.demo.kitti import MAX_RANGE, cast_grid, place_objects, scene_meshes
 
 GENERIC_CLASSES = ("unlabelled", "road", "sidewalk", "building", "pole", "car", "car_moving", "truck", "bus",
                    "pedestrian", "bicyclist")
@@ -63,8 +63,8 @@ def cast_scan(index: int, elevations_deg: np.ndarray, azimuths_rad: np.ndarray, 
     """Ray-cast demo scene ``index`` with rays at every (elevation row, azimuth column)."""
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, index, 11]))
-    objs = _place_objects(rng)
-    parts = _scene_meshes(rng, objs)
+    objs = place_objects(rng)
+    parts = scene_meshes(rng, objs)
     albedo = np.array([p[1] for p in parts], dtype=np.float64)
     obj_of_part = np.array([p[2] for p in parts], dtype=np.int64)
     obj_classes = tuple(object_class(o.cls, i) for i, o in enumerate(objs))
@@ -102,43 +102,3 @@ def spinning_azimuths(step_deg: float, rng_offset: float = 0.0) -> np.ndarray:
     """Azimuths of a spinning LiDAR's firings, counter-clockwise from 0 (KITTI's raw order)."""
     n = round(360.0 / step_deg)
     return np.arange(n) * (2 * np.pi / n) + rng_offset
-
-
-def write_demo_dataset(kind: str, root: Path, frames: int, seed: int = DEMO_SEED) -> Path:
-    """Write the demo data of a Robo3D source kind in its real layout (full sensor resolution)."""
-    from bench_build.sources.demo import mark_demo
-
-    mark_demo(root)
-    if kind == "semantickitti":
-        from bench_build.sources.semantickitti import write_semantickitti
-
-        return write_semantickitti(root, frames, seed=seed)
-    if kind == "nuscenes":
-        from bench_build.sources.nuscenes import write_nuscenes
-
-        return write_nuscenes(root, frames, seed=seed, train_frames=0)
-    if kind == "waymo":
-        from bench_build.sources.waymo import write_waymo
-
-        return write_waymo(root, frames, seed=seed, unlabelled_per_context=0)
-    raise ValueError(f"no demo data writer for source kind {kind!r}")
-
-
-def ensure_demo_dataset(kind: str, frames: int = 8, *, seed: int = DEMO_SEED) -> Path:
-    """The demo dataset of ``kind`` in the cache directory, generated on first use (atomically, like the
-    KITTI demo: written to a temporary folder, then renamed)."""
-    import shutil
-    import tempfile
-
-    from bench_build.sources.demo import demo_cache_dir
-
-    root = demo_cache_dir().parent / f"demo-{kind}" / f"seed{seed}-n{frames}"
-    if not (root / ".complete").is_file():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
-        write_demo_dataset(kind, tmp, frames, seed)
-        (tmp / ".complete").write_text("ok\n")
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    return root

@@ -1,0 +1,77 @@
+"""Every dataset reader, registered in one table: `READERS`, one `ReaderInfo` a source kind.
+
+A recipe's ``source`` is a key of `READERS`. Everything else that needs to know the readers reads this table:
+`bench_build.sources.open_source` (which class, which demo data), the CLI's ``--split`` help, and the source
+contract test (tests/pipeline/test_source_contract.py), which runs over every entry with its demo writer. The
+licence and BibTeX a dataset card prints for a kind are data in ``manifests/citations.json`` (``licences`` and
+``sources``), because the card is written by `bench_build.manifests`, a layer below this one; the contract test
+checks that every registered kind has its licence there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_build.sources.demo import kitti as demo_kitti
+from bench_build.sources.demo import nuscenes as demo_nuscenes
+from bench_build.sources.demo import semantickitti as demo_semantickitti
+from bench_build.sources.demo import waymo as demo_waymo
+from bench_build.sources.kitti import KittiSource
+from bench_build.sources.modelnet import ModelNet40H5Source
+from bench_build.sources.nuscenes import NuScenesSource
+from bench_build.sources.scanobjectnn import ScanObjectNNSource
+from bench_build.sources.semantickitti import SemanticKittiSource
+from bench_build.sources.shapenet import ShapeNetCoreSource
+from bench_build.sources.threedos import ThreeDOSSource
+from bench_build.sources.wads import WadsSource
+from bench_build.sources.waymo import WaymoSource
+
+#: ``write(root, frames, seed)``: demo data of a scene kind in the reader's own on-disk layout; returns the root
+DemoWriter = Callable[[Path, int, int], Path]
+
+
+@dataclass(frozen=True)
+class ReaderInfo:
+    """One dataset reader: what a recipe's ``source = "<kind>"`` opens, and how its demo data is made."""
+
+    kind: str
+    reader: type  #: the reader class: ``reader(root, split, **source_options)`` (composites: see ``parts``)
+    name: str  #: the dataset's name in help texts
+    splits: str  #: what ``--split`` takes for this reader (the CLI help)
+    #: scene kinds: writes the demo data a build uses without ``--source``; None: no demo (pass --source)
+    write_demo: DemoWriter | None = None
+    #: object (classification) benchmark: the demo is `bench_build.sources.demo.objects`, one root for all
+    objects: bool = False
+    #: composite readers: the datasets it reads, each root given by --source or --source-<name>
+    parts: tuple[str, ...] = ()
+    #: False for KITTI: its demo is read whole (the training folder) whatever ImageSets split the recipe names,
+    #: so demo builds of every KITTI recipe see the same frames
+    demo_takes_recipe_split: bool = True
+
+
+def _write_kitti_demo(root: Path, frames: int, seed: int) -> Path:
+    return demo_kitti.write_demo_dataset(root, frames, seed=seed)
+
+
+READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
+    ReaderInfo("kitti", KittiSource, "KITTI", "training, testing or an ImageSets list (train, val)",
+               write_demo=_write_kitti_demo, demo_takes_recipe_split=False),
+    ReaderInfo("semantickitti", SemanticKittiSource, "SemanticKITTI", "val, train, test or sequences (08,09)",
+               write_demo=demo_semantickitti.write_demo),
+    ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
+               write_demo=demo_nuscenes.write_demo),
+    ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", write_demo=demo_waymo.write_demo),
+    ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)"),
+    ReaderInfo("modelnet40", ModelNet40H5Source, "ModelNet40", "train, test or all", objects=True),
+    ReaderInfo("scanobjectnn", ScanObjectNNSource, "ScanObjectNN", "training or test", objects=True),
+    ReaderInfo("shapenet", ShapeNetCoreSource, "ShapeNetCore", "train, val or test", objects=True),
+    ReaderInfo("3dos", ThreeDOSSource, "3DOS", "fixed by the benchmark's tracks", objects=True,
+               parts=("shapenet", "modelnet40", "scanobjectnn")),
+)}
+
+
+def split_help() -> str:
+    """The ``--split`` help: what each reader takes."""
+    return "; ".join(f"{i.name}: {i.splits}" for i in READERS.values())
