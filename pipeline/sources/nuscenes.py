@@ -117,6 +117,17 @@ def read_points(path: Path) -> np.ndarray:
     return pts
 
 
+def _unparsable_table(table_root: Path) -> Path:
+    """The first table of ``table_root`` that is not valid JSON (the devkit's error does not say which); parsed
+    again only on this error path, so a good dataset is read once."""
+    for path in sorted(table_root.glob("*.json")):
+        try:
+            json.loads(path.read_bytes())
+        except json.JSONDecodeError:
+            return path
+    return table_root
+
+
 def _find_reference(table_root: Path, token: str) -> Path:
     """The table file that mentions an unknown token (for the error message)."""
     for name in (*TABLES, "lidarseg"):
@@ -162,7 +173,9 @@ class NuScenesSource:
             token = str(e.args[0])
             raise SourceError(_find_reference(self.table_root, token),
                               f"refers to unknown token {token!r} (no record with that token)") from None
-        except (AssertionError, json.JSONDecodeError) as e:
+        except json.JSONDecodeError as e:
+            raise SourceError(_unparsable_table(self.table_root), f"not valid JSON: {e}") from None
+        except AssertionError as e:
             raise SourceError(self.table_root, f"the nuScenes devkit cannot load the tables: {e}") from None
         splits = create_splits_scenes()
         if self.split not in splits:

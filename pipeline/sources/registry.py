@@ -16,7 +16,9 @@ from pathlib import Path
 
 from bench_build.sources.demo import kitti as demo_kitti
 from bench_build.sources.demo import nuscenes as demo_nuscenes
+from bench_build.sources.demo import objects as demo_objects
 from bench_build.sources.demo import semantickitti as demo_semantickitti
+from bench_build.sources.demo import wads as demo_wads
 from bench_build.sources.demo import waymo as demo_waymo
 from bench_build.sources.kitti import KittiSource
 from bench_build.sources.modelnet import ModelNet40H5Source
@@ -30,6 +32,9 @@ from bench_build.sources.waymo import WaymoSource
 
 #: ``write(root, frames, seed)``: demo data of a scene kind in the reader's own on-disk layout; returns the root
 DemoWriter = Callable[[Path, int, int], Path]
+#: ``write(root)``: a small fixture in the reader's on-disk layout (a few frames, coarse scans); returns the root
+#: that ``reader(root)`` opens with its default split. The source contract test runs every reader on it.
+FixtureWriter = Callable[[Path], Path]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class ReaderInfo:
     reader: type  #: the reader class: ``reader(root, split, **source_options)`` (composites: see ``parts``)
     name: str  #: the dataset's name in help texts
     splits: str  #: what ``--split`` takes for this reader (the CLI help)
+    write_fixture: FixtureWriter  #: the contract test's fixture (`FixtureWriter`)
     #: scene kinds: writes the demo data a build uses without ``--source``; None: no demo (pass --source)
     write_demo: DemoWriter | None = None
     #: object (classification) benchmark: the demo is `bench_build.sources.demo.objects`, one root for all
@@ -55,19 +61,52 @@ def _write_kitti_demo(root: Path, frames: int, seed: int) -> Path:
     return demo_kitti.write_demo_dataset(root, frames, seed=seed)
 
 
+# Fixtures: 2-3 frames at a coarse azimuth step (the readers' checks do not depend on the resolution).
+def _kitti_fixture(root: Path) -> Path:
+    return demo_kitti.write_demo_dataset(root, 2, azimuth_step_deg=0.72)
+
+
+def _semantickitti_fixture(root: Path) -> Path:
+    return demo_semantickitti.write_semantickitti(root, 2, azimuth_step_deg=0.72)
+
+
+def _nuscenes_fixture(root: Path) -> Path:
+    return demo_nuscenes.write_nuscenes(root, 3, azimuth_step_deg=0.72)
+
+
+def _waymo_fixture(root: Path) -> Path:
+    return demo_waymo.write_waymo(root, 4, width=650)
+
+
+def _wads_fixture(root: Path) -> Path:
+    return demo_wads.write_wads(root, 2, points=2000)
+
+
+def _objects_fixture(root: Path) -> Path:
+    return demo_objects.write_demo_objects(root, modelnet={"train": 1, "test": 1},
+                                           scanobjectnn={"training": 1, "test": 1},
+                                           shapenet={"train": 1, "val": 1, "test": 1})
+
+
 READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
     ReaderInfo("kitti", KittiSource, "KITTI", "training, testing or an ImageSets list (train, val)",
-               write_demo=_write_kitti_demo, demo_takes_recipe_split=False),
+               _kitti_fixture, write_demo=_write_kitti_demo, demo_takes_recipe_split=False),
     ReaderInfo("semantickitti", SemanticKittiSource, "SemanticKITTI", "val, train, test or sequences (08,09)",
-               write_demo=demo_semantickitti.write_demo),
+               _semantickitti_fixture, write_demo=demo_semantickitti.write_demo),
     ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
-               write_demo=demo_nuscenes.write_demo),
-    ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", write_demo=demo_waymo.write_demo),
-    ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)"),
-    ReaderInfo("modelnet40", ModelNet40H5Source, "ModelNet40", "train, test or all", objects=True),
-    ReaderInfo("scanobjectnn", ScanObjectNNSource, "ScanObjectNN", "training or test", objects=True),
-    ReaderInfo("shapenet", ShapeNetCoreSource, "ShapeNetCore", "train, val or test", objects=True),
-    ReaderInfo("3dos", ThreeDOSSource, "3DOS", "fixed by the benchmark's tracks", objects=True,
+               _nuscenes_fixture, write_demo=demo_nuscenes.write_demo),
+    ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", _waymo_fixture,
+               write_demo=demo_waymo.write_demo),
+    ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)",
+               _wads_fixture),
+    ReaderInfo("modelnet40", ModelNet40H5Source, "ModelNet40", "train, test or all", _objects_fixture,
+               objects=True),
+    ReaderInfo("scanobjectnn", ScanObjectNNSource, "ScanObjectNN", "training or test", _objects_fixture,
+               objects=True),
+    ReaderInfo("shapenet", ShapeNetCoreSource, "ShapeNetCore", "train, val or test", _objects_fixture,
+               objects=True),
+    ReaderInfo("3dos", ThreeDOSSource, "3DOS", "fixed by the benchmark's tracks", _objects_fixture,
+               objects=True,
                parts=("shapenet", "modelnet40", "scanobjectnn")),
 )}
 
