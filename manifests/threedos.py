@@ -1,8 +1,8 @@
-"""3DOS category sets and class maps (../shared/spec/3dos-category-sets.md, generators.md §4), as typed data.
+"""3DOS category sets and class maps (Alliegro et al., NeurIPS 2022 D&B), as typed data.
 
 The paper shows the sets only in figures; these are the released benchmark's tables
-(``antoalli/3D_OS: datasets/sncore_splits.py, modelnet.py, scanobject.py``), typed from the spec and
-checked against it by ``tests/manifests/test_object_tables.py``.
+(``antoalli/3D_OS: datasets/sncore_splits.py, modelnet.py, scanobject.py``), typed from that code and
+checked by ``tests/manifests/test_object_tables.py``.
 """
 
 from __future__ import annotations

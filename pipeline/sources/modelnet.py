@@ -1,6 +1,6 @@
 """ModelNet40: PointNet's HDF5 release (``modelnet40_ply_hdf5_2048``) and the OFF meshes.
 
-HDF5 layout (formats.md §4.1)::
+HDF5 layout (PointNet's ``modelnet40_ply_hdf5_2048`` release)::
 
     ROOT/ply_data_train0.h5 … ply_data_train4.h5, ply_data_test0.h5, ply_data_test1.h5
         data  float32 (B, 2048, 3)  xyz, zero-mean, inside the unit sphere
@@ -15,7 +15,7 @@ loaders glob unsorted; we never depend on filesystem order). A shape's id is ``<
 row in the concatenation of the split's files: ``test/00000`` … ``test/02467`` is the row order of
 the ModelNet-C files. ``split='all'`` lists train then test (ModelNet40-E corrupts both).
 
-OFF layout (formats.md §4.2): ``ROOT/<class>/{train,test}/<class>_NNNN.off``; both ``OFF\\n3 1 0`` and
+OFF layout (Princeton's ModelNet40 meshes): ``ROOT/<class>/{train,test}/<class>_NNNN.off``; both ``OFF\\n3 1 0`` and
 the glued ``OFF3 1 0`` header are read (trimesh). A mesh is turned into a cloud by area-weighted
 surface sampling seeded from its id, then centred and scaled into the unit sphere like the h5 clouds.
 """

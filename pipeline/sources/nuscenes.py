@@ -1,4 +1,4 @@
-"""nuScenes LIDAR_TOP key frames (+ nuScenes-lidarseg labels), read through ``nuscenes-devkit`` (formats.md §2).
+"""nuScenes LIDAR_TOP key frames (+ nuScenes-lidarseg labels), read through ``nuscenes-devkit``.
 
 Layout (``ROOT`` is the devkit's ``dataroot``)::
 
@@ -40,7 +40,7 @@ from bench_build.stages.sensor import HDL32E
 VERSIONS = ("v1.0-trainval", "v1.0-mini", "v1.0-test")
 TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",
           "scene", "sample", "sample_data", "sample_annotation", "map")
-#: category.json ``index`` → fine name of the released lidarseg category table (formats.md §2.4). The reader
+#: category.json ``index`` → fine name of the released lidarseg category table (v1.0 category.json). The reader
 #: takes the mapping from the dataset's own category.json; this is for the fixture writer and the card.
 FINE_CLASSES = (
     "noise", "animal", "human.pedestrian.adult", "human.pedestrian.child", "human.pedestrian.construction_worker",

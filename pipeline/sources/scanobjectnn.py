@@ -1,4 +1,4 @@
-"""ScanObjectNN HDF5 (formats.md §5): real scanned objects, 2,048 points each, with background.
+"""ScanObjectNN HDF5 (Uy et al., ICCV 2019): real scanned objects, 2,048 points each, with background.
 
 Layout::
 

@@ -1,4 +1,4 @@
-"""SemanticKITTI: KITTI Odometry scans with per-point semantic labels (formats.md §3, PHYSICS.md §7).
+"""SemanticKITTI: KITTI Odometry scans with per-point semantic labels (Behley et al., ICCV 2019).
 
 Layout (``ROOT`` is the folder that holds ``sequences/``)::
 
@@ -35,7 +35,7 @@ from bench_build.stages.sensor import HDL64E
 
 SPLITS = {"train": ("00", "01", "02", "03", "04", "05", "06", "07", "09", "10"), "val": ("08",),
           "test": tuple(f"{i:02d}" for i in range(11, 22))}
-#: raw id → name (formats.md §3.3, `config/semantic-kitti.yaml` of the SemanticKITTI API)
+#: raw id → name (`config/semantic-kitti.yaml` of the SemanticKITTI API)
 LABEL_NAMES = {0: "unlabeled", 1: "outlier", 10: "car", 11: "bicycle", 13: "bus", 15: "motorcycle", 16: "on-rails",
                18: "truck", 20: "other-vehicle", 30: "person", 31: "bicyclist", 32: "motorcyclist", 40: "road",
                44: "parking", 48: "sidewalk", 49: "other-ground", 50: "building", 51: "fence",

@@ -1,4 +1,4 @@
-"""ShapeNetCore v2 meshes (formats.md §6.1), sampled the way 3DOS's pre-sampled clouds were made.
+"""ShapeNetCore v2 meshes, sampled the way 3DOS's pre-sampled clouds were made.
 
 Layout::
 
@@ -36,7 +36,7 @@ FPS_POINTS = 4096
 SPLITS = ("train", "val", "test")
 MESH = ("models", "model_normalized.obj")
 
-#: The 55 ShapeNetCore v2 synsets with 3DOS's short names (generators.md §4 / formats.md §6.1).
+#: The 55 ShapeNetCore v2 synsets with 3DOS's short names (antoalli/3D_OS datasets/sncore_splits.py).
 SHAPENET_SYNSETS: dict[str, str] = {
     "02691156": "airplane", "02747177": "trash bin", "02773838": "bag", "02801938": "basket",
     "02808440": "bathtub", "02818832": "bed", "02828884": "bench", "02843684": "birdhouse",

@@ -12,8 +12,8 @@ sorted order. Class ids are SemanticKITTI's plus WADS's two snow classes, **110 
 **111 = accumulated snow** (`LABEL_NAMES`); `snow_masks` splits a scan into falling snow, accumulated snow
 and the rest by label.
 
-Duplicates: a raw WADS scan repeats many rows exactly (about 42 % of the rows of the scan in
-``../shared/real/``, label included). ``duplicates = "keep"`` (the default) reads the file as it is;
+Duplicates: a raw WADS scan repeats many rows exactly (about 42 % of the rows of a released
+WADS scan, label included). ``duplicates = "keep"`` (the default) reads the file as it is;
 ``"drop"`` keeps the first occurrence of each exact (x, y, z, intensity, label) row, in file order. Either
 way the frame's ``info`` records ``duplicate_rows`` (how many rows repeat an earlier one) and
 ``duplicates`` (``kept`` / ``dropped``), so the choice is visible in every row of a build. As a build

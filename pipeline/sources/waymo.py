@@ -1,4 +1,4 @@
-"""Waymo Open Dataset v2 (Parquet per component), TOP LiDAR, read with pyarrow (formats.md §1).
+"""Waymo Open Dataset v2 (Parquet per component), TOP LiDAR, read with pyarrow.
 
 Layout (``ROOT`` is the dataset folder holding the split folders, or one split folder itself)::
 

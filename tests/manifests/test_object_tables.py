@@ -36,7 +36,7 @@ PAPER_TEXT = {
     "add_local": ("object_add_local", {"points": [100, 200, 300, 400, 500], "max_clusters": 8,
                                        "sigma_min": 0.075, "sigma_max": 0.125, "outside": "keep"}),
 }
-# where the released generator (jiawei-ren/ModelNet-C corrupt.py, generators.md §1.3) differs from the text
+# where the released generator (jiawei-ren/ModelNet-C build_modelnetc/corrupt.py) differs from the text
 RELEASED_DIFFERS = {
     ("dropout_global", "ratio"): [0.25, 0.375, 0.5, 0.625, 0.75],
     ("dropout_local", "max_clusters"): 7,  # randint(1, 8) → 1..7
@@ -185,7 +185,7 @@ def test_3dos_sr_sets():
 SPEC = Path(__file__).resolve().parents[2] / ".." / "shared" / "spec" / "3dos-category-sets.md"
 
 
-@pytest.mark.skipif(not SPEC.is_file(), reason="../shared/spec not present")
+@pytest.mark.skipif(not SPEC.is_file(), reason="no 3DOS category-set spec (shared/spec beside the checkout)")
 def test_3dos_sets_equal_the_spec_table():
     text = SPEC.read_text()
     for name, ids in SN_SETS.items():

@@ -1,5 +1,6 @@
 """The three Robo3D dataset recipes are the released generators / the paper: every per-level value equals
-../shared/spec/generators.md §2.3 (SemanticKITTI-C, nuScenes-C) and §2.4 (WOD-C), typed here by hand."""
+the released Robo3D generators (ldkong1205/Robo3D: SemanticKITTI-C, nuScenes-C) and the paper's Appendix §8
+(WOD-C, which has no released generator), typed here by hand."""
 
 from __future__ import annotations
 

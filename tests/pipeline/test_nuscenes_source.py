@@ -104,7 +104,7 @@ def test_unknown_sample_token(nu_root, tmp_path):
     assert e.value.path == str(table)
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real/nuscenes-lidar-top is absent (a fresh clone)")
+@pytest.mark.skipif(not REAL.is_dir(), reason="no real nuScenes sweep (optional shared/real data)")
 def test_real_sweep_and_its_boxes_through_the_devkit(tmp_path):
     """The real sweep and its 69 boxes written back as global annotations with the recorded lidar2ego and
     ego2global, then read through the devkit: the boxes come back in the LiDAR frame and count their points

@@ -2,7 +2,7 @@
 `validate` end to end with WADS as real snow.
 
 The contract tests use `write_wads` (synthetic scans in WADS's on-disk layout) and always run. The tests on
-the real WADS scan in ``../shared/real/wads`` (shared/real/README.md, "wads/") derive WADS's figures from its
+a real WADS scan (optional: a ``shared/real/wads`` folder beside the checkout) derive WADS's figures from its
 labels here and compare them with what the reader and the realism report compute; they skip when the folder
 is absent (a fresh clone).
 """
@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "real"
 WADS = SHARED / "wads"
 NUSCENES = SHARED / "nuscenes-lidar-top"
-needs_wads = pytest.mark.skipif(not WADS.is_dir(), reason="../shared/real/wads is absent (a fresh clone)")
+needs_wads = pytest.mark.skipif(not WADS.is_dir(), reason="no real WADS scan (shared/real/wads beside the checkout)")
 
 
 # ---- reader contract (synthetic scans in WADS layout) ---------------------------------------------------
@@ -274,7 +274,7 @@ def test_snow_like_corruptions_are_both_snow_simulators():
 
 
 @needs_wads
-@pytest.mark.skipif(not NUSCENES.is_dir(), reason="../shared/real/nuscenes-lidar-top is absent (a fresh clone)")
+@pytest.mark.skipif(not NUSCENES.is_dir(), reason="no real nuScenes sweep (optional shared/real data)")
 def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, tmp_path):
     """Real snow = the WADS scan at 4 headings (WADS layout, labels kept); real clean = the real nuScenes
     sweep at 4 headings (x, y, z, intensity 0–255, ring: STF's record); build = demo KITTI with LISA snow."""

@@ -41,7 +41,7 @@ def write_nuscenes(root: str | Path, frames: int, *, version: str = "v1.0-mini",
     Points are in firing order (all 32 rings at each azimuth step, ring 0 lowest), intensity 0–255, ring
     as a float; lidarseg labels are category indices (`FINE_CLASSES`); annotations are the scene's objects
     in global coordinates through a non-trivial ego pose and LiDAR mounting. ``real`` replaces the first
-    frames by recorded ones (the sweep of ../shared/real): dicts with ``points`` (N×5), ``lidar2ego`` and
+    frames by recorded ones (e.g. a sweep of the released data): dicts with ``points`` (N×5), ``lidar2ego`` and
     ``ego2global`` (4×4) and ``boxes`` (LiDAR frame: category, x, y, z, l, w, h, yaw, num_lidar_pts), written
     back into the tables (global annotations, calibrated sensor, ego pose) the way the released data has them.
     """

@@ -37,7 +37,7 @@ from bench_build.sources.scanobjectnn import SONN_CLASSES
 from bench_build.sources.shapenet import SHAPENET_SYNSETS
 
 DEMO_OBJECT_SEED = 4242
-#: The 40 ModelNet40 class names, alphabetical (= shape_names.txt order, formats.md §4.1).
+#: The 40 ModelNet40 class names, alphabetical (= shape_names.txt order).
 MODELNET40_CLASSES = (
     "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone", "cup",
     "curtain", "desk", "door", "dresser", "flower_pot", "glass_box", "guitar", "keyboard", "lamp", "laptop",
