@@ -23,7 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from bench_build.build.shard import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import example_key, example_rng
+from bench_build.sources.demo import generate_frame
+from bench_build.stages.registry import get_stage
 
 BSS = "BYTE_STREAM_SPLIT"
 
@@ -169,10 +174,6 @@ def measure_layouts(points: list[np.ndarray], fields: tuple[str, ...], repeat: i
 def run_bench_layouts(frames: int = 4, repeat: int = 5) -> list[dict]:
     """The demo frames' clean scans and their fog / snow / gaussian_rad outputs at severity 3 (the KITTI-C
     recipe's stages, so the values have real distributions), through every layout; prints a table."""
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.sources.demo import generate_frame
-    from bench_build.stages.registry import get_stage
 
     recipe = load_recipe("kitti-c")
     demo = [generate_frame(i) for i in range(frames)]

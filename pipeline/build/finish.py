@@ -11,16 +11,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
+
 from bench_build import __version__
 from bench_build.build.ledger import Ledger, identity_digest
 from bench_build.build.shard import os_error_message, partition_table
-from bench_build.format.schema import SCHEMA_VERSION
+from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
 from bench_build.manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import ShardSpec, TaskSpec
+from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
+from bench_build.sources.demo import is_demo_root
 from bench_build.storage import Store, open_store
+from bench_build.validate import validate_after_build
 
 if TYPE_CHECKING:  # run.py imports this module
     from bench_build.build.run import BuildResult
@@ -50,7 +55,6 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
             result.failure_kinds[MANIFEST_NAME] = "resource"
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
     if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
-        from bench_build.validate import validate_after_build
 
         if stopping is not None:  # validation may start a Ray of its own
             stopping.join()
@@ -97,8 +101,6 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         part["bytes"] += f["bytes"]
         part["seconds"] = round(part["seconds"] + f["seconds"], 4)
     if shards:
-        import pyarrow.parquet as pq
-        from bench_build.format.schema import file_metadata
 
         with store.open_input(shards[0]["path"]) as f:
             meta = file_metadata(pq.read_schema(f))
@@ -191,7 +193,6 @@ def render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str,
 
 def is_demo(source: dict[str, Any]) -> bool:
     """Built from bench-build's generated demo data (its marker file in a source root)?"""
-    from bench_build.sources.demo import is_demo_root
 
     return any(isinstance(v, str) and k.endswith("root") and Path(v).is_dir() and is_demo_root(v)
                for k, v in source.items())
@@ -199,7 +200,6 @@ def is_demo(source: dict[str, Any]) -> bool:
 
 def contact_sheet(store, manifest: dict[str, Any], panels: dict | None = None) -> dict[str, Any] | None:
     """Render the card's contact sheet into ``renders/``; a picture never fails a finished build."""
-    from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 
     try:
         return write_contact_sheet(store, manifest, panels=panels)
@@ -247,7 +247,6 @@ class EarlySheet:
             self.thread.start()
 
     def _draw(self, panels: dict) -> None:
-        from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 
         t = time.time()
         try:

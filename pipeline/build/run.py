@@ -14,13 +14,14 @@ from bench_build.build.execute import execute
 from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
+from bench_build.build.reuse import open_earlier, place_files, plan_reuse
 from bench_build.build.shard import parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import ShardSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import init_ray, local_raylet, stop_ray_in_background
-from bench_build.sources import checked_frame_ids, open_source
+from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.storage import LocalStore, Store, open_store, redact
 
 DEMO_FRAMES = 8
@@ -93,7 +94,6 @@ def run_build(
     recipe = load_recipe(benchmark)
     earlier = None
     if reuse is not None:  # refused (exit 2) before the source is read or anything is written
-        from bench_build.build.reuse import open_earlier
 
         earlier = open_earlier(reuse, recipe, endpoint_url=endpoint_url, profile=profile)
     demo = source is None and not any((roots or {}).values())
@@ -108,7 +108,6 @@ def run_build(
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
         raise ValueError(f"source {src.describe()} has no frames")
-    from bench_build.sources import OBJECT_KINDS
 
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
     fps = frames_per_shard if frames_per_shard is not None else (
@@ -215,7 +214,6 @@ def take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec],
     return (the tasks still to run, reduced to their new partitions; task name → its reused ledger file entries).
     A task left with nothing to build is recorded done in the ledger here, its files marked ``reused_from``, so a
     killed run resumes past it like past a built task. Its ledger name stays the full task's name."""
-    from bench_build.build.reuse import place_files, plan_reuse
 
     t0 = time.time()
     plan = plan_reuse(earlier, recipe, src, pending, encoding=encoding, numeric_profile=profile)

@@ -6,6 +6,9 @@ This runs inside a Ray task but knows nothing about Ray: it is a plain function 
 
 from __future__ import annotations
 
+import errno as errno_mod
+import hashlib
+import json
 import os
 import time
 import traceback
@@ -14,13 +17,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
+
 from bench_build.build.ledger import Ledger, frame_identity, identity_digest
 from bench_build.errors import BenchBuildError
-from bench_build.format.schema import canonical_columns, encode_rows, schema_with_metadata
+from bench_build.format.schema import SCHEMA_VERSION, canonical_columns, encode_rows, schema_with_metadata
 from bench_build.manifests.manifest import config_name, partition_dir
-from bench_build.manifests.recipe import Recipe, _jsonable
+from bench_build.manifests.recipe import Recipe, jsonable
 from bench_build.plan.tasks import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
+from bench_build.render import View, make_panel, sheet_extent, sheet_focus
+from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
@@ -54,8 +61,6 @@ ENCODINGS = ("full", "compact")
 def parquet_format() -> str:
     """A short digest of the writer options: part of every build's fingerprint, because the same examples
     written with other options are other bytes (a build is never resumed with a different writer)."""
-    import hashlib
-    import json
 
     text = json.dumps({"options": PARQUET_OPTIONS, "row_group": ROW_GROUP_EXAMPLES}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -81,7 +86,7 @@ def partition_meta(recipe: Recipe, corruption: str, severity: int) -> dict[str, 
     entry = recipe.corruption(corruption)
     stage = get_stage(entry.stage)
     return {"corruption": corruption, "severity": severity, "stage": stage.name, "stage_version": stage.version,
-            "params": _jsonable(asdict(entry.params_for(severity)))}
+            "params": jsonable(asdict(entry.params_for(severity)))}
 
 
 def partition_table(recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -95,7 +100,6 @@ def numeric_identity(profile: dict[str, Any] | None) -> dict[str, Any] | None:
     """The fields of a numeric profile that decide computed bytes (those `profile_differences` compares)."""
     if profile is None:
         return None
-    from bench_build.runtime.numeric import COMPARED
 
     return {k: profile.get(k) for k in COMPARED}
 
@@ -112,10 +116,7 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     parameters), the block's name (it is in the footer), the file schema (optional columns, which other stages
     of the recipe can add), the writer (Parquet options, row-group size, encoding, schema version) and the numeric
     profile's compared fields. Not in it: the version, the other corruptions' parameters, the build fingerprint."""
-    import hashlib
-    import json
 
-    from bench_build.format.schema import SCHEMA_VERSION
 
     canonical = recipe.canonical()
     payload = {
@@ -251,7 +252,6 @@ class _SheetPainter:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
-            from bench_build.render import sheet_extent, sheet_focus
 
             clean = self.view(CLEAN, 0, frame)
             self.extent, self.radius = sheet_extent(clean)
@@ -264,8 +264,6 @@ class _SheetPainter:
     def view(corruption: str, severity: int, f: Frame, copy: bool = True):
         """The `View` a reader of the files would make (float64 xyz); ``copy=False``: the frame's float32 xyz in
         place, which paints the same raster (`render.paint` computes in float64) without a 3 MB copy."""
-        import numpy as np
-        from bench_build.render import View
 
         pts = np.asarray(f.points[:, :3], dtype=np.float64) if copy else f.points[:, :3]
         is_object = f.boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
@@ -276,7 +274,6 @@ class _SheetPainter:
             return
         c = time.process_time()
         try:
-            from bench_build.render import make_panel
 
             self.panels[(corruption, severity)] = make_panel(self.view(corruption, severity, out, copy=False),
                                                              extent=self.extent, radius=self.radius,
@@ -301,7 +298,6 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
     """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``).
 
     pyarrow's write errors carry no errno; their text does, so ENOSPC is recognised from either."""
-    import errno as errno_mod
 
     err = getattr(e, "errno", None)
     text = str(e)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 from rich.table import Table
+
+from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 
 
 @app.command()
@@ -61,7 +64,6 @@ def run(
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
         split = f"{version}:{split or ''}"
-    import signal
 
     from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.run import run_build
@@ -125,7 +127,6 @@ def raise_interrupt(signum: int, frame: object) -> None:
 def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: str | None) -> None:
     """What an interrupted run kept, and the command that resumes it (the same command: recorded shards are
     verified and skipped)."""
-    import shlex
 
     from bench_build.build.status import build_status
 

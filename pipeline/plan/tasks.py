@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from bench_build.build.ledger import LedgerMismatch
 from bench_build.manifests.manifest import CLEAN, partition_dir
 from bench_build.manifests.recipe import Recipe

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.kitti import KittiSource, write_frame
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.mesh import sample_surface, unit_sphere
 from bench_build.sources.scanobjectnn import SONN_CLASSES

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.base import SourceError
 

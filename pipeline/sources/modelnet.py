@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
 from bench_build.stages.frame import Frame

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.demo import DEMO_SEED, MAX_RANGE, _place_objects, _scene_meshes, cast_grid
 
 GENERIC_CLASSES = ("unlabelled", "road", "sidewalk", "building", "pole", "car", "car_moving", "truck", "bus",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.stages.frame import Boxes, Frame
 from bench_build.stages.sensor import Sensor
@@ -370,6 +371,7 @@ def write_waymo(root: str | Path, frames: int, *, contexts: int = 2, width: int 
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from bench_build.sources.demo import DEMO_SEED
     from bench_build.sources.synthetic import GENERIC_CLASSES, cast_scan
     from bench_build.stages.sensor import waymo_top_elevations

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
+
 from bench_build.build.run import BuildResult
 from bench_build.cli import app
-from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

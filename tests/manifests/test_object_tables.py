@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+
 from bench_build.manifests.recipe import RecipeError, load_recipe
 from bench_build.manifests.threedos import (
     SCENARIOS,

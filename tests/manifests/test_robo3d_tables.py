@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 
 L3 = 3
@@ -114,8 +115,9 @@ def test_table_equals_generators_spec(name, corruption):
 
 
 def test_cli_list_shows_full_size_counts():
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     out = CliRunner().invoke(app, ["list"])
     assert out.exit_code == 0

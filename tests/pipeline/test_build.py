@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.build.ledger import Ledger
 from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

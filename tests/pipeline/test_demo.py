@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.sources.demo import (
     AZIMUTH_STEP_DEG,
     DEMO_SEED,

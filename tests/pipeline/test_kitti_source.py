@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo import generate_frame
 from bench_build.sources.kitti import KittiSource, format_labels, read_calib, read_labels, read_velodyne, write_frame

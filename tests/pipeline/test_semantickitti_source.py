@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.semantickitti import SemanticKittiSource, parse_split, write_semantickitti
 from bench_build.stages.ring import frame_rings

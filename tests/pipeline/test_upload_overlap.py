@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+
 from bench_build.storage import OVERLAP_ENV, UPLOAD_THREADS, LocalStore, open_store
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_build.cli import app
 from typer.testing import CliRunner
 
+from bench_build.cli import app
 from tests.conftest import FIXTURE_AZIMUTH_STEP
 
 TINY = {"points": 512, "width": 0.125, "epochs": 30, "batch_size": 16, "max_embed": 200, "permutations": 200}
@@ -75,6 +75,7 @@ alpha = [0.0, 0.0]
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     import ray
+
     from bench_build.build.run import run_build
     from bench_build.sources.demo import write_demo_dataset
 

@@ -17,7 +17,6 @@ from bench_build.score import PredictionError, score_version
 from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.truth import points_in_boxes
 from bench_build.sources.nuscenes import NuScenesSource, write_nuscenes
-
 from tests.pipeline.score.det3d_helpers import write_scene_version
 from tests.pipeline.score.units import assert_units
 
