@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench_build.build.shard import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
+from bench_build.format.writer import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.tasks import example_key, example_rng
 from bench_build.sources.demo import generate_frame

@@ -27,8 +27,9 @@ from bench_build.bench.sources import run_bench_sources
 from bench_build.bench.timing import FOV_TARGET_MS, TARGET_MS, median_time, stage_table, timeit
 from bench_build.build.ledger import Ledger
 from bench_build.build.run import run_build
-from bench_build.build.shard import build_columns, partition_meta, record_batches, write_parquet_atomic
+from bench_build.build.shard import build_columns, partition_meta
 from bench_build.format.schema import schema_with_metadata
+from bench_build.format.writer import record_batches, write_parquet_atomic
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import CACHES, CostTable
 from bench_build.plan.tasks import CLEAN, example_key, example_rng, group_cost_ms, partition_order

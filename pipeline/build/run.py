@@ -15,7 +15,7 @@ from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
-from bench_build.build.shard import parquet_format
+from bench_build.format.writer import parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import ShardSpec, TaskSpec, plan_shards, task_groups

@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from bench_build.build.ledger import Ledger, frame_identity, identity_digest
 from bench_build.errors import BenchBuildError
-from bench_build.format.schema import SCHEMA_VERSION, canonical_columns, encode_rows, schema_with_metadata
+from bench_build.format.schema import SCHEMA_VERSION, canonical_columns, schema_with_metadata
+from bench_build.format.writer import (
+    ENCODINGS,
+    parquet_format,
+    record_batches,
+    write_parquet_atomic,
+)
 from bench_build.manifests.manifest import config_name, partition_dir
 from bench_build.manifests.recipe import Recipe, jsonable
 from bench_build.plan.tasks import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
@@ -31,39 +36,7 @@ from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
-from bench_build.storage import LocalStore, Store, StoreSpec, open_store
-
-ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can skip what they filter out
-# Float coordinates compress poorly as-is; BYTE_STREAM_SPLIT + zstd makes files ≈35 % smaller and
-# encodes ≈10× faster than the default dictionary attempt on float columns (measured on demo scans).
-# zstd level 1, not 3: on BYTE_STREAM_SPLIT floats level 3 gains 0.4 % of size for ≈ 1.9 ms more CPU per
-# 130k-point example (≈ 12.0 → 10.0 ms to encode and write; LZ4 would be ≈ 8.6 ms but 6 % larger and not
-# readable by older Parquet readers). Measured with `bench-build bench` ("I/O floor") on one core.
-# write_page_checksum: a CRC32 in every data page header, which our readers verify (pipeline/format/reader.py): without
-# it a flipped byte inside a BYTE_STREAM_SPLIT float page decodes to other points without any error. It costs 4
-# bytes per page and a CRC of each page written; plain readers ignore it unless asked to check.
-PARQUET_OPTIONS = {
-    "compression": "zstd",
-    "write_page_checksum": True,
-    "compression_level": 1,
-    "use_dictionary": ["frame_id", "boxes.list.element.cls", "class_name", "split", "track", "scenario",
-                       "sequence"],
-    "write_statistics": ["key", "frame_id", "num_points"],
-    # floats: BYTE_STREAM_SPLIT; compact encoding's references into the clean scan are mostly increasing runs,
-    # a few bits each with DELTA_BINARY_PACKED (pyarrow takes one or the other option, hence column_encoding)
-    "column_encoding": {"points.list.element.list.element": "BYTE_STREAM_SPLIT",
-                        "sigma.list.element": "BYTE_STREAM_SPLIT", "mu.list.element": "BYTE_STREAM_SPLIT",
-                        "point_ref.list.element": "DELTA_BINARY_PACKED"},
-}
-ENCODINGS = ("full", "compact")
-
-
-def parquet_format() -> str:
-    """A short digest of the writer options: part of every build's fingerprint, because the same examples
-    written with other options are other bytes (a build is never resumed with a different writer)."""
-
-    text = json.dumps({"options": PARQUET_OPTIONS, "row_group": ROW_GROUP_EXAMPLES}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+from bench_build.storage import Store, StoreSpec, open_store
 
 
 def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
@@ -180,62 +153,6 @@ def process_threads() -> int | None:
     except OSError:
         return None
 
-
-def _write_parquet(path: Path, schema, batches, split: TaskSplit | None = None) -> int:
-    rows = 0
-    w = pq.ParquetWriter(path, schema, **PARQUET_OPTIONS)
-    try:
-        for batch in batches:
-            if split is not None:
-                split.start()
-            w.write_batch(batch)
-            if split is not None:
-                split.add("parquet")
-            rows += batch.num_rows
-    finally:
-        if split is not None:
-            split.start()
-        w.close()
-        if split is not None:
-            split.add("parquet")
-    return rows
-
-
-def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None,
-                         split: TaskSplit | None = None) -> tuple[int, int, str]:
-    """Stream record batches into ``path`` (a key of ``store``, or a local path) so that only a complete
-    file ever has that name: a temp file + fsync + rename locally, one upload of the finished file on S3.
-    Returns (rows, bytes, sha256). ``split``: gets the Parquet writer's and the commit's seconds."""
-    if store is None:
-        store, path = LocalStore(Path(path).parent), Path(Path(path).name)
-    with store.staged_file(Path(path).as_posix()) as staged:
-        rows = _write_parquet(staged.path, schema, batches, split)
-        if split is not None:  # the block's exit: fsync, sha256, rename (or the upload's hand-off)
-            split.start()
-    if split is not None:
-        split.add("commit")
-    return rows, staged.size, staged.sha256
-
-
-def record_batches(examples, schema, size: int = ROW_GROUP_EXAMPLES, split: TaskSplit | None = None):
-    buf = []
-    for ex in examples:
-        buf.append(ex)
-        if len(buf) == size:
-            if split is not None:
-                split.start()
-            batch = encode_rows(buf, schema)
-            if split is not None:
-                split.add("encode")
-            yield batch
-            buf = []
-    if buf:
-        if split is not None:
-            split.start()
-        batch = encode_rows(buf, schema)
-        if split is not None:
-            split.add("encode")
-        yield batch
 
 
 def _block_index(spec: ShardSpec | TaskSpec) -> int:

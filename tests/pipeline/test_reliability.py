@@ -229,7 +229,7 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(shard_mod, "_write_parquet", full)
+        m.setattr(shard_mod, "write_parquet_atomic", full)
         spec = plan_shards(["000000"], 1)[0]
         with pytest.raises(ShardFailed) as e:
             build_shard(spec, load_recipe(small_recipe), KittiSource(demo_kitti), tmp_path / "v", "f" * 64, "r")
