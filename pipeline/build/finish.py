@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,6 @@ from bench_build.plan.tasks import ShardSpec, TaskSpec
 from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 from bench_build.sources.demo import is_demo_root
 from bench_build.storage import Store, open_store
-from bench_build.validate import validate_after_build
 
 if TYPE_CHECKING:  # run.py imports this module
     from bench_build.build.run import BuildResult
@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # run.py imports this module
 def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
             version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
             workers: int | None, address: str | None, stopping: Any = None,
-            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None) -> BuildResult:
-    """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
+            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None,
+            after: Callable[..., dict[str, Any]] | None = None) -> BuildResult:
+    """After the tasks: the manifest and the card (if every task is done), then ``after`` (the CLI's naturalness
+    validation) if the recipe has ``[validate]``."""
     result.seconds = time.time() - t0
     complete = False
     if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
@@ -54,12 +56,12 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
                                                               store.key_url(MANIFEST_NAME))
             result.failure_kinds[MANIFEST_NAME] = "resource"
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
-    if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
+    if result.manifest is not None and recipe.validate is not None and after is not None:  # naturalness check
 
         if stopping is not None:  # validation may start a Ray of its own
             stopping.join()
         t = time.time()
-        result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
+        result.validation = after(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
     result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result

@@ -6,6 +6,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,12 +77,16 @@ def run_build(
     groups: int | None = None,
     encoding: str = "full",
     reuse: str | Path | None = None,
+    after: Callable[..., dict[str, Any]] | None = None,
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
     ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
     ``reuse``: an earlier version of the benchmark (directory or URL) whose files with this build's partition
-    fingerprints are taken instead of computed (`bench_build.build.reuse`)."""
+    fingerprints are taken instead of computed (`bench_build.build.reuse`). ``after(version_dir, recipe,
+    workers=, address=)``: run once the manifest is written, its result kept as ``result.validation``; the CLI
+    passes `bench_build.validate.validate_after_build` for a recipe with ``[validate]`` (the build layer knows
+    nothing of validation)."""
     t0 = time.time()
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -127,7 +132,8 @@ def run_build(
         return build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
                              progress=progress, owner=owner, groups=groups, encoding=encoding,
-                             benchmark_split=recipe.split if other_split else None, earlier=earlier)
+                             benchmark_split=recipe.split if other_split else None, earlier=earlier,
+                             after=after)
 
 
 def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
@@ -135,7 +141,8 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full",
-                  benchmark_split: str | None = None, earlier: Any = None) -> BuildResult:
+                  benchmark_split: str | None = None, earlier: Any = None,
+                  after: Callable[..., dict[str, Any]] | None = None) -> BuildResult:
     """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
     source, so the card says the build is not the benchmark's split)."""
     ledger = Ledger(store)
@@ -199,7 +206,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
     try:
         return finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
-                      benchmark_split=benchmark_split)
+                      benchmark_split=benchmark_split, after=after)
     finally:
         if stopping is not None:
             stopping.join()

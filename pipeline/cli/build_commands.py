@@ -70,6 +70,7 @@ def run(
     from bench_build.manifests.recipe import RecipeError
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
+    from bench_build.validate.hook import validate_after_build
 
     # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
     # run_build's own cleanup, and the user is told what was kept and how to resume
@@ -81,7 +82,8 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse)
+                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse,
+                           after=validate_after_build)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
@@ -230,9 +232,9 @@ def warm(
 ) -> None:
     """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
     starts later load them instead of each compiling them in its first task (the image runs this at build)."""
+    from bench_build.build.warm import numba_cache_dir
+    from bench_build.build.warm import warm as warm_kernels
     from bench_build.manifests.recipe import builtin_recipes
-    from bench_build.runtime.warm import numba_cache_dir
-    from bench_build.runtime.warm import warm as warm_kernels
 
     names = benchmarks or sorted(builtin_recipes())
     total = 0.0

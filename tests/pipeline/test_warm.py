@@ -38,7 +38,7 @@ WARM = COUNT + textwrap.dedent("""
     import json, sys
     from bench_build.runtime.numeric import pin_environment
     pin_environment()
-    from bench_build.runtime.warm import numba_cache_dir, warm
+    from bench_build.build.warm import numba_cache_dir, warm
     rows = warm([sys.argv[1]])
     print(json.dumps({**kernel_stats(), "rows": rows, "cache": numba_cache_dir()}))
 """)
