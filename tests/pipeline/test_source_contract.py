@@ -62,9 +62,18 @@ def test_every_frame_is_a_valid_frame(reader_root):
 
 
 def test_truncated_scan_is_a_source_error_naming_the_file(demo_kitti):
-    src = KittiSource(demo_kitti)
-    frame_id = src.list_frames()[0]
+    frame_id = KittiSource(demo_kitti).list_frames()[0]
     scan = demo_kitti / "training" / "velodyne" / f"{frame_id}.bin"
-    scan.write_bytes(scan.read_bytes()[:10])  # not a whole number of float32 x, y, z, intensity rows
-    with pytest.raises(SourceError, match=re.escape(str(scan))):
+    scan.write_bytes(scan.read_bytes()[:20])  # not a whole number of 16-byte x, y, z, intensity rows
+    with pytest.raises(SourceError, match=re.escape(str(scan))) as e:
         KittiSource(demo_kitti).read(frame_id)
+    assert "16" in str(e.value)
+
+
+def test_missing_scan_is_a_source_error_naming_the_file(demo_kitti):
+    frame_id = KittiSource(demo_kitti).list_frames()[0]
+    scan = demo_kitti / "training" / "velodyne" / f"{frame_id}.bin"
+    scan.unlink()
+    with pytest.raises(SourceError, match="not found") as e:
+        KittiSource(demo_kitti).read(frame_id)
+    assert str(scan) in str(e.value)
