@@ -77,3 +77,21 @@ def test_missing_scan_is_a_source_error_naming_the_file(demo_kitti):
     with pytest.raises(SourceError, match="not found") as e:
         KittiSource(demo_kitti).read(frame_id)
     assert str(scan) in str(e.value)
+
+
+#: reader kind → (files of one frame to break, glob under the demo root) for each malformed-input kind
+MALFORMED = {
+    "semantickitti": {"truncated labels": "sequences/*/labels/*.label", "truncated scan": "sequences/*/velodyne/*.bin"},
+    "nuscenes": {"truncated scan": "samples/LIDAR_TOP/*.pcd.bin", "truncated labels": "lidarseg/*/*_lidarseg.bin"},
+}
+
+
+@pytest.mark.parametrize(("kind", "what"), [(k, w) for k, ws in sorted(MALFORMED.items()) for w in ws])
+def test_malformed_file_is_a_source_error_naming_it(kind, what, tmp_path):
+    root = write_demo_dataset(kind, tmp_path / kind, 1)
+    (path,) = root.glob(MALFORMED[kind][what])
+    path.write_bytes(path.read_bytes()[:-7])  # cut mid-record: no reader format has 7-byte records
+    src = READERS[kind](root)
+    with pytest.raises(SourceError) as e:
+        src.read(src.list_frames()[0])
+    assert str(path) in str(e.value), f"{kind} {what}: message does not name {path}: {e.value}"
