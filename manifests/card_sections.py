@@ -149,7 +149,7 @@ def demo_licence_section(manifest: dict[str, Any]) -> list[str]:
     """A demo build's licence: bench-build's own (its data is generated); what a real build would inherit."""
     from bench_build.manifests import card
 
-    real = getattr(card, "SOURCE_LICENCES", {}).get((manifest.get("source") or {}).get("kind"))
+    real = card.licence_text((manifest.get("source") or {}).get("kind"))
     text = ("Generated demo data: no real dataset's scans or labels are included; the demo data and this card "
             "are under bench-build's Apache-2.0 licence.")
     if real:

@@ -9,7 +9,8 @@ probability that grows with range and falls with reflectivity, which brings a fr
 [0, 1]; a share of car returns has zero intensity, as on real KITTI cars (dark paint, glass).
 
 Points are stored ring by ring (top laser first), each ring sweeping azimuth counter-clockwise
-from 0 to 2π, so the azimuth-wrap ring recovery of PHYSICS.md §5 works on the written ``.bin``.
+from 0 to 2π, so a reader can recover each point's laser ring from the file order alone: a new ring
+starts wherever the azimuth wraps from near 2π back to near 0 (as on a raw HDL-64E ``.bin``).
 Objects in front of the camera get ``label_2`` rows (KITTI only labels the camera's view), with the
 2D box from the projected 3D box and truncation from how much of it leaves the image.
 """

@@ -1,4 +1,4 @@
-"""SemanticKITTI: KITTI Odometry scans with per-point semantic labels (formats.md §3, PHYSICS.md §7).
+"""SemanticKITTI: KITTI Odometry scans with per-point semantic labels (formats.md §3).
 
 Layout (``ROOT`` is the folder that holds ``sequences/``)::
 

@@ -24,7 +24,7 @@ def full():
 
 
 def _recover_rings(xyz: np.ndarray) -> np.ndarray:
-    """PHYSICS.md §5 (a): azimuth-wrap ring recovery from the raw file order."""
+    """Ring index from the raw file order: a new ring starts where azimuth wraps from ~2π to ~0."""
     u = (np.arctan2(xyz[:, 1], xyz[:, 0]) % (2 * np.pi)) / (2 * np.pi)
     start = np.r_[False, (u[:-1] > 0.8) & (u[1:] < 0.2)]
     return np.clip(np.cumsum(start), 0, 63)
