@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.sources.base import Source, SourceError
-from pipeline.sources.kitti import KittiSource
-from pipeline.sources.nuscenes import NuScenesSource
-from pipeline.sources.semantickitti import SemanticKittiSource
-from pipeline.sources.synthetic import write_demo_dataset
-from pipeline.sources.waymo import WaymoSource
+from bench_build.sources.base import Source, SourceError
+from bench_build.sources.kitti import KittiSource
+from bench_build.sources.nuscenes import NuScenesSource
+from bench_build.sources.semantickitti import SemanticKittiSource
+from bench_build.sources.synthetic import write_demo_dataset
+from bench_build.sources.waymo import WaymoSource
 
 #: reader kind → how to open it at its demo root, on the split its demo data is written to
 READERS: dict[str, Callable[[Path], Source]] = {
