@@ -7,7 +7,7 @@ zstd then compresses less well. This measures candidate layouts of the same poin
 them (zstd level 1, BYTE_STREAM_SPLIT on the floats, row groups of ``ROW_GROUP_EXAMPLES``), and read back to
 per-example N×C float32 arrays: write CPU ms, read + decode CPU ms and MB per example.
 
-Only ``v2`` meets ARCHITECTURE.md's rule that a user's first call (pandas, DuckDB, ``pyarrow.dataset``,
+Only ``v2`` meets the project's rule that a user's first call (pandas, DuckDB, ``pyarrow.dataset``,
 ``datasets``) returns points as N×C with no reshape and no metadata lookup; the others need the field list
 from the schema's metadata and a reshape in every reader. Changing it is a schema bump and a decision about
 that rule, not something this script decides: it gives the numbers for it.
@@ -51,7 +51,7 @@ def _column(table: pa.Table, name: str) -> pa.ListArray | pa.BinaryArray:
 class Layout:
     name: str
     description: str
-    nxc_on_read: bool  # ARCHITECTURE.md's rule: a plain read gives N×C points
+    nxc_on_read: bool  # the project's rule: a plain read gives N×C points
     encode: Callable[[list[np.ndarray], tuple[str, ...]], tuple[pa.Table, dict[str, str]]]
     decode: Callable[[pa.Table, tuple[str, ...]], list[np.ndarray]]
 

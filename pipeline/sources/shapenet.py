@@ -36,7 +36,7 @@ FPS_POINTS = 4096
 SPLITS = ("train", "val", "test")
 MESH = ("models", "model_normalized.obj")
 
-#: The 55 ShapeNetCore v2 synsets with 3DOS's short names (generators.md §4 / formats.md §6.1).
+#: The 55 ShapeNetCore v2 synsets with 3DOS's short names (as the released 3DOS benchmark, antoalli/3D_OS, names them).
 SHAPENET_SYNSETS: dict[str, str] = {
     "02691156": "airplane", "02747177": "trash bin", "02773838": "bag", "02801938": "basket",
     "02808440": "bathtub", "02818832": "bed", "02828884": "bench", "02843684": "birdhouse",

@@ -1,7 +1,7 @@
 """The kitti-c recipe is the released generator, its `text` variant is the paper.
 
 `kitti-c` (default) must equal the constants of Li et al.'s released generator
-(Castiel-Lee/robustness_pc_detector, as listed in ../shared/spec/generators.md §5 and read from its
+(Castiel-Lee/robustness_pc_detector, read from its
 code); `kitti-c:text` must equal Appendix C (severities 1–5; severity 0 is the clean scan). Both
 tables are typed here independently of the recipe, from the code and from the paper."""
 

@@ -1,5 +1,5 @@
 """The three Robo3D dataset recipes are the released generators / the paper: every per-level value equals
-../shared/spec/generators.md §2.3 (SemanticKITTI-C, nuScenes-C) and §2.4 (WOD-C), typed here by hand."""
+the released generators' constants (ldkong1205/Robo3D: SemanticKITTI-C, nuScenes-C, WOD-C), typed here by hand."""
 
 from __future__ import annotations
 
