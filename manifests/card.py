@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import asdict
+from typing import Any, NamedTuple
 
-from bench_build.manifests.card_sections import source_licence
 from bench_build.manifests.recipe import Recipe
 from bench_build.stages.registry import get_stage
 
@@ -44,6 +44,42 @@ def card_with_validation(card: str, link: str) -> str:
     return card.rstrip("\n") + "\n\n" + section + "\n"
 
 
+class SourceLicence(NamedTuple):
+    """A source dataset's licence, which the corrupted data inherits."""
+
+    #: Hugging Face card vocabulary for the YAML header; "other" where no single id fits (SemanticKITTI mixes
+    #: 3.0 scans and 4.0 labels, Waymo has its own agreement) and the card's Licence section says which.
+    hf_id: str
+    #: The sentence the card's Licence section quotes.
+    text: str
+
+
+#: One licence table for every source kind (a kind missing here gets "other" and no Licence sentence).
+SOURCE_LICENCES: dict[str, SourceLicence] = {
+    "kitti": SourceLicence("cc-by-nc-sa-3.0", "KITTI: CC BY-NC-SA 3.0"),
+    "semantickitti": SourceLicence(
+        "other", "SemanticKITTI labels and KITTI Odometry scans: CC BY-NC-SA 3.0 / 4.0"),
+    "nuscenes": SourceLicence(
+        "cc-by-nc-sa-4.0", "nuScenes and nuScenes-lidarseg: CC BY-NC-SA 4.0, nuScenes terms of use"),
+    "waymo": SourceLicence(
+        "other", "Waymo Open Dataset: Waymo Open Dataset License Agreement for Non-Commercial Use"),
+    "wads": SourceLicence(
+        "other", "WADS (Winter Adverse Driving dataSet, Michigan Tech; Kurup and Bos): CC BY-NC-SA 4.0"),
+}
+
+
+def licence_id(kind: str | None) -> str:
+    """The YAML header's ``license:`` value of a source kind."""
+    lic = SOURCE_LICENCES.get(kind or "")
+    return lic.hf_id if lic else "other"
+
+
+def licence_text(kind: str | None) -> str | None:
+    """The Licence section's sentence for a source kind, or None when the table has none."""
+    lic = SOURCE_LICENCES.get(kind or "")
+    return lic.text if lic else None
+
+
 _SPLITS = {"training": "train", "train": "train", "val": "validation", "validation": "validation",
            "testing": "test", "test": "test"}
 
@@ -72,7 +108,7 @@ def yaml_header(manifest: dict[str, Any]) -> str:
     split = split_name(manifest["source"].get("split"))
     q = json.dumps
     lines = ["---", f"pretty_name: {q(manifest['dataset'] + ' ' + manifest['version'])}",
-             f"license: {source_licence(kind).get('id', 'other')}",  # see the Licence section
+             f"license: {licence_id(kind)}",
              "size_categories:", f"- {q(size_category(manifest['counts']['examples_stored']))}",
              "tags:", "- point-cloud", "- lidar", "- robustness", "- corruption", "configs:"]
     parts = manifest.get("partitions", {})
@@ -217,7 +253,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "## Licence",
         "",
         "The corrupted data inherits the licence of the source dataset"
-        + (f" ({lic})." if (lic := source_licence(src.get("kind")).get("text")) else "."),
+        + (f" ({licence_text(src.get('kind'))})." if licence_text(src.get("kind")) else "."),
         "",
     ]
     card = "\n".join(line for line in lines if line is not None)
@@ -319,8 +355,6 @@ def _fmt_value(v: Any) -> str:
 
 
 def _fmt_params(p: Any) -> str:
-    from dataclasses import asdict
-
     return ", ".join(f"{k}={v}" for k, v in asdict(p).items())
 
 

@@ -10,6 +10,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from bench_build.manifests.card import licence_text
 from bench_build.manifests.recipe import Recipe
 from bench_build.stages.registry import get_stage
 
@@ -29,12 +30,6 @@ def is_demo(manifest: dict[str, Any]) -> bool:
 
 def source_info(kind: str | None) -> dict[str, Any] | None:
     return _citations()["sources"].get(kind or "")
-
-
-def source_licence(kind: str | None) -> dict[str, str]:
-    """The licence a build of source ``kind`` inherits, from citations.json's ``licences``: ``text`` (the card's
-    Licence section) and ``id`` (the Hugging Face licence id); empty for a kind with none recorded."""
-    return _citations()["licences"].get(kind or "", {})
 
 
 def benchmark_citations(dataset: str) -> list[dict[str, Any]]:
@@ -153,7 +148,7 @@ def intended_use_section(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
 
 def demo_licence_section(manifest: dict[str, Any]) -> list[str]:
     """A demo build's licence: bench-build's own (its data is generated); what a real build would inherit."""
-    real = source_licence((manifest.get("source") or {}).get("kind")).get("text")
+    real = licence_text((manifest.get("source") or {}).get("kind"))
     text = ("Generated demo data: no real dataset's scans or labels are included; the demo data and this card "
             "are under bench-build's Apache-2.0 licence.")
     if real:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+
 from bench_build.errors import BenchBuildError
 from bench_build.manifests import names
 from bench_build.storage.files import sha256_file

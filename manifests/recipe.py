@@ -171,7 +171,7 @@ class Recipe:
             "split": self.split,
             "severities": self.severities,
             **({"preprocess": {"stage": self.preprocess.stage, "stage_version": self.preprocess.stage_version,
-                               "params": _jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
+                               "params": jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
                if self.preprocess is not None else {}),
             **({"source_options": dict(sorted(self.source_options.items()))} if self.source_options else {}),
             "corruptions": [
@@ -179,7 +179,7 @@ class Recipe:
                     "name": c.name,
                     "stage": c.stage,
                     "stage_version": c.stage_version,
-                    "params": [_jsonable(dataclasses.asdict(p)) for p in c.params],
+                    "params": [jsonable(dataclasses.asdict(p)) for p in c.params],
                 }
                 for c in self.corruptions
             ],
@@ -213,13 +213,13 @@ class VariantInfo:
     notes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, float) and math.isinf(v):
         return "inf" if v > 0 else "-inf"
     if isinstance(v, tuple | list):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
+        return {k: jsonable(x) for k, x in v.items()}
     return v
 
 

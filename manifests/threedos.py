@@ -1,4 +1,4 @@
-"""3DOS category sets and class maps (Alliegro et al., NeurIPS 2022 D&B), as typed data.
+"""3DOS category sets and class maps (Alliegro et al.'s released benchmark, antoalli/3D_OS), as typed data.
 
 The paper shows the sets only in figures; these are the released benchmark's tables
 (``antoalli/3D_OS: datasets/sncore_splits.py, modelnet.py, scanobject.py``), typed from that code and

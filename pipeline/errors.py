@@ -20,3 +20,9 @@ class BenchBuildError(Exception):
 
 class UsageError(BenchBuildError, ValueError):
     """A command's inputs contradict each other or name something that does not exist (refused: exit 2)."""
+
+
+class LedgerMismatch(BenchBuildError, RuntimeError):
+    """The output directory holds a build that this run cannot continue: another recipe, frame list, writer,
+    numeric profile or task split (refused: exit 2; ``--overwrite`` starts over). Here, not in the build's ledger
+    module, because planning refuses a changed task split too."""

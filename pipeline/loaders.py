@@ -45,12 +45,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
 from bench_build.format.checked import NotInVersion
 from bench_build.format.reader import Example, Version, open_version
 from bench_build.format.remote_fs import s3_filesystem
 from bench_build.format.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
 from bench_build.stages.frame import DONT_CARE
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 __all__ = ["PointCloudDataset", "PointCloudIterableDataset", "collate_point_clouds", "example_dict",
            "s3_filesystem"]

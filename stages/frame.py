@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+
 from bench_build.stages.kernels.boxes import points_in_boxes
 from bench_build.stages.kernels.grid_knn import Grid
 from bench_build.stages.sensor import Sensor

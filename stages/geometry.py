@@ -5,6 +5,7 @@ frame's points and the ``rule`` switch (released code vs paper text). The array 
 from __future__ import annotations
 
 import numpy as np
+
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.stages.kernels.boxes import points_in_boxes
 from bench_build.stages.kernels.grid_knn import sequential_ops

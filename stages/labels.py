@@ -11,6 +11,7 @@ stage *creates or displaces* a dataset-specific id (fog 21 / 41 / 23, snow 22 / 
 from __future__ import annotations
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 
 UNLABELLED = 0

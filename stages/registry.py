@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 
 
@@ -62,7 +63,9 @@ def stage(name: str, *, params: type, version: int = 1, columns: tuple[str, ...]
     def register(fn: StageFn) -> StageFn:
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"stage {name!r} is registered twice ({_REGISTRY[name].fn.__module__}, {fn.__module__})")
-        family = fn.__module__.split(".")[1] if fn.__module__.count(".") >= 2 else "misc"
+        # the folder below this package: stages/noise/uniform_rad.py is family "noise"
+        below = fn.__module__.removeprefix(f"{__package__}.").split(".")
+        family = below[0] if fn.__module__.startswith(f"{__package__}.") and len(below) >= 2 else "misc"
         summary = (sys.modules[fn.__module__].__doc__ or "").strip().split("\n")[0]
         _REGISTRY[name] = Stage(name, family, version, params, fn, summary, tuple(columns))
         return fn

@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 
 #: frame -> {(method, n): (rings, method used)}: beam_missing and cross_sensor (6 examples a frame) and

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from bench_build.storage.seaweed import SeaweedServer
 
 ROOT = Path(__file__).resolve().parents[1]

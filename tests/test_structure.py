@@ -36,6 +36,7 @@ LAZY_OK = {
     "pandas": "only the pandas example needs it",
     "numba": "its import compiles nothing but costs ≈ 0.4 s; only kernels that run need it",
     "threadpoolctl": "inspects the loaded BLAS: only after NumPy is imported under the numeric pin",
+    "numpy": "runtime.numeric sets NumPy's dispatch environment (the numeric pin) before NumPy loads",
     "scipy": "≈ 0.3 s to import: a worker loads only the submodules its stages use",
     "miepython": "slow to import, and needed once per (index, wavelength): its tables are cached",
 }

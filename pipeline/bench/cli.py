@@ -12,6 +12,8 @@ pin in the environment would compute under another SIMD dispatch.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -123,8 +125,6 @@ def scale_cmd(
                                                  "/dev/shm takes the disk out)")] = None,
 ) -> None:
     """The same frames built at 1, 2, … N workers: speed-up, utilisation from the ledger, `plan`'s prediction."""
-    import json
-    import os
 
     from bench_build.bench.scale import run_control, run_scale
 

@@ -7,7 +7,7 @@ zstd then compresses less well. This measures candidate layouts of the same poin
 them (zstd level 1, BYTE_STREAM_SPLIT on the floats, row groups of ``ROW_GROUP_EXAMPLES``), and read back to
 per-example N×C float32 arrays: write CPU ms, read + decode CPU ms and MB per example.
 
-Only ``v2`` meets ARCHITECTURE.md's rule that a user's first call (pandas, DuckDB, ``pyarrow.dataset``,
+Only ``v2`` meets the project's rule that a user's first call (pandas, DuckDB, ``pyarrow.dataset``,
 ``datasets``) returns points as N×C with no reshape and no metadata lookup; the others need the field list
 from the schema's metadata and a reshape in every reader. Changing it is a schema bump and a decision about
 that rule, not something this script decides: it gives the numbers for it.
@@ -23,7 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from bench_build.build.shard import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
+
+from bench_build.format.writer import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import example_key, example_rng
+from bench_build.sources.demo.kitti import generate_frame
+from bench_build.stages.registry import get_stage
 
 BSS = "BYTE_STREAM_SPLIT"
 
@@ -46,7 +51,7 @@ def _column(table: pa.Table, name: str) -> pa.ListArray | pa.BinaryArray:
 class Layout:
     name: str
     description: str
-    nxc_on_read: bool  # ARCHITECTURE.md's rule: a plain read gives N×C points
+    nxc_on_read: bool  # the project's rule: a plain read gives N×C points
     encode: Callable[[list[np.ndarray], tuple[str, ...]], tuple[pa.Table, dict[str, str]]]
     decode: Callable[[pa.Table, tuple[str, ...]], list[np.ndarray]]
 
@@ -169,10 +174,6 @@ def measure_layouts(points: list[np.ndarray], fields: tuple[str, ...], repeat: i
 def run_bench_layouts(frames: int = 4, repeat: int = 5) -> list[dict]:
     """The demo frames' clean scans and their fog / snow / gaussian_rad outputs at severity 3 (the KITTI-C
     recipe's stages, so the values have real distributions), through every layout; prints a table."""
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.sources.demo.kitti import generate_frame
-    from bench_build.stages.registry import get_stage
 
     recipe = load_recipe("kitti-c")
     demo = [generate_frame(i) for i in range(frames)]

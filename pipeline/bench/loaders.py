@@ -17,6 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from bench_build.build.run import run_build
+from bench_build.format.reader import open_version
+from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds, select_rows
+
 
 def _rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
@@ -24,9 +30,6 @@ def _rate(n: int, seconds: float) -> float:
 
 def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = None, batch_size: int = 8,
             workers: tuple[int, ...] = (0, 2), verify: bool = True) -> dict[str, float]:
-    import pyarrow.parquet as pq
-    from bench_build.format.reader import open_version
-    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds, select_rows
     from torch.utils.data import DataLoader
 
     version = open_version(version_dir, verify=verify)
@@ -63,7 +66,6 @@ def measure(version_dir: str | Path, *, corruption: Any = None, severity: Any = 
 def run_bench_loaders(version_dir: str | None = None, frames: int = 4, verify: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         if version_dir is None:
-            from bench_build.build.run import run_build
 
             print(f"building the kitti-c demo ({frames} frames) to read it back ...")
             res = run_build("kitti-c", out=tmp, workers=2, max_frames=frames, progress=False)

@@ -24,6 +24,8 @@ hashing on the build's cores.
 from __future__ import annotations
 
 import os
+import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -34,16 +36,19 @@ from pathlib import Path
 
 import typer
 
+from bench_build.build.ledger import Ledger
+from bench_build.build.run import run_build
+from bench_build.publish import publish_version, pull_version, verify_remote
+from bench_build.storage import OVERLAP_ENV, open_store
+from bench_build.storage.seaweed import SeaweedServer
+
 
 def run_bench_publish(frames: int = 8, workers: int = 2, to: str | None = None, recipe: str = "kitti-c") -> dict:
-    from bench_build.build.run import run_build
-    from bench_build.publish import publish_version, pull_version, verify_remote
 
     results: dict = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-publish-")))
         if to is None:
-            from bench_build.storage.seaweed import SeaweedServer
 
             secret = uuid.uuid4().hex
             server = stack.enter_context(SeaweedServer(tmp / "seaweed", "bench", secret, ("bench",)))
@@ -103,7 +108,6 @@ def _proc_cpu_seconds(pid: int) -> float:
 
 
 def _driver_cpu_seconds() -> float:
-    import resource
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime
@@ -113,8 +117,6 @@ def _tasks_cpu_seconds(res) -> tuple[float, float]:
     """CPU seconds the build's tasks recorded in the ledger: (each worker process's time over the task, upload
     threads included — with the driver's, what a build cost in CPU whatever else the machine runs; of that, the
     threads that ran the uploads to object storage)."""
-    from bench_build.build.ledger import Ledger
-    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(res.version_dir))
     entries = [ledger.done_entry(name) or {} for name in res.shards_built]
@@ -155,11 +157,7 @@ def run_bench_s3_build(frames: int = 8, workers: int = 2, repeat: int = 3, recip
     output is deleted after it is timed, so the runs are alike and the disk holds one build at a time.
     ``isolate_server``: the server on the last CPU, every build on the others (``workers`` at most their
     number), so the server's CPU does not come out of the build's."""
-    import shutil
 
-    from bench_build.build.run import run_build
-    from bench_build.storage import OVERLAP_ENV
-    from bench_build.storage.seaweed import SeaweedServer
 
     times: dict[str, list[float]] = {m: [] for m in modes}
     server_cpu: dict[str, list[float]] = {m: [] for m in modes}

@@ -26,7 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from bench_build.build.run import DEMO_FRAMES, run_build
+from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
 from bench_build.sources.demo.kitti import ensure_demo_source, mark_demo
@@ -39,8 +43,6 @@ CONTROL_POINTS = 1_000_000
 def control_loop(iterations: int, seed: int = 0) -> dict[str, float]:
     """A task-like loop with no bench-build code: NumPy on a scan-sized array (sort, arithmetic, a gather) and
     zstd (level 3, pyarrow's codec, as the writer uses) of the result. Returns its CPU and wall seconds."""
-    import numpy as np
-    import pyarrow as pa
 
     rng = np.random.default_rng(seed)
     pts = rng.normal(size=(CONTROL_POINTS, 4)).astype(np.float32)
@@ -218,7 +220,6 @@ def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
 
 def write_runtime(results: dict[str, Any], recipe: str, path: str | Path) -> None:
     """Merge `measured_runtime` into the cost table at ``path`` (the recipe's shipped table if it does not exist)."""
-    from bench_build.manifests.recipe import load_recipe
 
     p = Path(path)
     data = json.loads(p.read_text()) if p.is_file() else json.loads(load_costs(load_recipe(recipe)).to_json())

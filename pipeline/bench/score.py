@@ -28,6 +28,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench_build.format.schema import encode_rows, schema_with_metadata
+from bench_build.manifests.manifest import MANIFEST_VERSION
+from bench_build.score import score_version
+from bench_build.sources.demo.kitti import demo_calib
+from bench_build.sources.kitti import read_labels
+from bench_build.stages.frame import Frame
 
 KITTI_FRAMES = 7481
 KITTI_C_PARTITIONS = 126
@@ -79,13 +88,6 @@ def write_synthetic_version(root: Path, partitions: int, frames: int = KITTI_FRA
                             seed: int = 0) -> tuple[Path, Path, dict[str, float]]:
     """A kitti-c version of ``partitions`` partitions × ``frames`` frames (boxes and calibration in the real
     row schema, one point per example) and its result files; returns (version dir, result root, density)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from bench_build.format.schema import encode_rows, schema_with_metadata
-    from bench_build.manifests.manifest import MANIFEST_VERSION
-    from bench_build.sources.demo.kitti import demo_calib
-    from bench_build.sources.kitti import read_labels
-    from bench_build.stages.frame import Frame
 
     rng = np.random.default_rng(seed)
     calib = demo_calib()
@@ -122,7 +124,6 @@ def write_synthetic_version(root: Path, partitions: int, frames: int = KITTI_FRA
 def bench_score(partitions: int = 4, workers: int = 2, frames: int = KITTI_FRAMES) -> dict[str, float]:
     """Time `score_version` on ``partitions`` full-size partitions at ``workers`` processes; extrapolate to
     full KITTI-C."""
-    from bench_build.score import score_version
 
     with tempfile.TemporaryDirectory(prefix="bench-score-") as tmp:
         t = time.perf_counter()

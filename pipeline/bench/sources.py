@@ -15,6 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_build.bench.timing import stage_table
+from bench_build.manifests.recipe import load_recipe
+from bench_build.sources.demo.nuscenes import write_nuscenes
+from bench_build.sources.demo.semantickitti import write_semantickitti
+from bench_build.sources.demo.waymo import synthetic_extrinsic, write_waymo
+from bench_build.sources.nuscenes import NuScenesSource
+from bench_build.sources.semantickitti import SemanticKittiSource
+from bench_build.sources.waymo import WaymoSource, beam_inclinations, range_image_to_points, ray_directions
+from bench_build.stages.sensor import waymo_top_elevations
+
 WAYMO_DECODE_TARGET_MS = 20.0
 
 
@@ -30,9 +40,6 @@ def _best(fn, repeat: int) -> float:
 def waymo_decode_ms(repeat: int = 5, height: int = 64, width: int = 2650) -> float:
     """Best time (ms) of `range_image_to_points` on a full TOP image with ~90 % returns, with the segment's
     ray directions cached (as the reader does: computed once per segment of ~200 frames)."""
-    from bench_build.sources.demo.waymo import synthetic_extrinsic
-    from bench_build.sources.waymo import beam_inclinations, range_image_to_points, ray_directions
-    from bench_build.stages.sensor import waymo_top_elevations
 
     rng = np.random.default_rng(0)
     ri = np.zeros((height, width, 4), np.float32)
@@ -44,14 +51,6 @@ def waymo_decode_ms(repeat: int = 5, height: int = 64, width: int = 2650) -> flo
 
 
 def run_bench_sources(repeat: int = 3, frames32: int = 2) -> dict:
-    from bench_build.bench.stages import stage_table
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.sources.demo.nuscenes import write_nuscenes
-    from bench_build.sources.demo.semantickitti import write_semantickitti
-    from bench_build.sources.demo.waymo import write_waymo
-    from bench_build.sources.nuscenes import NuScenesSource
-    from bench_build.sources.semantickitti import SemanticKittiSource
-    from bench_build.sources.waymo import WaymoSource
 
     results: dict = {}
     decode = waymo_decode_ms()

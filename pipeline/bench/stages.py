@@ -15,6 +15,7 @@ Prints, on demo scans (full resolution, ≈130k points):
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from dataclasses import replace
@@ -22,35 +23,33 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _timeit(fn, repeat: int, clock=time.perf_counter) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = clock()
-        fn()
-        best = min(best, clock() - t)
-    return best
-
-
-# Per-scan targets (ms, ~120k points, one core) from the issues; the reference scripts take 1–80 s for
-# weather and up to minutes for Li et al.'s upsampling. Targets live here, never in unit tests.
-TARGET_MS = {"fog": 30.0, "snow": 1000.0, "rain_lisa": 250.0, "snow_lisa": 250.0, "wet_ground": 30.0,
-             # object shapes (issue 10): ≤ 1 ms per 1,024-point ModelNet-C shape, ≤ 3 ms per 2,048-point
-             # ModelNet40-E shape (the anchor spends 104 ms in its per-point normals loop alone)
-             "object_scale": 1.0, "object_jitter": 1.0, "object_rotate": 1.0, "object_drop_global": 1.0,
-             "object_drop_local": 1.0, "object_add_global": 1.0, "object_add_local": 1.0, "sensor_noise": 3.0,
-             "object_sample": 1.0}
-DEFAULT_TARGET_MS = 30.0
-# Robo3D KITTI-C weather on scans in KITTI's object-detection layout (camera-FOV crop, ≈ 18k points), the
-# scans the benchmark actually corrupts; snow after its per-severity particle pool is built (issue 18).
-FOV_TARGET_MS = {"snow": 100.0, "wet_ground": 30.0}
+from bench_build.bench.sources import run_bench_sources
+from bench_build.bench.timing import FOV_TARGET_MS, TARGET_MS, median_time, stage_table, timeit
+from bench_build.build.ledger import Ledger
+from bench_build.build.run import run_build
+from bench_build.build.shard import build_columns, partition_meta
+from bench_build.format.schema import schema_with_metadata
+from bench_build.format.writer import record_batches, write_parquet_atomic
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.costs import CACHES, CostTable
+from bench_build.plan.tasks import CLEAN, example_key, example_rng, group_cost_ms, partition_order
+from bench_build.render import View, contact_sheet
+from bench_build.sources.demo.kitti import generate_frame
+from bench_build.sources.demo.objects import ensure_demo_objects
+from bench_build.sources.kitti import KittiSource, camera_fov_mask, write_frame
+from bench_build.sources.modelnet import ModelNet40H5Source
+from bench_build.sources.shapenet import ShapeNetCoreSource
+from bench_build.stages.kernels.column_knn import CellGrid
+from bench_build.stages.registry import get_stage
+from bench_build.stages.ring import frame_rings
+from bench_build.stages.whole_shape.sensor_noise import pca_normals
+from bench_build.storage import LocalStore, open_store
 
 
 def one_thread(fn):
     """Run ``fn`` with NumPy's BLAS / OpenMP thread pools at one thread, as a Ray task with one CPU runs (Ray sets
     OMP_NUM_THREADS=1 in its workers). Without it the CPU time of a stage that calls BLAS counts the spinning of
     an idle core's BLAS thread: on an idle machine Robo3D snow on a camera-FOV crop read 130 ms instead of 65."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -70,8 +69,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     time of this process (what a worker pays; wall time grows when other processes share the cores).
     ``build_rounds``: how many times the 1- and 2-worker demo builds run, alternating which goes first; the
     speed-up, the builds' examples/s and the task CPU per example are medians (one round is noise here)."""
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.sources.demo.kitti import generate_frame
 
     results: dict = {"stages": {}}
     recipe = load_recipe(recipe_name)
@@ -84,7 +81,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     print(f"speed probe (a fixed CPU workload, to compare absolute numbers across runs and machines): "
           f"{results['speed_probe_ms'][0]:.0f} ms")
 
-    from bench_build.stages.ring import frame_rings
 
     times = []
     for f in demo:
@@ -99,7 +95,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     print(f"\nshared per-frame preparation (KD-tree + box index + deletion grid + ring recovery): {prep * 1e3:.1f} ms "
           "CPU per frame "
           f"(once per frame; the process's first frame: {times[0] * 1e3:.0f} ms, with one-off imports and loads)")
-    from bench_build.plan.costs import CACHES
 
     clock = time.process_time  # CPU time of this process: robust to other jobs on a shared machine
     prep_ms = {}
@@ -119,15 +114,13 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
         results["stages"][rec.name] = stage_table(rec, demo, repeat, time.process_time)
         if any(c.stage == "upsample" for c in rec.corruptions):
-            from bench_build.stages.kernels.column_knn import CellGrid
 
-            grid_ms = _timeit(lambda: [CellGrid(f.points, value_col=f.fields.index("intensity")) for f in demo],
+            grid_ms = timeit(lambda: [CellGrid(f.points, value_col=f.fields.index("intensity")) for f in demo],
                               repeat, time.process_time) / len(demo) * 1e3
             results[f"{rec.name} upsample_grid_ms"] = grid_ms
             print(f"  upsample's 5-NN search grid: {grid_ms:.1f} ms CPU once per frame (cached on the frame and shared "
                   "by its severities, like the KD-tree; not in the row above)")
     if "robo3d-kitti-c" in (recipe_name, *extra_recipes):
-        from bench_build.sources.kitti import camera_fov_mask
 
         rec = load_recipe("robo3d-kitti-c")
         fov = [f.take(camera_fov_mask(f)) for f in demo]
@@ -135,7 +128,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             rec, fov, repeat, time.process_time, only=tuple(FOV_TARGET_MS), targets=FOV_TARGET_MS,
             title="robo3d-kitti-c, camera-FOV crop (CPU time of this process)")
 
-    from bench_build.bench.sources import run_bench_sources
 
     results["sources"] = run_bench_sources(repeat=repeat)
 
@@ -151,7 +143,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
 
     results["render_s_per_panel"] = _render_bench(demo[0], recipe)
 
-    from bench_build.plan.costs import CostTable
 
     table = CostTable(recipe=recipe.name, read_ms=round(results["read_ms"], 2),
                           write_ms=round(results["io_floor_ms_per_example"], 2),
@@ -171,7 +162,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
           f"timed alone): {results['full_cpu_hours_model']:.2f} CPU-hours")
 
     if builds:
-        from bench_build.build.run import run_build
 
         print("\nwhole demo build (8 frames, every corruption × severity, Ray start-up included"
               + (f"; {build_rounds} rounds, alternating which goes first; medians" if build_rounds > 1 else "") + "):")
@@ -242,7 +232,6 @@ FULL_FRAMES_DEFAULT = 7481
 
 def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
     """CPU-hours of the full benchmark from a cost table, one task per block (each cache built once per frame)."""
-    from bench_build.plan.tasks import group_cost_ms, partition_order
 
     frames = FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT) if frames is None else frames
     return frames * group_cost_ms(partition_order(recipe, table), table) / 3.6e6
@@ -252,9 +241,6 @@ def model_ms_per_example(version_dir, tasks, table) -> float:
     """What ``table`` predicts a finished build's tasks cost per stored example: each task's frames × (read + the
     caches its partitions need + its partitions), from the ledger — to check the table against
     `task_cpu_per_example`."""
-    from bench_build.build.ledger import Ledger
-    from bench_build.plan.tasks import group_cost_ms
-    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(version_dir))
     ms = rows = 0.0
@@ -273,8 +259,6 @@ def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
     picture of one frame). A worker process's first task also pays its one-off warm-up (imports, numba's
     cached code: a cost per process, not per example), so the rate comes from the other tasks when every
     process ran more than one, and the warm-up is what a first task cost beyond that rate."""
-    from bench_build.build.ledger import Ledger
-    from bench_build.storage import open_store
 
     ledger = Ledger(open_store(version_dir))
     entries = [e for e in (ledger.done_entry(name) for name in tasks) if e is not None]
@@ -297,7 +281,6 @@ def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
 
 def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
     """Seconds per contact-sheet panel (raster + matplotlib Agg + PNG) for a full sheet of ``recipe``."""
-    from bench_build.render import View, contact_sheet
 
     tags = frame.point_tag.astype(np.uint8)
     views = [View("clean", 0, frame.points[:, :3], tags, frame.boxes, False)]
@@ -312,19 +295,12 @@ def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
 @one_thread
 def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> dict:
     """Object stages on demo ModelNet40 shapes (as the recipes preprocess them), then a ModelNet-C demo build."""
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.sources.demo.objects import ensure_demo_objects
-    from bench_build.sources.modelnet import ModelNet40H5Source
-    from bench_build.sources.shapenet import ShapeNetCoreSource
-    from bench_build.stages.registry import get_stage
 
     root = ensure_demo_objects(("modelnet40", "shapenet"))
     src = ModelNet40H5Source(root, "test")
     full = [src.read(i) for i in src.list_frames()[:shapes]]
     results: dict = {"stages": {}}
     t = time.perf_counter()
-    from bench_build.stages.whole_shape.sensor_noise import pca_normals
 
     pca_normals(full[0].xyz.astype(np.float64), 10)  # numba kernels: loaded from the on-disk cache (or compiled)
     first_ms = (time.perf_counter() - t) * 1e3
@@ -351,8 +327,8 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
             for f in prepared["modelnet40-e"]:
                 stage.apply(replace(f), noise.params_for(s), example_rng(recipe.seed, example_key(
                     recipe.name, f.frame_id, noise.name, s)))
-        scratch.append(_timeit(fresh, repeat, time.process_time) / len(full) * 1e3)
-    normals_ms = _timeit(lambda: [pca_normals(f.xyz.astype(np.float64), 10) for f in prepared["modelnet40-e"]],
+        scratch.append(timeit(fresh, repeat, time.process_time) / len(full) * 1e3)
+    normals_ms = timeit(lambda: [pca_normals(f.xyz.astype(np.float64), 10) for f in prepared["modelnet40-e"]],
                          repeat, time.process_time) / len(full) * 1e3
     per_sev = max(results["stages"]["modelnet40-e"]["noise"])
     target = TARGET_MS["sensor_noise"]
@@ -372,13 +348,12 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
     read_ms = (time.process_time() - t) / len(clouds) * 1e3
     recipe = load_recipe("3dos")
     pre = get_stage(recipe.preprocess.stage)
-    ms = _timeit(lambda: [pre.apply(c, recipe.preprocess.params[0], example_rng(1, c.frame_id)) for c in clouds],
+    ms = timeit(lambda: [pre.apply(c, recipe.preprocess.params[0], example_rng(1, c.frame_id)) for c in clouds],
                  repeat, time.process_time) / len(clouds) * 1e3
     results["3dos"] = {"mesh_to_fps4096_ms": read_ms, "object_sample_ms": ms}
     print(f"\n3dos: ShapeNet mesh → 16,384 area-weighted samples → FPS 4,096: {read_ms:.1f} ms CPU per shape "
           f"(reader); seeded 1,024 + unit sphere: {ms:.2f} ms CPU per example")
     if builds:
-        from bench_build.build.run import run_build
 
         print("\nModelNet-C demo build (80 test shapes × 36 examples, Ray start-up included):")
         results["builds"] = {}
@@ -406,18 +381,9 @@ def speed_probe(repeat: int = 5) -> float:
         np.sqrt(x * x + x).sum()
         sum(i * i for i in range(200_000))
 
-    return _timeit(work, repeat, time.process_time) * 1e3
+    return timeit(work, repeat, time.process_time) * 1e3
 
 
-def _median_time(fn, repeat: int, clock=time.perf_counter) -> float:
-    """Median of ``repeat`` timed calls after one untimed call (a writer's first call pays one-off set-up)."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = clock()
-        fn()
-        times.append(clock() - t)
-    return float(np.median(times))
 
 
 def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
@@ -425,11 +391,6 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
     to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
     write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
     a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
-    from bench_build.build.shard import build_columns, partition_meta, record_batches, write_parquet_atomic
-    from bench_build.format.schema import schema_with_metadata
-    from bench_build.plan.tasks import CLEAN, example_key, example_rng
-    from bench_build.stages.registry import get_stage
-    from bench_build.storage import LocalStore
 
     columns = list(build_columns(recipe, None))
     with tempfile.TemporaryDirectory(prefix="bench-build-write-") as tmp:
@@ -442,7 +403,7 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
             rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
                     for f, o in zip(demo, outs, strict=True)]
             rel = Path(f"{corruption}-{severity}.parquet")
-            t = _median_time(lambda: write_parquet_atomic(rel, schema, record_batches(iter(rows), schema), store),
+            t = median_time(lambda: write_parquet_atomic(rel, schema, record_batches(iter(rows), schema), store),
                              repeat, clock)
             return t / len(demo) * 1e3, store.path(rel.as_posix()).stat().st_size // len(demo)
 
@@ -461,21 +422,17 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
 
 def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
     """ms per frame to read one scan back through the KITTI reader (what every task pays per frame)."""
-    from bench_build.sources.kitti import KittiSource, write_frame
 
     with tempfile.TemporaryDirectory() as tmp:
         for f in demo:
             write_frame(Path(tmp), f)
         src = KittiSource(tmp)
         ids = src.list_frames()
-        return _timeit(lambda: [src.read(i) for i in ids], repeat, clock) / len(ids) * 1e3
+        return timeit(lambda: [src.read(i) for i in ids], repeat, clock) / len(ids) * 1e3
 
 
 def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
     """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame)."""
-    from bench_build.plan.costs import CACHES
-    from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.stages.registry import get_stage
 
     out = {}
     for c in recipe.corruptions:
@@ -487,40 +444,6 @@ def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tuple[str, ...] | None = None,
-                 targets: dict[str, float] | None = None, title: str | None = None) -> dict[str, list[float]]:
-    """Cost per example (ms) of every corruption of ``recipe`` (or of the stages ``only``) at every severity,
-    printed as a table against ``targets`` (default `TARGET_MS`)."""
-    from bench_build.plan.tasks import example_key, example_rng
-    from bench_build.stages.registry import get_stage
-
-    targets = TARGET_MS if targets is None else targets
-    sev = range(1, recipe.severities + 1)
-    print(f"\n{title or recipe.name}: ms per example (~{np.mean([len(f) for f in demo]):,.0f} points, one process)")
-    print(f"{'corruption':<16}{'stage':<14}" + "".join(f"{'s' + str(s):>9}" for s in sev)
-          + f"{'max':>9}{'target':>9}  ok")
-    table = {}
-    for c in recipe.corruptions:
-        if only is not None and c.stage not in only:
-            continue
-        stage = get_stage(c.stage)
-        row = []
-        for s in sev:
-            params = c.params_for(s)
-
-            def once(params=params, s=s, stage=stage, c=c):
-                for f in demo:
-                    stage.apply(f, params, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, s)))
-
-            once()  # first call builds per-parameter caches (Mie tables, fog integrals, snow pools)
-            row.append(_timeit(once, repeat, clock) / len(demo) * 1e3)
-        table[c.name] = row
-        target = targets.get(c.stage, DEFAULT_TARGET_MS)
-        ok = "yes" if max(row) <= target else "NO"
-        digits = 2 if target < 10 else 1
-        print(f"{c.name:<16}{c.stage[:13]:<14}" + "".join(f"{v:>9.{digits}f}" for v in row)
-              + f"{max(row):>9.{digits}f}{target:>9.0f}  {ok}")
-    return table
 
 
 if __name__ == "__main__":

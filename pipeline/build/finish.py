@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 import warnings
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench_build import __version__
+import pyarrow.parquet as pq
+
 from bench_build.build.ledger import Ledger, identity_digest
 from bench_build.build.shard import os_error_message, partition_table
-from bench_build.format.schema import SCHEMA_VERSION
+from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
-from bench_build.manifests.manifest import MANIFEST_NAME, MANIFEST_VERSION
+from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe
+from bench_build.manifests.write import compose_manifest, manifest_shards, write_version_files
 from bench_build.plan.tasks import ShardSpec, TaskSpec
+from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
+from bench_build.sources.demo.cache import is_demo_root
 from bench_build.storage import Store, open_store
 
 if TYPE_CHECKING:  # run.py imports this module
@@ -29,8 +32,10 @@ if TYPE_CHECKING:  # run.py imports this module
 def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
             version_dir: Path | str, tasks: list[TaskSpec], t0: float, ledger: Ledger, result: BuildResult, *,
             workers: int | None, address: str | None, stopping: Any = None,
-            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None) -> BuildResult:
-    """After the tasks: the manifest and the card (if every task is done), then validation if the recipe has it."""
+            numeric_profile: dict[str, Any] | None = None, benchmark_split: str | None = None,
+            after: Callable[..., dict[str, Any]] | None = None) -> BuildResult:
+    """After the tasks: the manifest and the card (if every task is done), then ``after`` (the CLI's naturalness
+    validation) if the recipe has ``[validate]``."""
     result.seconds = time.time() - t0
     complete = False
     if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
@@ -49,13 +54,12 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
                                                               store.key_url(MANIFEST_NAME))
             result.failure_kinds[MANIFEST_NAME] = "resource"
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
-    if result.manifest is not None and recipe.validate is not None:  # naturalness check of a sample of the build
-        from bench_build.validate import validate_after_build
+    if result.manifest is not None and recipe.validate is not None and after is not None:  # naturalness check
 
         if stopping is not None:  # validation may start a Ray of its own
             stopping.join()
         t = time.time()
-        result.validation = validate_after_build(version_dir, recipe, workers=workers, address=address)
+        result.validation = after(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
     result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result
@@ -76,81 +80,26 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
     Files are listed block by block in the recipe's partition order, whatever the tasks were, so the
     manifest does not depend on how blocks were split into tasks."""
     store = open_store(version_dir)
-    shards, by_part = [], {}
-    fields, scale = None, None
-    rank = {("clean", 0): 0} | {(c.name, sv): 1 + i * recipe.severities + sv
-                                 for i, c in enumerate(recipe.corruptions) for sv in range(1, recipe.severities + 1)}
     files = []
     for spec in specs:
         entry = ledger.done_entry(spec.name)
         assert entry is not None
         files += [(spec.file_stem, f) for f in entry["files"]]
-    files.sort(key=lambda sf: (sf[0], rank.get((sf[1]["corruption"], sf[1]["severity"]), 0)))
-    for stem, f in files:
-        shards.append({"path": f["path"], "corruption": f["corruption"], "severity": f["severity"],
-                       "shard": stem, "rows": f["rows"], "bytes": f["bytes"], "sha256": f["sha256"],
-                       **({"partition_fingerprint": f["partition_fingerprint"]} if "partition_fingerprint" in f
-                          else {}),
-                       **({"reused_from": f["reused_from"]} if "reused_from" in f else {})})
-        part = by_part.setdefault(f"{f['corruption']}/{f['severity']}", {"examples": 0, "bytes": 0, "seconds": 0.0})
-        part["examples"] += f["rows"]
-        part["bytes"] += f["bytes"]
-        part["seconds"] = round(part["seconds"] + f["seconds"], 4)
+    shards, by_part = manifest_shards(recipe, files)
+    meta: dict[str, Any] = {}
     if shards:
-        import pyarrow.parquet as pq
-        from bench_build.format.schema import file_metadata
-
         with store.open_input(shards[0]["path"]) as f:
             meta = file_metadata(pq.read_schema(f))
-        fields, scale = meta.get("fields"), meta.get("intensity_scale")
-    columns = meta.get("columns", []) if shards else []
-    encoding = meta.get("encoding", "full") if shards else "full"
-    n_frames = sum(len(ids) for ids in {s.file_stem: s.frame_ids for s in specs}.values())
     frame_digests = {}
     for spec in specs:
         recorded = (ledger.done_entry(spec.name) or {}).get("sources") or {}
         frame_digests.update({fid: identity_digest(recorded.get(fid)) for fid in spec.frame_ids})
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "schema_version": SCHEMA_VERSION,
-        "dataset": recipe.name,
-        "version": recipe.version,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "build_seconds": round(seconds, 2),
-        "code_version": __version__,
-        # what every task computed under (each checked its own against it): platform, library versions, NumPy
-        # SIMD dispatch, OpenBLAS core, and whether that is bench-build's pin or a user's override
-        **({"numeric_profile": numeric_profile} if numeric_profile is not None else {}),
-        "fingerprint": fingerprint,
-        "recipe": recipe.canonical(),
-        "source": {**{k: v for k, v in source.items() if k != "root"}, **({"demo": True} if is_demo(source) else {})},
-        "frames": n_frames,
-        "frames_per_shard": fps,
-        "fields": fields,
-        "intensity_scale": scale,
-        "columns": columns,
-        "encoding": encoding,
-        "partitions": partition_table(recipe),
-        # row r of every partition file of a shard is frame shard_frames[shard][r]: loaders index without a scan
-        "shard_frames": {spec.file_stem: list(spec.frame_ids) for spec in specs},
-        "counts": {
-            "examples_defined": recipe.examples_defined(n_frames),
-            "examples_stored": sum(s["rows"] for s in shards),
-            "bytes": sum(s["bytes"] for s in shards),
-            "by_partition": by_part,
-        },
-        "shards": shards,
-        # what each frame was built from: sha256 over its source files' (path, size, sha256); null when the
-        # reader cannot name a frame's files. A changed scan changes its digest (and is rebuilt by `run`).
-        "source_identity": {
-            "digest": hashlib.sha256(json.dumps(sorted(frame_digests.items())).encode()).hexdigest(),
-            "frames": frame_digests,
-        },
-    }
-    reused = [s for s in shards if s.get("reused_from")]
-    if reused:  # provenance only: the files are the ones this version would have computed, byte for byte
-        manifest["reused"] = {"from_versions": sorted({s["reused_from"] for s in reused}), "files": len(reused),
-                              "bytes": sum(s["bytes"] for s in reused)}
+    manifest = compose_manifest(
+        recipe, source, fingerprint=fingerprint, fps=fps, seconds=seconds, numeric_profile=numeric_profile,
+        schema_version=SCHEMA_VERSION, meta=meta, partitions=partition_table(recipe),
+        shard_frames={spec.file_stem: list(spec.frame_ids) for spec in specs}, shards=shards, by_part=by_part,
+        frame_digests=frame_digests, demo=is_demo(source))
+    reused = "reused" in manifest
     validation = "validation/summary.md" if store.exists("validation/summary.md") else None
     card = complete_card(render_card(manifest, recipe, validation=validation), manifest, recipe)
     if reused:
@@ -161,11 +110,10 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         sheet = contact_sheet(store, manifest, panels)
     if phases is not None:
         phases["contact_sheet"] = round(time.time() - t, 3)
-    store.write_text("README.md", card_with_renders(card, sheet) if sheet else card)
     # what the build drew for its card, with checksums: publish and pull move exactly these (never whatever a
     # listing of renders/ holds), verify checks them; an empty list says "none", unlike an old build's absent key
-    manifest["renders"] = render_entries(store, sheet)
-    store.write_text(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
+    write_version_files(store, manifest, card_with_renders(card, sheet) if sheet else card,
+                        renders=render_entries(store, sheet))
     return manifest
 
 
@@ -191,7 +139,6 @@ def render_entries(store: Store, sheet: dict[str, Any] | None) -> list[dict[str,
 
 def is_demo(source: dict[str, Any]) -> bool:
     """Built from bench-build's generated demo data (its marker file in a source root)?"""
-    from bench_build.sources.demo.cache import is_demo_root
 
     return any(isinstance(v, str) and k.endswith("root") and Path(v).is_dir() and is_demo_root(v)
                for k, v in source.items())
@@ -199,7 +146,6 @@ def is_demo(source: dict[str, Any]) -> bool:
 
 def contact_sheet(store, manifest: dict[str, Any], panels: dict | None = None) -> dict[str, Any] | None:
     """Render the card's contact sheet into ``renders/``; a picture never fails a finished build."""
-    from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 
     try:
         return write_contact_sheet(store, manifest, panels=panels)
@@ -247,7 +193,6 @@ class EarlySheet:
             self.thread.start()
 
     def _draw(self, panels: dict) -> None:
-        from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 
         t = time.time()
         try:

@@ -31,17 +31,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_build.errors import BenchBuildError
+from bench_build.errors import LedgerMismatch
 from bench_build.manifests.manifest import sha256_file
 from bench_build.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
 __all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
 
 LEDGER_DIR = "_ledger"
-
-
-class LedgerMismatch(BenchBuildError, RuntimeError):
-    """The output directory holds a build of a different recipe/frame list."""
 
 
 class LedgerUnreadable(LedgerMismatch, ValueError):

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
+
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 
 class BuildProgress:
@@ -16,14 +29,6 @@ class BuildProgress:
         self._task = None
         self._last_log = 0.0
         if enabled and sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
 
             self._progress = Progress(TextColumn("[bold]examples"), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
@@ -60,7 +65,6 @@ class BuildProgress:
             first = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", error).strip().splitlines()[0] if error.strip() else ""
             msg = f"shard {shard} FAILED: {first}"
             if self._progress is not None:
-                from rich.markup import escape
 
                 self._progress.console.print(f"[red]{escape(msg)}")
             else:
@@ -78,7 +82,6 @@ class TransferProgress:
     ``advance`` is thread-safe (boto3 calls it from its transfer threads)."""
 
     def __init__(self, total_bytes: int, label: str, *, enabled: bool = True) -> None:
-        import threading
 
         self.total, self.done, self.label, self.enabled = total_bytes, 0, label, enabled
         self._lock = threading.Lock()
@@ -87,14 +90,6 @@ class TransferProgress:
         self._progress = None
         self._task = None
         if enabled and sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
 
             self._progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), DownloadColumn(),
                                       TransferSpeedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

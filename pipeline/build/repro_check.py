@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -28,7 +29,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_build.runtime.numeric import PIN, PIN_SWITCH, is_avx512_target, numpy_dispatch_targets
+import numpy as np
+
+from bench_build.build import shard as shard_mod
+from bench_build.manifests.recipe import builtin_recipes, load_recipe
+from bench_build.plan.tasks import ShardSpec
+from bench_build.runtime.numeric import (
+    PIN,
+    PIN_SWITCH,
+    is_avx512_target,
+    live_profile,
+    numpy_dispatch_targets,
+    profile_differences,
+)
+from bench_build.sources import open_source
 
 #: the installed NumPy's dispatch targets above its baseline: below AVX-512, and AVX-512 (what the pin disables)
 AVX2_AND_BELOW = tuple(t for t in numpy_dispatch_targets() if not is_avx512_target(t))
@@ -62,7 +76,6 @@ NUMERIC_VARS = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS
 
 def battery_recipes() -> list[str]:
     """Every built-in recipe and each of its variants (``kitti-c``, ``kitti-c:text``, …)."""
-    from bench_build.manifests.recipe import builtin_recipes, load_recipe
 
     out = []
     for name in sorted(builtin_recipes()):
@@ -91,11 +104,6 @@ def battery(recipes: list[str] | None = None, frame_index: int = 0, roots: dict[
     the shards a second time with the `PROBED` NumPy functions wrapped, hashing every result they return per
     example key: which stages compute CPU-dependent values at all. (The first pass compiles the numba kernels,
     which must not see the wrapped functions; calls through ``**`` or array methods are not seen.)"""
-    from bench_build.build import shard as shard_mod
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import ShardSpec
-    from bench_build.runtime.numeric import live_profile
-    from bench_build.sources import open_source
 
     names = recipes or battery_recipes()
     recipes_by_name = {}
@@ -131,13 +139,11 @@ class _probing:
     """Wraps the `PROBED` functions (and `example_rng`, to know the example being computed) while active."""
 
     def __init__(self, shard_mod: Any, probes: dict[str, Any]) -> None:
-        import importlib
 
         self.shard_mod, self.probes, self.current = shard_mod, probes, [""]
         self.saved = [(importlib.import_module(mod), fn) for mod, fns in PROBED.items() for fn in fns]
 
     def _log(self, value: Any) -> None:
-        import numpy as np
 
         for v in value if isinstance(value, tuple) else (value,):
             if isinstance(v, np.ndarray | np.generic):
@@ -208,8 +214,6 @@ def run_in_subprocess(env_vars: dict[str, str], recipes: list[str] | None = None
 
 def prepare_sources(recipes: list[str]) -> None:
     """Generate the recipes' demo data in this process, so the subprocesses only read it (same input bytes)."""
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.sources import open_source
 
     for name in recipes:
         open_source(load_recipe(name), None, demo_frames=8)
@@ -277,7 +281,6 @@ def summary(res: dict[str, Any]) -> str:
 def compare(other: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:
     """Partitions whose stored bytes differ, examples whose probe differs (when both have one), profile
     differences (another node's battery ``other`` vs this one's ``res``)."""
-    from bench_build.runtime.numeric import profile_differences
 
     def common(a: dict[str, str], b: dict[str, str]) -> list[str]:
         return differing({k: a[k] for k in a.keys() & b.keys()}, {k: b[k] for k in a.keys() & b.keys()})

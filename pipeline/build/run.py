@@ -6,6 +6,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,14 @@ from bench_build.build.execute import execute
 from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
-from bench_build.build.shard import parquet_format
+from bench_build.build.reuse import open_earlier, place_files, plan_reuse
+from bench_build.format.writer import parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import ShardSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import init_ray, local_raylet, stop_ray_in_background
-from bench_build.sources import checked_frame_ids, open_source
+from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.storage import LocalStore, Store, open_store, redact
 
 DEMO_FRAMES = 8
@@ -75,12 +77,16 @@ def run_build(
     groups: int | None = None,
     encoding: str = "full",
     reuse: str | Path | None = None,
+    after: Callable[..., dict[str, Any]] | None = None,
 ) -> BuildResult:
     """Build (or resume) ``benchmark`` into ``OUT/<benchmark>/<version>``; ``out`` is a path, file:// or s3:// URL.
 
     ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
     ``reuse``: an earlier version of the benchmark (directory or URL) whose files with this build's partition
-    fingerprints are taken instead of computed (`bench_build.build.reuse`)."""
+    fingerprints are taken instead of computed (`bench_build.build.reuse`). ``after(version_dir, recipe,
+    workers=, address=)``: run once the manifest is written, its result kept as ``result.validation``; the CLI
+    passes `bench_build.validate.validate_after_build` for a recipe with ``[validate]`` (the build layer knows
+    nothing of validation)."""
     t0 = time.time()
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -93,7 +99,6 @@ def run_build(
     recipe = load_recipe(benchmark)
     earlier = None
     if reuse is not None:  # refused (exit 2) before the source is read or anything is written
-        from bench_build.build.reuse import open_earlier
 
         earlier = open_earlier(reuse, recipe, endpoint_url=endpoint_url, profile=profile)
     demo = source is None and not any((roots or {}).values())
@@ -108,7 +113,6 @@ def run_build(
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
         raise ValueError(f"source {src.describe()} has no frames")
-    from bench_build.sources import OBJECT_KINDS
 
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
     fps = frames_per_shard if frames_per_shard is not None else (
@@ -128,7 +132,8 @@ def run_build(
         return build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
                              progress=progress, owner=owner, groups=groups, encoding=encoding,
-                             benchmark_split=recipe.split if other_split else None, earlier=earlier)
+                             benchmark_split=recipe.split if other_split else None, earlier=earlier,
+                             after=after)
 
 
 def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
@@ -136,7 +141,8 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full",
-                  benchmark_split: str | None = None, earlier: Any = None) -> BuildResult:
+                  benchmark_split: str | None = None, earlier: Any = None,
+                  after: Callable[..., dict[str, Any]] | None = None) -> BuildResult:
     """``benchmark_split``: the recipe's split when ``--split`` chose another one (recorded in the manifest's
     source, so the card says the build is not the benchmark's split)."""
     ledger = Ledger(store)
@@ -200,7 +206,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
     try:
         return finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
-                      benchmark_split=benchmark_split)
+                      benchmark_split=benchmark_split, after=after)
     finally:
         if stopping is not None:
             stopping.join()
@@ -215,7 +221,6 @@ def take_reused(earlier: Any, recipe: Recipe, src: Any, pending: list[TaskSpec],
     return (the tasks still to run, reduced to their new partitions; task name → its reused ledger file entries).
     A task left with nothing to build is recorded done in the ledger here, its files marked ``reused_from``, so a
     killed run resumes past it like past a built task. Its ledger name stays the full task's name."""
-    from bench_build.build.reuse import place_files, plan_reuse
 
     t0 = time.time()
     plan = plan_reuse(earlier, recipe, src, pending, encoding=encoding, numeric_profile=profile)

@@ -6,6 +6,9 @@ This runs inside a Ray task but knows nothing about Ray: it is a plain function 
 
 from __future__ import annotations
 
+import errno as errno_mod
+import hashlib
+import json
 import os
 import time
 import traceback
@@ -14,51 +17,26 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import numpy as np
+
 from bench_build.build.ledger import Ledger, frame_identity, identity_digest
 from bench_build.errors import BenchBuildError
-from bench_build.format.schema import canonical_columns, encode_rows, schema_with_metadata
+from bench_build.format.schema import SCHEMA_VERSION, canonical_columns, schema_with_metadata
+from bench_build.format.writer import (
+    ENCODINGS,
+    parquet_format,
+    record_batches,
+    write_parquet_atomic,
+)
 from bench_build.manifests.manifest import config_name, partition_dir
-from bench_build.manifests.recipe import Recipe, _jsonable
+from bench_build.manifests.recipe import Recipe, jsonable
 from bench_build.plan.tasks import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
+from bench_build.render import View, make_panel, sheet_extent, sheet_focus
+from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
-from bench_build.storage import LocalStore, Store, StoreSpec, open_store
-
-ROW_GROUP_EXAMPLES = 8  # ≈ 15 MB of KITTI points per row group: readers can skip what they filter out
-# Float coordinates compress poorly as-is; BYTE_STREAM_SPLIT + zstd makes files ≈35 % smaller and
-# encodes ≈10× faster than the default dictionary attempt on float columns (measured on demo scans).
-# zstd level 1, not 3: on BYTE_STREAM_SPLIT floats level 3 gains 0.4 % of size for ≈ 1.9 ms more CPU per
-# 130k-point example (≈ 12.0 → 10.0 ms to encode and write; LZ4 would be ≈ 8.6 ms but 6 % larger and not
-# readable by older Parquet readers). Measured with `bench-build bench` ("I/O floor") on one core.
-# write_page_checksum: a CRC32 in every data page header, which our readers verify (pipeline/format/reader.py): without
-# it a flipped byte inside a BYTE_STREAM_SPLIT float page decodes to other points without any error. It costs 4
-# bytes per page and a CRC of each page written; plain readers ignore it unless asked to check.
-PARQUET_OPTIONS = {
-    "compression": "zstd",
-    "write_page_checksum": True,
-    "compression_level": 1,
-    "use_dictionary": ["frame_id", "boxes.list.element.cls", "class_name", "split", "track", "scenario",
-                       "sequence"],
-    "write_statistics": ["key", "frame_id", "num_points"],
-    # floats: BYTE_STREAM_SPLIT; compact encoding's references into the clean scan are mostly increasing runs,
-    # a few bits each with DELTA_BINARY_PACKED (pyarrow takes one or the other option, hence column_encoding)
-    "column_encoding": {"points.list.element.list.element": "BYTE_STREAM_SPLIT",
-                        "sigma.list.element": "BYTE_STREAM_SPLIT", "mu.list.element": "BYTE_STREAM_SPLIT",
-                        "point_ref.list.element": "DELTA_BINARY_PACKED"},
-}
-ENCODINGS = ("full", "compact")
-
-
-def parquet_format() -> str:
-    """A short digest of the writer options: part of every build's fingerprint, because the same examples
-    written with other options are other bytes (a build is never resumed with a different writer)."""
-    import hashlib
-    import json
-
-    text = json.dumps({"options": PARQUET_OPTIONS, "row_group": ROW_GROUP_EXAMPLES}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+from bench_build.storage import Store, StoreSpec, open_store
 
 
 def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
@@ -81,7 +59,7 @@ def partition_meta(recipe: Recipe, corruption: str, severity: int) -> dict[str, 
     entry = recipe.corruption(corruption)
     stage = get_stage(entry.stage)
     return {"corruption": corruption, "severity": severity, "stage": stage.name, "stage_version": stage.version,
-            "params": _jsonable(asdict(entry.params_for(severity)))}
+            "params": jsonable(asdict(entry.params_for(severity)))}
 
 
 def partition_table(recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -95,7 +73,6 @@ def numeric_identity(profile: dict[str, Any] | None) -> dict[str, Any] | None:
     """The fields of a numeric profile that decide computed bytes (those `profile_differences` compares)."""
     if profile is None:
         return None
-    from bench_build.runtime.numeric import COMPARED
 
     return {k: profile.get(k) for k in COMPARED}
 
@@ -112,10 +89,7 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     parameters), the block's name (it is in the footer), the file schema (optional columns, which other stages
     of the recipe can add), the writer (Parquet options, row-group size, encoding, schema version) and the numeric
     profile's compared fields. Not in it: the version, the other corruptions' parameters, the build fingerprint."""
-    import hashlib
-    import json
 
-    from bench_build.format.schema import SCHEMA_VERSION
 
     canonical = recipe.canonical()
     payload = {
@@ -180,62 +154,6 @@ def process_threads() -> int | None:
         return None
 
 
-def _write_parquet(path: Path, schema, batches, split: TaskSplit | None = None) -> int:
-    rows = 0
-    w = pq.ParquetWriter(path, schema, **PARQUET_OPTIONS)
-    try:
-        for batch in batches:
-            if split is not None:
-                split.start()
-            w.write_batch(batch)
-            if split is not None:
-                split.add("parquet")
-            rows += batch.num_rows
-    finally:
-        if split is not None:
-            split.start()
-        w.close()
-        if split is not None:
-            split.add("parquet")
-    return rows
-
-
-def write_parquet_atomic(path: Path, schema, batches, store: Store | None = None,
-                         split: TaskSplit | None = None) -> tuple[int, int, str]:
-    """Stream record batches into ``path`` (a key of ``store``, or a local path) so that only a complete
-    file ever has that name: a temp file + fsync + rename locally, one upload of the finished file on S3.
-    Returns (rows, bytes, sha256). ``split``: gets the Parquet writer's and the commit's seconds."""
-    if store is None:
-        store, path = LocalStore(Path(path).parent), Path(Path(path).name)
-    with store.staged_file(Path(path).as_posix()) as staged:
-        rows = _write_parquet(staged.path, schema, batches, split)
-        if split is not None:  # the block's exit: fsync, sha256, rename (or the upload's hand-off)
-            split.start()
-    if split is not None:
-        split.add("commit")
-    return rows, staged.size, staged.sha256
-
-
-def record_batches(examples, schema, size: int = ROW_GROUP_EXAMPLES, split: TaskSplit | None = None):
-    buf = []
-    for ex in examples:
-        buf.append(ex)
-        if len(buf) == size:
-            if split is not None:
-                split.start()
-            batch = encode_rows(buf, schema)
-            if split is not None:
-                split.add("encode")
-            yield batch
-            buf = []
-    if buf:
-        if split is not None:
-            split.start()
-        batch = encode_rows(buf, schema)
-        if split is not None:
-            split.add("encode")
-        yield batch
-
 
 def _block_index(spec: ShardSpec | TaskSpec) -> int:
     return spec.shard.index if isinstance(spec, TaskSpec) else spec.index
@@ -251,7 +169,6 @@ class _SheetPainter:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
-            from bench_build.render import sheet_extent, sheet_focus
 
             clean = self.view(CLEAN, 0, frame)
             self.extent, self.radius = sheet_extent(clean)
@@ -264,8 +181,6 @@ class _SheetPainter:
     def view(corruption: str, severity: int, f: Frame, copy: bool = True):
         """The `View` a reader of the files would make (float64 xyz); ``copy=False``: the frame's float32 xyz in
         place, which paints the same raster (`render.paint` computes in float64) without a 3 MB copy."""
-        import numpy as np
-        from bench_build.render import View
 
         pts = np.asarray(f.points[:, :3], dtype=np.float64) if copy else f.points[:, :3]
         is_object = f.boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
@@ -276,7 +191,6 @@ class _SheetPainter:
             return
         c = time.process_time()
         try:
-            from bench_build.render import make_panel
 
             self.panels[(corruption, severity)] = make_panel(self.view(corruption, severity, out, copy=False),
                                                              extent=self.extent, radius=self.radius,
@@ -301,7 +215,6 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
     """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``).
 
     pyarrow's write errors carry no errno; their text does, so ENOSPC is recognised from either."""
-    import errno as errno_mod
 
     err = getattr(e, "errno", None)
     text = str(e)

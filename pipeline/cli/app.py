@@ -8,11 +8,12 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
 from bench_build.bench.cli import bench_app  # typer only: NumPy is imported by its commands, after the pin
 from bench_build.errors import BenchBuildError
 from bench_build.runtime.numeric import NumericPinError, pin_environment
-from rich.console import Console
-from typer.core import TyperGroup
 
 # Before any command imports NumPy (they import pipeline modules lazily): this process and every process it
 # starts compute with the numeric pin (NumPy without AVX-512 dispatch, OpenBLAS on Haswell kernels), so shard
@@ -62,8 +63,9 @@ ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/co
 
 
 def fail(e: BaseException, code: int = 2) -> typer.Exit:
-    from bench_build.storage import redact
     from rich.markup import escape
+
+    from bench_build.storage import redact
 
     console.print(f"[red]error:[/red] {escape(redact(str(e)))}", highlight=False)
     return typer.Exit(code=code)

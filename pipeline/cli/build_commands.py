@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 from rich.table import Table
+
+from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 
 
 @app.command()
@@ -61,13 +64,13 @@ def run(
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
     if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
         split = f"{version}:{split or ''}"
-    import signal
 
     from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.run import run_build
     from bench_build.manifests.recipe import RecipeError
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
+    from bench_build.validate.hook import validate_after_build
 
     # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
     # run_build's own cleanup, and the user is told what was kept and how to resume
@@ -79,7 +82,8 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse)
+                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse,
+                           after=validate_after_build)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
@@ -125,7 +129,6 @@ def raise_interrupt(signum: int, frame: object) -> None:
 def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: str | None) -> None:
     """What an interrupted run kept, and the command that resumes it (the same command: recorded shards are
     verified and skipped)."""
-    import shlex
 
     from bench_build.build.status import build_status
 
@@ -229,9 +232,9 @@ def warm(
 ) -> None:
     """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
     starts later load them instead of each compiling them in its first task (the image runs this at build)."""
+    from bench_build.build.warm import numba_cache_dir
+    from bench_build.build.warm import warm as warm_kernels
     from bench_build.manifests.recipe import builtin_recipes
-    from bench_build.runtime.warm import numba_cache_dir
-    from bench_build.runtime.warm import warm as warm_kernels
 
     names = benchmarks or sorted(builtin_recipes())
     total = 0.0

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
 
 
@@ -230,11 +231,12 @@ def diff(
     profile: ProfileOpt = None,
 ) -> None:
     """Which partitions of two versions changed, which are identical or were reused, and which parameters differ."""
+    from rich.markup import escape
+    from rich.table import Table
+
     from bench_build.build.reuse import diff_versions, read_version_manifest
     from bench_build.manifests.manifest import ManifestError
     from bench_build.storage import StorageError
-    from rich.markup import escape
-    from rich.table import Table
 
     try:
         a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)

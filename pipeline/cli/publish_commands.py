@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import secrets
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
 from bench_build.cli.build_commands import raise_interrupt
 
@@ -106,10 +109,11 @@ def pull(
 ) -> None:
     """Download a published version and verify every file's sha256 (files move into place, then the manifest,
     only once every file verified)."""
+    from rich.markup import escape
+
     from bench_build.manifests.manifest import ManifestError
     from bench_build.publish import PullError, pull_version
     from bench_build.storage import StorageError
-    from rich.markup import escape
 
     try:
         r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
@@ -143,8 +147,6 @@ def s3_local(
 ) -> None:
     """Start a local S3 store (SeaweedFS on 127.0.0.1, free ports, fresh credentials) to try publish / versions /
     pull / verify s3://; prints the environment to use in another shell and runs until Ctrl-C."""
-    import secrets
-    import signal
 
     from bench_build.storage.seaweed import SeaweedServer, weed_binary
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.export.errors import ExportError
 from bench_build.format.reader import Example, open_version
 from bench_build.sources.kitti import format_calib, format_labels, write_frame

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from bench_build.errors import BenchBuildError
 from bench_build.manifests.manifest import ManifestError
 from bench_build.storage import StorageError, denied_message

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_build.build.shard import _write_parquet
 from bench_build.format.checked import CheckedParquetFile
 from bench_build.format.reader import open_version, rows_of
 from bench_build.format.schema import decode_points, encode_rows, file_metadata, schema_with_metadata
+from bench_build.format.writer import ShardWriter
 from bench_build.manifests.manifest import sha256_file
 from bench_build.storage import LocalStore
 
@@ -46,9 +46,10 @@ def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str
             first += table.num_rows
             yield encode_rows([(ex.key, ex.corruption, ex.severity, ex.to_frame()) for ex in rows], schema)
 
-    with LocalStore(path.parent).staged_file(path.name) as staged:
-        _write_parquet(staged.path, schema, batches())
-    return staged.size, staged.sha256
+    with ShardWriter(LocalStore(path.parent), path.name, schema) as w:
+        for batch in batches():
+            w.write(batch)
+    return w.bytes, w.sha256
 
 
 def size_report(version_dir: str) -> dict[str, float]:

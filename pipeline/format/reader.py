@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+
 from bench_build.format.checked import (
     CheckedParquetFile,
     IntegrityError,

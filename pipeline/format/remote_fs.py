@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
+
 from bench_build.storage import LocalStore, StorageError, Store, open_store, redact, register_secret, s3_client
 
 

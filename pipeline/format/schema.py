@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from bench_build.format.compact import encode_refs
 from bench_build.stages.frame import Boxes, Calib, Frame
 

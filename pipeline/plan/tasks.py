@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from bench_build.build.ledger import LedgerMismatch
+
+from bench_build.errors import LedgerMismatch
 from bench_build.manifests.manifest import CLEAN, partition_dir
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.costs import CostTable, load_costs

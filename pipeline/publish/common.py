@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from bench_build.errors import BenchBuildError
 from bench_build.manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
 from bench_build.storage import Store
-from packaging.version import InvalidVersion, Version
 
 LATEST = "latest"
 

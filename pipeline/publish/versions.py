@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pyarrow.parquet as pq
+
 from bench_build.build.progress import TransferProgress
 from bench_build.manifests.manifest import (
     MANIFEST_NAME,

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.render.panels import OTHER_BOX
 from bench_build.render.views import BOX_COLORS, TAG_COLORS
 from bench_build.render.zoom import CLEAN_BOX, ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.render.raster import bev_raster, box_outlines, object_extent, object_raster, scene_extent
 from bench_build.render.views import BOX_COLORS, PANEL_PX, RenderError, View
 from bench_build.render.zoom import CLEAN_BOX, INSET_FRAC, Focus, inset_raster, sheet_focus

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+
 from bench_build.render.views import COLOR_BY, PANEL_PX, TAG_COLORS, RenderError, View
 from bench_build.stages.frame import Boxes, PointTag
 

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
 from bench_build.manifests.recipe import severity_names

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.render.legend import SCENE_Z_RANGE, LegendEntry, legend_entries, metres, scale_bar_m
 from bench_build.render.panels import OBJECT_VIEWS, Panel, box_color, sheet_panels, to_px
 from bench_build.render.views import PANEL_PX, RenderError, View

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.errors import BenchBuildError
 from bench_build.stages.frame import Boxes, PointTag
 

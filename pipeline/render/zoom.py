@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.render.raster import box_outline, f32
 from bench_build.render.views import View
 from bench_build.stages.frame import Boxes

@@ -29,13 +29,20 @@ This module imports nothing heavy at import time: the CLI imports it before NumP
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import os
 import platform
 import socket
+import subprocess
 import sys
 import warnings
 from collections.abc import Mapping
 from functools import lru_cache
+from importlib import metadata
+from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from bench_build.errors import BenchBuildError
@@ -82,10 +89,6 @@ def numpy_dispatch_targets() -> list[str]:
     NumPy's extension module (path, size, mtime), else from a short subprocess (≈ 0.1 s, once per NumPy install)."""
     if "numpy" in sys.modules:
         return list(_dispatch_module().__cpu_dispatch__)
-    import importlib.util
-    import json
-    import subprocess
-    from pathlib import Path
 
     spec = importlib.util.find_spec("numpy")
     roots = list(spec.submodule_search_locations or []) if spec else []
@@ -261,7 +264,6 @@ def _canonical(name: str) -> str:
 def read_lock(text: str | None = None) -> dict[str, str]:
     """The lock (``manifests/lock.txt``, pip constraints ``name==version``) as {canonical name: version}."""
     if text is None:
-        from importlib.resources import files
 
         text = files("bench_build.manifests").joinpath("lock.txt").read_text(encoding="utf-8")
     out = {}
@@ -278,9 +280,6 @@ def read_lock(text: str | None = None) -> dict[str, str]:
 def lock_record() -> dict[str, Any]:
     """Which lock this process's packages come from: the lock file's sha256, and every package of
     `LOCKED_FOR_BYTES` that is installed at another version than the lock's (none: the bytes are the lock's)."""
-    import hashlib
-    from importlib import metadata
-    from importlib.resources import files
 
     raw = files("bench_build.manifests").joinpath("lock.txt").read_bytes()
     lock = read_lock(raw.decode("utf-8"))
@@ -297,7 +296,6 @@ def lock_record() -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str | None]:
-    from importlib import metadata
 
     out: dict[str, str | None] = {}
     for name in LIBRARIES:

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
+
 from bench_build.runtime import reaper
 from bench_build.runtime.numeric import worker_env
 
@@ -46,7 +48,6 @@ def pin_worker_threads() -> None:
     first): pyarrow's CPU and I/O pools (its Parquet writer encodes and compresses columns on the CPU pool)."""
     if thread_pin_disabled() or getattr(pin_worker_threads, "done", False):
         return
-    import pyarrow as pa
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)

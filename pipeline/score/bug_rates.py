@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from bench_build.score.kitti_eval import (
     CLASSES,
     MIN_OVERLAP,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.bug_rates import bug_rates

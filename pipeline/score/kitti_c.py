@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from bench_build.score.validate import ScoreError
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import shapely
+
 from bench_build.errors import BenchBuildError
 
 CLASSES = ("Car", "Pedestrian", "Cyclist")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from bench_build.score.rank import auroc
 
 

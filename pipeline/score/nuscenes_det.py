@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.score.detection import partition_candidates
 from bench_build.score.predictions import FIRST, PredictionError
 from bench_build.score.truth import Partition, manifest_of, read_build

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+
 from bench_build.score.validate import PredictionError, class_ids, numbers, probabilities
 
 FIRST = 5  # how many offending keys an error lists

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from bench_build.score.bug_rates import BUGS
 from bench_build.score.robo3d_det import PRINTED  # Robo3D nuScenes-C / WOD-C detection: the means, not per class
 from bench_build.score.run import PERCENT, ScoreReport, unit_of
-from rich.console import Console
-from rich.table import Table
 
 
 def _fmt(v: Any) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from bench_build.score.baselines import robo3d_baseline
 from bench_build.score.validate import ScoreError
 

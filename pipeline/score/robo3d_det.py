@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+
 from bench_build.score.nuscenes_det import score_nuscenes
 from bench_build.score.predictions import PredictionError
 from bench_build.score.robo3d import robo3d_metrics

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.manifests.recipe import severity_names as names_of
 from bench_build.score.bug_rates import BUGS, corruption_risk
 from bench_build.score.detection import score_partitions

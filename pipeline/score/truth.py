@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+
 from bench_build.format.schema import decode_points
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.validate import ScoreError

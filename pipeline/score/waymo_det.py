@@ -49,11 +49,12 @@ from typing import Any
 
 import numpy as np
 import shapely
+from scipy.optimize import linear_sum_assignment
+
 from bench_build.score.kitti_eval import KittiObjects, bev_polygons
 from bench_build.score.predictions import PredictionError, check_keys, read_predictions
 from bench_build.score.truth import Partition, manifest_of, read_build
 from bench_build.score.validate import ScoreError
-from scipy.optimize import linear_sum_assignment
 
 CLASSES = ("Vehicle", "Pedestrian", "Cyclist")
 TYPE_IDS = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.records import RecordSource, read_records, write_records
 
 BOREAS_FIELDS = ("x", "y", "z", "intensity", "ring", "time")

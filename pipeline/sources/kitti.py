@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.manifests.names import frame_id_message, name_problem
 from bench_build.sources.base import SourceError
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame

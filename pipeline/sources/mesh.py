@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import trimesh
+
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.base import SourceError
 

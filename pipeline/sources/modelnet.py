@@ -29,6 +29,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
 from bench_build.stages.frame import Frame

@@ -33,6 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError, require_extra
 from bench_build.stages.frame import Boxes, Frame
 from bench_build.stages.sensor import HDL32E

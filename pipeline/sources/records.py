@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.sensor import Sensor

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.modelnet import XYZ, check_points, h5_labels, h5_points_shape, open_h5
 from bench_build.stages.frame import Frame

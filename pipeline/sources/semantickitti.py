@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError, require_extra
 from bench_build.sources.kitti import read_velodyne
 from bench_build.stages.frame import Calib, Frame

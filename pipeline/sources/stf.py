@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.records import RecordSource, read_records, write_records
 from bench_build.stages.physics.hdl64e_s3 import HDL64E_S3
 

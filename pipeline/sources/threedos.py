@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.manifests.threedos import (
     DEFAULT_SOURCE_OPTIONS,
     SCENARIOS,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.kitti import read_velodyne
 from bench_build.sources.semantickitti import LABEL_NAMES as SEMANTICKITTI_NAMES

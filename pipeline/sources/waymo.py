@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+
 from bench_build.sources.base import SourceError
 from bench_build.stages.frame import Boxes, Frame
 from bench_build.stages.sensor import Sensor

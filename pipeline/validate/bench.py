@@ -14,6 +14,7 @@ import os
 import time
 
 import numpy as np
+
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.validate.pointnet import PointNet, PointNetConfig
 from bench_build.validate.preprocess import Preprocess

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_points, file_metadata
 from bench_build.sources.base import SourceError

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
 from bench_build.errors import BenchBuildError
 from bench_build.plan.tasks import example_rng
 from bench_build.stages.frame import INTENSITY_SCALES

@@ -33,14 +33,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from scipy.spatial import cKDTree
+from scipy.stats import ks_2samp, wasserstein_distance
+
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_points, file_metadata
 from bench_build.sources.wads import VLS128, duplicate_first
 from bench_build.stages.frame import INTENSITY_SCALES, PointTag
 from bench_build.storage import atomic_write_with
 from bench_build.validate.extract import read_wads
-from scipy.spatial import cKDTree
-from scipy.stats import ks_2samp, wasserstein_distance
 
 SNOW_STAGES = ("snow", "snow_lisa")
 DENSITY_RADIUS = 1.0  # m

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.manifests.card import card_with_validation
 from bench_build.storage import atomic_write_with
 from bench_build.validate.realism import plot_realism, render_realism

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build import __version__
 from bench_build.format.reader import open_version
 from bench_build.manifests.manifest import CLEAN, ManifestError

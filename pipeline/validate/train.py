@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from bench_build.validate.pointnet import PointNet, PointNetConfig
 
 CLEAN_LABEL, WEATHER_LABEL = 0, 1

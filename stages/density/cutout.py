@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule, random_neighbourhoods, remove_neighbourhoods_sequentially
 from bench_build.stages.registry import stage

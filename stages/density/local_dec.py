@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 from bench_build.stages.density.cutout import operation_count
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule, random_neighbourhoods, remove_neighbourhoods_sequentially

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import check_rule, random_neighbourhoods
 from bench_build.stages.kernels.neighbours import query_in_spatial_order

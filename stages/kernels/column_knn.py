@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
+
 from bench_build.stages.kernels.buckets import bounds, counting_sort
 from bench_build.stages.kernels.neighbours import query_in_spatial_order
 

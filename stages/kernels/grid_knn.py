@@ -20,6 +20,7 @@ import math
 
 import numba
 import numpy as np
+
 from bench_build.stages.kernels.buckets import bounds, counting_sort
 
 _MAX_CELLS = 4_000_000  # grid size cap: the cell size grows for very wide scans

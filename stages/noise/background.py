@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import check_rule, mean_intensity_of_nearest
 from bench_build.stages.kernels.buckets import bounds

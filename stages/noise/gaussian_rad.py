@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import range_factor
 from bench_build.stages.registry import stage

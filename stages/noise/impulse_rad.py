@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import range_factor
 from bench_build.stages.kernels.spherical import scale_range

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.registry import stage
 

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import range_factor
 from bench_build.stages.registry import stage

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.kernels.column_knn import mean_of_nearest

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.kernels.box_unit import delete_sequentially

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from math import comb
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule, refresh_camera_fields
 from bench_build.stages.per_box.shear import squeeze_into_boxes

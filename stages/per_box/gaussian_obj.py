@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.per_box.uniform_obj import jitter_in_box_units

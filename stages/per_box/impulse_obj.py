@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.kernels.box_unit import clamp_unit, from_unit, to_unit

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.per_box.cutout_obj import delete_in_objects

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.density.local_inc import AXES
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import check_rule

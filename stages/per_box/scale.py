@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.geometry import refresh_camera_fields
 from bench_build.stages.registry import stage

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.geometry import check_rule
 from bench_build.stages.kernels.box_unit import clamp_unit, from_unit, to_unit

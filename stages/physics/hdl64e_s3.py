@@ -25,6 +25,7 @@ the snow stage's paper mode reproduces that, its physical mode uses the laser's 
 from __future__ import annotations
 
 import numpy as np
+
 from bench_build.stages.sensor import Sensor
 
 CALIBRATION = "hdl64e_s3"  # name of this table in SnowParams.focal_calibration

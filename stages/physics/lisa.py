@@ -77,6 +77,7 @@ from typing import ClassVar
 
 import numba
 import numpy as np
+
 from bench_build.stages.frame import PointTag
 
 # ---- constants (Kilic et al. 2021, pylisa) -------------------------------------------------------------

@@ -77,6 +77,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.labels import set_semantic
 from bench_build.stages.registry import stage

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics import lisa
 from bench_build.stages.registry import stage

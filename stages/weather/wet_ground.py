@@ -74,6 +74,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics.ground import (
     GROUND_BAND,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.registry import stage
 from bench_build.stages.whole_shape import cluster_sizes

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import stage
 from bench_build.stages.whole_shape import normalize_unit_sphere

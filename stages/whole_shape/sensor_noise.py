@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.kernels.grid_knn import knn_all
 from bench_build.stages.registry import stage

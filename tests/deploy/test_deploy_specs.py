@@ -18,13 +18,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
+
 from bench_build.build.run import BuildResult
 from bench_build.cli import app
-from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -47,7 +49,7 @@ def cli_accepts(argv: list[str], monkeypatch) -> dict:
         calls.append({"benchmark": benchmark, **kwargs})
         return BuildResult(version_dir=f"{kwargs['out']}/x/1", shards_total=1, shards_skipped=1)
 
-    monkeypatch.setattr("bench_build.build.run_build", fake_run_build)
+    monkeypatch.setattr("bench_build.build.run.run_build", fake_run_build)
     res = CliRunner().invoke(app, argv[1:])
     assert res.exit_code == 0, (argv, res.output)
     assert len(calls) == 1, res.output
@@ -107,8 +109,9 @@ def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
     copied = {p for op, arg in ins if op == "COPY" for p in arg.split()[1 if arg.startswith("--") else 0:-1]}
     assert {"pyproject.toml", "pipeline", "stages", "manifests"} <= copied
     assert all((ROOT / p).exists() for p in copied), copied
-    packages = re.search(r'include = \[(.*?)\]', (ROOT / "pyproject.toml").read_text()).group(1)
-    assert {p.strip(' "*') for p in packages.split(",")} <= copied
+    # every folder pyproject.toml installs as part of bench_build (its package-dir)
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert set(package_dir.values()) <= copied
     # the last USER is not root, and comes after the install
     users = [i for i, op in enumerate(ops) if op == "USER"]
     assert users and dict(ins[users[-1]: users[-1] + 1])["USER"].split(":")[0] not in ("0", "root")

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from bench_build.build.run import run_build
 from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
 from bench_build.storage import open_store
-
 from tests.conftest import SMALL_RECIPE
 
 HOST = "127.0.0.2"

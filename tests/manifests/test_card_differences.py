@@ -5,9 +5,9 @@ source options (cellphones, the Real→Real validation hold-out)."""
 from __future__ import annotations
 
 import pytest
+
 from bench_build.manifests.card import differences_section
 from bench_build.manifests.recipe import load_recipe
-
 from tests.manifests.test_kitti_c_tables import CODE_CHANGES
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from bench_build.manifests.card_sections import (
     MAX_CELL,
     benchmark_citations,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 
 TEXT = "text"

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+
 from bench_build.manifests.recipe import RecipeError, load_recipe
 from bench_build.manifests.threedos import (
     SCENARIOS,
@@ -36,7 +37,7 @@ PAPER_TEXT = {
     "add_local": ("object_add_local", {"points": [100, 200, 300, 400, 500], "max_clusters": 8,
                                        "sigma_min": 0.075, "sigma_max": 0.125, "outside": "keep"}),
 }
-# where the released generator (jiawei-ren/ModelNet-C build_modelnetc/corrupt.py) differs from the text
+# where the released generator (jiawei-ren/ModelNet-C corrupt.py) differs from the text
 RELEASED_DIFFERS = {
     ("dropout_global", "ratio"): [0.25, 0.375, 0.5, 0.625, 0.75],
     ("dropout_local", "max_clusters"): 7,  # randint(1, 8) → 1..7

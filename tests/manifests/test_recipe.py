@@ -7,6 +7,7 @@ import math
 from importlib import resources
 
 import pytest
+
 from bench_build.manifests.recipe import Recipe, RecipeError, load_recipe, parse_recipe
 
 # Li et al., Appendix C (seed 001, lines 733-780), severities 1..5 (severity 0 is the clean scan).

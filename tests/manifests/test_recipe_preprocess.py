@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from bench_build.manifests.recipe import RecipeError, parse_recipe
 
 BASE = """

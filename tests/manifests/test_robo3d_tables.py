@@ -1,6 +1,5 @@
 """The three Robo3D dataset recipes are the released generators / the paper: every per-level value equals
-the released Robo3D generators (ldkong1205/Robo3D: SemanticKITTI-C, nuScenes-C) and the paper's Appendix §8
-(WOD-C, which has no released generator), typed here by hand."""
+the released generators' constants (ldkong1205/Robo3D: SemanticKITTI-C, nuScenes-C, WOD-C), typed here by hand."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 
 L3 = 3
@@ -115,8 +115,9 @@ def test_table_equals_generators_spec(name, corruption):
 
 
 def test_cli_list_shows_full_size_counts():
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     out = CliRunner().invoke(app, ["list"])
     assert out.exit_code == 0

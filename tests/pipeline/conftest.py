@@ -98,7 +98,6 @@ def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
     """A finished 4-frame build of the small recipe (4 corruptions × 5 severities + clean = 21 partitions,
     2 shards): the version directory. Shared by the reader and loader tests; tests must not modify it."""
     from bench_build.build.run import run_build
-
     from tests.conftest import SMALL_RECIPE
 
     tmp = tmp_path_factory.mktemp("mini-build")

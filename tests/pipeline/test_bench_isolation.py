@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from bench_build.bench.publish import split_cpus, thread_affinity
 
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pyarrow as pa
+
 from bench_build.bench.layouts import LAYOUTS, measure_layouts
 from bench_build.format.schema import points_type
 

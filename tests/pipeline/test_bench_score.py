@@ -3,6 +3,7 @@ as a real kitti-c build, and an extrapolation that counts rounds of worker proce
 
 import numpy as np
 import pytest
+
 from bench_build.bench.score import KITTI_C_PARTITIONS, RATES, bench_score, synthetic_frame, write_synthetic_version
 from bench_build.score import score_version
 from bench_build.score.kitti_eval import parse_kitti_objects

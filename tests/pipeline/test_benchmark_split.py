@@ -7,7 +7,6 @@ import json
 
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources import open_source
-
 from tests.conftest import SMALL_RECIPE
 
 

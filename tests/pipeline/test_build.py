@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.build.ledger import Ledger
 from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
-from typer.testing import CliRunner
 
 runner = CliRunner()
 
@@ -179,7 +180,7 @@ def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitt
 def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path, monkeypatch):
     """A build is resumed only by the same recipe, frames, shard size and Parquet writer options (other writer
     options would write the same examples as other bytes); otherwise the run refuses, naming what differs."""
-    import bench_build.build.shard
+    import bench_build.format.writer
     from bench_build.build.ledger import LedgerMismatch
 
     run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2,
@@ -195,11 +196,11 @@ def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path
     assert read_manifest(tmp_path / "mini-c" / "0.1.0")["recipe"]["corruptions"][0]["params"][0]["sigma"] == 0.05
 
     ledger = Ledger(tmp_path / "mini-c" / "0.1.0")
-    assert ledger.run_info()["parquet_format"] == bench_build.build.shard.parquet_format()
+    assert ledger.run_info()["parquet_format"] == bench_build.format.writer.parquet_format()
     kwargs = dict(source=str(demo_kitti), out=tmp_path, workers=1, max_frames=2, frames_per_shard=2, progress=False)
     with monkeypatch.context() as m:  # another writer (zstd level 3): refused before anything is built
-        m.setattr(bench_build.build.shard, "PARQUET_OPTIONS",
-                  {**bench_build.build.shard.PARQUET_OPTIONS, "compression_level": 3})
+        m.setattr(bench_build.format.writer, "PARQUET_OPTIONS",
+                  {**bench_build.format.writer.PARQUET_OPTIONS, "compression_level": 3})
         with pytest.raises(LedgerMismatch, match=r"Parquet writer options \(\w+\) differ from this bench-build's"):
             run_build(str(small_recipe), **kwargs)
     # a build by a bench-build from before the writer options were recorded (and part of the fingerprint)

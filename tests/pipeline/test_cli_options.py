@@ -7,8 +7,9 @@ import typing
 
 import pytest
 import typer
-from bench_build.cli import app
 from typer.testing import CliRunner
+
+from bench_build.cli import app
 
 #: the lower bound of every numeric option, by name (one meaning per name across commands)
 BOUNDS = {"workers": 1, "jobs": 1, "frames": 1, "max_frames": 1, "frames_per_shard": 1, "groups": 1, "repeat": 1,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.format.compact import NO_REF, encode_refs, materialize
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.tasks import example_key, example_rng
 from bench_build.stages.registry import get_stage
-
 from tests.stages.conftest import make_scene
 
 
@@ -57,7 +57,6 @@ def test_every_corruption_materialises_byte_identically(recipe):
 @pytest.fixture(scope="module")
 def compact_build(tmp_path_factory, demo_kitti_master):
     from bench_build.build.run import run_build
-
     from tests.conftest import SMALL_RECIPE
 
     tmp = tmp_path_factory.mktemp("compact")
@@ -73,6 +72,7 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
     import json
 
     import pyarrow.parquet as pq
+
     from bench_build.export.kitti_files import export_kitti
     from bench_build.format.reader import open_version
     from bench_build.loaders import PointCloudIterableDataset
@@ -123,6 +123,7 @@ def test_render_materialises_compact_rows(compact_build, mini_build):
 
 def test_pull_materialize_gives_full_files_plain_readers_can_use(compact_build, mini_build, tmp_path):
     import pandas as pd
+
     from bench_build.format.reader import open_version
     from bench_build.manifests.manifest import read_manifest, verify_version
     from bench_build.publish import publish_version, pull_version
@@ -159,11 +160,11 @@ def test_a_changed_point_ref_is_caught_naming_file_row_and_key(compact_build, tm
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from bench_build.format.checked import IntegrityError
     from bench_build.format.compact_files import materialize_file
     from bench_build.format.reader import open_version, rows_of
     from bench_build.format.schema import decode_points, file_metadata
-
     from tests.pipeline.tamper import POINT_REF, flip_file
 
     v = tmp_path / "v"

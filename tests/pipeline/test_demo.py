@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.sources.demo.kitti import (
     AZIMUTH_STEP_DEG,
     DEMO_SEED,
@@ -23,7 +24,7 @@ def full():
 
 
 def _recover_rings(xyz: np.ndarray) -> np.ndarray:
-    """Rings recovered from the raw file order: a new ring starts where the azimuth wraps around."""
+    """Ring index from the raw file order: a new ring starts where azimuth wraps from ~2π to ~0."""
     u = (np.arctan2(xyz[:, 1], xyz[:, 0]) % (2 * np.pi)) / (2 * np.pi)
     start = np.r_[False, (u[:-1] > 0.8) & (u[1:] < 0.2)]
     return np.clip(np.cumsum(start), 0, 63)

@@ -6,15 +6,16 @@ import importlib
 import inspect
 import pkgutil
 
+import pytest
+import typer
+from typer.testing import CliRunner
+
 import bench_build as pipeline_package
 import bench_build.manifests as manifests_package
 import bench_build.stages as stages_package
-import pytest
-import typer
 from bench_build.cli import Commands
 from bench_build.errors import BenchBuildError, UsageError
 from bench_build.manifests import manifest, recipe
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

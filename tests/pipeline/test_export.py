@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.export import ExportError, export_version
 from bench_build.format.reader import open_version
-from typer.testing import CliRunner
 
 runner = CliRunner()
 
@@ -334,6 +335,7 @@ def test_export_into_its_own_source_leaves_it_byte_identical(built, kitti_root):
 def test_frame_id_that_is_not_a_plain_name_is_refused():
     """A frame id becomes a file name (velodyne/<id>.bin): one with a path in it would write outside OUT."""
     import pyarrow as pa
+
     from bench_build.export.plan import _rows
 
     class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id

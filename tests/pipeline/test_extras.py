@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.sources.base import SourceError, require_extra
-from typer.testing import CliRunner
 
 
 def _hide(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:

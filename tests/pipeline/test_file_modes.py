@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+
 from bench_build.storage import LocalStore, atomic_write_text, current_umask
 
 

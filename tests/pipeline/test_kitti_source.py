@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import KittiSource, format_labels, read_calib, read_labels, read_velodyne, write_frame
@@ -184,13 +185,6 @@ def test_non_finite_points(tmp_path, bad):
     with pytest.raises(SourceError) as e:
         read_velodyne(path)
     assert str(path) in str(e.value) and "7" in str(e.value)
-
-
-def test_missing_bin(tmp_path):
-    data = _dataset(tmp_path, 1)
-    with pytest.raises(SourceError, match="not found") as e:
-        KittiSource(tmp_path).read("000009")
-    assert str(data / "velodyne" / "000009.bin") in str(e.value)
 
 
 def test_label_line_with_wrong_field_count(tmp_path):

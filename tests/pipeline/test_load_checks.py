@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.manifests.manifest import verify_version
-from typer.testing import CliRunner
 
 
 def _flat(text: str) -> str:

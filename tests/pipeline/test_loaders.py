@@ -142,8 +142,9 @@ def test_map_style_dataset_indexes_from_the_manifest_and_returns_writable_arrays
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, kind):
     import torch
-    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
     from torch.utils.data import DataLoader
+
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
 
     cls = PointCloudDataset if kind == "map" else PointCloudIterableDataset
     ds = cls(mini_build, corruption=["beam_del", "background"], severity=[0, 2, 5])
@@ -164,8 +165,9 @@ def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, 
 
 
 def test_iterable_dataset_splits_over_ranks_and_workers(mini_build):
-    from bench_build.loaders import PointCloudIterableDataset
     from torch.utils.data import DataLoader
+
+    from bench_build.loaders import PointCloudIterableDataset
 
     seen = []
     for rank in range(2):
@@ -179,11 +181,12 @@ def test_iterable_dataset_splits_over_ranks_and_workers(mini_build):
 # -- s3:// in place -----------------------------------------------------------------------------------
 def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env):
     import pyarrow.dataset as pads
+    from torch.utils.data import DataLoader
+
     from bench_build.format.reader import open_version
     from bench_build.format.remote_fs import s3_filesystem
     from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
     from bench_build.publish import publish_version
-    from torch.utils.data import DataLoader
 
     assert publish_version(mini_build, s3prefix, progress=False).ok
     url = f"{s3prefix}/mini-c/0.1.0"
@@ -215,10 +218,10 @@ def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env)
 def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini_build, tmp_path):
     import shutil
 
-    from bench_build.format.checked import IntegrityError
-    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
     from torch.utils.data import DataLoader
 
+    from bench_build.format.checked import IntegrityError
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
     from tests.pipeline.tamper import flip_file
 
     v = tmp_path / "v"
@@ -244,7 +247,6 @@ def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env
     from bench_build.format.reader import open_version
     from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
     from bench_build.publish import publish_version
-
     from tests.pipeline.tamper import flipped
 
     assert publish_version(mini_build, s3prefix, progress=False).ok

@@ -8,8 +8,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from bench_build.runtime.numeric import LOCKED_FOR_BYTES, lock_record, read_lock
 from packaging.requirements import Requirement
+
+from bench_build.runtime.numeric import LOCKED_FOR_BYTES, lock_record, read_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "manifests" / "lock.txt"

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from bench_build.build.repro_check import HASWELL_NUMBA, differing, run_in_subprocess
 from bench_build.runtime.numeric import (
     PIN,
@@ -136,6 +137,7 @@ def pinned_ray():
     workers inherit), from a driver whose own environment lacks the pin (a library caller's): the workers must
     still be pinned, and the caller's environment comes back as it was."""
     import ray
+
     from bench_build.runtime.ray import init_ray
 
     assert not ray.is_initialized()
@@ -155,8 +157,9 @@ def pinned_ray():
 
 def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray, small_recipe, demo_kitti,
                                                                       tmp_path, monkeypatch):
-    import bench_build.build.run
     import ray
+
+    import bench_build.build.run
     from bench_build.build.ledger import Ledger, LedgerMismatch
     from bench_build.build.run import run_build
 
@@ -237,8 +240,9 @@ def test_the_battery_is_the_same_pinned_and_on_an_avx2_node_and_differs_unpinned
 def test_repro_check_command_compares_two_nodes_batteries(tmp_path, monkeypatch):
     """`bench-build repro-check --out` then `--compare` (README): equal → exit 0; a partition whose bytes differ
     on the other node, or another numeric profile there → exit 1, naming it."""
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     runner = CliRunner()

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from bench_build.runtime.numeric import (
     NumericPinError,
     avx512_targets,

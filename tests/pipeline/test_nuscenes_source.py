@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.nuscenes import write_nuscenes
 from bench_build.sources.nuscenes import FINE_INDEX, NuScenesSource
@@ -133,8 +134,9 @@ def test_real_sweep_and_its_boxes_through_the_devkit(tmp_path):
 
 
 def test_table_version_from_split_or_cli(nu_root):
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     assert NuScenesSource(nu_root, "v1.0-mini:").split == "mini_val"
     out = CliRunner().invoke(app, ["run", "robo3d-nuscenes-c", "--source", str(nu_root), "--version",

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow.dataset as pads
 import pytest
 import ray
+from typer.testing import CliRunner
+
 from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, verify_version
@@ -25,8 +27,6 @@ from bench_build.manifests.threedos import SN_SETS
 from bench_build.sources.demo.objects import write_demo_objects
 from bench_build.sources.threedos import ThreeDOSSource
 from bench_build.stages.whole_shape.object_rotate import euler_matrix
-from typer.testing import CliRunner
-
 from tests.pipeline.test_threedos_source import released_counts
 
 runner = CliRunner()

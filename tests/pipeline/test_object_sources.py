@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.objects import MODELNET40_CLASSES, write_demo_objects
 from bench_build.sources.modelnet import ModelNet40H5Source, ModelNet40MeshSource
@@ -214,8 +215,9 @@ def test_shapenet_lists_every_synset_and_samples_fps_clouds(demo):
     assert fr.attrs == {"class_name": SHAPENET_SYNSETS[syn], "synset": syn, "model_id": model, "split": "test"}
     np.testing.assert_array_equal(fr.points, src.read(test_ids[0]).points)  # reproducible from the id
     # FPS spreads points: the smallest pairwise gap is far above that of 4,096 random surface samples
-    from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface
     from scipy.spatial import cKDTree
+
+    from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface
 
     d_fps = cKDTree(fr.points).query(fr.points, k=2)[0][:, 1]
     rnd = sample_surface(load_mesh(src.path(test_ids[0]), "obj"), 4096, mesh_rng("other"))
@@ -288,8 +290,9 @@ def test_demo_object_classes_are_distinguishable(demo):
 
 
 def test_demo_objects_cli(tmp_path):
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     out = CliRunner().invoke(app, ["demo-objects", str(tmp_path), "--per-class", "1"])
     assert out.exit_code == 0, out.output

@@ -9,12 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
 from bench_build.plan.tasks import Runtime, choose_groups, group_partitions, plan_shards, predict, task_seconds
-from typer.testing import CliRunner
 
 #: plan's predicted wall time against the measured one of the same build: the issue's bar
 TOLERANCE = 0.15

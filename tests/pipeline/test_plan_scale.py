@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import CostTable, default_costs, load_costs
@@ -20,7 +22,6 @@ from bench_build.plan.tasks import (
     plan_shards,
     plan_tasks,
 )
-from typer.testing import CliRunner
 
 KITTI_FRAMES = 7481
 
@@ -243,8 +244,9 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
 def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
     """`bench` times stages inside `one_thread`: the BLAS/OpenMP pools are limited to one thread while it runs (a
     one-CPU Ray task's setting) and restored after, so an idle core's spinning BLAS thread is not counted."""
-    from bench_build.bench.stages import one_thread
     from threadpoolctl import threadpool_info, threadpool_limits
+
+    from bench_build.bench.stages import one_thread
 
     with threadpool_limits(limits=2):  # whatever the machine has, start from more than one
         before = [p["num_threads"] for p in threadpool_info()]
@@ -308,6 +310,7 @@ def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
     from dataclasses import replace
 
     import numpy as np
+
     from bench_build.bench.stages import write_costs
     from bench_build.sources.demo.kitti import generate_frame
 

@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, stable_view, verify_version
 from bench_build.publish import publish_version, pull_version, verify_remote
-from typer.testing import CliRunner
 
 runner = CliRunner()
 FRAMES = 4  # 4 shards of 1 frame × 21 partitions = 84 Parquet files
@@ -396,7 +397,6 @@ def test_versions_flags_unsafe_manifests(built, s3prefix, s3env):
 
 def test_seaweed_restarts_on_its_existing_data_dir(tmp_path):
     from bench_build.storage.seaweed import SeaweedServer
-
     from tests.pipeline.conftest import ACCESS_KEY, SECRET_KEY
 
     server = SeaweedServer(tmp_path / "weed", ACCESS_KEY, SECRET_KEY, ("keep",))

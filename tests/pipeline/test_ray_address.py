@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from bench_build.build.run import run_build
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.export.kitti_files import export_kitti
 from bench_build.format.reader import open_version
 from bench_build.sources.kitti import KittiSource
-from typer.testing import CliRunner
 
 runner = CliRunner()
 
@@ -119,7 +120,6 @@ def _copy(built, tmp_path):
 
 def test_a_flipped_byte_in_a_points_page_fails_the_read_naming_the_file(built, tmp_path):
     from bench_build.format.checked import IntegrityError
-
     from tests.pipeline.tamper import flip_file
 
     v = _copy(built, tmp_path)

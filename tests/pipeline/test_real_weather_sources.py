@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.boreas import BOREAS_FIELDS, BoreasSource, read_boreas_bin, write_boreas_bin
 from bench_build.sources.stf import STF_FIELDS, StfSource, read_stf_bin, write_stf_bin

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from bench_build.runtime import reaper
 
 pytestmark = pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from bench_build.manifests.manifest import read_manifest, verify_version
 from bench_build.storage import LOCK_NAME, LocalStore, VersionLocked, owner_tag, remove_dead_temps
 
@@ -228,7 +229,7 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(shard_mod, "_write_parquet", full)
+        m.setattr(shard_mod, "write_parquet_atomic", full)
         spec = plan_shards(["000000"], 1)[0]
         with pytest.raises(ShardFailed) as e:
             build_shard(spec, load_recipe(small_recipe), KittiSource(demo_kitti), tmp_path / "v", "f" * 64, "r")
@@ -312,8 +313,9 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     status = build_status(str(small_recipe), out)
     assert (status["done"], set(status["failed"]), status["pending"]) == (2, {killed}, 0)
 
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     again = CliRunner().invoke(app, args)  # the same command, nobody killed (shared Ray: no second start-up)
     assert again.exit_code == 0, again.output
@@ -337,8 +339,9 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     (("seed = 7", "seed = -7"), "seed must be a non-negative integer"),
 ])
 def test_bad_recipe_values_exit_2_at_load_naming_file_and_key(small_recipe, edit, message):
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     small_recipe.write_text(small_recipe.read_text().replace(*edit))
     run = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(small_recipe.parent / "o"), "--no-progress"])
@@ -351,8 +354,9 @@ def test_bad_recipe_values_exit_2_at_load_naming_file_and_key(small_recipe, edit
 @pytest.mark.parametrize("args", [["--recheck", "bogus"], ["--max-frames", "-1"], ["--max-frames", "0"],
                                   ["--frames-per-shard", "0"], ["--workers", "0"]])
 def test_bad_run_options_are_usage_errors(small_recipe, tmp_path, args):
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     out = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(tmp_path / "o"), *args])
     assert out.exit_code == 2, out.output
@@ -365,9 +369,10 @@ def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_ki
                                                            where):
     """Issue 29: `run --out <a file>` (or OUT/<benchmark> a file) exits 2 naming the path; it used to reach the
     version's mkdir and exit 1 with NotADirectoryError."""
+    from typer.testing import CliRunner
+
     import bench_build.build.run as build
     from bench_build.cli import app
-    from typer.testing import CliRunner
 
     def no_ray(*a, **kw):
         raise AssertionError("Ray started for a refused run")
@@ -391,9 +396,10 @@ def test_run_out_a_regular_file_is_refused_before_any_work(small_recipe, demo_ki
 
 
 def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
     from bench_build.cli import app
     from bench_build.manifests.manifest import MANIFEST_VERSION
-    from typer.testing import CliRunner
 
     version = tmp_path / "mini-c" / "0.1.0"
     version.mkdir(parents=True)
@@ -420,9 +426,10 @@ def test_manifests_are_strict_json():
 def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo_kitti, tmp_path, shared_ray):
     import shutil
 
+    from typer.testing import CliRunner
+
     from bench_build.build.run import run_build
     from bench_build.cli import app
-    from typer.testing import CliRunner
 
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, max_frames=2, frames_per_shard=1,
                     progress=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.render import (
     PANEL_PX,
@@ -23,7 +25,6 @@ from bench_build.render import (
     sheet_title,
 )
 from bench_build.stages.frame import Boxes, PointTag
-from typer.testing import CliRunner
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -154,6 +155,7 @@ def test_reads_layout_v2_points(tmp_path):
     """Layout v2 stores points as list<fixed_size_list<float32, C>> and keeps partition keys in the path only."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from bench_build.render import read_views
     from bench_build.storage import LocalStore
 

@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.build.run import run_build
 from bench_build.cli import app
 from bench_build.format.schema import file_metadata
 from bench_build.manifests.manifest import read_manifest, verify_version
 from bench_build.publish import publish_version, pull_version, verify_remote
 from bench_build.runtime.faults import TEST_KILL_ENV
-from typer.testing import CliRunner
-
 from tests.conftest import SMALL_RECIPE
 
 runner = CliRunner()

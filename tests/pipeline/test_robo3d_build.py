@@ -9,9 +9,10 @@ import json
 
 import numpy as np
 import pyarrow.dataset as ds
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.manifests.manifest import read_manifest, verify_version
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.registry import get_stage

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from bench_build.format.reader import rows_of
 from bench_build.format.schema import (
     EXAMPLE_COLUMNS,
@@ -21,7 +22,6 @@ from bench_build.format.schema import (
     schema_with_metadata,
 )
 from bench_build.stages.frame import PointTag
-
 from tests.stages.conftest import make_scene
 
 
@@ -166,10 +166,9 @@ def test_build_columns_are_the_sources_and_the_stages_in_canonical_order():
 
 
 def test_the_builders_writer_puts_a_checksum_on_every_page(tmp_path):
-    """Plain and compact encodings both go through `_write_parquet`: a flipped byte in the points (or a compact
+    """Plain and compact encodings both go through `write_parquet_atomic`: a flipped byte in the points (or a compact
     row's literal points) is caught by the page checksum, where without it the same bytes decode silently."""
-    from bench_build.build.shard import write_parquet_atomic
-
+    from bench_build.format.writer import write_parquet_atomic
     from tests.pipeline.tamper import flip_file
 
     a = make_scene(3, n_ground=4000, n_per_car=50)

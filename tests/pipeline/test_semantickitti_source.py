@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.semantickitti import write_semantickitti
 from bench_build.sources.semantickitti import SemanticKittiSource, parse_split

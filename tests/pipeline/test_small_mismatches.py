@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.manifests.recipe import builtin_recipes, load_recipe
-from typer.testing import CliRunner
 
 
 def test_list_counts_with_the_right_plural_and_gives_every_paper_benchmark_its_full_size():

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from bench_build.storage import LocalStore, NotFound, PreconditionFailed, S3Store, StorageError, open_store, redact
 
 

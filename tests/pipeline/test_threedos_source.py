@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
 from bench_build.manifests.threedos import SCENARIOS, SN_SETS, SR_MODELNET, SR_SCANOBJECTNN, sn_set_of
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.objects import MODELNET40_CLASSES, write_demo_objects

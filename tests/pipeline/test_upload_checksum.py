@@ -13,8 +13,9 @@ import hashlib
 import os
 from pathlib import Path
 
-import bench_build.storage.s3 as storage_s3
 import pytest
+
+import bench_build.storage.s3 as storage_s3
 from bench_build.storage import CHECKSUM_ENV, StorageError, open_store
 
 

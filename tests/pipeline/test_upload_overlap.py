@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+
 from bench_build.storage import OVERLAP_ENV, UPLOAD_THREADS, LocalStore, open_store
 
 
@@ -155,7 +156,7 @@ def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s
     from bench_build.build.shard import ShardFailed, build_shard
 
     recipe, spec, source, store, keys = _shard_inputs(small_recipe, demo_kitti, s3prefix, monkeypatch, tmp_path)
-    real_upload, real_write = store.upload_file, shard_mod._write_parquet
+    real_upload, real_write = store.upload_file, shard_mod.write_parquet_atomic
     first_started, uploaded = threading.Event(), []
 
     def slow(local, key, **kw):  # file 0 is still uploading when the shard fails on file 3
@@ -167,15 +168,15 @@ def test_a_failed_shard_leaves_no_upload_running_and_records_nothing(s3prefix, s
 
     calls = [0]
 
-    def failing_write(path, schema, batches, split=None):
+    def failing_write(path, schema, batches, store=None, split=None):
         calls[0] += 1
         if calls[0] == 4:
             assert first_started.wait(60)
             raise OSError(28, "No space left on device")
-        return real_write(path, schema, batches, split)
+        return real_write(path, schema, batches, store, split)
 
     monkeypatch.setattr(store, "upload_file", slow)
-    monkeypatch.setattr(shard_mod, "_write_parquet", failing_write)
+    monkeypatch.setattr(shard_mod, "write_parquet_atomic", failing_write)
     with pytest.raises(ShardFailed) as e:
         build_shard(spec, recipe, source, store, "f" * 64, "r")
     assert e.value.kind == "resource" and keys[3] in e.value.message

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_build.cli import app
 from typer.testing import CliRunner
 
+from bench_build.cli import app
 from tests.conftest import FIXTURE_AZIMUTH_STEP
 
 TINY = {"points": 512, "width": 0.125, "epochs": 30, "batch_size": 16, "max_embed": 200, "permutations": 200}
@@ -75,8 +75,10 @@ alpha = [0.0, 0.0]
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     import ray
+
     from bench_build.build.run import run_build
     from bench_build.sources.demo.kitti import write_demo_dataset
+    from bench_build.validate.hook import validate_after_build
 
     tmp = tmp_path_factory.mktemp("validate")
     fog_dir, clear_dir = write_real_stf(tmp / "stf")
@@ -90,7 +92,8 @@ def validated(tmp_path_factory):
         ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         t0 = time.time()
-        build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False)
+        build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False,
+                          after=validate_after_build)
         assert build.ok, build.failures
         version = Path(build.version_dir)
         cli = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--real",
@@ -216,12 +219,13 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
 
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
     from bench_build.build.run import run_build
+    from bench_build.validate.hook import validate_after_build
 
     recipe = tmp_path / "skip.toml"
     recipe.write_text(RECIPE.replace("fog-mini", "fog-skip") + '\n[validate]\ncorruptions = ["fog"]\n'
                       f'real = {{ fog = "{tmp_path / "absent"}" }}\nreal_clean = "{tmp_path / "absent2"}"\n')
     res = run_build(str(recipe), source=str(validated["kitti"]), out=tmp_path / "bench", max_frames=2,
-                    frames_per_shard=2, progress=False)
+                    frames_per_shard=2, progress=False, after=validate_after_build)
     assert res.ok
     assert res.validation["fog"]["status"] == "skipped" and "not found" in res.validation["fog"]["reason"]
     assert not (Path(res.version_dir) / "validation").exists()

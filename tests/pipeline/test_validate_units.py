@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import RecipeError, parse_recipe
 from bench_build.validate.config import ValidateConfig, ValidationError, configs_from_recipe, parse_real_options
 from bench_build.validate.mmd import gaussian_mmd2, median_bandwidth, mmd2_unbiased, mmd_table, mmd_test
@@ -98,6 +99,7 @@ def test_preprocess_crops_samples_rescales_and_is_deterministic():
 
 def test_training_is_deterministic_and_keeps_the_best_checkpoint():
     import torch
+
     from bench_build.validate.pointnet import PointNet, PointNetConfig
     from bench_build.validate.train import TrainConfig, split_train_val, train_classifier
 
@@ -230,6 +232,7 @@ def test_the_cpu_training_estimate_scales_from_the_measured_paper_batch():
 
 def test_validate_says_its_device_and_on_cpu_how_long_training_will_take(tmp_path, monkeypatch):
     import torch
+
     from bench_build.validate.run import training_device_line
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.manifests.recipe import RecipeError, parse_recipe
 from bench_build.sources import SOURCE_KINDS, open_source
 from bench_build.sources.base import SourceError
@@ -27,7 +29,6 @@ from bench_build.sources.wads import (
     snow_masks,
 )
 from bench_build.validate import realism
-from typer.testing import CliRunner
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "real"
 WADS = SHARED / "wads"
@@ -199,9 +200,9 @@ def _rotated_copies(points: np.ndarray, n: int) -> list[np.ndarray]:
 def snow_build(tmp_path_factory):
     """A 3-frame demo KITTI build with LISA snow at 2 severities; Ray stays up for the validations."""
     import ray
+
     from bench_build.build.run import run_build
     from bench_build.sources.demo.kitti import write_demo_dataset
-
     from tests.conftest import FIXTURE_AZIMUTH_STEP
 
     tmp = tmp_path_factory.mktemp("wads-validate")
@@ -224,6 +225,7 @@ def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
     """source = "wads" builds (LISA snow on WADS's own snowy scans): labels per point, the duplicate count in
     every row's info, the licence on the card."""
     import pyarrow.parquet as pq
+
     from bench_build.build.run import run_build
 
     root = write_wads(tmp_path / "wads", 2)

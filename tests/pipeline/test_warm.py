@@ -25,7 +25,7 @@ COUNT = textwrap.dedent("""
         from numba.core.dispatcher import Dispatcher
         hits = misses = 0
         for name, mod in list(sys.modules.items()):
-            if not name.startswith(("stages", "pipeline")):
+            if not name.startswith("bench_build"):
                 continue
             for obj in vars(mod).values():
                 if isinstance(obj, Dispatcher):
@@ -38,7 +38,7 @@ WARM = COUNT + textwrap.dedent("""
     import json, sys
     from bench_build.runtime.numeric import pin_environment
     pin_environment()
-    from bench_build.runtime.warm import numba_cache_dir, warm
+    from bench_build.build.warm import numba_cache_dir, warm
     rows = warm([sys.argv[1]])
     print(json.dumps({**kernel_stats(), "rows": rows, "cache": numba_cache_dir()}))
 """)
@@ -108,8 +108,9 @@ def test_after_warm_a_new_process_loads_every_kernel_and_compiles_none(env, tmp_
 
 
 def test_warm_cli_names_an_unknown_benchmark():
-    from bench_build.cli import app
     from typer.testing import CliRunner
+
+    from bench_build.cli import app
 
     res = CliRunner().invoke(app, ["warm", "no-such-benchmark"])
     assert res.exit_code == 2

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.waymo import synthetic_extrinsic, write_waymo
 from bench_build.sources.waymo import (

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.stages.geometry import lidar_heading_to_rot_y, refresh_camera_fields

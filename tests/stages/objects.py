@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from bench_build.stages.frame import Frame
 
 # ModelNet-C, Ren et al. Appendix A (paper text), levels 1..5

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import PointTag
 from bench_build.stages.noise.background import BackgroundParams, background
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("background").params  # Appendix C (the text variant)

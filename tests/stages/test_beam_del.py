@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.density.beam_del import BeamDelParams, beam_del
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("beam_del").params

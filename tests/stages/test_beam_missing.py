@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.density.beam_missing import BeamMissingParams, beam_missing, draw_beams
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("beam_missing").params

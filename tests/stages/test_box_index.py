@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.stages.frame import Boxes
 from bench_build.stages.geometry import assign_points_to_boxes
 from bench_build.stages.kernels.boxes import points_in_box_frame

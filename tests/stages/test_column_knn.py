@@ -8,13 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.kernels.column_knn import knn_near, mean_of_nearest, row_means, search, select_smallest
 from bench_build.stages.kernels.neighbours import query_in_spatial_order
 from bench_build.stages.noise.upsample import UpsampleParams, upsample
-from scipy.spatial import cKDTree
-
 from tests.stages.conftest import make_scene, rng_for
 
 CODE = load_recipe("kitti-c").corruption("upsample").params

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.density.cross_sensor import CrossSensorParams, cross_sensor, deleted_rings
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("cross_sensor").params

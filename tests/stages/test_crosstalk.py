@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import PointTag
 from bench_build.stages.noise.crosstalk import CrosstalkParams, crosstalk
-
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("crosstalk").params

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.density.cutout import CutoutParams, cutout
 from bench_build.stages.frame import Frame
-
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("cutout").params  # Appendix C (the text variant)

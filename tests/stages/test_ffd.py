@@ -7,10 +7,10 @@ from math import comb
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.kernels.boxes import points_in_box_frame
 from bench_build.stages.per_box.ffd import FFDParams, ffd
-
 from tests.stages.conftest import assert_only_boxes_moved, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("ffd").params  # Appendix C (the text variant)

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.integrate import quad
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.weather.fog import (
@@ -23,8 +25,6 @@ from bench_build.stages.weather.fog import (
     soft_target_j,
     soft_target_lookup,
 )
-from scipy.integrate import quad
-
 from tests.stages.conftest import rng_for
 
 ROBO3D = dict(mode="paper", byte_scale=False, round_hard=False, clip_soft_255=False)  # Robo3D KITTI-C quirks

@@ -6,10 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.kernels.spherical import to_spherical, wrap_angle
 from bench_build.stages.noise.gaussian_rad import GaussianRadParams, gaussian_rad
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("gaussian_rad").params  # Appendix C (the text variant)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.density.cutout import operation_count
 from bench_build.stages.geometry import remove_neighbourhoods_sequentially
 from bench_build.stages.kernels.grid_knn import Grid, nearest_in_grid
 from bench_build.stages.kernels.neighbours import spatial_order
-from scipy.spatial import cKDTree
-
 from tests.stages.conftest import make_scene, rng_for
 
 

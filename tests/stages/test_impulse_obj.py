@@ -7,9 +7,9 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.per_box.impulse_obj import ImpulseObjParams, impulse_obj
-
 from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_obj").params  # Appendix C (the text variant)

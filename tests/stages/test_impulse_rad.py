@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.noise.impulse_rad import ImpulseRadParams, impulse_rad
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("impulse_rad").params  # Appendix C (the text variant)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.density.incomplete_echo import IncompleteEchoParams, incomplete_echo
 from bench_build.stages.frame import Frame
-
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("incomplete_echo").params

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.stages.kernels.grid_knn import knn_all
 
+from bench_build.stages.kernels.grid_knn import knn_all
 from tests.stages.objects import make_object, make_sphere
 
 

@@ -6,10 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.density.layer_del import LayerDelParams, layer_del
 from bench_build.stages.frame import Frame
-
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("layer_del").params  # Appendix C (the text variant)

@@ -13,7 +13,7 @@ STAGE_FOLDERS = {"noise", "density", "weather", "per_box", "whole_shape"}
 
 
 def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    parts = ("bench_build", *path.relative_to(ROOT.parent).with_suffix("").parts)  # stages/ is bench_build.stages
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -33,18 +33,19 @@ FILES = sorted(ROOT.rglob("*.py"))
 
 def test_kernels_import_nothing_else_from_stages():
     bad = [f"{_module(p)} imports {mod}" for p in FILES if _module(p).startswith("bench_build.stages.kernels")
-           for mod, _ in _imports(p) if mod.startswith("stages") and not mod.startswith("bench_build.stages.kernels")]
+           for mod, _ in _imports(p)
+           if mod.startswith("bench_build.stages") and not mod.startswith("bench_build.stages.kernels")]
     assert not bad, bad
 
 
 def test_no_private_name_is_imported_across_modules():
     bad = [f"{_module(p)}: from {mod} import {name}" for p in FILES for mod, names in _imports(p)
-           if mod.startswith("stages") for name in names if name.startswith("_") and name != "__future__"]
+           if mod.startswith("bench_build.stages") for name in names if name.startswith("_") and name != "__future__"]
     assert not bad, bad
 
 
 def test_every_stage_lives_in_a_corruption_folder():
     """Kernels, physics helpers and the frame model register no stage; each stage's family is its folder."""
     misplaced = {n: s.fn.__module__ for n, s in all_stages().items()
-                 if s.fn.__module__.split(".")[1] not in STAGE_FOLDERS or s.family != s.fn.__module__.split(".")[1]}
+                 if s.fn.__module__.split(".")[2] not in STAGE_FOLDERS or s.family != s.fn.__module__.split(".")[2]}
     assert not misplaced, misplaced

@@ -8,9 +8,10 @@ import math
 import miepython
 import numpy as np
 import pytest
-from bench_build.stages.physics import lisa
 from scipy import stats
 from scipy.special import gammaincc, gammainccinv
+
+from bench_build.stages.physics import lisa
 
 RAIN_RATES = [5, 15, 50, 150, 500]
 RAIN_ALPHA = [1.0105e-3, 2.0174e-3, 4.3043e-3, 8.5945e-3, 1.8322e-2]

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.density.cutout import CutoutParams, cutout
 from bench_build.stages.density.local_dec import LocalDecParams, local_dec
-
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec").params  # Appendix C (the text variant)

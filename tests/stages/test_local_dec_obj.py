@@ -7,10 +7,10 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from bench_build.manifests.recipe import load_recipe
-from bench_build.stages.per_box.local_dec_obj import LocalDecObjParams, local_dec_obj
 from scipy.spatial import cKDTree
 
+from bench_build.manifests.recipe import load_recipe
+from bench_build.stages.per_box.local_dec_obj import LocalDecObjParams, local_dec_obj
 from tests.stages.conftest import indexed, make_scene, removed_mask, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_dec_obj").params  # Appendix C (the text variant)

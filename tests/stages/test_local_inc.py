@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.density.local_inc import LocalIncParams, knn_with_intensity, local_inc
 from bench_build.stages.frame import Frame, PointTag
-
 from tests.stages.conftest import indexed, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc").params  # Appendix C (the text variant)

@@ -7,12 +7,12 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import PointTag
 from bench_build.stages.kernels.boxes import points_in_box_frame
 from bench_build.stages.per_box.local_inc_obj import LocalIncObjParams, local_inc_obj
-from scipy.spatial import cKDTree
-
 from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("local_inc_obj").params  # Appendix C (the text variant)

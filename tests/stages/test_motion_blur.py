@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import PointTag
 from bench_build.stages.noise.motion_blur import MotionBlurParams, motion_blur
-from scipy import stats
-
 from tests.stages.conftest import make_scene, rng_for
 
 SEVERITIES = load_recipe("robo3d-kitti-c").corruption("motion_blur").params

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.stages.frame import PointTag
 from bench_build.stages.whole_shape.object_add_local import ObjectAddLocalParams, object_add_local
-
 from tests.stages.objects import LOCAL_K, make_object, rng_for, snapshot, unchanged
 
 

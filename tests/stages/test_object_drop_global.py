@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.stages.whole_shape.object_drop_global import ObjectDropGlobalParams, object_drop_global
 
+from bench_build.stages.whole_shape.object_drop_global import ObjectDropGlobalParams, object_drop_global
 from tests.stages.objects import DROP_GLOBAL_RELEASED, DROP_GLOBAL_TEXT, make_object, rng_for, snapshot, unchanged
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.stages.frame import PointTag
 from bench_build.stages.whole_shape.object_jitter import ObjectJitterParams, object_jitter
-
 from tests.stages.objects import JITTER_SIGMA, make_object, rng_for, snapshot, unchanged
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.stages.whole_shape.object_rotate import ObjectRotateParams, euler_matrix, object_rotate
 
+from bench_build.stages.whole_shape.object_rotate import ObjectRotateParams, euler_matrix, object_rotate
 from tests.stages.objects import ROTATE_DEG, make_object, rng_for, snapshot, unchanged
 
 

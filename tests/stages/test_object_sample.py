@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.stages.whole_shape.object_sample import ObjectSampleParams, object_sample
 
+from bench_build.stages.whole_shape.object_sample import ObjectSampleParams, object_sample
 from tests.stages.objects import make_object, rng_for, snapshot, unchanged
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_build.stages.whole_shape.object_scale import ObjectScaleParams, object_scale
 
+from bench_build.stages.whole_shape.object_scale import ObjectScaleParams, object_scale
 from tests.stages.objects import SCALE_S, make_object, rng_for, snapshot, unchanged
 
 

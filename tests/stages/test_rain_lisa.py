@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics import lisa
 from bench_build.stages.registry import get_stage
 from bench_build.stages.weather.rain_lisa import RainLisaParams, model_for, rain_lisa
-
 from tests.stages.conftest import make_scene, rng_for
 
 RATES = [5.0, 15.0, 50.0, 150.0, 500.0]

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.frame import Frame
 from bench_build.stages.ring import (

@@ -6,11 +6,11 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.kernels.boxes import points_in_box_frame
 from bench_build.stages.kernels.spherical import wrap_angle
 from bench_build.stages.per_box.rotation import RotationParams, rotation
-
 from tests.stages.conftest import assert_only_boxes_moved, expected_alpha, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("rotation").params  # Appendix C (the text variant)

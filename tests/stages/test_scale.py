@@ -6,10 +6,10 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.kernels.boxes import points_in_box_frame
 from bench_build.stages.per_box.scale import ScaleParams, scale
-
 from tests.stages.conftest import assert_only_boxes_moved, rng_for
 
 SEVERITIES = load_recipe("kitti-c").corruption("scale").params

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.sources.demo.objects import class_mesh
 from bench_build.sources.mesh import sample_surface, unit_sphere
 from bench_build.stages.frame import PointTag
@@ -13,8 +15,6 @@ from bench_build.stages.whole_shape.sensor_noise import (
     sensor_noise,
     smallest_eigenvectors,
 )
-from scipy.spatial import cKDTree
-
 from tests.stages.objects import make_object, make_sphere, rng_for, snapshot, unchanged
 
 # paper Table 1 (×10³ and % converted), light / moderate / heavy

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.synthetic import cast_scan, spinning_azimuths
 from bench_build.stages.density.beam_missing import BeamMissingParams, beam_missing, draw_beams
@@ -15,7 +16,6 @@ from bench_build.stages.density.cross_sensor import cross_sensor, deleted_rings
 from bench_build.stages.frame import Frame
 from bench_build.stages.ring import frame_rings
 from bench_build.stages.sensor import HDL32E
-
 from tests.stages.conftest import indexed, removed_mask, rng_for
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real" / "nuscenes-lidar-top"

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.frame import Frame, PointTag
@@ -32,8 +34,6 @@ from bench_build.stages.weather.snow import (
     slope_parameter,
     snow,
 )
-from scipy.spatial import cKDTree
-
 from tests.stages.conftest import rng_for
 from tests.stages.kitti_fov import demo_fov_scan
 

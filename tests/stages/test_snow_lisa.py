@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics import lisa
 from bench_build.stages.registry import get_stage
 from bench_build.stages.weather.snow_lisa import SnowLisaParams, model_for, snow_lisa
-
 from tests.stages.conftest import make_scene, rng_for
 
 RATES = [0.5, 1.5, 5.0, 15.0, 50.0]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import Recipe, builtin_recipes, load_recipe
 from bench_build.sources import open_source
 from bench_build.stages.frame import Frame

@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.geometry import assign_points_to_boxes, lidar_heading_to_rot_y
 from bench_build.stages.kernels.spherical import wrap_angle
 from bench_build.stages.per_box.translation import TranslationParams, translation
-
 from tests.stages.conftest import BOX_FIELDS, make_scene, rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("translation").params  # Appendix C (the text variant)

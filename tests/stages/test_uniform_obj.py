@@ -6,9 +6,9 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.per_box.uniform_obj import UniformObjParams, uniform_obj
-
 from tests.stages.conftest import rng_for, shrink_factor, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("uniform_obj").params  # Appendix C (the text variant)

@@ -6,9 +6,9 @@ import itertools
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.noise.uniform_rad import UniformRadParams, uniform_rad
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("uniform_rad").params  # Appendix C (the text variant)

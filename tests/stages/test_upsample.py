@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.noise.upsample import UpsampleParams, upsample
-from scipy.spatial import cKDTree
-
 from tests.stages.conftest import rng_for
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("upsample").params  # Appendix C (the text variant)

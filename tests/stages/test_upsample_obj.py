@@ -8,10 +8,10 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import PointTag
 from bench_build.stages.per_box.upsample_obj import UpsampleObjParams, upsample_obj
-
 from tests.stages.conftest import make_scene, rng_for, unit_coords
 
 SEVERITIES = load_recipe("kitti-c:text").corruption("upsample_obj").params  # Appendix C (the text variant)

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import linregress
+
 from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import camera_fov_mask
@@ -28,8 +30,6 @@ from bench_build.stages.weather.wet_ground import (
     fresnel_powers,
     wet_ground,
 )
-from scipy.stats import linregress
-
 from tests.stages.conftest import indexed, make_scene, rng_for
 from tests.stages.kitti_fov import demo_fov_scan
 

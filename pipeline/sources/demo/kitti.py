@@ -9,7 +9,8 @@ probability that grows with range and falls with reflectivity, which brings a fr
 [0, 1]; a share of car returns has zero intensity, as on real KITTI cars (dark paint, glass).
 
 Points are stored ring by ring (top laser first), each ring sweeping azimuth counter-clockwise
-from 0 to 2π, so the azimuth-wrap ring recovery works on the written ``.bin``.
+from 0 to 2π, so a reader can recover each point's laser ring from the file order alone: a new ring
+starts wherever the azimuth wraps from near 2π back to near 0 (as on a raw HDL-64E ``.bin``).
 Objects in front of the camera get ``label_2`` rows (KITTI only labels the camera's view), with the
 2D box from the projected 3D box and truncation from how much of it leaves the image.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.demo.cache import DEMO_SEED, demo_cache_dir, ensure_cached, mark_demo
 from bench_build.sources.kitti import KittiSource, write_frame
 from bench_build.stages.frame import Boxes, Calib, Frame

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bench_build.sources.base import require_extra
 from bench_build.sources.demo.cache import DEMO_SEED, mark_demo
 from bench_build.sources.demo.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths

@@ -30,6 +30,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import trimesh
+
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.demo.cache import demo_cache_dir, mark_demo
 from bench_build.sources.mesh import sample_surface, unit_sphere

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.demo.cache import DEMO_SEED, mark_demo
 from bench_build.sources.demo.kitti import demo_calib
 from bench_build.sources.demo.synthetic import GENERIC_CLASSES, cast_scan, spinning_azimuths

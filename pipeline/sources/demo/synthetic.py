@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from bench_build.sources.demo.cache import DEMO_SEED
 from bench_build.sources.demo.kitti import MAX_RANGE, cast_grid, place_objects, scene_meshes
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from bench_build.sources.wads import ACCUMULATED_SNOW, FALLING_SNOW
 
 

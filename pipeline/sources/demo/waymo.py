@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from bench_build.sources.demo.cache import DEMO_SEED, mark_demo
 from bench_build.sources.demo.synthetic import GENERIC_CLASSES, cast_scan
 from bench_build.sources.waymo import (

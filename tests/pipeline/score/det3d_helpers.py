@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from bench_build.format.schema import encode_rows, schema_with_metadata
 from bench_build.manifests.manifest import MANIFEST_VERSION
 from bench_build.stages.frame import Frame

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from bench_build.score.bug_rates import ALL, FC, FD, MD, TD, bug_rates, classify, corruption_risk
 from bench_build.score.kitti_eval import frame_overlaps, parse_kitti_objects
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.score.kitti_eval import (
     KittiFormatError,
     box_overlaps,

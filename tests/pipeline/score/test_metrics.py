@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from bench_build.score.baselines import dgcnn_oa, load_baseline, robo3d_baseline
 from bench_build.score.kitti_c import kitti_c_metrics
 from bench_build.score.modelnet40_e import ece, error_auroc, modelnet40_e_metrics, pearson

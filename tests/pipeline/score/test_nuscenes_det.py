@@ -18,7 +18,6 @@ from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.truth import points_in_boxes
 from bench_build.sources.demo.nuscenes import write_nuscenes
 from bench_build.sources.nuscenes import NuScenesSource
-
 from tests.pipeline.score.det3d_helpers import write_scene_version
 from tests.pipeline.score.units import assert_units
 

@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.format.schema import encode_rows, schema_with_metadata
 from bench_build.manifests.manifest import MANIFEST_VERSION
@@ -17,8 +19,6 @@ from bench_build.score import PredictionError, score_version
 from bench_build.score.kitti_c import overall_accuracy
 from bench_build.score.kitti_eval import evaluate, parse_kitti_objects
 from bench_build.sources.kitti import KittiSource, format_labels
-from typer.testing import CliRunner
-
 from tests.pipeline.score.units import assert_units
 
 runner = CliRunner()

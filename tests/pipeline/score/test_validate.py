@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.score import PredictionError, score_version
 from bench_build.score.predictions import class_probs, read_predictions
-from typer.testing import CliRunner
-
 from tests.pipeline.score.test_score_cli import write_object_version
 
 runner = CliRunner()

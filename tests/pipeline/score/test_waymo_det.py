@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from bench_build.cli import app
 from bench_build.score import PredictionError, score_version
 from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.waymo_det import FrameBoxes, average_precision, iou_3d, waymo_metrics
 from bench_build.stages.frame import Boxes, Frame
-from typer.testing import CliRunner
-
 from tests.pipeline.score.det3d_helpers import write_scene_version
 from tests.pipeline.score.units import assert_units
 
@@ -198,9 +198,10 @@ def test_score_wod_c_refuses_ambiguous_and_bad_values(wod_version, tmp_path):
 def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
     """The per-cutoff counts (matched once per number of admissible predictions kept, IoU only for touching
     boxes) equal a plain Hungarian matching of the full IoU matrix at each of the 101 cutoffs."""
+    from scipy.optimize import linear_sum_assignment
+
     from bench_build.score.kitti_eval import KittiObjects, box_overlaps
     from bench_build.score.waymo_det import SCORE_CUTOFFS, heading_accuracy, measurements
-    from scipy.optimize import linear_sum_assignment
 
     def kitti(x):
         n, z = len(x), np.zeros(len(x))

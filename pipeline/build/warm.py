@@ -16,21 +16,27 @@ its cache key on every node, so those kernels load on any x86-64 node, not only 
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench_build.build.run import DEMO_FRAMES
+from bench_build.build.shard import build_shard
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import plan_shards
+from bench_build.sources import open_source
+from bench_build.stages.kernels import buckets
+
 
 def numba_cache_dir() -> str:
     """Where numba keeps (and looks for) the compiled kernels of the installed `stages` package: the directory
     its own locators pick, in their order, for one of them."""
-    import inspect
 
-    from bench_build.stages.kernels import grid_knn
     from numba.core import caching
 
-    py_func = grid_knn._cells.py_func
+    py_func = buckets.counting_sort.py_func  # any cached kernel of the package: they share one locator
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
     for cls in impl._locator_classes:
         locator = cls.from_function(py_func, inspect.getfile(py_func))
@@ -44,11 +50,6 @@ def numba_cache_dir() -> str:
 def warm(benchmarks: Sequence[str], on_done=None) -> list[dict]:
     """Build one demo frame of each benchmark in this process (nothing kept); return per benchmark its CPU
     seconds and examples. A kernel already in the cache for this CPU is loaded, not compiled."""
-    from bench_build.build.run import DEMO_FRAMES
-    from bench_build.build.shard import build_shard
-    from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import plan_shards
-    from bench_build.sources import open_source
 
     out = []
     for name in benchmarks:
