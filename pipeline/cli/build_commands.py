@@ -28,8 +28,9 @@ def run(
     = None,
     max_frames: Annotated[int | None, typer.Option(min=1, help="Only the first N frames (smoke runs)")] = None,
     split: Annotated[str | None, typer.Option(
-        help="KITTI: training, testing or an ImageSets list (train, val); SemanticKITTI: val, train, test or "
-             "sequences (08,09); nuScenes: a devkit split (val) or VERSION:SPLIT; Waymo: the split folder")] = None,
+        help="Build another split of the source than the benchmark's (default: the recipe's). What a reader "
+             "takes is its registry entry's `splits` (bench_build.sources.registry); e.g. KITTI: training or an "
+             "ImageSets list (val), nuScenes: a devkit split or VERSION:SPLIT")] = None,
     frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per shard (default: the recipe's)")]
     = None,
     groups: Annotated[int | None, typer.Option(

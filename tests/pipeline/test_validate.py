@@ -186,13 +186,13 @@ def test_outputs_plots_card_and_checkpoint(validated):
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail loudly if Ray or training were started: input errors must come first."""
-    import bench_build.build
+    import bench_build.validate.run
     import bench_build.validate.train
 
     def boom(*a, **k):
         raise AssertionError("training / Ray started before the input check")
 
-    monkeypatch.setattr(bench_build.build, "init_ray", boom)
+    monkeypatch.setattr(bench_build.validate.run, "init_ray", boom)  # where validation looks it up
     monkeypatch.setattr(bench_build.validate.train, "train_classifier", boom)
 
 
