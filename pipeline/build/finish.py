@@ -20,7 +20,7 @@ from bench_build.manifests.card_sections import complete_card
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe
 from bench_build.manifests.write import compose_manifest, manifest_shards, write_version_files
-from bench_build.plan.tasks import ShardSpec, TaskSpec
+from bench_build.plan.tasks import BlockSpec, TaskSpec
 from bench_build.render import write_contact_sheet  # matplotlib: only when a sheet is drawn
 from bench_build.sources.demo.cache import is_demo_root
 from bench_build.storage import Store, open_store
@@ -67,7 +67,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
 
 
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,
-                   specs: list[ShardSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
+                   specs: list[BlockSpec] | list[TaskSpec], ledger: Ledger, fingerprint: str, fps: int,
                    seconds: float, *, panels: dict | None = None, phases: dict[str, float] | None = None,
                    numeric_profile: dict[str, Any] | None = None,
                    early_sheet: EarlySheet | None = None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from bench_build.build import shard as shard_mod
 from bench_build.manifests.recipe import builtin_recipes, load_recipe
-from bench_build.plan.tasks import ShardSpec
+from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.numeric import (
     PIN,
     PIN_SWITCH,
@@ -114,7 +114,7 @@ def battery(recipes: list[str] | None = None, frame_index: int = 0, roots: dict[
 
     def build(name: str, out: Path) -> dict[str, Any]:
         src = sources[name]
-        return shard_mod.build_shard(ShardSpec(0, 1, (src.list_frames()[frame_index],)), recipes_by_name[name],
+        return shard_mod.build_shard(BlockSpec(0, 1, (src.list_frames()[frame_index],)), recipes_by_name[name],
                                      src, out, "battery", "battery")
 
     hashes: dict[str, str] = {}

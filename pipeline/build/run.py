@@ -19,7 +19,7 @@ from bench_build.build.reuse import open_earlier, place_files, plan_reuse
 from bench_build.format.writer import parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
-from bench_build.plan.tasks import ShardSpec, TaskSpec, plan_shards, task_groups
+from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import init_ray, local_raylet, stop_ray_in_background
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
@@ -137,7 +137,7 @@ def run_build(
 
 
 def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,
-                  store: Store, version_dir: Path | str, specs: list[ShardSpec], t0: float, *,
+                  store: Store, version_dir: Path | str, specs: list[BlockSpec], t0: float, *,
                   workers: int | None, address: str | None, overwrite: bool, recheck: str,
                   progress: bool, owner: dict[str, Any] | None = None,
                   groups: int | None = None, encoding: str = "full",

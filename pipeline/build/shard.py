@@ -30,7 +30,7 @@ from bench_build.format.writer import (
 )
 from bench_build.manifests.manifest import config_name, partition_dir
 from bench_build.manifests.recipe import Recipe, jsonable
-from bench_build.plan.tasks import CLEAN, ShardSpec, TaskSpec, example_key, example_rng
+from bench_build.plan.tasks import CLEAN, BlockSpec, TaskSpec, example_key, example_rng
 from bench_build.render import View, make_panel, sheet_extent, sheet_focus
 from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
@@ -155,7 +155,7 @@ def process_threads() -> int | None:
 
 
 
-def _block_index(spec: ShardSpec | TaskSpec) -> int:
+def _block_index(spec: BlockSpec | TaskSpec) -> int:
     return spec.shard.index if isinstance(spec, TaskSpec) else spec.index
 
 
@@ -228,7 +228,7 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
     return f"{cause}: {path}" if path else cause
 
 
-def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Frame:
+def _preprocess(spec: BlockSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Frame:
     """The recipe's [preprocess] stage on a source frame; it draws from the clean example's RNG."""
     entry = recipe.preprocess
     assert entry is not None
@@ -239,7 +239,7 @@ def _preprocess(spec: ShardSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Fra
         raise ShardFailed(spec.name, f"preprocess {entry.stage} failed on {key}: {type(e).__name__}: {e}") from e
 
 
-def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
+def build_shard(spec: BlockSpec | TaskSpec, recipe: Recipe, source: Source, root: str | Path | Store | StoreSpec,
                 fingerprint: str, run_id: str, on_file: Callable[[int], None] | None = None,
                 before_commit: Callable[[], bool] | None = None, encoding: str = "full",
                 panels: dict | None = None, numeric_profile: dict[str, Any] | None = None,
@@ -289,7 +289,7 @@ def build_shard(spec: ShardSpec | TaskSpec, recipe: Recipe, source: Source, root
         raise ShardFailed(spec.name, os_error_message(e, where), where, kind="resource") from None
 
 
-def _write_shard(spec: ShardSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
+def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,
                  run_id: str, frames: list[Frame], on_file: Callable[[int], None] | None, t0: tuple[float, float],
                  read_seconds: float, sources: dict[str, Any],
                  before_commit: Callable[[], bool] | None = None, encoding: str = "full",

@@ -11,7 +11,7 @@ from typing import Any
 from bench_build.build.ledger import Ledger
 from bench_build.build.shard import ShardFailed, build_shard, os_error_message
 from bench_build.manifests.recipe import Recipe
-from bench_build.plan.tasks import ShardSpec
+from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.faults import kill_point
 from bench_build.runtime.numeric import check_profile
 from bench_build.runtime.ray import pin_worker_threads
@@ -20,7 +20,7 @@ from bench_build.storage import StoreSpec, open_store, redact
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def run_shard(spec: ShardSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
+def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
                counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
                numeric_profile: dict[str, Any] | None = None,
                reused_files: list[dict[str, Any]] | None = None) -> dict:

@@ -5,7 +5,7 @@ the schedule is simulated the way the executor submits (tasks in plan order, eac
 plus a fixed per-task overhead for Ray's scheduling and the task's start, each worker's own start before its
 first task, the per-task CPU inflation at that occupancy, and the driver's serial parts (Ray's start, the finish):
 `bench_build.plan.tasks.Runtime`, measured by `bench-build bench scale --costs-out`. Memory stays flat as plans grow:
-the driver holds the frame ids, one `ShardSpec` per block and one small `TaskSpec` per task (parts tuples
+the driver holds the frame ids, one `BlockSpec` per block and one small `TaskSpec` per task (parts tuples
 are shared by every block), and the simulation keeps one heap entry per worker.
 """
 

@@ -62,7 +62,7 @@ def partition_path(corruption: str, severity: int, shard: str) -> str:
 
 
 @dataclass(frozen=True)
-class ShardSpec:
+class BlockSpec:
     index: int
     count: int
     frame_ids: tuple[str, ...]
@@ -91,14 +91,14 @@ def parse_shard_name(name: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[ShardSpec]:
+def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[BlockSpec]:
     if frames_per_shard < 1:
         raise ValueError("frames_per_shard must be ≥ 1")
     if len(set(frame_ids)) != len(frame_ids):
         raise ValueError("frame ids must be unique")
     count = max(1, -(-len(frame_ids) // frames_per_shard))
     return [
-        ShardSpec(i, count, tuple(frame_ids[i * frames_per_shard: (i + 1) * frames_per_shard]))
+        BlockSpec(i, count, tuple(frame_ids[i * frames_per_shard: (i + 1) * frames_per_shard]))
         for i in range(count)
         if frame_ids[i * frames_per_shard: (i + 1) * frames_per_shard]
     ]
@@ -117,7 +117,7 @@ TARGET_TASK_SECONDS = 8.0
 class TaskSpec:
     """One Ray task: frame block ``shard`` × one group of its partitions ((corruption, severity) pairs)."""
 
-    shard: ShardSpec
+    shard: BlockSpec
     group: int
     groups: int
     parts: tuple[tuple[str, int], ...]
@@ -202,7 +202,7 @@ def groups_for(recipe: Recipe, costs: CostTable, frames_per_shard: int,
     return max(1, min(recipe.examples_stored(1), math.ceil(block_s / target_seconds)))
 
 
-def plan_tasks(shards: Sequence[ShardSpec], recipe: Recipe, costs: CostTable, groups: int) -> list[TaskSpec]:
+def plan_tasks(shards: Sequence[BlockSpec], recipe: Recipe, costs: CostTable, groups: int) -> list[TaskSpec]:
     """Every (block × group) task, block-major: a block's groups are submitted together, so its scans are
     read while still in the page cache and a block's files complete early."""
     cut = group_partitions(recipe, costs, groups)
@@ -280,13 +280,13 @@ def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime) -> di
             "finish_s": finish, "wall_s": wall, "wall_utilisation": m["busy_cpu_s"] / (workers * wall) if wall else 1.0}
 
 
-def task_seconds(shards: Sequence[ShardSpec], cut, costs: CostTable) -> list[float]:
+def task_seconds(shards: Sequence[BlockSpec], cut, costs: CostTable) -> list[float]:
     """One-worker seconds of every task of ``shards`` cut into ``cut``, block-major (submission order)."""
     per = [group_cost_ms(parts, costs) / 1e3 for parts in cut]
     return [len(s.frame_ids) * c for s in shards for c in per]
 
 
-def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[ShardSpec], workers: int,
+def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[BlockSpec], workers: int,
                   max_groups: int | None = None, worker_start_s: float | None = None) -> int:
     """Groups per block that minimise the predicted wall time on ``workers`` (worker start and the per-task CPU
     inflation at that occupancy included: `Runtime`), up to the cost-sized number (`groups_for`). Splitting is not
@@ -315,7 +315,7 @@ def recorded_groups(recipe: Recipe, old_run: dict[str, Any]) -> list[list[list[A
 
 
 def task_groups(recipe: Recipe, fps: int, groups: int | None, old_run: dict | None, fingerprint: str,
-                overwrite: bool, *, shards: list[ShardSpec] | None = None,
+                overwrite: bool, *, shards: list[BlockSpec] | None = None,
                 workers: int | None = None) -> tuple[tuple[tuple[str, int], ...], ...]:
     """How each block's partitions are split into tasks.
 

@@ -100,14 +100,14 @@ def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_an
     from bench_build.build.ledger import Ledger
     from bench_build.build.task import run_shard
     from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import ShardSpec
+    from bench_build.plan.tasks import BlockSpec
     from bench_build.sources import KittiSource
     from bench_build.storage import open_store
 
     store = open_store(tmp_path / "v")
     src = KittiSource(demo_kitti)
     expected = {**live_profile(), "libraries": {**live_profile()["libraries"], "numpy": "0.0.0"}}
-    res = run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
+    res = run_shard(BlockSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
                      store.spec, "f" * 64, "run1", numeric_profile=expected)
     assert not res["ok"] and res["kind"] == "resource"
     assert f"numeric profile of node {socket.gethostname()}" in res["error"]
@@ -115,7 +115,7 @@ def test_a_task_under_another_numeric_profile_fails_its_shard_naming_the_node_an
     assert not list((tmp_path / "v").rglob("*.parquet"))
     assert Ledger(store).failed_entry(res["shard"])["error"] == res["error"]
     # the same task under its own profile builds the shard
-    ok = run_shard(ShardSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
+    ok = run_shard(BlockSpec(0, 1, tuple(src.list_frames()[:1])), load_recipe(str(small_recipe)), src,
                     store.spec, "f" * 64, "run1", numeric_profile=live_profile())
     assert ok["ok"], ok
 

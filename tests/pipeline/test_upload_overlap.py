@@ -292,12 +292,12 @@ def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_n
     from bench_build.build.ledger import Ledger
     from bench_build.build.shard import ShardFailed, build_shard
     from bench_build.manifests.recipe import load_recipe
-    from bench_build.plan.tasks import ShardSpec
+    from bench_build.plan.tasks import BlockSpec
     from bench_build.sources.kitti import KittiSource
 
     monkeypatch.setenv(OVERLAP_ENV, "1")
     source = KittiSource(demo_kitti)
-    spec = ShardSpec(0, 1, tuple(source.list_frames()[:1]))
+    spec = BlockSpec(0, 1, tuple(source.list_frames()[:1]))
     real, calls = os.fsync, [0]
 
     def flaky(fd):
