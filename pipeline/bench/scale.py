@@ -33,6 +33,7 @@ from bench_build.build.run import DEMO_FRAMES, run_build
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
+from bench_build.runtime.ray import environ
 from bench_build.sources.demo.kitti import ensure_demo_source, mark_demo
 
 #: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
@@ -66,22 +67,13 @@ def run_control(copies: int, iterations: int = 8, rounds: int = 3) -> dict[str, 
     core (other load on the machine): the inflation is then not only the hardware's."""
     ctx = multiprocessing.get_context("spawn")
     env = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     alone, together = [], []
-    try:
-        with ctx.Pool(1) as one, ctx.Pool(copies) as many:
-            one.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
-            many.map(_control_child, [(2, i) for i in range(copies)])
-            for _ in range(rounds):
-                alone += one.map(_control_child, [(iterations, 0)])
-                together += many.map(_control_child, [(iterations, i) for i in range(copies)])
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ(env), ctx.Pool(1) as one, ctx.Pool(copies) as many:
+        one.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
+        many.map(_control_child, [(2, i) for i in range(copies)])
+        for _ in range(rounds):
+            alone += one.map(_control_child, [(iterations, 0)])
+            together += many.map(_control_child, [(iterations, i) for i in range(copies)])
     alone_cpu = statistics.median(r["cpu_s"] for r in alone)
     together_cpu = statistics.median(r["cpu_s"] for r in together)
     return {"copies": copies, "iterations": iterations, "rounds": rounds, "alone_cpu_s": round(alone_cpu, 3),

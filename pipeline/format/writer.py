@@ -134,21 +134,20 @@ def write_parquet_atomic(path: str | Path, schema: pa.Schema, batches: Iterable[
 def record_batches(examples: Iterable[Any], schema: pa.Schema, size: int = ROW_GROUP_EXAMPLES,
                    split: Timer | None = None) -> Iterator[pa.RecordBatch]:
     """Examples (as `encode_rows` takes them) in row groups of ``size``; ``split`` gets the encoding seconds."""
-    buf = []
-    for ex in examples:
-        buf.append(ex)
-        if len(buf) == size:
-            if split is not None:
-                split.start()
-            batch = encode_rows(buf, schema)
-            if split is not None:
-                split.add("encode")
-            yield batch
-            buf = []
-    if buf:
+
+    def encode(buf: list[Any]) -> pa.RecordBatch:
         if split is not None:
             split.start()
         batch = encode_rows(buf, schema)
         if split is not None:
             split.add("encode")
-        yield batch
+        return batch
+
+    buf = []
+    for ex in examples:
+        buf.append(ex)
+        if len(buf) == size:
+            yield encode(buf)
+            buf = []
+    if buf:
+        yield encode(buf)
