@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from bench_build.build.ledger import Ledger
-from bench_build.build.progress import ProgressCounter
+from bench_build.build.progress import ProgressBoard
 from bench_build.build.task import describe_task_error, ledger_read, record_failure, run_shard
 from bench_build.plan.tasks import TaskSpec
 from bench_build.runtime.ray import RAYLET_GONE_GRACE_S, raylet_death, worker_environment
@@ -35,7 +35,7 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
     task = ray.remote(num_cpus=1, max_retries=3, **options)(run_shard)
     recipe_ref, src_ref = ray.put(recipe), ray.put(src)
     max_in_flight = max(2, int(2 * ray.cluster_resources().get("CPU", 1)))
-    counter = ray.remote(num_cpus=0)(ProgressCounter).remote() if bar.enabled else None
+    board = ProgressBoard(run_id) if bar.enabled else None
     base, finished_rows = bar.done, 0  # the bar = base + rows of finished shards + rows of running ones
     queue = list(pending)
     in_flight: dict[Any, TaskSpec] = {}
@@ -76,7 +76,7 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
         try:
             while queue and len(in_flight) < max_in_flight:
                 spec = queue.pop(0)
-                in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, counter,
+                in_flight[task.remote(spec, recipe_ref, src_ref, store.spec, fingerprint, run_id, board,
                                       owner, encoding, numeric_profile,
                                       (reused_files or {}).get(spec.name))] = spec
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
@@ -104,10 +104,8 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
                 message, kind = describe_task_error(e)
                 res = {"shard": in_flight[ref].name, "ok": False, "error": message, "kind": kind, "record": True}
             finish(in_flight.pop(ref), res)
-        try:
-            running = ray.get(counter.snapshot.remote(), timeout=10) if counter is not None and in_flight and \
-                (raylet is None or raylet.poll() is None) else {}
-        except Exception:  # the progress actor is best effort; its death is not the build's
-            counter, running = None, {}
+        running = board.snapshot([s.name for s in in_flight.values()]) if board is not None and in_flight and \
+            (raylet is None or raylet.poll() is None) else {}
         bar.update_to(base + finished_rows + sum(running.get(s.name, 0) for s in in_flight.values()))
-
+    if board is not None and not pinned_by_env:  # a Ray this build did not start keeps its GCS: clear our keys
+        board.clear()

@@ -21,7 +21,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fingerprint: str, run_id: str,
-               counter: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
+               board: Any = None, owner: dict[str, Any] | None = None, encoding: str = "full",
                numeric_profile: dict[str, Any] | None = None,
                reused_files: list[dict[str, Any]] | None = None) -> dict:
     """Ray task body: build one shard, or record why it failed. Never raises for bad input.
@@ -44,11 +44,11 @@ def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fin
         return {"shard": spec.name, "ok": False, "error": mismatch, "kind": "resource"}
     on_file = None
     panels: dict = {}
-    if counter is not None:
-        counter.start.remote(spec.name)
+    if board is not None:  # `build.progress.ProgressBoard`: the examples written so far, for the driver's bar
+        board.start(spec.name)
 
         def on_file(rows: int) -> None:
-            counter.add.remote(spec.name, rows)
+            board.add(spec.name, rows)
     try:
         kill_point("before-record", spec.name)
         entry = build_shard(spec, recipe, source, store, fingerprint, run_id, on_file,

@@ -36,7 +36,7 @@ import numpy as np
 from bench_build import __version__
 from bench_build.format.reader import open_version
 from bench_build.manifests.manifest import CLEAN, ManifestError
-from bench_build.runtime.ray import init_ray
+from bench_build.runtime.ray import init_ray, stop_ray
 from bench_build.sources.base import SourceError
 from bench_build.sources.records import list_scans
 from bench_build.validate.config import ValidateConfig, ValidationError
@@ -346,9 +346,7 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
         build = _extract_build(pre, cfg, frames, res)
     finally:
         if started:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
 
 
     device = pick_device(cfg.device)

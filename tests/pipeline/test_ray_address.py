@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ray.experimental.internal_kv import _internal_kv_list
 
+from bench_build.build.progress import ProgressBoard
 from bench_build.build.run import run_build
+from bench_build.runtime.ray import PROGRESS_NAMESPACE, stop_ray
 
 
 def _free_port() -> int:
@@ -66,10 +69,48 @@ def test_build_on_an_existing_cluster_matches_a_local_build(ray_head, small_reci
     import ray
 
     joined = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "joined", address=ray_head,
-                       max_frames=2, frames_per_shard=1, progress=False)
+                       max_frames=2, frames_per_shard=1, progress=True)
     assert joined.ok and not ray.is_initialized()  # the driver disconnected; the cluster keeps running
+    ray.init(address=ray_head, include_dashboard=False, configure_logging=False)
+    try:  # the progress its tasks wrote to the cluster's key-value store went with the run
+        assert _internal_kv_list("", namespace=PROGRESS_NAMESPACE) == []
+    finally:
+        ray.shutdown()
     local = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "local", workers=1,
                       max_frames=2, frames_per_shard=1, progress=False)
     a = {p.relative_to(joined.version_dir): p.read_bytes() for p in joined.version_dir.rglob("*.parquet")}
     b = {p.relative_to(local.version_dir): p.read_bytes() for p in local.version_dir.rglob("*.parquet")}
     assert a == b and len(a) == 2 * 21
+
+
+def _report(board: ProgressBoard) -> int:
+    board.start("part-a")
+    board.add("part-a", 2)  # within INTERVAL_S of the start: kept in the task, not sent
+    time.sleep(board.INTERVAL_S + 0.1)
+    board.add("part-a", 3)  # sent: 5
+    board.add("part-a", 4)  # not sent
+    return os.getpid()
+
+
+def test_progress_board_carries_running_counts_through_the_cluster_and_is_cleared(ray_head):
+    """Tasks' progress goes through the GCS key-value store, not an actor: the driver reads the running tasks'
+    counts in one request, a shard not started is absent, and `clear` removes the run's keys (a cluster keeps
+    its GCS after the build). `stop_ray` only disconnects from a cluster this process joined."""
+    import ray
+
+    ray.init(address=ray_head, include_dashboard=False, configure_logging=False)
+    try:
+        board, other = ProgressBoard("run1"), ProgressBoard("run2")
+        pid = ray.get(ray.remote(num_cpus=1)(_report).remote(board))
+        assert pid != os.getpid()
+        ray.get(ray.remote(num_cpus=1)(_report).remote(other))
+        assert board.snapshot(["part-a", "part-b"]) == {"part-a": 5}
+        board.clear()
+        assert board.snapshot(["part-a"]) == {} and other.snapshot(["part-a"]) == {"part-a": 5}
+        other.clear()
+        assert _internal_kv_list("", namespace=PROGRESS_NAMESPACE) == []
+    finally:
+        stop_ray()
+    assert not ray.is_initialized()
+    ray.init(address=ray_head, include_dashboard=False, configure_logging=False)  # the cluster still runs
+    ray.shutdown()
