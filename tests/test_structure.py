@@ -38,6 +38,8 @@ LAZY_OK = {
     "threadpoolctl": "inspects the loaded BLAS: only after NumPy is imported under the numeric pin",
     "numpy": "runtime.numeric sets NumPy's dispatch environment (the numeric pin) before NumPy loads",
     "scipy": "≈ 0.3 s to import: a worker loads only the submodules its stages use",
+    "trimesh": "≈ 0.4 s to import (scipy.spatial, scipy.special …): only mesh readers and the demo objects use it, "
+               "and every build's workers import the readers",
     "miepython": "slow to import, and needed once per (index, wavelength): its tables are cached",
 }
 #: project modules whose functions may import project modules lazily, and why

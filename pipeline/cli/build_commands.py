@@ -15,6 +15,14 @@ from rich.table import Table
 from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 
 
+def validate_after_build(*args, **kwargs):
+    """`bench_build.validate.validate_after_build`, imported when a recipe with ``[validate]`` has been built:
+    validation loads PyTorch (≈ 1.3 s), which every other `run` would pay before its first task."""
+    from bench_build.validate.hook import validate_after_build as validate
+
+    return validate(*args, **kwargs)
+
+
 @app.command()
 def run(
     benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name (see `list`) or a recipe .toml file")],
@@ -71,7 +79,6 @@ def run(
     from bench_build.manifests.recipe import RecipeError
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
-    from bench_build.validate.hook import validate_after_build
 
     # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
     # run_build's own cleanup, and the user is told what was kept and how to resume

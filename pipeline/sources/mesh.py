@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import trimesh
 
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.base import SourceError
@@ -31,6 +30,8 @@ DENSE_POINTS = 16384
 def load_mesh(path: Path, file_type: str):
     """A ``trimesh.Trimesh`` of ``path`` (multi-part files are concatenated); SourceError when the file is
     missing, unreadable, or has no triangle of positive area."""
+    import trimesh
+
     if not path.is_file():
         raise SourceError(path, "mesh file not found")
     try:
@@ -55,6 +56,8 @@ def mesh_rng(identity: str) -> np.random.Generator:
 
 def sample_surface(mesh, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` points on the surface, triangles chosen with probability ∝ area (float32, N×3)."""
+    import trimesh
+
     pts, _ = trimesh.sample.sample_surface(mesh, count, seed=rng)
     return np.asarray(pts, dtype=np.float32)
 

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import trimesh
 
 from bench_build.plan.tasks import stable_hash
 from bench_build.sources.demo.cache import demo_cache_dir, mark_demo
@@ -50,6 +49,8 @@ DEMO_VERSION = 2  # bump when the generated files change (part of the cache dire
 
 def class_mesh(name: str, instance: int, seed: int = DEMO_OBJECT_SEED):
     """The ``instance``-th procedural mesh of class ``name`` (a trimesh.Trimesh, roughly 1 unit tall)."""
+    import trimesh
+
     crng = np.random.default_rng(np.random.SeedSequence([seed, stable_hash(f"class/{name}")]))
     irng = np.random.default_rng(np.random.SeedSequence([seed, stable_hash(f"instance/{name}/{instance}")]))
     parts = []
