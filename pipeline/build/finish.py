@@ -61,6 +61,8 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
         t = time.time()
         result.validation = after(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
+    if result.early_sheet is not None:  # a failed build never took it: its drawing must end before this returns
+        result.early_sheet.wait()
     result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result
 
@@ -200,6 +202,13 @@ class EarlySheet:
         except Exception:  # the finish draws it instead (and warns if it fails there too)
             self.sheet = None
         self.seconds = time.time() - t
+
+    def wait(self) -> None:
+        """Until the drawing (if started) is over. `run_build` waits before it returns, built or not: a thread still
+        in matplotlib's native code when the interpreter exits aborts the process (seen as exit 134 after a failed
+        run, once Ray's stop no longer gave the thread a second)."""
+        if self.thread is not None:
+            self.thread.join()
 
     def take(self, store: Store, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """The early sheet written into ``store`` if it is the one ``manifest`` would draw, else None."""

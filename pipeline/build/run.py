@@ -21,7 +21,7 @@ from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
-from bench_build.runtime.ray import init_ray, local_raylet, stop_ray_in_background
+from bench_build.runtime.ray import init_ray, local_raylet, stop_ray, stop_ray_in_background
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.storage import LocalStore, Store, open_store, redact
 
@@ -197,9 +197,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
             if started and not result.failures and sys.exc_info()[0] is None:
                 stopping = stop_ray_in_background()  # Ray stops (≈ 1 s) while the manifest and card are written
             elif started:  # a failed run (a dead raylet …) stops Ray in the foreground, as it always did
-                import ray
-
-                ray.shutdown()
+                stop_ray()
     else:
         bar.close()
     t = time.time()
@@ -208,6 +206,8 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
                       benchmark_split=benchmark_split, after=after)
     finally:
+        if result.early_sheet is not None:  # `finish` did not get to it (it raised)
+            result.early_sheet.wait()
         if stopping is not None:
             stopping.join()
         # the driver after its last task, Ray's stop included: what `plan` models as the finish

@@ -179,6 +179,21 @@ def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitt
     assert third.ok and third.shards_built == ["part-00001-of-00003"], third
 
 
+def test_a_failed_build_returns_with_no_contact_sheet_thread_left(small_recipe, demo_kitti, tmp_path):
+    """The contact sheet is drawn on a thread while the other tasks run; a build with a failed shard never
+    uses it, yet must wait for it: a thread still inside matplotlib's native code when the interpreter exits
+    aborts the process (the CLI exited 134 instead of 1, once Ray's stop got fast)."""
+    import threading
+
+    from bench_build.build.run import run_build
+
+    (demo_kitti / "training" / "velodyne" / "000001.bin").write_bytes(b"")
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", workers=1, max_frames=2,
+                    frames_per_shard=1, progress=False)
+    assert list(res.failures) == ["part-00001-of-00002"] and res.manifest is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("bench-build-")]
+
+
 def test_empty_scan_fails_its_shard_naming_the_file(small_recipe, demo_kitti, tmp_path):
     empty = demo_kitti / "training" / "velodyne" / "000001.bin"
     empty.write_bytes(b"")
