@@ -190,7 +190,9 @@ class EarlySheet:
     def poll(self, panels: dict) -> None:
         """Start drawing once ``panels`` covers every partition (called by the scheduling loop)."""
         if self.thread is None and self.parts and set(panels) == self.parts:
-            self.thread = threading.Thread(target=self._draw, args=(dict(panels),), daemon=True,
+            # not a daemon: an interrupted run's interpreter waits for it at exit (≤ ≈ 1 s) instead of tearing it
+            # down inside matplotlib's native code, which aborts the process (exit 134, not 130)
+            self.thread = threading.Thread(target=self._draw, args=(dict(panels),), daemon=False,
                                            name="bench-build-contact-sheet")
             self.thread.start()
 
