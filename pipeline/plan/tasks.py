@@ -213,11 +213,13 @@ def plan_tasks(shards: Sequence[BlockSpec], recipe: Recipe, costs: CostTable, gr
 
 TASK_OVERHEAD_S = 0.05  # Ray task scheduling + start + ledger write per task, measured on loopback (order of)
 #: seconds from a worker's start to its first task computing as fast as the cost table says: Ray starting the
-#: worker process (≈ 0.6 CPU-s), the task code's imports (≈ 0.4 s), and its first task's one-off warm-up (numba's
-#: kernels loaded from the cache, first-call caches: ≈ 0.6–0.9 s), on this project's machine. A worker that has to
-#: compile the kernels (no cache entry for the CPU numba compiles for) pays ≈ 11 s more for KITTI-C's stages.
-#: A cost table measured by `bench scale` replaces it with its own measurement (`Runtime`).
-WORKER_START_S = 2.0
+#: worker process and the task code's imports (≈ 0.65–0.75 s from `ray.init` returning to the first tasks starting,
+#: `BuildResult.phases["worker_start"]`), and its first task's one-off warm-up (numba's kernels loaded from the
+#: cache, first-call caches: ≈ 0.7 s), on this project's machine (2026-11-27, after the progress actor and the
+#: up-front trimesh import went; 2.0 s before). A worker that has to compile the kernels (no cache entry for the
+#: CPU numba compiles for) pays ≈ 11 s more for KITTI-C's stages. A cost table measured by `bench scale` replaces
+#: it with its own measurement (`Runtime`).
+WORKER_START_S = 1.4
 
 
 @dataclass(frozen=True)

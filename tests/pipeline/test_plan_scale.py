@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bench_build.cli import app
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import CostTable, default_costs, load_costs
-from bench_build.plan.scale import TASK_OVERHEAD_S, plan_build, simulate
+from bench_build.plan.scale import TASK_OVERHEAD_S, WORKER_START_S, plan_build, simulate
 from bench_build.plan.tasks import (
     CLEAN,
     group_cost_ms,
@@ -136,14 +136,14 @@ def test_plan_cli(kitti_c):
     assert res.exit_code == 0, res.output
     r = json.loads(res.output)
     assert r["sized"]["tasks"] >= 2000 and [row["workers"] for row in r["schedule"]] == [256]
-    assert r["worker_start_s"] == 2.0
+    assert r["worker_start_s"] == WORKER_START_S
     late = json.loads(CliRunner().invoke(app, ["plan", "kitti-c", "--frames", str(KITTI_FRAMES), "--workers", "256",
                                                "--worker-start", "13", "--json"]).output)
     assert late["worker_start_s"] == 13.0 and late["schedule"][0]["utilisation"] < r["schedule"][0]["utilisation"]
     text = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "100", "--groups", "4", "--workers", "3"])
     assert text.exit_code == 0 and "100 frames in 2 blocks of 64" in text.output
     assert "4 groups per block = 8 tasks" in text.output.replace("[bold]", "")
-    assert "every worker starts 2 s before its first task" in text.output
+    assert f"every worker starts {WORKER_START_S:g} s before its first task" in text.output
     bad = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--source", "/nonexistent"])
     assert bad.exit_code == 2 and "not both" in bad.output
     missing = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--costs", "/nonexistent.json"])
