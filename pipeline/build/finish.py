@@ -61,8 +61,6 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
         t = time.time()
         result.validation = after(version_dir, recipe, workers=workers, address=address)
         result.phases["validate"] = round(time.time() - t, 3)
-    if result.early_sheet is not None:  # a failed build never took it: its drawing must end before this returns
-        result.early_sheet.wait()
     result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result
 

@@ -201,13 +201,14 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
     else:
         bar.close()
     t = time.time()
+    sheet = result.early_sheet  # `finish` lets go of it; a failed build never took it
     try:
         return finish(recipe, src, frame_ids, fps, fingerprint, store, version_dir, tasks, t0, ledger, result,
                       workers=workers, address=address, stopping=stopping, numeric_profile=profile,
                       benchmark_split=benchmark_split, after=after)
     finally:
-        if result.early_sheet is not None:  # `finish` did not get to it (it raised)
-            result.early_sheet.wait()
+        if sheet is not None:  # its drawing ends before the build returns, built or not
+            sheet.wait()
         if stopping is not None:
             stopping.join()
         # the driver after its last task, Ray's stop included: what `plan` models as the finish
