@@ -196,6 +196,22 @@ def test_ray_workers_compute_pinned_and_the_build_records_its_profile(pinned_ray
     assert not list(Path(res2.version_dir).rglob("*.parquet"))
 
 
+def test_a_local_raylet_retries_its_connections_every_20_ms(pinned_ray):
+    """`init_ray` gives a local raylet (and the workers it starts) a 20 ms connection retry: with Ray's default,
+    1 s, the raylet's first try at its own object store, before the store listens, cost every other start a
+    second. The driver's own environment comes back without it."""
+    from ray._private import ray_constants, worker
+
+    from bench_build.runtime.ray import RAY_CONNECT_RETRY
+
+    (raylet,) = worker._global_node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+    env = dict(line.split("=", 1) for line in
+               Path(f"/proc/{raylet.process.pid}/environ").read_text().split("\0") if "=" in line)
+    assert {k: env.get(k) for k in RAY_CONNECT_RETRY} == {
+        "RAY_raylet_client_connect_timeout_milliseconds": "20", "RAY_raylet_client_num_connect_attempts": "500"}
+    assert not set(RAY_CONNECT_RETRY) & set(os.environ)
+
+
 # --- the stage battery ----------------------------------------------------------------------------------
 
 #: stages whose float64 results differ between AVX-512 and AVX2 NumPy or OpenBLAS cores (the matrix in the
