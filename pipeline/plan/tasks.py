@@ -259,8 +259,10 @@ class Runtime:
 def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TASK_OVERHEAD_S,
              start_s: float = 0.0, inflation: float = 1.0) -> dict[str, float]:
     """List scheduling in submission order, every worker free from ``start_s``, each task costing ``inflation`` ×
-    its one-worker seconds: makespan (s), busy CPU-s (one-worker seconds), and utilisation = busy / (N × makespan)
-    (a worker's start and the inflation are not useful work)."""
+    its one-worker seconds: makespan (s), busy CPU-s (one-worker seconds), utilisation = busy / (N × makespan)
+    (a worker's start and the inflation are not useful work), and occupancy = utilisation × inflation: the share
+    of the workers' time a task runs, however slow the hardware makes it at that occupancy (how well the split
+    keeps workers busy, apart from what the machine costs)."""
     free = [start_s] * workers
     busy = 0.0
     for cost in task_seconds:
@@ -268,8 +270,9 @@ def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TA
         heapq.heappush(free, start + cost * inflation + overhead_s)
         busy += cost
     makespan = max(free) if free else 0.0
-    return {"workers": workers, "makespan_s": makespan, "busy_cpu_s": busy,
-            "utilisation": busy / (workers * makespan) if makespan else 1.0}
+    utilisation = busy / (workers * makespan) if makespan else 1.0
+    return {"workers": workers, "makespan_s": makespan, "busy_cpu_s": busy, "utilisation": utilisation,
+            "occupancy": utilisation * inflation if makespan else 1.0}
 
 
 def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime) -> dict[str, float]:

@@ -76,6 +76,9 @@ def test_predicted_wall_adds_the_serial_parts_and_inflates_tasks():
     assert p["makespan_s"] == pytest.approx(1.0 + 15.0 + 0.05)
     assert p["wall_s"] == pytest.approx(2.0 + p["makespan_s"] + 3.0)
     assert p["wall_utilisation"] == pytest.approx(20.0 / (2 * p["wall_s"]))
+    # the inflated tasks fill the workers after their start: busy, though a third of it is the hardware's
+    assert p["occupancy"] == pytest.approx(30.0 / (2 * p["makespan_s"]))
+    assert p["utilisation"] == pytest.approx(p["occupancy"] / 1.5)
 
 
 def test_the_cost_tables_runtime_reaches_plan_and_the_group_choice():

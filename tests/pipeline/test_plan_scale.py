@@ -92,7 +92,11 @@ def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_bu
     t = sized["task_seconds"]
     assert t["max"] <= 1.25 * t["mean"]
     rows = {row["workers"]: row for row in r["schedule"]}
-    assert rows[256]["sized"]["utilisation"] >= 0.90
+    # busy: how well the split fills 256 workers, apart from what the machine's own slowdown at full occupancy
+    # (the table's inflation) takes from useful work
+    big = rows[256]["sized"]
+    assert big["occupancy"] >= 0.90
+    assert big["utilisation"] == pytest.approx(big["occupancy"] / big["inflation"])
     assert rows[2]["groups_per_block"] == 1  # a few workers: no split, no cache rebuilt
     for w, row in rows.items():
         # the best split is never slower than the cost-sized one, and never cheaper than no split at all
