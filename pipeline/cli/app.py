@@ -3,6 +3,7 @@ place a `BenchBuildError` becomes a one-line message and its exit code, and the 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from enum import StrEnum
 from typing import Annotated
@@ -34,6 +35,14 @@ class Commands(TyperGroup):
             return super().invoke(ctx)
         except BenchBuildError as e:
             raise fail(e, e.exit_code) from None
+
+    def get_command(self, ctx, cmd_name):
+        """The command, its line in the command list being its help's first paragraph as one flowing line (typer
+        keeps a docstring's line breaks there, mid-sentence)."""
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and cmd.short_help is None and cmd.help:
+            cmd.short_help = " ".join(inspect.cleandoc(cmd.help).partition("\n\n")[0].split())
+        return cmd
 
 
 app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,

@@ -51,3 +51,17 @@ def test_a_value_below_the_bound_is_refused_with_exit_2_at_once(args):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     assert "Invalid value" in res.output and "Traceback" not in res.output
+
+
+def test_the_command_list_gives_each_command_its_first_paragraph_as_flowing_text():
+    """`bench-build --help` lists every command with its help's first paragraph, wrapped to the terminal, not cut
+    where the docstring's source lines end."""
+    import inspect
+
+    out = CliRunner().invoke(app, ["--help"], terminal_width=400, env={"COLUMNS": "400"}).output
+    lines = {ln.strip("│ ").split(" ", 1)[0]: " ".join(ln.strip("│ ").split()[1:]) for ln in out.splitlines()
+             if ln.startswith("│ ") and not ln.startswith("│ --")}
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.replace("_", "-")
+        first = " ".join(inspect.cleandoc(command.callback.__doc__).partition("\n\n")[0].split())
+        assert lines.get(name) == first, (name, lines.get(name))
