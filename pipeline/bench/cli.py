@@ -123,6 +123,8 @@ def scale_cmd(
                                                         "table for `plan`")] = None,
     out: Annotated[str | None, typer.Option(help="Directory for the builds (default: the system's temp; "
                                                  "/dev/shm takes the disk out)")] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Build every worker count this many times, in turn, and "
+                                                    "report (and store with --costs-out) the medians")] = 1,
 ) -> None:
     """The same frames built at 1, 2, … N workers: speed-up, utilisation from the ledger, `plan`'s prediction."""
 
@@ -134,7 +136,7 @@ def scale_cmd(
         typer.echo(json.dumps(run_control(max(counts)), indent=1))
         return
     run_scale(counts, frames=frames or max(8, 2 * max(counts)), frames_per_shard=frames_per_shard, source=source,
-              out=out, control=control, json_out=json_out, costs_out=costs_out)
+              out=out, control=control, json_out=json_out, costs_out=costs_out, rounds=rounds)
 
 
 @bench_app.command("sources")

@@ -146,13 +146,39 @@ def first_task_warmup(entries: list[dict[str, Any]]) -> float | None:
     return round(statistics.median(warm), 3) if warm else None
 
 
+def median_rounds(builds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per worker count (in first-seen order) from its ``rounds`` builds: the build of median wall time,
+    with the median wall, task CPU and first-task warm-up over the rounds, every phase's median, and the range of
+    the walls. One round gives the build itself (plus ``rounds`` and the range)."""
+    by: dict[int, list[dict[str, Any]]] = {}
+    for b in builds:
+        by.setdefault(b["workers"], []).append(b)
+    rows = []
+    for n, bs in by.items():
+        walls = sorted(b["wall_s"] for b in bs)
+        mid = sorted(bs, key=lambda b: b["wall_s"])[(len(bs) - 1) // 2]
+        keys = dict.fromkeys(k for b in bs for k in b["phases"])
+        phases = {k: round(statistics.median(b["phases"][k] for b in bs if k in b["phases"]), 3) for k in keys}
+        warm = [b["ledger"]["warmup_s"] for b in bs if b["ledger"].get("warmup_s") is not None]
+        ledger = {**mid["ledger"], "task_cpu_s": round(statistics.median(b["ledger"]["task_cpu_s"] for b in bs), 3),
+                  "warmup_s": round(statistics.median(warm), 3) if warm else None}
+        rows.append({**mid, "rounds": len(bs), "wall_s": round(statistics.median(walls), 3),
+                     "wall_s_range": [walls[0], walls[-1]], "phases": phases, "ledger": ledger})
+    return rows
+
+
 def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard: int = 2, recipe: str = "kitti-c",
               source: str | None = None, out: str | None = None, control: bool = False,
-              json_out: str | Path | None = None, costs_out: str | Path | None = None) -> dict[str, Any]:
-    """Build ``frames`` at each worker count (fresh output each), print the table, return (and write) results."""
+              json_out: str | Path | None = None, costs_out: str | Path | None = None,
+              rounds: int = 1) -> dict[str, Any]:
+    """Build ``frames`` at each worker count (fresh output each), ``rounds`` times in turn (1, 2, … N, then again:
+    a drift of the machine's speed reaches every count alike), print the table of each count's medians, return
+    (and write) results: ``runs`` one row per count (`median_rounds`), ``builds`` every build."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     results: dict[str, Any] = {"recipe": recipe, "frames": frames, "frames_per_shard": frames_per_shard,
                                "cores": os.cpu_count(), "thread_pin": os.environ.get("BENCH_BUILD_THREAD_PIN", "on"),
-                               "runs": []}
+                               "rounds": rounds, "builds": []}
     if control:
         results["control"] = run_control(max(workers))
         c = results["control"]
@@ -161,7 +187,7 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=out) as tmp:
         root = frames_source(frames, Path(tmp), source)
         frame_ids = [f"{i:06d}" for i in range(frames)]
-        for n in workers:
+        for n in [n for _ in range(rounds) for n in workers]:
             dest = Path(tmp) / f"o{n}"
             t = time.perf_counter()
             res = run_build(recipe, source=root, out=str(dest), workers=n, max_frames=frames,
@@ -171,17 +197,20 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
                 raise RuntimeError(f"the {n}-worker build failed: {res.failures}")
             led = ledger_summary(res.version_dir)
             plan = plan_build(recipe, frame_ids, frames_per_shard=frames_per_shard, workers=[n])["schedule"][0]
-            results["runs"].append({"workers": n, "wall_s": round(wall, 3), "build_s": round(res.seconds, 3),
+            results["builds"].append({"workers": n, "wall_s": round(wall, 3), "build_s": round(res.seconds, 3),
                                     "phases": res.phases, "ledger": led,
                                     "shards": sorted((s["path"], s["sha256"]) for s in res.manifest["shards"]),
                                     "plan": {k: plan[k] for k in ("wall_s", "makespan_s", "wall_utilisation",
                                                                   "tasks", "groups_per_block", "inflation")}})
             shutil.rmtree(dest, ignore_errors=True)
+    results["identical_across_workers"] = len({json.dumps(b["shards"]) for b in results["builds"]}) == 1
+    for b in results["builds"]:
+        b.pop("shards")
+    results["runs"] = median_rounds(results["builds"])
     base = results["runs"][0]
     per_worker_cpu = base["ledger"]["task_cpu_s"]
-    results["identical_across_workers"] = len({json.dumps(r["shards"]) for r in results["runs"]}) == 1
     print(f"\n{recipe}: {frames} frames, {frames_per_shard} per block, {os.cpu_count()} cores, thread pin "
-          f"{results['thread_pin']}")
+          f"{results['thread_pin']}" + (f"; medians of {rounds} rounds" if rounds > 1 else ""))
     print(f"{'N':>3} {'wall s':>7} {'speed-up':>8} {'tasks':>5} {'task CPU':>8} {'CPU ×':>6} {'longest':>7} "
           f"{'util':>6} | {'plan wall':>9} {'plan util':>9} | wait s  parquet s  compute s  serial s")
     for r in results["runs"]:
@@ -203,8 +232,9 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
         print(f"speed-up {last['workers']} vs {base['workers']}: {last['speedup']:.2f}× (the ceiling the measured "
               f"serial time allows: {ceiling:.2f}×); shards identical across worker counts: "
               f"{results['identical_across_workers']}")
-    for r in results["runs"]:
-        r.pop("shards")
+    if rounds > 1:
+        print("walls over the rounds: " + ", ".join(f"N={r['workers']} {r['wall_s_range'][0]:.1f}–"
+                                                      f"{r['wall_s_range'][1]:.1f} s" for r in results["runs"]))
     if costs_out is not None:
         write_runtime(results, recipe, costs_out)
     if json_out is not None:
@@ -228,7 +258,9 @@ def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
            "inflation": round(max(1.0, full[-1]["cpu_inflation"] or 1.0), 3) if full else 1.0,
            "cores": full[-1]["workers"] if full else 1,
            "measured": f"bench-build bench scale --workers {' '.join(str(r['workers']) for r in runs)} "
-                       f"--frames {results['frames']} on {results['cores']} cores, {time.strftime('%Y-%m-%d')}"}
+                       f"--frames {results['frames']}"
+                       + (f" --rounds {results['rounds']}" if results.get("rounds", 1) > 1 else "")
+                       + f" on {results['cores']} cores, {time.strftime('%Y-%m-%d')}"}
     warm = [r["ledger"]["warmup_s"] for r in runs if r["ledger"].get("warmup_s") is not None]
     starts = [r["phases"]["worker_start"] for r in runs if "worker_start" in r["phases"]]
     if warm and starts:

@@ -42,3 +42,36 @@ def test_a_workers_first_task_warm_up_is_told_from_its_later_tasks():
     assert measured_runtime(results)["worker_start_s"] == pytest.approx(0.7 + 0.7)
     results["runs"][0]["ledger"]["warmup_s"] = None  # no worker ran two tasks: the model's constant stays
     assert "worker_start_s" not in measured_runtime(results)
+
+
+def _build(workers: int, wall: float, cpu: float, phases: dict, warm: float | None = None) -> dict:
+    return {"workers": workers, "wall_s": wall, "build_s": wall - 1, "phases": phases,
+            "ledger": {"tasks": 4, "task_cpu_s": cpu, "warmup_s": warm, "longest_task_s": cpu / 4, "split": {}}}
+
+
+def test_rounds_are_reported_as_each_worker_counts_medians():
+    """`bench scale --rounds 3`: builds alternate 1, 2, 1, 2, 1, 2; each count's row is the median build (its wall
+    the median wall), with the median task CPU, warm-up and phases over its rounds, and the walls' range."""
+    from bench_build.bench.scale import measured_runtime, median_rounds
+
+    builds = [_build(1, 20.0, 17.0, {"plan": 0.1, "ray_start": 2.0, "finish": 0.2}, 0.5),
+              _build(2, 13.0, 18.0, {"plan": 0.1, "ray_start": 3.0, "finish": 0.3, "worker_start": 0.6}, 0.7),
+              _build(1, 25.0, 19.0, {"plan": 0.1, "ray_start": 2.2, "finish": 0.2}),
+              _build(2, 12.0, 18.5, {"plan": 0.1, "ray_start": 2.0, "finish": 0.2, "worker_start": 0.5}, 0.6),
+              _build(1, 21.0, 17.5, {"plan": 0.1, "ray_start": 2.1, "finish": 0.4}, 0.4),
+              _build(2, 14.0, 30.0, {"plan": 0.1, "ray_start": 2.1, "finish": 0.2}, 0.8)]
+    one, two = median_rounds(builds)
+    assert (one["workers"], one["rounds"], one["wall_s"], one["wall_s_range"]) == (1, 3, 21.0, [20.0, 25.0])
+    assert one["ledger"]["task_cpu_s"] == 17.5 and one["ledger"]["warmup_s"] == 0.45
+    assert one["phases"] == {"plan": 0.1, "ray_start": 2.1, "finish": 0.2}
+    assert two["wall_s"] == 13.0 and two["build_s"] == 12.0  # the median build's own fields
+    assert two["ledger"]["task_cpu_s"] == 18.5  # one noisy round (30 CPU-s) does not set the inflation
+    assert two["phases"]["worker_start"] == 0.55  # over the rounds that have it
+    # the runtime `--costs-out` stores comes from the medians: inflation 18.5 / 17.5, not 30 / 17.5
+    one["cpu_inflation"], two["cpu_inflation"] = 1.0, round(18.5 / 17.5, 3)
+    rt = measured_runtime({"runs": [one, two], "cores": 2, "frames": 8, "rounds": 3})
+    assert rt["inflation"] == round(18.5 / 17.5, 3) and rt["cores"] == 2 and "--rounds 3" in rt["measured"]
+    assert rt["driver_start_s"] == round((2.2 + 2.2) / 2, 3)
+    # one round: the build itself
+    (single,) = median_rounds(builds[:1])
+    assert single["wall_s"] == 20.0 and single["rounds"] == 1 and single["ledger"]["task_cpu_s"] == 17.0
