@@ -154,7 +154,7 @@ def median_rounds(builds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for b in builds:
         by.setdefault(b["workers"], []).append(b)
     rows = []
-    for n, bs in by.items():
+    for bs in by.values():
         walls = sorted(b["wall_s"] for b in bs)
         mid = sorted(bs, key=lambda b: b["wall_s"])[(len(bs) - 1) // 2]
         keys = dict.fromkeys(k for b in bs for k in b["phases"])

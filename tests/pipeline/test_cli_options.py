@@ -13,7 +13,8 @@ from bench_build.cli import app
 
 #: the lower bound of every numeric option, by name (one meaning per name across commands)
 BOUNDS = {"workers": 1, "jobs": 1, "frames": 1, "max_frames": 1, "frames_per_shard": 1, "groups": 1, "repeat": 1,
-          "build_rounds": 1, "rounds": 1, "score_partitions": 1, "per_class": 1, "num_classes": 1, "epochs": 1, "points": 1,
+          "build_rounds": 1, "rounds": 1, "score_partitions": 1, "per_class": 1, "num_classes": 1, "epochs": 1,
+          "points": 1,
           "permutations": 1, "max_embed": 1, "sample": 1, "max_real": 1, "patience": 1, "batch_size": 2,
           "severity": 0, "seed": 0, "wait": 0, "worker_start": 0, "width": 0.01}
 
