@@ -155,8 +155,9 @@ def median_rounds(builds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by.setdefault(b["workers"], []).append(b)
     rows = []
     for bs in by.values():
-        walls = sorted(b["wall_s"] for b in bs)
-        mid = sorted(bs, key=lambda b: b["wall_s"])[(len(bs) - 1) // 2]
+        ordered = sorted(bs, key=lambda b: b["wall_s"])
+        walls = [b["wall_s"] for b in ordered]
+        mid = ordered[(len(bs) - 1) // 2]
         keys = dict.fromkeys(k for b in bs for k in b["phases"])
         phases = {k: round(statistics.median(b["phases"][k] for b in bs if k in b["phases"]), 3) for k in keys}
         warm = [b["ledger"]["warmup_s"] for b in bs if b["ledger"].get("warmup_s") is not None]

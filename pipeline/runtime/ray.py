@@ -68,9 +68,9 @@ RAY_CONNECT_RETRY = {"RAY_raylet_client_connect_timeout_milliseconds": "20",
                      "RAY_raylet_client_num_connect_attempts": "500"}
 
 
-def local_ray_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def local_ray_environment() -> dict[str, str]:
     """What a local Ray's raylet (and so every worker) starts with: the pins and the connection retry."""
-    return {**{k: environ.get(k, v) for k, v in RAY_CONNECT_RETRY.items()}, **worker_environment()}
+    return {**{k: os.environ.get(k, v) for k, v in RAY_CONNECT_RETRY.items()}, **worker_environment()}
 
 
 def init_ray(workers: int | None, address: str | None) -> bool:
