@@ -114,8 +114,9 @@ def scale_cmd(
     frames_per_shard: Annotated[int, typer.Option(min=1, help="Frames per block")] = 2,
     source: Annotated[str | None, typer.Option(help="A KITTI-layout root to copy frames from (default: the demo "
                                                     "frames, generated on first use)")] = None,
-    control: Annotated[bool, typer.Option(help="First the control: a NumPy + zstd loop with no bench-build code, "
-                                               "1 copy then N at once; its CPU inflation is the hardware's")] = False,
+    control: Annotated[bool, typer.Option(help="First the control: two NumPy loops with no bench-build code "
+                                               "(streaming + zstd, in-cache), 1 copy then N at once; their CPU "
+                                               "inflation is the hardware's, and which one inflates says why")] = False,
     control_only: Annotated[bool, typer.Option(help="Only the control (no builds)")] = False,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the results as JSON")] = None,
     costs_out: Annotated[Path | None, typer.Option(help="Merge the measured runtime (Ray start, worker start, "
@@ -128,12 +129,15 @@ def scale_cmd(
 ) -> None:
     """The same frames built at 1, 2, … N workers: speed-up, utilisation from the ledger, `plan`'s prediction."""
 
-    from bench_build.bench.scale import run_control, run_scale
+    from bench_build.bench.control import describe, run_control
+    from bench_build.bench.scale import run_scale
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers or [n for n in (1, 2, 4, 8, 16, 32, 64) if n < cores] + [cores]))
     if control_only:
-        typer.echo(json.dumps(run_control(max(counts)), indent=1))
+        control = run_control(max(counts))
+        typer.echo(json.dumps(control, indent=1))
+        typer.echo(describe(control))
         return
     run_scale(counts, frames=frames or max(8, 2 * max(counts)), frames_per_shard=frames_per_shard, source=source,
               out=out, control=control, json_out=json_out, costs_out=costs_out, rounds=rounds)

@@ -5,9 +5,10 @@ their time went (the ledger's per-task `split`: read, compute, encode, Parquet, 
 the first count, utilisation = the first count's task CPU per worker-count ÷ (N × wall) (the issue's measure:
 1-worker task CPU ÷ (N × wall) when the first count is 1), and `plan`'s predicted wall and utilisation.
 
-``--control`` first runs a plain NumPy + zstd loop (no bench-build code) in 1 and then N processes at once: the
-CPU each copy needs at N against 1 is what the hardware alone inflates (shared caches, memory bandwidth, a
-hypervisor's neighbours), the floor any build's task inflation is compared with.
+``--control`` first runs two plain NumPy loops (no bench-build code, `bench.control`) in 1 and then N processes at
+once: the CPU each copy needs at N against 1 is what the hardware alone inflates (shared cores, caches, memory
+bandwidth, a hypervisor's neighbours), the floor any build's task inflation is compared with. Every result
+records the machine's `cpu_topology` (logical CPUs, physical cores, model).
 
 ``--costs-out`` merges what was measured (Ray start, worker start, the driver's finish, the task CPU inflation at
 full occupancy) into a cost table as its ``runtime``, which `plan` and the local group choice then use
@@ -17,7 +18,6 @@ full occupancy) into a cost table as its ``runtime``, which `plan` and the local
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -26,60 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
+from bench_build.bench.control import cpu_topology, describe, run_control
 from bench_build.build.run import DEMO_FRAMES, run_build
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
-from bench_build.runtime.ray import environ
 from bench_build.sources.demo.kitti import ensure_demo_source, mark_demo
-
-#: a task's working set is several MB (a block's scans, a KD-tree, a 15 MB row group): past the 2 MB L2 of a core,
-#: so the loop shares the L3 and memory bandwidth with its neighbours as a task does
-CONTROL_POINTS = 1_000_000
-
-
-def control_loop(iterations: int, seed: int = 0) -> dict[str, float]:
-    """A task-like loop with no bench-build code: NumPy on a scan-sized array (sort, arithmetic, a gather) and
-    zstd (level 3, pyarrow's codec, as the writer uses) of the result. Returns its CPU and wall seconds."""
-
-    rng = np.random.default_rng(seed)
-    pts = rng.normal(size=(CONTROL_POINTS, 4)).astype(np.float32)
-    codec = pa.Codec("zstd", compression_level=3)
-    cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(iterations):
-        order = np.argsort(pts[:, 0], kind="stable")
-        out = pts[order] * np.float32(1.0001) + rng.normal(scale=0.01, size=pts.shape).astype(np.float32)
-        codec.compress(out.tobytes())
-    return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
-
-
-def _control_child(args: tuple[int, int]) -> dict[str, float]:
-    return control_loop(*args)
-
-
-def run_control(copies: int, iterations: int = 8, rounds: int = 3) -> dict[str, Any]:
-    """CPU per copy of `control_loop` alone and with ``copies`` running at once (fresh processes, one thread pool
-    each pinned to one thread like a Ray task's), ``rounds`` times alternating; inflation = median CPU at
-    ``copies`` ÷ median CPU alone. ``together_wall_s_max`` far above the CPU says the copies did not each get a
-    core (other load on the machine): the inflation is then not only the hardware's."""
-    ctx = multiprocessing.get_context("spawn")
-    env = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    alone, together = [], []
-    with environ(env), ctx.Pool(1) as one, ctx.Pool(copies) as many:
-        one.map(_control_child, [(2, 0)])  # imports, first-touch: not part of the loop
-        many.map(_control_child, [(2, i) for i in range(copies)])
-        for _ in range(rounds):
-            alone += one.map(_control_child, [(iterations, 0)])
-            together += many.map(_control_child, [(iterations, i) for i in range(copies)])
-    alone_cpu = statistics.median(r["cpu_s"] for r in alone)
-    together_cpu = statistics.median(r["cpu_s"] for r in together)
-    return {"copies": copies, "iterations": iterations, "rounds": rounds, "alone_cpu_s": round(alone_cpu, 3),
-            "together_cpu_s_median": round(together_cpu, 3),
-            "together_wall_s_max": round(max(r["wall_s"] for r in together), 3),
-            "inflation": round(together_cpu / alone_cpu, 3)}
 
 
 def frames_source(frames: int, work: Path, source: str | None = None) -> str:
@@ -179,12 +131,10 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     results: dict[str, Any] = {"recipe": recipe, "frames": frames, "frames_per_shard": frames_per_shard,
                                "cores": os.cpu_count(), "thread_pin": os.environ.get("BENCH_BUILD_THREAD_PIN", "on"),
-                               "rounds": rounds, "builds": []}
+                               "machine": cpu_topology(), "rounds": rounds, "builds": []}
     if control:
         results["control"] = run_control(max(workers))
-        c = results["control"]
-        print(f"control (NumPy + zstd loop, no bench-build code): {c['alone_cpu_s']:.2f} CPU-s alone, "
-              f"{c['together_cpu_s_median']:.2f} per copy with {c['copies']} at once: ×{c['inflation']:.3f}")
+        print(describe(results["control"]))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=out) as tmp:
         root = frames_source(frames, Path(tmp), source)
         frame_ids = [f"{i:06d}" for i in range(frames)]

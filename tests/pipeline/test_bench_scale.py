@@ -6,16 +6,19 @@ import os
 
 import pytest
 
-from bench_build.bench.scale import run_control
+from bench_build.bench.control import cpu_topology, describe, run_control
 
 
 def test_the_control_measures_alone_and_together_and_leaves_the_environment_as_it_was(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
     r = run_control(2, iterations=1, rounds=1)
-    assert r["copies"] == 2 and r["alone_cpu_s"] > 0 and r["together_cpu_s_median"] > 0
-    # from the unrounded CPU times: equal to the printed ones' ratio up to their rounding
-    assert r["inflation"] == pytest.approx(r["together_cpu_s_median"] / r["alone_cpu_s"], rel=0.02)
+    assert r["copies"] == 2
+    for loop in (r, r["in_cache"]):  # the streaming loop at the top level, the in-cache one beside it
+        assert loop["alone_cpu_s"] > 0 and loop["together_cpu_s_median"] > 0
+        # from the unrounded CPU times: equal to the printed ones' ratio up to their rounding
+        assert loop["inflation"] == pytest.approx(loop["together_cpu_s_median"] / loop["alone_cpu_s"], rel=0.02)
+    assert r["topology"]["logical_cpus"] == len(os.sched_getaffinity(0))
     # the children ran with one thread per pool; the caller's environment is restored afterwards
     assert "OMP_NUM_THREADS" not in os.environ and os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
@@ -75,3 +78,35 @@ def test_rounds_are_reported_as_each_worker_counts_medians():
     # one round: the build itself
     (single,) = median_rounds(builds[:1])
     assert single["wall_s"] == 20.0 and single["rounds"] == 1 and single["ledger"]["task_cpu_s"] == 17.0
+
+
+def _sysfs(root, cores):
+    """A fake /sys/devices/system/cpu: logical CPU i on (package, core) ``cores[i]``."""
+    for i, (pkg, core) in enumerate(cores):
+        topo = root / f"cpu{i}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{pkg}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    return root
+
+
+def test_the_topology_counts_physical_cores_from_sysfs(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    # 4 logical CPUs, hyper-thread siblings pairwise; core ids repeat across packages
+    t = cpu_topology(_sysfs(tmp_path / "ht", [(0, 0), (0, 1), (0, 0), (0, 1)]))
+    assert (t["logical_cpus"], t["cores"], t["threads_per_core"]) == (4, 2, 2.0)
+    t = cpu_topology(_sysfs(tmp_path / "two", [(0, 0), (0, 1), (1, 0), (1, 1)]))
+    assert (t["cores"], t["threads_per_core"]) == (4, 1.0)
+    assert cpu_topology(tmp_path / "nothing")["cores"] is None  # no sysfs: unknown, not guessed
+
+
+def test_the_control_says_whose_the_inflation_is():
+    def control(streaming, in_cache, cores, copies=16):
+        return {"copies": copies, "inflation": streaming, "in_cache": {"inflation": in_cache},
+                "topology": {"logical_cpus": 16, "cores": cores}}
+
+    assert "next to nothing" in describe(control(1.02, 1.01, 16))
+    assert "share them" in describe(control(1.18, 1.16, 8))  # 16 copies on 8 cores
+    assert "clock" in describe(control(1.18, 1.15, 16))
+    assert "memory bandwidth" in describe(control(1.18, 1.01, 8))
+    assert "cores unknown" in describe(control(1.18, 1.01, None))
