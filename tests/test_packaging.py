@@ -73,3 +73,30 @@ def test_a_worker_imports_the_readers_without_the_heavy_packages_few_of_them_use
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_workers_shard_writing_never_imports_pandas_and_pandas_still_works_when_asked_for():
+    """pyarrow imports pandas (≈ 0.2 s per worker) on its first `pa.array` only to ask whether the input is a
+    pandas object. After `spare_pandas_import`, writing a shard's rows (optional point columns included) leaves
+    pandas unloaded; converting to and from pandas afterwards still works, pandas objects included."""
+    code = """
+import io, sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from bench_build.runtime.ray import spare_pandas_import
+from bench_build.format.schema import encode_rows, row_schema
+from bench_build.stages.frame import Frame
+spare_pandas_import()
+f = Frame(points=np.zeros((5, 4), np.float32), fields=("x", "y", "z", "intensity"), frame_id="000000",
+          labels={"semantic": np.arange(5)})
+batch = encode_rows([("k", "clean", 0, f)], row_schema(f.fields, columns=("semantic",)))
+pq.write_table(pa.Table.from_batches([batch]), io.BytesIO())
+print("pandas" in sys.modules)
+df = pa.table({"a": [1, 2]}).to_pandas()
+import pandas as pd
+print(type(df).__name__, pa.array(pd.Categorical(["u", "v", "u"])).type)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    written, converted = out.stdout.split("\n")[:2]
+    assert written == "False"
+    assert converted.startswith("DataFrame dictionary<")  # a Categorical still read as one, not as a list

@@ -14,7 +14,7 @@ from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.faults import kill_point
 from bench_build.runtime.numeric import check_profile
-from bench_build.runtime.ray import pin_worker_threads
+from bench_build.runtime.ray import pin_worker_threads, spare_pandas_import
 from bench_build.storage import StoreSpec, open_store, redact
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -32,6 +32,7 @@ def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fin
     (`runtime.numeric.build_profile`); a worker computing under another one (a node whose NumPy still dispatches
     AVX-512, other library versions …) fails the shard, naming the node and the difference, and writes nothing."""
     pin_worker_threads()
+    spare_pandas_import()
     store = open_store(root)
     if owner is not None and not store.still_writer(owner):
         return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
