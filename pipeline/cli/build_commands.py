@@ -108,14 +108,13 @@ def run(
     if result.manifest:
         _summary_table(result.manifest)
     shard_failures = [k for k in result.failures if k != "manifest.json"]
-    console.print(f"{result.shards_total} shards: {result.shards_skipped} already done, "
+    total = result.shards_total
+    console.print(f"{total} shard{'s' * (total != 1)}: {result.shards_skipped} already done, "
                   f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
-    # --- reuse (issue 36) ---
     if result.reused is not None:
         console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
                       f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
                       highlight=False)
-    # --- end reuse ---
     if result.failures:
         for shard, err in sorted(result.failures.items()):
             console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
@@ -128,6 +127,10 @@ def run(
                           "the same command again: finished shards are kept")
         raise typer.Exit(code=1)
     console.print(f"[green]done:[/green] {result.version_dir}")
+    where = str(result.version_dir).rstrip("/")
+    for what, value in (("dataset card", f"{where}/README.md"), ("contact sheet", f"{where}/renders/contact_sheet.png"),
+                        ("check it", f"bench-build verify {where}")):
+        console.print(f"  {what + ':':<15}{value}", highlight=False, soft_wrap=True)
 
 
 def raise_interrupt(signum: int, frame: object) -> None:
@@ -151,16 +154,31 @@ def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: st
 
 
 def _summary_table(manifest: dict) -> None:
+    """One row per corruption (its severities' examples, MB and task seconds summed) and a total: a screen, not
+    one row per partition (KITTI-C has 126; the card's counts matrix lists them all)."""
     table = Table(title=f"{manifest['dataset']} {manifest['version']}")
-    for col in ("corruption", "severity", "examples", "MB", "seconds"):
+    for col in ("corruption", "severities", "examples", "MB", "seconds"):
         table.add_column(col, justify="right" if col != "corruption" else "left")
-    def order(kv):
-        corruption, severity = kv[0].split("/")
-        return corruption != "clean", corruption, int(severity)
-
-    for key, v in sorted(manifest["counts"]["by_partition"].items(), key=order):
+    rows: dict[str, list] = {}
+    for key, v in manifest["counts"]["by_partition"].items():
         corruption, severity = key.split("/")
-        table.add_row(corruption, severity, str(v["examples"]), f"{v['bytes'] / 1e6:.1f}", f"{v['seconds']:.2f}")
+        row = rows.setdefault(corruption, [[], 0, 0, 0.0])
+        row[0].append(int(severity))
+        row[1] += v["examples"]
+        row[2] += v["bytes"]
+        row[3] += v["seconds"]
+    for corruption, (sevs, examples, nbytes, seconds) in sorted(rows.items(), key=lambda kv: (kv[0] != "clean",
+                                                                                               kv[0])):
+        sevs.sort()
+        span = f"{sevs[0]}–{sevs[-1]}" if sevs == list(range(sevs[0], sevs[-1] + 1)) and len(sevs) > 1 else \
+            ", ".join(map(str, sevs))
+        table.add_row(corruption, span, f"{examples:,}", f"{nbytes / 1e6:,.1f}", f"{seconds:.1f}")
+    total = [sum(r[i] for r in rows.values()) for i in (1, 2, 3)]
+    table.add_section()
+    n = len(rows) - ("clean" in rows)
+    table.add_row(f"{n} corruption{'s' * (n != 1)}" + (" + clean" if "clean" in rows else ""),
+                  f"{sum(len(r[0]) for r in rows.values())} partitions",
+                  f"{total[0]:,}", f"{total[1] / 1e6:,.1f}", f"{total[2]:.1f}")
     console.print(table)
 
 
