@@ -72,6 +72,7 @@ def ledger_summary(version_dir: str | Path) -> dict[str, Any]:
             split_cpu[k] = split_cpu.get(k, 0.0) + v
     return {"tasks": len(entries), "task_cpu_s": round(sum(e.get("cpu_seconds", 0.0) for e in entries), 3),
             "warmup_s": first_task_warmup(entries),
+            "processes": len({e["pid"] for e in entries if e.get("pid") is not None}),
             "task_wall_s": round(sum(e.get("seconds", 0.0) for e in entries), 3),
             "longest_task_s": round(max((e.get("seconds", 0.0) for e in entries), default=0.0), 3),
             "threads": sorted({e["threads"] for e in entries if e.get("threads") is not None}),
@@ -82,19 +83,24 @@ def ledger_summary(version_dir: str | Path) -> dict[str, Any]:
 def first_task_warmup(entries: list[dict[str, Any]]) -> float | None:
     """What a worker's first task pays once (imports, numba's cached kernels, first-call caches): per worker
     process that ran two or more tasks, its first task's seconds per frame minus the median of its later ones',
-    times the first task's frames; the median over those workers. None when no worker ran two tasks (the
-    warm-up cannot be told from the work then)."""
+    times the first task's frames; the median over those workers. A task's contact-sheet panels (``paint`` in its
+    split: block 0's tasks only, which a worker usually runs first) are work, not warm-up, and are left out.
+    None when no worker ran two tasks (the warm-up cannot be told from the work then)."""
     by_pid: dict[Any, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("pid") is not None and e.get("started") is not None and e.get("frames"):
             by_pid.setdefault(e["pid"], []).append(e)
+
+    def work(e: dict[str, Any]) -> float:
+        return e["seconds"] - (e.get("split") or {}).get("paint", 0.0)
+
     warm = []
     for tasks in by_pid.values():
         if len(tasks) < 2:
             continue
         first, *later = sorted(tasks, key=lambda e: e["started"])
-        per_frame = statistics.median(e["seconds"] / len(e["frames"]) for e in later)
-        warm.append(max(0.0, first["seconds"] - per_frame * len(first["frames"])))
+        per_frame = statistics.median(work(e) / len(e["frames"]) for e in later)
+        warm.append(max(0.0, work(first) - per_frame * len(first["frames"])))
     return round(statistics.median(warm), 3) if warm else None
 
 
@@ -162,18 +168,23 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
     per_worker_cpu = base["ledger"]["task_cpu_s"]
     print(f"\n{recipe}: {frames} frames, {frames_per_shard} per block, {os.cpu_count()} cores, thread pin "
           f"{results['thread_pin']}" + (f"; medians of {rounds} rounds" if rounds > 1 else ""))
-    print(f"{'N':>3} {'wall s':>7} {'speed-up':>8} {'tasks':>5} {'task CPU':>8} {'CPU ×':>6} {'longest':>7} "
-          f"{'util':>6} | {'plan wall':>9} {'plan util':>9} | wait s  parquet s  compute s  serial s")
+    print(f"{'N':>3} {'wall s':>7} {'speed-up':>8} {'tasks':>5} {'task CPU':>8} {'CPU ×':>6} {'w/o warm':>8} "
+          f"{'longest':>7} {'util':>6} | {'plan wall':>9} {'plan util':>9} | wait s  parquet s  compute s  serial s")
+    base_work = work_cpu(base, base)
     for r in results["runs"]:
         led = r["ledger"]
         r["speedup"] = round(base["wall_s"] / r["wall_s"], 3)
         r["cpu_inflation"] = round(led["task_cpu_s"] / per_worker_cpu, 3) if per_worker_cpu else None
+        work = work_cpu(r, base)
+        r["task_inflation"] = round(work / base_work, 3) if work is not None and base_work else None
         r["utilisation"] = round(per_worker_cpu / (r["workers"] * r["wall_s"]), 3)
         serial = r["wall_s"] - r["phases"].get("tasks", 0.0)
         r["serial_s"] = round(serial, 3)
         sp = led["split"]
         print(f"{r['workers']:>3} {r['wall_s']:>7.1f} {r['speedup']:>7.2f}× {led['tasks']:>5} "
-              f"{led['task_cpu_s']:>8.1f} {r['cpu_inflation']:>6.3f} {led['longest_task_s']:>7.1f} "
+              f"{led['task_cpu_s']:>8.1f} {r['cpu_inflation']:>6.3f} "
+              + (f"{r['task_inflation']:>8.3f} " if r["task_inflation"] is not None else f"{'—':>8} ")
+              + f"{led['longest_task_s']:>7.1f} "
               f"{r['utilisation']:>6.1%} | {r['plan']['wall_s']:>9.1f} {r['plan']['wall_utilisation']:>9.1%} | "
               f"{sp.get('wait', 0):>6.1f} {sp.get('parquet', 0):>9.1f} {sp.get('compute', 0):>10.1f} {serial:>8.1f}")
     if len(results["runs"]) > 1:
@@ -194,25 +205,47 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
     return results
 
 
+def work_cpu(run: dict[str, Any], base: dict[str, Any]) -> float | None:
+    """A run's task CPU without its worker processes' one-off warm-up (each process pays it in its first task):
+    task CPU − processes × warm-up. One warm-up for every run, ``base``'s (the 1-worker build, where one process
+    ran every task), else this run's own: estimated from tasks of other blocks (`first_task_warmup`), it carries
+    their differences, ± 0.3 s on the demo, and a run whose workers ran two tasks each would set its own
+    inflation with its own error. None when neither measured it. The CPU inflation from this is the same tasks'
+    slowdown alone; `plan` adds the warm-up once per worker, in its worker start."""
+    led = run["ledger"]
+    warm = base["ledger"].get("warmup_s") if base["ledger"].get("warmup_s") is not None else led.get("warmup_s")
+    if warm is None or not led.get("processes"):
+        return None
+    return led["task_cpu_s"] - led["processes"] * warm
+
+
 def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
     """The cost table's ``runtime`` from a `run_scale` result: medians over its builds of the driver's start
-    (planning + Ray's start) and finish, the task CPU inflation at the largest worker count within the cores, and
-    a worker's start: when its first task began after Ray was up (``phases["worker_start"]``) plus the one-off
-    warm-up that task then paid inside (`first_task_warmup`, from the builds where a worker ran two tasks or more;
-    without one the model's constant `WORKER_START_S` stays)."""
+    (planning + Ray's start) and finish, the task CPU inflation at the largest worker count within the cores
+    (without the workers' warm-up, `work_cpu`, where it was measured), and a worker's start: when its first task
+    began after Ray was up (``phases["worker_start"]``) plus the one-off warm-up that task then paid inside
+    (`first_task_warmup`, from the builds where a worker ran two tasks or more; without one the model's constant
+    `WORKER_START_S` stays)."""
+
+    def inflation(run: dict[str, Any]) -> float:
+        return run.get("task_inflation") or run["cpu_inflation"] or 1.0
+
     runs = results["runs"]
     finish = [r["phases"].get("finish", 0.0) for r in runs]
     full = [r for r in runs if r["workers"] <= (results["cores"] or 1)]
     out = {"driver_start_s": round(statistics.median(r["phases"].get("plan", 0.0) + r["phases"].get("ray_start", 0.0)
                                                      for r in runs), 3),
            "finish_s": round(statistics.median(finish), 3), "finish_s_per_task": 0.0,
-           "inflation": round(max(1.0, full[-1]["cpu_inflation"] or 1.0), 3) if full else 1.0,
+           "inflation": round(max(1.0, inflation(full[-1])), 3) if full else 1.0,
            "cores": full[-1]["workers"] if full else 1,
            "measured": f"bench-build bench scale --workers {' '.join(str(r['workers']) for r in runs)} "
                        f"--frames {results['frames']}"
                        + (f" --rounds {results['rounds']}" if results.get("rounds", 1) > 1 else "")
                        + f" on {results['cores']} cores, {time.strftime('%Y-%m-%d')}"}
+    # the same warm-up `work_cpu` takes out of the inflation: the first run's, else the median of the others'
     warm = [r["ledger"]["warmup_s"] for r in runs if r["ledger"].get("warmup_s") is not None]
+    if runs and runs[0]["ledger"].get("warmup_s") is not None:
+        warm = [runs[0]["ledger"]["warmup_s"]]
     starts = [r["phases"]["worker_start"] for r in runs if "worker_start" in r["phases"]]
     if warm and starts:
         out["worker_start_s"] = round(statistics.median(starts) + statistics.median(warm), 3)

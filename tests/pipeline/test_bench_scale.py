@@ -36,6 +36,9 @@ def test_a_workers_first_task_warm_up_is_told_from_its_later_tasks():
     assert first_task_warmup(entries) == pytest.approx(0.55)  # median of 0.7 and 0.4
     assert first_task_warmup([task(1, 10.0, 5.0), task(2, 10.0, 4.0)]) is None  # one task per worker
     assert first_task_warmup([task(1, 10.0, 3.0), task(1, 13.0, 4.0)]) == 0.0  # never negative
+    # block 0's task painted the contact sheet's panels (0.5 s): work, not warm-up
+    painted = {**task(1, 10.0, 5.2), "split": {"paint": 0.5, "compute": 2.0}}
+    assert first_task_warmup([painted, task(1, 15.2, 4.2), task(1, 19.4, 4.4)]) == pytest.approx(0.4)
 
     def run(workers, warm, start):
         return {"workers": workers, "cpu_inflation": 1.0, "ledger": {"warmup_s": warm},
@@ -110,3 +113,24 @@ def test_the_control_says_whose_the_inflation_is():
     assert "clock" in describe(control(1.18, 1.15, 16))
     assert "memory bandwidth" in describe(control(1.18, 1.01, 8))
     assert "cores unknown" in describe(control(1.18, 1.01, None))
+
+
+def test_the_inflation_plan_stores_leaves_out_each_workers_one_off_warm_up():
+    """2 workers each pay the first-task warm-up that 1 worker pays once: counted in the raw task CPU (×1.06
+    here), it is not the same tasks running slower (×1.02) and `plan` already adds it per worker (worker start)."""
+    from bench_build.bench.scale import measured_runtime, work_cpu
+
+    def run(workers, cpu, warm, processes):
+        return {"workers": workers, "wall_s": 10.0, "phases": {"plan": 0.1, "ray_start": 2.0, "finish": 0.3},
+                "ledger": {"task_cpu_s": cpu, "warmup_s": warm, "processes": processes}}
+
+    one, two = run(1, 15.8, 0.55, 1), run(2, 16.7, 0.1, 2)  # one warm-up for both: the 1-worker build's
+    assert work_cpu(one, one) == pytest.approx(15.25) and work_cpu(two, one) == pytest.approx(15.6)
+    assert work_cpu(two, run(1, 15.8, None, 1)) == pytest.approx(16.5)  # base never measured it: the run's own
+    assert work_cpu(run(2, 16.7, None, 2), run(1, 15.8, None, 1)) is None  # never measured: no guess
+    two["task_inflation"], two["cpu_inflation"] = round(15.6 / 15.25, 3), round(16.7 / 15.8, 3)
+    one["task_inflation"], one["cpu_inflation"] = 1.0, 1.0
+    rt = measured_runtime({"runs": [one, two], "cores": 2, "frames": 8})
+    assert rt["inflation"] == round(15.6 / 15.25, 3)
+    two["task_inflation"] = None  # unknown: the raw inflation, as before
+    assert measured_runtime({"runs": [one, two], "cores": 2, "frames": 8})["inflation"] == round(16.7 / 15.8, 3)
