@@ -41,6 +41,7 @@ from bench_build.render.sheet import (
     SheetKey,
     contact_sheet,
     encode_png,
+    import_drawing,
     panels_sheet,
     sheet_image,
     sheet_key,
@@ -62,11 +63,11 @@ from bench_build.render.zoom import (
 )
 
 __all__ = [
-    "BOX_COLORS", "CLEAN_BOX", "COLORBAR_PX", "COLORBAR_X", "COLOR_BY", "INSET_FRAC", "LEGEND_DPI",
-    "OBJECT_VIEWS", "OTHER_BOX", "PANEL_PX", "SCENE_Z_RANGE", "SHEET_GAP_PX", "SHEET_LEGEND_LINE_PX",
-    "SHEET_NAME", "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M",
-    "ZOOM_SAME", "Focus", "LegendEntry", "Panel", "RenderError", "SheetKey", "View", "bev_raster",
-    "box_outlines", "contact_sheet", "corner_extent", "default_render_dir", "encode_png", "inset_raster",
+    "BOX_COLORS", "CLEAN_BOX", "COLORBAR_PX", "COLORBAR_X", "COLOR_BY", "INSET_FRAC", "LEGEND_DPI", "OBJECT_VIEWS",
+    "OTHER_BOX", "PANEL_PX", "SCENE_Z_RANGE", "SHEET_GAP_PX", "SHEET_LEGEND_LINE_PX", "SHEET_NAME",
+    "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M", "ZOOM_SAME",
+    "Focus", "LegendEntry", "Panel", "RenderError", "SheetKey", "View", "bev_raster", "box_outlines",
+    "contact_sheet", "corner_extent", "default_render_dir", "encode_png", "import_drawing", "inset_raster",
     "legend_entries", "make_panel", "object_extent", "object_raster", "paint", "panels_sheet", "present_tags",
     "read_views", "render_version", "save_png", "scale_bar_m", "scene_extent", "sheet_extent", "sheet_focus",
     "sheet_frame", "sheet_image", "sheet_key", "sheet_layout", "sheet_panels", "sheet_title", "sort_views",

@@ -3,6 +3,9 @@ build's card embeds its contact sheet, and `bench-build render` validates what i
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -394,3 +397,24 @@ def test_panels_from_memory_equal_panels_from_the_files_float32_boxes():
     assert a.zoom == b.zoom and a.corner == b.corner
     for (ca, oa), (cb, ob) in zip(a.outlines + a.inset_outlines, b.outlines + b.inset_outlines, strict=True):
         assert ca == cb and np.array_equal(oa, ob)
+
+
+@pytest.mark.parametrize(("cores", "early"), [(16, True), (2, False)])
+def test_a_build_imports_the_drawing_libraries_while_ray_starts_only_with_cores_to_spare(cores, early):
+    """`EarlySheet` imports matplotlib (≈ 0.4 s) as the build starts when the machine has cores Ray's start leaves
+    idle, so a sheet drawn after the last task does not pay it then; on 2 cores it would slow Ray's start as much."""
+    code = f"""
+import os, sys
+os.cpu_count = lambda: {cores}
+from bench_build.build.finish import EarlySheet
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import BlockSpec, TaskSpec
+recipe = load_recipe("kitti-c")
+parts = tuple((c.name, s) for c in recipe.corruptions for s in range(1, recipe.severities + 1))
+sheet = EarlySheet(recipe, [TaskSpec(BlockSpec(0, 1, ("000000",)), 0, 1, parts)])
+sheet.wait()
+print("matplotlib.backends.backend_agg" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(early)
