@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from bench_build.cli.app import EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
@@ -374,20 +375,21 @@ def plan(
                       f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
                       f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
                       f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
-    table = Table(caption="best split for N workers (wall = driver start + span + finish) | cost-sized split on N "
-                          "workers")
-    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span", "util"):
-        table.add_column(col, justify="right")
+    # fits an 80-column terminal: no vertical rules, one space between columns, nothing truncated
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  caption="best split for N workers; wall = driver start + span + finish; * cost-sized")
+    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span*", "util*"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
 
     def span(m: float) -> str:
-        return f"{m / 3600:.2f}h" if m >= 3600 else f"{m / 60:.1f}m"
+        return f"{m / 3600:.2f}h" if m >= 3600 else f"{m / 60:.1f}m" if m >= 60 else f"{m:.1f}s"
 
     for row in report["schedule"]:
         table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
                       f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), span(row["wall_s"]),
                       f"{row['wall_utilisation']:.1%}",
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
-                      f"{row['sized']['utilisation']:.1%}")
+                      f"{row['sized']['wall_utilisation']:.1%}")
     out_console.print(table)
 
 

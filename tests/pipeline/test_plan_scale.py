@@ -150,6 +150,12 @@ def test_plan_cli(kitti_c):
     assert text.exit_code == 0 and "100 frames in 2 blocks of 64" in text.output
     assert "4 groups per block = 8 tasks" in text.output.replace("[bold]", "")
     assert f"every worker starts {shipped:g} s before its first task" in text.output
+    # the table fits a plain 80-column terminal: every header and value whole, none cut to "…"
+    wide = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", str(KITTI_FRAMES), "--workers", "2", "--workers",
+                                    "256"], env={"COLUMNS": "80"})
+    table = wide.output[wide.output.index(" workers "):]
+    assert "…" not in table and all(h in table for h in ("groups", "task s", "CPU-h", "span*", "util*"))
+    assert max(len(line) for line in table.splitlines()) <= 80
     bad = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--source", "/nonexistent"])
     assert bad.exit_code == 2 and "not both" in bad.output
     missing = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--costs", "/nonexistent.json"])
