@@ -26,6 +26,16 @@ except NumericPinError as e:  # a NumPy whose dispatch targets the pin cannot ju
     raise SystemExit(2) from None
 
 
+#: `bench-build --help` lists the commands in these panels, in this order (`COMMAND_ORDER`): what a newcomer does
+#: first comes first
+PANEL_BUILD = "Build"
+PANEL_USE = "Use a built version"
+PANEL_PUBLISH = "Publish and fetch"
+PANEL_MACHINE = "Demo data and this machine"
+COMMAND_ORDER = ("run", "status", "list", "plan", "verify", "export", "score", "render", "validate", "diff",
+                 "publish", "versions", "pull", "s3-local", "demo-data", "demo-objects", "warm", "repro-check", "bench")
+
+
 class Commands(TyperGroup):
     """Every command's `BenchBuildError` ends here, once: its message on one line and its exit code (2: refused,
     nothing written; 1: part of the work failed). Any other exception is a bug and keeps its traceback."""
@@ -35,6 +45,11 @@ class Commands(TyperGroup):
             return super().invoke(ctx)
         except BenchBuildError as e:
             raise fail(e, e.exit_code) from None
+
+    def list_commands(self, ctx):
+        """The commands in `COMMAND_ORDER`, any other after them as registered."""
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else len(COMMAND_ORDER))
 
     def get_command(self, ctx, cmd_name):
         """The command, its line in the command list being its help's first paragraph as one flowing line (typer
@@ -55,7 +70,7 @@ console = Console(stderr=True, soft_wrap=True)
 out_console = Console(soft_wrap=True)
 
 
-app.add_typer(bench_app, name="bench")
+app.add_typer(bench_app, name="bench", rich_help_panel=PANEL_MACHINE)
 
 
 # Object storage: credentials only ever come from the AWS chain (env, profile, ~/.aws), never from options.

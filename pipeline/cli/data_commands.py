@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.app import PANEL_USE, EndpointOpt, ProfileOpt, app, console, fail, out_console
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def verify(
     version_dir: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version>, or its s3:// URL (checked in place)")],
     *,
@@ -45,7 +45,7 @@ def verify(
                       + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def export(
     version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")],
     out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
@@ -91,7 +91,7 @@ def export(
     out_console.print(f"wrote {r.frames} frames in {len(r.partitions)} partitions to {out}")
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def score(
     version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
     predictions: Annotated[Path, typer.Argument(
@@ -128,7 +128,7 @@ def score(
         out_console.print(f"wrote {csv_path} and {json_path}")
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def render(
     version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
     *,
@@ -159,7 +159,7 @@ def render(
         out_console.print(f"(no --out given: wrote into {paths[0].parent.resolve()}; --out DIR writes elsewhere)")
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def validate(
     version_dir: Annotated[Path, typer.Argument(help="A built version, OUT/<benchmark>/<version>")],
     *,
@@ -223,7 +223,7 @@ def validate(
 
 
 # --- diff (issue 36): kept to one delimited block ---
-@app.command()
+@app.command(rich_help_panel=PANEL_USE)
 def diff(
     version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],
     version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL")],

@@ -10,11 +10,11 @@ from typing import Annotated
 
 import typer
 
-from bench_build.cli.app import EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.app import PANEL_PUBLISH, EndpointOpt, ProfileOpt, app, console, fail, out_console
 from bench_build.cli.build_commands import raise_interrupt
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_PUBLISH)
 def publish(
     version_dir: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (or its URL)")],
     *,
@@ -55,7 +55,7 @@ def publish(
                           "other published versions (not uploaded)", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_PUBLISH)
 def versions(
     dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
     *,
@@ -90,7 +90,7 @@ def versions(
         out_console.print(f"{bad['version']}  [red]UNSAFE[/red]: {escape(bad['reason'])}", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL_PUBLISH)
 def pull(
     dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
     *,
@@ -138,7 +138,7 @@ def pull(
                       f"there; all {r.files} verified" + (f", {len(r.renders)} render(s)" if r.renders else ""))
 
 
-@app.command(name="s3-local")
+@app.command(name="s3-local", rich_help_panel=PANEL_PUBLISH)
 def s3_local(
     *,
     data_dir: Annotated[Path, typer.Option("--dir", help="Where the store keeps its objects (kept after it stops)")]

@@ -66,3 +66,20 @@ def test_the_command_list_gives_each_command_its_first_paragraph_as_flowing_text
         name = command.name or command.callback.__name__.replace("_", "-")
         first = " ".join(inspect.cleandoc(command.callback.__doc__).partition("\n\n")[0].split())
         assert lines.get(name) == first, (name, lines.get(name))
+
+
+def test_the_command_list_is_grouped_in_the_order_a_newcomer_meets_the_commands():
+    """`bench-build --help`: four panels, building first, each command in one of them, `COMMAND_ORDER` within."""
+    from bench_build.cli.app import COMMAND_ORDER
+
+    out = CliRunner().invoke(app, ["--help"], terminal_width=400, env={"COLUMNS": "400"}).output
+    panels: list[tuple[str, list[str]]] = []
+    for ln in out.splitlines():
+        if ln.startswith("╭─ ") and "Options" not in ln:
+            panels.append((ln.strip("╭─ ").split(" ─")[0].strip(), []))
+        elif ln.startswith("│ ") and not ln.startswith("│ --") and panels and ln.strip("│ "):
+            panels[-1][1].append(ln.strip("│ ").split(" ", 1)[0])
+    assert [p for p, _ in panels] == ["Build", "Use a built version", "Publish and fetch", "Demo data and this machine"]
+    assert panels[0][1] == ["run", "status", "list", "plan"]
+    listed = [c for _, cs in panels for c in cs]
+    assert listed == list(COMMAND_ORDER)  # every command once, none outside a panel

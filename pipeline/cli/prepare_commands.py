@@ -1,0 +1,226 @@
+"""Before a build: list, warm, demo-data, demo-objects, plan, repro-check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from bench_build.cli.app import PANEL_BUILD, PANEL_MACHINE, app, fail, out_console
+
+
+def _threedos_classes(sc) -> str:
+    from bench_build.manifests.threedos import SN_SETS, SR_SCANOBJECTNN
+
+    def n(sets):
+        return sum(len(SN_SETS[s]) if s in SN_SETS else len(SR_SCANOBJECTNN[s]) for s in sets)
+
+    return f" ({n(sc.known)} known / {n(sc.unknown)} unknown categories)"
+
+
+@app.command("list", rich_help_panel=PANEL_BUILD)
+def list_benchmarks() -> None:
+    """Built-in benchmarks: corruptions × severities and example counts."""
+    from bench_build.manifests.recipe import builtin_recipes, load_recipe
+
+    for name in sorted(builtin_recipes()):
+        r = load_recipe(name)
+        names = f" ({', '.join(r.severity_names)})" if r.severity_names else ""
+        if not r.corruptions:  # clean-only benchmark (3dos): its examples are (scenario, shape) pairs
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
+                              "scenario × shape")
+        else:
+            n_corr = f"{len(r.corruptions)} corruption{'s' if len(r.corruptions) != 1 else ''}"
+            split = f" ({r.split} split)" if r.split else ""
+            out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
+                              f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
+                              f"defined, {r.examples_stored(1)} stored (clean once)")
+            out_console.print("  " + ", ".join(c.name for c in r.corruptions))
+        if r.paper_frames:
+            n, c, s = r.paper_frames, len(r.corruptions), r.severities
+            out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
+                              f"({r.examples_stored(n):,} stored with the clean scans)")
+        if r.source == "3dos":
+            from bench_build.manifests.threedos import SCENARIOS
+
+            for sc in SCENARIOS:
+                out_console.print(f"  {sc.track} {sc.name}: known {'+'.join(sc.known)}, unknown {'+'.join(sc.unknown)}"
+                                  f"{_threedos_classes(sc)}")
+        if r.variants:
+            out_console.print("  variants: " + ", ".join(f"{name}:{v}" for v in r.variants))
+
+
+@app.command(rich_help_panel=PANEL_MACHINE)
+def warm(
+    benchmarks: Annotated[list[str] | None, typer.Argument(
+        help="Built-in benchmark names or recipe .toml files (default: every built-in benchmark)")] = None,
+) -> None:
+    """Compile (or load) the numba kernels of these benchmarks' builds once, so the Ray workers this machine
+    starts later load them instead of each compiling them in its first task (the image runs this at build)."""
+    from bench_build.build.warm import numba_cache_dir
+    from bench_build.build.warm import warm as warm_kernels
+    from bench_build.manifests.recipe import builtin_recipes
+
+    names = benchmarks or sorted(builtin_recipes())
+    total = 0.0
+
+    def done(row: dict) -> None:
+        nonlocal total
+        total += row["cpu_seconds"]
+        out_console.print(f"{row['benchmark']}: {row['cpu_seconds']:.1f} s CPU (one demo frame, "
+                          f"{row['examples']} examples, nothing kept)")
+
+    try:
+        warm_kernels(names, on_done=done)
+    except (ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    out_console.print(f"{len(names)} benchmark(s) in {total:.1f} s CPU; numba kernels cached in {numba_cache_dir()}")
+
+
+@app.command("demo-data", rich_help_panel=PANEL_MACHINE)
+def demo_data(
+    out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to")],
+    *,
+    frames: Annotated[int, typer.Option(min=1, help="Number of frames")] = 8,
+    seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
+) -> None:
+    """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
+    from bench_build.sources.demo.kitti import write_demo_dataset
+
+    write_demo_dataset(out, frames, seed=seed)
+    out_console.print(f"wrote {frames} frames to {out}")
+
+
+@app.command("demo-objects", rich_help_panel=PANEL_MACHINE)
+def demo_objects(
+    out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to")],
+    *,
+    per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
+) -> None:
+    """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
+    from bench_build.sources.demo.objects import write_demo_objects
+
+    n = per_class
+    write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
+                       shapenet={"train": n, "test": n})
+    out_console.print(f"wrote modelnet40_ply_hdf5_2048/, ModelNet40/, ScanObjectNN/ and ShapeNetCore.v2/ to {out}")
+
+
+@app.command(rich_help_panel=PANEL_BUILD)
+def plan(
+    benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name or a recipe .toml file")],
+    *,
+    source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)")]
+    = None,
+    frames: Annotated[int | None, typer.Option(min=1, help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
+    = None,
+    split: Annotated[str | None, typer.Option(help="training, testing, or an ImageSets list (train, val)")] = None,
+    workers: Annotated[list[int] | None, typer.Option(min=1, help="Worker counts to simulate (repeatable)")] = None,
+    frames_per_shard: Annotated[int | None, typer.Option(min=1, help="Frames per block (default: the recipe's)")] \
+        = None,
+    groups: Annotated[int | None, typer.Option(min=1, help="Task groups per block (default: sized from the costs)")]
+    = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
+    worker_start: Annotated[float | None, typer.Option(min=0,
+        help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
+             "loaded from the cache; default: the cost table's measurement, else 2; add ≈ 11 where workers compile "
+             "them)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
+    nothing."""
+    from bench_build.manifests.recipe import RecipeError, load_recipe
+    from bench_build.plan.costs import load_costs
+    from bench_build.plan.scale import plan_build
+    from bench_build.sources import SourceError, open_source
+
+    try:
+        recipe = load_recipe(benchmark)
+        if frames is not None and source is not None:
+            raise ValueError("give --source or --frames, not both")
+        if frames is not None:
+            if frames < 1:
+                raise ValueError("--frames must be ≥ 1")
+            frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
+        else:
+            from bench_build.build.run import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
+
+            src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
+            frame_ids = src.list_frames()
+            fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
+        report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
+                            groups=groups, costs=load_costs(recipe, costs),
+                            worker_start_s=worker_start)
+    except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    if as_json:
+        out_console.print_json(json.dumps(report))
+        return
+    z = report["sized"]
+    out_console.print(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
+                      f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
+                      f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
+                      f"CPU-hours as one task per block")
+    out_console.print(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
+                      f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
+                      f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
+                      f"{z['cpu_hours']:.2f} CPU-hours "
+                      f"(each group rebuilds the per-frame caches it needs)")
+    rt = report["runtime"]
+    out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
+                      f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
+                      f"scheduling; the driver starts in {rt['driver_start_s']:g} s (plan, Ray), finishes in "
+                      f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
+                      f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
+                      f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+    # fits an 80-column terminal: no vertical rules, one space between columns, nothing truncated
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  caption="best split for N workers; wall = driver start + span + finish; * cost-sized")
+    for col in ("workers", "groups", "tasks", "task s", "span", "wall", "util", "CPU-h", "span*", "util*"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+
+    def span(m: float) -> str:
+        return f"{m / 3600:.2f}h" if m >= 3600 else f"{m / 60:.1f}m" if m >= 60 else f"{m:.1f}s"
+
+    for row in report["schedule"]:
+        table.add_row(str(row["workers"]), str(row["groups_per_block"]), str(row["tasks"]),
+                      f"{row['task_seconds']['mean']:.1f}", span(row["makespan_s"]), span(row["wall_s"]),
+                      f"{row['wall_utilisation']:.1%}",
+                      f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
+                      f"{row['sized']['wall_utilisation']:.1%}")
+    out_console.print(table)
+
+
+@app.command("repro-check", rich_help_panel=PANEL_MACHINE)
+def repro_check(
+    *,
+    out: Annotated[Path | None, typer.Option(help="Write this machine's battery (hashes, numeric profile) here")]
+    = None,
+    compare: Annotated[Path | None, typer.Option(help="Another machine's battery JSON: list what differs "
+                                                     "(exit 1 if any partition's bytes or probe differ)")] = None,
+    recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (default: every built-in and "
+                                                     "variant)")] = None,
+    probe: Annotated[bool, typer.Option(help="Also hash the float64 results of NumPy's CPU-dependent functions "
+                                             "per example (slower; sees what one frame's stored bytes hide)")] = False,
+) -> None:
+    """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
+    each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
+    from bench_build.build.repro_check import battery, compare_files, summary
+    from bench_build.manifests.recipe import RecipeError
+
+    try:
+        res = battery(recipes.split(",") if recipes else None, probe=probe)
+    except (RecipeError, ValueError, FileNotFoundError) as e:
+        raise fail(e) from None
+    if out is not None:
+        out.write_text(json.dumps(res, indent=1, sort_keys=True))
+    out_console.print(summary(res), highlight=False)
+    if compare is not None:
+        text, differs = compare_files(compare, res)
+        out_console.print(text, highlight=False)
+        if differs:
+            raise typer.Exit(code=1)
