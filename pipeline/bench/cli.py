@@ -30,7 +30,8 @@ CostsOut = Annotated[Path | None, typer.Option(help="Also write the measured cos
 
 def stages(frames: int = 4, builds: bool = True, build_rounds: int = 1, objects: bool = True,
            only_objects: bool = False, costs_out: Path | None = None) -> None:
-    from bench_build.bench.stages import run_bench, run_object_bench
+    from bench_build.bench.objects import run_object_bench
+    from bench_build.bench.stages import run_bench
 
     if not only_objects:
         run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)

@@ -9,13 +9,15 @@ Prints, on demo scans (full resolution, ≈130k points):
    from the cost table scaled by their ratio).
 5. (`bench_build.bench.sources`) the dataset readers' decode cost per frame (Waymo range image → points, target
    ≤ 20 ms per 64 × 2650 image) and the robo3d-nuscenes-c stages on 32-beam scans.
-6. object benchmarks (`run_object_bench`): per-shape cost of every ModelNet-C / ModelNet40-E corruption and
-   of the 3DOS preprocessing on demo objects, and examples/s of a ModelNet-C demo build at 1 and 2 workers.
+6. object benchmarks (`bench.objects.run_object_bench`): per-shape cost of every ModelNet-C / ModelNet40-E
+   corruption and of the 3DOS preprocessing on demo objects, and examples/s of a ModelNet-C demo build at 1 and 2
+   workers.
+
+What it measures the cost table with, and checks the table against, is in `bench.costs`.
 """
 
 from __future__ import annotations
 
-import functools
 import tempfile
 import time
 from dataclasses import replace
@@ -23,42 +25,27 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_build.bench.costs import (
+    FULL_FRAMES,
+    FULL_FRAMES_DEFAULT,
+    cache_needs,
+    model_cpu_hours,
+    model_ms_per_example,
+    read_ms,
+    speed_probe,
+    task_cpu_per_example,
+    write_costs,
+)
 from bench_build.bench.sources import run_bench_sources
-from bench_build.bench.timing import FOV_TARGET_MS, TARGET_MS, median_time, stage_table, timeit
-from bench_build.build.ledger import Ledger
+from bench_build.bench.timing import FOV_TARGET_MS, one_thread, stage_table, timeit
 from bench_build.build.run import run_build
-from bench_build.build.shard import build_columns, partition_meta
-from bench_build.format.schema import schema_with_metadata
-from bench_build.format.writer import record_batches, write_parquet_atomic
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import CACHES, CostTable
-from bench_build.plan.tasks import CLEAN, example_key, example_rng, group_cost_ms, partition_order
 from bench_build.render import View, contact_sheet
 from bench_build.sources.demo.kitti import generate_frame
-from bench_build.sources.demo.objects import ensure_demo_objects
-from bench_build.sources.kitti import KittiSource, camera_fov_mask, write_frame
-from bench_build.sources.modelnet import ModelNet40H5Source
-from bench_build.sources.shapenet import ShapeNetCoreSource
+from bench_build.sources.kitti import camera_fov_mask
 from bench_build.stages.kernels.column_knn import CellGrid
-from bench_build.stages.registry import get_stage
 from bench_build.stages.ring import frame_rings
-from bench_build.stages.whole_shape.sensor_noise import pca_normals
-from bench_build.storage import LocalStore, open_store
-
-
-def one_thread(fn):
-    """Run ``fn`` with NumPy's BLAS / OpenMP thread pools at one thread, as a Ray task with one CPU runs (Ray sets
-    OMP_NUM_THREADS=1 in its workers). Without it the CPU time of a stage that calls BLAS counts the spinning of
-    an idle core's BLAS thread: on an idle machine Robo3D snow on a camera-FOV crop read 130 ms instead of 65."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1):
-            return fn(*args, **kwargs)
-
-    return wrapper
 
 
 @one_thread
@@ -105,8 +92,8 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             getattr(f, cache)
         prep_ms[cache] = (clock() - t) / frames * 1e3
     results["prep_ms"] = prep_ms
-    results["read_ms"] = _read_ms(demo, repeat, clock)
-    results["needs"] = _cache_needs(recipe, demo[0])
+    results["read_ms"] = read_ms(demo, repeat, clock)
+    results["needs"] = cache_needs(recipe, demo[0])
     print(f"  of which {', '.join(f'{k} {v:.1f} ms' for k, v in prep_ms.items())} (rebuilt by every task that needs "
           f"it); reading + decoding a scan (KITTI .bin, labels, calib): {results['read_ms']:.1f} ms per frame")
 
@@ -226,59 +213,6 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     return results
 
 
-FULL_FRAMES = {"kitti-c": 7481, "robo3d-kitti-c": 3769}  # frames of the full benchmark (KITTI val: 3,769)
-FULL_FRAMES_DEFAULT = 7481
-
-
-def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
-    """CPU-hours of the full benchmark from a cost table, one task per block (each cache built once per frame)."""
-
-    frames = FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT) if frames is None else frames
-    return frames * group_cost_ms(partition_order(recipe, table), table) / 3.6e6
-
-
-def model_ms_per_example(version_dir, tasks, table) -> float:
-    """What ``table`` predicts a finished build's tasks cost per stored example: each task's frames × (read + the
-    caches its partitions need + its partitions), from the ledger — to check the table against
-    `task_cpu_per_example`."""
-
-    ledger = Ledger(open_store(version_dir))
-    ms = rows = 0.0
-    for e in (ledger.done_entry(name) for name in tasks):
-        if e is None:
-            continue
-        parts = sorted({(f["corruption"], f["severity"]) for f in e["files"]})
-        ms += len(e["frames"]) * group_cost_ms(parts, table)
-        rows += sum(f["rows"] for f in e["files"])
-    return ms / rows if rows else 0.0
-
-
-def task_cpu_per_example(version_dir, tasks) -> tuple[float, float]:
-    """(CPU seconds per stored example, warm-up CPU seconds per worker process) of a finished
-    build, from its ledger: the tasks' own CPU time, minus the contact-sheet panels the first block paints (a
-    picture of one frame). A worker process's first task also pays its one-off warm-up (imports, numba's
-    cached code: a cost per process, not per example), so the rate comes from the other tasks when every
-    process ran more than one, and the warm-up is what a first task cost beyond that rate."""
-
-    ledger = Ledger(open_store(version_dir))
-    entries = [e for e in (ledger.done_entry(name) for name in tasks) if e is not None]
-    for e in entries:
-        e["_cpu"] = e.get("cpu_seconds", 0.0) - e.get("sheet_cpu_seconds", 0.0)
-        e["_rows"] = sum(f["rows"] for f in e["files"])
-    first: dict = {}
-    for e in entries:
-        pid = e.get("pid")
-        if "process_cpu_start" in e and (pid not in first or e["process_cpu_start"] < first[pid]["process_cpu_start"]):
-            first[pid] = e
-    warm = [e for e in entries if e is not first.get(e.get("pid"))]
-    if not first or len(warm) < len(first):  # some process ran a single task: no warm rate to separate
-        rows = sum(e["_rows"] for e in entries)
-        return (sum(e["_cpu"] for e in entries) / rows if rows else 0.0), 0.0
-    rate = sum(e["_cpu"] for e in warm) / sum(e["_rows"] for e in warm)
-    warmup = sum(e["_cpu"] - rate * e["_rows"] for e in first.values()) / len(first)
-    return rate, warmup
-
-
 def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
     """Seconds per contact-sheet panel (raster + matplotlib Agg + PNG) for a full sheet of ``recipe``."""
 
@@ -290,160 +224,6 @@ def _render_bench(frame, recipe, target_s: float = 0.5) -> float:
     print(f"\ncontact sheet: {len(views)} panels of {len(frame):,} points, {per_panel:.3f} s per panel "
           f"(target ≤ {target_s} s)")
     return per_panel
-
-
-@one_thread
-def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> dict:
-    """Object stages on demo ModelNet40 shapes (as the recipes preprocess them), then a ModelNet-C demo build."""
-
-    root = ensure_demo_objects(("modelnet40", "shapenet"))
-    src = ModelNet40H5Source(root, "test")
-    full = [src.read(i) for i in src.list_frames()[:shapes]]
-    results: dict = {"stages": {}}
-    t = time.perf_counter()
-
-    pca_normals(full[0].xyz.astype(np.float64), 10)  # numba kernels: loaded from the on-disk cache (or compiled)
-    first_ms = (time.perf_counter() - t) * 1e3
-    prepared = {}
-    for name in ("modelnet-c", "modelnet40-e"):
-        recipe = load_recipe(name)
-        demo = full
-        if recipe.preprocess is not None:
-            pre = get_stage(recipe.preprocess.stage)
-            demo = [pre.apply(f, recipe.preprocess.params[0],
-                              example_rng(recipe.seed, example_key(name, f.frame_id, "clean", 0))) for f in full]
-        prepared[name] = demo
-        print(f"\n(object shapes of {name}: {len(demo[0])} points each, best of {repeat}, CPU time of this "
-              "process: shapes are small, so wall time on a shared machine mostly measures the neighbours)")
-        results["stages"][name] = stage_table(recipe, demo, repeat, clock=time.process_time)
-    # ModelNet40-E per shape: one severity with the normals computed from scratch (a fresh frame has no
-    # cached normals), the issue's target; further severities of the same shape reuse the normals
-    recipe = load_recipe("modelnet40-e")
-    noise = recipe.corruptions[0]
-    stage = get_stage(noise.stage)
-    scratch = []
-    for s in range(1, recipe.severities + 1):
-        def fresh(s=s):
-            for f in prepared["modelnet40-e"]:
-                stage.apply(replace(f), noise.params_for(s), example_rng(recipe.seed, example_key(
-                    recipe.name, f.frame_id, noise.name, s)))
-        scratch.append(timeit(fresh, repeat, time.process_time) / len(full) * 1e3)
-    normals_ms = timeit(lambda: [pca_normals(f.xyz.astype(np.float64), 10) for f in prepared["modelnet40-e"]],
-                         repeat, time.process_time) / len(full) * 1e3
-    per_sev = max(results["stages"]["modelnet40-e"]["noise"])
-    target = TARGET_MS["sensor_noise"]
-    results["sensor_noise_normals_ms"] = normals_ms
-    results["sensor_noise_from_scratch_ms"] = scratch
-    results["numba_first_call_ms"] = first_ms
-    print("modelnet40-e per shape, normals from scratch + noise at one severity: "
-          + " / ".join(f"{v:.2f}" for v in scratch) + f" ms CPU (s1 / s2 / s3; target {target:.0f} ms: "
-          f"{'ok' if max(scratch) <= target else 'NO'}); of which normals {normals_ms:.2f} ms (grid 11-NN + "
-          f"covariances + eigenvectors); a shape's other severities reuse them: ≤ {per_sev:.2f} ms each, "
-          f"{(normals_ms + 3 * per_sev) / 3:.2f} ms per example on average. First call in this process "
-          f"(numba kernels from the on-disk cache, or compiled once): {first_ms:.0f} ms")
-    sn = ShapeNetCoreSource(root, "test")
-    sn.read(sn.list_frames()[0])  # imports trimesh/open3d once, outside the timing
-    t = time.process_time()
-    clouds = [sn.read(i) for i in sn.list_frames()[1:9]]
-    read_ms = (time.process_time() - t) / len(clouds) * 1e3
-    recipe = load_recipe("3dos")
-    pre = get_stage(recipe.preprocess.stage)
-    ms = timeit(lambda: [pre.apply(c, recipe.preprocess.params[0], example_rng(1, c.frame_id)) for c in clouds],
-                 repeat, time.process_time) / len(clouds) * 1e3
-    results["3dos"] = {"mesh_to_fps4096_ms": read_ms, "object_sample_ms": ms}
-    print(f"\n3dos: ShapeNet mesh → 16,384 area-weighted samples → FPS 4,096: {read_ms:.1f} ms CPU per shape "
-          f"(reader); seeded 1,024 + unit sphere: {ms:.2f} ms CPU per example")
-    if builds:
-
-        print("\nModelNet-C demo build (80 test shapes × 36 examples, Ray start-up included):")
-        results["builds"] = {}
-        for workers in (1, 2):
-            with tempfile.TemporaryDirectory() as tmp:
-                t = time.perf_counter()
-                res = run_build("modelnet-c", out=tmp, workers=workers, progress=False)
-                dt = time.perf_counter() - t
-                n = res.manifest["counts"]["examples_stored"] if res.manifest else 0
-                results["builds"][workers] = n / dt
-                print(f"  workers={workers}: {n} examples in {dt:.1f} s = {n / dt:.1f} examples/s")
-    return results
-
-
-def speed_probe(repeat: int = 5) -> float:
-    """ms of CPU for a fixed workload like a build's (a sort, float32 arithmetic, a Python loop), best of
-    ``repeat``. This project's VM runs the same code 0.6–0.95× as fast from one minute to the next; printed at
-    the start and end of `bench` (and kept in a cost table), it tells whether two runs' absolute numbers are
-    comparable. Ratios measured within one run do not need it."""
-    rng = np.random.default_rng(0)
-    x = rng.random(1 << 20, dtype=np.float32)
-
-    def work() -> None:
-        np.sort(x)
-        np.sqrt(x * x + x).sum()
-        sum(i * i for i in range(200_000))
-
-    return timeit(work, repeat, time.process_time) * 1e3
-
-
-
-
-def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
-    """(clean ms, {corruption: ms at severities 1..S}, clean bytes) per example to commit a partition's examples
-    to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
-    write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
-    a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
-
-    columns = list(build_columns(recipe, None))
-    with tempfile.TemporaryDirectory(prefix="bench-build-write-") as tmp:
-        store = LocalStore(Path(tmp))
-
-        def commit(corruption: str, severity: int, outs) -> tuple[float, int]:
-            meta = {"benchmark": recipe.name, "fields": list(demo[0].fields), "columns": columns,
-                    **partition_meta(recipe, corruption, severity)}
-            schema = schema_with_metadata(meta)
-            rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
-                    for f, o in zip(demo, outs, strict=True)]
-            rel = Path(f"{corruption}-{severity}.parquet")
-            t = median_time(lambda: write_parquet_atomic(rel, schema, record_batches(iter(rows), schema), store),
-                             repeat, clock)
-            return t / len(demo) * 1e3, store.path(rel.as_posix()).stat().st_size // len(demo)
-
-        clean, size = commit(CLEAN, 0, demo)
-        by = {}
-        for c in recipe.corruptions:
-            stage, row = get_stage(c.stage), []
-            for s in range(1, recipe.severities + 1):
-                outs = [stage.apply(f, c.params_for(s), example_rng(recipe.seed, example_key(recipe.name, f.frame_id,
-                                                                                              c.name, s)))
-                        for f in demo]
-                row.append(commit(c.name, s, outs)[0])
-            by[c.name] = row
-    return clean, by, size
-
-
-def _read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
-    """ms per frame to read one scan back through the KITTI reader (what every task pays per frame)."""
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for f in demo:
-            write_frame(Path(tmp), f)
-        src = KittiSource(tmp)
-        ids = src.list_frames()
-        return timeit(lambda: [src.read(i) for i in ids], repeat, clock) / len(ids) * 1e3
-
-
-def _cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
-    """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame)."""
-
-    out = {}
-    for c in recipe.corruptions:
-        fresh = replace(frame)
-        get_stage(c.stage).apply(fresh, c.params_for(1), example_rng(recipe.seed, example_key(
-            recipe.name, fresh.frame_id, c.name, 1)))
-        used = fresh.__dict__
-        out[c.name] = tuple(k for k in CACHES if k in used or (k == "box_index" and "box_points" in used))
-    return out
-
-
 
 
 if __name__ == "__main__":

@@ -232,7 +232,7 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     already warm process, and the warm-up (imports, numba's cached code) as what each process's first task cost
     beyond that rate; the contact-sheet painting is excluded. Where a process ran only one task, nothing can be
     separated and every task counts."""
-    from bench_build.bench.stages import task_cpu_per_example
+    from bench_build.bench.costs import task_cpu_per_example
     from bench_build.build.ledger import Ledger
 
     ledger = Ledger(tmp_path)
@@ -258,7 +258,7 @@ def test_bench_timings_run_with_one_blas_thread_as_a_ray_task_does():
     one-CPU Ray task's setting) and restored after, so an idle core's spinning BLAS thread is not counted."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from bench_build.bench.stages import one_thread
+    from bench_build.bench.timing import one_thread
 
     with threadpool_limits(limits=2):  # whatever the machine has, start from more than one
         before = [p["num_threads"] for p in threadpool_info()]
@@ -302,7 +302,7 @@ def test_cost_table_write_cost_per_partition_round_trips_and_prices_partitions(k
 def test_model_prediction_for_a_finished_build_reads_its_tasks_from_the_ledger(kitti_c, tmp_path):
     """`bench` checks the cost table against a real build: per stored example, what the table predicts for the
     build's own tasks (each task's frames × its read, caches and partitions)."""
-    from bench_build.bench.stages import model_ms_per_example
+    from bench_build.bench.costs import model_ms_per_example
     from bench_build.build.ledger import Ledger
 
     table = default_costs(kitti_c)
@@ -323,7 +323,7 @@ def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
 
     import numpy as np
 
-    from bench_build.bench.stages import write_costs
+    from bench_build.bench.costs import write_costs
     from bench_build.sources.demo.kitti import generate_frame
 
     recipe = load_recipe(str(small_recipe))
