@@ -127,7 +127,8 @@ def run(
         raise typer.Exit(code=1)
     console.print(f"[green]done:[/green] {result.version_dir}")
     where = str(result.version_dir).rstrip("/")
-    for what, value in (("dataset card", f"{where}/README.md"), ("contact sheet", f"{where}/renders/contact_sheet.png"),
+    sheet = [r["path"] for r in (result.manifest or {}).get("renders", [])][:1]  # none if it failed to draw
+    for what, value in (("dataset card", f"{where}/README.md"), *(("contact sheet", f"{where}/{p}") for p in sheet),
                         ("check it", f"bench-build verify {where}")):
         console.print(f"  {what + ':':<15}{value}", highlight=False, soft_wrap=True)
 

@@ -67,7 +67,7 @@ def spare_pandas_import() -> None:
     ask whether the input is a pandas object, which a build's never is. Asked once with pandas hidden, pyarrow
     records the answer "no"; whatever later converts to or from pandas (``to_pandas``, ``from_pandas``) still
     imports it then, as pyarrow retries the import for those."""
-    if "pandas" in sys.modules:
+    if "pandas" in sys.modules or getattr(spare_pandas_import, "done", False):
         return
     finder = _PandasHidden()
     sys.meta_path.insert(0, finder)
@@ -75,6 +75,7 @@ def spare_pandas_import() -> None:
         pa.array([0])
     finally:
         sys.meta_path.remove(finder)
+    spare_pandas_import.done = True  # type: ignore[attr-defined]
 
 
 def worker_environment() -> dict[str, str]:

@@ -343,6 +343,7 @@ def test_run_counts_a_shard_its_killed_worker_recorded_as_built(small_recipe, de
     assert rows[-1] == f"{len(corruptions) - 1} corruption{'s' * (len(corruptions) != 2)} + clean"
     assert f"{len(parts)} partitions" in again.output
     assert f"check it:      bench-build verify {version}" in again.output
+    assert f"contact sheet: {version}/renders/contact_sheet.png" in again.output
     reference = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "ref", max_frames=3,
                           frames_per_shard=1, progress=False)
     assert reference.ok
