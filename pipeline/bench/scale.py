@@ -3,7 +3,9 @@
 For each worker count: wall time, the build's own phases (Ray start, tasks, finish), the tasks' CPU and where
 their time went (the ledger's per-task `split`: read, compute, encode, Parquet, commit, waiting), speed-up over
 the first count, utilisation = the first count's task CPU per worker-count ÷ (N × wall) (the issue's measure:
-1-worker task CPU ÷ (N × wall) when the first count is 1), and `plan`'s predicted wall and utilisation.
+1-worker task CPU ÷ (N × wall) when the first count is 1), and `plan`'s predicted wall and utilisation. The
+tasks' CPU against the first count's is shown twice: as measured (``CPU ×``) and without each worker process's
+one-off warm-up (``w/o warm``, `work_cpu`), which N workers pay N times.
 
 ``--control`` first runs two plain NumPy loops (no bench-build code, `bench.control`) in 1 and then N processes at
 once: the CPU each copy needs at N against 1 is what the hardware alone inflates (shared cores, caches, memory
@@ -11,8 +13,8 @@ bandwidth, a hypervisor's neighbours), the floor any build's task inflation is c
 records the machine's `cpu_topology` (logical CPUs, physical cores, model).
 
 ``--costs-out`` merges what was measured (Ray start, worker start, the driver's finish, the task CPU inflation at
-full occupancy) into a cost table as its ``runtime``, which `plan` and the local group choice then use
-(`bench_build.plan.tasks.Runtime`).
+full occupancy without the warm-up) into a cost table as its ``runtime``, which `plan` and the local group choice
+then use (`bench_build.plan.tasks.Runtime`).
 """
 
 from __future__ import annotations
