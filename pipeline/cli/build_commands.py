@@ -175,10 +175,10 @@ def _summary_table(manifest: dict) -> None:
         table.add_row(corruption, span, f"{examples:,}", f"{nbytes / 1e6:,.1f}", f"{seconds:.1f}")
     total = [sum(r[i] for r in rows.values()) for i in (1, 2, 3)]
     table.add_section()
-    n = len(rows) - ("clean" in rows)
-    table.add_row(f"{n} corruption{'s' * (n != 1)}" + (" + clean" if "clean" in rows else ""),
-                  f"{sum(len(r[0]) for r in rows.values())} partitions",
-                  f"{total[0]:,}", f"{total[1] / 1e6:,.1f}", f"{total[2]:.1f}")
+    n, parts = len(rows) - ("clean" in rows), sum(len(r[0]) for r in rows.values())
+    label = "clean only" if n == 0 else f"{n} corruption{'s' * (n != 1)}" + (" + clean" if "clean" in rows else "")
+    table.add_row(label, f"{parts} partition{'s' * (parts != 1)}", f"{total[0]:,}", f"{total[1] / 1e6:,.1f}",
+                  f"{total[2]:.1f}")
     console.print(table)
 
 

@@ -83,3 +83,21 @@ def test_the_command_list_is_grouped_in_the_order_a_newcomer_meets_the_commands(
     assert panels[0][1] == ["run", "status", "list", "plan"]
     listed = [c for _, cs in panels for c in cs]
     assert listed == list(COMMAND_ORDER)  # every command once, none outside a panel
+
+
+def test_the_run_summary_has_a_row_per_corruption_and_says_clean_only_when_there_is_no_corruption(capsys):
+    from bench_build.cli.build_commands import _summary_table
+
+    def manifest(parts):
+        return {"dataset": "d", "version": "1", "counts": {"by_partition": {
+            k: {"examples": 2, "bytes": 1e6, "seconds": 0.5} for k in parts}}}
+
+    def rows() -> list[list[str]]:
+        return [[c.strip() for c in ln.split("│")[1:-1]] for ln in capsys.readouterr().err.splitlines()
+                if ln.startswith("│")]
+
+    _summary_table(manifest(["fog/1", "fog/2", "fog/3", "clean/0", "beam_del/2", "beam_del/4"]))
+    assert rows() == [["clean", "0", "2", "1.0", "0.5"], ["beam_del", "2, 4", "4", "2.0", "1.0"],
+                      ["fog", "1–3", "6", "3.0", "1.5"], ["2 corruptions + clean", "6 partitions", "12", "6.0", "3.0"]]
+    _summary_table(manifest(["clean/0"]))  # 3dos: every example is a clean one
+    assert rows()[-1] == ["clean only", "1 partition", "2", "1.0", "0.5"]
