@@ -161,22 +161,25 @@ def plan(
         out_console.print_json(json.dumps(report))
         return
     z = report["sized"]
-    out_console.print(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
-                      f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
-                      f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
-                      f"CPU-hours as one task per block")
-    out_console.print(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
-                      f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
-                      f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
-                      f"{z['cpu_hours']:.2f} CPU-hours "
-                      f"(each group rebuilds the per-frame caches it needs)")
+    # prose, wrapped at words to the terminal (the console keeps long lines whole for everything else)
+    def say(text: str) -> None:
+        out_console.print(text, soft_wrap=False)
+
+    say(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
+        f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
+        f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
+        f"CPU-hours as one task per block")
+    say(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
+        f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
+        f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
+        f"{z['cpu_hours']:.2f} CPU-hours (each group rebuilds the per-frame caches it needs)")
     rt = report["runtime"]
-    out_console.print(f"costs: {report['costs']}; every worker starts {report['worker_start_s']:g} s before its "
-                      f"first task (--worker-start) and each task adds {report['overhead_s_per_task']:g} s of "
-                      f"scheduling; the driver starts in {rt['driver_start_s']:g} s (plan, Ray), finishes in "
-                      f"{rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s per task, a task costs "
-                      f"×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
-                      f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+    say(f"costs: {report['costs']}")
+    say(f"runtime: every worker starts {report['worker_start_s']:g} s before its first task (--worker-start) "
+        f"and each task adds {report['overhead_s_per_task']:g} s of scheduling; the driver starts in "
+        f"{rt['driver_start_s']:g} s (plan, Ray), finishes in {rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s "
+        f"per task; a task costs ×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
+        f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
     # fits an 80-column terminal: no vertical rules, one space between columns, nothing truncated
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
                   caption="best split for N workers; wall = driver start + span + finish; * cost-sized")
