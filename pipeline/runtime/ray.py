@@ -8,6 +8,7 @@ run N busy threads on N cores instead of N × cores; it never changes bytes).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -62,11 +63,33 @@ class _PandasHidden:
             raise ModuleNotFoundError(f"{name} hidden for pyarrow's probe", name=name)
 
 
+class _PandasWatch:
+    """A meta-path finder that lets the first real ``import pandas`` through and, once pandas has loaded, has
+    pyarrow import it too (an empty table's ``to_pandas``): pyarrow then knows pandas objects again."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "pandas":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("pandas")
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            pa.table({"x": pa.array([], pa.int8())}).to_pandas()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def spare_pandas_import() -> None:
     """Spare this process pandas' import (≈ 0.2 s), once: pyarrow imports pandas on its first `pa.array` only to
     ask whether the input is a pandas object, which a build's never is. Asked once with pandas hidden, pyarrow
-    records the answer "no"; whatever later converts to or from pandas (``to_pandas``, ``from_pandas``) still
-    imports it then, as pyarrow retries the import for those."""
+    records the answer "no"; if anything in this process imports pandas later, pyarrow is made to import it as
+    well (`_PandasWatch`), so that it reads pandas objects (a Categorical, a Series with its own index) as
+    before."""
     if "pandas" in sys.modules or getattr(spare_pandas_import, "done", False):
         return
     finder = _PandasHidden()
@@ -75,6 +98,7 @@ def spare_pandas_import() -> None:
         pa.array([0])
     finally:
         sys.meta_path.remove(finder)
+    sys.meta_path.insert(0, _PandasWatch())
     spare_pandas_import.done = True  # type: ignore[attr-defined]
 
 
