@@ -13,7 +13,7 @@ from bench_build.build.ledger import Ledger
 from bench_build.build.progress import ProgressBoard
 from bench_build.build.task import describe_task_error, ledger_read, record_failure, run_shard
 from bench_build.plan.tasks import TaskSpec
-from bench_build.runtime.ray import RAYLET_GONE_GRACE_S, raylet_death, worker_environment
+from bench_build.runtime.ray import RAYLET_GONE_GRACE_S, hold_until_stopped, raylet_death, worker_environment
 from bench_build.storage import Store
 
 
@@ -24,8 +24,10 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
 
     ``raylet``: the local raylet's process, watched every second. When it dies Ray loses the driver's object
     store and, once the GCS declares the node dead (13 s later in a test), terminates this process from C++ (no Python
-    runs then). So the driver does not wait for that: it reports every unfinished shard as failed with the
-    cause (shards the ledger recorded count as built) and returns, so the summary is printed first."""
+    runs then); releasing an object that store held does the same at once. So the driver does not wait: it keeps
+    its object references until Ray is stopped, reports every unfinished shard as failed with the cause (shards
+    the ledger recorded count as built; if that is all of them, the build goes on to its manifest) and returns,
+    so the summary is printed first."""
     import ray
 
     run_id = uuid.uuid4().hex[:12]
@@ -68,6 +70,9 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
     def fail_the_rest(message: str, kind: str, raylet_died: bool) -> None:
         """Every shard not finished has failed with this cause (those the ledger recorded count as built)."""
         if raylet_died:
+            result.node_died = message
+            # its object store held these: releasing one now would end this process (`hold_until_stopped`)
+            hold_until_stopped(recipe_ref, src_ref, *in_flight)
             time.sleep(RAYLET_GONE_GRACE_S)  # its workers notice and exit: none records a shard after the reads
         for spec in [*in_flight.values(), *queue]:
             finish(spec, {"shard": spec.name, "ok": False, "error": message, "kind": kind, "record": True})

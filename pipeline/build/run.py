@@ -51,6 +51,7 @@ class BuildResult:
     # the tasks phase began, what `plan` models as a worker's start)
     first_task_starts: dict[int, float] = field(default_factory=dict, repr=False)
     early_sheet: Any = field(default=None, repr=False)  # `finish.EarlySheet`: the sheet drawn while tasks run
+    node_died: str | None = None  # the local raylet died during the tasks: why (Ray is then stopped in the foreground)
 
     @property
     def ok(self) -> bool:
@@ -194,9 +195,10 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
             result.phases["tasks"] = round(time.time() - t, 3)
             if result.first_task_starts:
                 result.phases["worker_start"] = round(statistics.median(result.first_task_starts.values()) - t, 3)
-            if started and not result.failures and sys.exc_info()[0] is None:
+            if started and not result.failures and result.node_died is None and sys.exc_info()[0] is None:
                 stopping = stop_ray_in_background()  # Ray stops (≈ 0.3 s) while the manifest and card are written
-            elif started:  # a failed run (a dead raylet …) stops Ray in the foreground, as it always did
+            elif started:  # a failed run, or one whose raylet died, stops Ray in the foreground: after that
+                # death, a stop racing the manifest could end this process midway (`hold_until_stopped`)
                 stop_ray()
     else:
         bar.close()

@@ -529,7 +529,8 @@ def test_raylet_death_is_seen_within_the_wait_an_error_gives_it():
 def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti, tmp_path, shared_ray):
     """Killing the raylet of a running build: the driver notices before Ray ends it (it lost its object store),
     prints a summary that agrees with the ledger and exits 1; every shard the ledger recorded is intact, and
-    the same command resumes from exactly those."""
+    the same command resumes from exactly those. (If every shard was recorded before the death, the build
+    is whole: it writes its manifest and exits 0.)"""
     import signal
 
     import psutil
@@ -541,11 +542,15 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
     version = out / "mini-c" / "0.1.0"
     try:
         deadline = time.time() + 120
+        raylets: list = []
+        # the raylet is found while Ray starts, so that the kill follows the first recorded shard at once
         while not ((version / "_ledger" / "shards").is_dir() and _run_ids(version)):
             assert proc.poll() is None, proc.communicate()
             assert time.time() < deadline, "the build never recorded a shard"
-            time.sleep(0.05)
-        raylets = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"]
+            raylets = raylets or [p for p in psutil.Process(proc.pid).children(recursive=True)
+                                  if p.name() == "raylet"]
+            time.sleep(0.01)
+        raylets = raylets or [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"]
         assert raylets, "no raylet under the driver"
         for p in raylets:
             p.kill()
@@ -556,8 +561,12 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
         except ProcessLookupError:
             pass
         proc.wait(timeout=30)
-    assert proc.returncode == 1, stderr  # README: 1 = the run did work but some of it failed
     recorded = _run_ids(version)
+    if len(recorded) == 5:  # the last task recorded its shard before its node died: nothing is missing
+        assert proc.returncode == 0 and "5 shards: 0 already done, 5 built, 0 failed" in stderr, stderr
+        assert verify_version(version).ok
+        return
+    assert proc.returncode == 1, stderr  # README: 1 = the run did work but some of it failed
     assert 1 <= len(recorded) and not (version / "manifest.json").exists()
     # the summary agrees with the ledger: its "built" are the recorded shards, every other one failed naming Ray
     assert f"5 shards: 0 already done, {len(recorded)} built, {5 - len(recorded)} failed" in stderr, stderr
