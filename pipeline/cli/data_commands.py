@@ -217,7 +217,7 @@ def validate(
                           f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
                           f"{version_dir}/validation/{r['corruption']}/summary.md")
         if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
-            from bench_build.validate.realism import console_line
+            from bench_build.validate.realism_report import console_line
 
             out_console.print(console_line(r["realism"]))
 

@@ -18,7 +18,7 @@ any mean that includes it is NaN too.
 The paper leaves choices open and the released code (``Castiel-Lee/robustness_pc_detector``) holds only the
 corruption generators, no bug-rate evaluation, so these are ours:
 
-- **IoU in 3D** — the overlaps of the KITTI evaluator (`kitti_eval.frame_overlaps`, rotated BEV footprint ×
+- **IoU in 3D** — the overlaps of the KITTI evaluator (`kitti_boxes.frame_overlaps`, rotated BEV footprint ×
   vertical overlap in the camera frame), because Li et al.'s accuracy tables are 3D AP; ``metric="bev"`` is
   available. "Exceeds the threshold" is strict (``>``), as the devkit's true-positive test is.
 - **Maximum over all ground-truth boxes**, whatever their class: the class of the box giving the maximum
@@ -40,15 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from bench_build.score.kitti_eval import (
-    CLASSES,
-    MIN_OVERLAP,
-    FrameOverlaps,
-    KittiObjects,
-    concat_objects,
-    lower_names,
-    pair_index,
-)
+from bench_build.score.kitti_boxes import FrameOverlaps, KittiObjects, concat_objects, pair_index
+from bench_build.score.kitti_eval import CLASSES, MIN_OVERLAP, lower_names
 from bench_build.score.validate import ScoreError
 
 BUGS = ("TD", "FC", "FD", "MD")

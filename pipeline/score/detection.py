@@ -27,14 +27,14 @@ import pyarrow.parquet as pq
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.bug_rates import bug_rates
-from bench_build.score.kitti_eval import (
+from bench_build.score.kitti_boxes import (
     KittiFormatError,
     KittiObjects,
-    evaluate,
     frame_overlaps,
     parse_kitti_objects,
     read_kitti_objects,
 )
+from bench_build.score.kitti_eval import evaluate
 from bench_build.score.predictions import FIRST, PredictionError
 from bench_build.score.truth import Partition, iter_columns
 from bench_build.sources.kitti import format_labels

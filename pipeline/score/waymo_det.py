@@ -51,7 +51,7 @@ import numpy as np
 import shapely
 from scipy.optimize import linear_sum_assignment
 
-from bench_build.score.kitti_eval import KittiObjects, bev_polygons
+from bench_build.score.kitti_boxes import KittiObjects, bev_polygons
 from bench_build.score.predictions import PredictionError, check_keys, read_predictions
 from bench_build.score.truth import Partition, manifest_of, read_build
 from bench_build.score.validate import ScoreError
@@ -78,7 +78,7 @@ class FrameBoxes:
 def iou_3d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(len(a), len(b)) IoU of upright 3D boxes (x, y, z centre, length, width, height, heading about +z).
 
-    Footprints are the KITTI evaluator's rotated rectangles (`kitti_eval.bev_polygons`, a camera-style box
+    Footprints are the KITTI evaluator's rotated rectangles (`kitti_boxes.bev_polygons`, a camera-style box
     whose x–z plane is our x–y plane: rotation_y = −heading); only pairs whose bounding circles meet are
     intersected (a frame has thousands of pairs, a few dozen touch)."""
 

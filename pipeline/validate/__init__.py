@@ -9,6 +9,7 @@ the steps and outputs; `bench-build validate` is the command.
 
 from bench_build.validate.config import ValidateConfig, ValidationError
 from bench_build.validate.hook import validate_after_build
-from bench_build.validate.run import preflight, run_validation
+from bench_build.validate.preflight import preflight
+from bench_build.validate.run import run_validation
 
 __all__ = ["ValidateConfig", "ValidationError", "preflight", "run_validation", "validate_after_build"]

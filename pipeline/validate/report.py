@@ -12,7 +12,7 @@ import numpy as np
 
 from bench_build.manifests.card import card_with_validation
 from bench_build.storage import atomic_write_with
-from bench_build.validate.realism import plot_realism, render_realism
+from bench_build.validate.realism_report import plot_realism, render_realism
 
 #: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
 GROUP_COLORS = {"real": "#d62728", "simulated": "#1f77b4", "clean": "#2ca02c"}

@@ -1,6 +1,6 @@
 """`bench-build validate`: is a simulated corruption natural? (Li et al. §IV-A, Tables III–IV, App. B-A)
 
-1. **Preflight** (no Ray, no torch): the version's manifest, the corruption and severities, and the
+1. **Preflight** (`preflight`; no Ray, no torch): the version's manifest, the corruption and severities, and the
    real-data directories (present, non-empty, of a known format) — every problem is reported before
    any training starts.
 2. **Real data** (Ray tasks over chunks of files): real weather scans (label 1) and real clean scans
@@ -34,21 +34,17 @@ from typing import Any
 import numpy as np
 
 from bench_build import __version__
-from bench_build.format.reader import open_version
-from bench_build.manifests.manifest import CLEAN, ManifestError
 from bench_build.runtime.ray import init_ray, stop_ray
-from bench_build.sources.base import SourceError
-from bench_build.sources.records import list_scans
 from bench_build.validate.config import ValidateConfig, ValidationError
 from bench_build.validate.extract import (
     FORMATS,
-    SIZE_FORMATS,
     extract_partition_file,
     list_partition_frames,
     load_real_chunk,
 )
 from bench_build.validate.mmd import mmd_table
 from bench_build.validate.pointnet import PointNetConfig
+from bench_build.validate.preflight import preflight
 from bench_build.validate.realism import MAX_SCANS, realism_report, snow_like_corruptions
 from bench_build.validate.report import write_outputs
 from bench_build.validate.train import (
@@ -63,43 +59,9 @@ from bench_build.validate.train import (
     train_classifier,
 )
 
-FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
-                "hdl64": "stf"}
-
 
 def _log_stderr(msg: str) -> None:
     print(f"[validate] {msg}", file=sys.stderr, flush=True)
-
-
-def detect_format(root: Path, files: list[Path], requested: str) -> str:
-    """The real-data format: as requested, else from the path name, else from the record size."""
-    if requested != "auto":
-        return requested
-    parts = [p.lower() for p in root.resolve().parts]
-    # WADS has KITTI's record size: it needs its name in the path *and* its labelled layout (velodyne/ beside
-    # labels/), so a clear KITTI folder that merely sits under a "wads" folder is not taken for it
-    if any("wads" in p for p in parts) and any(
-            f.parent.name == "velodyne" and (f.parent.parent / "labels").is_dir() for f in files[:50]):
-        return "wads"
-    for part in parts:
-        for hint, fmt in FORMAT_HINTS.items():
-            if hint in part:
-                return fmt
-    sizes = [f.stat().st_size for f in files[:50]]
-    fits = [fmt for fmt in SIZE_FORMATS if all(s % (4 * FORMATS[fmt]["width"]) == 0 for s in sizes)]
-    if len(fits) == 1:
-        return fits[0]
-    raise ValidationError(f"{root}: cannot tell the scan format from the path or the file sizes "
-                          f"(consistent with: {', '.join(fits) or 'none'}); pass --real-format stf|boreas|kitti|wads")
-
-
-def _check_wads_labels(root: Path, files: list[Path]) -> None:
-    """Refuse a WADS directory whose scans lack their labels/ files (the realism report needs them)."""
-    for f in files:
-        label = f.parent.parent / "labels" / f"{f.stem}.label"
-        if f.parent.name != "velodyne" or not label.is_file():
-            raise ValidationError(f"{label}: label file missing for WADS scan {f} (WADS layout: "
-                                  "sequences/NN/velodyne/F.bin with sequences/NN/labels/F.label)")
 
 
 def _subset(n: int, k: int | None, seed: int, salt: int) -> np.ndarray:
@@ -108,49 +70,6 @@ def _subset(n: int, k: int | None, seed: int, salt: int) -> np.ndarray:
         return np.arange(n)
     rng = np.random.default_rng(np.random.SeedSequence([seed, salt]))
     return np.sort(rng.choice(n, size=k, replace=False))
-
-
-def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
-    """Check everything that can be checked without training; raise ValidationError naming the problem."""
-
-    root = Path(version_dir)
-    try:
-        version = open_version(root)
-    except (ManifestError, FileNotFoundError, ValueError) as e:
-        raise ValidationError(f"{root}: not a built version ({e})") from None
-    if cfg.corruption not in version.corruptions:
-        raise ValidationError(f"{root}: no corruption {cfg.corruption!r}; it has {', '.join(version.corruptions)}")
-    n_sev = int(version.manifest["recipe"]["severities"])
-    severities = tuple(range(1, n_sev + 1)) if cfg.severities is None else tuple(cfg.severities)
-    bad = [s for s in severities if not 1 <= s <= n_sev]
-    if bad or not severities:
-        raise ValidationError(f"{root}: severities {list(bad or severities)} out of range 1..{n_sev}")
-    real: dict[str, dict[str, Any]] = {}
-    for role, d in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
-        try:
-            files = list_scans(Path(d))
-        except SourceError as e:
-            raise ValidationError(f"real {role} data for {cfg.corruption}: {e}") from None
-        fmt = detect_format(Path(d), files, cfg.real_format if role == "weather" else cfg.clean_format)
-        if fmt == "wads" and role == "clean":
-            raise ValidationError(f"real clean data {d}: WADS was recorded in snowfall, it has no clear scans; "
-                                  "pass clear scans (KITTI, SemanticKITTI, STF clear) and --real-clean-format")
-        if fmt == "wads":
-            _check_wads_labels(Path(d), files)
-        real[role] = {"dir": Path(d), "files": files, "format": fmt}
-    if real["weather"]["dir"].resolve() == real["clean"]["dir"].resolve():
-        raise ValidationError(f"real weather and real clean data are the same directory: {cfg.real_weather}")
-    clean_files = version.files(CLEAN, 0)
-    sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
-    if not clean_files or not sim_files:
-        raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
-    frames = int(version.manifest.get("frames") or 0)
-    if frames < 2 or (cfg.sample is not None and cfg.sample < 2):
-        # MMD and the t-SNE groups need two scans a side; said now, not after training
-        raise ValidationError(f"{root}: {min(frames, cfg.sample or frames)} build frame(s) to test; validation "
-                              "compares groups of scans and needs at least 2 (build more frames or raise --sample)")
-    return {"version": version, "root": root, "severities": severities, "real": real,
-            "clean_files": clean_files, "sim_files": sim_files}
 
 
 def _ray_results(refs: list, what: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import pytest
 
 from bench_build.bench.score import KITTI_C_PARTITIONS, RATES, bench_score, synthetic_frame, write_synthetic_version
 from bench_build.score import score_version
-from bench_build.score.kitti_eval import parse_kitti_objects
+from bench_build.score.kitti_boxes import parse_kitti_objects
 
 
 def test_synthetic_frames_have_kittis_density():

@@ -9,8 +9,9 @@ import pytest
 from bench_build.manifests.recipe import RecipeError, parse_recipe
 from bench_build.validate.config import ValidateConfig, ValidationError, configs_from_recipe, parse_real_options
 from bench_build.validate.mmd import gaussian_mmd2, median_bandwidth, mmd2_unbiased, mmd_table, mmd_test
+from bench_build.validate.preflight import detect_format
 from bench_build.validate.preprocess import EmptyScanError, Preprocess
-from bench_build.validate.run import detect_format, verdict
+from bench_build.validate.run import verdict
 
 
 def _gauss(rng, n, d, shift=0.0):

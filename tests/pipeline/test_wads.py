@@ -246,7 +246,7 @@ def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
 
 def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_path):
     from bench_build.validate.config import ValidateConfig, ValidationError
-    from bench_build.validate.run import detect_format, preflight
+    from bench_build.validate.preflight import detect_format, preflight
 
     wads = write_wads(tmp_path / "wads", 2)
     clear = tmp_path / "clear"

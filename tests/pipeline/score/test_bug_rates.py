@@ -7,7 +7,7 @@ import math
 import pytest
 
 from bench_build.score.bug_rates import ALL, FC, FD, MD, TD, bug_rates, classify, corruption_risk
-from bench_build.score.kitti_eval import frame_overlaps, parse_kitti_objects
+from bench_build.score.kitti_boxes import frame_overlaps, parse_kitti_objects
 
 
 def box(name="Car", x=0.0, y=1.5, z=20.0, h=1.5, w=2.0, length=4.0, score=None) -> str:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench_build.score.kitti_eval import (
-    KittiFormatError,
-    box_overlaps,
-    evaluate,
-    frame_overlaps,
-    get_thresholds,
-    parse_kitti_objects,
-)
+from bench_build.score.kitti_boxes import KittiFormatError, box_overlaps, frame_overlaps, parse_kitti_objects
+from bench_build.score.kitti_eval import evaluate, get_thresholds
 
 
 def obj(name="Car", x=0.0, y=1.5, z=20.0, h=1.5, w=2.0, length=4.0, ry=0.0, score=None, top=100.0, bottom=150.0,

@@ -16,8 +16,9 @@ from bench_build.cli import app
 from bench_build.format.schema import encode_rows, schema_with_metadata
 from bench_build.manifests.manifest import MANIFEST_VERSION
 from bench_build.score import PredictionError, score_version
+from bench_build.score.kitti_boxes import parse_kitti_objects
 from bench_build.score.kitti_c import overall_accuracy
-from bench_build.score.kitti_eval import evaluate, parse_kitti_objects
+from bench_build.score.kitti_eval import evaluate
 from bench_build.sources.kitti import KittiSource, format_labels
 from tests.pipeline.score.units import assert_units
 

@@ -200,7 +200,7 @@ def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
     boxes) equal a plain Hungarian matching of the full IoU matrix at each of the 101 cutoffs."""
     from scipy.optimize import linear_sum_assignment
 
-    from bench_build.score.kitti_eval import KittiObjects, box_overlaps
+    from bench_build.score.kitti_boxes import KittiObjects, box_overlaps
     from bench_build.score.waymo_det import SCORE_CUTOFFS, heading_accuracy, measurements
 
     def kitti(x):
