@@ -82,23 +82,34 @@ def _run(code: str, env: dict[str, str]) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def env(tmp_path):
+def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), BENCH_BUILD_CACHE=str(tmp_path / "cache"))
+    env.update(NUMBA_CACHE_DIR=str(root / "numba"), BENCH_BUILD_CACHE=str(root / "cache"))
     return env
 
 
-def test_after_warm_a_new_process_loads_every_kernel_and_compiles_none(env, tmp_path):
+@pytest.fixture
+def env(tmp_path):
+    return _env(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory) -> tuple[dict, dict[str, str]]:
+    """`warm` run once into an empty cache (compiling every kernel takes a while): its output and the
+    environment that points at that cache. The tests below only load from it, or add entries for another CPU."""
+    env = _env(tmp_path_factory.mktemp("warmed"))
+    return _run(WARM, env), env
+
+
+def test_after_warm_a_new_process_loads_every_kernel_and_compiles_none(env, warmed):
     # without warm: a worker's first task compiles the kernels itself
     cold = _run(TASK, env)
     assert cold["misses"] >= 5 and cold["files"] == 4, cold  # clean + 3 severities
 
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-warmed")
-    warmed = _run(WARM, env)
+    warmed, env = warmed
     assert warmed["misses"] >= cold["misses"], warmed  # warm compiled at least what the task needs
     assert warmed["rows"][0]["benchmark"] == BENCHMARK and warmed["rows"][0]["examples"] == 4
-    assert Path(warmed["cache"]) == tmp_path / "numba-warmed"
+    assert Path(warmed["cache"]) == Path(env["NUMBA_CACHE_DIR"])
     assert any(Path(warmed["cache"]).rglob("*.nbi")), "nothing written to the cache"
 
     task = _run(TASK, env)  # the same first task of a worker, on another frame, after warm
@@ -117,11 +128,11 @@ def test_warm_cli_names_an_unknown_benchmark():
     assert "no-such-benchmark" in res.output
 
 
-def test_the_kernels_warm_compiled_load_on_a_node_with_another_cpu(env, tmp_path):
+def test_the_kernels_warm_compiled_load_on_a_node_with_another_cpu(warmed):
     """numba keys its cache by the CPU it compiles for; the numeric pin makes that the generic CPU on every node,
     so kernels compiled on one machine (the image's builder) load on a node with another CPU. Without the pin
     that node compiles them again: the simulation does change what numba compiles for."""
-    warmed = _run(WARM, env)
+    warmed, env = warmed
     assert warmed["misses"] > 0, warmed
 
     other = _run(OTHER_CPU + TASK, env)
