@@ -19,6 +19,7 @@ then use (`bench_build.plan.tasks.Runtime`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -79,7 +80,43 @@ def ledger_summary(version_dir: str | Path) -> dict[str, Any]:
             "longest_task_s": round(max((e.get("seconds", 0.0) for e in entries), default=0.0), 3),
             "threads": sorted({e["threads"] for e in entries if e.get("threads") is not None}),
             "split": {k: round(v, 3) for k, v in split.items()},
-            "split_cpu": {k: round(v, 3) for k, v in split_cpu.items()}}
+            "split_cpu": {k: round(v, 3) for k, v in split_cpu.items()},
+            "schedule": schedule_stats(entries)}
+
+
+def schedule_stats(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Where the workers' time went around the tasks, from the tasks' start times and seconds per worker process:
+
+    - ``task_s``: the tasks' seconds: mean, coefficient of variation, longest ÷ mean (the spread that makes the
+      last tasks end apart);
+    - ``start_spread_s``: first task start of the last worker to begin − of the first (staggered worker starts);
+    - ``gaps_s``: idle seconds between consecutive tasks of the same worker, summed over workers (scheduling);
+    - ``drain_s``: the last task's end − the first worker's last end (the tail: workers idle for good while
+      others finish);
+    - ``timeline``: every task as [worker, start (s after the first task began), seconds, CPU-s], by start.
+
+    None without start times (a ledger from before they were recorded)."""
+    timed = [e for e in entries if e.get("started") is not None and e.get("seconds") is not None]
+    if not timed:
+        return None
+    t0 = min(e["started"] for e in timed)
+    by_pid: dict[Any, list[dict[str, Any]]] = {}
+    for e in sorted(timed, key=lambda e: e["started"]):
+        by_pid.setdefault(e.get("pid"), []).append(e)
+    workers = {pid: i for i, pid in enumerate(by_pid)}
+    gaps = sum(max(0.0, b["started"] - (a["started"] + a["seconds"]))
+               for tasks in by_pid.values() for a, b in itertools.pairwise(tasks))
+    last_ends = [max(e["started"] + e["seconds"] for e in tasks) for tasks in by_pid.values()]
+    firsts = [tasks[0]["started"] for tasks in by_pid.values()]
+    secs = [e["seconds"] for e in timed]
+    mean = statistics.fmean(secs)
+    return {"workers": len(by_pid),
+            "task_s": {"mean": round(mean, 3), "cv": round(statistics.pstdev(secs) / mean, 3) if mean else 0.0,
+                       "max_over_mean": round(max(secs) / mean, 3) if mean else 1.0},
+            "start_spread_s": round(max(firsts) - min(firsts), 3), "gaps_s": round(gaps, 3),
+            "drain_s": round(max(last_ends) - min(last_ends), 3),
+            "timeline": [[workers[e.get("pid")], round(e["started"] - t0, 3), round(e["seconds"], 3),
+                          round(e.get("cpu_seconds", 0.0), 3)] for e in sorted(timed, key=lambda e: e["started"])]}
 
 
 def first_task_warmup(entries: list[dict[str, Any]]) -> float | None:
@@ -189,6 +226,17 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
               + f"{led['longest_task_s']:>7.1f} "
               f"{r['utilisation']:>6.1%} | {r['plan']['wall_s']:>9.1f} {r['plan']['wall_utilisation']:>9.1%} | "
               f"{sp.get('wait', 0):>6.1f} {sp.get('parquet', 0):>9.1f} {sp.get('compute', 0):>10.1f} {serial:>8.1f}")
+    for r in results["runs"]:
+        sched = r["ledger"].get("schedule")
+        if sched:
+            t = sched["task_s"]
+            line = (f"N={r['workers']}: tasks {t['mean']:.1f} s on average (cv {t['cv']:.2f}, longest ×"
+                    f"{t['max_over_mean']:.2f})")
+            if sched["workers"] > 1:
+                line += (f"; workers began {sched['start_spread_s']:.1f} s apart, idled {sched['gaps_s']:.1f} s "
+                         f"between tasks, and {sched['drain_s']:.1f} s passed from the first worker's last task "
+                         "ending to the last one's")
+            print(line)
     if len(results["runs"]) > 1:
         last = results["runs"][-1]
         ceiling = base["wall_s"] / (base["serial_s"] + (base["wall_s"] - base["serial_s"]) / last["workers"])

@@ -55,6 +55,22 @@ def _build(workers: int, wall: float, cpu: float, phases: dict, warm: float | No
             "ledger": {"tasks": 4, "task_cpu_s": cpu, "warmup_s": warm, "longest_task_s": cpu / 4, "split": {}}}
 
 
+def test_the_schedule_says_how_far_apart_workers_began_idled_and_finished():
+    from bench_build.bench.scale import schedule_stats
+
+    def task(pid, started, seconds):
+        return {"pid": pid, "started": started, "seconds": seconds, "cpu_seconds": seconds * 0.9}
+
+    # worker 7: 100.0–104.0, then 104.5–108.5 (0.5 s idle); worker 9 begins 1 s later: 101.0–105.0, then
+    # 105.0–111.0 (no gap). Its last end is 2.5 s after worker 7's: the drain
+    s = schedule_stats([task(9, 105.0, 6.0), task(7, 100.0, 4.0), task(9, 101.0, 4.0), task(7, 104.5, 4.0)])
+    assert s["workers"] == 2 and s["start_spread_s"] == 1.0 and s["gaps_s"] == 0.5 and s["drain_s"] == 2.5
+    assert s["task_s"]["mean"] == 4.5 and s["task_s"]["max_over_mean"] == pytest.approx(6.0 / 4.5, abs=1e-3)
+    assert s["task_s"]["cv"] == pytest.approx(0.866 / 4.5, abs=1e-3)  # population σ of 4, 4, 4, 6
+    assert s["timeline"] == [[0, 0.0, 4.0, 3.6], [1, 1.0, 4.0, 3.6], [0, 4.5, 4.0, 3.6], [1, 5.0, 6.0, 5.4]]
+    assert schedule_stats([{"pid": 1, "seconds": 3.0}]) is None  # no start times recorded
+
+
 def test_rounds_are_reported_as_each_worker_counts_medians():
     """`bench scale --rounds 3`: builds alternate 1, 2, 1, 2, 1, 2; each count's row is the median build (its wall
     the median wall), with the median task CPU, warm-up and phases over its rounds, and the walls' range."""
