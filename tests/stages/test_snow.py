@@ -15,23 +15,25 @@ from bench_build.manifests.recipe import load_recipe
 from bench_build.sources.demo.kitti import generate_frame
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics import hdl64e_s3 as s3
-from bench_build.stages.ring import rings_from_elevation_bins
-from bench_build.stages.sensor import HDL32E, WAYMO_TOP
-from bench_build.stages.weather.snow import (
+from bench_build.stages.physics.snowfall import (
     C_TAU,
     DISK_RADIUS,
-    SnowParams,
     area_occupancy,
     assign_channels,
     expected_particle_area,
-    focal_lookup,
-    noise_floor_threshold,
     particle_pool,
     rain_equivalent_rate,
-    resolved_options,
     sample_particle_set,
-    simulate_beams,
     slope_parameter,
+)
+from bench_build.stages.ring import rings_from_elevation_bins
+from bench_build.stages.sensor import HDL32E, WAYMO_TOP
+from bench_build.stages.weather.snow import (
+    SnowParams,
+    focal_lookup,
+    noise_floor_threshold,
+    resolved_options,
+    simulate_beams,
     snow,
 )
 from tests.stages.conftest import rng_for

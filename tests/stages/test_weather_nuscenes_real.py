@@ -12,8 +12,9 @@ import pytest
 from bench_build.manifests.recipe import load_recipe
 from bench_build.stages.frame import Frame, PointTag
 from bench_build.stages.physics.ground import fit_ground_plane, ground_candidates
+from bench_build.stages.physics.snowfall import C_TAU
 from bench_build.stages.sensor import HDL32E
-from bench_build.stages.weather.snow import C_TAU, snow
+from bench_build.stages.weather.snow import snow
 from bench_build.stages.weather.wet_ground import wet_ground
 from tests.stages.conftest import rng_for
 from tests.stages.test_wet_ground import reference_rule
