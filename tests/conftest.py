@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from bench_build.runtime.numeric import pin_environment
 
 pin_environment()
+
+# Ctrl-C as at a terminal: a suite launched as a background job of a script (`cmd &` without job control) inherits
+# SIGINT ignored, and so would every `bench-build` the tests start; Python then installs no handler and the tests
+# that send SIGINT (an interrupted run, `s3-local`) see it ignored. A real terminal delivers it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Coarse azimuth steps keep the e2e fixtures small (≈15k points per scan) while every other
 # property of the demo generator (rings, objects, labels, calib, file layout) stays the same.
