@@ -99,9 +99,10 @@ def schedule_stats(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     timed = [e for e in entries if e.get("started") is not None and e.get("seconds") is not None]
     if not timed:
         return None
-    t0 = min(e["started"] for e in timed)
+    timed.sort(key=lambda e: e["started"])
+    t0 = timed[0]["started"]
     by_pid: dict[Any, list[dict[str, Any]]] = {}
-    for e in sorted(timed, key=lambda e: e["started"]):
+    for e in timed:
         by_pid.setdefault(e.get("pid"), []).append(e)
     workers = {pid: i for i, pid in enumerate(by_pid)}
     gaps = sum(max(0.0, b["started"] - (a["started"] + a["seconds"]))
@@ -116,7 +117,7 @@ def schedule_stats(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             "start_spread_s": round(max(firsts) - min(firsts), 3), "gaps_s": round(gaps, 3),
             "drain_s": round(max(last_ends) - min(last_ends), 3),
             "timeline": [[workers[e.get("pid")], round(e["started"] - t0, 3), round(e["seconds"], 3),
-                          round(e.get("cpu_seconds", 0.0), 3)] for e in sorted(timed, key=lambda e: e["started"])]}
+                          round(e.get("cpu_seconds", 0.0), 3)] for e in timed]}
 
 
 def first_task_warmup(entries: list[dict[str, Any]]) -> float | None:

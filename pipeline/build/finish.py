@@ -193,8 +193,9 @@ class EarlySheet:
         # tasks) the sheet is drawn after the last one, and the import would be serial time. Only with cores to
         # spare: Ray's start keeps ≈ 1.1 cores busy (2.45 CPU-s in 2.15 s on 2 cores), and there the import
         # slowed it by as much as it saved at the end (finish 1.0 → 0.8 s, Ray start 2.2 → 2.45 s)
-        self.importing = threading.Thread(target=import_drawing, daemon=False, name="bench-build-import-drawing")
+        self.importing: threading.Thread | None = None
         if (os.cpu_count() or 1) >= IMPORT_EARLY_CORES:
+            self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
             self.importing.start()
 
     def poll(self, panels: dict) -> None:
@@ -219,7 +220,7 @@ class EarlySheet:
         """Until the drawing (if started) is over. `run_build` waits before it returns, built or not: a thread still
         in matplotlib's native code when the interpreter exits aborts the process (seen as exit 134 after a failed
         run, once Ray's stop no longer gave the thread a second)."""
-        if self.importing.is_alive():
+        if self.importing is not None:
             self.importing.join()
         if self.thread is not None:
             self.thread.join()

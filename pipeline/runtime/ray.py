@@ -84,13 +84,17 @@ class _PandasWatch:
         return spec
 
 
+_PANDAS_SPARED = False  # `spare_pandas_import` ran in this process
+
+
 def spare_pandas_import() -> None:
     """Spare this process pandas' import (≈ 0.2 s), once: pyarrow imports pandas on its first `pa.array` only to
     ask whether the input is a pandas object, which a build's never is. Asked once with pandas hidden, pyarrow
     records the answer "no"; if anything in this process imports pandas later, pyarrow is made to import it as
     well (`_PandasWatch`), so that it reads pandas objects (a Categorical, a Series with its own index) as
     before."""
-    if "pandas" in sys.modules or getattr(spare_pandas_import, "done", False):
+    global _PANDAS_SPARED
+    if "pandas" in sys.modules or _PANDAS_SPARED:
         return
     finder = _PandasHidden()
     sys.meta_path.insert(0, finder)
@@ -99,7 +103,7 @@ def spare_pandas_import() -> None:
     finally:
         sys.meta_path.remove(finder)
     sys.meta_path.insert(0, _PandasWatch())
-    spare_pandas_import.done = True  # type: ignore[attr-defined]
+    _PANDAS_SPARED = True
 
 
 def worker_environment() -> dict[str, str]:

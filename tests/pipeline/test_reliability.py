@@ -544,13 +544,14 @@ def test_raylet_death_loses_nothing_the_ledger_recorded(small_recipe, demo_kitti
         deadline = time.time() + 120
         raylets: list = []
         # the raylet is found while Ray starts, so that the kill follows the first recorded shard at once
-        while not ((version / "_ledger" / "shards").is_dir() and _run_ids(version)):
-            assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, "the build never recorded a shard"
+        while True:
             raylets = raylets or [p for p in psutil.Process(proc.pid).children(recursive=True)
                                   if p.name() == "raylet"]
+            if (version / "_ledger" / "shards").is_dir() and _run_ids(version):
+                break
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "the build never recorded a shard"
             time.sleep(0.01)
-        raylets = raylets or [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"]
         assert raylets, "no raylet under the driver"
         for p in raylets:
             p.kill()
