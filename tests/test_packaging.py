@@ -65,10 +65,11 @@ def test_import_bench_build_stays_light():
 
 def test_a_worker_imports_the_readers_without_the_heavy_packages_few_of_them_use():
     """Every build's workers import `bench_build.build.task` and with it every reader: what only some readers or
-    pictures need is imported when used (trimesh ≈ 0.4 s, pyarrow.dataset with pandas ≈ 0.13 s, torch,
-    matplotlib), not by every worker before its first task."""
+    pictures need is imported when used (trimesh ≈ 0.4 s, pyarrow.dataset with pandas ≈ 0.13 s, h5py
+    ≈ 0.1 s, torch, matplotlib), not by every worker before its first task."""
     code = ("import sys, bench_build.build.task\n"
-            "print(sorted(m for m in ('trimesh', 'pyarrow.dataset', 'pandas', 'torch', 'matplotlib', 'open3d')"
+            "print(sorted(m for m in ('trimesh', 'pyarrow.dataset', 'pandas', 'h5py', 'torch', 'matplotlib',"
+            " 'open3d')"
             " if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

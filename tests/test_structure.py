@@ -40,6 +40,8 @@ LAZY_OK = {
     "scipy": "≈ 0.3 s to import: a worker loads only the submodules its stages use",
     "trimesh": "≈ 0.4 s to import (scipy.spatial, scipy.special …): only mesh readers and the demo objects use it, "
                "and every build's workers import the readers",
+    "h5py": "≈ 0.1 s to import: only the object benchmarks' HDF5 files need it, and every build's workers import "
+            "the readers",
     "miepython": "slow to import, and needed once per (index, wavelength): its tables are cached",
     # a submodule of a package imported up front elsewhere: the key is its dotted name
     "pyarrow.dataset": "≈ 0.13 s to import, pandas with it: only the Waymo reader filters files with it, and every "

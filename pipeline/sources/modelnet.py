@@ -27,7 +27,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 
 from bench_build.sources.base import SourceError
@@ -76,6 +75,8 @@ def h5_points_shape(path: Path, f: Any, width: int = 3) -> tuple[int, int]:
 
 
 def open_h5(path: Path):
+    import h5py  # ≈ 0.1 s: only the object benchmarks' files need it, and every worker imports the readers
+
     if not path.is_file():
         raise SourceError(path, "file not found")
     try:

@@ -27,7 +27,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from bench_build.plan.tasks import stable_hash
@@ -76,6 +75,8 @@ def _shape_rng(seed: int, what: str) -> np.random.Generator:
 
 
 def _write_h5(path: Path, **datasets: np.ndarray) -> None:
+    import h5py  # ≈ 0.1 s: only the object benchmarks' files need it, and every worker imports the readers
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w", track_order=True) as f:
         for k, v in datasets.items():
