@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bench_build.manifests.names import frame_id_message, frame_id_problem
@@ -45,7 +46,9 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
 
     ``allow_empty``: accept 0-point scans (KITTI layout) instead of failing their shard."""
-    roots = {k: v for k, v in (roots or {}).items() if v}
+    # absolute: the source travels to Ray workers, whose working directory is not the driver's on a joined cluster
+    roots = {k: os.path.abspath(v) for k, v in (roots or {}).items() if v}
+    path = os.path.abspath(path) if path is not None else None
     info = READERS.get(recipe.source)
     if info is None:
         raise ValueError(f"recipe {recipe.name}: unknown source kind {recipe.source!r} "

@@ -32,8 +32,14 @@ class LocalStore(Store):
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.spec = StoreSpec(str(self.root))
+        # the spec re-opens the store in other processes: Ray workers, whose working directory is not the driver's
+        # on a cluster it joined, so a relative root is resolved here (messages keep the root as it was given)
+        self.spec = StoreSpec(os.path.abspath(self.root))
         self._uploads: BackgroundUploads | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self.root)
 
     def background_uploads(self, depth: int = 2) -> BackgroundUploads:
         """A finished file's fsync and rename run on a background thread while the caller computes the next

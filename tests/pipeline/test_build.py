@@ -58,11 +58,26 @@ def test_same_bytes_with_one_and_two_workers(small_recipe, demo_kitti, tmp_path)
     assert again.ok and again.shards_skipped == 3 and not again.shards_built
 
 
+def test_demo_build_with_no_arguments(tmp_path, monkeypatch):
+    """The README's first command: `bench-build run kitti-c` on a fresh machine, then `verify`. It runs before the
+    module's `shared_ray` tests, so the command starts and stops its own Ray as it does for a user."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    out = runner.invoke(app, ["run", "kitti-c"])
+    assert out.exit_code == 0, out.output
+    version_dir = tmp_path / "bench-out" / "kitti-c" / "1.0.0"
+    m = read_manifest(version_dir)
+    n_corr = len(m["recipe"]["corruptions"])
+    assert m["frames"] == 8 and m["counts"]["examples_defined"] == 8 * n_corr * 6
+    assert runner.invoke(app, ["verify", str(version_dir)]).exit_code == 0
+    assert "kitti-c 1.0.0" in out.output  # the summary table
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "bench_build.cli", *args]
 
 
-def test_resume_after_sigkill_matches_uninterrupted_build(small_recipe, demo_kitti, tmp_path):
+def test_resume_after_sigkill_matches_uninterrupted_build(small_recipe, demo_kitti, tmp_path, shared_ray):
     common = ["--source", str(demo_kitti), "--workers", "1", "--frames-per-shard", "1", "--no-progress"]
     killed_out = tmp_path / "killed"
     proc = subprocess.Popen(_cli("run", str(small_recipe), "--out", str(killed_out), *common),
@@ -125,7 +140,7 @@ def test_check_done_from_one_listing_sees_missing_and_resized_files(tmp_path):
     assert ledger.check_done("s", "f", "size", sizes=ledger.object_sizes()) == (False, "data/a.parquet is missing")
 
 
-def test_altered_shard_fails_verify_and_is_rebuilt(small_recipe, demo_kitti, tmp_path):
+def test_altered_shard_fails_verify_and_is_rebuilt(small_recipe, demo_kitti, tmp_path, shared_ray):
     res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path, workers=2, frames_per_shard=3,
                     progress=False)
     original = data_files(res.version_dir)
@@ -148,7 +163,7 @@ def test_altered_shard_fails_verify_and_is_rebuilt(small_recipe, demo_kitti, tmp
     assert runner.invoke(app, ["verify", str(res.version_dir)]).exit_code == 0
 
 
-def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitti_master, tmp_path):
+def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitti_master, tmp_path, shared_ray):
     bad = demo_kitti / "training" / "velodyne" / "000003.bin"
     bad.write_bytes(bad.read_bytes()[:-6])  # no longer a multiple of 16 bytes
     args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(tmp_path / "o"),
@@ -177,7 +192,7 @@ def test_malformed_scan_fails_only_its_shard(small_recipe, demo_kitti, demo_kitt
     assert verify_version(version_dir).ok
 
 
-def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path, monkeypatch):
+def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path, monkeypatch, shared_ray):
     """A build is resumed only by the same recipe, frames, shard size and Parquet writer options (other writer
     options would write the same examples as other bytes); otherwise the run refuses, naming what differs."""
     import bench_build.format.writer
@@ -209,17 +224,3 @@ def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path
     ledger.store.write_text("_ledger/run.json", json.dumps({**info, "fingerprint": "0" * 64}))
     with pytest.raises(LedgerMismatch, match="written by an older bench-build, with other Parquet writer options"):
         run_build(str(small_recipe), **kwargs)
-
-
-def test_demo_build_with_no_arguments(tmp_path, monkeypatch):
-    """The README's first command: `bench-build run kitti-c` on a fresh machine, then `verify`."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
-    out = runner.invoke(app, ["run", "kitti-c"])
-    assert out.exit_code == 0, out.output
-    version_dir = tmp_path / "bench-out" / "kitti-c" / "1.0.0"
-    m = read_manifest(version_dir)
-    n_corr = len(m["recipe"]["corruptions"])
-    assert m["frames"] == 8 and m["counts"]["examples_defined"] == 8 * n_corr * 6
-    assert runner.invoke(app, ["verify", str(version_dir)]).exit_code == 0
-    assert "kitti-c 1.0.0" in out.output  # the summary table

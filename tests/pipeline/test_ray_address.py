@@ -65,12 +65,17 @@ def ray_head():
         assert not leftovers, f"Ray processes outlived their head: {leftovers}"
 
 
-def test_build_on_an_existing_cluster_matches_a_local_build(ray_head, small_recipe, demo_kitti, tmp_path):
+def test_build_on_an_existing_cluster_matches_a_local_build(ray_head, small_recipe, demo_kitti, tmp_path,
+                                                            monkeypatch):
+    """Relative --source and --out name the driver's directories: the cluster's workers run elsewhere."""
     import ray
 
-    joined = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "joined", address=ray_head,
+    monkeypatch.chdir(tmp_path)
+    joined = run_build(str(small_recipe), source=demo_kitti.name, out="joined", address=ray_head,
                        max_frames=2, frames_per_shard=1, progress=True)
-    assert joined.ok and not ray.is_initialized()  # the driver disconnected; the cluster keeps running
+    assert joined.ok, joined.failures
+    assert not ray.is_initialized()  # the driver disconnected; the cluster keeps running
+    assert (tmp_path / "joined" / "mini-c" / "0.1.0" / "manifest.json").is_file()
     ray.init(address=ray_head, include_dashboard=False, configure_logging=False)
     try:  # the progress its tasks wrote to the cluster's key-value store went with the run
         assert _internal_kv_list("", namespace=PROGRESS_NAMESPACE) == []
