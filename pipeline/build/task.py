@@ -5,7 +5,9 @@ Runs in a Ray worker; returns only the small ledger entry (and the contact sheet
 from __future__ import annotations
 
 import re
+import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench_build.build.ledger import Ledger
@@ -15,7 +17,7 @@ from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.faults import kill_point
 from bench_build.runtime.numeric import check_profile
 from bench_build.runtime.ray import pin_worker_threads, spare_pandas_import
-from bench_build.storage import StoreSpec, open_store, redact
+from bench_build.storage import Store, StoreSpec, open_store, redact
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -34,6 +36,9 @@ def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fin
     pin_worker_threads()
     spare_pandas_import()
     store = open_store(root)
+    if (missing := missing_on_this_node(store if owner is not None else None, source)) is not None:
+        # nothing is written here (a local --out would be created on this node's own disk): the driver records it
+        return {"shard": spec.name, "ok": False, "error": missing, "kind": "resource", "record": True}
     if owner is not None and not store.still_writer(owner):
         return {"shard": spec.name, "ok": False, "error": "superseded: the run that started this task no longer "
                 "holds the version's writer lock", "kind": "resource"}
@@ -65,6 +70,22 @@ def run_shard(spec: BlockSpec, recipe: Recipe, source: Any, root: StoreSpec, fin
                                             "kind": e.kind, "run_id": run_id})
         return {"shard": spec.name, "ok": False, "error": e.message, "kind": e.kind}
 
+
+
+def missing_on_this_node(store: Store | None, source: Any) -> str | None:
+    """Why this worker cannot build here, if its node lacks the build's local folders: the driver had them (it
+    checked the source, and took the writer lock in the version's folder, before any task ran), so on a Ray cluster
+    of several machines this node does not see the driver's disk. None when both are there (or are object storage).
+    ``store``: the version, when the task runs under the driver's lock (None: not checked)."""
+    node = socket.gethostname()
+    if store is not None and store.is_local and not Path(store.spec.url).is_dir():
+        return (f"--out {store.spec.url} does not exist on node {node}: on a Ray cluster of several machines, "
+                "--out must be a folder every node sees (a shared file system) or an s3:// URL")
+    root = getattr(source, "root", None)
+    if isinstance(root, (str, Path)) and "://" not in str(root) and not Path(root).exists():
+        return (f"--source {root} does not exist on node {node}: on a Ray cluster of several machines, the "
+                "source must be a folder every node sees (a shared file system or the same copy on each)")
+    return None
 
 
 def record_failure(ledger: Ledger, shard: str, entry: dict[str, Any]) -> None:

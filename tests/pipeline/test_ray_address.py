@@ -119,3 +119,33 @@ def test_progress_board_carries_running_counts_through_the_cluster_and_is_cleare
     assert not ray.is_initialized()
     ray.init(address=ray_head, include_dashboard=False, configure_logging=False)  # the cluster still runs
     ray.shutdown()
+
+
+def test_a_worker_whose_node_lacks_the_local_out_or_source_says_so_and_writes_nothing(small_recipe, demo_kitti,
+                                                                                       tmp_path):
+    """On a cluster of several machines, a local --out or --source that only the driver's machine has: the task
+    names the folder, the node and what to use instead (not "superseded", not a bad scan), and creates nothing on
+    the node's own disk; the driver records the failure in its ledger."""
+    from bench_build.build.task import run_shard
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import BlockSpec
+    from bench_build.sources import KittiSource
+    from bench_build.storage import open_store
+
+    src = KittiSource(demo_kitti)
+    spec = BlockSpec(0, 1, tuple(src.list_frames()[:1]))
+    store = open_store(tmp_path / "out" / "mini-c" / "0.1.0")  # the driver's folder: not on "this node"
+    owner = {"id": "run-lock", "host": "driver-host", "pid": 1}
+    res = run_shard(spec, load_recipe(str(small_recipe)), src, store.spec, "f" * 64, "run1", owner=owner)
+    assert not res["ok"] and res["kind"] == "resource" and res["record"]
+    assert res["error"] == (f"--out {tmp_path / 'out' / 'mini-c' / '0.1.0'} does not exist on node "
+                            f"{socket.gethostname()}: on a Ray cluster of several machines, --out must be a folder "
+                            "every node sees (a shared file system) or an s3:// URL")
+    assert not (tmp_path / "out").exists()
+
+    (tmp_path / "out" / "mini-c" / "0.1.0").mkdir(parents=True)  # a shared --out, a source only the driver has
+    demo_kitti.rename(tmp_path / "elsewhere")
+    res = run_shard(spec, load_recipe(str(small_recipe)), src, store.spec, "f" * 64, "run1", owner=owner)
+    assert not res["ok"] and res["kind"] == "resource"
+    assert res["error"].startswith(f"--source {demo_kitti} does not exist on node {socket.gethostname()}: ")
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
