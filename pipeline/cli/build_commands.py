@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import sys
@@ -79,6 +80,11 @@ def run(
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
 
+    cpus = os.cpu_count() or 1
+    if address is None and workers is not None and workers > cpus:
+        console.print(f"[yellow]note:[/yellow] --workers {workers} on this machine's {cpus} CPUs: the worker processes "
+                      f"share them, so the build is no faster than with --workers {cpus} and holds more memory (the "
+                      "bytes are the same); --address joins a cluster", highlight=False)
     # SIGTERM (a scheduler's stop, `kill`) takes the same path as Ctrl-C: Ray and upload threads are stopped by
     # run_build's own cleanup, and the user is told what was kept and how to resume
     previous_term = signal.signal(signal.SIGTERM, raise_interrupt)

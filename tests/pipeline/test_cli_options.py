@@ -101,3 +101,20 @@ def test_the_run_summary_has_a_row_per_corruption_and_says_clean_only_when_there
                       ["fog", "1–3", "6", "3.0", "1.5"], ["2 corruptions + clean", "6 partitions", "12", "6.0", "3.0"]]
     _summary_table(manifest(["clean/0"]))  # 3dos: every example is a clean one
     assert rows()[-1] == ["clean only", "1 partition", "2", "1.0", "0.5"]
+
+
+def test_more_workers_than_cpus_is_said_once_before_the_build(small_recipe, tmp_path):
+    """`--workers 64` on a smaller machine still runs (same bytes), with a note of what it costs."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    res = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(tmp_path / "missing"),
+                                   "--workers", str(4 * cpus), "--out", str(tmp_path / "o"), "--no-progress"],
+                             terminal_width=400)
+    assert res.exit_code == 2  # the missing source, refused before Ray starts
+    assert res.output.count("note:") == 1
+    assert (f"--workers {4 * cpus} on this machine's {cpus} CPUs: the worker processes share them, so the build is "
+            f"no faster than with --workers {cpus}") in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(tmp_path / "missing"),
+                                   "--workers", str(cpus), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert res.exit_code == 2 and "note:" not in res.output
