@@ -49,6 +49,10 @@ def _check_wads_labels(root: Path, files: list[Path]) -> None:
                                   "sequences/NN/velodyne/F.bin with sequences/NN/labels/F.label)")
 
 
+def _absolute(p: Path | str) -> Path | str:
+    return p.absolute() if isinstance(p, Path) else p
+
+
 def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     """Check everything that can be checked without training; raise ValidationError naming the problem."""
 
@@ -65,22 +69,25 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     if bad or not severities:
         raise ValidationError(f"{root}: severities {list(bad or severities)} out of range 1..{n_sev}")
     real: dict[str, dict[str, Any]] = {}
-    for role, d in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
+    for role, given in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
+        # absolute: the folders and files travel to Ray workers, whose working directory on a cluster the
+        # command joined (--address) is not this one
+        d = Path(given).absolute()
         try:
-            files = list_scans(Path(d))
+            files = list_scans(d)
         except SourceError as e:
             raise ValidationError(f"real {role} data for {cfg.corruption}: {e}") from None
-        fmt = detect_format(Path(d), files, cfg.real_format if role == "weather" else cfg.clean_format)
+        fmt = detect_format(d, files, cfg.real_format if role == "weather" else cfg.clean_format)
         if fmt == "wads" and role == "clean":
             raise ValidationError(f"real clean data {d}: WADS was recorded in snowfall, it has no clear scans; "
                                   "pass clear scans (KITTI, SemanticKITTI, STF clear) and --real-clean-format")
         if fmt == "wads":
-            _check_wads_labels(Path(d), files)
-        real[role] = {"dir": Path(d), "files": files, "format": fmt}
+            _check_wads_labels(d, files)
+        real[role] = {"dir": d, "files": files, "format": fmt}
     if real["weather"]["dir"].resolve() == real["clean"]["dir"].resolve():
         raise ValidationError(f"real weather and real clean data are the same directory: {cfg.real_weather}")
-    clean_files = version.files(CLEAN, 0)
-    sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
+    clean_files = [_absolute(p) for p in version.files(CLEAN, 0)]
+    sim_files = [_absolute(p) for s in severities for p in version.files(cfg.corruption, s)]
     if not clean_files or not sim_files:
         raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
     frames = int(version.manifest.get("frames") or 0)

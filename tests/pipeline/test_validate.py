@@ -217,6 +217,23 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     assert res.exit_code == 2 and "1 build frame(s) to test" in res.output and "Traceback" not in res.output
 
 
+def test_relative_paths_reach_the_workers_absolute(validated, monkeypatch):
+    """What preflight hands to Ray tasks (the real data's folders and files, the partition files) is absolute: on a
+    cluster `validate --address` joined, the workers run in another directory than the command."""
+    from bench_build.validate.config import ValidateConfig
+    from bench_build.validate.preflight import preflight
+
+    monkeypatch.chdir(validated["tmp"])
+    rel = {k: validated[k].relative_to(validated["tmp"]) for k in ("version", "fog_dir", "clear_dir")}
+    pre = preflight(rel["version"], ValidateConfig(corruption="fog", real_weather=rel["fog_dir"],
+                                                   real_clean=rel["clear_dir"]))
+    assert pre["real"]["weather"]["dir"] == validated["fog_dir"] and pre["real"]["clean"]["dir"] == \
+        validated["clear_dir"]
+    paths = [*pre["real"]["weather"]["files"], *pre["real"]["clean"]["files"], *pre["clean_files"],
+             *pre["sim_files"]]
+    assert paths and all(Path(p).is_absolute() and Path(p).is_file() for p in paths)
+
+
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
     from bench_build.build.run import run_build
     from bench_build.validate.hook import validate_after_build
