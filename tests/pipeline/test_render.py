@@ -189,6 +189,23 @@ def test_sheet_painted_by_the_tasks_equals_one_read_back_from_the_files(built, t
     assert from_files == (built / "renders" / "contact_sheet.png").read_bytes()
 
 
+@pytest.mark.parametrize("frame", [None, "000001"])
+def test_views_read_on_threads_equal_views_read_one_by_one(built, monkeypatch, frame):
+    """`read_views` reads a local version's files on threads: the same frame, views and order as one thread."""
+    import bench_build.render.read as read
+    from bench_build.manifests.manifest import read_manifest
+    from bench_build.storage import LocalStore
+
+    manifest, store = read_manifest(built), LocalStore(built)
+    fid, views = read.read_views(store, manifest, frame)
+    monkeypatch.setattr(read, "READ_THREADS", 1)
+    fid1, views1 = read.read_views(store, manifest, frame)
+    assert fid == fid1 == (frame or "000000") and len(views) == len(views1) == len(manifest["shards"]) // 2
+    for a, b in zip(views, views1, strict=True):
+        assert (a.corruption, a.severity, a.is_object) == (b.corruption, b.severity, b.is_object)
+        assert np.array_equal(a.points, b.points) and np.array_equal(a.tags, b.tags)
+
+
 def test_paint_is_the_same_for_float32_and_float64_points_and_keeps_the_highest_key():
     """The z-buffer keeps, per pixel, the point with the highest key (the later one on equal keys), and computes
     positions in float64 whatever the input dtype."""
