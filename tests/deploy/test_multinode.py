@@ -7,6 +7,9 @@ half-written or duplicated. The cluster lives on 127.0.0.2: in multi-node mode
 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1``) Ray replaces 127.0.0.1 with the host's interface address, and
 these tests stay on loopback. Only processes this module started are stopped, by process group — never
 `ray stop`, which would stop every Ray instance on the machine.
+
+A worker node started in its own mount namespace (an empty tmpfs over the output folder) stands for a machine
+that does not see the driver's disk: a local --out on a cluster of several machines.
 """
 
 from __future__ import annotations
@@ -158,9 +161,11 @@ class RayNode:
         self.proc.wait(timeout=30)
 
 
-def _start_node(args: list[str], log: Path, env: dict[str, str], temp_dir: Path) -> RayNode:
+def _start_node(args: list[str], log: Path, env: dict[str, str], temp_dir: Path,
+                wrap: tuple[str, ...] = ()) -> RayNode:
+    """``wrap``: a command line that runs the node's `ray start` (its arguments follow)."""
     with open(log, "wb") as f:
-        proc = subprocess.Popen([*RAY_CLI, "start", "--block", f"--node-ip-address={HOST}", "--num-cpus=1",
+        proc = subprocess.Popen([*wrap, *RAY_CLI, "start", "--block", f"--node-ip-address={HOST}", "--num-cpus=1",
                                  "--disable-usage-stats", *_node_ports(), *args],
                                 stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return RayNode(proc, log, temp_dir)
@@ -226,7 +231,7 @@ def data_files(version_dir: Path) -> dict[str, bytes]:
             for p in sorted(version_dir.rglob("*.parquet")) if "_ledger" not in p.parts}
 
 
-def _join_worker_node(head: Head, name: str, attempts: int = 2) -> RayNode:
+def _join_worker_node(head: Head, name: str, attempts: int = 2, wrap: tuple[str, ...] = ()) -> RayNode:
     """`ray start --address` a worker node into ``head``'s cluster; started again (fresh ports) if it fails.
 
     A joining node has a fixed 30 s in Ray (not configurable) for its raylet to register with the GCS; on a
@@ -235,7 +240,7 @@ def _join_worker_node(head: Head, name: str, attempts: int = 2) -> RayNode:
     errors = []
     for attempt in range(1, attempts + 1):
         worker = _start_node([f"--address={head.address}"], head.logs / f"{name}-worker-{attempt}.log", head.env,
-                             head.temp_dir)
+                             head.temp_dir, wrap)
         try:
             worker.wait_started()
             return worker
@@ -401,3 +406,47 @@ def test_worker_node_killed_mid_build_s3(head, recipe, single_node, demo_kitti_m
     assert len(paths) == len(set(paths)) == FRAMES * 21
     assert len(done_shards()) == FRAMES
     _assert_summary_is_the_ledger(r["log"], len(done_shards()))
+
+
+def test_a_node_without_the_local_out_fails_its_tasks_naming_the_folder_and_the_node(head, recipe, single_node,
+                                                                                     demo_kitti_master, tmp_path):
+    """A cluster of machines with separate disks and a local --out. The worker node runs in its own mount
+    namespace, where the output folder is an empty tmpfs: a second machine that does not see the driver's disk.
+    Its tasks fail their shards naming the folder and the node (not "superseded"), write nothing there, and the
+    driver records them; the head builds the rest, and the same command resumes them once the node is gone."""
+    from bench_build.build.ledger import Ledger
+
+    out = tmp_path / "out"
+    out.mkdir()
+    if subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode:
+        pytest.skip("no mount namespaces here")
+    wrap = ("unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o size=1m tmpfs "$0" && exec "$@"', str(out))
+    worker = _join_worker_node(head, "no-out", wrap=wrap)
+    args = [sys.executable, "-m", "bench_build.cli", "run", str(recipe), "--address", head.address, "--source",
+            str(demo_kitti_master), "--out", str(out), "--max-frames", str(FRAMES), "--frames-per-shard", "1",
+            "--no-progress"]
+    try:
+        run = subprocess.run(args, capture_output=True, text=True, env=head.env, timeout=RUN_TIMEOUT)
+        node_view = Path(f"/proc/{worker.raylet_pid()}/root") / out.relative_to("/")
+        written_there = sorted(p.name for p in node_view.rglob("*"))
+    finally:
+        worker.stop()
+    version_dir = out / "mini-c" / "0.1.0"
+    message = (f"--out {version_dir} does not exist on node {socket.gethostname()}: on a Ray cluster of several "
+               "machines, --out must be a folder every node sees (a shared file system) or an s3:// URL")
+    log = run.stdout + run.stderr
+    failed = [ln for ln in log.splitlines() if ln.startswith("FAILED ")]
+    assert run.returncode == 1 and failed, log[-3000:]
+    assert all(ln.endswith(f": {message}") for ln in failed), failed
+    assert "superseded" not in log
+    assert written_there == []  # the node's own disk: nothing created under the folder it lacks
+    ledger = Ledger(open_store(version_dir))
+    names = [ln.split()[1].rstrip(":") for ln in failed]
+    assert all(ledger.failed_entry(n)["error"] == message for n in names)
+    # the head alone (the node has left) builds what the node could not, and the bytes are the single-node build's
+    again = subprocess.run(args, capture_output=True, text=True, env=head.env, timeout=RUN_TIMEOUT)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{FRAMES} shards: {FRAMES - len(failed)} already done, {len(failed)} built, 0 failed" in \
+        again.stdout + again.stderr
+    assert data_files(version_dir) == data_files(single_node)
