@@ -17,6 +17,7 @@ from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.faults import kill_point
 from bench_build.runtime.numeric import check_profile
 from bench_build.runtime.ray import pin_worker_threads, spare_pandas_import
+from bench_build.sources.demo.cache import is_demo_root
 from bench_build.storage import Store, StoreSpec, open_store, redact
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -83,6 +84,10 @@ def missing_on_this_node(store: Store | None, source: Any) -> str | None:
                 "--out must be a folder every node sees (a shared file system) or an s3:// URL")
     root = getattr(source, "root", None)
     if isinstance(root, (str, Path)) and "://" not in str(root) and not Path(root).exists():
+        if is_demo_root(root):  # no --source: the demo data was generated on the driver's machine
+            return (f"the demo data {root} does not exist on node {node}: it is generated on the machine that runs "
+                    "`bench-build run`; on a Ray cluster of several machines, pass --source with a folder every node "
+                    "sees")
         return (f"--source {root} does not exist on node {node}: on a Ray cluster of several machines, the "
                 "source must be a folder every node sees (a shared file system or the same copy on each)")
     return None

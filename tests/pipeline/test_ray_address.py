@@ -122,7 +122,7 @@ def test_progress_board_carries_running_counts_through_the_cluster_and_is_cleare
 
 
 def test_a_worker_whose_node_lacks_the_local_out_or_source_says_so_and_writes_nothing(small_recipe, demo_kitti,
-                                                                                       tmp_path):
+                                                                                       tmp_path, monkeypatch):
     """On a cluster of several machines, a local --out or --source that only the driver's machine has: the task
     names the folder, the node and what to use instead (not "superseded", not a bad scan), and creates nothing on
     the node's own disk; the driver records the failure in its ledger."""
@@ -149,3 +149,11 @@ def test_a_worker_whose_node_lacks_the_local_out_or_source_says_so_and_writes_no
     assert not res["ok"] and res["kind"] == "resource"
     assert res["error"].startswith(f"--source {demo_kitti} does not exist on node {socket.gethostname()}: ")
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    # no --source: the demo data, generated into the driver's cache, is not on this node either
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    demo = KittiSource(tmp_path / "elsewhere")
+    demo.root = tmp_path / "cache" / "demo-kitti" / "v2-8"
+    res = run_shard(spec, load_recipe(str(small_recipe)), demo, store.spec, "f" * 64, "run1", owner=owner)
+    assert not res["ok"] and res["error"].startswith(
+        f"the demo data {demo.root} does not exist on node {socket.gethostname()}: it is generated on the machine "
+        "that runs `bench-build run`; on a Ray cluster of several machines, pass --source")
