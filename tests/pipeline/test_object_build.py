@@ -17,7 +17,6 @@ import duckdb
 import numpy as np
 import pyarrow.dataset as pads
 import pytest
-import ray
 from typer.testing import CliRunner
 
 from bench_build.build.run import run_build
@@ -50,16 +49,6 @@ def objects(tmp_path_factory) -> Path:
         if d.is_dir() and d.name not in keep:
             shutil.rmtree(d)
     return root
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _table(version_dir: Path):
@@ -108,7 +97,7 @@ def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch):
     assert (np.linalg.norm(np.asarray(added["points"])[-50:], axis=1) <= 1 + 1e-6).all()
 
 
-def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, local_ray):
+def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, shared_ray):
     a = run_build("modelnet40-e", source=str(objects), out=tmp_path / "a", frames_per_shard=16, workers=2,
                   progress=False)
     assert a.ok, a.failures
@@ -142,7 +131,7 @@ def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, local
     assert back.num_rows == t.num_rows and back.schema.field("sigma").type == t.schema.field("sigma").type
 
 
-def test_3dos_scenarios_read_back(objects, tmp_path, local_ray):
+def test_3dos_scenarios_read_back(objects, tmp_path, shared_ray):
     res = run_build("3dos", source=str(objects), out=tmp_path, progress=False)
     assert res.ok, res.failures
     assert verify_version(res.version_dir).ok
@@ -195,7 +184,7 @@ points = [100, 500]
 """
 
 
-def test_object_build_resumes_after_sigkill(objects, tmp_path, local_ray):
+def test_object_build_resumes_after_sigkill(objects, tmp_path, shared_ray):
     recipe = tmp_path / "mini-object.toml"
     recipe.write_text(MINI_OBJECT_RECIPE)
     args = ["run", str(recipe), "--source", str(objects), "--workers", "1", "--frames-per-shard", "2",

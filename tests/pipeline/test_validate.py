@@ -73,9 +73,7 @@ alpha = [0.0, 0.0]
 
 
 @pytest.fixture(scope="module")
-def validated(tmp_path_factory):
-    import ray
-
+def validated(tmp_path_factory, shared_ray):
     from bench_build.build.run import run_build
     from bench_build.sources.demo.kitti import write_demo_dataset
     from bench_build.validate.hook import validate_after_build
@@ -87,24 +85,17 @@ def validated(tmp_path_factory):
     recipe = tmp / "fog-mini.toml"
     recipe.write_text(RECIPE + f'\n[validate]\ncorruptions = ["fog"]\nreal = {{ fog = "{fog_dir}" }}\n'
                                f'real_clean = "{clear_dir}"\nthreads = 1\n{table}\n')
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        t0 = time.time()
-        build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False,
-                          after=validate_after_build)
-        assert build.ok, build.failures
-        version = Path(build.version_dir)
-        cli = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--real",
-                                       f"nofog={fog_dir}", "--real-clean", str(clear_dir), "--workers", "1",
-                                       *[a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
-        seconds = time.time() - t0
-        yield {"tmp": tmp, "build": build, "version": version, "cli": cli, "seconds": seconds,
-               "fog_dir": fog_dir, "clear_dir": clear_dir, "kitti": kitti, "recipe": recipe}
-    finally:
-        if started:
-            ray.shutdown()
+    t0 = time.time()
+    build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=5, progress=False,
+                      after=validate_after_build)
+    assert build.ok, build.failures
+    version = Path(build.version_dir)
+    cli = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--real",
+                                   f"nofog={fog_dir}", "--real-clean", str(clear_dir), "--workers", "1",
+                                   *[a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    seconds = time.time() - t0
+    return {"tmp": tmp, "build": build, "version": version, "cli": cli, "seconds": seconds,
+            "fog_dir": fog_dir, "clear_dir": clear_dir, "kitti": kitti, "recipe": recipe}
 
 
 def _report(version: Path, corruption: str) -> dict:
@@ -234,7 +225,7 @@ def test_relative_paths_reach_the_workers_absolute(validated, monkeypatch):
     assert paths and all(Path(p).is_absolute() and Path(p).is_file() for p in paths)
 
 
-def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path):
+def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path, shared_ray):
     from bench_build.build.run import run_build
     from bench_build.validate.hook import validate_after_build
 

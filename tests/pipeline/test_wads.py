@@ -197,10 +197,8 @@ def _rotated_copies(points: np.ndarray, n: int) -> list[np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def snow_build(tmp_path_factory):
+def snow_build(tmp_path_factory, shared_ray):
     """A 3-frame demo KITTI build with LISA snow at 2 severities; Ray stays up for the validations."""
-    import ray
-
     from bench_build.build.run import run_build
     from bench_build.sources.demo.kitti import write_demo_dataset
     from tests.conftest import FIXTURE_AZIMUTH_STEP
@@ -209,19 +207,12 @@ def snow_build(tmp_path_factory):
     kitti = write_demo_dataset(tmp / "kitti", 3, azimuth_step_deg=FIXTURE_AZIMUTH_STEP)
     recipe = tmp / "snow-mini.toml"
     recipe.write_text(RECIPE)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=3, progress=False)
-        assert build.ok, build.failures
-        yield Path(build.version_dir)
-    finally:
-        if started:
-            ray.shutdown()
+    build = run_build(str(recipe), source=str(kitti), out=tmp / "bench", frames_per_shard=3, progress=False)
+    assert build.ok, build.failures
+    return Path(build.version_dir)
 
 
-def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path):
+def test_a_build_from_wads_keeps_labels_and_reports_duplicates(tmp_path, shared_ray):
     """source = "wads" builds (LISA snow on WADS's own snowy scans): labels per point, the duplicate count in
     every row's info, the licence on the card."""
     import pyarrow.parquet as pq
