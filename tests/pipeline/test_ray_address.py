@@ -125,7 +125,7 @@ def test_a_worker_whose_node_lacks_the_local_out_or_source_says_so_and_writes_no
                                                                                        tmp_path, monkeypatch):
     """On a cluster of several machines, a local --out or --source that only the driver's machine has: the task
     names the folder, the node and what to use instead (not "superseded", not a bad scan), and creates nothing on
-    the node's own disk; the driver records the failure in its ledger."""
+    the node's own disk, and asks the driver to record the failure (tests/deploy/test_multinode.py: end to end)."""
     from bench_build.build.task import run_shard
     from bench_build.manifests.recipe import load_recipe
     from bench_build.plan.tasks import BlockSpec
