@@ -49,16 +49,12 @@ def _check_wads_labels(root: Path, files: list[Path]) -> None:
                                   "sequences/NN/velodyne/F.bin with sequences/NN/labels/F.label)")
 
 
-def _absolute(p: Path | str) -> Path | str:
-    return p.absolute() if isinstance(p, Path) else p
-
-
 def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     """Check everything that can be checked without training; raise ValidationError naming the problem."""
 
     root = Path(version_dir)
-    try:
-        version = open_version(root)
+    try:  # opened absolute: its partition files travel to Ray workers (see the real data below)
+        version = open_version(root.absolute())
     except (ManifestError, FileNotFoundError, ValueError) as e:
         raise ValidationError(f"{root}: not a built version ({e})") from None
     if cfg.corruption not in version.corruptions:
@@ -86,8 +82,8 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
         real[role] = {"dir": d, "files": files, "format": fmt}
     if real["weather"]["dir"].resolve() == real["clean"]["dir"].resolve():
         raise ValidationError(f"real weather and real clean data are the same directory: {cfg.real_weather}")
-    clean_files = [_absolute(p) for p in version.files(CLEAN, 0)]
-    sim_files = [_absolute(p) for s in severities for p in version.files(cfg.corruption, s)]
+    clean_files = version.files(CLEAN, 0)
+    sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
     if not clean_files or not sim_files:
         raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
     frames = int(version.manifest.get("frames") or 0)
