@@ -1,4 +1,4 @@
-"""What the points column's layout costs (a script, not a test): `bench-build bench --points-layouts`.
+"""What the points column's layout costs (a script, not a test): `bench-build bench layouts`.
 
 The Parquet write is most of a KITTI-C task's CPU, and most of the write is the points column: pyarrow generates
 a repetition and a definition level for every float of a ``list<fixed_size_list<float32, C>>``, and

@@ -1,4 +1,4 @@
-"""Read throughput of a built version (a script, not a test): `bench-build bench --loaders [--version-dir V]`.
+"""Read throughput of a built version (a script, not a test): `bench-build bench loaders [--version-dir V]`.
 
 Prints examples/s of
 1. the raw Parquet read: every selected file read whole with ``pyarrow.parquet`` (decode only, the floor), without

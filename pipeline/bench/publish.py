@@ -9,7 +9,7 @@ On a demo version it measures, against a local SeaweedFS (started on 127.0.0.1 f
 3. ``pull`` throughput (download + sha256 of every file, MB/s);
 4. remote ``verify`` throughput (streamed sha256 + footer row counts, MB/s).
 
-`run_bench_s3_build` (``bench-build bench --s3-build``) times only the builds, interleaved and repeated:
+`run_bench_s3_build` (``bench-build bench s3-build``) times only the builds, interleaved and repeated:
 local directory, ``s3://`` with uploads overlapping compute (the default) and ``s3://`` with overlap off
 (``BENCH_BUILD_OVERLAP_UPLOADS=0``); it prints each run, the medians, the overhead of each s3 mode over
 local, the CPU seconds of the build (driver + tasks) and, of those, of the threads that ran the uploads

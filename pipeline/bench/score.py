@@ -1,4 +1,4 @@
-"""How long `bench-build score` takes on full KITTI-C (a script, not a test): `bench-build bench --score`.
+"""How long `bench-build score` takes on full KITTI-C (a script, not a test): `bench-build bench score`.
 
 Full KITTI-C is 126 partitions (clean + 25 corruptions × 5 severities) of 7,481 frames: 942,606 frames whose
 ground truth and detections are scored for AP (3D and BEV, 3 classes × 3 difficulties) and Li et al.'s bug

@@ -13,7 +13,7 @@ only the row groups whose statistics can hold the requested frames. ``s3://`` ve
 place through pyarrow's S3 filesystem (credentials and endpoint from the same AWS chain as publish),
 one row group at a time.
 
-Reads are verified by default, at a cost measured with `bench-build bench --loaders` (README): every file is
+Reads are verified by default, at a cost measured with `bench-build bench loaders` (README): every file is
 checked on open against its manifest entry (byte size and row count; on ``s3://`` also the sha256 the
 uploader recorded in the object's metadata, one HEAD per file per reader), and every data page against the
 CRC32 the builder writes into its header (``write_page_checksum``). A file that differs raises

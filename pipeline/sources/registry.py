@@ -3,9 +3,9 @@
 A recipe's ``source`` is a key of `READERS`. Everything else that needs to know the readers reads this table:
 `bench_build.sources.open_source` (which class, which demo data), the CLI's ``--split`` help, and the source
 contract test (tests/pipeline/test_source_contract.py), which runs over every entry with its demo writer. The
-licence and BibTeX a dataset card prints for a kind are data in ``manifests/citations.json`` (``licences`` and
-``sources``), because the card is written by `bench_build.manifests`, a layer below this one; the contract test
-checks that every registered kind has its licence there.
+licence a dataset card prints for a kind is in `bench_build.manifests.card.SOURCE_LICENCES` and its BibTeX in
+``manifests/citations.json`` (``sources``), because the card is written by `bench_build.manifests`, a layer below
+this one.
 """
 
 from __future__ import annotations

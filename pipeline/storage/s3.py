@@ -62,7 +62,7 @@ class S3Store(Store):
         """As `Store.background_uploads`, with up to `UPLOAD_THREADS` PUTs in flight at once (never more than
         ``depth``, so the staging disk bound is unchanged): one PUT at a time left the worker idle ≈ 5 of a
         28 s demo build, waiting on a store whose request latency, not bandwidth, was the limit (two at once:
-        ≈ 2.4 s; `bench-build bench --s3-build --isolate-server`, README "Publishing")."""
+        ≈ 2.4 s; `bench-build bench s3-build --isolate-server`, README "Publishing")."""
         self._uploads = BackgroundUploads(depth if overlap_uploads() else None, threads=min(depth, UPLOAD_THREADS))
         return self._uploads
 
