@@ -240,6 +240,8 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
         res = builtins[spec]
         return parse_recipe(res.read_text(), origin=f"built-in recipe {spec}", variant=variant)
     if text_path.suffix == ".toml" or text_path.exists():
+        if text_path.is_dir():
+            raise RecipeError(f"recipe file {text_path} is a directory, not a recipe .toml file")
         if not text_path.is_file():
             raise RecipeError(f"recipe file {text_path} does not exist")
         return parse_recipe(text_path.read_text(), origin=str(text_path), variant=variant)

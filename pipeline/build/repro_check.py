@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench_build.build import shard as shard_mod
+from bench_build.errors import UsageError
 from bench_build.manifests.recipe import builtin_recipes, load_recipe
 from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.numeric import (
@@ -254,21 +255,39 @@ def main(argv: list[str] | None = None) -> int:
         res = matrix({n: CONFIGS[n] for n in names}, recipes=recipes, reference=names[0])
         print(json.dumps(res, indent=1))
         return 0
+    other = load_battery(args.compare) if args.compare else None
     res = battery(recipes, roots=dict(r.split("=", 1) for r in args.root), probe=args.probe)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True))
     print(summary(res), file=sys.stderr)
     if args.compare:
-        text, differs = compare_files(args.compare, res)
+        text, differs = compare_files(args.compare, res, other)
         print(text, file=sys.stderr)
         return 1 if differs else 0
     return 0
 
 
-def compare_files(other_path: str | Path, res: dict[str, Any]) -> tuple[str, bool]:
-    """(what differs between the battery saved at ``other_path`` and ``res``, whether anything does: bytes, probe,
-    or the numeric profile — a node whose profile differs would fail its tasks in a build of the other's)."""
-    diff = compare(json.loads(Path(other_path).read_text()), res)
+def load_battery(path: str | Path) -> dict[str, Any]:
+    """A battery saved by ``repro-check --out``, read and checked before this machine's battery runs (minutes):
+    a `UsageError` naming the file when it is missing, not JSON, or not a battery."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the battery to compare with: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a battery (written by repro-check --out): not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not a battery (written by repro-check --out): not JSON ({e})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("hashes"), dict) and isinstance(data.get("profile"), dict)):
+        raise UsageError(f"{path}: not a battery (written by repro-check --out): no 'hashes' and 'profile'")
+    return data
+
+
+def compare_files(other_path: str | Path, res: dict[str, Any], other: dict[str, Any] | None = None) -> tuple[str, bool]:
+    """(what differs between the battery saved at ``other_path`` (``other``, when already loaded) and ``res``,
+    whether anything does: bytes, probe, or the numeric profile — a node whose profile differs would fail its tasks
+    in a build of the other's)."""
+    diff = compare(other if other is not None else load_battery(other_path), res)
     return describe_comparison(diff, str(other_path)), any(diff.values())
 
 

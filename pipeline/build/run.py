@@ -16,7 +16,7 @@ from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
-from bench_build.format.writer import parquet_format
+from bench_build.format.writer import ENCODINGS, parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
@@ -94,6 +94,8 @@ def run_build(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if recheck not in ("sha256", "size"):
         raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
+    if encoding not in ENCODINGS:  # refused before anything is written: a ledger of a build that cannot run
+        raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
     if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
         root.refuse_non_directory("--out")

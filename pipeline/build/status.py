@@ -18,6 +18,8 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     recipe = load_recipe(benchmark)
     store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
     version_dir = store.root if isinstance(store, LocalStore) else store.url
+    if isinstance(store, LocalStore):  # --out a file (or under one): said as such, not as a traceback
+        store.refuse_non_directory("the version directory under --out,")
     ledger = Ledger(store)
     info = ledger.run_info()
     if info is None:

@@ -36,15 +36,25 @@ COMMAND_ORDER = ("run", "status", "list", "plan", "verify", "export", "score", "
                  "publish", "versions", "pull", "s3-local", "demo-data", "demo-objects", "warm", "repro-check", "bench")
 
 
+#: what a user's path of the wrong kind raises deep inside a command (see `Commands`)
+PATH_ERRORS = (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)
+
+
 class Commands(TyperGroup):
     """Every command's `BenchBuildError` ends here, once: its message on one line and its exit code (2: refused,
-    nothing written; 1: part of the work failed). Any other exception is a bug and keeps its traceback."""
+    nothing written; 1: part of the work failed). So does a path of the wrong kind or without permission that a
+    command's own checks did not refuse first (a file where a folder must be, a folder where a file must be): one
+    line naming the path, exit 1, as work may have begun. Any other exception is a bug and keeps its traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BenchBuildError as e:
             raise fail(e, e.exit_code) from None
+        except PATH_ERRORS as e:
+            if e.filename is None:
+                raise
+            raise fail(f"{e.filename}: {e.strerror}", code=1) from None
 
     def list_commands(self, ctx):
         """The commands in `COMMAND_ORDER`, any other after them as registered."""
@@ -83,10 +93,15 @@ class Recheck(StrEnum):  # a typer choice: anything else is a usage error (exit 
     size = "size"
 
 
+class Encoding(StrEnum):  # a typer choice: a misspelt encoding is a usage error (exit 2) before Ray starts
+    full = "full"
+    compact = "compact"
+
+
 ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/config (default: AWS_PROFILE)")]
 
 
-def fail(e: BaseException, code: int = 2) -> typer.Exit:
+def fail(e: BaseException | str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 
     from bench_build.storage import redact

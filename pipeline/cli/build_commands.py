@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bench_build.cli.app import PANEL_BUILD, EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
+from bench_build.cli.app import PANEL_BUILD, Encoding, EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
 
 
 def validate_after_build(*args, **kwargs):
@@ -62,9 +62,9 @@ def run(
              "--split VERSION:SPLIT")] = None,
     allow_empty_frames: Annotated[bool, typer.Option(
         help="Accept 0-byte scans as frames with no points (default: an error naming the file)")] = False,
-    encoding: Annotated[str, typer.Option(
+    encoding: Annotated[Encoding, typer.Option(
         help="full, or compact: corrupted examples as references into the clean scan + changed rows (smaller; "
-             "bench-build's reader, loaders and export materialise them)")] = "full",
+             "bench-build's reader, loaders and export materialise them)")] = Encoding.full,
     reuse: Annotated[str | None, typer.Option(
         help="An earlier version of this benchmark (its directory or URL): partitions whose fingerprint is "
              "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built")
@@ -95,7 +95,7 @@ def run(
                            profile=profile,
                            roots={"shapenet": source_shapenet, "modelnet40": source_modelnet40,
                                   "scanobjectnn": source_scanobjectnn},
-                           allow_empty_frames=allow_empty_frames, encoding=encoding, reuse=reuse,
+                           allow_empty_frames=allow_empty_frames, encoding=encoding.value, reuse=reuse,
                            after=validate_after_build)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
         raise fail(e) from None

@@ -116,11 +116,14 @@ def score(
     from bench_build.manifests.manifest import ManifestError
     from bench_build.score import PredictionError, score_version
     from bench_build.score.report import print_report
+    from bench_build.storage import StorageError, refuse_non_directory
 
     try:
+        if out is not None:  # where OUT.csv goes, checked before the scoring, not after it
+            refuse_non_directory(out.parent, "the folder of --out")
         report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
                                source_root=source_root, workers=workers)
-    except (PredictionError, ManifestError, ValueError, KeyError) as e:
+    except (PredictionError, ManifestError, ValueError, KeyError, StorageError) as e:
         raise fail(e) from None
     print_report(report, out_console)
     if out is not None:
@@ -147,11 +150,14 @@ def render(
     sheet of every corruption × severity."""
     from bench_build.manifests.manifest import ManifestError
     from bench_build.render import RenderError, render_version
+    from bench_build.storage import StorageError, refuse_non_directory
 
     try:
+        if out is not None:
+            refuse_non_directory(out, "--out")
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
                                color_by=color_by)
-    except (RenderError, ManifestError) as e:
+    except (RenderError, ManifestError, StorageError) as e:
         raise fail(e) from None
     for p in paths:
         out_console.print(f"wrote {p}")

@@ -89,10 +89,12 @@ def demo_data(
     seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
 ) -> None:
     """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
+    from bench_build.sources.demo.cache import refuse_foreign_target
     from bench_build.sources.demo.kitti import write_demo_dataset
 
+    refuse_foreign_target(out, "demo-data")
     write_demo_dataset(out, frames, seed=seed)
-    out_console.print(f"wrote {frames} frames to {out}")
+    out_console.print(f"wrote {frames} frame{'s' * (frames != 1)} to {out}")
 
 
 @app.command("demo-objects", rich_help_panel=PANEL_MACHINE)
@@ -102,8 +104,10 @@ def demo_objects(
     per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
     """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
+    from bench_build.sources.demo.cache import refuse_foreign_target
     from bench_build.sources.demo.objects import write_demo_objects
 
+    refuse_foreign_target(out, "demo-objects")
     n = per_class
     write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
                        shapenet={"train": n, "test": n})
@@ -169,7 +173,8 @@ def plan(
         f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
         f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
         f"CPU-hours as one task per block")
-    say(f"cost-sized split (`run --address` default): {z['groups_per_block']} groups per block = "
+    g = z["groups_per_block"]
+    say(f"cost-sized split (`run --address` default): {g} group{'s' * (g != 1)} per block = "
         f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
         f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
         f"{z['cpu_hours']:.2f} CPU-hours (each group rebuilds the per-frame caches it needs)")
@@ -212,18 +217,22 @@ def repro_check(
 ) -> None:
     """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
     each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
-    from bench_build.build.repro_check import battery, compare_files, summary
+    from bench_build.build.repro_check import battery, compare_files, load_battery, summary
     from bench_build.manifests.recipe import RecipeError
+    from bench_build.storage import StorageError, refuse_non_directory
 
-    try:
+    try:  # the arguments first: the battery takes minutes
+        other = load_battery(compare) if compare is not None else None
+        if out is not None:
+            refuse_non_directory(out.parent, "the folder of --out")
         res = battery(recipes.split(",") if recipes else None, probe=probe)
-    except (RecipeError, ValueError, FileNotFoundError) as e:
+    except (RecipeError, ValueError, FileNotFoundError, StorageError) as e:
         raise fail(e) from None
     if out is not None:
         out.write_text(json.dumps(res, indent=1, sort_keys=True))
     out_console.print(summary(res), highlight=False)
     if compare is not None:
-        text, differs = compare_files(compare, res)
+        text, differs = compare_files(compare, res, other)
         out_console.print(text, highlight=False)
         if differs:
             raise typer.Exit(code=1)

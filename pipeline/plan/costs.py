@@ -117,7 +117,11 @@ def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
         if path:
             raise FileNotFoundError(f"cost table {p} does not exist")
         return default_costs(recipe)
-    return parse_costs(json.loads(p.read_text()), str(p))
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: not a cost table (not JSON: {e})") from None
+    return parse_costs(data, str(p))
 
 
 def default_costs(recipe: Recipe) -> CostTable:

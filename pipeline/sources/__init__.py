@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from bench_build.manifests.names import frame_id_message, frame_id_problem
-from bench_build.manifests.recipe import Recipe
+from bench_build.manifests.recipe import Recipe, RecipeError
 from bench_build.sources.base import Source, SourceError
 from bench_build.sources.demo.cache import ensure_demo_dataset
 from bench_build.sources.demo.objects import DEMO_PARTS, ensure_demo_objects
@@ -51,8 +51,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     path = os.path.abspath(path) if path is not None else None
     info = READERS.get(recipe.source)
     if info is None:
-        raise ValueError(f"recipe {recipe.name}: unknown source kind {recipe.source!r} "
-                         f"(known: {', '.join(sorted(SOURCE_KINDS))})")
+        raise RecipeError(f"{recipe.origin or 'recipe ' + recipe.name}: [benchmark] source {recipe.source!r} is not "
+                          f"a known source kind (known: {', '.join(sorted(SOURCE_KINDS))})")
     if info.objects:
         return _open_objects(recipe, info, path, split, roots)
     if roots:

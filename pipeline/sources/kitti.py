@@ -188,7 +188,8 @@ class KittiSource:
         root = Path(root)
         self.allow_empty = allow_empty  # 0-byte scans are an error unless the dataset really has empty frames
         if not root.is_dir():
-            raise SourceError(root, "KITTI root directory not found")
+            raise SourceError(root, "is a file, not a KITTI root directory" if root.exists()
+                              else "KITTI root directory not found")
         split = split or "training"
         if root.name in ("training", "testing") and (root / "velodyne").is_dir():
             self.data_dir, self.root = root, root.parent

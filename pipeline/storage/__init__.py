@@ -63,6 +63,7 @@ from bench_build.storage.files import (
     fsync_replace,
     fsync_replace_named,
     mkstemp_in,
+    refuse_non_directory,
     sha256_file,
 )
 from bench_build.storage.local import LocalStore
@@ -93,6 +94,6 @@ __all__ = [
     "StoreSpec", "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask",
     "denied_message", "describe_holder", "endpoint_from_env", "fsync_replace", "fsync_replace_named",
     "glob_escape", "host_name", "is_remote", "mkstemp_in", "open_store", "overlap_uploads", "owner_dead",
-    "owner_info", "owner_tag", "pid_alive", "redact", "register_secret", "remove_dead_temps", "s3_client",
-    "sha256_file", "temp_owner_dead", "upload_checksum_mode",
+    "owner_info", "owner_tag", "pid_alive", "redact", "refuse_non_directory", "register_secret",
+    "remove_dead_temps", "s3_client", "sha256_file", "temp_owner_dead", "upload_checksum_mode",
 ]

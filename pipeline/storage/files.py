@@ -7,12 +7,28 @@ import os
 import tempfile
 from pathlib import Path
 
+from bench_build.storage.errors import StorageError
 from bench_build.storage.owners import owner_tag
 
 HASH_CHUNK = 8 << 20
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+def refuse_non_directory(path: str | Path, what: str) -> None:
+    """StorageError (a refusal: nothing was written) unless ``path`` is a directory or can be made one: the
+    nearest existing one of it and its ancestors must be a directory, not a file or a broken link. Checked
+    before a command starts work, so the mkdir deep inside it cannot fail half-way with NotADirectoryError.
+    ``what`` names the argument (``"--out"``)."""
+    path = Path(path)
+    for p in (path, *path.absolute().parents):
+        if os.path.lexists(p):
+            if p.is_dir():
+                return
+            kind = "a broken link" if p.is_symlink() else "a file"
+            raise StorageError(f"{what} {path}: {p} is {kind}, not a directory; give a directory (or a "
+                               "path where one can be created)")
+
+
 def current_umask() -> int:
     """The process umask, read without changing it (``/proc/self/status`` on Linux; elsewhere a set-and-restore,
     which is not thread-safe, hence only the fallback)."""

@@ -20,6 +20,7 @@ from bench_build.storage.files import (
     fsync_replace,
     fsync_replace_named,
     mkstemp_in,
+    refuse_non_directory,
     sha256_file,
 )
 from bench_build.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
@@ -63,16 +64,8 @@ class LocalStore(Store):
         return LocalStore(self.path(rel))
 
     def refuse_non_directory(self, what: str) -> None:
-        """StorageError (a refusal: nothing was written) unless the root is a directory or can be made one: the
-        nearest existing one of it and its ancestors must be a directory, not a file or a broken link. Checked
-        before a command starts work, so the mkdir deep inside it cannot fail half-way with NotADirectoryError."""
-        for p in (self.root, *self.root.absolute().parents):
-            if os.path.lexists(p):
-                if p.is_dir():
-                    return
-                kind = "a broken link" if p.is_symlink() else "a file"
-                raise StorageError(f"{what} {self.root}: {p} is {kind}, not a directory; give a directory (or a "
-                                   "path where one can be created)")
+        """`refuse_non_directory` of the root."""
+        refuse_non_directory(self.root, what)
 
     @staticmethod
     def _etag(st: os.stat_result) -> str:
@@ -82,7 +75,7 @@ class LocalStore(Store):
     def head(self, key: str) -> ObjectInfo | None:
         try:
             st = self.path(key).stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a path under a file does not exist either
             return None
         if not os.path.isfile(self.path(key)):
             return None
@@ -94,13 +87,13 @@ class LocalStore(Store):
             with open(p, "rb") as f:
                 etag = self._etag(os.fstat(f.fileno()))
                 return f.read(), etag
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
     def iter_chunks(self, key: str, chunk: int = HASH_CHUNK) -> Iterator[bytes]:
         try:
             f = open(self.path(key), "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"{self.path(key)}: not found") from None
         with f:
             while data := f.read(chunk):

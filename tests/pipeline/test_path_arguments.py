@@ -1,0 +1,125 @@
+"""A path argument of the wrong kind (a file where a folder goes, a file that is not what the option reads) is
+refused before any work: one line naming the path, exit 2, nothing written, no traceback. Demo data is never
+written over a folder that holds something else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench_build.cli import app
+from bench_build.sources.demo.cache import DEMO_MARKER
+
+runner = CliRunner()
+
+
+def _refused(args: list[str], *names: str) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception  # no traceback
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def a_file(tmp_path) -> Path:
+    f = tmp_path / "notes.txt"
+    f.write_text("not a folder\n")
+    return f
+
+
+@pytest.mark.parametrize("args", [
+    ["status", "kitti-c", "--out", "{f}"],
+    ["demo-data", "{f}"],
+    ["demo-objects", "{f}/sub"],
+    ["render", "{v}", "--out", "{f}"],
+    ["render", "{v}", "--out", "{f}/pngs"],
+    ["publish", "{v}", "--to", "{f}"],
+    ["score", "{v}", "{f}", "--out", "{f}/scores"],
+    ["repro-check", "--out", "{f}/battery.json"],
+    ["repro-check", "--compare", "{f}"],
+    ["repro-check", "--compare", "{f}.missing"],
+    ["plan", "kitti-c", "--costs", "{f}"],
+    ["run", "kitti-c", "--source", "{f}", "--out", "{f}.out"],
+])
+def test_a_file_where_a_folder_or_another_file_goes_is_refused_naming_it(args, a_file, mini_build, tmp_path):
+    before = _tree(tmp_path)
+    argv = [a.format(f=a_file, v=mini_build) for a in args]
+    _refused(argv, str(a_file))
+    assert _tree(tmp_path) == before  # nothing written
+    assert a_file.read_text() == "not a folder\n"
+
+
+def test_a_misspelt_encoding_is_a_usage_error_before_anything_is_written(tmp_path):
+    res = runner.invoke(app, ["run", "kitti-c", "--encoding", "compakt", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "compakt" in res.output
+    assert not (tmp_path / "out").exists()  # no ledger that would refuse the corrected command
+
+
+def test_run_build_refuses_an_unknown_encoding_before_the_ledger(tmp_path):
+    from bench_build.build.run import run_build
+
+    with pytest.raises(ValueError, match="encoding must be one of full, compact, got 'zip'"):
+        run_build("kitti-c", out=tmp_path / "out", encoding="zip", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_recipe_that_is_a_folder_or_names_an_unknown_source_names_the_file(tmp_path, small_recipe):
+    (tmp_path / "recipes.toml").mkdir()
+    _refused(["plan", str(tmp_path / "recipes.toml")], "recipes.toml", "is a directory")
+    bad = tmp_path / "mine.toml"
+    bad.write_text(small_recipe.read_text().replace('source = "kitti"', 'source = "kitty"'))
+    assert bad.read_text() != small_recipe.read_text()
+    _refused(["plan", str(bad)], str(bad), "'kitty'")
+
+
+def test_demo_data_is_not_written_over_a_folder_that_holds_something_else(tmp_path):
+    real = tmp_path / "kitti"
+    (real / "training" / "velodyne").mkdir(parents=True)
+    scan = real / "training" / "velodyne" / "000000.bin"
+    scan.write_bytes(b"\x00" * 16)
+    for command in ("demo-data", "demo-objects"):
+        _refused([command, str(real)], str(real), DEMO_MARKER)
+    assert _tree(real) == ["training", "training/velodyne", "training/velodyne/000000.bin"]
+    assert scan.read_bytes() == b"\x00" * 16
+    # a new folder, an empty one, and demo data written before are fine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for target in (tmp_path / "new", empty, tmp_path / "new"):
+        res = runner.invoke(app, ["demo-data", str(target), "--frames", "1"])
+        assert res.exit_code == 0, res.output
+        assert "wrote 1 frame to" in res.output and (target / DEMO_MARKER).is_file()
+
+
+def test_a_path_error_deep_in_a_command_is_one_line_naming_the_path(tmp_path):
+    """What the commands' own checks do not catch first: one line, exit 1 (work may have begun), not a
+    traceback."""
+    import typer
+
+    from bench_build.cli import Commands
+
+    sub = typer.Typer(cls=Commands)
+    target = tmp_path / "f"
+    target.write_text("x")
+
+    @sub.command()
+    def boom() -> None:
+        os.mkdir(target)
+
+    @sub.command()
+    def fine() -> None:
+        pass
+
+    res = runner.invoke(sub, ["boom"])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [f"error: {target}: File exists"]
