@@ -93,7 +93,8 @@ def source_changed(source: Any, frame_id: str, recorded: dict[str, dict[str, Any
                    recheck: str) -> str | None:
     """Why the source of ``frame_id`` differs from ``recorded`` (None if it does not, or is unknowable).
 
-    Cheap check: the same files with the same size and mtime; ``recheck="sha256"`` also re-hashes them."""
+    ``recheck="size"``: the same files with the same size and mtime. ``recheck="sha256"``: the same files and sizes,
+    and the same sha256 (re-hashed): a file touched or copied without its mtime, bytes unchanged, is not a change."""
     files = frame_files(source, frame_id)
     if files is None or recorded is None:
         return None
@@ -102,8 +103,10 @@ def source_changed(source: Any, frame_id: str, recorded: dict[str, dict[str, Any
         return f"frame {frame_id}: source files changed (new: {added or '-'}, gone: {gone or '-'})"
     for rel, path in files.items():
         st, rec = os.stat(path), recorded[rel]
-        if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+        if st.st_size != rec["size"]:
             return f"frame {frame_id}: {rel} changed since it was built (size {rec['size']} → {st.st_size})"
+        if recheck == "size" and st.st_mtime_ns != rec["mtime_ns"]:
+            return f"frame {frame_id}: {rel} changed since it was built (modified; --recheck size compares mtimes)"
         if recheck == "sha256" and sha256_file(path) != rec["sha256"]:
             return f"frame {frame_id}: {rel} content changed since it was built (sha256 differs)"
     return None
@@ -205,6 +208,23 @@ class Ledger:
 
     def done_entry(self, shard: str) -> dict[str, Any] | None:
         return self._read_shard(self._entry(shard))
+
+    def refresh_source_times(self, shard: str, source: Any) -> None:
+        """Record the source files' mtimes of a done ``shard`` anew where they differ but the bytes were just
+        re-hashed equal (``--recheck sha256``: a touched scan, a dataset copied without its mtimes), so the cheap
+        size + mtime checks after it (the build's own completeness check, a later ``--recheck size``) agree."""
+        entry = self.done_entry(shard)
+        if entry is None or not entry.get("sources"):
+            return
+        changed = False
+        for fid, recorded in entry["sources"].items():
+            files = frame_files(source, fid)
+            for rel, path in (files or {}).items():
+                if recorded and rel in recorded and recorded[rel]["mtime_ns"] != (now := path.stat().st_mtime_ns):
+                    recorded[rel]["mtime_ns"] = now
+                    changed = True
+        if changed:
+            self.record_done(shard, entry)
 
     def failed_entry(self, shard: str) -> dict[str, Any] | None:
         return self._read_shard(self._entry(shard, failed=True))

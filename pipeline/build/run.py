@@ -169,7 +169,20 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                   "parquet_format": parquet_format()},
                  overwrite=overwrite)
 
-    pending = [t for t in tasks if not ledger.check_done(t.name, fingerprint, recheck, src)[0]]
+    pending, redo = [], []
+    for t in tasks:
+        ok, why = ledger.check_done(t.name, fingerprint, recheck, src)
+        if ok and recheck == "sha256":
+            ledger.refresh_source_times(t.name, src)
+        if not ok:
+            pending.append(t)
+            if why != "not built":  # a task the ledger holds as done is computed again: say why
+                redo.append(f"{t.name}: {why}")
+    for line in redo[:5]:
+        print(f"[bench-build] building again {line}", file=sys.stderr, flush=True)
+    if len(redo) > 5:
+        print(f"[bench-build] … and {len(redo) - 5} more tasks recorded as done are built again", file=sys.stderr,
+              flush=True)
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
     result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))

@@ -135,7 +135,7 @@ def _clean_points(version: Path, shard: str) -> np.ndarray:
     return np.asarray(pts, dtype=np.float32).reshape(-1, 4)
 
 
-def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path, shared_ray):
+def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitti, tmp_path, shared_ray, capfd):
     from bench_build.build.run import run_build
 
     out = tmp_path / "out"
@@ -174,9 +174,17 @@ def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitt
     assert {k: v for k, v in frames.items() if k != "000001"} == {k: v for k, v in before.items() if k != "000001"}
     assert verify_version(version).ok
 
-    os.utime(scan)  # a new mtime alone is enough for the cheap check to rebuild
-    third = rerun("size")
+    os.utime(scan)  # a new mtime, the same bytes (a touch, a copy without -p): sha256 sees nothing changed
+    capfd.readouterr()
+    touched = rerun("sha256")
+    assert touched.ok and touched.shards_built == [] and touched.shards_skipped == 3, (touched.failures, touched)
+    assert "building again" not in capfd.readouterr().err
+    assert rerun("size").shards_built == []  # the re-hash recorded the new mtime: the cheap check agrees now
+    os.utime(scan, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched again
+    third = rerun("size")  # the cheap check cannot tell the bytes are the same: it rebuilds, and says why
     assert third.ok and third.shards_built == ["part-00001-of-00003"], third
+    assert ("[bench-build] building again part-00001-of-00003: frame 000001: training/velodyne/000001.bin changed "
+            "since it was built (modified; --recheck size compares mtimes)") in capfd.readouterr().err
 
 
 def test_a_failed_build_returns_with_no_contact_sheet_thread_left(small_recipe, demo_kitti, tmp_path):
