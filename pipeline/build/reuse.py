@@ -25,7 +25,7 @@ from bench_build.errors import BenchBuildError
 from bench_build.manifests.manifest import MANIFEST_NAME, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import TaskSpec
-from bench_build.runtime.numeric import build_profile
+from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.storage import LocalStore, Store, open_store
 
 
@@ -183,7 +183,24 @@ def diff_versions(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             status = "changed"
         same = sum(1 for p in xb if p in xa and xa[p]["sha256"] == xb[p]["sha256"])
+        differs = _param_changes(pa_.get(key), pb.get(key))
+        if status == "changed" and not differs:
+            differs = _build_changes(a, b, xa, xb)
         rows.append({"partition": key, "status": status, "files": len(xb), "same_files": same,
-                     "bytes": sum(s["bytes"] for s in xb.values()),
-                     "differs": _param_changes(pa_.get(key), pb.get(key))})
+                     "bytes": sum(s["bytes"] for s in xb.values()), "differs": differs})
     return rows
+
+
+def _build_changes(a: dict[str, Any], b: dict[str, Any], xa: dict[str, Any], xb: dict[str, Any]) -> str:
+    """Why a partition whose stage and parameters are the same has other bytes: what the two builds were given."""
+    out = [f"{k} {a.get(k)} → {b.get(k)}" for k in ("frames", "frames_per_shard", "encoding") if a.get(k) != b.get(k)]
+    ids_a, ids_b = (a.get("source_identity") or {}).get("frames") or {}, (b.get("source_identity") or {}).get(
+        "frames") or {}
+    if ids_a and ids_b and (moved := sum(1 for f in ids_a.keys() & ids_b.keys() if ids_a[f] != ids_b[f])):
+        out.append(f"{moved} source frame(s) changed")
+    if set(xa) != set(xb) and not out:
+        out.append(f"files {len(xa)} → {len(xb)}")
+    if (a.get("numeric_profile") and b.get("numeric_profile")
+            and profile_differences(a["numeric_profile"], b["numeric_profile"])):
+        out.append("numeric profile")
+    return "; ".join(out) or "bytes (same parameters, frames and encoding)"

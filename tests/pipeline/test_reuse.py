@@ -112,6 +112,29 @@ def test_diff_names_the_changed_partition_and_its_parameter(v2):
     assert "1 changed, 20 identical partitions" in out.output
 
 
+def test_diff_says_why_a_partition_with_the_same_parameters_changed():
+    """Same stage and parameters, other bytes: the row names what the builds were given differently."""
+    from bench_build.build.reuse import diff_versions
+
+    def manifest(fps: int, files: list[tuple[str, str]], frames: dict[str, str], encoding: str = "full") -> dict:
+        return {"version": "1", "frames": 2, "frames_per_shard": fps, "encoding": encoding,
+                "partitions": {"fog/1": {"stage": "fog", "params": {"beta": 0.1}}},
+                "source_identity": {"frames": frames},
+                "shards": [{"corruption": "fog", "severity": 1, "path": p, "sha256": h, "bytes": 1} for p, h in files]}
+
+    same = {"000000": "a", "000001": "b"}
+    one = manifest(2, [("fog/1/part-0", "x")], same)
+    split = manifest(1, [("fog/1/part-0", "y"), ("fog/1/part-1", "z")], same)
+    touched = manifest(2, [("fog/1/part-0", "w")], {"000000": "a", "000001": "c"})
+    compact = manifest(2, [("fog/1/part-0", "v")], same, encoding="compact")
+    assert [r["differs"] for r in diff_versions(one, split)] == ["frames_per_shard 2 → 1"]
+    assert [r["differs"] for r in diff_versions(one, touched)] == ["1 source frame(s) changed"]
+    assert [r["differs"] for r in diff_versions(one, compact)] == ["encoding full → compact"]
+    assert [r["differs"] for r in diff_versions(one, manifest(2, [("fog/1/part-0", "u")], same))] == \
+        ["bytes (same parameters, frames and encoding)"]
+    assert [(r["status"], r["differs"]) for r in diff_versions(one, one)] == [("identical", "")]
+
+
 def test_reuse_of_another_benchmark_or_a_missing_version_is_refused_before_any_work(v2, tmp_path):
     recipe = _v2_recipe(tmp_path / "mini-c.toml")
     for where, says in ((tmp_path / "nothing", "no manifest.json there"), (v2["fresh"], "is version 0.2.0 itself")):
