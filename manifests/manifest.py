@@ -193,6 +193,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # unlisted non-data files: reported, not failing
     renders: int = 0  # listed renders checked (size and sha256), beside the ``checked`` data files
+    of_files: int | None = None  # a partial pull: how many data files the whole version has
 
     @property
     def ok(self) -> bool:
@@ -265,6 +266,8 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
     root = Path(version_dir)
     manifest = read_manifest(root)
     report = VerifyReport()
+    if isinstance(manifest.get("partial"), dict):
+        report.of_files = manifest["partial"].get("files_in_version")
 
     def check(entry: dict[str, Any]) -> str | None:
         rel = entry["path"]

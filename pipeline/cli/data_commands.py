@@ -40,7 +40,8 @@ def verify(
     if not report.ok:
         out_console.print(f"{len(report.problems)} problem(s); {report.checked} listed files checked")
         raise typer.Exit(code=1)
-    out_console.print(f"OK: {report.checked} files verified, no unlisted data file"
+    part = f" (a partial pull: {report.checked} of the version's {report.of_files})" if report.of_files else ""
+    out_console.print(f"OK: {report.checked} files verified{part}, no unlisted data file"
                       + (f"; {report.renders} render(s) verified" if report.renders else "")
                       + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
 

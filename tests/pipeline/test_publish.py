@@ -98,6 +98,10 @@ def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
                                         for i in range(FRAMES)]
     assert read_manifest(pdir)["partial"]["selections"] == [{"corruption": "beam_del", "severity": 3}]
     assert verify_version(pdir).ok
+    said = runner.invoke(app, ["verify", str(pdir)])  # says it checked a part of the version, not all of it
+    total = len(read_manifest(built)["shards"])
+    assert said.exit_code == 0 and f"OK: {FRAMES} files verified (a partial pull: {FRAMES} of the version's " \
+        f"{total})" in said.output, said.output
     # a second partial pull composes with the first: one manifest of the union, every file verified
     (pdir / "data/corruption=beam_del/severity=3/part-00001-of-00004.parquet").write_bytes(b"damaged")
     clean = pull_version(f"{s3prefix}/mini-c", tmp_path / "part", corruption="clean", progress=False)
