@@ -61,6 +61,9 @@ def severity_dir(manifest: dict[str, Any], severity: int) -> str:
 
 def split_name(manifest: dict[str, Any], split: str | None) -> str:
     if split is not None:
+        if split not in SPLIT_LISTS:  # the converters read only these lists: any other would be ignored
+            raise ExportError(f"--split {split!r}: OpenPCDet and mmdetection3d read ImageSets/"
+                              f"{{{','.join(SPLIT_LISTS)}}}.txt; give one of {', '.join(SPLIT_LISTS)}")
         return split
     s = (manifest.get("source") or {}).get("split")
     return s if s in SPLIT_LISTS else "val"

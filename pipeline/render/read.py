@@ -106,7 +106,10 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
             found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width)[1], todo))
         views += [v for v in found if v is not None]
     if not views:
-        raise RenderError(f"frame {frame_id!r} is not in the requested partitions of this version")
+        known = [f for fs in (manifest.get("shard_frames") or {}).values() for f in fs]
+        hint = "" if not known or frame_id in known else \
+            f"; its frames: {', '.join(known[:3])}{', …' if len(known) > 3 else ''} ({len(known)})"
+        raise RenderError(f"frame {frame_id!r} is not in the requested partitions of {store.url}{hint}")
     return frame_id, sort_views(views, manifest)  # type: ignore[return-value]
 
 

@@ -146,6 +146,7 @@ def test_without_source_names_what_to_supply(built, tmp_path):
     (["--corruption", "beam_del"], "give --corruption and --severity"),
     (["--all", "--corruption", "beam_del"], "leave out --corruption"),
     (["--all", "--layout", "mmdet"], "--layout must be one of"),
+    (["--all", "--split", "bogus"], "--split 'bogus': OpenPCDet and mmdetection3d read ImageSets/"),
 ])
 def test_bad_partition_is_refused(built, tmp_path, args, message):
     res = runner.invoke(app, ["export", str(built), str(tmp_path / "x"), *args])

@@ -138,7 +138,9 @@ def test_render_cli(built, tmp_path):
     res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), "--severity", "2"])
     assert res.exit_code == 0 and len(list(tmp_path.glob("000000_*_2.png"))) == 4
     for args, msg in ((["--corruption", "fog"], "no corruption 'fog'"), (["--severity", "9"], "outside 0…5"),
-                      (["--frame", "999999"], "'999999' is not in"), (["--color-by", "rainbow"], "--color-by")):
+                      (["--frame", "999999"], f"'999999' is not in the requested partitions of {built}; its frames: "
+                                              "000000"),
+                      (["--color-by", "rainbow"], "--color-by")):
         res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), *args])
         assert res.exit_code == 2 and msg in res.output, (args, res.output)
 
