@@ -71,12 +71,19 @@ def run(
     ] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
-    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
-        split = f"{version}:{split or ''}"
-
     from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.run import run_build
-    from bench_build.manifests.recipe import RecipeError
+    from bench_build.manifests.recipe import RecipeError, load_recipe
+
+    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
+        try:
+            kind = load_recipe(benchmark).source
+        except RecipeError:
+            kind = None  # said by run_build below, as without --version
+        if kind is not None and kind != "nuscenes":
+            raise fail(f"--version {version}: only nuScenes sources have table versions; {benchmark} reads {kind} "
+                       "(leave out --version)")
+        split = f"{version}:{split or ''}"
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
 

@@ -123,3 +123,9 @@ def test_a_path_error_deep_in_a_command_is_one_line_naming_the_path(tmp_path):
     res = runner.invoke(sub, ["boom"])
     assert res.exit_code == 1
     assert res.output.strip().splitlines() == [f"error: {target}: File exists"]
+
+
+def test_a_nuscenes_table_version_for_another_source_is_refused_saying_so(tmp_path):
+    line = _refused(["run", "kitti-c", "--version", "v1.0-mini", "--out", str(tmp_path / "o")], "--version v1.0-mini")
+    assert "only nuScenes sources have table versions; kitti-c reads kitti" in line
+    assert not (tmp_path / "o").exists()
