@@ -59,8 +59,9 @@ def export(
                                              "clean infos) or kitti (a full data root per partition)")] = "robo3d",
     source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
-    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in (default: the build's "
-                                                   "split if train/val/test/trainval, else val)")] = None,
+    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train, val, test or "
+                                                   "trainval (default: the build's split if one of these, else val)")
+    ] = None,
     force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
                                              "writes, keep everything else")] = False,
 ) -> None:
