@@ -67,12 +67,9 @@ def _as_set(value: Any) -> set | None:
 
 def select_rows(version: Version, corruption: Any, severity: Any) -> list[dict[str, Any]]:
     """Manifest entries of the requested corruption(s) × severity(ies). Severity 0 and corruption ``clean`` both
-    name the clean copy: ``corruption="fog", severity=[0, 5]`` is clean + fog 5; ``corruption="fog"`` is fog 1…S."""
-    corruptions, severities = _as_set(corruption), _as_set(severity)
-    if corruptions:
-        known = set(version.corruptions) | {"clean"}
-        if unknown := sorted(corruptions - known):
-            raise NotInVersion(f"{version.url}: no corruption {unknown}; it has {', '.join(sorted(known))}")
+    name the clean copy: ``corruption="fog", severity=[0, 5]`` is clean + fog 5; ``corruption="fog"`` is fog 1…S.
+    What the version does not have is a `NotInVersion` (`Version.selection`)."""
+    corruptions, severities, _ = version.selection(corruption, severity)
     want_clean_c = corruptions is None or "clean" in corruptions or (severities is not None and 0 in severities)
     want_clean_s = severities is None or 0 in severities or (corruptions is not None and "clean" in corruptions)
     out = []
@@ -103,6 +100,10 @@ def example_dict(ex: Example) -> dict[str, Any]:
         out[name] = values
     out.update(ex.attrs)
     return out
+
+
+def _is_index(i: Any) -> bool:
+    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
 
 
 class _Reader:
@@ -142,7 +143,7 @@ class _Base:
         self.manifest = version.manifest
         self.fields: tuple[str, ...] = version.fields
         self.entries = select_rows(version, corruption, severity)
-        self.frames = None if frames is None else set(frames)
+        self.frames = version.selection(frames=frames)[2]
         self.splits = _as_set(split)
         if self.splits is not None and "split" not in self.manifest.get("columns", []):
             raise NotInVersion(f"{self.url}: this build has no split column (its optional columns: "
@@ -191,8 +192,14 @@ class PointCloudDataset(_Base, Dataset):
         return len(self.index)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
+        if not _is_index(i) or not -len(self.index) <= i < len(self.index):
+            raise IndexError(f"index {i!r} of a dataset of {len(self.index)} examples (an integer 0…"
+                             f"{len(self.index) - 1})")
         file_no, row = self.index[i]
-        return example_dict(self.reader.row(self.entries[file_no], row))
+        # the row group's decoded examples are kept for the next index: the caller gets arrays of its own, so an
+        # in-place augmentation never changes what a later read returns
+        return {k: v.copy() if isinstance(v, np.ndarray) else v
+                for k, v in example_dict(self.reader.row(self.entries[file_no], row)).items()}
 
 
 class PointCloudIterableDataset(_Base, IterableDataset):

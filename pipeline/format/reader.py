@@ -134,6 +134,45 @@ class Version:
     def fields(self) -> tuple[str, ...]:
         return tuple(self.manifest["fields"])
 
+    @property
+    def severities(self) -> int:
+        """Severities per corruption (1…S; 0 is the clean copy)."""
+        return int(self.manifest["recipe"]["severities"])
+
+    def frame_set(self) -> set[str] | None:
+        """Every frame id of the version, from the manifest (None for a manifest without ``shard_frames``)."""
+        sf = self.manifest.get("shard_frames")
+        return None if not sf else {f for ids in sf.values() for f in ids}
+
+    def selection(self, corruption: Any = None, severity: Any = None,
+                  frames: Any = None) -> tuple[set[str] | None, set[int] | None, set[str] | None]:
+        """The requested corruption(s), severity(ies) and frame(s) as sets (None: all), checked against the
+        version: a name, severity or frame it does not have, or a value of the wrong type, is a `NotInVersion`
+        naming it (never an empty selection that looks like a filter that matched nothing). A single value or
+        any iterable of them; NumPy integers are integers."""
+        corruptions = _names(corruption, "corruption")
+        if corruptions is not None:
+            known = [CLEAN, *self.corruptions]
+            if unknown := sorted(corruptions - set(known)):
+                raise NotInVersion(f"{self.url}: no corruption {', '.join(map(repr, unknown))}; it has "
+                                   f"{', '.join(known)}")
+        severities = None
+        if severity is not None:
+            values = [severity] if _is_int(severity) or isinstance(severity, str) else list(severity)
+            if bad := [v for v in values if not _is_int(v)]:
+                raise NotInVersion(f"{self.url}: severity must be an integer or integers, got {bad[0]!r}")
+            severities = {int(v) for v in values}
+            if out := sorted(s for s in severities if not 0 <= s <= self.severities):
+                raise NotInVersion(f"{self.url}: no severity {', '.join(map(str, out))}; it has 0 (clean) and "
+                                   f"1…{self.severities}")
+        ids = _names(frames, "frame id")
+        if ids is not None and (known_ids := self.frame_set()) is not None and (missing := sorted(ids - known_ids)):
+            some = sorted(known_ids)
+            raise NotInVersion(f"{self.url}: no frame {', '.join(map(repr, missing[:3]))}"
+                               f"{' …' if len(missing) > 3 else ''}; it has {len(some)} frames: "
+                               f"{', '.join(some[:3])}{', …' if len(some) > 3 else ''}")
+        return corruptions, severities, ids
+
     def path(self, rel: str) -> str:
         return f"{self.base}/{rel}"
 
@@ -255,15 +294,35 @@ class Version:
         return self._clean_cache[1]
 
     def examples(self, corruption: str | None = None, severity: int | None = None,
-                 frames: Iterable[str] | None = None) -> Iterator[Example]:
-        """Examples in manifest order; ``severity=0`` gives the clean frames (labelled ``clean``)."""
-        for entry in self.shards(corruption, severity):
-            yield from self.read_file(entry, frames=frames)
+                 frames: Iterable[str] | str | None = None) -> Iterator[Example]:
+        """Examples in manifest order; ``severity=0`` gives the clean frames (labelled ``clean``). One corruption
+        and one severity (the loaders take several); ``frames`` one id or several. What the version does not have
+        is a `NotInVersion` at the call, not an empty iterator."""
+        if not (corruption is None or isinstance(corruption, str)) or not (severity is None or _is_int(severity)):
+            raise NotInVersion(f"{self.url}: examples() takes one corruption and one severity, got "
+                               f"{corruption!r}, {severity!r} (bench_build.loaders take several)")
+        _, _, ids = self.selection(corruption, severity, frames)
+        entries = self.shards(corruption, None if severity is None else int(severity))
+        return (ex for entry in entries for ex in self.read_file(entry, frames=ids))
 
     def example(self, frame_id: str, corruption: str, severity: int) -> Example:
         for ex in self.examples(corruption, severity, [frame_id]):
             return ex
         raise NotInVersion(f"{self.url}: no example ({frame_id}, {corruption}, {severity})")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _names(value: Any, what: str) -> set[str] | None:
+    """One name or an iterable of names as a set (None stays None); anything else names the bad value."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else [value]
+    if bad := [v for v in values if not isinstance(v, str)]:
+        raise NotInVersion(f"a {what} is a string (or give several in a list), got {bad[0]!r}")
+    return set(values)
 
 
 def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: int, *,

@@ -4,6 +4,7 @@ points as N×C, partition keys with one type each."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -137,6 +138,43 @@ def test_map_style_dataset_indexes_from_the_manifest_and_returns_writable_arrays
         PointCloudDataset(mini_build, corruption="fog")
     with pytest.raises(KeyError, match="no split column"):
         PointCloudDataset(mini_build, split="test")
+
+
+def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_version_lacks(mini_build):
+    """In-place augmentation of one example never changes a later read; NumPy integers are integers; a severity,
+    frame or value the version does not have is an error at the call, never a selection that is silently empty."""
+    from bench_build.format.checked import NotInVersion
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
+
+    ds = PointCloudDataset(mini_build, corruption="beam_del", severity=np.int64(3))
+    first = ds[0]["points"]
+    before = first.copy()
+    first[:, :3] = 0  # an augmentation in place
+    again = ds[0]["points"]
+    assert again is not first and np.array_equal(again, before)
+    assert len(ds) == 4 and ds[-1]["key"] == ds[3]["key"]
+    with pytest.raises(IndexError, match="index 4 of a dataset of 4 examples"):
+        ds[4]
+    v = open_version(mini_build)
+    assert [e.key for e in v.examples("beam_del", np.int64(3), frames="000001")] == ["mini-c/000001/beam_del/3"]
+    it = PointCloudIterableDataset(mini_build, corruption="beam_del", severity=np.int64(3), frames="000002")
+    assert [x["key"] for x in it] == ["mini-c/000002/beam_del/3"]
+    for kwargs, says in (({"severity": 9}, "no severity 9; it has 0 (clean) and 1…5"),
+                         ({"severity": [0, -1]}, "no severity -1"),
+                         ({"severity": "3"}, "severity must be an integer or integers, got '3'"),
+                         ({"frames": ["999999"]}, "no frame '999999'; it has 4 frames: 000000, 000001, 000002, …"),
+                         ({"frames": [1]}, "a frame id is a string (or give several in a list), got 1"),
+                         ({"corruption": ["beam_del", "fog"]}, "no corruption 'fog'; it has clean, gaussian_rad")):
+        for make in (PointCloudDataset, PointCloudIterableDataset):
+            with pytest.raises(NotInVersion, match=re.escape(says)):
+                make(mini_build, **kwargs)
+    with pytest.raises(NotInVersion, match=re.escape("no severity 9")):
+        v.examples("beam_del", 9)
+    with pytest.raises(NotInVersion, match="examples\\(\\) takes one corruption and one severity"):
+        v.examples(["beam_del", "background"], 3)
+    with pytest.raises(NotInVersion, match="a frame id is a string"):
+        v.example(1, "beam_del", 3)
 
 
 @pytest.mark.parametrize("kind", ["map", "iterable"])
