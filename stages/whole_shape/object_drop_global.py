@@ -2,7 +2,7 @@
 
 Models an uneven, sparser scan. The cloud is shuffled (a permutation of the example's RNG) and the
 first ⌊N·(1 − ρ)⌋ points are kept, in shuffled order (released generator). ρ = 0.25, 0.375, 0.5,
-0.625, 0.75 (released code; the paper's text gives 0.675 at level 5 — the ``text`` variant).
+0.625, 0.75 (released code; the paper's text gives 0.675 at level 4 — the ``text`` variant).
 """
 
 from __future__ import annotations
