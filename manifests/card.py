@@ -221,7 +221,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "import pyarrow.dataset as pads; t = pads.dataset('data', partitioning='hive').to_table()",
         "import duckdb; duckdb.sql(\"SELECT corruption, severity, count(*) FROM "
         "read_parquet('data/**/*.parquet', hive_partitioning=true) GROUP BY ALL\")",
-        "import datasets; d = datasets.load_dataset('.', '" + first_config + "', split='" + split + "')  # see configs",
+        "import datasets, os; d = datasets.load_dataset(os.getcwd(), '" + first_config + "', split='" + split
+        + "')  # see configs",
         "from bench_build.loaders import PointCloudDataset  # PyTorch, with bench-build installed",
         "```",
         "",
@@ -235,19 +236,22 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "scan |",
         "| `num_points` | int32 | N |",
         f"| `points` | list<fixed_size_list<float32, {len(manifest['fields'])}>> | N×C, columns "
-        f"{', '.join(manifest['fields'])}; metres; intensity scale `{manifest['intensity_scale']}` |",
+        f"{', '.join(manifest['fields'])}; {points_units(manifest)} |",
         "| `point_tag` | list<uint8> | 0 clean, 1 attenuated, 2 fog, 3 snow, 4 rain, 5 crosstalk, 6 jitter, "
         "7 synthetic |",
-        "| `boxes` | list<struct> | `cls, x, y, z, dx, dy, dz, heading` (+ KITTI `truncated, occluded, alpha, "
-        "bbox2d`; `track_id, vx, vy`) |",
-        "| `calib` | struct | KITTI calibration, row-major matrices |",
-        *[f"| `{c}` | optional column declared by the source | see bench-build's README |"
-          for c in manifest.get("columns", [])],
+        "| `boxes` | list<struct> | " + ("`cls, x, y, z, dx, dy, dz, heading` (+ KITTI `truncated, occluded, alpha, "
+                                         "bbox2d`; `track_id, vx, vy`)" if src.get("kind") in BOX_SOURCES
+                                         else "null: this source has no boxes") + " |",
+        "| `calib` | struct | " + ("KITTI calibration, row-major matrices" if src.get("kind") in CALIB_SOURCES
+                                   else "null: this source has no camera calibration") + " |",
+        *[f"| `{c}` | {COLUMN_MEANINGS[c][0]} | {COLUMN_MEANINGS[c][1]} |" if c in COLUMN_MEANINGS
+          else f"| `{c}` | optional column declared by the source | |" for c in manifest.get("columns", [])],
         "| `info` | string (JSON) | per-example facts a stage recorded |",
         "",
-        "Boxes follow OpenPCDet's `gt_boxes_lidar`: geometric centre (x, y, z) in the LiDAR frame, "
-        "dx/dy/dz = length/width/height in metres, heading = yaw about +z in radians, 0 = facing +x. "
-        "The manifest's `partitions` and each file's footer (`bench_build` JSON) hold the stage and parameters of "
+        ("Boxes follow OpenPCDet's `gt_boxes_lidar`: geometric centre (x, y, z) in the LiDAR frame, "
+         "dx/dy/dz = length/width/height in metres, heading = yaw about +z in radians, 0 = facing +x. "
+         if src.get("kind") in BOX_SOURCES else "")
+        + "The manifest's `partitions` and each file's footer (`bench_build` JSON) hold the stage and parameters of "
         "that partition.",
         "",
         "## Licence",
@@ -309,6 +313,44 @@ def source_section(src: dict[str, Any]) -> list[str]:
         if key == "learning_map" and src.get("learning_map_source"):
             lines.append(f"- learning map source: {src['learning_map_source']}")
     return ["", "## Source", "", *lines] if lines else []
+
+
+#: Source kinds whose examples carry boxes / a KITTI camera calibration (the others leave the columns null).
+BOX_SOURCES = frozenset({"kitti", "nuscenes", "waymo"})
+CALIB_SOURCES = frozenset({"kitti"})
+
+#: The card's row-schema line of every optional column a source or stage may declare: (type, meaning).
+COLUMN_MEANINGS: dict[str, tuple[str, str]] = {
+    "semantic": ("list<uint32>", "per point: the source's raw semantic label id (not remapped; the card's label "
+                                 "map names them)"),
+    "mask": ("list<uint8>", "per point: ScanObjectNN's object (1) / background (0) mask"),
+    "instance": ("list<uint32>", "per point: instance id (0: none)"),
+    "sigma": ("list<float32>", "per point: ModelNet40-E's noise σ along the sensor ray"),
+    "mu": ("list<float32>", "per point: ModelNet40-E's noise mean μ along the sensor ray"),
+    "class_name": ("string", "per example: object class"),
+    "class_id": ("int32", "per example: class index of the benchmark's label set (−1: an unknown class)"),
+    "split": ("string", "per example: the source's split (train, val, test)"),
+    "track": ("string", "per example: 3DOS track"),
+    "scenario": ("string", "per example: 3DOS scenario"),
+    "known": ("bool", "per example: a known (in-distribution) class of the scenario"),
+    "unknown_set": ("string", "per example: the 3DOS set an unknown example comes from"),
+    "synset": ("string", "per example: ShapeNetCore synset id"),
+    "model_id": ("string", "per example: ShapeNetCore model id"),
+    "domain": ("string", "per example: `synthetic` or `real` (3DOS synthetic-to-real)"),
+    "sequence": ("string", "per example: the drive / scene / segment the frame belongs to"),
+    "timestamp_us": ("int64", "per example: sensor timestamp (µs)"),
+}
+
+
+def points_units(manifest: dict[str, Any]) -> str:
+    """What a point's coordinates are: metres in the sensor frame (scans), or shape units (object benchmarks'
+    normalised shapes, which have no intensity)."""
+    fields = manifest.get("fields") or []
+    if "intensity" not in fields:
+        return "shape coordinates (normalised by the preprocessing above), no intensity"
+    scale = manifest["intensity_scale"]
+    what = {"unit": " (0…1)", "byte": " (0…255)"}.get(scale, "")
+    return f"metres in the LiDAR frame; intensity scale `{scale}`{what}"
 
 
 def differences_section(recipe: Recipe) -> list[str]:

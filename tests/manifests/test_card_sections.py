@@ -86,3 +86,19 @@ def test_demo_build_says_so_and_claims_no_kitti_licence():
     assert "geiger2012kitti" not in "\n".join(citation_section(demo))  # no KITTI data in a demo build
     assert "This is a demo build" in "\n".join(intended_use_section(demo, load_recipe("kitti-c")))
     assert "Intended use" in "\n".join(intended_use_section(real, load_recipe("kitti-c")))
+
+
+def test_the_row_schema_knows_every_optional_column_and_source_kind():
+    """Every optional column a build can have gets its type and meaning in the card (the card ships without
+    bench-build's docs), and the box / calibration sources are registered reader kinds."""
+    from bench_build.format.schema import EXAMPLE_COLUMNS, OPTIONAL_COLUMNS, POINT_COLUMNS
+    from bench_build.manifests.card import BOX_SOURCES, CALIB_SOURCES, COLUMN_MEANINGS, points_units
+    from bench_build.sources.registry import READERS
+
+    assert set(COLUMN_MEANINGS) == set(OPTIONAL_COLUMNS)
+    assert all(COLUMN_MEANINGS[c][0].startswith("list<") for c in POINT_COLUMNS)
+    assert not any(COLUMN_MEANINGS[c][0].startswith("list<") for c in EXAMPLE_COLUMNS)
+    assert BOX_SOURCES | CALIB_SOURCES <= set(READERS) and CALIB_SOURCES <= BOX_SOURCES
+    assert points_units({"fields": ["x", "y", "z"], "intensity_scale": "unit"}).startswith("shape coordinates")
+    assert points_units({"fields": ["x", "y", "z", "intensity"], "intensity_scale": "byte"}) == \
+        "metres in the LiDAR frame; intensity scale `byte` (0…255)"

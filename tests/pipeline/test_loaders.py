@@ -81,6 +81,27 @@ def test_hf_datasets_configs_from_the_card(mini_build, tmp_path, monkeypatch):
     assert len(names) == 21 and "clean" in names and "translation_3" in names
 
 
+def test_the_cards_how_to_load_block_runs_in_the_version_folder(mini_build, tmp_path):
+    """The card's snippet, verbatim, where a reader of the card runs it: in the downloaded version's folder."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("datasets")
+    pytest.importorskip("duckdb")
+    card = (mini_build / "README.md").read_text()
+    block = card.split("## How to load", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "load_dataset(" in block and "read_parquet(" in block
+    before = sorted(p.relative_to(mini_build) for p in mini_build.rglob("*"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf"),
+           "HF_HOME": str(tmp_path / "hfhome")}
+    code = block + "\nassert len(df) and t.num_rows and len(d) == 4, (len(df), t.num_rows, len(d))\n"
+    run = subprocess.run([sys.executable, "-c", code], cwd=mini_build, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.relative_to(mini_build) for p in mini_build.rglob("*")) == before  # read only
+
+
 def test_ray_data_read_parquet(mini_build):
     import ray
 

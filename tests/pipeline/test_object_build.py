@@ -70,6 +70,10 @@ def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch):
     assert runner.invoke(app, ["verify", str(version)]).exit_code == 0
     m = read_manifest(version)
     assert m["frames"] == 80 and m["counts"]["examples_stored"] == 80 * 36
+    card = (version / "README.md").read_text()  # the row schema says what an object build's columns are
+    assert "N×C, columns x, y, z; shape coordinates (normalised by the preprocessing above), no intensity" in card
+    assert "| `boxes` | list<struct> | null: this source has no boxes |" in card
+    assert "| `class_id` | int32 | per example: class index" in card and "see bench-build's README" not in card
     rows = duckdb.sql(
         f"SELECT corruption, severity, count(*), min(num_points), max(num_points), min(class_id), max(class_id) "
         f"FROM read_parquet('{version}/data/**/*.parquet', hive_partitioning = true) GROUP BY ALL").fetchall()
