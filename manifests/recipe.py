@@ -381,7 +381,8 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
         opts, opts_over = data.get("source_options", {}), v.get("source_options", {})
         if not isinstance(opts_over, dict) or (opts_over and not isinstance(opts, dict)):
             raise RecipeError(f"{where}: source_options must be a table overriding keys of [source_options]")
-        # each changed table's notes: the default's, and the variant's (the default's when it gives none)
+        # each changed table's notes: the default's, and the variant's own (none when it gives none: the default's
+        # describe the default's values, which the variant changes)
         tables = {**{c: (raw[c], overrides[c]) for c in overrides}, "preprocess": (pre, pre_over)}
         if opts_over:
             # a variant only re-chooses options the default states, so the card can show both values
@@ -394,12 +395,12 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
                 if k != "notes" and opts[k] != val:
                     changes[f"source_options.{k}"] = {k: (opts[k], val)}
                     tables[f"source_options.{k}"] = ({"notes": notes_a.get(k, "")},
-                                                      {"notes": notes_b.get(k, notes_a.get(k, ""))})
+                                                      {"notes": notes_b.get(k, "")})
         out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
                                  description=str(v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
                                  notes={c: (str(tables[c][0].get("notes", "")),
-                                            str(tables[c][1].get("notes", tables[c][0].get("notes", ""))))
+                                            str(tables[c][1].get("notes", "")))
                                         for c, ch in changes.items() if ch})
     return out
 
