@@ -17,6 +17,7 @@ from bench_build.stages.registry import get_stage
 DEMO_SOURCE = ("generated demo data (bench-build's synthetic ray-cast scenes and meshes written in the real "
                "source format): **not** the real dataset")
 MAX_CELL = 160  # characters of one table cell before it is cut
+MAX_LIST = 10  # values of a list parameter shown whole in the parameter table
 
 
 @cache
@@ -65,8 +66,10 @@ def _short(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, list | tuple):
-        if len(v) > 4 or any(isinstance(x, list | tuple | dict) for x in v):
+        if any(isinstance(x, list | tuple | dict) for x in v):
             return f"({len(v)} values)"
+        if len(v) > MAX_LIST:  # the first and the last, and how many (the manifest's `partitions` has them all)
+            return "(" + ", ".join(_short(x) for x in v[:3]) + f", … {_short(v[-1])}; {len(v)} values)"
         return "(" + ", ".join(_short(x) for x in v) + ")"
     if isinstance(v, dict):
         return f"({len(v)} entries)"
@@ -95,11 +98,14 @@ def parameter_table(recipe: Recipe) -> list[str]:
         fixed = [k for k in keys if k not in varying]
         cells = [_cell([f"{k}={_short(d[k])}" for k in varying]) for d in per]
         stage = get_stage(c.stage)
+        same = "; ".join(f"{k}={_short(per[0][k])}" for k in fixed).replace("|", "\\|")
+        # a long list of fixed parameters goes below the table whole, rather than cut off in its cell
+        long = len(same) > MAX_CELL
         lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version} | " + " | ".join(cells)
-                     + f" | {_cell([f'{k}={_short(per[0][k])}' for k in fixed])} |")
+                     + f" | {'below the table' if long else same or '—'} |")
         text = c.notes.strip() or stage.summary
-        if text:
-            notes.append(f"- **{c.name}**: {text}")
+        if text or long:
+            notes.append(f"- **{c.name}**: " + (f"all severities: {same}. " if long else "") + text)
     return [*lines, "", *notes] if notes else lines
 
 

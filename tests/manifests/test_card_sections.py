@@ -102,3 +102,23 @@ def test_the_row_schema_knows_every_optional_column_and_source_kind():
     assert points_units({"fields": ["x", "y", "z"], "intensity_scale": "unit"}).startswith("shape coordinates")
     assert points_units({"fields": ["x", "y", "z", "intensity"], "intensity_scale": "byte"}) == \
         "metres in the LiDAR frame; intensity scale `byte` (0…255)"
+
+
+@pytest.mark.parametrize("name", sorted(builtin_recipes()))
+def test_no_parameter_is_cut_off_or_hidden_as_a_count(name):
+    """Every parameter of every corruption is in the table or its notes whole: a long "all severities" cell goes
+    below the table instead of being cut, and short lists (fog's α choices, label ids) are written out."""
+    from dataclasses import asdict
+
+    recipe = load_recipe(name)
+    text = "\n".join(parameter_table(recipe))
+    for c in recipe.corruptions:
+        for key, value in asdict(c.params[0]).items():
+            if value in (None, (), [], "", {}) or any(asdict(p)[key] != value for p in c.params):
+                continue  # the fixed parameters: those in the "all severities" cell
+            assert f"{key}=" in text, (c.name, key)
+            if isinstance(value, list | tuple) and len(value) <= 10 and not any(
+                    isinstance(x, list | tuple | dict) for x in value):
+                assert "values)" not in text.split(f"{key}=", 1)[1].split(";")[0].split("|")[0], (c.name, key)
+    cells = [c.strip() for line in text.splitlines() if line.startswith("| ") for c in line.strip("|").split(" | ")]
+    assert not [c for c in cells if c.endswith("…")]  # no cell cut (a long list is abbreviated inside its ( ))
