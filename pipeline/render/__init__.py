@@ -37,6 +37,7 @@ from bench_build.render.sheet import (
     LEGEND_DPI,
     SHEET_GAP_PX,
     SHEET_LEGEND_LINE_PX,
+    SHEET_ROW_GAP_PX,
     SHEET_TITLE_PX,
     SheetKey,
     contact_sheet,
@@ -65,7 +66,8 @@ from bench_build.render.zoom import (
 __all__ = [
     "BOX_COLORS", "CLEAN_BOX", "COLORBAR_PX", "COLORBAR_X", "COLOR_BY", "INSET_FRAC", "LEGEND_DPI", "OBJECT_VIEWS",
     "OTHER_BOX", "PANEL_PX", "SCENE_Z_RANGE", "SHEET_GAP_PX", "SHEET_LEGEND_LINE_PX", "SHEET_NAME",
-    "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M", "ZOOM_SAME",
+    "SHEET_ROW_GAP_PX", "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M",
+    "ZOOM_SAME",
     "Focus", "LegendEntry", "Panel", "RenderError", "SheetKey", "View", "bev_raster", "box_outlines",
     "contact_sheet", "corner_extent", "default_render_dir", "encode_png", "import_drawing", "inset_raster",
     "legend_entries", "make_panel", "object_extent", "object_raster", "paint", "panels_sheet", "present_tags",

@@ -16,6 +16,8 @@ from bench_build.render.views import PANEL_PX, RenderError, View
 from bench_build.render.zoom import CLEAN_BOX, INSET_FRAC
 
 SHEET_GAP_PX, SHEET_TITLE_PX, SHEET_LEGEND_LINE_PX = 6, 16, 15
+#: white above each row's titles, so a title sits nearer its own panel than the scale bar of the row above it
+SHEET_ROW_GAP_PX = 10
 
 
 COLORBAR_PX = (160, 9)  # the sheet's colour bar: width, height
@@ -37,8 +39,8 @@ def sheet_layout(panels: Sequence[Panel]) -> tuple[list[str], list[int], dict[tu
 
 
 def sheet_title(panel: Panel, frame_id: str, severity_names: Sequence[str] = ()) -> str:
-    if panel.corruption == "clean":
-        return f"clean · frame {frame_id}"
+    if panel.corruption == "clean":  # a long id (a nuScenes token) is cut: the title must fit its panel
+        return f"clean · frame {frame_id if len(frame_id) <= 14 else frame_id[:12] + '…'}"
     s = panel.severity
     name = f" ({severity_names[s - 1]})" if 0 < s <= len(severity_names) else ""
     return f"{panel.corruption} {s}{name}"
@@ -115,13 +117,13 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     ph, pw = panels[0].image.shape[:2]
     is_object = pw != ph
     key = sheet_key(panels, color_by=color_by)
-    cell_w, cell_h = pw + SHEET_GAP_PX, ph + SHEET_TITLE_PX
+    cell_w, cell_h = pw + SHEET_GAP_PX, ph + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
     width = max(cols * cell_w + SHEET_GAP_PX, 420)
     head = "colour: point tag · " if color_by == "tag" else ""
     lines = _flow(key.legend, width, SHEET_GAP_PX + 7 * len(head))
     bar_h = 24 if key.colorbar else 0
     top = SHEET_LEGEND_LINE_PX * len(lines) + bar_h + 8
-    height = top + rows * cell_h
+    height = top + rows * cell_h + SHEET_GAP_PX  # a margin below the last row too
     canvas = np.full((height, width, 3), 255, np.uint8)
     if key.colorbar:
         from matplotlib import colormaps
@@ -140,9 +142,10 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     side = round(pw * INSET_FRAC)
     segments: list = []
     colors: list = []
+    frames: list = []  # the panels' light frames
     for p in panels:
         r, k = cells[(p.corruption, p.severity)]
-        x, y = SHEET_GAP_PX + k * cell_w, top + r * cell_h + SHEET_TITLE_PX
+        x, y = SHEET_GAP_PX + k * cell_w, top + r * cell_h + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
         canvas[y:y + ph, x:x + pw] = p.image
         ix = iy = 0
         if p.inset is not None:
@@ -190,9 +193,13 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
                 ax.text(x + v * ph + 3, y + 2, f"{name} ({a}→, {b}↑)", fontsize=5.5, ha="left", va="top",
                         color=(0.3, 0.3, 0.3))
                 x0, x1 = x + v * ph + 0.5, x + (v + 1) * ph - 0.5
-                segments.append([(x0, y + 0.5), (x1, y + 0.5), (x1, y + ph - 0.5), (x0, y + ph - 0.5), (x0, y + 0.5)])
-                colors.append((0.82, 0.82, 0.82))
+                frames.append([(x0, y + 0.5), (x1, y + 0.5), (x1, y + ph - 0.5), (x0, y + ph - 0.5), (x0, y + 0.5)])
+        else:  # a light frame: a scene's empty top is still its panel, under its own title
+            frames.append([(x + 0.5, y + 0.5), (x + pw - 0.5, y + 0.5), (x + pw - 0.5, y + ph - 0.5),
+                           (x + 0.5, y + ph - 0.5), (x + 0.5, y + 0.5)])
         ax.text(x + pw / 2, y - 2, sheet_title(p, frame_id, severity_names), fontsize=7, ha="center", va="bottom")
+    if frames:  # first: an inset's black border or a box outline on a panel's edge stays on top
+        ax.add_collection(LineCollection(frames, colors=[(0.82, 0.82, 0.82)], linewidths=0.8))
     if segments:
         ax.add_collection(LineCollection(segments, colors=colors, linewidths=0.8))
     _draw_legend(ax, lines, head, key, top - bar_h - 2)

@@ -30,7 +30,8 @@ TAG_COLORS = {
 }
 
 
-BOX_COLORS = {"Car": "#d62728", "Pedestrian": "#1f77b4", "Cyclist": "#2ca02c"}
+#: box outlines in colours no point tag uses (cyan, olive, brown): a red car box is lost among red synthetic points
+BOX_COLORS = {"Car": "#17becf", "Pedestrian": "#bcbd22", "Cyclist": "#8c564b"}
 
 
 class RenderError(BenchBuildError, ValueError):

@@ -14,6 +14,7 @@ from bench_build.cli import app
 from bench_build.render import (
     PANEL_PX,
     SHEET_GAP_PX,
+    SHEET_ROW_GAP_PX,
     TAG_COLORS,
     View,
     bev_raster,
@@ -93,15 +94,18 @@ def test_sheet_panels_share_the_clean_extent():
     image = sheet_image(bare, frame_id="000000")  # tiles: snow 3 at row 2, column 2, ending the image
     x = SHEET_GAP_PX + 2 * (PANEL_PX + SHEET_GAP_PX)
     assert image.shape[1] == x + PANEL_PX + SHEET_GAP_PX
-    # the tile as painted, but for the metre scale bar drawn over its bottom right corner
-    np.testing.assert_array_equal(image[-PANEL_PX:-16, x:x + PANEL_PX], expect[:-16])
-    np.testing.assert_array_equal(image[-16:, x:x + PANEL_PX // 2], expect[-16:, :PANEL_PX // 2])
-    boxed = sheet_image(panels, frame_id="000000")  # the outline is drawn in red over the same tile
-    tile = boxed[-PANEL_PX:, x:x + PANEL_PX].astype(int)
-    red = (tile[..., 0] - tile[..., 1] > 60) & (tile[..., 0] - tile[..., 2] > 60)
-    rows, cols = np.nonzero(red)
+    # the tile as painted, but for its light frame and the metre scale bar drawn over its bottom right corner
+    end = image.shape[0] - SHEET_GAP_PX  # the bottom margin
+    np.testing.assert_array_equal(image[end - PANEL_PX + 3:end - 16, x + 3:x + PANEL_PX - 3], expect[3:-16, 3:-3])
+    np.testing.assert_array_equal(image[end - 16:end - 3, x + 3:x + PANEL_PX // 2], expect[-16:-3, 3:PANEL_PX // 2])
+    edge = image[end - PANEL_PX:end, x].astype(int)  # the frame: light grey down the left edge
+    assert (np.abs(edge - 209).max(axis=1) <= 40).mean() > 0.9
+    boxed = sheet_image(panels, frame_id="000000")  # the car's outline is drawn in cyan over the same tile
+    tile = boxed[end - PANEL_PX:end, x:x + PANEL_PX].astype(int)
+    cyan = (tile[..., 1] - tile[..., 0] > 120) & (tile[..., 2] - tile[..., 0] > 120)  # not the attenuated blue
+    rows, cols = np.nonzero(cyan)
     k = PANEL_PX / (x1 - x0)
-    assert red.sum() > 20 and abs(cols.min() - (-2 - x0) * k) <= 2 and abs(cols.max() - (2 - x0) * k) <= 2
+    assert cyan.sum() > 20 and abs(cols.min() - (-2 - x0) * k) <= 2 and abs(cols.max() - (2 - x0) * k) <= 2
     assert abs(rows.min() - (y1 - 1) * k) <= 2 and abs(rows.max() - (y1 + 1) * k) <= 2
 
 
@@ -305,7 +309,8 @@ def test_scale_bars_and_legend_of_a_scene_sheet():
     # the scale bar: a black line of scale_m metres, 5 px above the bottom of the clean panel, at its right
     image = sheet_image(panels, frame_id="f")
     spx = key.scale_m * PANEL_PX / (x1 - x0)
-    bottom = image.shape[0] - (PANEL_PX + 16)  # of the clean panel (row 0; fog is the last row)
+    # of the clean panel (row 0; fog is row 1): the bottom margin, then one row of gap, title and panel above
+    bottom = image.shape[0] - SHEET_GAP_PX - (PANEL_PX + SHEET_ROW_GAP_PX + 16)
     strip = image[bottom - 8:bottom - 2, SHEET_GAP_PX:SHEET_GAP_PX + PANEL_PX].min(axis=0)  # antialiased line
     black = np.flatnonzero(np.all(strip < 110, axis=1))
     assert abs(len(black) - spx) <= 3 and abs(black.max() - (PANEL_PX - 5)) <= 2
@@ -437,3 +442,19 @@ print("matplotlib.backends.backend_agg" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(early)
+
+
+def test_box_colours_are_not_point_colours_and_a_long_frame_id_fits_its_title():
+    """A box drawn in a point tag's colour vanishes among those points (red car boxes among red synthetic
+    points); a 32-character nuScenes token pushed the clean panel's title off its 240-pixel panel."""
+    from matplotlib.colors import to_rgb
+
+    from bench_build.render import BOX_COLORS, TAG_COLORS
+    from bench_build.render.panels import Panel
+    from bench_build.render.sheet import sheet_title
+
+    tags = {tuple(round(x, 2) for x in c) for c in TAG_COLORS.values()}
+    assert not {tuple(round(x, 2) for x in to_rgb(c)) for c in BOX_COLORS.values()} & tags
+    token = "a0126864e3fb4bba8f0a1bd4ec6ecc38"
+    title = sheet_title(Panel("clean", 0, np.zeros((1, 1, 3), np.uint8)), token)
+    assert title == "clean · frame a0126864e3fb…" and len(title) <= 27
