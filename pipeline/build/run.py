@@ -33,13 +33,14 @@ DEMO_OBJECTS_PER_SHARD = 16  # demo object sets hold 75–855 small shapes: 5–
 @dataclass
 class BuildResult:
     version_dir: Path | str  # a local path, or the URL of a version on object storage
-    shards_total: int
+    shards_total: int  # tasks: blocks (shards) × task groups per block
     shards_skipped: int  # already done in the ledger
     shards_built: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     failure_kinds: dict[str, str] = field(default_factory=dict)  # "input", "resource" or "internal"
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
+    groups: int = 1  # task groups per block: each shard is built by this many tasks
     validation: dict[str, Any] | None = None  # per corruption, when the recipe has [validate]
     # contact-sheet panels of the first frame, painted by the tasks that built it ((corruption, severity) → Panel)
     sheet_panels: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
@@ -185,7 +186,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
               flush=True)
     if pending:  # the version is being (re)built: no manifest may point at files that are changing
         store.delete(MANIFEST_NAME)
-    result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending))
+    result = BuildResult(version_dir, len(tasks), len(tasks) - len(pending), groups=len(cut))
     reused_files: dict[str, list[dict[str, Any]]] = {}
     if earlier is not None:
         pending, reused_files = take_reused(earlier, recipe, src, pending, store, ledger, fingerprint, result,

@@ -119,10 +119,7 @@ def run(
 
     if result.manifest:
         _summary_table(result.manifest)
-    shard_failures = [k for k in result.failures if k != "manifest.json"]
-    total = result.shards_total
-    console.print(f"{total} shard{'s' * (total != 1)}: {result.shards_skipped} already done, "
-                  f"{len(result.shards_built)} built, {len(shard_failures)} failed in {result.seconds:.1f} s")
+    console.print(_counts_line(result))
     if result.reused is not None:
         console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
                       f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
@@ -166,6 +163,16 @@ def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: st
                   f"command (recorded shards are checked and kept):\n  {command}", highlight=False)
 
 
+def _counts_line(result) -> str:
+    """What the run did, in shards (one task per shard) or in tasks (several task groups per shard)."""
+    total = result.shards_total
+    unit = f"shard{'s' * (total != 1)}" if result.groups == 1 else \
+        f"tasks ({total // result.groups} shards × {result.groups} task groups)"
+    failed = len([k for k in result.failures if k != "manifest.json"])
+    return (f"{total} {unit}: {result.shards_skipped} already done, {len(result.shards_built)} built, {failed} failed "
+            f"in {result.seconds:.1f} s")
+
+
 def _summary_table(manifest: dict) -> None:
     """One row per corruption (its severities' examples, MB and task seconds summed) and a total: a screen, not
     one row per partition (KITTI-C has 126; the card's counts matrix lists them all)."""
@@ -180,8 +187,9 @@ def _summary_table(manifest: dict) -> None:
         row[1] += v["examples"]
         row[2] += v["bytes"]
         row[3] += v["seconds"]
-    for corruption, (sevs, examples, nbytes, seconds) in sorted(rows.items(), key=lambda kv: (kv[0] != "clean",
-                                                                                               kv[0])):
+    order = ["clean", *[c["name"] for c in manifest.get("recipe", {}).get("corruptions", [])]]  # the card's order
+    for corruption, (sevs, examples, nbytes, seconds) in sorted(
+            rows.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
         sevs.sort()
         span = f"{sevs[0]}–{sevs[-1]}" if sevs == list(range(sevs[0], sevs[-1] + 1)) and len(sevs) > 1 else \
             ", ".join(map(str, sevs))

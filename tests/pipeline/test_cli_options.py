@@ -99,6 +99,10 @@ def test_the_run_summary_has_a_row_per_corruption_and_says_clean_only_when_there
     _summary_table(manifest(["fog/1", "fog/2", "fog/3", "clean/0", "beam_del/2", "beam_del/4"]))
     assert rows() == [["clean", "0", "2", "1.0", "0.5"], ["beam_del", "2, 4", "4", "2.0", "1.0"],
                       ["fog", "1–3", "6", "3.0", "1.5"], ["2 corruptions + clean", "6 partitions", "12", "6.0", "3.0"]]
+    recipe_order = {**manifest(["beam_del/2", "fog/1", "clean/0"]),
+                    "recipe": {"corruptions": [{"name": "fog"}, {"name": "beam_del"}]}}
+    _summary_table(recipe_order)  # the recipe's order (the card's), not the alphabet's
+    assert [r[0] for r in rows()][:3] == ["clean", "fog", "beam_del"]
     _summary_table(manifest(["clean/0"]))  # 3dos: every example is a clean one
     assert rows()[-1] == ["clean only", "1 partition", "2", "1.0", "0.5"]
 

@@ -203,6 +203,11 @@ def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(
     whole = run_build(str(small_recipe), out=tmp_path / "whole", groups=1, **common)
     split = run_build(str(small_recipe), out=tmp_path / "split", groups=4, **common)
     assert whole.ok and split.ok and whole.shards_total == 2 and split.shards_total == 2 * 4
+    from bench_build.cli.build_commands import _counts_line
+
+    assert (whole.groups, split.groups) == (1, 4)  # what the run's last line counts in
+    assert _counts_line(whole).startswith("2 shards: 0 already done, 2 built, 0 failed in ")
+    assert _counts_line(split).startswith("8 tasks (2 shards × 4 task groups): 0 already done, 8 built, 0 failed")
     assert _data_files(split.version_dir) == _data_files(whole.version_dir)  # 2 × 21 files, same bytes
     assert len(_data_files(whole.version_dir)) == 2 * 21
     assert stable_view(read_manifest(split.version_dir)) == stable_view(read_manifest(whole.version_dir))
