@@ -153,7 +153,7 @@ def lock_line(profile: dict[str, Any] | None) -> str | None:
     lock = (profile or {}).get("lock")
     if not lock:
         return None
-    head = f"- Environment: bench-build's lock `manifests/lock.txt` sha256 `{lock['sha256'][:16]}…`"
+    head = f"- Environment: bench-build's lock `manifests/lock.txt` sha256 `{lock['sha256']}`"
     if lock.get("matches"):
         return (f"{head}; every package that computes or encodes the shards was installed at its locked version, so "
                 "installing bench-build with that lock as pip constraints rebuilds these files bit for bit")
@@ -412,10 +412,12 @@ def renders_section(sheet: dict[str, Any]) -> str:
         "## See the corruptions",
         "",
         f"Frame `{sheet['frame_id']}` under every corruption × severity ({sheet['panels']} panels, clean first; "
-        f"same extent in every panel; points coloured by {colour}). Scene panels have a metre scale and an inset "
-        "zoomed on one object (grey unchanged, black moved or added, pink removed; dashed: the clean box), so "
-        "object-level corruptions show at every severity. `bench-build render` draws any other frame or "
-        "partition.",
+        f"same extent in every panel; points coloured by {colour}). "
+        + ("Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
+           if sheet.get("objects") else
+           "Scene panels have a metre scale and an inset zoomed on one object (grey unchanged, black moved or "
+           "added, pink removed; dashed: the clean box), so object-level corruptions show at every severity. ")
+        + "`bench-build render` draws any other frame or partition.",
         "",
         f"![contact sheet: every corruption × severity of frame {sheet['frame_id']}]({sheet['path']})",
         RENDERS_END,

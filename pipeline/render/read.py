@@ -178,13 +178,15 @@ def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None
         data, per_panel = panels_sheet(sort_views(panels.values(), manifest), frame_id=frame_id,
                                        color_by=color_by, severity_names=names)
         n = len(panels)
+        objects = any(p.image.shape[1] != p.image.shape[0] for p in panels.values())  # three views side by side
     else:
         frame_id, views = read_views(store, manifest, frame_id)
         data, per_panel = contact_sheet(views, frame_id=frame_id, color_by=color_by, severity_names=names)
         n = len(views)
+        objects = any(v.is_object for v in views)
     store.put_bytes(key, data)
     return {"path": key, "frame_id": frame_id, "panels": n, "seconds_per_panel": round(per_panel, 3),
-            "color_by": color_by}
+            "color_by": color_by, "objects": objects}
 
 
 def file_part(frame_id: str) -> str:

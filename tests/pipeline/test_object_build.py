@@ -74,6 +74,7 @@ def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch):
     assert "N×C, columns x, y, z; shape coordinates (normalised by the preprocessing above), no intensity" in card
     assert "| `boxes` | list<struct> | null: this source has no boxes |" in card
     assert "| `class_id` | int32 | per example: class index" in card and "see bench-build's README" not in card
+    assert "Each panel shows the shape from three sides" in card and "metre scale" not in card
     rows = duckdb.sql(
         f"SELECT corruption, severity, count(*), min(num_points), max(num_points), min(class_id), max(class_id) "
         f"FROM read_parquet('{version}/data/**/*.parquet', hive_partitioning = true) GROUP BY ALL").fetchall()
