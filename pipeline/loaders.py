@@ -212,6 +212,9 @@ class PointCloudIterableDataset(_Base, IterableDataset):
                  rank: int | None = None, world_size: int | None = None, **filters: Any) -> None:
         super().__init__(root, **filters)
         self.shuffle, self.seed, self.epoch, self.shuffle_buffer = shuffle, seed, 0, max(1, shuffle_buffer)
+        if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
+            raise ValueError(f"rank and world_size go together, 0 ≤ rank < world_size; got rank={rank!r}, "
+                             f"world_size={world_size!r}")
         self.rank, self.world_size = rank, world_size
         self._version = None
 

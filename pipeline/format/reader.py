@@ -378,5 +378,10 @@ def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: 
 
     Its reads are verified against the manifest and the files' page checksums unless ``verify=False`` (trusted
     fast paths only: a changed byte then decodes silently); a mismatch raises `IntegrityError` naming the file.
-    Rejected S3 credentials raise `bench_build.storage.StorageError` with one line saying so."""
+    Rejected S3 credentials raise `bench_build.storage.StorageError` with one line saying so. ``~`` is the home
+    directory, as in pandas."""
+    if not isinstance(root, str | Path) or not str(root):
+        raise NotInVersion(f"open_version takes a version's directory or URL, got {root!r}")
+    if isinstance(root, Path) or "://" not in root:
+        root = Path(root).expanduser()
     return Version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)

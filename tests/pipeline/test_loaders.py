@@ -196,6 +196,19 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
         v.examples(["beam_del", "background"], 3)
     with pytest.raises(NotInVersion, match="a frame id is a string"):
         v.example(1, "beam_del", 3)
+    for bad in (None, ""):
+        with pytest.raises(NotInVersion, match="open_version takes a version's directory or URL"):
+            open_version(bad)  # type: ignore[arg-type]
+    for rank, world in ((2, 2), (1, None), (None, 2), (0, 0)):
+        with pytest.raises(ValueError, match="rank and world_size go together"):
+            PointCloudIterableDataset(mini_build, rank=rank, world_size=world)
+
+
+def test_open_version_expands_the_home_directory(mini_build, monkeypatch):
+    from bench_build.format.reader import open_version
+
+    monkeypatch.setenv("HOME", str(mini_build.parent))
+    assert open_version(f"~/{mini_build.name}").manifest == open_version(mini_build).manifest
 
 
 @pytest.mark.parametrize("kind", ["map", "iterable"])
