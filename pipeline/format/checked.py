@@ -54,6 +54,8 @@ def read_error(e: BaseException, where: str, version: str | None, op: str = "rea
     if m and m.group(1) in _S3_DENIED:
         code = "".join(w.capitalize() for w in m.group(1).split("_"))  # S3's spelling: AccessDenied, as boto3's
         return StorageError(denied_message(where, op, code))
+    if "deserialize thrift" in text or "magic bytes" in text:  # the footer, which no page checksum covers
+        return IntegrityError(f"{where}: its Parquet footer cannot be decoded ({first}); {remedy(version)}")
     if isinstance(e, pa.ArrowInvalid):  # undecodable pages or footer: bytes damaged where no checksum covers them
         return IntegrityError(f"{where}: cannot be decoded ({first}); {remedy(version)}")
     if isinstance(e, OSError):

@@ -52,6 +52,7 @@ from bench_build.format.schema import (
     decode_calib,
     decode_points,
     file_metadata,
+    row_schema,
 )
 from bench_build.manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
 from bench_build.stages.frame import Boxes, Calib, Frame
@@ -231,6 +232,31 @@ class Version:
                                  f"{remedy(self.url)}")
         return pf
 
+    def _footer(self, pf: CheckedParquetFile) -> dict[str, Any]:
+        """The file's ``bench_build`` footer metadata, and (``verify``) its columns and point layout checked
+        against the manifest: the Parquet footer is covered by no page checksum, and a local file's sha256 is
+        not re-hashed on every open, so a damaged footer is an `IntegrityError` naming the file here, not a
+        KeyError or JSON error from deep inside a read."""
+        try:
+            meta = file_metadata(pf.schema_arrow)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise IntegrityError(f"{pf.where}: its footer's bench_build metadata cannot be read ({e}); "
+                                 f"{remedy(self.url)}") from None
+        if not self.verify:
+            return meta
+        names = pf.schema_arrow.names
+        compact = "point_ref" in names and self.manifest.get("encoding") == "compact"
+        want = row_schema(self.manifest["fields"], self.manifest.get("columns") or [], compact=compact).names
+        if names != want:
+            odd, gone = sorted(set(names) - set(want)), sorted(set(want) - set(names))
+            raise IntegrityError(f"{pf.where}: its columns are not the version's (unexpected: {odd or '-'}, missing: "
+                                 f"{gone or '-'}); {remedy(self.url)}")
+        for key in ("fields", "intensity_scale", "columns"):
+            if key in meta and key in self.manifest and meta[key] != self.manifest[key]:
+                raise IntegrityError(f"{pf.where}: its footer says {key} {meta[key]!r}, the manifest "
+                                     f"{self.manifest[key]!r}; {remedy(self.url)}")
+        return meta
+
     def _check_stored(self, rel: str, entry: dict[str, Any], where: str) -> None:
         """Object storage: size and the sha256 the uploader recorded (object metadata), from one HEAD. The
         ETag is not compared: the manifest records no MD5, and multipart ETags are not content hashes."""
@@ -254,7 +280,7 @@ class Version:
                   frames: Iterable[str] | None = None, writable: bool = True) -> Iterator[Example]:
         """The examples of one manifest entry (optionally some row groups / frames only), row group by row group."""
         pf = self.open_file(entry["path"])
-        meta = file_metadata(pf.schema_arrow)
+        meta = self._footer(pf)
         compact = "point_ref" in pf.schema_arrow.names
         wanted = None if frames is None else pa.array(sorted(set(frames)), pa.string())
         starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])

@@ -314,6 +314,46 @@ def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini
     assert len([unverified[i] for i in range(len(unverified))]) == 4
 
 
+def test_a_damaged_footer_is_an_integrity_error_naming_the_file(mini_build, tmp_path):
+    """The footer has no page checksum and a local file is not re-hashed on open: a column renamed in place (same
+    size), or footer metadata that disagrees with the manifest, is an `IntegrityError` naming the file."""
+    import hashlib
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.reader import open_version
+    from bench_build.format.schema import METADATA_KEY
+
+    v = tmp_path / "v"
+    shutil.copytree(mini_build, v, ignore=shutil.ignore_patterns("_ledger"))
+    entries = {(s["corruption"], s["severity"]): s for s in _manifest(v)["shards"]}
+    renamed = v / entries[("background", 2)]["path"]
+    data = renamed.read_bytes()
+    assert data.count(b"boxes") >= 1
+    renamed.write_bytes(data.replace(b"boxes", b"coxes", 1))  # the footer's column name, same size
+    with pytest.raises(IntegrityError, match=re.escape(f"{entries[('background', 2)]['path']}: its columns are not "
+                                                       "the version's (unexpected: ['coxes'], missing: ['boxes'])")):
+        list(open_version(v).examples("background", 2))
+    # footer metadata that disagrees with the manifest (the file rewritten, its manifest entry updated to match)
+    entry = entries[("beam_del", 3)]
+    table = pq.read_table(v / entry["path"])
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    meta["intensity_scale"] = "byte"
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: json.dumps(meta)}),
+                   v / entry["path"], row_group_size=2)
+    manifest = _manifest(v)
+    for s in manifest["shards"]:
+        if s["path"] == entry["path"]:
+            s["bytes"] = (v / entry["path"]).stat().st_size
+            s["sha256"] = hashlib.sha256((v / entry["path"]).read_bytes()).hexdigest()
+    (v / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match=re.escape("its footer says intensity_scale 'byte', the manifest 'unit'")):
+        list(open_version(v).examples("beam_del", 3))
+    assert len(list(open_version(v, verify=False).examples("beam_del", 3))) == 4  # the trusted fast path reads it
+
+
 def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
     from bench_build.format.checked import IntegrityError
     from bench_build.format.reader import open_version
