@@ -113,16 +113,17 @@ def counts_matrix(manifest: dict[str, Any], recipe: Recipe) -> list[str]:
     """Examples per corruption × severity (clean on its own row), and MB per corruption."""
     by = manifest["counts"]["by_partition"]
     sev = list(range(1, recipe.severities + 1))
-    lines = ["| corruption | " + " | ".join(str(s) for s in sev) + " | MB |",
-             "| --- | " + " | ".join("---:" for _ in sev) + " | ---: |"]
+    # severity 0 is a column of its own: the clean count under "1" read as a severity-1 count
+    lines = ["| corruption | 0 (clean) | " + " | ".join(str(s) for s in sev) + " | MB |",
+             "| --- | ---: | " + " | ".join("---:" for _ in sev) + " | ---: |"]
     clean = by.get("clean/0")
     if clean:
-        lines.append("| clean (severity 0) | " + " | ".join([f"{clean['examples']:,}"] + ["" for _ in sev[1:]])
+        lines.append(f"| clean | {clean['examples']:,} | " + " | ".join("" for _ in sev)
                      + f" | {clean['bytes'] / 1e6:,.1f} |")
     for c in recipe.corruptions:
         cells = [f"{by[f'{c.name}/{s}']['examples']:,}" if f"{c.name}/{s}" in by else "—" for s in sev]
         mb = sum(by[f"{c.name}/{s}"]["bytes"] for s in sev if f"{c.name}/{s}" in by) / 1e6
-        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {mb:,.1f} |")
+        lines.append(f"| {c.name} |  | " + " | ".join(cells) + f" | {mb:,.1f} |")
     lines += ["", f"`manifest.json` lists every file with its row count, size and sha256; `bench-build verify .` "
               f"re-checks them ({len(manifest['shards'])} files, {manifest['counts']['bytes'] / 1e6:,.1f} MB)."]
     return lines

@@ -60,10 +60,10 @@ def test_counts_matrix(tmp_path):
     p.write_text(SMALL_RECIPE)
     recipe = load_recipe(p)
     lines = counts_matrix(_manifest(), recipe)
-    assert lines[0] == "| corruption | 1 | 2 | 3 | 4 | 5 | MB |"
-    assert "| clean (severity 0) | 4 |  |  |  |  | 2.0 |" in lines
-    assert "| gaussian_rad | 4 | 4 | 4 | 4 | 4 | 5.0 |" in lines
-    assert "| translation | — | — | — | — | — | 0.0 |" in lines  # not built
+    assert lines[0] == "| corruption | 0 (clean) | 1 | 2 | 3 | 4 | 5 | MB |"
+    assert "| clean | 4 |  |  |  |  |  | 2.0 |" in lines
+    assert "| gaussian_rad |  | 4 | 4 | 4 | 4 | 4 | 5.0 |" in lines
+    assert "| translation |  | — | — | — | — | — | 0.0 |" in lines  # not built
     assert any("sha256" in line and "bench-build verify" in line for line in lines)
 
 

@@ -125,7 +125,7 @@ def test_build_card_embeds_the_contact_sheet(built):
     assert card.splitlines()[0].startswith("# mini-c 0.1.0 — demo build") or "\n# mini-c 0.1.0 — demo build" in card
     assert "- Source: generated demo data" in card and "inherits the licence of the source dataset" not in card
     assert "no real dataset's scans or labels are included" in card
-    assert "| gaussian_rad | 4 | 4 | 4 | 4 | 4 |" in card and "| clean (severity 0) | 4 |" in card
+    assert "| gaussian_rad |  | 4 | 4 | 4 | 4 | 4 |" in card and "| clean | 4 |  |" in card
     assert "## Intended use and limitations" in card and "This is a demo build" in card
     assert card.index("## See the corruptions") < card.index("## Counts per corruption × severity")
     assert "| beam_del | `beam_del` v1 | count_divisor=100 | count_divisor=30 |" in card
