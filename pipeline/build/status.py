@@ -41,7 +41,9 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
             pending.append(s.name)
     remaining = len(specs) - len(done)
     eta = (seconds / len(done)) * remaining if done else None
+    # "shards" counts the ledger's tasks (as `run`'s summary line): blocks × "task_groups" per block
     return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "shards": len(specs),
+            "task_groups": len(cut),
             "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
             "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
                                                       * info["recipe"]["severities"]),

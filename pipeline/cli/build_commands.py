@@ -224,7 +224,9 @@ def status(
         out_console.print_json(json.dumps(st))
         return
     eta = "n/a" if st["eta_cpu_seconds"] is None else f"{st['eta_cpu_seconds']:.0f} CPU-s"
-    out_console.print(f"{st['version_dir']}: {st['done']}/{st['shards']} shards done, {len(st['failed'])} failed, "
+    g = st["task_groups"]
+    unit = "shards" if g == 1 else f"tasks ({st['shards'] // g} shards × {g} task groups)"
+    out_console.print(f"{st['version_dir']}: {st['done']}/{st['shards']} {unit} done, {len(st['failed'])} failed, "
                       f"{st['pending']} pending; {st['examples_written']}/{st['examples_total']} examples; "
                       f"remaining ≈ {eta}; manifest: {'yes' if st['complete'] else 'no'}")
     for shard, err in sorted(st["failed"].items()):

@@ -226,11 +226,11 @@ def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(
     assert resumed.ok and resumed.shards_skipped == 6 and sorted(resumed.shards_built) == lost
     assert _data_files(split.version_dir) == _data_files(whole.version_dir)
     status = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(tmp_path / "split")])
-    assert "8/8 shards done" in status.output and "manifest: yes" in status.output
+    assert "8/8 tasks (2 shards × 4 task groups) done" in status.output and "manifest: yes" in status.output
     # another split on a build in progress is refused, saying how to resume
     (shards / f"{lost[0]}.json").unlink()
     status = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(tmp_path / "split")])
-    assert "7/8 shards done" in status.output and "1 pending" in status.output
+    assert "7/8 tasks (2 shards × 4 task groups) done" in status.output and "1 pending" in status.output
     with pytest.raises(LedgerMismatch, match="started with 4 task group"):
         run_build(str(small_recipe), out=tmp_path / "split", groups=2, **common)
 
