@@ -12,13 +12,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench_build.stages.kernels.boxes import points_in_boxes
-from bench_build.stages.kernels.grid_knn import Grid
 from bench_build.stages.sensor import Sensor
+
+if TYPE_CHECKING:
+    from bench_build.stages.kernels.grid_knn import Grid
 
 DELETION_GRID_CELL = 0.4  # metres: the x–y cell of the sequential deletions' search grid (`Frame.deletion_grid`)
 
@@ -240,6 +241,8 @@ class Frame:
         """The search grid of the sequential neighbourhood deletions (`cutout`, `local_dec`: exact k nearest
         present points, `bench_build.stages.geometry.remove_neighbourhoods_sequentially`) over this frame's points, with
         their float64 xyz: built once (≈ 4 ms for 130k points), shared by both stages' severities."""
+        from bench_build.stages.kernels.grid_knn import Grid  # numba: only a frame a stage deletes from needs it
+
         xyz = np.ascontiguousarray(self.xyz, dtype=np.float64)
         return xyz, Grid(xyz, DELETION_GRID_CELL)
 
@@ -256,6 +259,8 @@ class Frame:
         """For every point, the index of the first valid box that contains it, or -1."""
         if self.boxes is None:
             return np.full(len(self), -1, dtype=np.int64)
+        from bench_build.stages.kernels.boxes import points_in_boxes  # numba: only stages that move boxes need it
+
         b = self.boxes
         return points_in_boxes(self.xyz, b.center, b.dims, b.heading, b.valid)
 

@@ -52,6 +52,8 @@ LAZY_PROJECT_OK = {
     "bench_build.cli": "commands import NumPy-using modules only after the numeric pin is set, and --help stays fast",
     "bench_build.bench.cli": "the `bench` commands, like every command: after the numeric pin, --help stays fast",
     "bench_build": "the package's public names load on first use, so `import bench_build.stages` stays light",
+    "bench_build.stages.frame": "a Frame's numba kernels load when a stage first needs them: reading a version "
+                                "(open_version, each DataLoader worker) imports no numba",
 }
 
 
