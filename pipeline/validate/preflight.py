@@ -13,13 +13,15 @@ from bench_build.sources.base import SourceError
 from bench_build.sources.records import list_scans
 from bench_build.validate.config import ValidateConfig, ValidationError
 from bench_build.validate.extract import FORMATS, SIZE_FORMATS
+from bench_build.validate.realism import snow_like_corruptions
 
 FORMAT_HINTS = {"boreas": "boreas", "stf": "stf", "seeingthroughfog": "stf", "dense": "stf",
                 "hdl64": "stf"}
 
 
-def detect_format(root: Path, files: list[Path], requested: str) -> str:
-    """The real-data format: as requested, else from the path name, else from the record size."""
+def detect_format(root: Path, files: list[Path], requested: str, option: str = "--real-format") -> str:
+    """The real-data format: as requested, else from the path name, else from the record size; ``option`` is the
+    flag that sets it (``--real-format`` for the weather data, ``--real-clean-format`` for the clean data)."""
     if requested != "auto":
         return requested
     parts = [p.lower() for p in root.resolve().parts]
@@ -36,8 +38,9 @@ def detect_format(root: Path, files: list[Path], requested: str) -> str:
     fits = [fmt for fmt in SIZE_FORMATS if all(s % (4 * FORMATS[fmt]["width"]) == 0 for s in sizes)]
     if len(fits) == 1:
         return fits[0]
+    choices = "stf|boreas|kitti|wads" if option == "--real-format" else "stf|boreas|kitti"
     raise ValidationError(f"{root}: cannot tell the scan format from the path or the file sizes "
-                          f"(consistent with: {', '.join(fits) or 'none'}); pass --real-format stf|boreas|kitti|wads")
+                          f"(consistent with: {', '.join(fits) or 'none'}); pass {option} {choices}")
 
 
 def _check_wads_labels(root: Path, files: list[Path]) -> None:
@@ -73,7 +76,15 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
             files = list_scans(d)
         except SourceError as e:
             raise ValidationError(f"real {role} data for {cfg.corruption}: {e}") from None
-        fmt = detect_format(d, files, cfg.real_format if role == "weather" else cfg.clean_format)
+        if len(files) < 2:  # said now, not after Ray started and the scans were read
+            raise ValidationError(f"real {role} data {d}: {len(files)} scan(s); the classifier's train/validation "
+                                  "split and the MMD test need at least 2 (tens for a verdict worth reading)")
+        fmt = detect_format(d, files, cfg.real_format if role == "weather" else cfg.clean_format,
+                            "--real-format" if role == "weather" else "--real-clean-format")
+        if fmt == "wads" and role == "weather" and cfg.corruption not in snow_like_corruptions(version.manifest):
+            raise ValidationError(f"real {cfg.corruption} data {d}: WADS was recorded in snowfall, it is real snow, "
+                                  f"not real {cfg.corruption}; compare {cfg.corruption} with real {cfg.corruption} "
+                                  "scans, or WADS with a snow corruption")
         if fmt == "wads" and role == "clean":
             raise ValidationError(f"real clean data {d}: WADS was recorded in snowfall, it has no clear scans; "
                                   "pass clear scans (KITTI, SemanticKITTI, STF clear) and --real-clean-format")

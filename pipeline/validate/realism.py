@@ -64,8 +64,13 @@ def snow_like_corruptions(manifest: dict[str, Any]) -> list[str]:
 
 
 def scan_quantities(points: np.ndarray, intensity_col: int, scale: str, snow: np.ndarray) -> dict[str, Any]:
-    """One scan's facts and its falling-snow points' per-point quantities (``snow`` is a boolean mask)."""
+    """One scan's facts and its falling-snow points' per-point quantities (``snow`` is a boolean mask). Rows at
+    exactly (0, 0, 0) are not returns (LISA keeps a lost return's row there, `keep_lost_rows`): left out of every
+    quantity, or the simulated sensor would seem to see down to 0 m and its shares would be diluted."""
 
+    returned = np.any(points[:, :3] != 0, axis=1)
+    n_lost = int(len(points) - returned.sum())
+    points, snow = points[returned], snow[returned]
     xyz = points[:, :3].astype(np.float64)
     rng_all = np.linalg.norm(xyz, axis=1)
     elev_all = np.degrees(np.arctan2(xyz[:, 2], np.hypot(xyz[:, 0], xyz[:, 1])))
@@ -81,7 +86,7 @@ def scan_quantities(points: np.ndarray, intensity_col: int, scale: str, snow: np
     rel = inten[snow] / median if median > 0 else np.full(n_snow, np.nan)
     # the whole scan only says where the sensor sees: an evenly strided subset keeps memory flat on big builds
     stride = np.unique(np.linspace(0, len(points) - 1, min(len(points), EXTENT_POINTS)).astype(np.int64))
-    return {"n_points": len(points), "n_snow": n_snow, "scene_median_intensity": median,
+    return {"n_points": len(points), "n_lost": n_lost, "n_snow": n_snow, "scene_median_intensity": median,
             "range": rng_all[snow], "elevation": elev_all[snow], "intensity": inten[snow], "intensity_rel": rel,
             "density": density, "density_per_100k": density * 1e5 / max(len(points), 1),
             "nearest": float(rng_all.min()) if len(points) else float("nan"),

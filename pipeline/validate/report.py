@@ -89,14 +89,20 @@ def render_summary(report: dict[str, Any]) -> str:
         "",
         f"**Verdict: {v['verdict']}** — {v['rule']}.",
         "",
+        *[f"> **Caution:** {c}." for c in v.get("cautions", [])],
+        *([""] if v.get("cautions") else []),
         f"{report['dataset']} {report['version']} (fingerprint `{report['fingerprint'][:16]}…`), "
         f"validated {report['created']} by bench-build {report['code_version']} in {report['seconds']} s.",
         "",
         "| check | result | |",
         "| --- | --- | --- |",
     ]
+    undecided = v["verdict"] == "inconclusive"  # a failed gate: the checks decide nothing, so they get no tick
     for chk in v["gates"] + v["checks"]:
-        lines.append(f"| {chk['name']} | {chk['detail']} | {'✓' if chk['ok'] else '✗'} |")
+        mark = "✓" if chk["ok"] else "✗"
+        if undecided and chk in v["checks"]:
+            mark = "– (a gate failed)"
+        lines.append(f"| {chk['name']} | {chk['detail']} | {mark} |")
     lines += [
         "",
         "## Classification (Table III protocol)",
@@ -159,7 +165,11 @@ def render_index(version_dir: Path) -> str:
     for rp in sorted((version_dir / "validation").glob("*/report.json")):
         r = json.loads(rp.read_text())
         pairs = r["mmd"]["raw"]["pairs"]
-        lines.append(f"| {r['corruption']} | {r['verdict']['verdict']} | {_pct(r['naturalness'])} | "
+        # the accuracy means nothing when the classifier failed its gates: said in its cell
+        said = r["verdict"]["verdict"] + (" (indicative only)" if r["verdict"].get("cautions") else "")
+        acc = _pct(r["naturalness"]) + (" (classifier failed its gates)" if r["verdict"]["verdict"] == "inconclusive"
+                                        else "")
+        lines.append(f"| {r['corruption']} | {said} | {acc} | "
                      f"{pairs['real|simulated']['mmd2']:.4g} | {pairs['simulated|clean']['mmd2']:.4g} | "
                      f"[{r['corruption']}/summary.md]({r['corruption']}/summary.md) |")
     return "\n".join(lines) + "\n"

@@ -233,6 +233,29 @@ def verdict(acc_sim: float, acc_clean: float, val_acc: float, mmd: dict[str, dic
     return {"verdict": v, "rule": rule, "checks": checks, "gates": gates}
 
 
+#: real scans per side below which a verdict is said to be indicative only (Li et al. train on thousands)
+FEW_REAL_SCANS = 20
+
+
+def cautions(real_scans: dict[str, int], val_scans: int, mmd: dict[str, dict[str, Any]],
+             permutations: int) -> list[str]:
+    """What limits how far the verdict can be trusted, in words the summaries print beside it: few real scans,
+    a validation set too small to measure accuracy, permutation p-values at the smallest value they can take."""
+    out = []
+    if min(real_scans.values()) < FEW_REAL_SCANS:
+        out.append(f"few real scans ({real_scans['weather']} weather, {real_scans['clean']} clean; fewer than "
+                   f"{FEW_REAL_SCANS} a side): the accuracies and MMD below are indicative only")
+    if val_scans < 10:
+        out.append(f"the validation set has {val_scans} scan(s): its accuracy moves in steps of "
+                   f"{100 / max(val_scans, 1):.0f} %")
+    floor = 1 / (permutations + 1)
+    at_floor = sorted({space for space, t in mmd.items() for r in t["pairs"].values() if r["p_value"] <= floor})
+    if at_floor:
+        out.append(f"some MMD p-values ({', '.join(at_floor)}) are {floor:.3g}, the smallest {permutations} "
+                   "permutations can give: raise --permutations to tell smaller ones apart")
+    return out
+
+
 def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int | None = None,
                    address: str | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate ``cfg.corruption`` of a built version; write the outputs and return the report."""
@@ -251,8 +274,10 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
         x = np.concatenate([real["weather"]["clouds"], real["clean"]["clouds"]])
         y = np.concatenate([np.full(len(real["weather"]["clouds"]), WEATHER_LABEL),
                             np.full(len(real["clean"]["clouds"]), CLEAN_LABEL)]).astype(np.int64)
-        if min(np.bincount(y, minlength=2)) < 2:
-            raise ValidationError("need at least 2 real scans per class")
+        counts = np.bincount(y, minlength=2)
+        if min(counts) < 2:
+            raise ValidationError(f"need at least 2 real scans of each kind; read {counts[WEATHER_LABEL]} of "
+                                  f"{cfg.real_weather} and {counts[CLEAN_LABEL]} of {cfg.real_clean}")
         tr, va = split_train_val(y, 0.1, cfg.seed)
         model_cfg = PointNetConfig(width=cfg.width)
         tcfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, patience=cfg.patience, seed=cfg.seed,
@@ -293,6 +318,8 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
     mmd = {"raw": mmd_table(groups, permutations=cfg.permutations, seed=cfg.seed),
            "tsne": mmd_table(emb_groups, permutations=cfg.permutations, seed=cfg.seed)}
     decision = verdict(acc_sim, acc_clean, res.best_val_accuracy, mmd, cfg)
+    decision["cautions"] = cautions({role: len(real[role]["ids"]) for role in ("weather", "clean")}, len(va),
+                                    mmd, cfg.permutations)
     manifest = pre["version"].manifest
     report: dict[str, Any] = {
         "report_version": 1,

@@ -174,6 +174,32 @@ def test_outputs_plots_card_and_checkpoint(validated):
     assert card.count("## Naturalness validation") == 1 and "(validation/summary.md)" in card
 
 
+def test_a_verdict_from_few_scans_says_how_far_it_can_be_trusted(validated):
+    from bench_build.validate.report import render_index, render_summary
+    from bench_build.validate.run import FEW_REAL_SCANS, cautions
+
+    mmd = {"raw": {"pairs": {"real|simulated": {"p_value": 1 / 21}, "simulated|clean": {"p_value": 0.5}}},
+           "tsne": {"pairs": {"real|simulated": {"p_value": 0.2}, "simulated|clean": {"p_value": 0.3}}}}
+    said = cautions({"weather": 3, "clean": 2}, 2, mmd, 20)
+    assert said[0].startswith("few real scans (3 weather, 2 clean; fewer than 20 a side)")
+    assert said[1] == "the validation set has 2 scan(s): its accuracy moves in steps of 50 %"
+    assert said[2].startswith("some MMD p-values (raw) are 0.0476, the smallest 20 permutations can give")
+    assert cautions({"weather": FEW_REAL_SCANS, "clean": 40}, 10, mmd, 1000) == []
+    r = _report(validated["version"], "fog")
+    r["verdict"] = {**r["verdict"], "verdict": "inconclusive", "cautions": said}
+    summary = render_summary(r)
+    assert "> **Caution:** few real scans (3 weather" in summary
+    assert summary.count("| – (a gate failed) |") == len(r["verdict"]["checks"])  # no tick from a failed classifier
+    report = validated["version"] / "validation" / "fog" / "report.json"
+    before = report.read_text()
+    try:
+        report.write_text(json.dumps(r))
+        index = render_index(validated["version"])
+    finally:
+        report.write_text(before)
+    assert "| fog | inconclusive (indicative only) |" in index and "(classifier failed its gates)" in index
+
+
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail loudly if Ray or training were started: input errors must come first."""
@@ -202,6 +228,21 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     assert res.exit_code == 2 and "no corruption 'snow'" in res.output
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"])])
     assert res.exit_code != 0
+    # WADS is snowfall: never taken for real fog (its snow realism section would land in the fog report)
+    from bench_build.sources.demo.wads import write_wads
+
+    wads = write_wads(tmp_path / "wads", 2)
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", f"fog={wads}",
+                              "--real-format", "wads", "--real-clean", str(validated["clear_dir"])])
+    assert res.exit_code == 2 and "WADS was recorded in snowfall, it is real snow, not real fog" in res.output
+    # a clean folder of unknown format names the clean data's option, not the weather data's
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    for name in ("a", "b"):
+        np.zeros((12, 5), np.float32).tofile(odd / f"{name}.bin")  # 240 bytes: fits 16, 20 and 24-byte records
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
+                              "--real-clean", str(odd)])
+    assert res.exit_code == 2 and "pass --real-clean-format stf|boreas|kitti" in " ".join(res.output.split())
     # one build frame cannot form the groups MMD and t-SNE compare: said before training, not as a crash after it
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
                               "--real-clean", str(validated["clear_dir"]), "--sample", "1"])

@@ -165,6 +165,12 @@ def test_realism_statistics_and_distances_on_known_distributions():
     d = realism.distances(real, blind, 0)
     assert d["common_band"]["range_bins_m"][0][0] == 8.0
     assert d["quantities"]["range"]["n_real"] < 900 * 0.5
+    # LISA's lost returns are rows at (0, 0, 0): not returns, so no nearest return at 0 m and no diluted share
+    scan = _scan(rng, 3000, 300, (4.0, 10.0), 0.0, (3.0, 60.0))
+    lost = np.vstack([scan, np.zeros((700, scan.shape[1]), scan.dtype)])
+    q = realism.scan_quantities(lost, 3, "unit", np.r_[snow, np.zeros(700, bool)])
+    assert q["n_lost"] == 700 and q["n_points"] == 3300 and q["nearest"] > 2.9
+    assert realism.summarise([q])["share"]["min"] == pytest.approx(300 / 3300)
 
 
 # ---- validate end to end with WADS as real snow -----------------------------------------------------------
@@ -242,7 +248,8 @@ def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_
     wads = write_wads(tmp_path / "wads", 2)
     clear = tmp_path / "clear"
     clear.mkdir()
-    np.zeros((7, 4), "<f4").tofile(clear / "a.bin")  # 112 bytes: only KITTI's 16-byte record fits
+    for name in ("a", "b"):
+        np.zeros((7, 4), "<f4").tofile(clear / f"{name}.bin")  # 112 bytes: only KITTI's 16-byte record fits
     files = sorted(wads.rglob("*.bin"))
     assert detect_format(wads, files, "auto") == "wads"  # by name: WADS has KITTI's record size
     assert detect_format(clear, [clear / "a.bin"], "auto") == "kitti"
@@ -253,6 +260,11 @@ def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_
     with pytest.raises(ValidationError, match="WADS was recorded in snowfall, it has no clear scans"):
         preflight(snow_build, ValidateConfig(corruption="snow", real_weather=clear, real_clean=wads,
                                              real_format="kitti", real_clean_format="wads"))
+    one = tmp_path / "one-clear"  # a single real scan: refused before Ray starts, naming the folder
+    one.mkdir()
+    np.zeros((7, 4), "<f4").tofile(one / "a.bin")
+    with pytest.raises(ValidationError, match=f"real clean data {one}: 1 scan"):
+        preflight(snow_build, ValidateConfig(corruption="snow", real_weather=wads, real_clean=one, real_format="wads"))
     (wads / "sequences/36/labels/000001.label").unlink()
     with pytest.raises(ValidationError, match=r"000001\.label: label file missing for WADS scan"):
         preflight(snow_build, cfg)
