@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +16,20 @@ import typer
 
 from bench_build.cli.app import PANEL_PUBLISH, EndpointOpt, ProfileOpt, app, console, fail, out_console
 from bench_build.cli.build_commands import raise_interrupt
+
+
+@contextmanager
+def resumable(kept: str) -> Iterator[None]:
+    """Ctrl-C or SIGTERM during a transfer: say what was kept and the command that finishes it (exit 130)."""
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {kept}. The same command finishes it, transferring only what is missing:\n  "
+                      f"{shlex.join(['bench-build', *sys.argv[1:]])}", highlight=False)
+        raise typer.Exit(code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @app.command(rich_help_panel=PANEL_PUBLISH)
@@ -34,8 +52,10 @@ def publish(
     from bench_build.storage import StorageError
 
     try:
-        r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
-                            progress=progress, takeover=takeover, update_latest=latest)
+        with resumable("the files uploaded so far are kept on the store and nothing was committed (no manifest, "
+                       "`latest` unchanged; `versions` lists the version as incomplete)"):
+            r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
+                                progress=progress, takeover=takeover, update_latest=latest)
     except (ManifestError, PublishError, StorageError) as e:
         raise fail(e) from None
     from rich.markup import escape
@@ -116,10 +136,12 @@ def pull(
     from bench_build.storage import StorageError
 
     try:
-        r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
-                         endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
-                         materialize=materialize, lock_wait=wait,
-                         on_wait=lambda msg: console.print(f"[yellow]{escape(msg)}[/yellow]", highlight=False))
+        with resumable(f"the files downloaded and verified so far wait in {out}/<dataset>/<version>/_pull/, and the "
+                       "version's folder is as it was"):
+            r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
+                             endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
+                             materialize=materialize, lock_wait=wait,
+                             on_wait=lambda msg: console.print(f"[yellow]{escape(msg)}[/yellow]", highlight=False))
     except PullError as e:
         raise fail(e, code=e.code) from None
     except (ManifestError, StorageError) as e:

@@ -105,3 +105,25 @@ def _cmdline(path: Path) -> str:
         return path.read_bytes().decode(errors="replace")
     except OSError:  # the process ended while we looked
         return ""
+
+
+@pytest.mark.parametrize(("command", "function", "kept"), [
+    (["publish", "v", "--to", "s3://b/d"], "publish_version", "the files uploaded so far are kept on the store"),
+    (["pull", "s3://b/d/x", "--out", "o"], "pull_version", "the files downloaded and verified so far wait in o/"),
+])
+def test_an_interrupted_transfer_says_what_it_kept_and_how_to_finish(command, function, kept, monkeypatch):
+    """Ctrl-C during publish or pull used to exit 130 with no word; the rerun resumes, but nobody said so."""
+    from typer.testing import CliRunner
+
+    import bench_build.publish
+    from bench_build.cli import app
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_build.publish, function, interrupted)
+    monkeypatch.setattr(sys, "argv", ["bench-build", *command])
+    res = CliRunner().invoke(app, command)
+    assert res.exit_code == 130, res.output
+    text = " ".join(res.output.split())
+    assert text.startswith(f"interrupted: {kept}") and f"bench-build {' '.join(command)}" in text
