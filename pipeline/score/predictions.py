@@ -155,6 +155,16 @@ def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequen
     out = np.zeros((len(keys), num_classes))
     idx = np.nonzero(has_probs)[0]
     out[idx] = probabilities(path, preds, [keys[i] for i in idx], num_classes, distribution=distribution)
+    # a row with both: the class it names must be the probabilities' argmax, else which one was meant is a guess
+    both = [i for i in idx if preds[keys[i]].get("pred") is not None]
+    if both:
+        said = class_ids(path, preds, [keys[i] for i in both], num_classes)
+        if (wrong := np.flatnonzero(said != out[both].argmax(axis=1))).size:
+            k = keys[both[int(wrong[0])]]
+            where = getattr(preds, "where", {}).get(k)
+            raise PredictionError(f"{path}: {where + ': ' if where else ''}key {k!r}: 'pred' {int(said[wrong[0]])} is "
+                                  f"not the argmax of its 'probs' ({int(out[both[int(wrong[0])]].argmax())}); give one "
+                                  "of them, or both agreeing")
     idx = np.nonzero(has_pred)[0]
     out[idx, class_ids(path, preds, [keys[i] for i in idx], num_classes)] = 1.0
     return out

@@ -21,7 +21,10 @@ def _fmt(v: Any) -> str:
 
 
 def print_report(report: ScoreReport, console: Console) -> None:
-    """Per-partition metrics (one column per metric), then the headline numbers."""
+    """Per-partition metrics (one column per metric), then the headline numbers. Into a file or a pipe (a CI log,
+    ``> scores.txt``) the tables keep their natural width: Rich's 80 columns would cut every header and value."""
+    if not console.is_terminal:
+        console = Console(file=console.file, width=10_000, soft_wrap=True, color_system=None)
     if report.metric == "3dos":
         _print_open_set(report, console)
     else:

@@ -208,8 +208,27 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
             for (c, s), v in oa.items():
                 report.add(c, s, f"{cls}/{m}/OA", v)
     report.summary = summary
+    _coverage(report, version_dir, scored, pred_root, severity_names)
     _ground_truth_counts(report, aps, classes)
     _bug_rates(report, {(p.corruption, p.severity): r.bugs for p, r in scored.items() if r.bugs is not None})
+
+
+def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_root: Path, severity_names) -> None:
+    """Say when the mean metrics average fewer corruptions than the benchmark defines (a partial pull), and which
+    prediction folders name no partition of the version (a typo there would be silently unscored)."""
+    manifest = manifest_of(version_dir)
+    defined = [c["name"] for c in manifest.get("recipe", {}).get("corruptions", [])]
+    present = sorted({p.corruption for p in scored if p.corruption != "clean"})
+    if defined and len(present) < len(defined):
+        report.summary["corruptions_scored"] = {"scored": present, "defined": len(defined)}
+        report.notes.append(f"{len(present)} of the benchmark's {len(defined)} corruptions are in this version "
+                            f"({', '.join(present) or 'none'}): the m-metrics average those only and are not the "
+                            "paper's figures (pull or build the whole version to compare)")
+    known = {str(p.corruption) for p in scored}
+    extra = sorted(d.name for d in pred_root.iterdir() if d.is_dir() and d.name not in known)
+    if extra:
+        report.notes.append(f"{pred_root}: prediction folder(s) {', '.join(extra)} name no partition of this "
+                            "version and were not scored")
 
 
 def _ground_truth_counts(report: ScoreReport, aps: dict[Any, Any], classes: tuple[str, ...]) -> None:
@@ -247,6 +266,12 @@ def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str
     if ("clean", 0) not in br or len(br) < 2:
         return
     risk = corruption_risk(br)
+    for cls in risk:  # a rate per detection is undefined where a class has none: say where, not just "nan"
+        none = [f"{c}/{s}" for (c, s), by_cls in sorted(br.items()) if by_cls.get(cls, {}).get("N_det") == 0]
+        if none:
+            report.notes.append(f"{cls}: no detections in {len(none)} partition(s) ({', '.join(none[:4])}"
+                                f"{', …' if len(none) > 4 else ''}): a bug rate is per detection (BR = N_bug / "
+                                "N_det), so it is undefined there and the mCR it enters is nan")
     for cls, r in risk.items():
         for c, per in r["per_corruption"].items():
             for s, v in per["CR_by_severity"].items():

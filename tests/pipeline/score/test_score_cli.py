@@ -90,6 +90,8 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
     assert csv_rows[0] == "corruption,severity,metric,value,unit" and any("Car/3d/OA" in r for r in csv_rows)
     assert "mCE_AP" in res.output and "(values in %)" in " ".join(res.output.split())
+    # not a terminal (a pipe, a CI log): the table keeps its natural width, no header or value cut to "…"
+    assert "Car/3d/OA" in res.output and "…" not in res.output
     assert_units(data)
     # Li et al.'s bug rates: a perfect detector's boxes are all true detections; no detections → no rate (null)
     rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in data["rows"]}
@@ -112,6 +114,27 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     assert "note: ground-truth objects (clean/0): Car easy" in out
     assert "fewer than 40 ground-truth objects cap AP_R40 at 100·(n − 1)/40" in out
     assert f"Car moderate ({n_mod}: at most {100 * (n_mod - 1) / 40:.1f})" in out
+
+
+def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_version, demo_kitti_master, tmp_path):
+    """A version pulled in part averages fewer corruptions than the paper's m-metrics; a prediction folder that
+    names no partition is not scored; a class with no detections has no bug rate. Each is said, not silent."""
+    import shutil
+
+    version = tmp_path / "kitti-c" / "0.1.0"
+    shutil.copytree(det_version, version)
+    manifest = json.loads((version / "manifest.json").read_text())
+    manifest["recipe"]["corruptions"] = [{"name": n} for n in ("gaussian_rad", "beam_del", "fog")]
+    (version / "manifest.json").write_text(json.dumps(manifest))
+    preds = write_results(tmp_path / "pred", demo_kitti_master, version, empty={"beam_del/1"})
+    (preds / "fgo" / "1").mkdir(parents=True)  # a typo: no partition of the version
+    res = runner.invoke(app, ["score", str(version), str(preds)], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert ("2 of the benchmark's 3 corruptions are in this version (beam_del, gaussian_rad): the m-metrics average "
+            "those only") in out
+    assert f"{preds}: prediction folder(s) fgo name no partition of this version and were not scored" in out
+    assert "Car: no detections in 1 partition(s) (beam_del/1): a bug rate is per detection" in out
 
 
 def test_detection_partitions_in_parallel_processes_score_the_same(det_version, demo_kitti_master, tmp_path):
@@ -348,6 +371,9 @@ def _jsonl(path: Path, rows: list) -> Path:
      r"1 keys are not examples of this version: modelnet-c/0008/clean/0"),
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]', "x"], r"line 1: not JSON"),
     ([{"probs": [1, 0]}], r"line 1: no string 'key' field"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0], "pred": 0} for i in range(7)]  # both, agreeing: fine
+     + [{"key": "modelnet-c/0007/clean/0", "probs": [0.9, 0.1], "pred": 1}],
+     r"line 8: key 'modelnet-c/0007/clean/0': 'pred' 1 is not the argmax of its 'probs' \(0\)"),
 ])
 def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
     p = _jsonl(tmp_path / "bad.jsonl", rows)
