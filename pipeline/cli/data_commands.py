@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -123,6 +124,11 @@ def score(
     try:
         if out is not None:  # where OUT.csv goes, checked before the scoring, not after it
             refuse_non_directory(out.parent, "the folder of --out")
+            if out.is_dir():
+                raise StorageError(f"--out {out} is a folder; --out is a file prefix: it writes OUT.csv and OUT.json "
+                                   f"(e.g. --out {out / 'scores'})")
+            if out.parent.exists() and not os.access(out.parent, os.W_OK):
+                raise StorageError(f"--out {out}: cannot create files in {out.parent} (permission denied)")
         report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
                                source_root=source_root, workers=workers)
     except (PredictionError, ManifestError, ValueError, KeyError, StorageError) as e:

@@ -70,7 +70,12 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         got = root.get(LATEST)
         version = latest_version(got[0]) if got else None
         if version is None:
-            raise NotFound(f"{root.key_url(LATEST)}: no latest pointer; pass --version (see `bench-build versions`)")
+            versions = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
+            if not versions:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
+                raise NotFound(f"{root.url}: no published version here (nothing under it); check the dataset URL: "
+                               "`bench-build versions <publication root>/<dataset>` lists what a dataset has")
+            raise NotFound(f"{root.key_url(LATEST)}: no latest pointer; pass --version (it has "
+                           f"{', '.join(versions[:5])}{', …' if len(versions) > 5 else ''})")
     if not SAFE_NAME.match(version):
         raise ManifestError(f"version {version!r} is not a safe name")
     src = root.child(version)

@@ -46,6 +46,7 @@ def a_file(tmp_path) -> Path:
     ["render", "{v}", "--out", "{f}/pngs"],
     ["publish", "{v}", "--to", "{f}"],
     ["score", "{v}", "{f}", "--out", "{f}/scores"],
+    ["score", "{v}", "{f}", "--out", "{d}"],
     ["repro-check", "--out", "{f}/battery.json"],
     ["repro-check", "--compare", "{f}"],
     ["repro-check", "--compare", "{f}.missing"],
@@ -53,9 +54,11 @@ def a_file(tmp_path) -> Path:
     ["run", "kitti-c", "--source", "{f}", "--out", "{f}.out"],
 ])
 def test_a_file_where_a_folder_or_another_file_goes_is_refused_naming_it(args, a_file, mini_build, tmp_path):
+    folder = tmp_path / "results"  # an existing folder given where a file prefix goes
+    folder.mkdir()
     before = _tree(tmp_path)
-    argv = [a.format(f=a_file, v=mini_build) for a in args]
-    _refused(argv, str(a_file))
+    argv = [a.format(f=a_file, v=mini_build, d=folder) for a in args]
+    _refused(argv, str(folder) if "{d}" in args else str(a_file))
     assert _tree(tmp_path) == before  # nothing written
     assert a_file.read_text() == "not a folder\n"
 

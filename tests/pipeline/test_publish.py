@@ -745,3 +745,18 @@ def test_versions_shows_the_publish_time_and_labels_an_old_publish_build_time(bu
     refilled = json.loads(s3env.client().get_object(Bucket=bucket, Key=key)["Body"].read())
     assert refilled["manifest_sha256"] == record["manifest_sha256"]
     assert "published" in runner.invoke(app, ["versions", f"{s3prefix}/mini-c"]).output
+
+
+def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_path):
+    """A mistyped dataset URL is not 'no latest pointer': it has nothing under it. A dataset without the pointer
+    lists the versions it has."""
+    (tmp_path / "pub").mkdir()
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-d"), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert out.exit_code == 2 and "no published version here (nothing under it)" in " ".join(out.output.split())
+    for v in ("0.1.0", "0.2.0", "_publishing"):
+        (tmp_path / "pub" / "mini-c" / v).mkdir(parents=True)
+        (tmp_path / "pub" / "mini-c" / v / "x").write_text("x")
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert out.exit_code == 2 and "no latest pointer; pass --version (it has 0.1.0, 0.2.0)" in " ".join(
+        out.output.split())
+    assert not (tmp_path / "o").exists()
