@@ -122,7 +122,7 @@ def run(
     console.print(_counts_line(result))
     if result.reused is not None:
         console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
-                      f"{result.reused['from']}; {result.reused['tasks_skipped']} tasks needed no computing",
+                      f"{result.reused['from']}; {result.reused['tasks_skipped']} task(s) needed no computing",
                       highlight=False)
     if result.failures:
         for shard, err in sorted(result.failures.items()):

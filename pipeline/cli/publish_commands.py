@@ -67,7 +67,8 @@ def publish(
     if not r.ok:
         console.print(f"{len(r.problems)} files could not be published; nothing was committed")
         raise typer.Exit(code=1)
-    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {len(r.transferred)} files "
+    n = len(r.transferred)
+    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {n} file{'s' * (n != 1)} "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
                       f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
     if r.copied:  # --- reuse (issue 36) ---

@@ -133,7 +133,8 @@ def check_keys(path: str | Path, predicted: Iterable[str], expected: Sequence[st
                               f"e.g. {_first(missing)}")
     unknown = sorted(predicted - expected_set)
     if unknown:
-        raise PredictionError(f"{path}: {len(unknown)} keys are not examples of this version: {_first(unknown)}")
+        are = "keys are not examples" if len(unknown) != 1 else "key is not an example"
+        raise PredictionError(f"{path}: {len(unknown)} {are} of this version: {_first(unknown)}")
 
 
 def _first(keys: Sequence[str]) -> str:

@@ -279,7 +279,7 @@ def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
     # a key that is in no split of the build is still refused
     with p.open("a") as f:
         f.write(json.dumps({"key": "3dos/SN1/test/k9/clean/0", "score": 0.5}) + "\n")
-    with pytest.raises(PredictionError, match="1 keys are not examples of this version: 3dos/SN1/test/k9/clean/0"):
+    with pytest.raises(PredictionError, match="1 key is not an example of this version: 3dos/SN1/test/k9/clean/0"):
         score_version(v, p)
 
 
@@ -368,7 +368,7 @@ def _jsonl(path: Path, rows: list) -> Path:
     ([{"key": f"kitti-c/{i:06d}/fog/1", "probs": [1, 0]} for i in range(8)],
      r"8 keys are from another benchmark \(kitti-c\), this version is 'modelnet-c': kitti-c/000000/fog/1"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(9)],
-     r"1 keys are not examples of this version: modelnet-c/0008/clean/0"),
+     r"1 key is not an example of this version: modelnet-c/0008/clean/0"),
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]', "x"], r"line 1: not JSON"),
     ([{"probs": [1, 0]}], r"line 1: no string 'key' field"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0], "pred": 0} for i in range(7)]  # both, agreeing: fine
