@@ -166,6 +166,8 @@ class Version:
             if out := sorted(s for s in severities if not 0 <= s <= self.severities):
                 raise NotInVersion(f"{self.url}: no severity {', '.join(map(str, out))}; it has 0 (clean) and "
                                    f"1…{self.severities}")
+            if corruptions == {CLEAN} and severities != {0}:  # else "clean, 3" quietly reads the clean rows
+                raise NotInVersion(f"{self.url}: clean has only severity 0, not {sorted(severities - {0})}")
         ids = _names(frames, "frame id")
         if ids is not None and (known_ids := self.frame_set()) is not None and (missing := sorted(ids - known_ids)):
             some = sorted(known_ids)

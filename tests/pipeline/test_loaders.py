@@ -186,7 +186,8 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
                          ({"severity": "3"}, "severity must be an integer or integers, got '3'"),
                          ({"frames": ["999999"]}, "no frame '999999'; it has 4 frames: 000000, 000001, 000002, …"),
                          ({"frames": [1]}, "a frame id is a string (or give several in a list), got 1"),
-                         ({"corruption": ["beam_del", "fog"]}, "no corruption 'fog'; it has clean, gaussian_rad")):
+                         ({"corruption": ["beam_del", "fog"]}, "no corruption 'fog'; it has clean, gaussian_rad"),
+                         ({"corruption": "clean", "severity": 3}, "clean has only severity 0, not [3]")):
         for make in (PointCloudDataset, PointCloudIterableDataset):
             with pytest.raises(NotInVersion, match=re.escape(says)):
                 make(mini_build, **kwargs)
