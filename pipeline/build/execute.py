@@ -96,6 +96,9 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
         if dead:
             fail_the_rest(dead, "resource", raylet_died=True)
             return
+        # a finished task's result stays referenced until Ray stops: dropping it later (when `done` is rebound after
+        # the next wait) while the raylet is dead would end this process before its summary (`hold_until_stopped`)
+        hold_until_stopped(*done)
         for ref in done:
             try:
                 res = ray.get(ref)
