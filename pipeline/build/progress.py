@@ -53,6 +53,10 @@ class BuildProgress:
         elif self.enabled and (time.time() - self._last_log > 5 or self.done >= self.total):
             self._last_log = time.time()
             r = self.rate()
+            if self.done >= self.total and r == 0:  # a resumed build with nothing left: no rate, no ETA
+                print(f"[bench-build] {self.done}/{self.total} examples, all built by an earlier run", file=sys.stderr,
+                      flush=True)
+                return
             # no rate yet (nothing finished in this run): say so rather than "ETA nan s"
             eta = f"ETA {(self.total - self.done) / r:.0f} s" if r > 0 else "ETA after the first task"
             print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, {eta}", file=sys.stderr, flush=True)

@@ -37,6 +37,9 @@ def test_progress_log_lines_never_say_eta_nan(capsys):
     bar.advance(0)
     err = capsys.readouterr().err
     assert "nan" not in err and "ETA after the first task" in err
+    resumed = BuildProgress(total=10, enabled=True)
+    resumed.advance(10)  # an earlier run built everything: no rate, no ETA to speak of
+    assert capsys.readouterr().err == "[bench-build] 10/10 examples, all built by an earlier run\n"
 
 
 def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti, small_recipe, tmp_path):
