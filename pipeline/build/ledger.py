@@ -209,11 +209,12 @@ class Ledger:
     def done_entry(self, shard: str) -> dict[str, Any] | None:
         return self._read_shard(self._entry(shard))
 
-    def refresh_source_times(self, shard: str, source: Any) -> None:
+    def refresh_source_times(self, shard: str, source: Any, entry: dict[str, Any] | None = None) -> None:
         """Record the source files' mtimes of a done ``shard`` anew where they differ but the bytes were just
         re-hashed equal (``--recheck sha256``: a touched scan, a dataset copied without its mtimes), so the cheap
-        size + mtime checks after it (the build's own completeness check, a later ``--recheck size``) agree."""
-        entry = self.done_entry(shard)
+        size + mtime checks after it (the build's own completeness check, a later ``--recheck size``) agree.
+        ``entry``: the shard's done entry, when the caller has just read it."""
+        entry = entry if entry is not None else self.done_entry(shard)
         if entry is None or not entry.get("sources"):
             return
         changed = False
@@ -235,10 +236,13 @@ class Ledger:
         return {o.key: o.size for o in self.store.list()}
 
     def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256",
-                   source: Any = None, sizes: dict[str, int] | None = None) -> tuple[bool, str]:
+                   source: Any = None, sizes: dict[str, int] | None = None,
+                   refresh_times: bool = False) -> tuple[bool, str]:
         """Is ``shard`` done for this fingerprint with its files intact and, given ``source``, built from
         the source files as they are now? (ok, reason if not). ``sizes`` (`object_sizes`, taken after the
-        files were written) replaces a HEAD per file; sha256 rechecks still read every file."""
+        files were written) replaces a HEAD per file; sha256 rechecks still read every file. ``refresh_times``
+        (with ``recheck="sha256"``): a done shard whose source files were re-hashed equal but touched since gets
+        their new mtimes recorded (`refresh_source_times`), from the entry this check already read."""
         entry = self.done_entry(shard)
         if entry is None:
             return False, "not built"
@@ -264,4 +268,6 @@ class Ledger:
                 return False, f"{f['path']} has {size} bytes, the ledger recorded {f['bytes']}"
             if recheck == "sha256" and self.store.sha256(f["path"]) != f["sha256"]:
                 return False, f"{f['path']} does not match its recorded sha256"
+        if refresh_times and recheck == "sha256" and source is not None:
+            self.refresh_source_times(shard, source, entry)
         return True, ""

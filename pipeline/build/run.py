@@ -172,9 +172,7 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
 
     pending, redo = [], []
     for t in tasks:
-        ok, why = ledger.check_done(t.name, fingerprint, recheck, src)
-        if ok and recheck == "sha256":
-            ledger.refresh_source_times(t.name, src)
+        ok, why = ledger.check_done(t.name, fingerprint, recheck, src, refresh_times=True)
         if not ok:
             pending.append(t)
             if why != "not built":  # a task the ledger holds as done is computed again: say why

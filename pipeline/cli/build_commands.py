@@ -163,11 +163,15 @@ def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: st
                   f"command (recorded shards are checked and kept):\n  {command}", highlight=False)
 
 
+def task_unit(tasks: int, groups: int) -> str:
+    """What a count of ledger tasks is, in words: shards (one task per shard) or tasks of split shards."""
+    return f"shard{'s' * (tasks != 1)}" if groups == 1 else f"tasks ({tasks // groups} shards × {groups} task groups)"
+
+
 def _counts_line(result) -> str:
     """What the run did, in shards (one task per shard) or in tasks (several task groups per shard)."""
     total = result.shards_total
-    unit = f"shard{'s' * (total != 1)}" if result.groups == 1 else \
-        f"tasks ({total // result.groups} shards × {result.groups} task groups)"
+    unit = task_unit(total, result.groups)
     failed = len([k for k in result.failures if k != "manifest.json"])
     return (f"{total} {unit}: {result.shards_skipped} already done, {len(result.shards_built)} built, {failed} failed "
             f"in {result.seconds:.1f} s")
@@ -224,8 +228,7 @@ def status(
         out_console.print_json(json.dumps(st))
         return
     eta = "n/a" if st["eta_cpu_seconds"] is None else f"{st['eta_cpu_seconds']:.0f} CPU-s"
-    g = st["task_groups"]
-    unit = "shards" if g == 1 else f"tasks ({st['shards'] // g} shards × {g} task groups)"
+    unit = task_unit(st["shards"], st["task_groups"])
     out_console.print(f"{st['version_dir']}: {st['done']}/{st['shards']} {unit} done, {len(st['failed'])} failed, "
                       f"{st['pending']} pending; {st['examples_written']}/{st['examples_total']} examples; "
                       f"remaining ≈ {eta}; manifest: {'yes' if st['complete'] else 'no'}")
