@@ -114,15 +114,53 @@ class ScoreReport:
         self.rows.append({"corruption": corruption, "severity": severity, "metric": name, "value": value,
                           "unit": unit_of(name)})
 
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """The summary's numbers as rows, for the CSV: a paper's table needs the means, not only the partitions.
+
+        A mean over corruptions is ``all,all,<metric>`` (``all,all,mCE``; KITTI-C ``all,all,Car/3d/mCE_AP``); one
+        over a corruption's severities is ``<corruption>,all,<metric>`` (``fog,all,CE``); KITTI-C's CE per
+        partition is ``<corruption>,<severity>,<cls>/<kind>/CE``. Values a partition row already carries (the
+        clean accuracy, the bug rates of clean), strings, the unrounded twins of rounded means (``*_exact``, in the
+        JSON) and the ground-truth counts are left out. ModelNet40-E's and 3DOS's summaries are their rows."""
+        if self.metric in ("modelnet40-e", "3dos"):
+            return []
+        out: list[dict[str, Any]] = []
+
+        def row(corruption: str, severity: Any, name: str, value: Any) -> None:
+            if (isinstance(value, int | float) and not isinstance(value, bool)) or value is None:
+                out.append({"corruption": corruption, "severity": severity, "metric": name, "value": value,
+                            "unit": unit_of(name)})
+
+        def walk(d: dict[str, Any], prefix: str) -> None:
+            for k, v in d.items():
+                if k in SUMMARY_ONLY_ELSEWHERE or k.endswith("_exact"):
+                    continue
+                if k == "per_corruption":
+                    for c, per in v.items():
+                        for name, x in per.items():
+                            if name == "CE_by_severity":
+                                for s, ce in x.items():
+                                    row(c, s, f"{prefix}CE", ce)
+                            elif not name.endswith("_exact"):
+                                row(c, "all", prefix + name, x)
+                elif isinstance(v, dict):
+                    walk(v, "" if k == "bug_rates" else f"{prefix}{k}/")
+                else:
+                    row("all", "all", prefix + k, v)
+
+        walk(self.summary, "")
+        return out
+
     def write(self, out: str | Path) -> tuple[Path, Path]:
-        """``<out>.csv`` (one row per corruption × severity × metric) and ``<out>.json`` (everything)."""
+        """``<out>.csv`` (one row per corruption × severity × metric, then `summary_rows`: the means) and
+        ``<out>.json`` (everything)."""
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         csv_path, json_path = out.with_suffix(".csv"), out.with_suffix(".json")
         with csv_path.open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=["corruption", "severity", "metric", "value", "unit"])
             w.writeheader()
-            w.writerows(self.rows)
+            w.writerows(_strict([*self.rows, *self.summary_rows()]))  # an undefined value (nan) is empty
         doc = {"dataset": self.dataset, "version": self.version, "metric": self.metric, "units": UNITS_NOTE,
                "summary": self.summary, "rows": self.rows, "notes": self.notes}
         # strict JSON: json.dumps writes NaN/Infinity literals for non-finite floats without calling `default`,
@@ -130,6 +168,11 @@ class ScoreReport:
         json_path.write_text(json.dumps(_strict(doc), indent=1, allow_nan=False, default=str))
         return csv_path, json_path
 
+
+#: summary keys the CSV's summary rows leave out: words, the clean accuracy and clean bug rates (a partition row has
+#: them), ground-truth counts and the partial-version note (in the JSON and the printed notes)
+SUMMARY_ONLY_ELSEWHERE = frozenset({"note", "accuracy", "baseline", "clean", "BR_clean", "ground_truth",
+                                    "corruptions_scored", "corruptions"})
 
 UNITS_NOTE = ("values in percent (0-100) unless the row's unit says otherwise: counts, correlations, "
               "nuScenes TP errors (m, rad, m/s, 1 - IoU, 1 - accuracy); the summary follows its rows' units")

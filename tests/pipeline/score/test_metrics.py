@@ -12,6 +12,7 @@ from bench_build.score.modelnet_c import CORRUPTIONS, modelnet_c_metrics
 from bench_build.score.open_set import open_set_metrics
 from bench_build.score.rank import auroc, fpr_at_tpr
 from bench_build.score.robo3d import confusion, miou, robo3d_metrics
+from bench_build.score.run import ScoreReport
 from bench_build.score.validate import ScoreError
 
 
@@ -100,6 +101,12 @@ def test_robo3d_reproduces_the_papers_second_row():
     # MinkUNet-34 on SemanticKITTI-C (Tab. 10 → Tab. 8/9: mCE 100.61, mRR 80.22)
     m = robo3d_metrics(_robo(63.78, [53.54, 54.27, 50.17, 33.80, 57.35, 58.38, 54.88, 46.95]), "semantickitti-c")
     assert m["mCE"] == pytest.approx(100.61, abs=0.011) and m["mRR"] == pytest.approx(80.22, abs=0.011)
+    # the score CSV's summary rows: the paper's rounded means and per-corruption CE / RR, not the *_exact twins
+    report = ScoreReport("robo3d-semantickitti-c", "1", "robo3d-seg", summary={**m, "accuracy": "mIoU"})
+    rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in report.summary_rows()}
+    assert rows[("all", "all", "mCE")] == m["mCE"] and rows[("all", "all", "mRR")] == m["mRR"]
+    assert rows[("fog", "all", "CE")] == m["per_corruption"]["fog"]["CE"] and ("fog", "all", "acc") in rows
+    assert len(rows) == 2 + 3 * len(ROBO3D)  # no clean (a partition row), baseline name, accuracy or *_exact
 
 
 def test_robo3d_ce_sums_over_levels():

@@ -3,6 +3,7 @@ and every kind of bad prediction file rejected with the key or line named."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -89,6 +90,14 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     assert car["mCE_AP"] == pytest.approx(oa / 2)
     csv_rows = (tmp_path / "res" / "kitti.csv").read_text().splitlines()
     assert csv_rows[0] == "corruption,severity,metric,value,unit" and any("Car/3d/OA" in r for r in csv_rows)
+    table = csv_table(tmp_path / "res" / "kitti.csv")  # the means as rows (a paper table is built from these)
+    assert float(table[("all", "all", "Car/3d/mCE_AP")][0]) == pytest.approx(oa / 2)
+    assert float(table[("gaussian_rad", "all", "Car/3d/CE_AP")][0]) == pytest.approx(0.0)
+    assert float(table[("beam_del", "1", "Car/3d/CE")][0]) == pytest.approx(oa)
+    assert float(table[("all", "all", "Car/3d/OA_clean")][0]) == pytest.approx(oa)
+    assert table[("all", "all", "Car/mCR_TD")] == ("", "%")  # no detections in beam_del: undefined, empty
+    assert float(table[("gaussian_rad", "all", "Car/CR_TD")][0]) == 0
+    assert not any(k[2].endswith(("ground_truth", "/easy", "BR_clean")) for k in table)
     assert "mCE_AP" in res.output and "(values in %)" in " ".join(res.output.split())
     # not a terminal (a pipe, a CI log): the table keeps its natural width, no header or value cut to "…"
     assert "Car/3d/OA" in res.output and "…" not in res.output
@@ -212,6 +221,23 @@ def test_modelnet_c_from_jsonl(tmp_path):
     res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "4"])
     assert res.exit_code == 0 and "mCE" in res.output and "(values in %)" in " ".join(res.output.split())
     assert m["mCE"] > 1 and f"mCE {m['mCE']:.2f}" in " ".join(res.output.split())  # printed in percent too
+    # the CSV carries the paper table's numbers too, not only the partitions
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "4", "--out", str(tmp_path / "r" / "mnc")])
+    assert res.exit_code == 0, res.output
+    table = csv_table(tmp_path / "r" / "mnc.csv")
+    assert table[("all", "all", "mCE")] == (str(m["mCE"]), "%") and table[("all", "all", "RmCE")][0] == str(m["RmCE"])
+    assert table[("all", "all", "mOA")][0] == str(m["mOA"]) and table[("all", "all", "OA_clean")][0] == "90.0"
+    assert table[("jitter", "all", "CE")][0] == str(m["per_corruption"]["jitter"]["CE"])
+    assert table[("jitter", "all", "OA")][0] == "60.0" and ("jitter", "3", "OA") in table
+
+
+def csv_table(path: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """A score CSV as {(corruption, severity, metric): (value, unit)}; each triple once."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    table = {(r["corruption"], r["severity"], r["metric"]): (r["value"], r["unit"]) for r in rows}
+    assert len(table) == len(rows), "a (corruption, severity, metric) twice"
+    return table
 
 
 def test_modelnet40_e_and_3dos_from_parquet(tmp_path):
