@@ -83,21 +83,26 @@ def _cell(items: list[str]) -> str:
     return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
 
 
+_UNUSED = object()  # a field left out of one severity's parameters (`Stage.unused_params`)
+
+
 def parameter_table(recipe: Recipe) -> list[str]:
     """One compact row per corruption: the parameters that change with severity in one column per severity,
-    the ones that do not once; ``None`` options left out; notes as a list below the table."""
+    the ones that do not once; ``None`` options and fields the mode never reads left out; notes as a list below
+    the table."""
     sev = [str(s) + (f" ({recipe.severity_names[s - 1]})" if s <= len(recipe.severity_names) else "")
            for s in range(1, recipe.severities + 1)]
     lines = ["| corruption | stage | " + " | ".join(sev) + " | all severities |",
              "| --- | --- | " + " | ".join("---" for _ in sev) + " | --- |"]
     notes = []
     for c in recipe.corruptions:
-        per = [asdict(p) for p in c.params]
-        keys = [k for k in per[0] if any(d.get(k) not in (None, (), [], "", {}) for d in per)]
-        varying = [k for k in keys if any(d[k] != per[0][k] for d in per)]
-        fixed = [k for k in keys if k not in varying]
-        cells = [_cell([f"{k}={_short(d[k])}" for k in varying]) for d in per]
         stage = get_stage(c.stage)
+        # a field the severity's mode never reads is left out (fog's α when α is drawn from alpha_choices)
+        per = [{k: v for k, v in asdict(p).items() if k not in stage.unused_params(p)} for p in c.params]
+        keys = [k for k in asdict(c.params[0]) if any(d.get(k) not in (None, (), [], "", {}) for d in per)]
+        varying = [k for k in keys if any(d.get(k, _UNUSED) != per[0].get(k, _UNUSED) for d in per)]
+        fixed = [k for k in keys if k not in varying]
+        cells = [_cell([f"{k}={_short(d[k])}" for k in varying if k in d]) for d in per]
         same = "; ".join(f"{k}={_short(per[0][k])}" for k in fixed).replace("|", "\\|")
         # a long list of fixed parameters goes below the table whole, rather than cut off in its cell
         long = len(same) > MAX_CELL

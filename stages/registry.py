@@ -47,6 +47,17 @@ class Stage:
     def param_fields(self) -> dict[str, dataclasses.Field]:
         return {f.name: f for f in dataclasses.fields(self.params)}
 
+    def unused_params(self, params: Any) -> frozenset[str]:
+        """The fields ``params`` sets that its mode never reads (fog's ``alpha`` when ``alpha_choices`` draws α;
+        incomplete_echo's box ``classes`` in label mode): what the params class's optional ``unused()`` says.
+        The dataset card leaves them out of its parameter table; the fingerprint still has every field."""
+        unused = getattr(params, "unused", None)
+        names = frozenset(unused()) if unused is not None else frozenset()
+        unknown = names - set(self.param_fields())
+        if unknown:
+            raise TypeError(f"stage {self.name}: unused() names no field: {', '.join(sorted(unknown))}")
+        return names
+
 
 _REGISTRY: dict[str, Stage] = {}
 _discovered = False

@@ -20,10 +20,10 @@ def timeit(fn, repeat: int, clock=time.perf_counter) -> float:
     return best
 
 
-# Per-scan targets (ms, ~120k points, one core) from the issues; the reference scripts take 1–80 s for
+# Per-scan targets (ms, ~120k points, one core) set for the project; the reference scripts take 1–80 s for
 # weather and up to minutes for Li et al.'s upsampling. Targets live here, never in unit tests.
 TARGET_MS = {"fog": 30.0, "snow": 1000.0, "rain_lisa": 250.0, "snow_lisa": 250.0, "wet_ground": 30.0,
-             # object shapes (issue 10): ≤ 1 ms per 1,024-point ModelNet-C shape, ≤ 3 ms per 2,048-point
+             # object shapes: ≤ 1 ms per 1,024-point ModelNet-C shape, ≤ 3 ms per 2,048-point
              # ModelNet40-E shape (the anchor spends 104 ms in its per-point normals loop alone)
              "object_scale": 1.0, "object_jitter": 1.0, "object_rotate": 1.0, "object_drop_global": 1.0,
              "object_drop_local": 1.0, "object_add_global": 1.0, "object_add_local": 1.0, "sensor_noise": 3.0,
@@ -34,7 +34,7 @@ DEFAULT_TARGET_MS = 30.0
 
 
 # Robo3D KITTI-C weather on scans in KITTI's object-detection layout (camera-FOV crop, ≈ 18k points), the
-# scans the benchmark actually corrupts; snow after its per-severity particle pool is built (issue 18).
+# scans the benchmark actually corrupts; snow after its per-severity particle pool is built.
 FOV_TARGET_MS = {"snow": 100.0, "wet_ground": 30.0}
 
 

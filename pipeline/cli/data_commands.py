@@ -236,7 +236,7 @@ def validate(
             out_console.print(console_line(r["realism"]))
 
 
-# --- diff (issue 36): kept to one delimited block ---
+# --- diff: kept to one delimited block ---
 @app.command(rich_help_panel=PANEL_USE)
 def diff(
     version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],

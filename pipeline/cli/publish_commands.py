@@ -71,7 +71,7 @@ def publish(
     out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {n} file{'s' * (n != 1)} "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
                       f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
-    if r.copied:  # --- reuse (issue 36) ---
+    if r.copied:  # --- reuse ---
         out_console.print(f"copied {len(r.copied)} unchanged files ({r.copied_bytes / 1e6:.1f} MB) store-side from "
                           "other published versions (not uploaded)", highlight=False)
 

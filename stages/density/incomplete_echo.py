@@ -65,6 +65,11 @@ class IncompleteEchoParams:
             raise ValueError(f"incomplete_echo: classes must be class names, got {self.classes!r}")
 
 
+    def unused(self) -> frozenset[str]:
+        """Label mode reads no box classes; box mode no label ids (`Stage.unused_params`)."""
+        return frozenset({"classes"} if self.label_ids else {"label_ids", "label_classes"})
+
+
 def echo_drop_count(n: int, ratio: float) -> int:
     """``int(r·n)`` points of an object with n points (0 for objects with ≤ min_points is the caller's job)."""
     return int(ratio * n)

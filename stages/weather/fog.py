@@ -153,6 +153,21 @@ class FogParams:
             return bool(value)
         return (_PAPER_DEFAULTS if self.mode == "paper" else _PHYSICAL_DEFAULTS)[name]
 
+    def unused(self) -> frozenset[str]:
+        """Fields this mode never reads (`Stage.unused_params`)."""
+        out = set()
+        if self.alpha_choices:
+            out.add("alpha")  # α is drawn from the set
+        if self.beta is not None:
+            out.add("frozen_beta")  # β is given
+        if not self.option("table_grid"):
+            out.add("table_alphas")  # only the paper's precomputed tables are picked from
+        if self.noise_variant in ("none", "v4"):
+            out.add("noise")  # no range noise, or v4's fixed Beta(2, 20) draw
+        if self.noise_variant != "v1":
+            out.add("safe_noise")  # a v1 clamp
+        return frozenset(out)
+
     def beta_for(self, alpha: float) -> float:
         if self.beta is not None:
             return float(self.beta)

@@ -59,7 +59,7 @@ STF's ring column (`hdl64e_s3.HDL64E_S3`), else the S3 laser whose vertical angl
 elevation (KITTI stores no laser id). Custom ``focal_distance``/``focal_slope`` per ring override the table.
 ``min_intensity`` is the lower clip (Robo3D: 0). The term is what keeps attenuated points in paper mode:
 under the amplitude quirk a flake-hit hard target peaks at 229.5·q₀/R₀² (below 1 on 0..255), so without
-it every ATTENUATED point falls under the noise floor and snow points come out nearly black (issue 18).
+it every ATTENUATED point falls under the noise floor and snow points come out nearly black.
 
 Parity with the released Robo3D script (``create/kitti_c/snow/``): it only runs after a one-line repair
 (its channel loop unpacks 4 values from a per-channel function that returns 3) and with scikit-learn
@@ -67,8 +67,8 @@ Parity with the released Robo3D script (``create/kitti_c/snow/``): it only runs 
 ``except`` takes a wrong-sign fallback plane, after which the noise-floor fit crashes or is meaningless).
 Paper mode reproduces that repaired script: the quirk, its range grid and truncation, the 230 caps and
 the focal term by elevation row, the rarest-cell noise level, the squared-loss plane fitted from more than
-5 candidates (its array has 5 columns), and the floor also dropping untouched dim points. Issue 18 reports,
-side by side on a real HDL-64 KITTI camera-FOV scan with this term on: dropped 35.3 / 31.4 / 27.9 % (script
+5 candidates (its array has 5 columns), and the floor also dropping untouched dim points. Measured side by
+side on a real HDL-64 KITTI camera-FOV scan with this term on: dropped 35.3 / 31.4 / 27.9 % (script
 35.4 / 31.6 / 28.0 %), ≈ 46 % of flake-hit beams kept as ATTENUATED, snow-point intensity 0.19–0.20
 (without the term: 52.4 / 45.2 / 38.7 %, 0 kept, 0.004). Deviations: 16
 pooled particle sets with a random rotation per channel instead of 64 shuffled files, targets beyond
@@ -190,6 +190,10 @@ class SnowParams:
                              f"got {self.focal_calibration!r}")
         if self.focal_index not in (None, "row", "laser"):
             raise ValueError(f"snow: focal_index must be 'row' or 'laser', got {self.focal_index!r}")
+
+    def unused(self) -> frozenset[str]:
+        """Without a noise floor there is no ground plane, so no flat-ground fallback (`Stage.unused_params`)."""
+        return frozenset({"sensor_height", "drop_clean", "noise_level"} if self.noise_floor == 0 else ())
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ it passes ``loss='squared_loss'`` to scikit-learn's RANSACRegressor, which sciki
 its bare ``except`` then takes the wrong-sign fallback plane for every scan, leaving nearly every scan
 unchanged. Paper mode reproduces the *fitted* behaviour (scikit-learn ≤ 1.1), which is what the paper's
 wet-ground numbers show. Given the reference's plane, everything downstream is bit-identical to the
-script (measured, issue 18). Physical mode differs in: the absolute-loss inlier rule, the film term
-without the division by θ, the deterministic lowest noise level, and only darkened points tested
-against the floor (see the table).
+script (measured on a real HDL-64 KITTI camera-FOV scan). Physical mode differs in: the absolute-loss
+inlier rule, the film term without the division by θ, the deterministic lowest noise level, and only
+darkened points tested against the floor (see the table).
 """
 
 from __future__ import annotations

@@ -43,6 +43,39 @@ def test_parameter_table_splits_varying_and_fixed_parameters():
     assert f"{varying[0]}=" not in cells[7]
 
 
+def test_parameter_table_leaves_out_what_the_mode_never_reads():
+    """Robo3D fog draws α from alpha_choices (its alpha=0 is never read); incomplete_echo in label mode reads no
+    box classes. Showing them told a reader the build used α = 0 and KITTI's vehicle classes."""
+    text = "\n".join(parameter_table(load_recipe("robo3d-semantickitti-c")))
+    fog = next(line for line in text.splitlines() if line.startswith("| fog |"))
+    assert "alpha_choices=(0, 0.005" in fog and "alpha=" not in fog.replace("alpha_choices=", "")
+    echo = next(line for line in text.splitlines() if line.startswith("| incomplete_echo |"))
+    assert "label_ids=" in echo and "classes=(Car" not in echo and "min_points=10" in echo
+    # box mode (KITTI boxes): the classes are what it reads, and no label fields
+    echo = next(line for line in parameter_table(load_recipe("robo3d-kitti-c")) if line.startswith("| incomplete_e"))
+    assert "classes=(Car, Van, Truck, Tram)" in echo and "label_" not in echo
+    # Li et al.'s fog sets α per severity: it stays
+    fog = next(line for line in parameter_table(load_recipe("kitti-c")) if line.startswith("| fog |"))
+    assert "alpha=0.005" in fog
+
+
+def test_a_field_unused_at_one_severity_only_is_left_out_of_that_cell(tmp_path):
+    from bench_build.stages.registry import get_stage
+    from bench_build.stages.weather.fog import FogParams
+
+    fog = get_stage("fog")
+    assert fog.unused_params(FogParams(alpha_choices=(0.01,), beta=0.1)) >= {"alpha", "frozen_beta"}
+    assert "noise" in fog.unused_params(FogParams(alpha=0.01, noise_variant="none"))
+    assert fog.unused_params(FogParams(alpha=0.01, mode="paper")) == frozenset()  # v1 noise, paper tables
+    assert "table_alphas" in fog.unused_params(FogParams(alpha=0.01))  # physical: exact α, no tables
+    p = tmp_path / "r.toml"
+    p.write_text('[benchmark]\nname = "x"\nversion = "0.1.0"\nseed = 1\nsource = "kitti"\nseverities = 2\n'
+                 '[corruptions.fog]\nstage = "fog"\nalpha = [0.01, 0.02]\nnoise_variant = ["v1", "none"]\n')
+    row = next(line for line in parameter_table(load_recipe(p)) if line.startswith("| fog |"))
+    cells = row.strip("|").split(" | ")
+    assert "noise=10" in cells[2] and "noise=" not in cells[3].replace("noise_variant=", "")
+
+
 def _manifest(demo: bool = False, dataset: str = "mini-c") -> dict:
     by = {"clean/0": {"examples": 4, "bytes": 2e6}}
     for c in ("gaussian_rad", "beam_del"):
@@ -110,12 +143,15 @@ def test_no_parameter_is_cut_off_or_hidden_as_a_count(name):
     below the table instead of being cut, and short lists (fog's α choices, label ids) are written out."""
     from dataclasses import asdict
 
+    from bench_build.stages.registry import get_stage
+
     recipe = load_recipe(name)
     text = "\n".join(parameter_table(recipe))
     for c in recipe.corruptions:
+        unused = get_stage(c.stage).unused_params(c.params[0])
         for key, value in asdict(c.params[0]).items():
-            if value in (None, (), [], "", {}) or any(asdict(p)[key] != value for p in c.params):
-                continue  # the fixed parameters: those in the "all severities" cell
+            if value in (None, (), [], "", {}) or any(asdict(p)[key] != value for p in c.params) or key in unused:
+                continue  # the fixed parameters the mode reads: those in the "all severities" cell
             assert f"{key}=" in text, (c.name, key)
             if isinstance(value, list | tuple) and len(value) <= 10 and not any(
                     isinstance(x, list | tuple | dict) for x in value):

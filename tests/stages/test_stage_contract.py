@@ -16,6 +16,7 @@ specific to their stage (the paper's numbers, the released code's rules, edge ca
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from functools import cache
@@ -193,3 +194,23 @@ def test_every_registered_stage_is_covered_by_a_builtin_recipe() -> None:
     checked by nothing here, so it must be added to a recipe (or a variant) first."""
     used = {c.stage for c in CASES}
     assert set(all_stages()) <= used, f"stages no built-in recipe uses: {sorted(set(all_stages()) - used)}"
+
+
+def test_unused_params_names_fields_only() -> None:
+    """A params class's optional ``unused()`` (what the dataset card leaves out) may only name its own fields;
+    `Stage.unused_params` refuses any other name, so a renamed field cannot hide a stale entry."""
+    for case in CASES:
+        stage = get_stage(case.stage)
+        for params in case.params:
+            assert stage.unused_params(params) <= set(stage.param_fields()), case.id
+
+    @dataclasses.dataclass(frozen=True)
+    class Stale:
+        sigma: float = 0.0
+
+        def unused(self) -> frozenset[str]:
+            return frozenset({"sigmaa"})
+
+    stage = dataclasses.replace(get_stage(CASES[0].stage), params=Stale)
+    with pytest.raises(TypeError, match="names no field: sigmaa"):
+        stage.unused_params(Stale())
