@@ -104,7 +104,8 @@ def versions(
         out_console.print(f"{v['version']}  {when}  {v['files']} files  {(v['bytes'] or 0) / 1e6:.1f} MB  "
                           f"{v['examples_stored']} examples{mark}")
     for name in info["incomplete"]:
-        out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish)")
+        out_console.print(f"{name}  (incomplete: no manifest yet — an interrupted or running publish; "
+                          "publish it again to finish it)")
     from rich.markup import escape
 
     for bad in info["unsafe"]:

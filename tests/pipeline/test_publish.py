@@ -164,6 +164,12 @@ def test_killed_publish_resumes_with_only_the_remainder(built, s3prefix, s3env):
     present = [k for k in remote_keys(s3env, version_url) if k.endswith(".parquet")]
     assert 10 <= len(present) < 84, "the kill should land mid-publish"
     assert "manifest.json" not in remote_keys(s3env, version_url)  # readers see no version yet
+    # `versions` shows it as incomplete and says how to finish it (the publish README says how to give it up)
+    listing = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
+    assert listing.exit_code == 0 and "no published version" in listing.output
+    assert "0.1.0  (incomplete: no manifest yet" in listing.output and "publish it again to finish it" in listing.output
+    assert json.loads(runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"]).output)["incomplete"] == [
+        "0.1.0"]
 
     resumed = publish_version(built, s3prefix, progress=False)
     assert resumed.ok and resumed.latest == "0.1.0"
