@@ -30,7 +30,8 @@ def group_labels(corruption: str, groups: dict[str, np.ndarray]) -> dict[str, st
     return {g: f"{names[g]} (n={len(f)})" for g, f in groups.items()}
 
 
-def plot_tsne(path: Path, corruption: str, emb_groups: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+def plot_tsne(path: Path, corruption: str, emb_groups: dict[str, np.ndarray],
+              perplexity: float | None = None) -> list[dict[str, Any]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,7 +41,8 @@ def plot_tsne(path: Path, corruption: str, emb_groups: dict[str, np.ndarray]) ->
     fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=100)
     for g, pts in emb_groups.items():
         ax.scatter(pts[:, 0], pts[:, 1], s=16, c=GROUP_COLORS[g], linewidths=0, label=labels[g])
-    ax.set_title(f"t-SNE of PointNet global features — {corruption}")
+    ax.set_title(f"t-SNE of PointNet global features — {corruption}"
+                 + (f"\n(perplexity {perplexity:.3g})" if perplexity is not None else ""))
     ax.set_xlabel("t-SNE 1")
     ax.set_ylabel("t-SNE 2")
     ax.legend(loc="best", frameon=True)
@@ -55,9 +57,12 @@ def plot_training(path: Path, history: list[dict[str, float]], best_epoch: int) 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ep = [h["epoch"] for h in history]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    for a in (a1, a2):
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no 0.5 ticks on a short run
     a1.plot(ep, [h["train_loss"] for h in history], label="train")
     a1.plot(ep, [h["val_loss"] for h in history], label="val")
     a1.set_xlabel("epoch")
@@ -78,6 +83,17 @@ def plot_training(path: Path, history: list[dict[str, float]], best_epoch: int) 
 
 def _pct(v: float) -> str:
     return f"{100 * v:.2f} %"
+
+
+def embedding_line(emb: dict[str, Any]) -> str:
+    """What the features and the t-SNE map are made of: a reader comparing with the paper's plot needs the
+    samples per group and the perplexity, which are otherwise only in report.json."""
+    t = emb["tsne"]
+    samples = ", ".join(f"{g} {n}" for g, n in emb["samples"].items())
+    return (f"Features: {emb.get('features', 'PointNet global feature')}, {emb.get('dim', '?')} dimensions; "
+            f"{sum(emb['samples'].values())} examples embedded ({samples}). t-SNE: perplexity "
+            f"{t['perplexity']:.3g}, {t.get('init', 'pca')} initialisation, learning rate {t.get('learning_rate')}, "
+            f"seed {t.get('random_state')}.")
 
 
 def render_summary(report: dict[str, Any]) -> str:
@@ -122,6 +138,9 @@ def render_summary(report: dict[str, Any]) -> str:
         "## MMD between feature distributions (Table IV)",
         "",
     ]
+    emb = report.get("embedding") or {}
+    if emb.get("tsne"):
+        lines += [embedding_line(emb), ""]
     for space, title in (("raw", "raw global features"), ("tsne", "2-D t-SNE features (the paper's setting)")):
         t = report["mmd"][space]
         lines += [f"{title}: RBF kernel, σ = {t['bandwidth']['sigma']:.4g} ({t['bandwidth']['rule']}), "
@@ -188,7 +207,8 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
     atomic_write_with(out_dir / "pointnet.pt", lambda tmp: torch.save(ckpt, tmp))
     arrays = {f"features_{g}": f for g, f in groups.items()} | {f"tsne_{g}": e for g, e in emb_groups.items()}
     atomic_write_with(out_dir / "features.npz", lambda tmp: np.savez_compressed(open(tmp, "wb"), **arrays))
-    legend = plot_tsne(out_dir / "tsne.png", report["corruption"], emb_groups)
+    legend = plot_tsne(out_dir / "tsne.png", report["corruption"], emb_groups,
+                       (report.get("embedding") or {}).get("tsne", {}).get("perplexity"))
     plot_training(out_dir / "training.png", report["training"]["history"], train_res.best_epoch)
     report["plots"] = {"tsne": {"path": "tsne.png", "groups": legend}, "training": {"path": "training.png"}}
     report["files"] = {"report": "report.json", "summary": "summary.md", "tsne_plot": "tsne.png",

@@ -168,6 +168,11 @@ def test_outputs_plots_card_and_checkpoint(validated):
     assert feats["features_real"].shape == (36, 128) and feats["tsne_clean"].shape == (10, 2)
     summary = (out / "summary.md").read_text()
     assert "**Verdict: natural**" in summary and "![t-SNE of the global features](tsne.png)" in summary
+    # what the t-SNE map is made of, for a reader comparing it with the paper's plot
+    emb = json.loads((out / "report.json").read_text())["embedding"]
+    n = emb["samples"]
+    assert (f"{sum(n.values())} examples embedded (real {n['real']}, simulated {n['simulated']}, "
+            f"clean {n['clean']}). t-SNE: perplexity {emb['tsne']['perplexity']:.3g}, pca initialisation") in summary
     index = (version / "validation" / "summary.md").read_text()
     assert "[fog/summary.md](fog/summary.md)" in index and "[nofog/summary.md](nofog/summary.md)" in index
     card = (version / "README.md").read_text()
