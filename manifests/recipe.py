@@ -90,6 +90,10 @@ BENCHMARK_KEYS = {
     "name", "version", "seed", "source", "split", "severities", "description", "paper", "severity_names",
     "paper_frames",
 }
+#: A recipe's top-level tables, and the keys of its [options] table: anything else is refused with the nearest
+#: known name, since a misspelt table ([preprocesss]) or option would otherwise be ignored and change the build.
+RECIPE_TABLES = ("benchmark", "corruptions", "preprocess", "options", "validate", "source_options", "variants")
+OPTION_KEYS = ("frames_per_shard",)
 #: Upper bounds of a recipe (documented in the module docstring; well above every built-in recipe).
 MAX_SEVERITIES = 20
 MAX_PARAM_ITEMS = 256
@@ -255,6 +259,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{origin}: not valid TOML: {e}") from None
+    _refuse_unknown(origin, "", data, RECIPE_TABLES)
     variants = _parse_variants(origin, data)
     if variant is not None:
         if variant not in variants:
@@ -316,6 +321,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
     options = data.get("options", {})
     if not isinstance(options, dict):
         raise RecipeError(f"{origin}: [options] must be a table")
+    _refuse_unknown(origin, "[options] ", options, OPTION_KEYS)
     fps = options.get("frames_per_shard", SHARD_DEFAULT_FRAMES)
     if not isinstance(fps, int) or fps < 1:
         raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
@@ -344,6 +350,18 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         source_options=source_options,
         source_notes=source_notes,
     )
+
+
+def _refuse_unknown(origin: str, where: str, table: dict[str, Any], known: tuple[str, ...]) -> None:
+    """A key of ``table`` not in ``known`` is an error naming it and, when one is close, the key meant."""
+    import difflib
+
+    for key in table:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(known)})"
+            raise RecipeError(f"{origin}: {where or 'top level: '}unknown {'key' if where else 'table or key'} "
+                              f"{key!r}{hint}")
 
 
 def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]:

@@ -59,6 +59,16 @@ class BuildResult:
         return not self.failures and self.manifest is not None
 
 
+def build_fingerprint(recipe: Recipe, frame_ids: list[str], *, frames_per_shard: int,
+                      encoding: str = "full") -> str:
+    """A build's fingerprint, as its ledger, manifest and card record it: `Recipe.fingerprint` over the frames
+    plus what decides the bytes besides the recipe: the shard size, the encoding (when not ``full``) and the
+    Parquet writer options. ``frames_per_shard`` is the build's (a demo build's default is 2, 16 for objects)."""
+    return recipe.fingerprint([*frame_ids, f"frames_per_shard={frames_per_shard}",
+                               *([f"encoding={encoding}"] if encoding != "full" else []),
+                               f"parquet={parquet_format()}"])
+
+
 def run_build(
     benchmark: str,
     *,
@@ -121,10 +131,7 @@ def run_build(
     demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
     fps = frames_per_shard if frames_per_shard is not None else (
         demo_fps if demo else recipe.frames_per_shard)
-    # what decides the bytes besides the recipe and frames: shard size, encoding, Parquet writer options
-    fingerprint = recipe.fingerprint([*frame_ids, f"frames_per_shard={fps}",
-                                      *([f"encoding={encoding}"] if encoding != "full" else []),
-                                      f"parquet={parquet_format()}"])
+    fingerprint = build_fingerprint(recipe, frame_ids, frames_per_shard=fps, encoding=encoding)
     store = root.child(f"{recipe.name}/{recipe.version}")
     if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too
         store.refuse_non_directory("the version directory under --out,")

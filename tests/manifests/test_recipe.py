@@ -454,3 +454,23 @@ def test_manifest_safe_name_is_the_same_rule():
             assert (name_problem(s) is None) == safe, s
             parts = s.split("/")
             assert (frame_id_problem(s) is None) == all(name_problem(p) is None for p in parts), s
+
+
+_BASE = ('[benchmark]\nname = "x"\nversion = "0.1.0"\nseed = 1\nsource = "kitti"\nseverities = 1\n'
+         '[corruptions.g]\nstage = "gaussian_rad"\nsigma = 0.1\n')
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ('[preprocesss]\nstage = "object_sample"\n', "top level: unknown table or key 'preprocesss'; did you mean "
+                                                  "'preprocess'?"),
+    ("[options]\nframe_per_shard = 8\n", "[options] unknown key 'frame_per_shard'; did you mean 'frames_per_shard'?"),
+    ("[sources_options]\nsplit = 1\n", "unknown table or key 'sources_options'; did you mean 'source_options'?"),
+    ("[extras]\na = 1\n", "unknown table or key 'extras' (known: benchmark, corruptions, preprocess, options"),
+])
+def test_a_misspelt_table_or_option_is_refused_not_ignored(extra, said):
+    """A misspelt table or option used to be ignored: ModelNet-C with [preprocesss] stored 2,048 points instead of
+    1,024, and [options] frame_per_shard left the shard size at 64, with no word."""
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(_BASE + extra, origin="r.toml")
+    assert str(e.value).startswith("r.toml: ") and said in str(e.value)
+    assert parse_recipe(_BASE + "[options]\nframes_per_shard = 8\n").frames_per_shard == 8

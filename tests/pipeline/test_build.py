@@ -224,3 +224,18 @@ def test_changed_recipe_refuses_to_mix_builds(small_recipe, demo_kitti, tmp_path
     ledger.store.write_text("_ledger/run.json", json.dumps({**info, "fingerprint": "0" * 64}))
     with pytest.raises(LedgerMismatch, match="written by an older bench-build, with other Parquet writer options"):
         run_build(str(small_recipe), **kwargs)
+
+
+def test_build_fingerprint_is_what_the_manifest_records(mini_build, demo_kitti_master):
+    """`build_fingerprint` (the recipes README's way to compute a build's fingerprint) gives the manifest's, and
+    each input it names besides the recipe and frames changes it."""
+    from bench_build.build.run import build_fingerprint
+    from bench_build.manifests.recipe import parse_recipe
+    from tests.conftest import SMALL_RECIPE
+
+    manifest = json.loads((mini_build / "manifest.json").read_text())
+    recipe, frames = parse_recipe(SMALL_RECIPE), sorted({f for v in manifest["shard_frames"].values() for f in v})
+    assert build_fingerprint(recipe, frames, frames_per_shard=2) == manifest["fingerprint"]
+    assert build_fingerprint(recipe, frames, frames_per_shard=64) != manifest["fingerprint"]
+    assert build_fingerprint(recipe, frames, frames_per_shard=2, encoding="compact") != manifest["fingerprint"]
+    assert recipe.fingerprint(frames) != manifest["fingerprint"]  # the recipe's alone is not the build's

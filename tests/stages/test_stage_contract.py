@@ -5,6 +5,8 @@ with that recipe's params at each of its severities, on a small frame of the rec
 * deterministic from the key: the same example key (hence the same RNG) gives byte-identical output, a
   different key gives the same output when the stage drew nothing from its RNG and different output when it
   did (checked over the severities of one corruption: a draw may not matter at one severity);
+* independent of order: each severity's output is the same on a fresh copy of the frame with the severities run
+  in reverse order (a frame cache filled from an example's RNG would make bytes depend on task grouping);
 * labels aligned: every per-point label column has one entry per point, ``point_tag`` is uint8, the point
   array has one column per field, every box array has one row per box;
 * declared columns: the stage's declared row columns (`stage(columns=...)`) come out, and no per-point
@@ -128,12 +130,14 @@ def test_stage_contract(case: Case) -> None:
     recipe, stage = _recipe(case.spec), get_stage(case.stage)
     frame = _stage_input(case)
     before = _snapshot(frame)
+    outputs = {}
     for severity, params in enumerate(case.params, start=1):
         where = f"{case.id} severity {severity} ({case.stage})"
         key = f"{case.spec}/{frame.frame_id}/{case.corruption}/{severity}"
         rng = _rng(recipe, key)
         state = rng.bit_generator.state
         out = stage.apply(frame, params, rng)
+        outputs[severity] = _snapshot(out)
         used_rng = rng.bit_generator.state != state
         assert _snapshot(frame) == before, f"{where}: mutated its input frame"
 
@@ -155,6 +159,26 @@ def test_stage_contract(case: Case) -> None:
         assert not missing, f"{where}: declared columns {sorted(missing)} are not in the output"
         undeclared = set(out.labels) - set(frame.labels) - set(stage.columns) - {"point_tag"}
         assert not undeclared, f"{where}: adds per-point columns {sorted(undeclared)} it does not declare"
+
+    # independent of what ran before on the frame: a build's task groups split one frame's severities (and
+    # corruptions) over tasks, each reading its own copy, so what a stage keeps in the frame's caches (`derived`,
+    # `kdtree`, …) must follow from the frame alone, never from an example's RNG or parameters not in its key.
+    # The severities again in reverse order on a copy with empty caches give the same bytes.
+    differs = _differs_on_a_fresh_frame(stage, frame, case, outputs)
+    assert differs is None, (f"{case.id} severity {differs} ({case.stage}): other output after the frame's other "
+                             "severities and corruptions ran than on a fresh copy, in reverse order: a frame cache "
+                             "holds something that depends on the example (its RNG or parameters)")
+
+
+def _differs_on_a_fresh_frame(stage: Any, frame: Frame, case: Case, outputs: dict[int, Any]) -> int | None:
+    """The first severity (from the last) whose output on a copy of ``frame`` with empty caches, severities run
+    in reverse order, differs from ``outputs``; None when none does."""
+    fresh = dataclasses.replace(frame)
+    for severity in reversed(range(1, len(case.params) + 1)):
+        key = f"{case.spec}/{frame.frame_id}/{case.corruption}/{severity}"
+        if _snapshot(stage.apply(fresh, case.params[severity - 1], _rng(_recipe(case.spec), key))) != outputs[severity]:
+            return severity
+    return None
 
 
 #: stages that draw from their RNG although their output never depends on it, and why
@@ -214,3 +238,26 @@ def test_unused_params_names_fields_only() -> None:
     stage = dataclasses.replace(get_stage(CASES[0].stage), params=Stale)
     with pytest.raises(TypeError, match="names no field: sigmaa"):
         stage.unused_params(Stale())
+
+
+def test_the_order_check_catches_a_frame_cache_filled_from_the_rng() -> None:
+    """A stage that keeps an RNG draw in ``frame.derived`` passes every other check (its output is the same for the
+    same key on the same frame) but gives other bytes when a build groups the frame's severities differently."""
+
+    @dataclasses.dataclass(frozen=True)
+    class DropParams:
+        drop_fraction: float
+
+    def bad(frame: Frame, params: DropParams, rng: np.random.Generator) -> Frame:
+        if "order" not in frame.derived:
+            frame.derived["order"] = rng.permutation(len(frame))  # the example's draw, kept for the next ones
+        keep = frame.derived["order"][: len(frame) - int(len(frame) * params.drop_fraction)]
+        return frame.take(np.sort(keep))
+
+    base = next(c for c in CASES if c.stage == "gaussian_rad")
+    case = Case(base.spec, "drop", "drop", (DropParams(0.1), DropParams(0.3), DropParams(0.5)))
+    stage = dataclasses.replace(get_stage("gaussian_rad"), name="drop", params=DropParams, fn=bad)
+    frame = dataclasses.replace(_stage_input(base))
+    outputs = {s: _snapshot(stage.apply(frame, p, _rng(_recipe(case.spec), f"{case.spec}/{frame.frame_id}/drop/{s}")))
+               for s, p in enumerate(case.params, start=1)}
+    assert _differs_on_a_fresh_frame(stage, frame, case, outputs) == 3
