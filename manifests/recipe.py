@@ -68,6 +68,7 @@ the differences between the default build and the variant::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -354,8 +355,6 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
 
 def _refuse_unknown(origin: str, where: str, table: dict[str, Any], known: tuple[str, ...]) -> None:
     """A key of ``table`` not in ``known`` is an error naming it and, when one is close, the key meant."""
-    import difflib
-
     for key in table:
         if key not in known:
             near = difflib.get_close_matches(str(key), known, n=1)

@@ -28,11 +28,45 @@ CostsOut = Annotated[Path | None, typer.Option(help="Also write the measured cos
                                                     "seconds by the demo build unless --no-builds")]
 
 
+def refuse(message: str) -> typer.Exit:
+    """One line on stderr and exit 2, as every other command refuses bad input (`bench_build.cli.app.fail`)."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False) -> None:
+    """Refuse, before minutes of measuring, an output file that cannot be written: its folder missing, not a
+    folder or not writable, the path itself a folder; with ``cost_table``, an existing file that is not JSON (the
+    runtime is merged into it)."""
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise refuse(f"{flag} {path}: is a folder; give a file name")
+    if not parent.is_dir():
+        raise refuse(f"{flag} {path}: the folder {parent} does not exist" if not parent.exists() else
+                     f"{flag} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise refuse(f"{flag} {path}: cannot write in {parent}")
+    if cost_table and path.is_file():
+        try:
+            json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise refuse(f"{flag} {path}: exists and is not a cost table (not JSON: {e})") from None
+
+
+def check_dir(path: str | None, flag: str) -> None:
+    """Refuse a folder argument that does not exist or is not a folder, naming it."""
+    if path is not None and not Path(path).is_dir():
+        raise refuse(f"{flag} {path}: " + ("not a folder" if Path(path).exists() else "does not exist"))
+
+
 def stages(frames: int = 4, builds: bool = True, build_rounds: int = 1, objects: bool = True,
            only_objects: bool = False, costs_out: Path | None = None) -> None:
     from bench_build.bench.objects import run_object_bench
     from bench_build.bench.stages import run_bench
 
+    check_out_file(costs_out, "--costs-out", cost_table=True)
     if not only_objects:
         run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
     if objects or only_objects:
@@ -135,6 +169,10 @@ def scale_cmd(
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers or [n for n in (1, 2, 4, 8, 16, 32, 64) if n < cores] + [cores]))
+    check_out_file(json_out, "--json-out")
+    check_out_file(costs_out, "--costs-out", cost_table=True)
+    check_dir(out, "--out")
+    check_dir(source, "--source")
     if control_only:
         control = run_control(max(counts))
         typer.echo(json.dumps(control, indent=1))

@@ -240,10 +240,9 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
             print(line)
     if len(results["runs"]) > 1:
         last = results["runs"][-1]
-        ceiling = base["wall_s"] / (base["serial_s"] + (base["wall_s"] - base["serial_s"]) / last["workers"])
+        ceiling = ceiling_speedup(base, last)
         results["ceiling_speedup"] = round(ceiling, 3)
-        print(f"speed-up {last['workers']} vs {base['workers']}: {last['speedup']:.2f}× (the ceiling the measured "
-              f"serial time allows: {ceiling:.2f}×); shards identical across worker counts: "
+        print(speedup_line(base, last, ceiling) + f"; shards identical across worker counts: "
               f"{results['identical_across_workers']}")
     if rounds > 1:
         print("walls over the rounds: " + ", ".join(f"N={r['workers']} {r['wall_s_range'][0]:.1f}–"
@@ -254,6 +253,23 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
         Path(json_out).write_text(json.dumps(results, indent=1) + "\n")
         print(f"results written to {json_out}")
     return results
+
+
+def ceiling_speedup(base: dict[str, Any], run: dict[str, Any]) -> float:
+    """The speed-up of ``run`` over ``base`` (two `median_rounds` rows) if only the tasks divided: ``base``'s tasks
+    phase spread over ``run.workers / base.workers`` times the workers, ``run``'s own serial time (Ray start,
+    planning, finish: ``serial_s``, which does not divide) added. Equal tasks and no CPU inflation reach it."""
+    parallel = base["wall_s"] - base["serial_s"]
+    return base["wall_s"] / (run["serial_s"] + parallel * base["workers"] / run["workers"])
+
+
+def speedup_line(base: dict[str, Any], run: dict[str, Any], ceiling: float) -> str:
+    line = (f"speed-up {run['workers']} vs {base['workers']}: {run['speedup']:.2f}× (the most the serial time "
+            f"allows: {ceiling:.2f}×)")
+    if run["speedup"] > ceiling * 1.02:
+        line += (f"; above that bound, the {base['workers']}-worker build's tasks ran slower than their share "
+                 "(a busier or slower machine during it): measure on an idle machine, with --rounds 3")
+    return line
 
 
 def work_cpu(run: dict[str, Any], base: dict[str, Any]) -> float | None:
@@ -289,7 +305,7 @@ def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
            "finish_s": round(statistics.median(finish), 3), "finish_s_per_task": 0.0,
            "inflation": round(max(1.0, inflation(full[-1])), 3) if full else 1.0,
            "cores": full[-1]["workers"] if full else 1,
-           "measured": f"bench-build bench scale --workers {' '.join(str(r['workers']) for r in runs)} "
+           "measured": "bench-build bench scale " + " ".join(f"--workers {r['workers']}" for r in runs) + " "
                        f"--frames {results['frames']}"
                        + (f" --rounds {results['rounds']}" if results.get("rounds", 1) > 1 else "")
                        + f" on {results['cores']} cores, {time.strftime('%Y-%m-%d')}"}
@@ -308,6 +324,8 @@ def write_runtime(results: dict[str, Any], recipe: str, path: str | Path) -> Non
 
     p = Path(path)
     data = json.loads(p.read_text()) if p.is_file() else json.loads(load_costs(load_recipe(recipe)).to_json())
+    if "runtime" in data:
+        print(f"replacing the runtime in {p} (measured: {data['runtime'].get('measured', '?')})")
     data["runtime"] = measured_runtime(results)
     p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"runtime written to {p}: {data['runtime']}")

@@ -57,7 +57,9 @@ def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tup
     targets = TARGET_MS if targets is None else targets
     sev = range(1, recipe.severities + 1)
     print(f"\n{title or recipe.name}: ms per example (~{np.mean([len(f) for f in demo]):,.0f} points, one process)")
-    print(f"{'corruption':<16}{'stage':<14}" + "".join(f"{'s' + str(s):>9}" for s in sev)
+    cw = 2 + max([len("corruption"), *(len(c.name) for c in recipe.corruptions)])  # names whole, never cut
+    sw = 2 + max([len("stage"), *(len(c.stage) for c in recipe.corruptions)])
+    print(f"{'corruption':<{cw}}{'stage':<{sw}}" + "".join(f"{'s' + str(s):>9}" for s in sev)
           + f"{'max':>9}{'target':>9}  ok")
     table = {}
     for c in recipe.corruptions:
@@ -78,7 +80,7 @@ def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tup
         target = targets.get(c.stage, DEFAULT_TARGET_MS)
         ok = "yes" if max(row) <= target else "NO"
         digits = 2 if target < 10 else 1
-        print(f"{c.name:<16}{c.stage[:13]:<14}" + "".join(f"{v:>9.{digits}f}" for v in row)
+        print(f"{c.name:<{cw}}{c.stage:<{sw}}" + "".join(f"{v:>9.{digits}f}" for v in row)
               + f"{max(row):>9.{digits}f}{target:>9.0f}  {ok}")
     return table
 

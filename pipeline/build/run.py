@@ -59,6 +59,14 @@ class BuildResult:
         return not self.failures and self.manifest is not None
 
 
+def default_frames_per_shard(recipe: Recipe, *, demo: bool) -> int:
+    """Frames per block when ``--frames-per-shard`` is not given: the recipe's, or for demo data small blocks
+    (the demo's few frames or shapes still spread over workers)."""
+    if not demo:
+        return recipe.frames_per_shard
+    return DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
+
+
 def build_fingerprint(recipe: Recipe, frame_ids: list[str], *, frames_per_shard: int,
                       encoding: str = "full") -> str:
     """A build's fingerprint, as its ledger, manifest and card record it: `Recipe.fingerprint` over the frames
@@ -128,9 +136,7 @@ def run_build(
     if not frame_ids:
         raise ValueError(f"source {src.describe()} has no frames")
 
-    demo_fps = DEMO_OBJECTS_PER_SHARD if recipe.source in OBJECT_KINDS else DEMO_FRAMES_PER_SHARD
-    fps = frames_per_shard if frames_per_shard is not None else (
-        demo_fps if demo else recipe.frames_per_shard)
+    fps = frames_per_shard if frames_per_shard is not None else default_frames_per_shard(recipe, demo=demo)
     fingerprint = build_fingerprint(recipe, frame_ids, frames_per_shard=fps, encoding=encoding)
     store = root.child(f"{recipe.name}/{recipe.version}")
     if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too

@@ -131,14 +131,15 @@ def plan(
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
     worker_start: Annotated[float | None, typer.Option(min=0,
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
-             "loaded from the cache; default: the cost table's measurement, else 2; add ≈ 11 where workers compile "
-             "them)")] = None,
+             "loaded from the cache; default: the cost table's measurement, else 1.4; add ≈ 11 where workers "
+             "compile them)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
+    from bench_build.build.run import DEMO_FRAMES, default_frames_per_shard
     from bench_build.manifests.recipe import RecipeError, load_recipe
-    from bench_build.plan.costs import load_costs
+    from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, load_costs
     from bench_build.plan.scale import plan_build
     from bench_build.sources import SourceError, open_source
 
@@ -146,19 +147,17 @@ def plan(
         recipe = load_recipe(benchmark)
         if frames is not None and source is not None:
             raise ValueError("give --source or --frames, not both")
+        if frames is not None and split is not None:
+            raise ValueError("--split picks a source's frames; with --frames there is no source to pick from")
+        table = load_costs(recipe, costs)  # before the demo data: a wrong table is said at once
         if frames is not None:
-            if frames < 1:
-                raise ValueError("--frames must be ≥ 1")
             frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
         else:
-            from bench_build.build.run import DEMO_FRAMES, DEMO_FRAMES_PER_SHARD
-
             src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
             frame_ids = src.list_frames()
-            fps = frames_per_shard or (DEMO_FRAMES_PER_SHARD if source is None else recipe.frames_per_shard)
+            fps = frames_per_shard or default_frames_per_shard(recipe, demo=source is None)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
-                            groups=groups, costs=load_costs(recipe, costs),
-                            worker_start_s=worker_start)
+                            groups=groups, costs=table, worker_start_s=worker_start)
     except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
         raise fail(e) from None
     if as_json:
@@ -169,22 +168,36 @@ def plan(
     def say(text: str) -> None:
         out_console.print(text, soft_wrap=False)
 
-    say(f"{report['recipe']}: {report['frames']} frames in {report['blocks']} blocks of "
-        f"{report['frames_per_shard']}; {report['examples_stored']:,} examples stored "
-        f"({report['examples_defined']:,} defined); {report['cpu_hours_one_task_per_block']:.2f} "
-        f"CPU-hours as one task per block")
+    n_blocks, fps_ = report["blocks"], report["frames_per_shard"]
+    say(f"{report['recipe']}: {report['frames']:,} {'demo ' if frames is None and source is None else ''}"
+        f"frame{'s' * (report['frames'] != 1)} in {n_blocks} block{'s' * (n_blocks != 1)} of {fps_}; "
+        f"{report['examples_stored']:,} examples stored ({report['examples_defined']:,} defined); "
+        f"{cpu_hours(report['cpu_hours_one_task_per_block'])} as one task per block")
+    if frames is None and source is None:
+        say("(no --source: the demo data's frames, made in the cache if absent; --source DIR or --frames N plans "
+            "a real dataset)")
     g = z["groups_per_block"]
     say(f"cost-sized split (`run --address` default): {g} group{'s' * (g != 1)} per block = "
-        f"[bold]{z['tasks']}[/bold] tasks of {z['task_seconds']['min']:.1f}–"
+        f"[bold]{z['tasks']}[/bold] task{'s' * (z['tasks'] != 1)} of {z['task_seconds']['min']:.1f}–"
         f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
-        f"{z['cpu_hours']:.2f} CPU-hours (each group rebuilds the per-frame caches it needs)")
+        f"{cpu_hours(z['cpu_hours'])} (each group rebuilds the per-frame caches it needs)")
+    if groups is not None and any(r["groups_per_block"] < groups for r in [z, *report["schedule"]]):
+        say(f"note: --groups {groups}: a block is cut into {g} group{'s' * (g != 1)} at most; more would not make "
+            "its costliest task cheaper, which is then one corruption × severity alone")
     rt = report["runtime"]
-    say(f"costs: {report['costs']}")
+    if report["costs"].startswith(DEFAULTS_MEASURED):
+        say(f"[yellow]costs: not measured for {report['recipe']}[/yellow] (only kitti-c ships a cost table): every "
+            f"corruption is taken to cost {DEFAULT_STAGE_MS:g} ms per example, so the CPU-hours and times below are "
+            "placeholders, not predictions")
+    else:
+        say(f"costs: {report['costs']}")
+    cores = rt["cores_measured"]
     say(f"runtime: every worker starts {report['worker_start_s']:g} s before its first task (--worker-start) "
         f"and each task adds {report['overhead_s_per_task']:g} s of scheduling; the driver starts in "
         f"{rt['driver_start_s']:g} s (plan, Ray), finishes in {rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s "
-        f"per task; a task costs ×{rt['inflation_full']:g} CPU with all {rt['cores_measured']} cores busy "
-        f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
+        f"per task; " + (f"a task costs ×{rt['inflation_full']:g} CPU with all {cores} cores busy "
+                         if cores > 1 else "tasks are taken to cost the same at any occupancy ")
+        + f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
     # fits an 80-column terminal: no vertical rules, one space between columns, nothing truncated
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
                   caption="best split for N workers; wall = driver start + span + finish; * cost-sized")
@@ -201,6 +214,11 @@ def plan(
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['wall_utilisation']:.1%}")
     out_console.print(table)
+
+
+def cpu_hours(h: float) -> str:
+    """CPU time as a person reads it: hours from one up, else minutes, else seconds (0.00 CPU-hours said nothing)."""
+    return f"{h:.2f} CPU-hours" if h >= 1 else f"{h * 60:.1f} CPU-minutes" if h * 60 >= 1 else f"{h * 3600:.1f} CPU-s"
 
 
 @app.command("repro-check", rich_help_panel=PANEL_MACHINE)

@@ -41,6 +41,8 @@ DEFAULT_READ_MS = 5.0
 DEFAULT_PREP_MS = {"kdtree": 60.0, "box_index": 1.5, "deletion_grid": 4.0}
 DEFAULT_WRITE_MS = 10.0
 DEFAULT_STAGE_MS = 10.0
+#: `CostTable.measured` of `default_costs`: `plan` says its figures are placeholders when it sees this
+DEFAULTS_MEASURED = "defaults (no measured table for this recipe)"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
 
 
 def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
-    """The cost table of ``recipe``: ``path`` if given, else the shipped one, else `default_costs`."""
+    """The cost table of ``recipe``: ``path`` if given, else the shipped one, else `default_costs`. A table given
+    by ``path`` must price every corruption of the recipe (another benchmark's table would price its own
+    corruptions and leave the rest at the default, silently)."""
     p = Path(path) if path else TABLES / f"{recipe.name}.json"
     if not p.is_file():
         if path:
@@ -121,11 +125,17 @@ def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{p}: not a cost table (not JSON: {e})") from None
-    return parse_costs(data, str(p))
+    table = parse_costs(data, str(p))
+    missing = [c.name for c in recipe.corruptions if c.name not in table.stage_ms]
+    if missing:
+        raise ValueError(f"{p}: the cost table of {table.recipe} has no cost for {recipe.name}'s "
+                         f"{', '.join(missing[:5])}{', …' if len(missing) > 5 else ''}: pass a table measured "
+                         f"for {recipe.name}, or none for the defaults")
+    return table
 
 
 def default_costs(recipe: Recipe) -> CostTable:
     return CostTable(recipe=recipe.name, read_ms=DEFAULT_READ_MS, write_ms=DEFAULT_WRITE_MS,
                      prep_ms=dict(DEFAULT_PREP_MS),
                      stage_ms={c.name: (DEFAULT_STAGE_MS,) * recipe.severities for c in recipe.corruptions},
-                     needs={}, measured="defaults (no measured table for this recipe)")
+                     needs={}, measured=DEFAULTS_MEASURED)

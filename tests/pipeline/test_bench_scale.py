@@ -150,3 +150,53 @@ def test_the_inflation_plan_stores_leaves_out_each_workers_one_off_warm_up():
     assert rt["inflation"] == round(15.6 / 15.25, 3)
     two["task_inflation"] = None  # unknown: the raw inflation, as before
     assert measured_runtime({"runs": [one, two], "cores": 2, "frames": 8})["inflation"] == round(16.7 / 15.8, 3)
+
+
+def test_the_speed_up_ceiling_divides_the_tasks_by_the_worker_ratio_and_says_when_it_is_beaten():
+    """The ceiling divided the first count's tasks by N, not by N over the first count (4 vs 2 workers: by 4, not
+    2), and a measured speed-up above it (2.14× against 1.64× on a noisy machine) was printed without a word."""
+    from bench_build.bench.scale import ceiling_speedup, speedup_line
+
+    two = {"workers": 2, "wall_s": 22.0, "serial_s": 4.0}
+    four = {"workers": 4, "wall_s": 13.0, "serial_s": 4.0, "speedup": 22.0 / 13.0}
+    assert ceiling_speedup(two, four) == pytest.approx(22.0 / (4.0 + 18.0 / 2))
+    assert "above that bound" not in speedup_line(two, four, ceiling_speedup(two, four))
+    one = {"workers": 1, "wall_s": 30.0, "serial_s": 3.0}
+    fast = {"workers": 2, "wall_s": 14.0, "serial_s": 3.0, "speedup": 30.0 / 14.0}
+    line = speedup_line(one, fast, ceiling_speedup(one, fast))
+    assert "(the most the serial time allows: 1.82×)" in line and "above that bound" in line and "--rounds" in line
+
+
+def test_bench_refuses_an_output_it_cannot_write_before_measuring(tmp_path):
+    """`bench scale --costs-out /nonexistent/c.json` measured for minutes and then failed with a traceback, losing
+    the results; a missing --out or --source gave a 46-line traceback."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    runner = CliRunner()
+    for args, said in ((["scale", "--costs-out", str(tmp_path / "no" / "c.json")], "the folder"),
+                       (["scale", "--json-out", str(tmp_path)], "is a folder"),
+                       (["scale", "--out", str(tmp_path / "none")], "--out"),
+                       (["scale", "--source", str(tmp_path / "none")], "does not exist"),
+                       (["stages", "--costs-out", str(tmp_path / "no" / "c.json")], "does not exist")):
+        res = runner.invoke(app, ["bench", *args])
+        assert res.exit_code == 2 and said in res.output and "Traceback" not in res.output, (args, res.output)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    res = runner.invoke(app, ["bench", "scale", "--costs-out", str(bad)])
+    assert res.exit_code == 2 and "not a cost table" in res.output
+
+
+def test_re_measuring_the_stages_keeps_the_runtime_bench_scale_measured(tmp_path, capsys):
+    """`bench stages --costs-out` rewrote the table and dropped its `runtime`, so `plan` fell back to defaults
+    unless the two measurements ran in one order."""
+    import json
+
+    from bench_build.bench.stages import kept_runtime
+
+    table = tmp_path / "c.json"
+    assert kept_runtime(table) == {}
+    table.write_text(json.dumps({"recipe": "kitti-c", "runtime": {"driver_start_s": 2.0, "measured": "x"}}))
+    assert kept_runtime(table) == {"runtime": {"driver_start_s": 2.0, "measured": "x"}}
+    assert "keeping the runtime" in capsys.readouterr().out

@@ -164,6 +164,33 @@ def test_plan_cli(kitti_c):
     assert missing.exit_code == 2 and "nonexistent.json" in missing.output
 
 
+def test_plan_says_what_it_cannot_predict():
+    """Another benchmark's cost table priced only the corruptions both have and silently guessed the rest; a
+    recipe without a table got 10 ms per corruption printed as a prediction ("0.00 CPU-hours" for 3DOS);
+    --split with --frames and a --groups beyond what a block can be cut into were ignored without a word;
+    object benchmarks' demo data was planned in blocks of 2 where `run` uses 16."""
+    from bench_build.plan.costs import TABLES
+
+    table = TABLES / "kitti-c.json"
+    other = CliRunner().invoke(app, ["plan", "robo3d-kitti-c", "--frames", "100", "--costs", str(table)])
+    assert other.exit_code == 2 and "the cost table of kitti-c has no cost for robo3d-kitti-c's wet_ground" in (
+        " ".join(other.output.split()))
+    guessed = " ".join(CliRunner().invoke(app, ["plan", "robo3d-kitti-c", "--frames", "100"]).output.split())
+    assert "costs: not measured for robo3d-kitti-c" in guessed and "placeholders, not predictions" in guessed
+    tiny = " ".join(CliRunner().invoke(app, ["plan", "3dos", "--frames", "10"]).output.split())
+    assert "0.00 CPU-hours" not in tiny and "CPU-s as one task per block" in tiny
+    assert "all 1 cores" not in tiny
+    split = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--split", "val"])
+    assert split.exit_code == 2 and "with --frames there is no source" in split.output
+    many = " ".join(CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "20", "--groups", "500",
+                                             "--workers", "4"]).output.split())
+    assert "note: --groups 500: a block is cut into 48 groups at most" in many
+    from bench_build.build.run import DEMO_OBJECTS_PER_SHARD, default_frames_per_shard
+
+    assert default_frames_per_shard(load_recipe("modelnet-c"), demo=True) == DEMO_OBJECTS_PER_SHARD
+    assert default_frames_per_shard(load_recipe("modelnet-c"), demo=False) == load_recipe("modelnet-c").frames_per_shard
+
+
 # Peak RSS from /proc/self/status VmHWM: it belongs to this process's own address space. ru_maxrss does
 # not: Linux carries it across fork + execve, so a child of a large pytest process reports the parent's peak.
 RSS_SCRIPT = """
