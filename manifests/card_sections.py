@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 from bench_build.manifests.card import licence_text
-from bench_build.manifests.recipe import Recipe
+from bench_build.manifests.recipe import Recipe, builtin_recipes, load_recipe
 from bench_build.stages.registry import get_stage
 
 DEMO_SOURCE = ("generated demo data (bench-build's synthetic ray-cast scenes and meshes written in the real "
@@ -33,16 +33,25 @@ def source_info(kind: str | None) -> dict[str, Any] | None:
     return _citations()["sources"].get(kind or "")
 
 
-def benchmark_citations(dataset: str) -> list[dict[str, Any]]:
-    """The papers whose benchmark ``dataset`` builds (by name: ``robo3d-*`` → Robo3D, ``kitti-c`` → Li et al.)."""
-    name = dataset.lower()
-    out = []
-    for entry in _citations()["benchmarks"].values():
-        if any(name == m or name.startswith(m + "-") or name.startswith(m + ":") for m in entry["match"]):
-            out.append(entry)
-    if not out and name.startswith("robo3d"):
-        out.append(_citations()["benchmarks"]["kong2023robo3d"])
+@cache
+def _builtin_benchmarks() -> dict[str, str]:
+    """Every benchmark name a built-in recipe builds (its own and its variants', ``kitti-c-text``) → the recipe."""
+    out = {}
+    for name in builtin_recipes():
+        out[name] = name
+        out.update({v.benchmark: name for v in load_recipe(name).variants.values()})
     return out
+
+
+def benchmark_citations(dataset: str) -> list[dict[str, Any]]:
+    """The papers whose benchmark ``dataset`` builds: a built-in recipe or one of its variants, cited by the
+    entries whose ``match`` names the recipe or a prefix of it (``robo3d`` → the four ``robo3d-*``). A recipe of
+    one's own cites none, whatever its name: ``kitti-c-plus`` does not follow Li et al.'s benchmark."""
+    recipe = _builtin_benchmarks().get(dataset.lower())
+    if recipe is None:
+        return []
+    return [entry for entry in _citations()["benchmarks"].values()
+            if any(recipe == m or recipe.startswith(m + "-") for m in entry["match"])]
 
 
 def citation_section(manifest: dict[str, Any]) -> list[str]:

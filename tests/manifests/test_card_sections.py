@@ -106,6 +106,10 @@ def test_citations_follow_the_benchmark_and_source():
     assert "li2023common" in benchmark_citations("kitti-c")[0]["bibtex"]
     assert "ren2022benchmarking" in benchmark_citations("modelnet-c")[0]["bibtex"]
     assert "alliegro2022towards" in benchmark_citations("3dos")[0]["bibtex"]
+    # a built-in variant cites its recipe's paper; a recipe of one's own named like a built-in one cites none
+    assert "li2023common" in benchmark_citations("kitti-c-text")[0]["bibtex"]
+    assert "alliegro2022towards" in benchmark_citations("3dos-cellphone")[0]["bibtex"]
+    assert benchmark_citations("kitti-c-plus") == [] and benchmark_citations("robo3d-mine-c") == []
     text = "\n".join(citation_section(_manifest(dataset="kitti-c")))
     assert "```bibtex" in text and "geiger2012kitti" in text and "li2023common" in text
 
