@@ -60,8 +60,10 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     if path is None:
         if info.write_demo is None:
             raise ValueError(f"recipe {recipe.name}: no demo data for source kind {recipe.source!r}; pass --source")
-        root = ensure_demo_dataset(info.kind, info.write_demo, demo_frames)
-        return info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split)
+        root = ensure_demo_dataset(info.kind, info.write_demo, demo_frames, version=info.demo_version)
+        # the recipe's options as with real data: they are in its fingerprint, so a demo build must use them too
+        return info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split,
+                           **recipe.source_options)
     if allow_empty and recipe.source == "kitti":
         return KittiSource(path, split or recipe.split, allow_empty=True)
     return info.reader(path, split or recipe.split, **recipe.source_options)

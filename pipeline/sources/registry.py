@@ -1,11 +1,12 @@
 """Every dataset reader, registered in one table: `READERS`, one `ReaderInfo` a source kind.
 
 A recipe's ``source`` is a key of `READERS`. Everything else that needs to know the readers reads this table:
-`bench_build.sources.open_source` (which class, which demo data), the CLI's ``--split`` help, and the source
-contract test (tests/pipeline/test_source_contract.py), which runs over every entry with its demo writer. The
-licence a dataset card prints for a kind is in `bench_build.manifests.card.SOURCE_LICENCES` and its BibTeX in
-``manifests/citations.json`` (``sources``), because the card is written by `bench_build.manifests`, a layer below
-this one.
+`bench_build.sources.open_source` (which class, which demo data), the source contract test
+(tests/pipeline/test_source_contract.py), which runs over every entry with its fixture writer. The CLI's ``--split``
+help points here (each entry's ``splits``) rather than importing it: the help is built before the numeric pin lets
+NumPy load. The licence a dataset card prints for a kind is in `bench_build.manifests.card.SOURCE_LICENCES` and its
+BibTeX in ``manifests/citations.json`` (``sources``), because the card is written by `bench_build.manifests`, a
+layer below this one.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class ReaderInfo:
     #: False for KITTI: its demo is read whole (the training folder) whatever ImageSets split the recipe names,
     #: so demo builds of every KITTI recipe see the same frames
     demo_takes_recipe_split: bool = True
+    #: raise when ``write_demo`` writes other data: the demo cache is keyed by it, so old caches are not reused
+    demo_version: int = 1
 
 
 def _write_kitti_demo(root: Path, frames: int, seed: int) -> Path:
@@ -90,7 +93,8 @@ def _objects_fixture(root: Path) -> Path:
 
 READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
     ReaderInfo("kitti", KittiSource, "KITTI", "training, testing or an ImageSets list (train, val)",
-               _kitti_fixture, write_demo=_write_kitti_demo, demo_takes_recipe_split=False),
+               _kitti_fixture, write_demo=_write_kitti_demo, demo_takes_recipe_split=False,
+               demo_version=demo_kitti.DEMO_VERSION),
     ReaderInfo("semantickitti", SemanticKittiSource, "SemanticKITTI", "val, train, test or sequences (08,09)",
                _semantickitti_fixture, write_demo=demo_semantickitti.write_demo),
     ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
@@ -109,8 +113,3 @@ READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
                objects=True,
                parts=("shapenet", "modelnet40", "scanobjectnn")),
 )}
-
-
-def split_help() -> str:
-    """The ``--split`` help: what each reader takes."""
-    return "; ".join(f"{i.name}: {i.splits}" for i in READERS.values())

@@ -181,3 +181,22 @@ def test_write_demo_dataset(tmp_path):
         assert np.array_equal(frame.points, ref.points[:, :4])
         assert list(frame.boxes.cls) == list(ref.boxes.cls)
         assert np.allclose(frame.boxes.center, ref.boxes.center, atol=0.011)
+
+
+def test_demo_data_is_made_anew_when_its_writer_version_rises(tmp_path, monkeypatch):
+    """The demo cache is shared by every checkout and kept: a writer that writes other data raises its version,
+    and the next build gets the new data instead of the cached old one."""
+    from bench_build.sources.demo.cache import demo_key, ensure_demo_dataset
+
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path))
+    calls = []
+
+    def write(root, frames, seed):
+        calls.append(root)
+        (root / "scan.txt").write_text(f"v{len(calls)}")
+
+    first = ensure_demo_dataset("toy", write, 2)
+    assert ensure_demo_dataset("toy", write, 2) == first and len(calls) == 1  # kept
+    assert first.name == demo_key(1729, 2) == "seed1729-n2"  # version 1: the name caches had before versions
+    second = ensure_demo_dataset("toy", write, 2, version=2)
+    assert second.name == "seed1729-n2-v2" and (second / "scan.txt").read_text() == "v2" and len(calls) == 2

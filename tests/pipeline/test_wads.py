@@ -340,3 +340,20 @@ def test_validate_snow_against_real_wads_writes_the_realism_report(snow_build, t
     assert "| snow severity 2 |" in summary and "Wasserstein-1" in summary and "](realism_snow.png)" in summary
     png = out / "realism_snow.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG" and r["files"]["realism_plot_snow"] == png.name
+
+
+def test_a_demo_build_passes_the_recipes_source_options_to_the_reader(tmp_path, monkeypatch):
+    """The options are in the recipe's fingerprint, so a build from demo data must read with them too; the demo
+    path dropped them (a reader with options and demo data got its defaults)."""
+    import dataclasses
+
+    from bench_build.sources import READERS
+
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    demo = dataclasses.replace(READERS["wads"], write_demo=lambda root, frames, seed: write_wads(root, frames))
+    monkeypatch.setitem(READERS, "wads", demo)
+    head = '[benchmark]\nname = "w"\nversion = "0.1.0"\nseed = 1\nsource = "wads"\nseverities = 1\n'
+    body = '[corruptions.snow]\nstage = "snow_lisa"\nrate = [1.0]\n'
+    assert open_source(parse_recipe(head + body), None, demo_frames=1).duplicates == "keep"
+    recipe = parse_recipe(head + '[source_options]\nduplicates = "drop"\n' + body)
+    assert open_source(recipe, None, demo_frames=1).duplicates == "drop"

@@ -65,8 +65,15 @@ def ensure_cached(root: Path, write: Callable[[Path], object]) -> Path:
     return root
 
 
+def demo_key(seed: int, frames: int, version: int = 1) -> str:
+    """A demo dataset's folder name in the cache: its seed, frames and writer version (1 is left out, the name
+    demo data had before writers had versions)."""
+    return f"seed{seed}-n{frames}" + (f"-v{version}" if version != 1 else "")
+
+
 def ensure_demo_dataset(kind: str, write: Callable[[Path, int, int], object], frames: int = 8, *,
-                        seed: int = DEMO_SEED) -> Path:
-    """The demo dataset of source kind ``kind`` in the cache folder: ``write(folder, frames, seed)`` on first use."""
-    root = demo_cache_dir().parent / f"demo-{kind}" / f"seed{seed}-n{frames}"
+                        seed: int = DEMO_SEED, version: int = 1) -> Path:
+    """The demo dataset of source kind ``kind`` in the cache folder: ``write(folder, frames, seed)`` on first use,
+    kept for later runs under `demo_key`, so a writer that writes other data must raise ``version``."""
+    root = demo_cache_dir().parent / f"demo-{kind}" / demo_key(seed, frames, version)
     return ensure_cached(root, lambda tmp: write(tmp, frames, seed))

@@ -22,12 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_build.sources.demo.cache import DEMO_SEED, demo_cache_dir, ensure_cached, mark_demo
+from bench_build.sources.demo.cache import DEMO_SEED, demo_cache_dir, demo_key, ensure_cached, mark_demo
 from bench_build.sources.kitti import KittiSource, write_frame
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y
 from bench_build.stages.kernels.spherical import wrap_angle
 from bench_build.stages.sensor import HDL64E
+
+#: raise when the demo scans change: the cache (`ensure_demo_source`, and the registry's entry) is keyed by it
+DEMO_VERSION = 1
 
 SENSOR_HEIGHT = 1.73
 MAX_RANGE = 120.0
@@ -250,6 +253,6 @@ def write_demo_dataset(out: str | Path, frames: int, *, seed: int = DEMO_SEED,
 
 def ensure_demo_source(frames: int = 8, *, seed: int = DEMO_SEED) -> KittiSource:
     """The demo dataset in the cache directory, generated on first use (and kept for later runs)."""
-    root = ensure_cached(demo_cache_dir() / f"seed{seed}-n{frames}",
+    root = ensure_cached(demo_cache_dir() / demo_key(seed, frames, DEMO_VERSION),
                          lambda tmp: write_demo_dataset(tmp, frames, seed=seed))
     return KittiSource(root)
