@@ -56,19 +56,22 @@ def export(
     severity: Annotated[int | None, typer.Option(min=0, help="Severity (0 = clean)")] = None,
     all_partitions: Annotated[bool, typer.Option("--all", help="Every partition: OUT/<benchmark>/clean/ as a data "
                                                                "root, the others per --layout")] = False,
-    layout: Annotated[str, typer.Option(help="With --all: robo3d (<corruption>/<severity>/velodyne, reusing "
-                                             "clean infos) or kitti (a full data root per partition)")] = "robo3d",
+    layout: Annotated[str | None, typer.Option(help="Only with --all: robo3d (default: velodyne, and label_2 "
+                                                    "where boxes moved, per corrupted partition, reusing the clean "
+                                                    "infos) or kitti (a full data root per partition)")] = None,
     source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
-    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train, val, test or "
-                                                   "trainval (default: the build's split if one of these, else val)")
-    ] = None,
+    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train, val or test (default: "
+                                                   "the build's split if one of these, else val); they leave the "
+                                                   "other lists, and trainval.txt is train ∪ val")] = None,
     force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
                                              "writes, keep everything else")] = False,
 ) -> None:
     """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
-    ImageSets; image_2/planes linked from --source). Every check runs before the first file is written: exit 2
-    means nothing was written. OUT must be new or empty (or --force) and never is, or lies inside, --source."""
+    ImageSets; image_2/planes linked from --source). Supports builds of KITTI scans only: kitti-c, robo3d-kitti-c
+    or a recipe with source = "kitti"; other benchmarks are refused. Every check runs before the first file is
+    written: exit 2 means nothing was written. OUT must be new or empty (or --force) and never is, or lies
+    inside, --source."""
     from bench_build.export import ExportError, ExportIncomplete, export_version
     from bench_build.manifests.manifest import ManifestError
 

@@ -3,8 +3,9 @@ converters accept (``create_kitti_infos`` / ``tools/create_data.py kitti``).
 
 One partition (``--corruption C --severity S``)::
 
-    OUT/ImageSets/{train,val,test,trainval}.txt   the exported frame ids in the build's split list
-                                                  (``val`` for a ``--split val`` build), the others empty
+    OUT/ImageSets/{train,val,test,trainval}.txt   the exported frame ids in --split's list (default: the
+                                                  build's split, else ``val``), in no other of train/val/test;
+                                                  trainval = train ∪ val (`image_sets`)
     OUT/training/velodyne/<id>.bin                float32 x, y, z, intensity
     OUT/training/label_2/<id>.txt                 the example's boxes (object-level corruptions: the
                                                   moved boxes), DontCare lines last as KITTI has them
@@ -20,7 +21,10 @@ One partition (``--corruption C --severity S``)::
     OUT/<benchmark>/<corruption>/<severity>/label_2/<id>.txt   only where the corruption moved boxes
 
 ``<severity>`` is the recipe's severity name (light, moderate, heavy) or the number. With
-``--layout kitti`` every partition is a full data root of its own.
+``--all --layout kitti`` every partition is a full data root of its own; ``--layout`` without ``--all`` is refused.
+
+Only builds of KITTI scans (recipe ``source = "kitti"``: kitti-c, robo3d-kitti-c) are exported; any other
+benchmark is refused first (`check_source`).
 
 Nothing is written until every file and link is decided and every precondition checked (`export_version`): OUT
 must be new or empty (``--force``: replace only the export's own files and links), and is never --source, the

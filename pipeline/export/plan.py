@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +16,27 @@ from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
 
-SPLIT_LISTS = ("train", "val", "test", "trainval")
+SPLIT_LISTS = ("train", "val", "test", "trainval")  # the lists export writes in every data root's ImageSets/
+
+
+SPLITS = ("train", "val", "test")  # what --split takes: a frame is in one of them; trainval.txt is train ∪ val
 
 
 LAYOUTS = ("robo3d", "kitti")
+
+
+#: source kinds whose builds export writes (KITTI object scans with full KITTI calibration and camera-frame boxes):
+#: the built-in kitti-c and robo3d-kitti-c, or any recipe with ``source = "kitti"``
+SUPPORTED_SOURCES = ("kitti",)
+
+
+def check_source(manifest: dict[str, Any]) -> None:
+    """Refuse (ExportError) a build whose source export cannot write as a KITTI object data root."""
+    kind = (manifest.get("recipe") or {}).get("source") or (manifest.get("source") or {}).get("kind")
+    if kind is not None and kind not in SUPPORTED_SOURCES:  # every build records it; unknown: the checks below
+        raise ExportError(f"{manifest.get('dataset')} {manifest.get('version')}: export writes KITTI object data "
+                          f"roots only (OpenPCDet, mmdetection3d), from builds of KITTI scans (kitti-c, "
+                          f"robo3d-kitti-c); this benchmark's source is {kind}, which export does not support")
 
 
 LINKED = ("image_2", "planes")  # what the converters read besides what a build stores
@@ -61,12 +79,56 @@ def severity_dir(manifest: dict[str, Any], severity: int) -> str:
 
 def split_name(manifest: dict[str, Any], split: str | None) -> str:
     if split is not None:
-        if split not in SPLIT_LISTS:  # the converters read only these lists: any other would be ignored
+        if split == "trainval":  # the converters build their trainval infos from train and val, never this list
+            raise ExportError("--split trainval: OpenPCDet and mmdetection3d build trainval infos from train.txt "
+                              "and val.txt, and export writes trainval.txt as train ∪ val; give train or val")
+        if split not in SPLITS:  # the converters read only these lists: any other would be ignored
             raise ExportError(f"--split {split!r}: OpenPCDet and mmdetection3d read ImageSets/"
-                              f"{{{','.join(SPLIT_LISTS)}}}.txt; give one of {', '.join(SPLIT_LISTS)}")
+                              f"{{{','.join(SPLIT_LISTS)}}}.txt; give one of {', '.join(SPLITS)}")
         return split
     s = (manifest.get("source") or {}).get("split")
-    return s if s in SPLIT_LISTS else "val"
+    return s if s in SPLITS else "val"
+
+
+def _read_list(path: Path) -> list[str]:
+    """The frame ids of an ImageSets list already in OUT (--force), in order, once each; [] if there is none."""
+    if not path.is_file():  # missing; a directory or a link to one is refused by check_targets
+        return []
+    try:
+        text = path.read_bytes().decode("ascii")
+    except UnicodeDecodeError:
+        raise ExportError(f"{path} is not a list of KITTI frame ids (not ASCII text); move it away or export "
+                          "into a new directory") from None
+    return list(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
+
+
+def image_sets(sets: Path, split: str, ids: list[str], keep: bool) -> tuple[dict[Path, str], dict[str, int]]:
+    """The four lists of a data root's ImageSets/ and, per other list, how many exported frames left it.
+
+    The exported frames are ``split``'s list. With ``keep`` (--force into an existing root) the other lists of
+    train, val and test keep the frames they list that this export does not write, without the exported ones, so
+    that no frame is in two of them (OpenPCDet and mmdetection3d would otherwise build training infos and the
+    GT-sampling database from evaluation frames). trainval.txt is always train ∪ val, as both converters' trainval
+    infos are."""
+    lists = {split: sorted(ids)}
+    moved: dict[str, int] = {}
+    exported = set(ids)
+    for other in SPLITS:
+        if other != split:
+            have = _read_list(sets / f"{other}.txt") if keep else []
+            lists[other] = [i for i in have if i not in exported]
+            if len(lists[other]) < len(have):
+                moved[other] = len(have) - len(lists[other])
+    seen: dict[str, str] = {}
+    for name in SPLITS:
+        for i in lists[name]:
+            if i in seen:
+                raise ExportError(f"{sets}: {seen[i]}.txt and {name}.txt both list frame {i}, which this export "
+                                  "does not write; a frame belongs in one of train, val and test: remove it from "
+                                  "one list, or export into a new directory")
+            seen[i] = name
+    lists["trainval"] = sorted({*lists["train"], *lists["val"]})
+    return {sets / f"{n}.txt": "".join(f"{i}\n" for i in lists[n]) for n in SPLIT_LISTS}, moved
 
 
 @dataclass
@@ -224,7 +286,7 @@ def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]
 
 def plan(ds: Version, manifest: dict[str, Any], out: Path, *, corruption: str | None, severity: int | None,
           all_partitions: bool, source: str | Path | None, split: str, layout: str, frames: Iterable[str] | None,
-          result: ExportResult) -> list[Part]:
+          force: bool, result: ExportResult) -> list[Part]:
     wanted = None if frames is None else set(frames)
     fields = manifest.get("fields")
     if fields is not None and not set(VELODYNE_FIELDS) <= set(fields):
@@ -247,23 +309,34 @@ def plan(ds: Version, manifest: dict[str, Any], out: Path, *, corruption: str | 
                     parts.append(_part(ds, c["name"], s, root, full=False, wanted=wanted, clean=clean)[0])
     full = [p for p in parts if p.full]
     linked = _source_dirs(source, {i for p in full for i in p.ids}) if source is not None else None
+    moved: dict[str, int] = {}
     for p in full:
-        sets = p.root / "ImageSets"
-        p.image_sets[sets / f"{split}.txt"] = "".join(f"{i}\n" for i in sorted(p.ids))
-        for other in SPLIT_LISTS:  # the converters open all of these; lists already there are kept
-            if other != split and not os.path.lexists(sets / f"{other}.txt"):
-                p.image_sets[sets / f"{other}.txt"] = ""
+        # the converters open all of these; without --force OUT is new or empty (check_targets), so none is there
+        p.image_sets, m = image_sets(p.root / "ImageSets", split, p.ids, keep=force)
+        for name, n in m.items():
+            moved[name] = moved.get(name, 0) + n
         if linked is not None:
             p.links[p.root / "training" / "image_2"] = linked[0]
             if linked[1] is not None:
                 p.links[p.root / "training" / "planes"] = linked[1]
-    image_dir = first.root / "training" / "image_2"
+    if moved:
+        left = ", ".join(f"{n} of the exported frames left {name}.txt" for name, n in sorted(moved.items()))
+        result.notes.append(f"ImageSets: {left} (they are now in {split}.txt only: a frame is in one of train, val, "
+                            "test; trainval.txt = train ∪ val)")
     if source is None:
-        result.notes.append(
-            f"{image_dir} not written: OpenPCDet's KittiDataset.get_infos and mmdetection3d's kitti converter read "
-            "training/image_2/<id>.png (image shape, field of view). Re-run with --source <KITTI object root> (the "
-            f"directory holding training/image_2), or link it: ln -s <kitti>/training/image_2 {image_dir}. "
-            "training/planes (road planes, optional: only for GT sampling with USE_ROAD_PLANE) likewise.")
+        why = ("OpenPCDet's KittiDataset.get_infos and mmdetection3d's kitti converter read training/image_2/<id>.png "
+               "(image shape, field of view). Re-run with --source <KITTI object root> (the directory holding "
+               "training/image_2), or link it")
+        planes = "training/planes (road planes, optional: only for GT sampling with USE_ROAD_PLANE) likewise."
+        if len(full) == 1:
+            image_dir = first.root / "training" / "image_2"
+            result.notes.append(f"{image_dir} not written: {why}: ln -s <kitti>/training/image_2 {image_dir}. {planes}")
+        else:  # --all --layout kitti: every partition is a data root of its own
+            bench = shlex.quote(str(out / manifest["dataset"]))
+            result.notes.append(
+                f"training/image_2 not written in any of the {len(full)} data roots ({bench}/clean and "
+                f"{bench}/<corruption>/<severity>): {why} into each: for t in {bench}/clean/training "
+                f"{bench}/*/*/training; do ln -s <kitti>/training/image_2 \"$t/image_2\"; done. {planes}")
     elif linked is not None and linked[1] is None:
         result.notes.append(f"{source}: no training/planes (road planes): fine unless your config sets USE_ROAD_PLANE")
     if empty:

@@ -15,6 +15,7 @@ from bench_build.export.plan import (
     ExportResult,
     Part,
     check_partition,
+    check_source,
     check_targets,
     out_dir_or_ancestor,
     plan,
@@ -103,22 +104,29 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
 
 def export_version(version_dir: str | Path, out: str | Path, *, corruption: str | None = None,
                    severity: int | None = None, all_partitions: bool = False, source: str | Path | None = None,
-                   split: str | None = None, layout: str = "robo3d",
+                   split: str | None = None, layout: str | None = None,
                    frames: Iterable[str] | None = None, force: bool = False) -> ExportResult:
     """Export in two passes. The pre-flight reads the manifest and the partitions' boxes and calibrations,
     decides every file and link to write and checks every precondition (partitions, the source's images, OUT
     neither is nor lies inside --source or the version, OUT empty unless ``force``, nothing in the way); an
     ExportError from it means nothing was written. Then the files are written; a failure from then on raises
-    ExportIncomplete saying how far it got. ``force`` replaces only the files and links the export writes."""
+    ExportIncomplete saying how far it got. ``force`` replaces only the files and links the export writes.
+    ``layout`` (robo3d, the default, or kitti) is for ``all_partitions`` only: one partition is always a data root.
+    Only builds of KITTI sources (`SUPPORTED_SOURCES`) are exported; any other is refused before a partition is read."""
 
     version_dir, out = Path(version_dir), Path(out)
     if frames is not None:
         frames = list(frames)
     result = ExportResult(out)
     try:
-        if layout not in LAYOUTS:
+        if layout is not None and layout not in LAYOUTS:
             raise ExportError(f"--layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        if not all_partitions and layout is not None:
+            raise ExportError(f"--layout {layout} is for --all (how the corrupted partitions sit beside clean); one "
+                              "partition (--corruption, --severity) is always a full KITTI data root: leave out "
+                              "--layout, or add --all")
         manifest = read_manifest(version_dir)
+        check_source(manifest)
         if all_partitions and (corruption is not None or severity is not None):
             raise ExportError("--all exports every partition: leave out --corruption and --severity")
         if not all_partitions:
@@ -126,7 +134,8 @@ def export_version(version_dir: str | Path, out: str | Path, *, corruption: str 
         out_dir_or_ancestor(out)
         ds = open_version(version_dir)
         parts = plan(ds, manifest, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
-                      source=source, split=split_name(manifest, split), layout=layout, frames=frames, result=result)
+                      source=source, split=split_name(manifest, split), layout=layout or "robo3d", frames=frames,
+                      force=force, result=result)
         protected = [("the version", version_dir)] + ([("--source", Path(source))] if source is not None else [])
         replace = check_targets(out, parts, protected, force)
     except OSError as e:

@@ -87,6 +87,16 @@ def _wrap(a):
     return (a + np.pi) % (2 * np.pi) - np.pi
 
 
+def image_sets(root: Path) -> dict[str, list[str]]:
+    """The four ImageSets lists of a data root, checked to be what the converters expect: no frame in two of
+    train/val/test (else training infos and the GT database take evaluation frames), trainval = train ∪ val."""
+    lists = {n: (root / "ImageSets" / f"{n}.txt").read_text().split() for n in ("train", "val", "test", "trainval")}
+    seen = [i for n in ("train", "val", "test") for i in lists[n]]
+    assert len(seen) == len(set(seen)), lists
+    assert lists["trainval"] == sorted({*lists["train"], *lists["val"]}), lists
+    return lists
+
+
 def test_partition_export_passes_openpcdet_checks(built, kitti_images, tmp_path):
     r = export_version(built, tmp_path / "root", corruption="translation", severity=3, source=kitti_images)
     assert r.frames == 4 and r.notes == []
@@ -94,7 +104,8 @@ def test_partition_export_passes_openpcdet_checks(built, kitti_images, tmp_path)
     assert (tmp_path / "root" / "training" / "planes" / "000000.txt").is_file()
     infos = openpcdet_get_infos(tmp_path / "root", "val")  # a build without --split lists its frames under val
     assert sorted(infos) == ["000000", "000001", "000002", "000003"]
-    assert (tmp_path / "root" / "ImageSets" / "train.txt").read_text() == ""
+    ids = ["000000", "000001", "000002", "000003"]
+    assert image_sets(tmp_path / "root") == {"train": [], "val": ids, "test": [], "trainval": ids}
     ds = open_version(built)
     for fid, info in infos.items():
         ex = ds.example(fid, "translation", 3)
@@ -124,10 +135,19 @@ def test_all_writes_robo3d_layout(built, kitti_images, tmp_path):
     back = np.fromfile(bench / "beam_del" / "5" / "velodyne" / "000001.bin", np.float32).reshape(-1, 4)
     np.testing.assert_array_equal(back, ex.points[:, :4])
     assert "velodyne only" in res.output and "wrote 84 frames in 21 partitions" in res.output
-    # --layout kitti: a full data root per partition
-    r = export_version(built, tmp_path / "k", all_partitions=True, layout="kitti", source=kitti_images)
-    openpcdet_get_infos(tmp_path / "k" / "mini-c" / "background" / "4", "val")
+    # --layout kitti: a full data root per partition, each needing image_2; without --source the note says how to
+    # link it into every one of them, and following it gives 21 roots the converters accept
+    import subprocess
+
+    r = export_version(built, tmp_path / "k", all_partitions=True, layout="kitti")
     assert len(r.partitions) == 21
+    [note] = [n for n in r.notes if "image_2 not written" in n]
+    assert "21 data roots" in note
+    loop = note.split("link it into each: ", 1)[1].split("; done.", 1)[0] + "; done"
+    subprocess.run(["bash", "-c", loop.replace("<kitti>", str(kitti_images))], check=True)
+    for p in r.partitions:
+        assert sorted(openpcdet_get_infos(Path(p["path"]), "val")) == ["000000", "000001", "000002", "000003"]
+        image_sets(Path(p["path"]))
 
 
 def test_without_source_names_what_to_supply(built, tmp_path):
@@ -147,11 +167,64 @@ def test_without_source_names_what_to_supply(built, tmp_path):
     (["--all", "--corruption", "beam_del"], "leave out --corruption"),
     (["--all", "--layout", "mmdet"], "--layout must be one of"),
     (["--all", "--split", "bogus"], "--split 'bogus': OpenPCDet and mmdetection3d read ImageSets/"),
+    (["--all", "--split", "trainval"], "--split trainval: OpenPCDet and mmdetection3d build trainval infos from"),
+    (["--corruption", "beam_del", "--severity", "1", "--layout", "kitti"], "--layout kitti is for --all"),
+    (["--corruption", "clean", "--severity", "0", "--layout", "robo3d"], "--layout robo3d is for --all"),
 ])
 def test_bad_partition_is_refused(built, tmp_path, args, message):
     res = runner.invoke(app, ["export", str(built), str(tmp_path / "x"), *args])
     assert res.exit_code == 2 and message in res.output, res.output
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("dataset", "kind"), [("robo3d-semantickitti-c", "semantickitti"),
+                                              ("robo3d-nuscenes-c", "nuscenes"), ("modelnet-c", "modelnet40"),
+                                              ("robo3d-wod-c", "waymo")])
+@pytest.mark.parametrize("args", [["--corruption", "clean", "--severity", "0"], ["--all"]])
+def test_non_kitti_benchmark_is_refused_up_front(built, tmp_path, dataset, kind, args):
+    """Only builds of KITTI scans have what a KITTI object data root needs (full KITTI calib, camera-frame labels,
+    intensity); any other benchmark is refused in one line naming it, before a partition is read."""
+    import json
+
+    manifest = json.loads((built / "manifest.json").read_text())
+    manifest["dataset"] = dataset
+    manifest["recipe"]["source"] = kind
+    manifest["source"]["kind"] = kind
+    version = tmp_path / dataset / manifest["version"]
+    version.mkdir(parents=True)
+    (version / "manifest.json").write_text(json.dumps(manifest))  # the manifest alone: no partition is read
+    res = runner.invoke(app, ["export", str(version), str(tmp_path / "x"), *args])
+    line = res.output.strip()
+    assert res.exit_code == 2 and len(line.splitlines()) == 1, res.output
+    assert f"{dataset} {manifest['version']}: export writes KITTI object data roots only" in line, line
+    assert f"this benchmark's source is {kind}, which export does not support" in line, line
+    assert not (tmp_path / "x").exists()
+
+
+def test_another_split_into_the_same_root_moves_the_frames(built, tmp_path):
+    """The audit's case: the same partition exported --split train, then --split val --force, left both lists
+    naming the frames (so the converters' train infos and GT database held the evaluation frames) and trainval
+    empty. A frame is now in one of train/val/test, trainval = train ∪ val, and other frames' lists are kept."""
+    out, ids = tmp_path / "o", ["000000", "000001", "000002", "000003"]
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "train"])
+    assert res.exit_code == 0, res.output
+    assert image_sets(out) == {"train": ids, "val": [], "test": [], "trainval": ids}
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "val", "--force"])
+    assert res.exit_code == 0, res.output
+    assert image_sets(out) == {"train": [], "val": ids, "test": [], "trainval": ids}
+    assert "4 of the exported frames left train.txt" in " ".join(res.output.split())
+    # frames another export (or the user) listed stay where they are; the exported ones move to --split's list
+    (out / "ImageSets" / "train.txt").write_text("000007\n000002\n")
+    (out / "ImageSets" / "test.txt").write_text("000008\n")
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "test", "--force"])
+    assert res.exit_code == 0, res.output
+    assert image_sets(out) == {"train": ["000007"], "val": [], "test": ids, "trainval": ["000007"]}
+    # a frame this export does not write, listed twice already: refused, nothing written
+    (out / "ImageSets" / "val.txt").write_text("000007\n")
+    before = tree_state(out)
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "test", "--force"])
+    assert res.exit_code == 2 and "train.txt and val.txt both list frame 000007" in res.output, res.output
+    assert tree_state(out) == before
 
 
 def test_source_without_images_is_refused(built, tmp_path):
@@ -390,18 +463,19 @@ def test_force_replaces_only_what_export_writes(built, kitti_images, tmp_path):
     sym.symlink_to(keep2)  # writing through the link would change keep2.txt
     res = runner.invoke(app, ["export", str(built), str(out), *PART, "--source", str(kitti_images), "--force"])
     assert res.exit_code == 0, res.output
-    # every velodyne/calib/label_2 file and the val list; the links already point at the images; the other
-    # ImageSets lists exist and export writes them only where missing
-    assert f"--force: replaced 13 existing files in {out}" in res.output
+    # every velodyne/calib/label_2 file and the 4 ImageSets lists; the links already point at the images. The
+    # lists keep the frames export does not write (train's "mine"), and trainval is train ∪ val
+    assert f"--force: replaced 16 existing files in {out}" in res.output
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "training" / "velodyne" / "999999.bin").read_bytes() == b"not exported"
     assert (out / "ImageSets" / "train.txt").read_text() == "mine\n"
+    assert image_sets(out)["trainval"] == sorted(["mine", "000000", "000001", "000002", "000003"])
     assert keep.read_text() == "elsewhere" and keep2.read_text() == "elsewhere too"
     assert not sym.is_symlink() and hard.stat().st_nlink == 1
     assert {p: p.read_bytes() for p in want} == want  # the exported files are the export's again
     # without --force the same OUT is refused, naming how many files --force would replace
     res = runner.invoke(app, ["export", str(built), str(out), *PART, "--source", str(kitti_images)])
-    assert res.exit_code == 2 and "add --force to replace only the files it writes (13 of them" in res.output
+    assert res.exit_code == 2 and "add --force to replace only the files it writes (16 of them" in res.output
 
 
 @pytest.mark.parametrize(("err", "cause"), [(28, "No space left on device"), (13, "Permission denied")])
