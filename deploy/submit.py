@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
-"""Submit a bench-build run to a Ray cluster: `ray up` clusters or KubeRay (standard library + PyYAML only).
+"""Submit a bench-build run to a Ray cluster: `ray up` clusters or KubeRay.
 
     python deploy/submit.py ray-up --source /data/kitti --out s3://bucket/bench [--execute]
         prints (or with --execute runs) `ray up` then `ray exec … 'bench-build run … --address auto'`
     python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \
         --max-workers 16 | kubectl apply -f -
-        prints deploy/kuberay/rayjob.yaml with this run's entrypoint, image and worker-group size
+        prints deploy/kuberay/rayjob.yaml with this run's entrypoint, job name, image, worker-group size and the
+        source volume mounted at --source
 
 The run's command is built here from options, never typed into the YAML by hand, so what the cluster
-runs is always a command the CLI accepts (tests/deploy checks it with typer's test runner).
+runs is always a command the CLI accepts: more `bench-build run` options after `--` are parsed by the
+CLI's own `run` command (bench_build must be importable for them) and refused in one line if it would
+not accept them, or if they set what this tool sets itself (tests/deploy checks every rendered command with
+typer's test runner). Refused too: a run without --source (the demo data it would generate on the head is
+not on the other nodes) and a --source the cluster's containers do not mount.
 Credentials are never options: a `ray up` cluster uses its nodes' IAM role, KubeRay the Secret the
-RayJob names (`bench-build-s3`).
+RayJob names (`bench-build-s3`). Needs the standard library and PyYAML (plus bench_build for extra options).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import posixpath
+import re
 import shlex
 import subprocess
 import sys
@@ -24,16 +32,136 @@ from pathlib import Path
 DEPLOY = Path(__file__).resolve().parent
 RAY_CLUSTER = DEPLOY / "ray-cluster.yaml"
 RAYJOB = DEPLOY / "kuberay" / "rayjob.yaml"
+#: the RayJob's volume holding the source scans (a read-only PVC), mounted in every pod
+SOURCE_VOLUME = "source"
+#: KubeRay refuses a RayJob name that is not a DNS-1035 label of at most 47 characters (the RayCluster it
+#: creates appends 6; ray-operator/controllers/ray/utils/validation.go, ValidateRayJobMetadata)
+MAX_JOB_NAME = 47
+JOB_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+#: `bench-build run` parameters this tool sets itself (name: option, why): extra arguments may not set them again
+OWNED = {"source": ("--source", "give it as submit.py's --source, before --"),
+         "out": ("--out", "give it as submit.py's --out, before --"),
+         "address": ("--address", "the job joins the cluster it runs on: --address auto"),
+         "progress": ("--progress/--no-progress", "the job's log is a file: --no-progress"),
+         "workers": ("--workers", "it sizes a local Ray instance; a cluster's workers are its nodes' CPUs")}
+
+
+class Refused(ValueError):
+    """A run this tool will not render: its message is the one line the user sees."""
 
 
 def run_command(benchmark: str, source: str | None, out: str, extra: list[str] | None = None) -> list[str]:
     """argv of the build the cluster runs: the driver joins the cluster it runs on (`--address auto`)."""
     if not out.startswith("s3://"):
-        raise ValueError(f"--out must be an s3:// URL on a cluster (every node writes to it), got {out!r}")
-    cmd = ["bench-build", "run", benchmark, "--address", "auto", "--out", out, "--no-progress"]
-    if source:
-        cmd += ["--source", source]
+        raise Refused(f"--out must be an s3:// URL on a cluster (every node writes to it), got {out!r}")
+    if not source:
+        raise Refused("--source is required on a cluster: without it `bench-build run` generates demo data on the "
+                      "head node, which no other node sees, and their tasks fail; give the source root as the "
+                      "cluster's nodes see it (e.g. /data/kitti)")
+    if not posixpath.isabs(source):
+        raise Refused(f"--source {source} must be an absolute path, the source root as the cluster's nodes see it "
+                      "(e.g. /data/kitti)")
+    cmd = ["bench-build", "run", benchmark, "--address", "auto", "--out", out, "--no-progress", "--source", source]
+    if extra:
+        check_extra(cmd, list(extra))
     return cmd + list(extra or [])
+
+
+def _run_cli_command():
+    """The CLI's `run` command (typer's click command); Refused if bench_build does not import."""
+    saved = dict(os.environ)  # importing the CLI sets the numeric pin in this process's environment: not ours
+    try:
+        import typer.main
+
+        from bench_build.cli import app
+    except (ImportError, SystemExit) as e:
+        raise Refused(f"extra `bench-build run` arguments are checked against the bench-build CLI, which does not "
+                      f"import here ({e}): install this checkout (`pip install -e .`) or leave them out") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    group = typer.main.get_command(app)
+    return group.get_command(typer.Context(group), "run")
+
+
+def check_extra(cmd: list[str], extra: list[str]) -> None:
+    """Refuse ``extra`` (more `bench-build run` arguments) unless the CLI's `run` parses ``cmd + extra`` and they
+    set nothing ``cmd`` sets: parsed with the command's own parser (click's ``make_context``), never run."""
+    import typer
+
+    run = _run_cli_command()
+    name = "bench-build run"
+    helps = set(run.get_help_option(typer.Context(run)).opts)
+    if asked := helps.intersection(extra):
+        raise Refused(f"extra argument {sorted(asked)[0]}: not an option to pass on (see `bench-build run --help`)")
+    try:
+        alone = run.make_context(name, [cmd[2], *extra])  # the extras with only the benchmark: what they set
+        run.make_context(name, cmd[2:] + extra)  # and the whole command, as the cluster will run it
+    except Exception as e:  # click's UsageError family (typer's own copy of click, or click itself)
+        if not hasattr(e, "format_message"):
+            raise
+        message = e.format_message()
+        raise Refused(f"extra arguments {shlex.join(extra)}: `{name}` does not accept them: "
+                      f"{' '.join(message.split())}") from None
+    for param, (option, why) in OWNED.items():
+        source = alone.get_parameter_source(param)
+        if source is not None and source.name == "COMMANDLINE":
+            raise Refused(f"extra arguments {shlex.join(extra)}: leave out {option} ({why})")
+
+
+def container_mounts(cluster: dict) -> list[str]:
+    """The folders a `ray up` cluster's containers mount (`docker.run_options` -v/--volume/--mount); [] without
+    a docker section (the job runs on the nodes' own file system: nothing to check)."""
+    out = []
+    for option in (cluster.get("docker") or {}).get("run_options") or []:
+        argv = shlex.split(str(option))
+        for i, arg in enumerate(argv):
+            value = None
+            if arg in ("-v", "--volume", "--mount") and i + 1 < len(argv):
+                value = argv[i + 1] if arg != "--mount" else "--mount=" + argv[i + 1]
+            elif arg.startswith(("--volume=", "--mount=")):
+                value = arg
+            elif arg.startswith("-v") and len(arg) > 2:
+                value = arg[2:]
+            if value is None:
+                continue
+            if value.startswith("--mount="):
+                fields = dict(f.split("=", 1) for f in value[len("--mount="):].split(",") if "=" in f)
+                target = fields.get("target") or fields.get("destination") or fields.get("dst")
+            else:
+                parts = value.removeprefix("--volume=").split(":")
+                target = parts[1] if len(parts) > 1 else parts[0]
+            if target and posixpath.isabs(target):
+                out.append(posixpath.normpath(target))
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    path, folder = posixpath.normpath(path), posixpath.normpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def check_ray_up_source(source: str, cluster_yaml: Path) -> None:
+    """Refuse a --source the `ray up` cluster's containers do not mount: it would not exist on any node."""
+    import yaml
+
+    try:
+        mounts = container_mounts(yaml.safe_load(cluster_yaml.read_text()) or {})
+    except (OSError, yaml.YAMLError) as e:
+        raise Refused(f"--cluster {cluster_yaml}: cannot read it as a cluster config ({e})") from None
+    if mounts and not any(_under(source, m) for m in mounts):
+        raise Refused(f"--source {source} is not in a folder the cluster's containers mount "
+                      f"({', '.join(mounts)}, docker.run_options of {cluster_yaml}): put the source there on the "
+                      "shared file system, or mount its folder in the cluster config")
+
+
+def job_name(benchmark: str) -> str:
+    """`bench-build-<benchmark>` as a RayJob name KubeRay accepts: a recipe file's stem, lower case, other
+    characters as '-', at most 47 characters."""
+    stem = posixpath.basename(benchmark.rstrip("/"))
+    stem = stem[: -len(".toml")] if stem.endswith(".toml") else stem
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "run"
+    return f"bench-build-{slug}"[:MAX_JOB_NAME].rstrip("-")
 
 
 def ray_up_commands(cluster_yaml: Path, command: list[str]) -> list[list[str]]:
@@ -41,13 +169,18 @@ def ray_up_commands(cluster_yaml: Path, command: list[str]) -> list[list[str]]:
 
 
 def render_rayjob(command: list[str], *, image: str | None = None, max_workers: int | None = None,
-                  name: str | None = None, template: Path = RAYJOB) -> dict:
-    """The RayJob of ``template`` with this run's entrypoint (and image / worker-group size / name)."""
+                  name: str | None = None, source_mount: str | None = None, source_claim: str | None = None,
+                  template: Path = RAYJOB) -> dict:
+    """The RayJob of ``template`` with this run's entrypoint (and image / worker-group size / name), its source
+    volume mounted at ``source_mount`` (the PVC ``source_claim``) in every pod."""
     import yaml
 
     job = yaml.safe_load(template.read_text())
     job["spec"]["entrypoint"] = shlex.join(command)
     if name:
+        if len(name) > MAX_JOB_NAME or not JOB_NAME.fullmatch(name):
+            raise Refused(f"--name {name}: KubeRay accepts a RayJob name of at most {MAX_JOB_NAME} characters: "
+                          "lower-case letters, digits and '-', starting with a letter and not ending with '-'")
         job["metadata"]["name"] = name
     cluster = job["spec"]["rayClusterSpec"]
     pods = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
@@ -55,6 +188,12 @@ def render_rayjob(command: list[str], *, image: str | None = None, max_workers: 
         for c in pod["spec"]["containers"]:
             if image:
                 c["image"] = image
+            for m in c.get("volumeMounts", []):
+                if m["name"] == SOURCE_VOLUME and source_mount:
+                    m["mountPath"] = posixpath.normpath(source_mount)
+        for v in pod["spec"].get("volumes", []):
+            if v["name"] == SOURCE_VOLUME and source_claim:
+                v["persistentVolumeClaim"]["claimName"] = source_claim
     if max_workers is not None:
         group = cluster["workerGroupSpecs"][0]
         group["maxReplicas"] = max_workers
@@ -69,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     for target in ("ray-up", "kuberay"):
         s = sub.add_parser(target)
         s.add_argument("--benchmark", default="kitti-c")
-        s.add_argument("--source", help="source root as the cluster's nodes see it (e.g. /data/kitti)")
+        s.add_argument("--source", help="source root as the cluster's nodes see it (required; e.g. /data/kitti)")
         s.add_argument("--out", required=True, help="s3://bucket/prefix")
         s.add_argument("extra", nargs="*", help="more `bench-build run` options, after --")
     up = sub.choices["ray-up"]
@@ -78,11 +217,27 @@ def main(argv: list[str] | None = None) -> int:
     kr = sub.choices["kuberay"]
     kr.add_argument("--image")
     kr.add_argument("--max-workers", type=int, help="worker pods at most (16 CPUs each)")
-    kr.add_argument("--name")
+    kr.add_argument("--name", help="the RayJob's name (default: bench-build-BENCHMARK)")
+    kr.add_argument("--source-claim", help="the PVC holding the source (default: the template's, kitti-source)")
+    kr.add_argument("--source-mount", help="where the PVC is mounted in every pod (default: --source; "
+                                           "--source must be in it)")
     args = p.parse_args(argv)
     try:
         command = run_command(args.benchmark, args.source, args.out, args.extra)
-    except ValueError as e:
+        if args.target == "ray-up":
+            check_ray_up_source(args.source, args.cluster)
+        else:
+            mount = args.source_mount or args.source
+            if not posixpath.isabs(mount):
+                raise Refused(f"--source-mount {mount} must be an absolute path")
+            if not _under(args.source, mount):
+                raise Refused(f"--source {args.source} is not in the folder the source PVC is mounted at "
+                              f"(--source-mount {mount}): give a --source in it, or leave --source-mount out to mount "
+                              "the PVC at --source")
+            job = render_rayjob(command, image=args.image, max_workers=args.max_workers,
+                                name=args.name or job_name(args.benchmark), source_mount=mount,
+                                source_claim=args.source_claim)
+    except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.target == "ray-up":
@@ -93,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import yaml
 
-    sys.stdout.write(yaml.safe_dump(render_rayjob(command, image=args.image, max_workers=args.max_workers,
-                                                  name=args.name), sort_keys=False))
+    sys.stdout.write(yaml.safe_dump(job, sort_keys=False))
     return 0
 
 

@@ -251,8 +251,8 @@ def test_rayjob_is_well_formed_and_takes_credentials_only_from_a_secret(monkeypa
     got = cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)
     assert got["address"] == "auto" and got["out"].startswith("s3://") and got["benchmark"] == "kitti-c"
     assert got["endpoint_url"] is None and got["profile"] is None  # the endpoint comes from the Secret's env too
-    kitti = [m for c in _pods(job)[1]["containers"] for m in c["volumeMounts"] if m["name"] == "kitti"]
-    assert kitti and kitti[0]["readOnly"] and got["source"].startswith(kitti[0]["mountPath"])
+    assert _source_mounts(job) == {got["source"]}
+    assert job["metadata"]["name"] == _submit_module().job_name("kitti-c")  # what submit.py renders for it
 
 
 def test_a_literal_secret_in_a_rayjob_is_caught():
@@ -285,15 +285,134 @@ def test_a_misspelt_field_in_a_rayjob_is_caught(typo):
         check_rayjob(job)
 
 
+def _source_mounts(job: dict) -> set[str]:
+    """Where the source PVC is mounted, over every container of every pod (each must mount it, read-only)."""
+    paths = set()
+    for pod in _pods(job):
+        claims = [v for v in pod["volumes"] if v["name"] == "source"]
+        assert claims and claims[0]["persistentVolumeClaim"]["readOnly"] is True
+        for c in pod["containers"]:
+            mounts = [m for m in c["volumeMounts"] if m["name"] == "source"]
+            assert len(mounts) == 1 and mounts[0]["readOnly"] is True, c["name"]
+            paths.add(mounts[0]["mountPath"])
+    return paths
+
+
 def test_submit_renders_a_rayjob_for_this_run(monkeypatch, capsys):
     submit = _submit_module()
-    assert submit.main(["kuberay", "--source", "/data/kitti/training", "--out", "s3://bench/work", "--image",
-                        "reg.example/bench-build:9", "--max-workers", "2", "--name", "kc-smoke", "--",
-                        "--max-frames", "16", "--recheck", "size"]) == 0
+    assert submit.main(["kuberay", "--source", "/data/kitti/training", "--source-mount", "/data/kitti", "--out",
+                        "s3://bench/work", "--image", "reg.example/bench-build:9", "--max-workers", "2", "--name",
+                        "kc-smoke", "--source-claim", "kitti-v2", "--", "--max-frames", "16", "--recheck", "size"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     check_rayjob(job)
     assert job["metadata"]["name"] == "kc-smoke"
+    assert _source_mounts(job) == {"/data/kitti"}
+    assert {v["persistentVolumeClaim"]["claimName"] for p in _pods(job) for v in p["volumes"]
+            if v["name"] == "source"} == {"kitti-v2"}
     assert {c["image"] for p in _pods(job) for c in p["containers"]} == {"reg.example/bench-build:9"}
     assert job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["maxReplicas"] == 2
     got = cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)
     assert (got["max_frames"], got["recheck"], got["out"]) == (16, "size", "s3://bench/work")
+
+
+def test_a_rayjob_for_another_benchmark_is_named_after_it_and_mounts_its_source(monkeypatch, capsys):
+    """The job of another benchmark neither reuses KITTI-C's name (applying it would replace that job) nor leaves its
+    --source unmounted: the source PVC is mounted where --source says, in every pod."""
+    assert _submit_module().main(["kuberay", "--benchmark", "robo3d-semantickitti-c", "--source", "/data/semantickitti",
+                                  "--out", "s3://bench/work", "--max-workers", "2"]) == 0
+    job = yaml.safe_load(capsys.readouterr().out)
+    check_rayjob(job)
+    assert job["metadata"]["name"] == "bench-build-robo3d-semantickitti-c"
+    assert _source_mounts(job) == {"/data/semantickitti"}
+    got = cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)
+    assert (got["benchmark"], got["source"]) == ("robo3d-semantickitti-c", "/data/semantickitti")
+
+
+@pytest.mark.parametrize(("benchmark", "name"), [
+    ("kitti-c", "bench-build-kitti-c"),
+    ("recipes/My_Recipe.v2.toml", "bench-build-my-recipe-v2"),
+    ("a" * 60, "bench-build-" + "a" * 35),
+    ("--", "bench-build-run"),
+])
+def test_the_job_name_is_one_kuberay_accepts(benchmark, name):
+    """KubeRay refuses a RayJob name that is not a DNS-1035 label of ≤ 47 characters (ValidateRayJobMetadata)."""
+    got = _submit_module().job_name(benchmark)
+    assert got == name and len(got) <= 47 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", got)
+
+
+@pytest.mark.parametrize("name", ["Bench", "1st-run", "run-", "a" * 48, "kitti_c"])
+def test_submit_refuses_a_job_name_kuberay_would_refuse(name, capsys):
+    assert _submit_module().main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p", "--name", name]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and "--name" in captured.err
+
+
+@pytest.mark.parametrize("args", [["--source", "/x/training", "--source-mount", "/data/kitti"],
+                                  ["--source", "/data/kittix", "--source-mount", "/data/kitti"],
+                                  ["--source", "/data/kitti", "--source-mount", "data"]])
+def test_submit_refuses_a_source_outside_the_pvcs_mount(args, capsys):
+    assert _submit_module().main(["kuberay", *args, "--out", "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and "--source-mount" in captured.err
+
+
+@pytest.mark.parametrize("target", ["ray-up", "kuberay"])
+def test_submit_refuses_a_cluster_job_without_a_source(target, capsys):
+    """Without --source the run would generate demo data on the head, where no other node reads it."""
+    assert _submit_module().main([target, "--out", "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert "--source is required" in captured.err and "demo data" in captured.err
+
+
+@pytest.mark.parametrize("target", ["ray-up", "kuberay"])
+def test_submit_refuses_a_relative_source(target, capsys):
+    assert _submit_module().main([target, "--source", "data/kitti", "--out", "s3://b/p"]) == 2
+    assert "absolute" in capsys.readouterr().err
+
+
+def test_ray_up_refuses_a_source_its_containers_do_not_mount(capsys, tmp_path):
+    submit = _submit_module()
+    assert submit.main(["ray-up", "--source", "/mnt/kitti", "--out", "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and "(/data," in captured.err
+    assert submit.main(["ray-up", "--source", "/data/semantickitti", "--out", "s3://b/p"]) == 0
+    capsys.readouterr()
+    cfg = {"docker": {"run_options": ["--ulimit nofile=1:1", "-v /efs:/data:ro", "--volume=/s:/scans",
+                                      "--mount type=bind,source=/x,target=/other", "-e A=B"]}}
+    assert submit.container_mounts(cfg) == ["/data", "/scans", "/other"]
+    no_docker = tmp_path / "c.yaml"
+    no_docker.write_text("cluster_name: x\n")  # no containers: the nodes' own file system, nothing to check
+    assert submit.main(["ray-up", "--cluster", str(no_docker), "--source", "/mnt/kitti", "--out", "s3://b/p"]) == 0
+
+
+@pytest.mark.parametrize(("target", "extra", "says"), [
+    ("ray-up", ["--bogus"], "No such option: --bogus"),
+    ("kuberay", ["--bogus"], "No such option: --bogus"),
+    ("ray-up", ["--recheck", "nope"], "'nope' is not one of"),
+    ("ray-up", ["--max-frames", "0"], "--max-frames"),
+    ("ray-up", ["--max-frames"], "--max-frames"),
+    ("ray-up", ["nuscenes-c"], "unexpected extra argument"),
+    ("ray-up", ["--help"], "--help"),
+    ("ray-up", ["--out=s3://other/p"], "leave out --out"),
+    ("kuberay", ["--source", "/elsewhere"], "leave out --source"),
+    ("ray-up", ["--address", "ray://h:10001"], "leave out --address"),
+    ("ray-up", ["--progress"], "leave out --progress/--no-progress"),
+    ("ray-up", ["--workers", "8"], "leave out --workers"),
+])
+def test_submit_refuses_extra_arguments_the_cli_would_refuse_or_it_sets_itself(target, extra, says, capsys):
+    """What follows `--` is parsed by the CLI's own `run` command (not run): one line, exit 2, nothing printed."""
+    assert _submit_module().main([target, "--source", "/data/kitti", "--out", "s3://b/p", "--", *extra]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1 and says in captured.err, captured.err
+
+
+def test_extra_arguments_are_refused_where_the_cli_cannot_check_them(monkeypatch, capsys):
+    """Without bench_build importable, extra arguments cannot be checked: refused, not passed on unchecked."""
+    monkeypatch.setitem(sys.modules, "bench_build.cli", None)  # `from bench_build.cli import app` fails
+    submit = _submit_module()
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--", "--max-frames", "4"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and "pip install -e ." in captured.err
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p"]) == 0  # none: nothing to check
