@@ -134,6 +134,18 @@ def test_docker_run_command_in_the_dockerfile_is_accepted_by_the_cli(monkeypatch
     assert got["benchmark"] == "kitti-c" and got["out"] == "/out" and got["source"] == "/data/kitti"
 
 
+def test_docker_run_examples_give_the_output_folder_to_the_images_user():
+    """A `-v` folder that does not exist is created by the Docker daemon, owned by root, and the image's user could
+    not write the build: every `docker run` example first creates it for that user's uid."""
+    users = [arg for op, arg in _dockerfile_instructions() if op == "USER"]
+    uid = users[-1].split(":")[0]
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "README.md"):
+        text = path.read_text()
+        run = text.index('docker run --rm -v /data/kitti:/data/kitti:ro -v "$PWD/bench-out:/out"')
+        before = text[:run]
+        assert "mkdir -p bench-out" in before and f"chown {uid}:{uid} bench-out" in before, path
+
+
 # --- ray up -------------------------------------------------------------------------------------------
 
 def test_ray_cluster_yaml_validates_against_rays_launcher_schema():
