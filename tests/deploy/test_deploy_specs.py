@@ -420,6 +420,7 @@ def test_submit_refuses_extra_arguments_the_cli_would_refuse_or_it_sets_itself(t
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1 and says in captured.err, captured.err
 
 
+
 def test_extra_arguments_are_refused_where_the_cli_cannot_check_them(monkeypatch, capsys):
     """Without bench_build importable, extra arguments cannot be checked: refused, not passed on unchecked."""
     monkeypatch.setitem(sys.modules, "bench_build.cli", None)  # `from bench_build.cli import app` fails
@@ -428,3 +429,49 @@ def test_extra_arguments_are_refused_where_the_cli_cannot_check_them(monkeypatch
     captured = capsys.readouterr()
     assert not captured.out and captured.err.count("\n") == 1 and "pip install -e ." in captured.err
     assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p"]) == 0  # none: nothing to check
+
+
+# --- deploy/README.md's figures are what `bench-build plan` prints -------------------------------------------
+
+def _plan(*args: str) -> dict:
+    res = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "7481", *args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f} %"
+
+
+def test_readme_plan_figures_are_what_plan_prints():
+    """Every figure of deploy/README.md that `bench-build plan kitti-c --frames 7481` reproduces, from the shipped
+    cost table: the table (the tasks' makespan and utilisation, as its text says), the cost-sized split and its
+    task sizes (also in pipeline/plan/tasks.py), the wall utilisation at 256 workers, and the --worker-start 12.4
+    example."""
+    text = " ".join((DEPLOY / "README.md").read_text().split())
+    plan = _plan("--workers", "2", "--workers", "16", "--workers", "64", "--workers", "256")
+    sized, one = plan["sized"], plan["cpu_hours_one_task_per_block"]
+    for row in plan["schedule"]:
+        s = row["sized"]
+        want = (f"| {row['workers']} | {row['groups_per_block']} | {row['tasks']} | {_span(row['makespan_s'])} | "
+                f"{_pct(row['utilisation'])} | {row['cpu_hours']:.2f} | {_span(s['makespan_s'])} | "
+                f"{_pct(s['utilisation'])} |")
+        assert want in text, f"deploy/README.md lacks the row `plan` gives: {want}"
+    assert f"cost-sized split ({sized['groups_per_block']} groups, {sized['tasks']:,} tasks)" in text
+    task_s = f"{sized['task_seconds']['min']:.1f}–{sized['task_seconds']['max']:.1f} CPU-s"
+    tasks_py = (ROOT / "pipeline" / "plan" / "tasks.py").read_text()
+    for where, body in {"deploy/README.md": text, "pipeline/plan/tasks.py": tasks_py}.items():
+        ranges = re.findall(r"\d+\.\d–\d+\.\d CPU-s", body)
+        assert ranges and set(ranges) == {task_s}, f"{where}: task sizes {ranges}, `plan` prints {task_s}"
+    assert f"builds each per-frame cache once: {one:.2f} CPU-hours" in text
+    assert f"the cost-sized split costs {sized['cpu_hours']:.2f}, +{_pct(sized['cpu_hours'] / one - 1, 0)}" in text
+    at256 = plan["schedule"][-1]
+    assert (f"(at 256 workers {_pct(at256['wall_utilisation'])} and {_pct(at256['sized']['wall_utilisation'])})"
+            in text)
+    slow = {r["workers"]: r for r in _plan("--workers", "64", "--workers", "256", "--worker-start", "12.4")["schedule"]}
+    assert (f"gives {_pct(slow[64]['utilisation'])} at 64 workers but **{_pct(slow[256]['utilisation'])}** at 256 "
+            f"(cost-sized split {_pct(slow[256]['sized']['utilisation'])})") in text
