@@ -61,9 +61,10 @@ def export(
                                                     "infos) or kitti (a full data root per partition)")] = None,
     source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
-    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train, val or test (default: "
-                                                   "the build's split if one of these, else val); they leave the "
-                                                   "other lists, and trainval.txt is train ∪ val")] = None,
+    split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train or val (default: the "
+                                                   "build's split if one of these, else val; test is read from "
+                                                   "testing/, unlabelled); they leave the other lists, and "
+                                                   "trainval.txt is train ∪ val")] = None,
     force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
                                              "writes, keep everything else")] = False,
 ) -> None:

@@ -19,7 +19,8 @@ from bench_build.stages.frame import Boxes, Calib
 SPLIT_LISTS = ("train", "val", "test", "trainval")  # the lists export writes in every data root's ImageSets/
 
 
-SPLITS = ("train", "val", "test")  # what --split takes: a frame is in one of them; trainval.txt is train ∪ val
+SPLITS = ("train", "val", "test")  # a frame is in one of these lists; trainval.txt is train ∪ val
+EXPORT_SPLITS = ("train", "val")  # what --split takes: the converters read test from testing/, unlabelled
 
 
 LAYOUTS = ("robo3d", "kitti")
@@ -82,12 +83,16 @@ def split_name(manifest: dict[str, Any], split: str | None) -> str:
         if split == "trainval":  # the converters build their trainval infos from train and val, never this list
             raise ExportError("--split trainval: OpenPCDet and mmdetection3d build trainval infos from train.txt "
                               "and val.txt, and export writes trainval.txt as train ∪ val; give train or val")
+        if split == "test":  # OpenPCDet: root_split_path = training if split != "test" else testing
+            raise ExportError("--split test: OpenPCDet and mmdetection3d read the test split from testing/, "
+                              "without labels, for KITTI's server; export writes labelled frames under training/, so "
+                              "they would find none: give val (robustness benchmarks evaluate on it) or train")
         if split not in SPLITS:  # the converters read only these lists: any other would be ignored
             raise ExportError(f"--split {split!r}: OpenPCDet and mmdetection3d read ImageSets/"
-                              f"{{{','.join(SPLIT_LISTS)}}}.txt; give one of {', '.join(SPLITS)}")
+                              f"{{{','.join(SPLIT_LISTS)}}}.txt; give one of {', '.join(EXPORT_SPLITS)}")
         return split
     s = (manifest.get("source") or {}).get("split")
-    return s if s in SPLITS else "val"
+    return s if s in EXPORT_SPLITS else "val"
 
 
 def _read_list(path: Path) -> list[str]:
@@ -105,12 +110,13 @@ def _read_list(path: Path) -> list[str]:
 def image_sets(sets: Path, split: str, ids: list[str], keep: bool) -> tuple[dict[Path, str], dict[str, int]]:
     """The four lists of a data root's ImageSets/ and, per other list, how many exported frames left it.
 
-    The exported frames are ``split``'s list. With ``keep`` (--force into an existing root) the other lists of
-    train, val and test keep the frames they list that this export does not write, without the exported ones, so
-    that no frame is in two of them (OpenPCDet and mmdetection3d would otherwise build training infos and the
-    GT-sampling database from evaluation frames). trainval.txt is always train ∪ val, as both converters' trainval
-    infos are."""
-    lists = {split: sorted(ids)}
+    The exported frames go in ``split``'s list. With ``keep`` (--force into an existing root) every list of
+    train, val and test keeps the frames it lists that this export does not write (their files are still there),
+    and the exported frames leave the other lists, so that no frame is in two of them (OpenPCDet and mmdetection3d
+    would otherwise build training infos and the GT-sampling database from evaluation frames). trainval.txt is
+    always train ∪ val, as both converters' trainval infos are."""
+    own = _read_list(sets / f"{split}.txt") if keep else []
+    lists = {split: sorted({*own, *ids})}
     moved: dict[str, int] = {}
     exported = set(ids)
     for other in SPLITS:

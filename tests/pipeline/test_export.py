@@ -213,18 +213,25 @@ def test_another_split_into_the_same_root_moves_the_frames(built, tmp_path):
     assert res.exit_code == 0, res.output
     assert image_sets(out) == {"train": [], "val": ids, "test": [], "trainval": ids}
     assert "4 of the exported frames left train.txt" in " ".join(res.output.split())
-    # frames another export (or the user) listed stay where they are; the exported ones move to --split's list
-    (out / "ImageSets" / "train.txt").write_text("000007\n000002\n")
-    (out / "ImageSets" / "test.txt").write_text("000008\n")
-    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "test", "--force"])
+    # frames another export (or the user) listed stay where they are, in --split's own list too; the exported
+    # ones move to --split's list
+    (out / "ImageSets" / "val.txt").write_text("000007\n000002\n")
+    (out / "ImageSets" / "test.txt").write_text("000008\n000003\n")
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "train", "--force"])
     assert res.exit_code == 0, res.output
-    assert image_sets(out) == {"train": ["000007"], "val": [], "test": ids, "trainval": ["000007"]}
+    assert image_sets(out) == {"train": ids, "val": ["000007"], "test": ["000008"],
+                               "trainval": sorted([*ids, "000007"])}
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "train", "--force"])
+    assert image_sets(out)["train"] == ids and image_sets(out)["val"] == ["000007"]  # again: the same lists
     # a frame this export does not write, listed twice already: refused, nothing written
-    (out / "ImageSets" / "val.txt").write_text("000007\n")
+    (out / "ImageSets" / "test.txt").write_text("000007\n")
     before = tree_state(out)
-    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "test", "--force"])
-    assert res.exit_code == 2 and "train.txt and val.txt both list frame 000007" in res.output, res.output
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--split", "val", "--force"])
+    assert res.exit_code == 2 and "val.txt and test.txt both list frame 000007" in res.output, res.output
     assert tree_state(out) == before
+    # test is read from testing/, unlabelled: refused
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "t"), *PART, "--split", "test"])
+    assert res.exit_code == 2 and "read the test split from testing/" in res.output
 
 
 def test_source_without_images_is_refused(built, tmp_path):
