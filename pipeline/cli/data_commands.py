@@ -68,11 +68,12 @@ def export(
     force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
                                              "writes, keep everything else")] = False,
 ) -> None:
-    """Write a built version as KITTI data roots OpenPCDet and mmdetection3d convert (velodyne, label_2, calib,
-    ImageSets; image_2/planes linked from --source). Supports builds of KITTI scans only: kitti-c, robo3d-kitti-c
-    or a recipe with source = "kitti"; other benchmarks are refused. Every check runs before the first file is
-    written: exit 2 means nothing was written. OUT must be new or empty (or --force) and never is, or lies
-    inside, --source."""
+    """Write a built version as KITTI data roots that OpenPCDet and mmdetection3d convert.
+
+    velodyne, label_2, calib and ImageSets are written; image_2/planes are linked from --source. Supports builds
+    of KITTI scans only: kitti-c, robo3d-kitti-c or a recipe with source = "kitti"; other benchmarks are refused.
+    Every check runs before the first file is written: exit 2 means nothing was written. OUT must be new or empty
+    (or --force) and never is, or lies inside, --source."""
     from bench_build.export import ExportError, ExportIncomplete, export_version
     from bench_build.manifests.manifest import ManifestError
 
