@@ -26,3 +26,13 @@ class LedgerMismatch(BenchBuildError, RuntimeError):
     """The output directory holds a build that this run cannot continue: another recipe, frame list, writer,
     numeric profile or task split (refused: exit 2; ``--overwrite`` starts over). Here, not in the build's ledger
     module, because planning refuses a changed task split too."""
+
+
+#: set on an exception raised after a command began writing (`wrote_before`): the CLI then lets it end with its
+#: traceback and exit 1 instead of turning it into exit 2, which promises that nothing was written
+WROTE = "bench_build_wrote"
+
+
+def wrote_before(e: BaseException) -> bool:
+    """Whether ``e`` was raised after its command began writing (`WROTE`)."""
+    return bool(getattr(e, WROTE, False))

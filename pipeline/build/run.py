@@ -16,6 +16,7 @@ from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
+from bench_build.errors import WROTE
 from bench_build.format.writer import ENCODINGS, parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
@@ -182,7 +183,22 @@ def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                   "task_groups": [[list(p) for p in grp] for grp in cut], "numeric_profile": profile,
                   "parquet_format": parquet_format()},
                  overwrite=overwrite)
+    try:
+        return _build_begun(recipe, src, frame_ids, fps, fingerprint, store, version_dir, t0, ledger, tasks, cut,
+                            workers=workers, address=address, recheck=recheck, progress=progress, owner=owner,
+                            encoding=encoding, benchmark_split=benchmark_split, earlier=earlier, after=after,
+                            profile=profile)
+    except Exception as e:  # the ledger is written: not "refused, nothing written" (exit 2), whatever its type
+        setattr(e, WROTE, True)
+        raise
 
+
+def _build_begun(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str, store: Store,
+                 version_dir: Path | str, t0: float, ledger: Ledger, tasks: list[TaskSpec], cut: Any, *,
+                 workers: int | None, address: str | None, recheck: str, progress: bool,
+                 owner: dict[str, Any] | None, encoding: str, benchmark_split: str | None, earlier: Any,
+                 after: Callable[..., dict[str, Any]] | None, profile: dict[str, Any]) -> BuildResult:
+    """`build_locked` once the ledger is begun: the tasks the ledger lacks, Ray, the finish."""
     pending, redo = [], []
     for t in tasks:
         ok, why = ledger.check_done(t.name, fingerprint, recheck, src, refresh_times=True)

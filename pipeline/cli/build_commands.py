@@ -84,6 +84,8 @@ def run(
             raise fail(f"--version {version}: only nuScenes sources have table versions; {benchmark} reads {kind} "
                        "(leave out --version)")
         split = f"{version}:{split or ''}"
+    from bench_build.build.shard import os_error_message
+    from bench_build.errors import BenchBuildError, wrote_before
     from bench_build.sources import SourceError
     from bench_build.storage import StorageError
 
@@ -105,10 +107,12 @@ def run(
                            allow_empty_frames=allow_empty_frames, encoding=encoding.value, reuse=reuse,
                            after=validate_after_build)
     except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
+        if wrote_before(e):  # raised once the build had begun writing: exit 1, never "nothing was written"
+            if isinstance(e, BenchBuildError | OSError):
+                raise fail(os_error_message(e) if isinstance(e, OSError) else e, code=1) from None
+            raise  # a bug: its traceback (exit 1)
         raise fail(e) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
-        from bench_build.build.shard import os_error_message
-
         raise fail(os_error_message(e), code=1) from None
     except KeyboardInterrupt:
         _interrupted(benchmark, out or "bench-out", endpoint_url, profile)

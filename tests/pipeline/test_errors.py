@@ -84,3 +84,26 @@ def test_anything_else_is_a_bug_and_keeps_its_traceback():
 def test_a_value_error_is_not_mistaken_for_the_users_fault():
     res = runner.invoke(_app(ValueError("operands could not be broadcast together")), ["boom"])
     assert res.exit_code == 1 and isinstance(res.exception, ValueError)
+
+
+@pytest.mark.parametrize(("exc", "code", "traceback"), [(ValueError("a bug in the finish"), 1, True),
+                                                        (UsageError("said after writing"), 1, False)])
+def test_an_error_after_run_began_writing_is_never_exit_2(small_recipe, demo_kitti, tmp_path, monkeypatch,
+                                                          exc, code, traceback):
+    """`run` turned any ValueError from the whole build into exit 2 ("refused, nothing written"), even one raised
+    by the finish with the shards on disk. Once the ledger is written, a domain error exits 1 on one line and
+    anything else is a bug with its traceback."""
+    import bench_build.build.finish
+    from bench_build.cli import app
+
+    def boom(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(bench_build.build.finish, "write_manifest", boom)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out),
+                              "--max-frames", "1", "--workers", "1", "--no-progress"])
+    assert res.exit_code == code, res.output
+    assert list((out / "mini-c" / "0.1.0" / "data").rglob("*.parquet"))  # the shards were written
+    assert isinstance(res.exception, ValueError) is traceback
+    assert ("error: said after writing" in res.output) is not traceback
