@@ -49,6 +49,9 @@ from bench_build.manifests import names
 from bench_build.storage.files import sha256_file
 
 MANIFEST_VERSION = 2
+#: the row schema this bench-build writes and the newest it reads (`bench_build.format.schema` uses this one):
+#: raised whenever older code could not read the files (a new column, a changed type); see schema.md
+SCHEMA_VERSION = 2
 LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> points); this bench-build reads "
                   "layout v2 only: rebuild it with `bench-build run` (same recipe and seed, same examples) or read it "
                   "with the bench-build release that wrote it")
@@ -81,9 +84,20 @@ def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
         got = data.get("manifest_version") if isinstance(data, dict) else None
         if got == 1:
             raise ManifestError(f"{where}: manifest_version 1 is {LAYOUT_V1_HINT}")
+        if isinstance(got, int) and not isinstance(got, bool) and got > MANIFEST_VERSION:
+            raise ManifestError(newer(where, "manifest_version", got, MANIFEST_VERSION))
         raise ManifestError(f"{where}: unsupported manifest_version {got!r} "
                             f"(this bench-build reads {MANIFEST_VERSION})")
+    schema = data.get("schema_version")
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
+        raise ManifestError(newer(where, "schema_version", schema, SCHEMA_VERSION))
     return data
+
+
+def newer(where: str, key: str, got: int, known: int) -> str:
+    """The one line for a version written by a newer bench-build than this one."""
+    return (f"{where}: {key} {got} was written by a newer bench-build (this one reads up to {known}); upgrade "
+            "bench-build to read this version")
 
 
 def read_manifest(version_dir: str | Path) -> dict[str, Any]:

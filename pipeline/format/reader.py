@@ -47,6 +47,7 @@ from bench_build.format.compact import materialize
 from bench_build.format.remote_fs import filesystem_for
 from bench_build.format.schema import (
     EXAMPLE_COLUMNS,
+    OPTIONAL_COLUMNS,
     POINT_COLUMNS,
     decode_boxes,
     decode_calib,
@@ -117,6 +118,10 @@ class Version:
                 raise missing
             text = got[0]
         self.manifest = parse_manifest(text, where)
+        unknown = sorted(set(self.manifest.get("columns") or []) - set(OPTIONAL_COLUMNS))
+        if unknown:  # a column this bench-build does not know: written by a newer one (or a damaged manifest)
+            raise ManifestError(f"{where}: column(s) {', '.join(map(str, unknown))} unknown to this bench-build: "
+                                "the version was written by a newer one; upgrade bench-build to read it")
         check_manifest(self.manifest, where)  # its paths are data: they must stay inside the version
         self._entries = {s["path"]: s for s in self.manifest["shards"]}
         self._headed: set[str] = set()  # s3 files whose recorded sha256 was compared (one HEAD per file)

@@ -56,9 +56,9 @@ import numpy as np
 import pyarrow as pa
 
 from bench_build.format.compact import encode_refs
+from bench_build.manifests.manifest import SCHEMA_VERSION
 from bench_build.stages.frame import Boxes, Calib, Frame
 
-SCHEMA_VERSION = 2
 METADATA_KEY = b"bench_build"
 PARTITION_KEYS = ("corruption", "severity")  # hive directory keys, never stored in-file
 

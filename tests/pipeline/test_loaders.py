@@ -416,3 +416,30 @@ def test_open_version_with_rejected_credentials_says_so_in_one_line(mini_build, 
         msg = str(e.value)
         assert "\n" not in msg and "rejected the credentials of the AWS chain" in msg and url in msg, msg
         assert s3env.secret_key not in msg and "ACCESS_DENIED" not in msg and "HeadObject" not in msg
+
+
+@pytest.mark.parametrize(("change", "said"), [({"schema_version": 99}, "schema_version 99 was written by a newer"),
+                                              ({"manifest_version": 3}, "manifest_version 3 was written by a newer"),
+                                              ({"columns": ["weather_rate"]}, "weather_rate unknown to this")])
+def test_a_version_from_a_newer_bench_build_is_refused_in_one_line(mini_build, tmp_path, change, said):
+    """SCHEMA_VERSION was written everywhere and read nowhere: a version with a newer schema opened, and one with a
+    column this bench-build does not know failed in `open_version` with a bare ValueError traceback."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+    from bench_build.format.reader import open_version
+    from bench_build.manifests.manifest import ManifestError
+
+    root = tmp_path / "v"
+    root.mkdir()
+    manifest = json.loads((mini_build / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps({**manifest, **change}))
+    with pytest.raises(ManifestError, match=said) as e:
+        open_version(root)
+    assert "upgrade bench-build" in str(e.value)
+    # verify checks bytes against the manifest, whatever its columns; a newer manifest or schema it refuses
+    commands = [["export", str(root), str(tmp_path / "x"), "--all"]] + ([] if "columns" in change else [
+        ["verify", str(root)]])
+    for args in commands:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "newer" in res.output and "Traceback" not in res.output, (args, res.output)
