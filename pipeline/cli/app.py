@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -99,6 +100,17 @@ class Encoding(StrEnum):  # a typer choice: a misspelt encoding is a usage error
 
 
 ProfileOpt = Annotated[str | None, typer.Option(help="AWS profile from ~/.aws/config (default: AWS_PROFILE)")]
+
+
+def local_version(value: str, command: str) -> Path:
+    """A version argument a command reads from a local folder: a URL is refused in one line saying how to pull it
+    (``Path("s3://b/v")`` would read as the folder ``s3:/b/v``, "no such directory")."""
+    if "://" in value:
+        dataset_url, _, version = value.rstrip("/").rpartition("/")
+        dataset = dataset_url.rpartition("/")[2]
+        raise fail(f"{command} reads a version from a local folder, not {value}: pull it first (`bench-build pull "
+                   f"{dataset_url} --version {version} --out DIR`), then {command} DIR/{dataset}/{version}")
+    return Path(value)
 
 
 def fail(e: BaseException | str, code: int = 2) -> typer.Exit:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bench_build.cli.app import PANEL_USE, EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.app import PANEL_USE, EndpointOpt, ProfileOpt, app, console, fail, local_version, out_console
 
 
 @app.command(rich_help_panel=PANEL_USE)
@@ -49,7 +49,7 @@ def verify(
 
 @app.command(rich_help_panel=PANEL_USE)
 def export(
-    version_dir: Annotated[Path, typer.Argument(help="OUT/<benchmark>/<version>")],
+    version: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version> (a local folder)")],
     out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
     *,
     corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
@@ -74,6 +74,7 @@ def export(
     of KITTI scans only: kitti-c, robo3d-kitti-c or a recipe with source = "kitti"; other benchmarks are refused.
     Every check runs before the first file is written: exit 2 means nothing was written. OUT must be new or empty
     (or --force) and never is, or lies inside, --source."""
+    version_dir = local_version(version, "export")
     from bench_build.export import ExportError, ExportIncomplete, export_version
     from bench_build.manifests.manifest import ManifestError
 
@@ -101,7 +102,7 @@ def export(
 
 @app.command(rich_help_panel=PANEL_USE)
 def score(
-    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)")],
     predictions: Annotated[Path, typer.Argument(
         help="Predictions: .jsonl or .parquet keyed by example key; for detection a directory of KITTI "
              "result files <corruption>/<severity>/<frame>.txt (nuScenes-C: of results JSON "
@@ -121,6 +122,7 @@ def score(
                                                             "else 1)")] = None,
 ) -> None:
     """Score predictions with the benchmark paper's metrics (mCE, mRR, CE_AP, AP, bug rates, ECE, AUROC, ...)."""
+    version_dir = local_version(version, "score")
     from bench_build.manifests.manifest import ManifestError
     from bench_build.score import PredictionError, score_version
     from bench_build.score.report import print_report
@@ -146,7 +148,7 @@ def score(
 
 @app.command(rich_help_panel=PANEL_USE)
 def render(
-    version_dir: Annotated[Path, typer.Argument(help="A built version: OUT/<benchmark>/<version>")],
+    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)")],
     *,
     out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: ./renders-<benchmark>-<version> "
                                                   "in the current directory; never VERSION/renders, which "
@@ -161,6 +163,7 @@ def render(
     """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
     differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
     sheet of every corruption × severity."""
+    version_dir = local_version(version, "render")
     from bench_build.manifests.manifest import ManifestError
     from bench_build.render import RenderError, render_version
     from bench_build.storage import StorageError, refuse_non_directory
@@ -180,7 +183,7 @@ def render(
 
 @app.command(rich_help_panel=PANEL_USE)
 def validate(
-    version_dir: Annotated[Path, typer.Argument(help="A built version, OUT/<benchmark>/<version>")],
+    version: Annotated[str, typer.Argument(help="A built version, OUT/<benchmark>/<version> (a local folder)")],
     *,
     corruption: Annotated[list[str], typer.Option(help="Corruption to validate (repeatable), e.g. snow, fog")],
     real: Annotated[list[str], typer.Option(
@@ -213,6 +216,7 @@ def validate(
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster")] = None,
 ) -> None:
     """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""
+    version_dir = local_version(version, "validate")
     from bench_build.validate.config import ValidateConfig, ValidationError, parse_real_options
     from bench_build.validate.run import validate_version
 

@@ -132,3 +132,16 @@ def test_a_nuscenes_table_version_for_another_source_is_refused_saying_so(tmp_pa
     line = _refused(["run", "kitti-c", "--version", "v1.0-mini", "--out", str(tmp_path / "o")], "--version v1.0-mini")
     assert "only nuScenes sources have table versions; kitti-c reads kitti" in line
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [["score", "{v}", "preds"], ["render", "{v}"], ["export", "{v}", "OUT", "--all"],
+                                     ["validate", "{v}", "--corruption", "snow", "--real", "r", "--real-clean", "c"]])
+def test_a_url_where_a_local_version_goes_says_to_pull_it(command):
+    """score, render, export and validate read a local folder: `s3://b/root/kitti-c/1.0.0` became the folder
+    `s3:/b/root/kitti-c/1.0.0`, "no such directory"."""
+    url = "s3://b/root/kitti-c/1.0.0"
+    res = CliRunner().invoke(app, [a.format(v=url) for a in command])
+    assert res.exit_code == 2, res.output
+    line = " ".join(res.output.split())
+    assert f"reads a version from a local folder, not {url}" in line
+    assert "bench-build pull s3://b/root/kitti-c --version 1.0.0 --out DIR" in line and "DIR/kitti-c/1.0.0" in line
