@@ -165,7 +165,10 @@ def __getattr__(name: str) -> Any:  # ``PIN``: computed on first use (it asks Nu
 #: ``off``: do not pin (the profile is still recorded, and tasks still checked against the driver's)
 PIN_SWITCH = "BENCH_BUILD_NUMERIC_PIN"
 #: the libraries whose version is part of the profile (their code computes or encodes shard bytes)
-LIBRARIES = ("numpy", "scipy", "numba", "llvmlite", "pyarrow", "open3d-cpu", "trimesh")
+#: the packages a task's profile must match the build's in: their code computes or encodes shard bytes (miepython:
+#: the LISA stages' Mie tables; h5py: the ModelNet40 reader's decoding). A build recorded before a name joined
+#: this list is compared without it (`profile_differences`), so it still resumes.
+LIBRARIES = ("numpy", "scipy", "numba", "llvmlite", "pyarrow", "open3d-cpu", "trimesh", "miepython", "h5py")
 
 
 def pin_disabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -252,9 +255,9 @@ def openblas_cores() -> dict[str, str]:
     return out
 
 
-#: besides `LIBRARIES`, the packages whose code decides what a shard holds: the Mie tables of the LISA stages and
-#: the readers' decoders. A build records whether all of these match the lock (`lock_record`).
-LOCKED_FOR_BYTES = (*LIBRARIES, "miepython", "h5py", "nuscenes-devkit", "pykitti", "pyquaternion")
+#: besides `LIBRARIES`, the packages whose code decides what a shard holds: the optional readers' decoders. A
+#: build records whether all of these match the lock (`lock_record`).
+LOCKED_FOR_BYTES = (*LIBRARIES, "nuscenes-devkit", "pykitti", "pyquaternion")
 
 
 def _canonical(name: str) -> str:
@@ -348,7 +351,8 @@ def profile_differences(expected: Mapping[str, Any], got: Mapping[str, Any]) -> 
             out += [f"{lib}'s OpenBLAS core {b.get(lib)} (build: {a.get(lib)})" for lib in sorted(set(a) | set(b))
                     if str(a.get(lib)).lower() != str(b.get(lib)).lower()]
         elif key == "libraries" and isinstance(a, dict) and isinstance(b, dict):
-            out += [f"{name} {b.get(name)} (build: {a.get(name)})" for name in sorted(set(a) | set(b))
+            # only what the build recorded: one made before a library joined LIBRARIES did not record it
+            out += [f"{name} {b.get(name)} (build: {a.get(name)})" for name in sorted(a)
                     if a.get(name) != b.get(name)]
         elif key == "simd" and isinstance(a, list) and isinstance(b, list):
             if a != b:

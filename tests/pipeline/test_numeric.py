@@ -71,6 +71,20 @@ def test_profile_differences_name_every_difference_and_nothing_else():
         "numpy's OpenBLAS core SkylakeX (build: Haswell)"]
 
 
+def test_the_profile_compares_every_library_that_computes_bytes_and_old_builds_still_resume():
+    """miepython computes the LISA stages' Mie tables and h5py decodes ModelNet40, yet a node with another
+    miepython was not refused; a build recorded before they were compared lacks them and must still resume."""
+    from bench_build.runtime.numeric import LIBRARIES, LOCKED_FOR_BYTES, build_profile
+
+    assert {"miepython", "h5py"} <= set(LIBRARIES) <= set(LOCKED_FOR_BYTES)
+    now = build_profile()
+    assert now["libraries"]["miepython"] and now["libraries"]["h5py"]
+    old = {**now, "libraries": {k: v for k, v in now["libraries"].items() if k not in ("miepython", "h5py")}}
+    assert profile_differences(old, now) == []  # an earlier build resumes
+    other = {**now, "libraries": {**now["libraries"], "miepython": "0.1"}}
+    assert profile_differences(now, other) == [f"miepython 0.1 (build: {now['libraries']['miepython']})"]
+
+
 def _profile_of_cli_process(**env: str) -> dict:
     """The live profile of a fresh process that imports the CLI (which pins) and then NumPy, as `bench-build` does."""
     full = {k: v for k, v in os.environ.items() if k not in (*PIN, PIN_SWITCH)} | env
