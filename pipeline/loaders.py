@@ -267,8 +267,8 @@ def collate_point_clouds(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     - ``points`` (ΣN, C) float32, ``batch_index`` (ΣN,) int64 and ``num_points`` (B,) int64 (OpenPCDet style:
       ``torch.cat``, not padding); per-point optional columns and ``point_tag`` concatenated the same way;
     - ``gt_boxes`` (B, M_max, 7) float32 zero-padded, ``num_boxes`` (B,), ``gt_names`` list of lists;
-    - everything else (key, corruption, severity, class_name, …) as lists; numeric per-example columns
-      (``severity``, ``class_id``) also as tensors when no value is None.
+    - everything else (key, corruption, class_name, timestamp_us, known, …) as lists, except ``severity`` and
+      ``class_id``, which are int64 tensors (B,) instead when no value is None (a model's targets).
     """
     if not batch:
         raise ValueError("empty batch")

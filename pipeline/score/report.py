@@ -52,6 +52,11 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
     for (c, s), vals in cells.items():
         table.add_row(c, s, *[_fmt(vals.get(m, "")) for m in shown])
     console.print(table)
+    bugs = ("/N_det", *(f"/{k}_{b}" for k in ("BR", "CR") for b in BUGS))  # in the bug-rate table below
+    hidden = [m for m in metrics if m not in shown and not m.endswith(bugs)]
+    if hidden:
+        console.print(f"({len(hidden)} more metric{'s' * (len(hidden) != 1)} per partition, e.g. {hidden[0]}: in "
+                      "--out's CSV and JSON)", highlight=False)
     if "note" in report.summary:
         console.print(report.summary["note"])
     headline = _headline(report.summary)

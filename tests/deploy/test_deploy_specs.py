@@ -475,3 +475,21 @@ def test_readme_plan_figures_are_what_plan_prints():
     slow = {r["workers"]: r for r in _plan("--workers", "64", "--workers", "256", "--worker-start", "12.4")["schedule"]}
     assert (f"gives {_pct(slow[64]['utilisation'])} at 64 workers but **{_pct(slow[256]['utilisation'])}** at 256 "
             f"(cost-sized split {_pct(slow[256]['sized']['utilisation'])})") in text
+
+
+def test_the_images_numeric_pin_is_the_one_bench_build_computes_for_the_locked_numpy():
+    """The image sets the pin as ENV (nodes a `ray up` or KubeRay cluster starts take it from there), written out
+    for NumPy 1.26's AVX-512 target names. After a lock bump to another NumPy line those names would no longer be
+    the pin (NumPy 2.4 names X86_V4): the build would record "override" with AVX-512 still dispatched."""
+    import shlex
+    from importlib import metadata
+
+    from bench_build.runtime.numeric import PIN_VARS, pin, read_lock
+
+    if metadata.version("numpy") != read_lock().get("numpy"):
+        pytest.skip("this environment's NumPy is not the locked one the image installs")
+    env = {}
+    for op, rest in _dockerfile_instructions():
+        if op == "ENV":
+            env.update(dict(part.split("=", 1) for part in shlex.split(rest)))
+    assert {k: env.get(k) for k in PIN_VARS} == pin()

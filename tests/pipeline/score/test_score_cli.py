@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,9 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     assert "mCE_AP" in res.output and "(values in %)" in " ".join(res.output.split())
     # not a terminal (a pipe, a CI log): the table keeps its natural width, no header or value cut to "…"
     assert "Car/3d/OA" in res.output and "…" not in res.output
+    # the table shows OA; the APs it leaves out are said to be in the files, not dropped silently
+    assert re.search(r"\(\d+ more metrics per partition, e\.g\. Car/3d/\w+/AP_R\d+: in --out's CSV and JSON\)",
+                     " ".join(res.output.split()))
     assert_units(data)
     # Li et al.'s bug rates: a perfect detector's boxes are all true detections; no detections → no rate (null)
     rows = {(r["corruption"], r["severity"], r["metric"]): r["value"] for r in data["rows"]}
