@@ -113,7 +113,8 @@ def score(
                                                     "3dos, nuscenes-det or wod-det (default: from the dataset "
                                                     "name and, on nuScenes-C/WOD-C, the predictions)")] = None,
     num_classes: Annotated[int | None, typer.Option(min=1, help="Classes of a classification benchmark "
-                                                         "(default: the manifest's, else 40)")] = None,
+                                                         "(default: the source's: ModelNet40 40, ScanObjectNN 15; "
+                                                         "else 40)")] = None,
     source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
                                                           "was made from (poses, velocities, attributes; default: "
                                                           "the manifest's source root)")] = None,

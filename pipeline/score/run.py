@@ -80,6 +80,9 @@ def _scaled(v: Any, keep: tuple[str, ...], digits: int | None = None, key: str =
     return round(x, digits) if digits is not None and x == x else x
 
 
+#: classes of a classification source, the default of ``--num-classes`` (ModelNet-C and ModelNet40-E: 40)
+CLASS_COUNTS = {"modelnet40": 40, "modelnet40-off": 40, "scanobjectnn": 15}
+
 METRICS = ("kitti-c", "robo3d-det", "robo3d-seg", "modelnet-c", "modelnet40-e", "3dos",
            "nuscenes-det", "wod-det")
 
@@ -432,7 +435,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                 summary[sc] = res
         report.summary = summary
         return
-    k = num_classes or len(manifest.get("classes") or []) or 40
+    k = num_classes or CLASS_COUNTS.get((manifest.get("source") or {}).get("kind"), 40)
     probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
                         distribution=report.metric == "modelnet40-e")
     parts = [(p.corruption, p.severity) for p in truth.partition]

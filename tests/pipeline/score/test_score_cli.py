@@ -479,3 +479,22 @@ def test_non_utf8_predictions_are_named(small_mnc, det_version, demo_kitti_maste
     bad.write_bytes(b"Car\xff 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 0.9\n")
     res = runner.invoke(app, ["score", str(det_version), str(preds)])
     assert res.exit_code == 2 and f"{bad}: not UTF-8 text" in " ".join(res.output.split()), res.output
+
+
+def test_the_class_count_defaults_to_the_sources(tmp_path):
+    """--num-classes said "default: the manifest's", which no manifest records: it was always 40, and a
+    ScanObjectNN build (15 classes) needed the option. The default now follows the source kind."""
+    from bench_build.score.run import CLASS_COUNTS
+
+    rows = [{"key": f"modelnet40-e/{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": i % 15}
+            for i in range(30)]
+    v = write_object_version(tmp_path / "modelnet40-e" / "1", "modelnet40-e", rows)
+    manifest = json.loads((v / "manifest.json").read_text())
+    (v / "manifest.json").write_text(json.dumps({**manifest, "source": {"kind": "scanobjectnn"}}))
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps({"key": r["key"], "probs": list(np.eye(15)[r["class_id"]])}) + "\n"
+                         for r in rows))
+    rep = score_version(v, p)  # no num_classes: ScanObjectNN's 15
+    assert CLASS_COUNTS["scanobjectnn"] == 15 and rep.summary["clean/0"]["accuracy"] == 100.0
+    with pytest.raises(PredictionError, match="15"):
+        score_version(v, p, num_classes=40)
