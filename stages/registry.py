@@ -36,7 +36,8 @@ class Stage:
     params: type
     fn: StageFn
     summary: str
-    # optional row columns the stage writes (e.g. ("sigma", "mu")); a build's files carry source ∪ stage columns
+    # optional per-point columns the stage writes as labels (e.g. ("sigma", "mu")); a build's files carry
+    # source ∪ stage columns
     columns: tuple[str, ...] = ()
 
     def apply(self, frame: Frame, params: Any, rng: np.random.Generator) -> Frame:
@@ -66,8 +67,9 @@ _discovered = False
 def stage(name: str, *, params: type, version: int = 1, columns: tuple[str, ...] = ()) -> Callable[[StageFn], StageFn]:
     """Register ``fn`` as stage ``name``. Bump ``version`` whenever its output for the same inputs changes:
     the version is part of every recipe fingerprint, so a resumed build never mixes old and new output.
-    ``columns`` names the optional row columns (pipeline/format/schema.py) the stage adds to a frame, e.g. per-point
-    ``sigma``/``mu``: every file of a build using the stage then has them."""
+    ``columns`` names the optional per-point columns (pipeline/format/schema.py) the stage adds to a frame's
+    ``labels``, e.g. ``sigma``/``mu``: every file of a build using the stage then has them. A stage's per-example
+    facts are not columns: it records them in ``info`` (``Frame.with_info``)."""
     if not (dataclasses.is_dataclass(params) and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"stage {name}: params must be a frozen dataclass")
 

@@ -1,4 +1,4 @@
-"""The public row schema, layout v2: one Parquet row per example (documented in the README).
+"""The public row schema, layout v2: one Parquet row per example (guide: pipeline/format/schema.md).
 
 Core columns (every file of every build)::
 
@@ -18,20 +18,23 @@ are the hive partition keys ``data/corruption=<c>/severity=<s>/``, so each reade
 exactly one type (pyarrow.dataset: string/int32; pandas: category; DuckDB: VARCHAR/BIGINT) and there is
 never a second, disagreeing copy. ``key`` carries both for a file read on its own.
 
-Optional columns are declared by the source (``Source.columns``) and then present in every file of the
-build (so all files share one schema and DuckDB/pyarrow unify them), absent otherwise:
+Optional columns are declared by the source (``Source.columns``: per point or per example) and, per point
+only, by the recipe's stages (``@stage(..., columns=...)``: label columns of the frames they return); they are
+then present in every file of the build (so all files share one schema and DuckDB/pyarrow unify them), absent
+otherwise. A stage's per-example facts are not columns: they go in ``info`` (``Frame.with_info``).
 
 - per point (``list<T>`` of length N, from ``Frame.labels[name]``): ``semantic`` uint32 (raw label id of
   the source, e.g. SemanticKITTI's), ``instance`` uint32, ``sigma`` / ``mu`` float32 (ModelNet40-E's
   per-point noise σ and mean μ), ``mask`` uint8 (ScanObjectNN's per-point object/background mask);
-- per example (from ``Frame.attrs[name]``, the source's facts): ``class_name`` string, ``class_id`` int32,
-  ``split`` string, ``track`` string (3DOS), ``scenario`` string, ``known`` bool (open-set known class),
-  ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64, ``synset`` / ``model_id`` string
-  (ShapeNetCore), ``unknown_set`` string (3DOS: the unknown set an unknown example belongs to), ``domain``
-  string (``synthetic`` / ``real``).
+- per example (from ``Frame.attrs[name]``, the source's facts, which stages carry through unchanged):
+  ``class_name`` string, ``class_id`` int32, ``split`` string, ``track`` string (3DOS), ``scenario`` string,
+  ``known`` bool (open-set known class), ``sequence`` string (drive / segment / scene), ``timestamp_us`` int64,
+  ``synset`` / ``model_id`` string (ShapeNetCore), ``unknown_set`` string (3DOS: the unknown set an unknown
+  example belongs to), ``domain`` string (``synthetic`` / ``real``).
 
 A frame carrying a per-point label or a source attribute that is not a declared column is refused (it would
-otherwise be lost without a word).
+otherwise be lost without a word). What a new column needs, and the compatibility rule of ``SCHEMA_VERSION``:
+schema.md, "Changing the schema".
 
 A null value means "not known for this example". Box convention (``gt_boxes_lidar`` of OpenPCDet):
 ``x, y, z`` the box's geometric centre in the LiDAR frame (m), ``dx, dy, dz`` = length, width, height (m),
@@ -110,7 +113,7 @@ def canonical_columns(columns: Sequence[str]) -> tuple[str, ...]:
 
 def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Sequence[str] = (),
                compact: bool = False) -> pa.Schema:
-    """The Arrow schema of a build whose points have ``fields`` and whose source declares ``columns``;
+    """The Arrow schema of a build whose points have ``fields`` and whose source and stages declare ``columns``;
     ``compact`` adds ``point_ref`` (pipeline/format/compact.py: ``points`` then holds only the unreferenced rows)."""
     cols = canonical_columns(columns)
     return pa.schema(
