@@ -1,21 +1,26 @@
-"""The run ledger: which shards of a build are done (with what bytes) or failed (with what error).
+"""The run ledger: which tasks of a build are done (with what bytes) or failed (with what error).
 
 Layout under ``OUT/<benchmark>/<version>/_ledger/`` (a directory, or objects under an S3 prefix)::
 
-    run.json                       fingerprint, recipe, frame list and shard count of this build
+    run.json                       fingerprint, recipe, frame list, shard count and task groups of this build
     shards/part-00003-of-00117.json         done: files (path, rows, bytes, sha256, seconds), run id
     shards/part-00004-of-00117.failed.json  failed: the error message (naming the bad file)
+    shards/part-00003-of-00117-g002-of-018.json   the same, per task, when a block is split into task groups
+
+One entry per task, named by `TaskSpec.name` (bench_build.plan.tasks): the block's name when a block is one
+task, ``<block>-g<group>-of-<groups>`` when the build splits each block into task groups (full KITTI-C on a
+cluster: 18 groups per block, each entry listing only its group's files).
 
 Every ledger entry is written whole — locally to a temporary name then renamed, on S3 as one PUT —
-so a kill at any moment leaves either the old entry or the new one. A shard counts as done only if
+so a kill at any moment leaves either the old entry or the new one. A task counts as done only if
 its entry has the build's fingerprint, every file it lists is still there with the recorded size
 and (with ``recheck="sha256"``, the default) sha256, and every source file its frames were read
 from is unchanged: same set of files, same size and mtime, and (``recheck="sha256"``) same sha256.
 The worker records each frame's source identity (`frame_identity`) as it reads the frame, so a
-scan fixed after a build rebuilds exactly the shards that hold it.
+scan fixed after a build rebuilds exactly the tasks that read it.
 
 An entry that cannot be read back (empty or cut short: not a JSON object, as a disk that filled up or a
-copy that stopped can leave it) is only a lost cache of what its shard's files prove: the shard is
+copy that stopped can leave it) is only a lost cache of what its task's files prove: the task is
 treated as not done and rebuilt (byte-identical, from the recipe and seed), and the run says so on
 stderr, naming the entry. An unreadable ``run.json`` cannot be recovered that way (it records the
 frame list and task split the done entries refer to): it is a `LedgerUnreadable` (exit 2) naming the
