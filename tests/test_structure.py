@@ -207,8 +207,9 @@ def test_function_level_imports_only_where_there_is_a_reason():
             for base, _ in targets(mod, node):
                 if _lazy_reason(mod, base) is None:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: import of {base} inside a function")
-    assert not bad, ("move these to the module's top (lazy imports are for heavy optional packages and the numeric "
-                     "pin's ordering only, see LAZY_OK):\n" + "\n".join(sorted(set(bad))))
+    assert not bad, ("move these to the module's top (a lazy import needs a reason listed in LAZY_OK or "
+                     "LAZY_PROJECT_OK: a slow or optional package, the numeric pin's ordering, a fast --help; "
+                     "pipeline/README.md):\n" + "\n".join(sorted(set(bad))))
 
 
 @pytest.mark.parametrize("folder", ["pipeline", "stages", "manifests", "tests", "deploy"])
