@@ -41,6 +41,7 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
     t0 = time.time()
     src = open_store(version_dir, endpoint_url=endpoint_url, profile=profile)
     raw, manifest = read_stored_manifest(src, "is the build finished? `bench-build status` tells")
+    refuse_pulled_copy(src.url, manifest)
     if isinstance(src, LocalStore):
         refuse_symlinks(src.root)
     dataset, version = manifest["dataset"], manifest["version"]
@@ -78,6 +79,21 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         report.latest = _advance_latest(root, version, manifest_sha)
     report.seconds = time.time() - t0
     return report
+
+
+def refuse_pulled_copy(where: str, manifest: dict[str, Any]) -> None:
+    """Refuse (`PublishError`, before anything is written) to publish a pulled copy that is not the version: a
+    partial pull (some partitions) would be committed, immutably, as the whole version; a materialised pull holds
+    other bytes than the published files under the same version name."""
+    partial = manifest.get("partial")
+    if partial:
+        raise PublishError(f"{where}: a partial pull ({len(manifest.get('shards', []))} of the version's "
+                           f"{partial.get('files_in_version', '?')} files), not a version: published versions are "
+                           "immutable, so this would publish those files as the whole version; publish the built "
+                           "version, or pull all of it first")
+    if manifest.get("materialized"):
+        raise PublishError(f"{where}: a pull rewritten with --materialize (full encoding, other bytes than the "
+                           "published files): publish the built version instead")
 
 
 def refuse_symlinks(version_dir: Path) -> None:

@@ -119,6 +119,12 @@ def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
     header = (pdir / "README.md").read_text().split("\n---\n")[0]  # HF configs: only what this copy holds
     assert 'config_name: "clean"' in header and 'config_name: "beam_del_3"' in header
     assert 'config_name: "beam_del_2"' not in header
+    # a partial pull is not the version: publishing it (to another root) would commit 8 of 84 files, immutably,
+    # as mini-c 0.1.0 and mark it latest
+    out = runner.invoke(app, ["publish", str(pdir), "--to", f"{s3prefix}-copy", "--no-progress"])
+    assert out.exit_code == 2 and f"a partial pull ({2 * FRAMES} of the version's {total} files)" in " ".join(
+        out.output.split()), out.output
+    assert not remote_keys(s3env, f"{s3prefix}-copy/mini-c/0.1.0")
     # pulling again downloads nothing
     again = pull_version(f"{s3prefix}/mini-c", tmp_path / "p", version="0.1.0", progress=False)
     assert again.ok and not again.transferred and len(again.skipped) == 84
