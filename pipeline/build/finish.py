@@ -18,7 +18,7 @@ from bench_build.build.shard import os_error_message, partition_table
 from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
-from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.manifests.write import compose_manifest, manifest_shards, write_version_files
 from bench_build.plan.tasks import BlockSpec, TaskSpec
@@ -42,7 +42,12 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
     if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
         sizes = ledger.object_sizes()
         complete = all(ledger.check_done(t.name, fingerprint, "size", src, sizes)[0] for t in tasks)
-    if complete:
+    if complete and not result.shards_built and result.reused is None:
+        # nothing computed or taken by this run: a version an earlier run finished keeps its bytes (manifest,
+        # card, contact sheet), as published copies of it do; a re-run is not a new build
+        result.manifest = unchanged_manifest(store, fingerprint, tasks, ledger)
+        result.kept = result.manifest is not None
+    if complete and not result.kept:
         t = time.time()
         try:
             described = {**src.describe(), **({"benchmark_split": benchmark_split} if benchmark_split else {})}
@@ -65,6 +70,28 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
     result.sheet_panels, result.early_sheet = {}, None  # pictures of one frame: not kept with the result
     return result
 
+
+
+def unchanged_manifest(store: Store, fingerprint: str, tasks: list[TaskSpec], ledger: Ledger) -> dict[str, Any] | None:
+    """The version's manifest as an earlier run wrote it, if it is that of this build: the same fingerprint and
+    exactly the files (path, sha256) the ledger records; None otherwise (missing, damaged or another build's)."""
+    got = store.get(MANIFEST_NAME)
+    if got is None:
+        return None
+    try:
+        manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    except ManifestError:
+        return None
+    recorded = {(f["path"], f["sha256"]) for t in tasks for f in (ledger.done_entry(t.name) or {}).get("files", [])}
+    listed = {(s.get("path"), s.get("sha256")) for s in manifest.get("shards", [])}
+    if manifest.get("fingerprint") != fingerprint or listed != recorded:
+        return None
+    # the card and the renders it lists still there with their sizes (a deleted card is written again)
+    for key, size in [("README.md", None), *((r.get("path"), r.get("bytes")) for r in manifest.get("renders", []))]:
+        info = store.head(key) if key else None
+        if info is None or (size is not None and info.size != size):
+            return None
+    return manifest
 
 
 def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict,

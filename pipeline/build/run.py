@@ -54,6 +54,7 @@ class BuildResult:
     first_task_starts: dict[int, float] = field(default_factory=dict, repr=False)
     early_sheet: Any = field(default=None, repr=False)  # `finish.EarlySheet`: the sheet drawn while tasks run
     node_died: str | None = None  # the local raylet died during the tasks: why (Ray is then stopped in the foreground)
+    kept: bool = False  # nothing to do: the version an earlier run finished was left byte for byte as it was
 
     @property
     def ok(self) -> bool:

@@ -139,6 +139,9 @@ def run(
             console.print("the input is not at fault: free disk space / memory or check the Ray cluster, then run "
                           "the same command again: finished shards are kept")
         raise typer.Exit(code=1)
+    if result.kept:  # a re-run of a finished version: not a new build, so none of its bytes changed
+        console.print("nothing to build: the version was complete, and its manifest, card and renders are kept as "
+                      "they were", highlight=False)
     console.print(f"[green]done:[/green] {result.version_dir}")
     where = str(result.version_dir).rstrip("/")
     sheet = [r["path"] for r in (result.manifest or {}).get("renders", [])][:1]  # none if it failed to draw

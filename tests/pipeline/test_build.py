@@ -239,3 +239,29 @@ def test_build_fingerprint_is_what_the_manifest_records(mini_build, demo_kitti_m
     assert build_fingerprint(recipe, frames, frames_per_shard=64) != manifest["fingerprint"]
     assert build_fingerprint(recipe, frames, frames_per_shard=2, encoding="compact") != manifest["fingerprint"]
     assert recipe.fingerprint(frames) != manifest["fingerprint"]  # the recipe's alone is not the build's
+
+
+def test_a_re_run_of_a_finished_version_changes_none_of_its_bytes(small_recipe, demo_kitti, tmp_path):
+    """Re-running `run` on a finished (perhaps published) version rewrote its manifest (`created`,
+    `build_seconds`), card and contact sheet, so the local copy no longer matched the published one; a recipe copy
+    differing only in `notes` (same fingerprint) silently rewrote the card. Now nothing is written, and it says so;
+    a deleted card is written again."""
+    from bench_build.cli import app
+
+    args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(tmp_path / "o"), "--max-frames", "1",
+            "--workers", "1", "--no-progress"]
+    assert runner.invoke(app, args).exit_code == 0
+    version = tmp_path / "o" / "mini-c" / "0.1.0"
+
+    def state() -> dict[str, bytes]:
+        return {str(p.relative_to(version)): p.read_bytes() for p in version.rglob("*")
+                if p.is_file() and "_ledger" not in p.parts and ".bench-build" not in p.name}
+
+    before = state()
+    small_recipe.write_text(small_recipe.read_text().replace('stage = "beam_del"',
+                                                             'stage = "beam_del"\nnotes = "changed notes only"'))
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "nothing to build: the version was complete" in " ".join(again.output.split())
+    assert state() == before
+    (version / "README.md").unlink()
+    assert runner.invoke(app, args).exit_code == 0 and (version / "README.md").is_file()
