@@ -124,13 +124,37 @@ def yaml_header(manifest: dict[str, Any]) -> str:
 
 def card_with_header(card: str, manifest: dict[str, Any]) -> str:
     """``card`` with its YAML header regenerated from ``manifest`` (e.g. a partial pull's: only the configs of
-    the partitions it holds); a card without a header gets one."""
-    body = card
+    the partitions it holds); a card without a header gets one. The card's own licence line is kept (a demo
+    build's is not its source's), and a partial pull's card says, under its title, what it holds."""
+    body, old_header = card, ""
     if card.startswith("---\n"):
         end = card.find("\n---\n", 4)
         if end != -1:
-            body = card[end + len("\n---\n"):]
-    return yaml_header(manifest) + "\n\n" + body.lstrip("\n")
+            body, old_header = card[end + len("\n---\n"):], card[:end]
+    header = yaml_header(manifest)
+    licence = next((line for line in old_header.splitlines() if line.startswith("license: ")), None)
+    if licence is not None:
+        header = "\n".join(licence if line.startswith("license: ") else line for line in header.splitlines())
+    return header + "\n\n" + partial_note(body.lstrip("\n"), manifest)
+
+
+PARTIAL_NOTE = "> **A partial pull.**"
+
+
+def partial_note(body: str, manifest: dict[str, Any]) -> str:
+    """``body`` with, under its title, a note that this copy holds part of the version (a partial pull's manifest);
+    the card's counts and tables stay the whole version's. An earlier note is replaced, so pulls compose."""
+    lines = [line for line in body.split("\n") if not line.startswith(PARTIAL_NOTE)]
+    partial = manifest.get("partial")
+    if partial:
+        held = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest.get("shards", [])})
+        note = (f"{PARTIAL_NOTE} This folder holds {len(manifest.get('shards', []))} of the version's "
+                f"{partial.get('files_in_version', '?')} files ({len(held)} partition{'s' * (len(held) != 1)}: "
+                f"{', '.join(held[:6])}{', …' if len(held) > 6 else ''}); the counts and tables below are the whole "
+                "version's. `bench-build pull` without --corruption/--severity fetches the rest.")
+        at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0)
+        lines[at:at] = ["", note] if at else [note, ""]
+    return "\n".join(lines)
 
 
 def numeric_profile_line(profile: dict[str, Any] | None) -> str | None:

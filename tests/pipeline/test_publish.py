@@ -119,6 +119,13 @@ def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
     header = (pdir / "README.md").read_text().split("\n---\n")[0]  # HF configs: only what this copy holds
     assert 'config_name: "clean"' in header and 'config_name: "beam_del_3"' in header
     assert 'config_name: "beam_del_2"' not in header
+    # the card's own licence (a demo build's is not its source's) and a note that the copy is partial
+    built_header = (built / "README.md").read_text().split("\n---\n")[0]
+    licence = [line for line in built_header.splitlines() if line.startswith("license: ")]
+    assert licence and licence[0] in header.splitlines()
+    body = (pdir / "README.md").read_text().split("\n---\n", 1)[1]
+    assert body.count("> **A partial pull.** This folder holds 8 of the version's 84 files (2 partitions: "
+                      "beam_del/3, clean/0)") == 1, body[:600]
     # a partial pull is not the version: publishing it (to another root) would commit 8 of 84 files, immutably,
     # as mini-c 0.1.0 and mark it latest
     out = runner.invoke(app, ["publish", str(pdir), "--to", f"{s3prefix}-copy", "--no-progress"])
