@@ -165,6 +165,8 @@ def render(
     differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact
     sheet of every corruption × severity."""
     version_dir = local_version(version, "render")
+    from rich.markup import escape
+
     from bench_build.manifests.manifest import ManifestError
     from bench_build.render import RenderError, render_version
     from bench_build.storage import StorageError, refuse_non_directory
@@ -173,7 +175,8 @@ def render(
         if out is not None:
             refuse_non_directory(out, "--out")
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
-                               color_by=color_by)
+                               color_by=color_by,
+                               on_note=lambda n: console.print(f"[yellow]note:[/yellow] {escape(n)}", highlight=False))
     except (RenderError, ManifestError, StorageError) as e:
         raise fail(e) from None
     for p in paths:

@@ -4,7 +4,9 @@ contact sheet every card embeds (one panel per corruption × severity of the sam
 Points are painted straight into an RGB raster (one pass in numba with a per-pixel key buffer, so
 that corruption-made points — scatter, crosstalk, synthetic — and higher points land on top), then
 shown with matplotlib's Agg backend, boxes drawn as outlines. Every panel of a sheet uses the extent
-of the clean frame, so a corruption's effect is not hidden by a changed zoom.
+of the clean frame, so a corruption's effect is not hidden by a changed zoom. A folder without the clean
+partition (a partial pull) compares nothing with clean: its panels share the first one's extent, have no zoom,
+and the picture says why; a partition it lacks is refused naming what it holds (`read.missing_partitions`).
 
 What makes a picture readable without this file: every scene panel has a metre scale bar (the
 per-partition PNGs have metric axes), a legend lists the point tags and box classes that occur (an

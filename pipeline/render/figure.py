@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_build.manifests.manifest import read_manifest
@@ -9,7 +11,14 @@ from bench_build.manifests.recipe import severity_names
 from bench_build.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
 from bench_build.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
 from bench_build.render.raster import bev_raster, box_outlines, object_raster
-from bench_build.render.read import default_render_dir, file_part, read_views
+from bench_build.render.read import (
+    default_render_dir,
+    file_part,
+    held_partitions,
+    missing_partitions,
+    no_clean_note,
+    read_views,
+)
 from bench_build.render.sheet import contact_sheet
 from bench_build.render.views import COLOR_BY, RenderError, View
 from bench_build.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
@@ -17,9 +26,11 @@ from bench_build.storage import LocalStore
 
 
 def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,
-                color_by: str = "tag", px: int = 720):
+                color_by: str = "tag", px: int = 720, note: str | None = None):
     """A matplotlib Figure of one partition: a scene as a bird's-eye view with metric axes, boxes, the zoom
-    inset (``focus``) and the legend; an object as its three labelled views. By height: a colour bar."""
+    inset (``focus``) and the legend; an object as its three labelled views. By height: a colour bar.
+    ``note``: a line the figure says (below the legend of a scene; under the title of an object), e.g. why it
+    has no zoom."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -42,7 +53,7 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
             ax.set_title(f"{name} view ({a}–{b})", fontsize=10)
             ax.set_xlabel(f"{a} (shape units)")
             ax.set_ylabel(f"{b} (shape units)")
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title if note is None else f"{title}\n{note}", fontsize=11)
         main = axes
     else:
         fig = Figure(figsize=(10.0, 7.6), dpi=100)
@@ -76,6 +87,9 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
                      ha="center", va="bottom")
             ins.set_title(f"zoom: {zx1 - zx0:.1f} m × {zy1 - zy0:.1f} m", fontsize=8, pad=2)
             ax.indicate_inset((zx0, zy0, zx1 - zx0, zy1 - zy0), ins, edgecolor="0.2", alpha=0.9)
+        if note is not None:
+            fig.text(0.72, 0.1, textwrap.fill(note, 40), fontsize=9, style="italic", color=(0.55, 0.1, 0.1),
+                     ha="left", va="bottom")
         main = [ax]
     if color_by == "height":
         from matplotlib import colormaps
@@ -96,9 +110,14 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
 
 
 def render_version(version_dir: str | Path, out: str | Path | None = None, *, frame_id: str | None = None,
-                   corruption: str | None = None, severity: int | None = None, color_by: str = "tag") -> list[Path]:
+                   corruption: str | None = None, severity: int | None = None, color_by: str = "tag",
+                   on_note: Callable[[str], None] | None = None) -> list[Path]:
     """`bench-build render`: the contact sheet (no corruption given), or one PNG per selected partition,
-    into ``out`` (default: `default_render_dir`)."""
+    into ``out`` (default: `default_render_dir`).
+
+    A partial pull holds some partitions: one it lacks is refused naming what it holds and the pull that adds
+    it (or, when it holds others of those asked for, left out with a note); without the clean partition no
+    zoom compares with clean, and the pictures and a note (``on_note``) say so."""
 
     root = Path(version_dir)
     manifest = read_manifest(root)
@@ -112,10 +131,19 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
         raise RenderError(f"{root}: no corruption {corruption!r}; it has clean, {', '.join(names)}")
     if severity is not None and not 0 <= severity <= max(severities, 0):
         raise RenderError(f"{root}: severity {severity} is outside 0…{severities}")
+
+    def say(note: str) -> None:
+        if on_note is not None:
+            on_note(note)
+
+    has_clean = ("clean", 0) in held_partitions(manifest)
+    short, long = no_clean_note(root, manifest)
     if corruption is None and severity is None:
         frame_id, views = read_views(store, manifest, frame_id)
+        if not has_clean:
+            say(long)
         data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
-                                severity_names=severity_names(manifest))
+                                severity_names=severity_names(manifest), note=None if has_clean else short)
         path = out_dir / f"contact_sheet_{file_part(frame_id)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -126,15 +154,23 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
         parts = [(corruption, s) for s in ([severity] if severity is not None else range(1, severities + 1))]
     else:
         parts = [(c, int(severity)) for c in names]  # type: ignore[arg-type]
+    parts, missing = missing_partitions(root, manifest, parts, corruption, severity)
+    if not parts:
+        raise RenderError(missing)
+    if missing:
+        say(f"left out: {missing}")
     frame_id, views = read_views(store, manifest, frame_id, partitions=[*parts, ("clean", 0)])
-    clean = next((v for v in views if v.corruption == "clean"), views[0])
-    extent, radius = sheet_extent(clean)
-    focus = sheet_focus(clean, extent)
+    clean = next((v for v in views if v.corruption == "clean"), None)
+    extent, radius = sheet_extent(clean or next(v for v in views if (v.corruption, v.severity) in parts))
+    focus = None if clean is None else sheet_focus(clean, extent)
+    if clean is None and not has_clean:
+        say(long)
     written = []
     for v in views:
         if (v.corruption, v.severity) not in parts:
             continue
-        fig, _ = view_figure(v, frame_id=frame_id, extent=extent, radius=radius, focus=focus, color_by=color_by)
+        fig, _ = view_figure(v, frame_id=frame_id, extent=extent, radius=radius, focus=focus, color_by=color_by,
+                             note=None if clean is not None or v.is_object else short)
         path = out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png"
         save_png(fig, path)
         written.append(path)

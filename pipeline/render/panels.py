@@ -55,7 +55,8 @@ class Panel:
 
 
 def sheet_extent(clean: View) -> tuple[tuple[float, float, float, float] | None, float]:
-    """(scene extent, object radius) every panel of a sheet shares: the clean view's."""
+    """(scene extent, object radius) every panel of a sheet shares: the clean view's (or, without one, the first
+    view's)."""
     if clean.is_object:
         return None, object_extent(clean.points)
     return scene_extent(clean.points), 1.0
@@ -90,10 +91,12 @@ def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = 
 
 
 def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]:
-    """The panels of ``views``, all painted with the clean view's extent and zoom."""
+    """The panels of ``views``, all painted with the clean view's extent and zoom. Without a clean view (a
+    partial pull) they share the first view's extent and have no zoom: the zoom marks what differs from clean,
+    and another partition in its place would mark its own points "as in clean"."""
     if not views:
         raise RenderError("nothing to render")
-    clean = next((v for v in views if v.corruption == "clean"), views[0])
-    extent, radius = sheet_extent(clean)
-    focus = sheet_focus(clean, extent)
+    clean = next((v for v in views if v.corruption == "clean"), None)
+    extent, radius = sheet_extent(clean or views[0])
+    focus = None if clean is None else sheet_focus(clean, extent)
     return [make_panel(v, extent=extent, radius=radius, color_by=color_by, focus=focus) for v in views]

@@ -95,6 +95,7 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
         if frame_id is None and (s.get("shard") or Path(s["path"]).stem) != first_shard:
             continue
         todo.append(s)
+    files = len(todo)
     views: list[View] = []
     if frame_id is None:  # the first file that has a row names the frame
         while todo and frame_id is None:
@@ -106,10 +107,15 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
             found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width)[1], todo))
         views += [v for v in found if v is not None]
     if not views:
+        if not files:  # no file of the requested partitions is in the version (a partial pull)
+            held = parts_text(held_partitions(manifest))
+            raise RenderError(f"{store.url} holds none of the requested partitions"
+                              + (f" ({parts_text(sorted(wanted))})" if wanted else "") + f"; it holds {held}")
         known = [f for fs in (manifest.get("shard_frames") or {}).values() for f in fs]
         hint = "" if not known or frame_id in known else \
             f"; its frames: {', '.join(known[:3])}{', …' if len(known) > 3 else ''} ({len(known)})"
-        raise RenderError(f"frame {frame_id!r} is not in the requested partitions of {store.url}{hint}")
+        what = "no frame" if frame_id is None else f"frame {frame_id!r}"
+        raise RenderError(f"{what} is not in the requested partitions of {store.url}{hint}")
     return frame_id, sort_views(views, manifest)  # type: ignore[return-value]
 
 
@@ -142,6 +148,87 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
             is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
             return frame_id, View(part[0], part[1], pts, tags, boxes, is_object)
     return frame_id, None
+
+
+def held_partitions(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """The (corruption, severity) partitions whose files a version folder holds, in manifest order (a partial
+    pull holds only the ones it pulled)."""
+    return list(dict.fromkeys((s["corruption"], int(s["severity"])) for s in manifest.get("shards") or []))
+
+
+def parts_text(parts: Iterable[tuple[str, int]], limit: int = 5) -> str:
+    """Partitions in words, runs of severities joined: ``gaussian_rad/1–5, fog/2, clean/0``; past ``limit``
+    corruptions, the first ones and the count (``gaussian_rad/2, fog/2, … (25 partitions)``)."""
+    by: dict[str, list[int]] = {}
+    for c, s in parts:
+        by.setdefault(c, []).append(int(s))
+    out = []
+    for c, sev in by.items():
+        runs: list[list[int]] = []
+        for s in sorted(set(sev)):
+            if runs and s == runs[-1][-1] + 1:
+                runs[-1].append(s)
+            else:
+                runs.append([s])
+        out.append(f"{c}/" + ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs))
+    if len(out) > limit:
+        return ", ".join(out[:limit - 2]) + f", … ({sum(len(set(v)) for v in by.values())} partitions)"
+    return ", ".join(out) or "nothing"
+
+
+def partial_of(manifest: dict[str, Any]) -> str | None:
+    """``a partial pull of <dataset> <version>`` for a folder `bench-build pull --corruption/--severity` wrote,
+    else None."""
+    if "partial" not in manifest:
+        return None
+    return f"a partial pull of {manifest.get('dataset', 'the dataset')} {manifest.get('version', '')}".rstrip()
+
+
+def pull_command(root: Path, manifest: dict[str, Any], corruption: str | None, severity: int | None) -> str:
+    """The `bench-build pull` that adds ``corruption``/``severity`` to the partial pull in ``root``: a pull into
+    the same OUT composes with the files already there."""
+    dataset, version = manifest.get("dataset", "DATASET"), manifest.get("version", "VERSION")
+    out = root.parent.parent if root.name == version and root.parent.name == dataset else "DIR"
+    args = ("" if corruption is None else f" --corruption {corruption}") + \
+        ("" if severity is None or corruption == "clean" else f" --severity {severity}")
+    return f"bench-build pull <publication root>/{dataset} --version {version} --out {out}{args}"
+
+
+#: what a picture of a folder without the clean partition says instead of its zoom
+NO_CLEAN_SHORT = ("no clean partition in this folder{why}, so no zoom compares with it: pull --corruption clean to "
+                  "compare")
+
+
+def no_clean_note(root: Path, manifest: dict[str, Any]) -> tuple[str, str]:
+    """(the line a picture draws, the console note) when ``root`` holds no clean partition: nothing is compared
+    with clean, and the note says how to add it."""
+    partial = partial_of(manifest)
+    short = NO_CLEAN_SHORT.format(why=" (a partial pull)" if partial else "")
+    held = parts_text(held_partitions(manifest))
+    long = (f"no clean partition in {root}" + (f" ({partial}: it holds {held})" if partial else "")
+            + ": no zoom compares with clean, and the pictures share the first partition's extent"
+            + (f"; `{pull_command(root, manifest, 'clean', None)}` adds it" if partial else ""))
+    return short, long
+
+
+def missing_partitions(root: Path, manifest: dict[str, Any], wanted: list[tuple[str, int]],
+                       corruption: str | None, severity: int | None) -> tuple[list[tuple[str, int]], str | None]:
+    """(the ``wanted`` partitions ``root`` holds, what to say of those it lacks: None if it lacks none).
+
+    A version's recipe defines every partition; a partial pull holds some. When it holds none of ``wanted``
+    the caller refuses with the message; else it renders what is there and notes the rest."""
+    held = set(held_partitions(manifest))
+    present = [p for p in wanted if p in held]
+    missing = [p for p in wanted if p not in held]
+    if not missing:
+        return present, None
+    partial = partial_of(manifest)
+    verb = "is" if len(missing) == 1 else "are"
+    where = f"this folder ({root}): {partial}" if partial else str(root)
+    msg = f"{parts_text(missing)} {verb} not in {where}; it holds {parts_text(held_partitions(manifest))}"
+    if partial:
+        msg += f" (`{pull_command(root, manifest, corruption, severity)}` adds {'it' if len(missing) == 1 else 'them'})"
+    return present, msg
 
 
 def sort_views(views, manifest: dict[str, Any]):

@@ -30,11 +30,14 @@ LEGEND_DPI = PANEL_PX / 2.0  # the sheet's figure dpi (its pixels are the canvas
 
 
 def sheet_layout(panels: Sequence[Panel]) -> tuple[list[str], list[int], dict[tuple[str, int], tuple[int, int]]]:
-    """(corruption rows, severity columns, (corruption, severity) → (row, column)); clean alone in row 0."""
+    """(corruption rows, severity columns, (corruption, severity) → (row, column)); clean alone in row 0. The
+    rows and columns are those of the panels there are: without a clean panel (a partial pull) the first
+    corruption is row 0, and only the severities present are columns."""
     corruptions = list(dict.fromkeys(p.corruption for p in panels if p.corruption != "clean"))
     severities = sorted({p.severity for p in panels if p.corruption != "clean"}) or [0]
+    first = 1 if any(p.corruption == "clean" for p in panels) else 0
     cells = {(p.corruption, p.severity): (0, 0) if p.corruption == "clean" else
-             (1 + corruptions.index(p.corruption), severities.index(p.severity)) for p in panels}
+             (first + corruptions.index(p.corruption), severities.index(p.severity)) for p in panels}
     return corruptions, severities, cells
 
 
@@ -91,15 +94,34 @@ def _flow(entries: Sequence[LegendEntry], width: int, start: float) -> list[list
     return lines
 
 
+def _wrap(text: str, width: int, size: float = 7) -> list[str]:
+    """``text`` in lines no wider than ``width`` px at ``size`` pt (the sheet's dpi), broken between words."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    font, measure = FontProperties(size=size, style="italic"), TextToPath()
+    lines: list[str] = []
+    for word in text.split():
+        line = f"{lines[-1]} {word}" if lines else word
+        if lines and measure.get_text_width_height_descent(line, font, ismath=False)[0] * LEGEND_DPI / 72 \
+                <= width - 2 * SHEET_GAP_PX:
+            lines[-1] = line
+        else:
+            lines.append(word)
+    return lines
+
+
 def _corner_xy(corner: int, x: int, y: int, pw: int, ph: int, side: int, pad: int = 2) -> tuple[int, int]:
     return (x + pad if corner in (0, 2) else x + pw - side - pad, y + pad if corner in (0, 1) else y + ph - side - pad)
 
 
 def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag",
-                severity_names: Sequence[str] = ()) -> np.ndarray:
+                severity_names: Sequence[str] = (), note: str | None = None) -> np.ndarray:
     """The contact sheet as an (H, W, 3) uint8 image: clean first, then one row per corruption, one column
     per severity, a title above each panel, a metre scale bar in each scene panel, the zoom inset where
-    there is one, and the legend (and colour bar) on top.
+    there is one, and the legend (and colour bar) on top, then ``note`` (e.g. why there is no zoom). Only the
+    rows and columns of the panels given (`sheet_layout`); a grid narrower than the legend's minimum width
+    is centred.
 
     The panels are tiled with NumPy; matplotlib (Agg) draws only the text, the box outlines (clipped to
     their panel, around the inset) and the bars on a transparent layer, blended over the tiles. A figure
@@ -112,17 +134,20 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     from matplotlib.patches import Rectangle
     from matplotlib.path import Path as MPath
 
-    corruptions, severities, cells = sheet_layout(panels)
-    rows, cols = 1 + len(corruptions), len(severities)
+    _, severities, cells = sheet_layout(panels)
+    rows, cols = 1 + max(r for r, _ in cells.values()), len(severities)
     ph, pw = panels[0].image.shape[:2]
     is_object = pw != ph
     key = sheet_key(panels, color_by=color_by)
     cell_w, cell_h = pw + SHEET_GAP_PX, ph + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
-    width = max(cols * cell_w + SHEET_GAP_PX, 420)
+    grid = cols * cell_w + SHEET_GAP_PX
+    width = max(grid, 420)
+    left = (width - grid) // 2  # a grid narrower than the legend's minimum width is centred
     head = "colour: point tag · " if color_by == "tag" else ""
     lines = _flow(key.legend, width, SHEET_GAP_PX + 7 * len(head))
+    said = _wrap(note, width) if note else []
     bar_h = 24 if key.colorbar else 0
-    top = SHEET_LEGEND_LINE_PX * len(lines) + bar_h + 8
+    top = SHEET_LEGEND_LINE_PX * (len(lines) + len(said)) + bar_h + 8
     height = top + rows * cell_h + SHEET_GAP_PX  # a margin below the last row too
     canvas = np.full((height, width, 3), 255, np.uint8)
     if key.colorbar:
@@ -145,7 +170,7 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     frames: list = []  # the panels' light frames
     for p in panels:
         r, k = cells[(p.corruption, p.severity)]
-        x, y = SHEET_GAP_PX + k * cell_w, top + r * cell_h + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
+        x, y = left + SHEET_GAP_PX + k * cell_w, top + r * cell_h + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
         canvas[y:y + ph, x:x + pw] = p.image
         ix = iy = 0
         if p.inset is not None:
@@ -203,6 +228,9 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     if segments:
         ax.add_collection(LineCollection(segments, colors=colors, linewidths=0.8))
     _draw_legend(ax, lines, head, key, top - bar_h - 2)
+    for i, text in enumerate(said):
+        ax.text(SHEET_GAP_PX, 4 + 5 + (len(lines) + i) * SHEET_LEGEND_LINE_PX, text, fontsize=7, style="italic",
+                ha="left", va="center", color=(0.55, 0.1, 0.1))
     agg = FigureCanvasAgg(fig)
     agg.draw()
     layer = np.asarray(agg.buffer_rgba())[:height, :width]
@@ -256,13 +284,13 @@ def encode_png(image: np.ndarray) -> bytes:
 
 
 def contact_sheet(views: Sequence[View], *, frame_id: str, color_by: str = "tag",
-                  severity_names: Sequence[str] = ()) -> tuple[bytes, float]:
+                  severity_names: Sequence[str] = (), note: str | None = None) -> tuple[bytes, float]:
     """PNG bytes of the sheet and the seconds spent per panel (painting + drawing + encoding)."""
     t0 = time.perf_counter()
     if not views:
         raise RenderError(f"frame {frame_id}: nothing to render")
     data = encode_png(sheet_image(sheet_panels(views, color_by=color_by), frame_id=frame_id, color_by=color_by,
-                                  severity_names=severity_names))
+                                  severity_names=severity_names, note=note))
     return data, (time.perf_counter() - t0) / max(len(views), 1)
 
 

@@ -312,7 +312,8 @@ def test_scale_bars_and_legend_of_a_scene_sheet():
     spx = key.scale_m * PANEL_PX / (x1 - x0)
     # of the clean panel (row 0; fog is row 1): the bottom margin, then one row of gap, title and panel above
     bottom = image.shape[0] - SHEET_GAP_PX - (PANEL_PX + SHEET_ROW_GAP_PX + 16)
-    strip = image[bottom - 8:bottom - 2, SHEET_GAP_PX:SHEET_GAP_PX + PANEL_PX].min(axis=0)  # antialiased line
+    x = (image.shape[1] - PANEL_PX - 2 * SHEET_GAP_PX) // 2 + SHEET_GAP_PX  # one column: centred in the 420 px
+    strip = image[bottom - 8:bottom - 2, x:x + PANEL_PX].min(axis=0)  # antialiased line
     black = np.flatnonzero(np.all(strip < 110, axis=1))
     assert abs(len(black) - spx) <= 3 and abs(black.max() - (PANEL_PX - 5)) <= 2
     # by height: a colour bar in metres instead of tag entries
@@ -459,3 +460,104 @@ def test_box_colours_are_not_point_colours_and_a_long_frame_id_fits_its_title():
     token = "a0126864e3fb4bba8f0a1bd4ec6ecc38"
     title = sheet_title(Panel("clean", 0, np.zeros((1, 1, 3), np.uint8)), token)
     assert title == "clean · frame a0126864e3fb…" and len(title) <= 27
+
+
+# ---- partial pulls (`pull --corruption … --severity …`): a folder holding some of a version's partitions ----------
+
+def test_a_sheet_without_clean_has_no_zoom_and_no_empty_clean_row():
+    """Without a clean view the first view stood in for clean: its zoom marked every point "as in clean" and the
+    others' changes against it; and the sheet kept clean's row empty, one small panel under a blank area."""
+    from bench_build.render import sheet_key
+
+    rng = np.random.default_rng(6)
+    pts, boxes, car = _car_scene(rng)
+    tags = np.zeros(len(pts), np.uint8)
+    moved = pts.copy()
+    moved[car] += 0.5
+    views = [View("translation", 1, moved, tags, boxes, False), View("translation", 2, pts, tags, boxes, False)]
+    panels = sheet_panels(views)
+    assert all(p.inset is None and p.zoom is None for p in panels)
+    assert panels[0].extent == scene_extent(moved)  # the first view's extent, shared
+    key = sheet_key(panels)
+    assert key.zoom_scale_m is None and not any(e.label.startswith("zoom") for e in key.legend)
+    assert sheet_layout(panels)[2] == {("translation", 1): (0, 0), ("translation", 2): (0, 1)}
+    cell_h = PANEL_PX + SHEET_ROW_GAP_PX + 16
+    plain = sheet_image(panels, frame_id="f")
+    assert plain.shape[0] < 2 * cell_h  # the legend, then the one row of panels
+    said = sheet_image(panels, frame_id="f", note="no clean partition in this folder (a partial pull), so no zoom "
+                                                  "compares with it: pull --corruption clean to compare")
+    assert said.shape[0] >= plain.shape[0] + 15 and said.shape[1] == plain.shape[1]  # the note: a line or more
+    one = sheet_image(panels[:1], frame_id="f")  # narrower than the legend's minimum width: centred
+    ink = np.flatnonzero((one[-SHEET_GAP_PX - PANEL_PX // 2] < 250).any(axis=1))
+    assert one.shape[1] == 420 and abs(ink.min() - (one.shape[1] - 1 - ink.max())) <= 2, (ink.min(), ink.max())
+
+
+@pytest.fixture(scope="module")
+def partial_pulls(mini_build, tmp_path_factory):
+    """The mini build published to a folder, then pulled in part: translation/1 alone, and translation/1 with
+    clean (two pulls into one OUT compose)."""
+    from bench_build.publish import publish_version, pull_version
+
+    tmp = tmp_path_factory.mktemp("partial")
+    assert publish_version(str(mini_build), str(tmp / "pub"), progress=False).ok
+    for out, parts in (("alone", [("translation", 1)]), ("with-clean", [("translation", 1), ("clean", None)])):
+        for c, s in parts:
+            assert pull_version(str(tmp / "pub" / "mini-c"), tmp / out, corruption=c, severity=s, progress=False).ok
+    return tmp / "alone" / "mini-c" / "0.1.0", tmp / "with-clean" / "mini-c" / "0.1.0"
+
+
+def test_render_of_a_partial_pull_without_clean_compares_nothing_with_clean_and_says_why(partial_pulls, tmp_path,
+                                                                                     monkeypatch):
+    from PIL import Image
+
+    import bench_build.render.figure as figure
+    from bench_build.render import ZOOM_GONE
+
+    alone, with_clean = partial_pulls
+    drawn: list = []
+    real = figure.view_figure
+    monkeypatch.setattr(figure, "view_figure", lambda *a, **k: drawn.append(k) or real(*a, **k))
+    args = ["--corruption", "translation", "--severity", "1"]
+    res = runner.invoke(app, ["render", str(with_clean), "--out", str(tmp_path / "c"), *args])
+    assert res.exit_code == 0 and "note:" not in res.output, res.output
+    assert drawn[-1]["focus"] is not None and drawn[-1].get("note") is None
+    compared = np.asarray(Image.open(tmp_path / "c" / "000000_translation_1.png").convert("RGB"))
+    assert _colour_px(compared, ZOOM_GONE) > 0  # the zoom: the moved car's clean points are gone
+    res = runner.invoke(app, ["render", str(alone), "--out", str(tmp_path / "a"), *args], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert f"note: no clean partition in {alone} (a partial pull of mini-c 0.1.0: it holds translation/1)" in out
+    assert (f"`bench-build pull <publication root>/mini-c --version 0.1.0 --out {alone.parent.parent} --corruption "
+            "clean` adds it") in out
+    assert drawn[-1]["focus"] is None
+    assert "no clean partition in this folder (a partial pull)" in (drawn[-1].get("note") or "")
+    alone_png = np.asarray(Image.open(tmp_path / "a" / "000000_translation_1.png").convert("RGB"))
+    assert _colour_px(alone_png, ZOOM_GONE) == 0
+    # the contact sheet: one row (no empty clean row above it), the note drawn in it and said
+    res = runner.invoke(app, ["render", str(alone), "--out", str(tmp_path / "a")], terminal_width=400)
+    assert res.exit_code == 0 and "note: no clean partition in" in " ".join(res.output.split()), res.output
+    sheet = np.asarray(Image.open(tmp_path / "a" / "contact_sheet_000000.png").convert("RGB"))
+    assert sheet.shape[0] < 2 * (PANEL_PX + SHEET_ROW_GAP_PX + 16)
+
+
+def test_render_names_the_partitions_a_partial_pull_lacks(partial_pulls, tmp_path):
+    """A partition that is not in the folder was reported as "frame None is not in the requested partitions";
+    it is named, with what the folder holds and the pull that adds it."""
+    alone, _ = partial_pulls
+    pull = f"bench-build pull <publication root>/mini-c --version 0.1.0 --out {alone.parent.parent}"
+    for args, msg in (
+            (["--corruption", "beam_del", "--severity", "1"],
+             f"beam_del/1 is not in this folder ({alone}): a partial pull of mini-c 0.1.0; it holds translation/1 "
+             f"(`{pull} --corruption beam_del --severity 1` adds it)"),
+            (["--corruption", "beam_del", "--frame", "000001"],
+             f"beam_del/1–5 are not in this folder ({alone})"),
+            (["--corruption", "clean"], f"clean/0 is not in this folder ({alone})"),
+            (["--severity", "2"], f"gaussian_rad/2, beam_del/2, background/2, translation/2 are not in this folder "
+                                  f"({alone}): a partial pull of mini-c 0.1.0; it holds translation/1 (`{pull} "
+                                  "--severity 2` adds them)")):
+        res = runner.invoke(app, ["render", str(alone), "--out", str(tmp_path), *args], terminal_width=400)
+        assert res.exit_code == 2 and msg in " ".join(res.output.split()), (args, res.output)
+    res = runner.invoke(app, ["render", str(alone), "--out", str(tmp_path), "--corruption", "translation"],
+                        terminal_width=400)  # what it holds is drawn, the rest named
+    assert res.exit_code == 0 and (tmp_path / "000000_translation_1.png").is_file(), res.output
+    assert f"note: left out: translation/2–5 are not in this folder ({alone})" in " ".join(res.output.split())
