@@ -57,8 +57,8 @@ def _print_partitions(report: ScoreReport, console: Console) -> None:
     if hidden:
         console.print(f"({len(hidden)} more metric{'s' * (len(hidden) != 1)} per partition, e.g. {hidden[0]}: in "
                       "--out's CSV and JSON)", highlight=False)
-    if "note" in report.summary:
-        console.print(report.summary["note"])
+    if "note" in report.summary:  # why a mean is missing (e.g. no clean partition in a partial pull)
+        console.print(f"note: {report.summary['note']}", markup=False, highlight=False)
     headline = _headline(report.summary)
     if headline:
         console.print("  ".join(f"[bold]{k}[/bold] {_fmt(v)}" for k, v in headline.items()))

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from bench_build.score.nuscenes_det import score_nuscenes
+from bench_build.score.partial import summary_note
 from bench_build.score.predictions import PredictionError
 from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.validate import ScoreError
@@ -132,7 +133,7 @@ def score_det3d(report: Any, version_dir: str | Path, predictions: str | Path, s
         try:
             summary = robo3d_metrics(acc, BASELINE_TABLE[report.metric])
         except ValueError as e:
-            summary = {"clean": acc.get(("clean", 0)), "note": f"no mCE/mRR: {e}"}
+            summary = {"clean": acc.get(("clean", 0)), "note": summary_note(version_dir, acc, "mCE/mRR", e)}
     summary["accuracy"] = unit
     if notes:
         summary["note"] = "; ".join([*([summary["note"]] if "note" in summary else []), *notes])

@@ -44,6 +44,7 @@ from bench_build.score.kitti_c import kitti_c_metrics, overall_accuracy
 from bench_build.score.modelnet40_e import modelnet40_e_metrics
 from bench_build.score.modelnet_c import modelnet_c_metrics
 from bench_build.score.open_set import open_set_metrics
+from bench_build.score.partial import summary_note
 from bench_build.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
 from bench_build.score.robo3d import confusion, miou, robo3d_metrics
 from bench_build.score.robo3d_det import scene_set, score_det3d, task_of
@@ -242,24 +243,30 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
                         report.add(part.corruption, part.severity, f"{cls}/{m}/{diff}/{ap}", v[ap])
     if report.metric == "robo3d-det":
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
-        report.summary = _robo3d_summary(acc, "kitti-c")
+        report.summary = _robo3d_summary(acc, "kitti-c", version_dir)
         report.summary["accuracy"] = "Car moderate 3D AP (R40)"
         _ground_truth_counts(report, aps, classes)
         return
     summary: dict[str, Any] = {}
+    has_clean = any(p.corruption == "clean" for p in aps)
     for cls in classes:
         for m in ("3d", "bev"):
             oa = {(p.corruption, p.severity): overall_accuracy(r[cls][m]) for p, r in aps.items()}
-            summary[f"{cls}/{m}"] = kitti_c_metrics(oa) if len(oa) > 1 else {"OA_clean": oa.get(("clean", 0))}
+            if has_clean:  # every mean compares with clean: without it (a partial pull) the partitions stand alone
+                summary[f"{cls}/{m}"] = kitti_c_metrics(oa) if len(oa) > 1 else {"OA_clean": oa[("clean", 0)]}
             for (c, s), v in oa.items():
                 report.add(c, s, f"{cls}/{m}/OA", v)
+    if not has_clean:
+        summary["note"] = summary_note(version_dir, [(p.corruption, p.severity) for p in aps],
+                                       "CE, CE_AP, mCE_AP or bug-rate CR/mCR", "")
     report.summary = summary
-    _coverage(report, version_dir, scored, pred_root, severity_names)
+    _coverage(report, version_dir, scored, pred_root, severity_names, has_clean)
     _ground_truth_counts(report, aps, classes)
     _bug_rates(report, {(p.corruption, p.severity): r.bugs for p, r in scored.items() if r.bugs is not None})
 
 
-def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_root: Path, severity_names) -> None:
+def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_root: Path, severity_names,
+              has_clean: bool = True) -> None:
     """Say when the mean metrics average fewer corruptions than the benchmark defines (a partial pull), and which
     prediction folders name no partition of the version (a typo there would be silently unscored)."""
     manifest = manifest_of(version_dir)
@@ -268,8 +275,9 @@ def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_roo
     if defined and len(present) < len(defined):
         report.summary["corruptions_scored"] = {"scored": present, "defined": len(defined)}
         report.notes.append(f"{len(present)} of the benchmark's {len(defined)} corruptions are in this version "
-                            f"({', '.join(present) or 'none'}): the m-metrics average those only and are not the "
-                            "paper's figures (pull or build the whole version to compare)")
+                            f"({', '.join(present) or 'none'})" + (
+                                ": the m-metrics average those only and are not the paper's figures (pull or build "
+                                "the whole version to compare)" if has_clean else ""))
     known = {str(p.corruption) for p in scored}
     extra = sorted(d.name for d in pred_root.iterdir() if d.is_dir() and d.name not in known)
     if extra:
@@ -326,14 +334,15 @@ def _bug_rates(report: ScoreReport, br: dict[tuple[str, int], dict[str, dict[str
     report.summary["bug_rates"] = risk
 
 
-def _robo3d_summary(acc: dict[tuple[str, int], float], table: str) -> dict[str, Any]:
-    """mCE/mRR when the version has every corruption of the baseline table; otherwise the per-partition
-    accuracies stand alone and the summary says why there is no mCE."""
+def _robo3d_summary(acc: dict[tuple[str, int], float], table: str, version_dir) -> dict[str, Any]:
+    """mCE/mRR when the version has its clean partition and every corruption of the baseline table; otherwise
+    the per-partition accuracies stand alone and the summary says why there is no mCE (and, for a partial pull,
+    what adds the missing partitions)."""
 
     try:
         return robo3d_metrics(acc, table)
     except ValueError as e:
-        return {"clean": acc.get(("clean", 0)), "note": f"no mCE/mRR: {e}"}
+        return {"clean": acc.get(("clean", 0)), "note": summary_note(version_dir, acc, "mCE/mRR", e)}
 
 
 def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, ignore_label: int | None) -> None:
@@ -378,7 +387,7 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         acc[part] = miou(conf, ignore_label)[0]
         report.add(part[0], part[1], "mIoU", acc[part])
     table = "nuscenes-c-seg" if "nuscenes" in dataset else "semantickitti-c"
-    report.summary = _robo3d_summary(acc, table)
+    report.summary = _robo3d_summary(acc, table, version_dir)
 
 
 def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
@@ -447,7 +456,12 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         for (c, s), v in oa.items():
             report.add(c, s, "OA", 100 * v)
         # eval.py's arithmetic on fractions rounded to 3 decimals, then percent with the same precision
-        report.summary = _scaled(modelnet_c_metrics(oa), (), digits=1)
+        try:
+            report.summary = _scaled(modelnet_c_metrics(oa), (), digits=1)
+        except ScoreError as e:  # no clean partition or not every corruption (a partial pull): OA per partition
+            report.summary = {"note": summary_note(version_dir, oa, "CE/RCE/mCE/RmCE/mOA", e)}
+            if ("clean", 0) in oa:
+                report.summary["OA_clean"] = round(100 * round(oa[("clean", 0)], 3), 1)
         return
     per = {f"{c}/{s}": modelnet40_e_metrics(probs[idx], truth.class_id[idx],
                                             None if truth.sigma_mean is None else truth.sigma_mean[idx])

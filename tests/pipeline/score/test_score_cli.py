@@ -498,3 +498,85 @@ def test_the_class_count_defaults_to_the_sources(tmp_path):
     assert CLASS_COUNTS["scanobjectnn"] == 15 and rep.summary["clean/0"]["accuracy"] == 100.0
     with pytest.raises(PredictionError, match="15"):
         score_version(v, p, num_classes=40)
+
+
+def partial_copy(version: Path, dest: Path, keep: set[tuple[str, int]]) -> Path:
+    """``version`` as `pull --corruption … --severity …` leaves it in ``dest`` (OUT/<dataset>/<version>): only the
+    kept partitions' files, and a manifest listing just them with a ``partial`` entry."""
+    import shutil
+
+    manifest = json.loads((version / "manifest.json").read_text())
+    shards = [s for s in manifest["shards"] if (s["corruption"], s["severity"]) in keep]
+    for s in shards:
+        (dest / s["path"]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(version / s["path"], dest / s["path"])
+    (dest / "manifest.json").write_text(json.dumps({
+        **manifest, "shards": shards, "partial": {"selections": [{"corruption": c, "severity": s} for c, s in keep],
+                                                  "of_manifest_sha256": "0" * 64,
+                                                  "files_in_version": len(manifest["shards"])}}))
+    return dest
+
+
+@pytest.mark.parametrize("keep", [{("gaussian_rad", 1)}, {("gaussian_rad", 1), ("beam_del", 1)}])
+def test_detection_without_clean_scores_every_partition_and_says_how_to_add_clean(det_version, demo_kitti_master,
+                                                                                 tmp_path, keep):
+    """A partial pull without clean: one corrupted partition exited 0 with an empty OA_clean and no word of clean;
+    two exited 2 ("KITTI-C metrics need the clean partition") with nothing scored. Both now score every partition
+    and say which means need clean and the pull that adds it."""
+    version = partial_copy(det_version, tmp_path / "pulled" / "kitti-c" / "0.1.0", keep)
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version)
+    res = runner.invoke(app, ["score", str(version), str(preds), "--out", str(tmp_path / "res" / "k")],
+                        terminal_width=400)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    note = (f"no CE, CE_AP, mCE_AP or bug-rate CR/mCR: they need the clean partition, which {version} does not "
+            f"hold (a partial pull of kitti-c 0.1.0: it holds ")
+    pull = (f"`bench-build pull <publication root>/kitti-c --version 0.1.0 --out {tmp_path / 'pulled'} --corruption "
+            "clean` adds it")
+    assert note in out and pull in out
+    data = strict_json(tmp_path / "res" / "k.json")
+    assert data["summary"]["note"].startswith(note) and pull in data["summary"]["note"]
+    assert not any("mCE_AP" in k or "OA_clean" in k for k in data["summary"])
+    table = csv_table(tmp_path / "res" / "k.csv")
+    assert not any(k[2].endswith(("OA_clean", "CE_AP", "/CE", "CR_TD")) for k in table)  # no empty means
+    for c, s in keep:  # every partition scored, printed and written
+        assert float(table[(c, str(s), "Car/3d/OA")][0]) > 0 and re.search(rf"│ {c} +│ +{s} │", res.output)
+        assert (c, str(s), "Car/BR_TD") in table
+    assert_units(data)
+
+
+def test_modelnet_c_and_robo3d_without_clean_score_their_partitions_and_say_why_there_is_no_summary(
+        det_version, demo_kitti_master, tmp_path):
+    """ModelNet-C without clean exited 2 with nothing scored; Robo3D named no way to add clean. Both now score
+    every partition and the summary says what needs clean and the pull that adds it."""
+    rows, preds = [], []
+    for c in MNC:
+        for s in (1, 2, 3, 4, 5):
+            for i in range(4):
+                key = f"modelnet-c/{i:04d}/{c}/{s}"
+                rows.append({"key": key, "corruption": c, "severity": s, "class_id": i % 2})
+                preds.append({"key": key, "pred": i % 2 if i else 1 - i % 2})
+    full = write_object_version(tmp_path / "full" / "modelnet-c" / "0.1.0", "modelnet-c", rows)
+    v = partial_copy(full, tmp_path / "p" / "modelnet-c" / "0.1.0", {(c, s) for c in MNC for s in range(1, 6)})
+    p = _jsonl(tmp_path / "mnc.jsonl", preds)
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "2"], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    rep = score_version(v, p, num_classes=2)
+    assert {r["value"] for r in rep.rows if r["metric"] == "OA"} == {75.0} and len(rep.rows) == 35
+    assert rep.summary["note"].startswith("no CE/RCE/mCE/RmCE/mOA: they need the clean partition, which ")
+    assert (f"`bench-build pull <publication root>/modelnet-c --version 0.1.0 --out {tmp_path / 'p'} --corruption "
+            "clean` adds it") in rep.summary["note"] and "note: no CE/RCE/mCE/RmCE/mOA" in " ".join(res.output.split())
+    assert_units(rep)
+    robo = tmp_path / "r" / "robo3d-kitti-c" / "0.1.0"
+    robo.mkdir(parents=True)
+    m = json.loads((det_version / "manifest.json").read_text())
+    write_manifest(robo, "robo3d-kitti-c", m["shards"])
+    for s in m["shards"]:
+        (robo / s["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (robo / s["path"]).write_bytes((det_version / s["path"]).read_bytes())
+    v = partial_copy(robo, tmp_path / "rp" / "robo3d-kitti-c" / "0.1.0", {("gaussian_rad", 1)})
+    rep = score_version(v, write_results(tmp_path / "pred", demo_kitti_master, det_version))
+    assert [r["corruption"] for r in rep.rows if r["metric"] == "Car/3d/moderate/AP_R40"] == ["gaussian_rad"]
+    assert rep.summary["note"].startswith("no mCE/mRR: they need the clean partition")
+    assert "/robo3d-kitti-c --version 0.1.0 --out " in rep.summary["note"]
+    assert rep.summary["note"].endswith("--corruption clean` adds it")
