@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_build.manifests.manifest import read_manifest
+from bench_build.manifests.partial import held_partitions
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
 from bench_build.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
@@ -14,7 +15,6 @@ from bench_build.render.raster import bev_raster, box_outlines, object_raster
 from bench_build.render.read import (
     default_render_dir,
     file_part,
-    held_partitions,
     missing_partitions,
     no_clean_note,
     read_views,

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
+from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.panels import Panel
 from bench_build.render.sheet import contact_sheet, panels_sheet
@@ -148,50 +149,6 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
             is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
             return frame_id, View(part[0], part[1], pts, tags, boxes, is_object)
     return frame_id, None
-
-
-def held_partitions(manifest: dict[str, Any]) -> list[tuple[str, int]]:
-    """The (corruption, severity) partitions whose files a version folder holds, in manifest order (a partial
-    pull holds only the ones it pulled)."""
-    return list(dict.fromkeys((s["corruption"], int(s["severity"])) for s in manifest.get("shards") or []))
-
-
-def parts_text(parts: Iterable[tuple[str, int]], limit: int = 5) -> str:
-    """Partitions in words, runs of severities joined: ``gaussian_rad/1–5, fog/2, clean/0``; past ``limit``
-    corruptions, the first ones and the count (``gaussian_rad/2, fog/2, … (25 partitions)``)."""
-    by: dict[str, list[int]] = {}
-    for c, s in parts:
-        by.setdefault(c, []).append(int(s))
-    out = []
-    for c, sev in by.items():
-        runs: list[list[int]] = []
-        for s in sorted(set(sev)):
-            if runs and s == runs[-1][-1] + 1:
-                runs[-1].append(s)
-            else:
-                runs.append([s])
-        out.append(f"{c}/" + ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs))
-    if len(out) > limit:
-        return ", ".join(out[:limit - 2]) + f", … ({sum(len(set(v)) for v in by.values())} partitions)"
-    return ", ".join(out) or "nothing"
-
-
-def partial_of(manifest: dict[str, Any]) -> str | None:
-    """``a partial pull of <dataset> <version>`` for a folder `bench-build pull --corruption/--severity` wrote,
-    else None."""
-    if "partial" not in manifest:
-        return None
-    return f"a partial pull of {manifest.get('dataset', 'the dataset')} {manifest.get('version', '')}".rstrip()
-
-
-def pull_command(root: Path, manifest: dict[str, Any], corruption: str | None, severity: int | None) -> str:
-    """The `bench-build pull` that adds ``corruption``/``severity`` to the partial pull in ``root``: a pull into
-    the same OUT composes with the files already there."""
-    dataset, version = manifest.get("dataset", "DATASET"), manifest.get("version", "VERSION")
-    out = root.parent.parent if root.name == version and root.parent.name == dataset else "DIR"
-    args = ("" if corruption is None else f" --corruption {corruption}") + \
-        ("" if severity is None or corruption == "clean" else f" --severity {severity}")
-    return f"bench-build pull <publication root>/{dataset} --version {version} --out {out}{args}"
 
 
 #: what a picture of a folder without the clean partition says instead of its zoom

@@ -14,41 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.manifests.manifest import read_manifest
-
-
-def held_partitions(manifest: dict[str, Any]) -> list[tuple[str, int]]:
-    """The (corruption, severity) partitions whose files the folder holds, in manifest order."""
-    return list(dict.fromkeys((s["corruption"], int(s["severity"])) for s in manifest.get("shards") or []))
-
-
-def parts_text(parts: Iterable[tuple[str, int]], limit: int = 5) -> str:
-    """Partitions in words, runs of severities joined: ``gaussian_rad/1–5, fog/2``; past ``limit`` corruptions,
-    the first ones and the count."""
-    by: dict[str, list[int]] = {}
-    for c, s in parts:
-        by.setdefault(c, []).append(int(s))
-    out = []
-    for c, sev in by.items():
-        runs: list[list[int]] = []
-        for s in sorted(set(sev)):
-            if runs and s == runs[-1][-1] + 1:
-                runs[-1].append(s)
-            else:
-                runs.append([s])
-        out.append(f"{c}/" + ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs))
-    if len(out) > limit:
-        return ", ".join(out[:limit - 2]) + f", … ({sum(len(set(v)) for v in by.values())} partitions)"
-    return ", ".join(out) or "nothing"
-
-
-def pull_command(version_dir: str | Path, manifest: dict[str, Any], corruption: str | None) -> str:
-    """The `bench-build pull` that adds ``corruption`` (None: every file) to the partial pull in
-    ``version_dir``: a pull into the same OUT composes with the files already there."""
-    root = Path(version_dir)
-    dataset, version = manifest.get("dataset", "DATASET"), manifest.get("version", "VERSION")
-    out = root.parent.parent if root.name == version and root.parent.name == dataset else "DIR"
-    return (f"bench-build pull <publication root>/{dataset} --version {version} --out {out}"
-            + ("" if corruption is None else f" --corruption {corruption}"))
+from bench_build.manifests.partial import held_partitions, parts_text, pull_command
 
 
 def _partial(manifest: dict[str, Any]) -> str:
