@@ -6,15 +6,28 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.build.ledger import Ledger
+from bench_build.build.run import build_fingerprint
+from bench_build.format.writer import ENCODINGS
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.tasks import TaskSpec, plan_shards, task_groups
 from bench_build.storage import LocalStore, open_store
 
 
+def recipe_fingerprints(recipe: Any, info: dict[str, Any]) -> dict[str, str]:
+    """The build fingerprints `run` computes for ``recipe`` over the frames and shard size the ledger's run.json
+    records, one per encoding (run.json does not record the encoding; `run --encoding` chooses it)."""
+    return {enc: build_fingerprint(recipe, list(info["frames"]), frames_per_shard=info["frames_per_shard"],
+                                   encoding=enc) for enc in ENCODINGS}
+
+
 def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,
                  profile: str | None = None) -> dict[str, Any]:
-    """Shards done / failed / pending, examples written and an ETA, from the ledger alone."""
+    """Shards done / failed / pending, examples written and an ETA, from the ledger alone.
+
+    ``matches_recipe`` says whether the build there is this recipe's (its fingerprint is the one `run` computes for
+    the recipe over the ledger's frames and shard size, in either encoding); when it is not, `run` with this recipe
+    refuses the folder, and ``recipe_fingerprint`` is the fingerprint `run` would have (full encoding)."""
     recipe = load_recipe(benchmark)
     store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
     version_dir = store.root if isinstance(store, LocalStore) else store.url
@@ -24,6 +37,8 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     info = ledger.run_info()
     if info is None:
         raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
+    mine = recipe_fingerprints(recipe, info)
+    matches = info["fingerprint"] in mine.values()
     cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)
     specs = [TaskSpec(s, g, len(cut), parts) for s in plan_shards(info["frames"], info["frames_per_shard"])
              for g, parts in enumerate(cut)]
@@ -42,7 +57,9 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     remaining = len(specs) - len(done)
     eta = (seconds / len(done)) * remaining if done else None
     # "shards" counts the ledger's tasks (as `run`'s summary line): blocks × "task_groups" per block
-    return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "shards": len(specs),
+    return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "matches_recipe": matches,
+            "recipe_fingerprint": next((fp for fp in mine.values() if fp == info["fingerprint"]), mine["full"]),
+            "shards": len(specs),
             "task_groups": len(cut),
             "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
             "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])

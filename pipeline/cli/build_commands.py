@@ -234,6 +234,11 @@ def status(
     if as_json:
         out_console.print_json(json.dumps(st))
         return
+    if not st["matches_recipe"]:  # what `run` with this recipe would say: it refuses the folder (exit 2)
+        out_console.print(f"{st['version_dir']}: holds a build of another fingerprint ({st['fingerprint'][:12]}; "
+                          f"{benchmark}'s is {st['recipe_fingerprint'][:12]}: recipe, stage versions or Parquet "
+                          "writer options differ): `run` refuses to resume it — raise the recipe's version, or pass "
+                          "--overwrite to replace it; the counts below are that build's", highlight=False)
     eta = "n/a" if st["eta_cpu_seconds"] is None else f"{st['eta_cpu_seconds']:.0f} CPU-s"
     unit = task_unit(st["shards"], st["task_groups"])
     out_console.print(f"{st['version_dir']}: {st['done']}/{st['shards']} {unit} done, {len(st['failed'])} failed, "
