@@ -192,8 +192,14 @@ def diff_versions(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _build_changes(a: dict[str, Any], b: dict[str, Any], xa: dict[str, Any], xb: dict[str, Any]) -> str:
-    """Why a partition whose stage and parameters are the same has other bytes: what the two builds were given."""
-    out = [f"{k} {a.get(k)} → {b.get(k)}" for k in ("frames", "frames_per_shard", "encoding") if a.get(k) != b.get(k)]
+    """Why a partition whose stage and parameters are the same has other bytes: what the two builds were given (what
+    the partition fingerprint holds besides the partition's own stage and parameters)."""
+    ra, rb = a.get("recipe") or {}, b.get("recipe") or {}
+    out = [f"dataset {a.get('dataset')} → {b.get('dataset')}"] if a.get("dataset") != b.get("dataset") else []
+    out += [f"{k} {ra.get(k)} → {rb.get(k)}" for k in ("seed", "source", "split") if ra.get(k) != rb.get(k)]
+    out += [k.replace("_", " ") for k in ("source_options", "preprocess") if ra.get(k) != rb.get(k)]
+    out += [f"{k} {a.get(k)} → {b.get(k)}" for k in ("frames", "frames_per_shard", "encoding", "schema_version")
+            if a.get(k) != b.get(k)]
     ids_a, ids_b = (a.get("source_identity") or {}).get("frames") or {}, (b.get("source_identity") or {}).get(
         "frames") or {}
     if ids_a and ids_b and (moved := sum(1 for f in ids_a.keys() & ids_b.keys() if ids_a[f] != ids_b[f])):
@@ -203,4 +209,34 @@ def _build_changes(a: dict[str, Any], b: dict[str, Any], xa: dict[str, Any], xb:
     if (a.get("numeric_profile") and b.get("numeric_profile")
             and profile_differences(a["numeric_profile"], b["numeric_profile"])):
         out.append("numeric profile")
+    if a.get("columns") and b.get("columns") and a["columns"] != b["columns"]:
+        out.append("columns")
     return "; ".join(out) or "bytes (same parameters, frames and encoding)"
+
+
+def diff_notes(a: dict[str, Any], b: dict[str, Any], *, same_place: bool = False, a_later: bool = False) -> list[str]:
+    """One line each on what makes a `diff A B` read otherwise than "what changed from A to B": versions of
+    different benchmarks (which share no partition: `run --reuse` refuses that pairing), the same version on both
+    sides, A later than B (the rows then read backwards), and a partial pull on either side (its missing
+    partitions show as removed / added). ``same_place``: A and B are the same directory or URL; ``a_later``: A's
+    version orders after B's (the caller orders them: publish's `version_key`)."""
+    notes = []
+    va, vb = a.get("version"), b.get("version")
+    if a.get("dataset") != b.get("dataset"):
+        notes.append(f"A is {a.get('dataset')} and B is {b.get('dataset')}: versions of different benchmarks (their "
+                     "keys and RNG streams differ, so no partition is shared; `run --reuse` refuses this pairing)")
+    elif same_place:
+        notes.append(f"A and B are the same version ({a.get('dataset')} {va}, the same place): every partition "
+                     "compares with itself")
+    elif va == vb:
+        notes.append(f"A and B are both {a.get('dataset')} {va} (two copies or builds of the same version)")
+    elif a_later:
+        notes.append(f"A ({va}) is later than B ({vb}): the rows read from {va} to {vb} (\"added\": only in {vb}); "
+                     f"pass the earlier version first for what {va} changed")
+    for side, m, missing in (("A", a, "added"), ("B", b, "removed")):
+        if part := m.get("partial"):
+            picked = "; ".join(" ".join(f"{k}={v}" for k, v in sel.items() if v is not None) or "all"
+                               for sel in part.get("selections", []))
+            notes.append(f"{side} is a partial pull ({len(m.get('shards', []))} of {part.get('files_in_version')} "
+                         f"files: {picked}): partitions it does not hold show as {missing}")
+    return notes

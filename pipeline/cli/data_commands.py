@@ -261,15 +261,24 @@ def diff(
     from rich.markup import escape
     from rich.table import Table
 
-    from bench_build.build.reuse import diff_versions, read_version_manifest
+    from bench_build.build.reuse import diff_notes, diff_versions, read_version_manifest
     from bench_build.manifests.manifest import ManifestError
-    from bench_build.storage import StorageError
+    from bench_build.publish.common import version_key
+    from bench_build.storage import LocalStore, StorageError, open_store
 
     try:
         a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)
         b = read_version_manifest(version_b, endpoint_url=endpoint_url, profile=profile)
     except (FileNotFoundError, ManifestError, StorageError, ValueError) as e:
         raise fail(e) from None
+
+    def place(where: str) -> str:  # the directory (links resolved) or URL a version argument names
+        store = open_store(where, endpoint_url=endpoint_url, profile=profile)
+        return os.path.realpath(store.root) if isinstance(store, LocalStore) else store.spec.url.rstrip("/")
+
+    same_place = place(version_a) == place(version_b)
+    va, vb = str(a.get("version")), str(b.get("version"))
+    notes = diff_notes(a, b, same_place=same_place, a_later=version_key(va) > version_key(vb))
     rows = diff_versions(a, b)
     table = Table(title=f"{a['dataset']} {a['version']} → {b['dataset']} {b['version']}")
     for col in ("partition", "status", "files same", "MB", "what differs"):
@@ -284,3 +293,5 @@ def diff(
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + " partitions", highlight=False)
+    for note in notes:  # after the table, where the eye lands: what to keep in mind reading it
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

@@ -109,15 +109,22 @@ def test_diff_names_the_changed_partition_and_its_parameter(v2):
     assert "changed" in line and "sigma 0.04 → 0.05" in line
     assert "1 changed, 20 reused partitions" in out.output
     out = runner.invoke(app, ["diff", str(v2["v1"]), str(v2["fresh"])])
-    assert "1 changed, 20 identical partitions" in out.output
+    assert "1 changed, 20 identical partitions" in out.output and "note:" not in out.output
+    # the later version first, or one version against itself: said in a note
+    out = runner.invoke(app, ["diff", str(v2["reused"]), str(v2["v1"])])
+    assert out.exit_code == 0 and "A (0.2.0) is later than B (0.1.0)" in " ".join(out.output.split()), out.output
+    out = runner.invoke(app, ["diff", str(v2["v1"]), str(v2["v1"]) + "/"])
+    assert "A and B are the same version (mini-c 0.1.0, the same place)" in " ".join(out.output.split()), out.output
 
 
 def test_diff_says_why_a_partition_with_the_same_parameters_changed():
     """Same stage and parameters, other bytes: the row names what the builds were given differently."""
     from bench_build.build.reuse import diff_versions
 
-    def manifest(fps: int, files: list[tuple[str, str]], frames: dict[str, str], encoding: str = "full") -> dict:
-        return {"version": "1", "frames": 2, "frames_per_shard": fps, "encoding": encoding,
+    def manifest(fps: int, files: list[tuple[str, str]], frames: dict[str, str], encoding: str = "full",
+                 seed: int = 7, dataset: str = "kitti-c") -> dict:
+        return {"dataset": dataset, "version": "1", "frames": 2, "frames_per_shard": fps, "encoding": encoding,
+                "recipe": {"name": dataset, "seed": seed, "source": "kitti", "split": "training"},
                 "partitions": {"fog/1": {"stage": "fog", "params": {"beta": 0.1}}},
                 "source_identity": {"frames": frames},
                 "shards": [{"corruption": "fog", "severity": 1, "path": p, "sha256": h, "bytes": 1} for p, h in files]}
@@ -133,6 +140,11 @@ def test_diff_says_why_a_partition_with_the_same_parameters_changed():
     assert [r["differs"] for r in diff_versions(one, manifest(2, [("fog/1/part-0", "u")], same))] == \
         ["bytes (same parameters, frames and encoding)"]
     assert [(r["status"], r["differs"]) for r in diff_versions(one, one)] == [("identical", "")]
+    # the seed and the benchmark are in the partition fingerprint too (every example's key and RNG derive from them)
+    reseeded = manifest(2, [("fog/1/part-0", "t")], same, seed=8)
+    assert [r["differs"] for r in diff_versions(one, reseeded)] == ["seed 7 → 8"]
+    text = manifest(2, [("fog/1/part-0", "s")], same, dataset="kitti-c-text")
+    assert [r["differs"] for r in diff_versions(one, text)] == ["dataset kitti-c → kitti-c-text"]
 
 
 def test_reuse_of_another_benchmark_or_a_missing_version_is_refused_before_any_work(v2, tmp_path):

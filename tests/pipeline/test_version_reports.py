@@ -35,3 +35,20 @@ def test_status_says_the_folder_holds_a_build_of_another_fingerprint(mini_build,
     st = json.loads(runner.invoke(app, ["status", str(changed), "--out", out_root, "--json"]).output)
     assert st["matches_recipe"] is False and st["fingerprint"] == built and st["recipe_fingerprint"] != built
     assert st["recipe_fingerprint"][:12] in first
+
+
+def test_diff_notes_name_what_makes_a_diff_read_otherwise():
+    from bench_build.build.reuse import diff_notes
+
+    def m(dataset: str, version: str, **extra) -> dict:
+        return {"dataset": dataset, "version": version, "shards": [], **extra}
+
+    assert diff_notes(m("kitti-c", "1.0.0"), m("kitti-c", "1.0.1")) == []
+    other = diff_notes(m("kitti-c", "1.0.0"), m("kitti-c-text", "1.0.0"))
+    assert len(other) == 1 and "different benchmarks" in other[0] and "--reuse" in other[0]
+    assert "same place" in diff_notes(m("a", "1"), m("a", "1"), same_place=True)[0]
+    later = diff_notes(m("a", "1.0.1"), m("a", "1.0.0"), a_later=True)
+    assert len(later) == 1 and "A (1.0.1) is later than B (1.0.0)" in later[0]
+    part = {"selections": [{"corruption": "fog", "severity": None}], "files_in_version": 126}
+    assert diff_notes(m("a", "1"), m("a", "2", partial=part)) == [
+        "B is a partial pull (0 of 126 files: corruption=fog): partitions it does not hold show as removed"]
