@@ -125,9 +125,7 @@ def run(
         _summary_table(result.manifest)
     console.print(_counts_line(result))
     if result.reused is not None:
-        console.print(f"reused {result.reused['files']} files ({result.reused['bytes'] / 1e6:.1f} MB) from "
-                      f"{result.reused['from']}; {result.reused['tasks_skipped']} task(s) needed no computing",
-                      highlight=False)
+        console.print(_reuse_line(result), highlight=False)
     if result.failures:
         for shard, err in sorted(result.failures.items()):
             console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
@@ -176,12 +174,39 @@ def task_unit(tasks: int, groups: int) -> str:
 
 
 def _counts_line(result) -> str:
-    """What the run did, in shards (one task per shard) or in tasks (several task groups per shard)."""
+    """What the run did, in shards (one task per shard) or in tasks (several task groups per shard). The counts add
+    up to the total: already done (the ledger's, before this run), reused (`--reuse`: every file of the task taken
+    from the earlier version, nothing computed), built (computed by this run, some files possibly reused), failed."""
     total = result.shards_total
     unit = task_unit(total, result.groups)
     failed = len([k for k in result.failures if k != "manifest.json"])
-    return (f"{total} {unit}: {result.shards_skipped} already done, {len(result.shards_built)} built, {failed} failed "
-            f"in {result.seconds:.1f} s")
+    reused = f"{result.reused['tasks_skipped']} reused, " if result.reused is not None else ""
+    return (f"{total} {unit}: {result.shards_skipped} already done, {reused}{len(result.shards_built)} built, "
+            f"{failed} failed in {result.seconds:.1f} s")
+
+
+def _partition_list(names: list[str], shown: int = 5) -> str:
+    """The first few partitions, then "…"."""
+    return ", ".join(names[:shown]) + (", …" if len(names) > shown else "")
+
+
+def _reuse_line(result) -> str:
+    """`run --reuse`: what the version took from the earlier one and what it computed. With a manifest (the build
+    finished) the counts are the version's, as its manifest and card record them (files put in place by an
+    earlier, interrupted run of it included); without one, this run's."""
+    r = result.reused
+    if result.manifest is None:
+        return (f"reused {r['files']} file{'s' * (r['files'] != 1)} ({r['bytes'] / 1e6:.1f} MB) from {r['from']} "
+                f"so far; {r['tasks_skipped']} task(s) needed no computing")
+    shards = result.manifest["shards"]
+    taken = [s for s in shards if s.get("reused_from")]
+    computed = [s for s in shards if not s.get("reused_from")]
+    parts = list(dict.fromkeys(f"{s['corruption']}/{s['severity']}" for s in computed))
+    by_run = "" if r["files"] == len(taken) else f" ({r['files']} put in place by this run, the rest by an earlier one)"
+    what = (f"computed {len(computed)} file{'s' * (len(computed) != 1)}: {_partition_list(parts)}" if computed
+            else "computed nothing (every partition's fingerprint is unchanged)")
+    return (f"reused {len(taken)} file{'s' * (len(taken) != 1)} ({sum(s['bytes'] for s in taken) / 1e6:.1f} MB) "
+            f"from {r['from']}{by_run}; {what}")
 
 
 def _summary_table(manifest: dict) -> None:

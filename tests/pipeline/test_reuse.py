@@ -98,8 +98,33 @@ def test_reuse_build_computes_only_the_changed_partition_and_matches_a_fresh_bui
                            "bytes": sum(s["bytes"] for s in m["shards"] if _partition(s["path"]) != CHANGED)}
     card = (reused_dir / "README.md").read_text()
     assert "## Reused partitions" in card and f"Computed for this version: {CHANGED}." in card
-    # the resumed run: one task was done before the kill, the other reused its earlier-placed files again
-    assert "1 already done" in v2["output"] and "reused 20 files" in v2["output"]
+    # the resumed run: one task was done before the kill, the other reused its earlier-placed files again; the
+    # counts add up to the total, the reused files are the manifest's, and the summary names what was computed
+    text = " ".join(v2["output"].split())
+    assert "2 shards: 1 already done, 0 reused, 1 built, 0 failed" in text, text
+    assert (f"reused 40 files ({m['reused']['bytes'] / 1e6:.1f} MB) from mini-c 0.1.0 (20 put in place by this run, "
+            f"the rest by an earlier one); computed 2 files: {CHANGED}") in text, text
+
+
+def test_reuse_summary_of_a_version_only_bump_and_of_a_no_op_resume_adds_up(mini_build, demo_kitti_master, tmp_path):
+    """Every partition's fingerprint unchanged: no task is computed (no Ray either), each is counted as reused; run
+    again, each is already done and the reused files are still the manifest's, not "reused 0 files"."""
+    recipe = tmp_path / "mini-c.toml"
+    recipe.write_text(SMALL_RECIPE.replace('version = "0.1.0"', 'version = "0.3.0"'))
+    args = ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"), "--workers", "2",
+            "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(mini_build)]
+    mb = sum(s["bytes"] for s in read_manifest(mini_build)["shards"]) / 1e6
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    text = " ".join(first.output.split())
+    assert "2 shards: 0 already done, 2 reused, 0 built, 0 failed" in text, text
+    assert f"reused 42 files ({mb:.1f} MB) from mini-c 0.1.0; computed nothing" in text, text
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    text = " ".join(again.output.split())
+    assert "2 shards: 2 already done, 0 reused, 0 built, 0 failed" in text, text
+    assert f"reused 42 files ({mb:.1f} MB) from mini-c 0.1.0 (0 put in place by this run" in text, text
+    assert read_manifest(tmp_path / "o" / "mini-c" / "0.3.0")["reused"]["files"] == 42
 
 
 def test_diff_names_the_changed_partition_and_its_parameter(v2):
