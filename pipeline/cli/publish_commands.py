@@ -95,7 +95,11 @@ def versions(
     if as_json:
         out_console.print_json(json.dumps(info))
         return
-    if not info["versions"]:
+    if info["datasets"]:  # a publication root, not a dataset's URL: say what to pass instead
+        root = info["url"].rstrip("/")
+        out_console.print(f"{root}: this is a publication root; datasets: {', '.join(info['datasets'])} "
+                          f"(bench-build versions {root}/<dataset>)", highlight=False, soft_wrap=True)
+    elif not info["versions"]:
         out_console.print(f"{info['url']}: no published version")
     for v in info["versions"]:
         mark = "  [bold green]← latest[/bold green]" if v["latest"] else ""
@@ -157,9 +161,25 @@ def pull(
                           f"(its manifest and files are as they were); the {r.kept} verified download(s) wait in "
                           "its _pull/ and are reused when you run the same pull again")
         raise typer.Exit(code=1)
-    out_console.print(f"pulled {r.dataset} {r.version} to {r.url}: {len(r.transferred)} files downloaded "
+    from bench_build.publish.pull import pulled_part
+
+    def files(n: int) -> str:
+        return f"{n} file{'s' * (n != 1)}"
+
+    part = pulled_part(r.url)  # a partial pull says so: what it holds of the version, and how to get the rest
+    what = f"{r.dataset} {r.version}"
+    if part is not None:
+        of = f" of {part['files_in_version']}" if part["files_in_version"] else ""
+        what = f"part of {what} ({part['held']}: {files(part['files'])}{of})"
+    verified = f"the {files(r.files)} verified" if r.files == 1 else f"all {r.files} files verified"
+    out_console.print(f"pulled {what} to {r.url}: {files(len(r.transferred))} downloaded "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
-                      f"there; all {r.files} verified" + (f", {len(r.renders)} render(s)" if r.renders else ""))
+                      f"there; {verified}" + (f", {len(r.renders)} render(s)" if r.renders else ""),
+                      highlight=False, soft_wrap=True)
+    if part is not None:
+        out_console.print("partial copy: `verify` and readers see only these partitions; pull again without "
+                          "--corruption/--severity (into the same --out) for the whole version", highlight=False,
+                          soft_wrap=True)
 
 
 @app.command(name="s3-local", rich_help_panel=PANEL_PUBLISH)

@@ -84,7 +84,9 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
                             f"but it is published as {version!r}")
     if not selected(manifest["shards"], corruption, severity):
-        raise ManifestError(f"{src.url}: no shard of corruption={corruption} severity={severity}")
+        asked = " ".join(f"{k} {v}" for k, v in (("--corruption", corruption), ("--severity", severity))
+                         if v is not None)
+        raise ManifestError(f"{src.url}: no partition matches {asked}; it has {held_partitions(manifest['shards'])}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PullError(f"--out {out}: not a directory; pass a directory (the version goes to "
@@ -322,3 +324,34 @@ def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: 
     return {**manifest, "counts": counts, "shards": shards,
             "partial": {"selections": selections, "of_manifest_sha256": full_sha,
                         "files_in_version": len(manifest["shards"])}}
+
+
+def held_partitions(shards: list[dict[str, Any]]) -> str:
+    """The partitions ``shards`` hold, in words: ``clean; fog 1–5; snow 1, 3`` (corruptions in first-seen order)."""
+    sevs: dict[str, set[int]] = {}
+    for s in shards:
+        sevs.setdefault(s["corruption"], set()).add(int(s["severity"]))
+    out = []
+    for c, ss in sevs.items():
+        if c == CLEAN:
+            out.append(c)
+            continue
+        got = sorted(ss)
+        span = f"{got[0]}–{got[-1]}" if len(got) > 1 and got == list(range(got[0], got[-1] + 1)) else \
+            ", ".join(map(str, got))
+        out.append(f"{c} {span}")
+    return "; ".join(out)
+
+
+def pulled_part(dest: str | Path) -> dict[str, Any] | None:
+    """What a partial pull into ``dest`` (a local version directory) holds: ``held`` (its partitions, in words),
+    ``files`` and ``files_in_version``; None for a whole version (or no manifest)."""
+    try:
+        local = json.loads((Path(dest) / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    part = local.get("partial") if isinstance(local, dict) else None
+    if not isinstance(part, dict):
+        return None
+    return {"held": held_partitions(local.get("shards", [])), "files": len(local.get("shards", [])),
+            "files_in_version": part.get("files_in_version")}

@@ -36,7 +36,9 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
                   profile: str | None = None) -> dict[str, Any]:
     """Published versions under ``<root>/<dataset>`` (those with a safe manifest), which one is latest, and
     the prefixes that are ``incomplete`` (no or unreadable manifest) or ``unsafe`` (a manifest whose shard
-    paths escape the version directory, or that names another version: `pull` refuses these)."""
+    paths escape the version directory, or that names another version: `pull` refuses these). ``datasets``: when
+    ``dataset_url`` is a publication root instead (no version, no ``latest``, and folders that are datasets), the
+    datasets under it (empty otherwise)."""
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     latest_raw = root.get(LATEST)
     latest = latest_version(latest_raw[0]) if latest_raw else None
@@ -67,7 +69,21 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
                          "files": len(m.get("shards", [])), "bytes": m.get("counts", {}).get("bytes"),
                          "examples_stored": m.get("counts", {}).get("examples_stored"), "latest": name == latest})
     versions.sort(key=lambda v: version_key(v["version"]))
-    return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe}
+    # no version and no pointer: a publication ROOT (its folders are datasets) is a likelier reading than a dataset
+    # whose every publish is unfinished; then its folders are listed as datasets, not as incomplete versions
+    datasets = [] if versions or unsafe or latest else [n for n in incomplete if is_dataset(root.child(n))]
+    if datasets:
+        incomplete = [n for n in incomplete if n not in datasets]
+    return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe,
+            "datasets": datasets}
+
+
+def is_dataset(store: Store) -> bool:
+    """Does ``store`` hold a published dataset: a ``latest`` pointer, or a version folder with a manifest?"""
+    if store.get(LATEST) is not None:
+        return True
+    return any(store.child(name).exists(MANIFEST_NAME) for name in store.list_dirs()
+               if not name.startswith(("_", ".")))
 
 
 # -- remote verify -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bench_build.cli import app
+from bench_build.publish import publish_version
 from tests.conftest import SMALL_RECIPE
 
 runner = CliRunner()
@@ -35,6 +36,40 @@ def test_status_says_the_folder_holds_a_build_of_another_fingerprint(mini_build,
     st = json.loads(runner.invoke(app, ["status", str(changed), "--out", out_root, "--json"]).output)
     assert st["matches_recipe"] is False and st["fingerprint"] == built and st["recipe_fingerprint"] != built
     assert st["recipe_fingerprint"][:12] in first
+
+
+def test_versions_of_a_root_pull_of_an_unknown_or_partial_selection_and_diff_of_a_partial_pull(
+        mini_build, s3prefix, s3env, tmp_path):
+    assert publish_version(mini_build, s3prefix, progress=False).ok
+    # a publication root passed where a dataset URL goes: its datasets, not "incomplete" versions
+    out = runner.invoke(app, ["versions", s3prefix])
+    assert out.exit_code == 0, out.output
+    assert f"{s3prefix}: this is a publication root; datasets: mini-c (bench-build versions {s3prefix}/<dataset>)" \
+        in " ".join(out.output.split()), out.output
+    assert "incomplete" not in out.output and "no published version" not in out.output
+    info = json.loads(runner.invoke(app, ["versions", s3prefix, "--json"]).output)
+    assert info["datasets"] == ["mini-c"] and info["incomplete"] == []
+    assert json.loads(runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"]).output)["datasets"] == []
+    # an unknown corruption: what the version has
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "p"), "--corruption", "nosuch"])
+    assert out.exit_code == 2, out.output
+    text = " ".join(out.output.split())
+    assert "no partition matches --corruption nosuch; it has" in text and "severity=None" not in text, text
+    assert "clean; gaussian_rad 1–5; beam_del 1–5; background 1–5; translation 1–5" in text, text
+    # a partial pull says it is one, with plurals right
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "p"), "--corruption", "beam_del",
+                              "--severity", "3", "--no-progress"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "pulled part of mini-c 0.1.0 (beam_del 3: 2 files of 42) to" in text, text
+    assert "2 files downloaded" in text and "all 2 files verified" in text and "partial copy" in text, text
+    # diff against it: the same version on both sides, B partial (its missing partitions show as removed)
+    out = runner.invoke(app, ["diff", str(mini_build), str(tmp_path / "p" / "mini-c" / "0.1.0")])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "A and B are both mini-c 0.1.0" in text, text
+    assert "B is a partial pull (2 of 42 files: corruption=beam_del severity=3): partitions it does not hold show " \
+           "as removed" in text, text
 
 
 def test_diff_notes_name_what_makes_a_diff_read_otherwise():
