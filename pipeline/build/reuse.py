@@ -15,6 +15,7 @@ resumes like any other.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from bench_build.manifests.manifest import MANIFEST_NAME, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import TaskSpec
 from bench_build.runtime.numeric import build_profile, profile_differences
-from bench_build.storage import LocalStore, Store, open_store
+from bench_build.storage import LocalStore, StorageError, Store, open_store
 
 
 class ReuseRefused(BenchBuildError, ValueError):
@@ -75,6 +76,8 @@ class ReusePlan:
     reused: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task name → file entries
     identities: dict[str, Any] = field(default_factory=dict)  # frame id → frame_identity
     remaining: dict[str, TaskSpec | None] = field(default_factory=dict)  # task name → reduced task (None: none)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)  # task name → the whole task (reused or not)
+    not_reused: list[str] = field(default_factory=list)  # "<path>: why" of earlier files that failed their check
 
     @property
     def files(self) -> int:
@@ -111,6 +114,7 @@ def plan_reuse(earlier: EarlierVersion, recipe: Recipe, src: Any, tasks: list[Ta
             else:
                 keep.append((c, s))
         if take:
+            plan.tasks[t.name] = t
             plan.reused[t.name] = take
             plan.remaining[t.name] = replace(t, parts=tuple(keep)) if keep else None
     return plan
@@ -118,15 +122,34 @@ def plan_reuse(earlier: EarlierVersion, recipe: Recipe, src: Any, tasks: list[Ta
 
 def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str, Any]]:
     """Copy (link / server-side copy) the task's reused files into ``store``, each verified against the earlier
-    manifest's sha256; a file already in place with the right size is kept (a resumed run)."""
-    out = []
+    manifest's sha256; a file already in place with the right size is kept (a resumed run).
+
+    An earlier file that fails its check (damaged, altered or missing in the earlier version) is not reused: it
+    leaves ``plan.reused`` and its partition joins the task's part still to compute (``plan.remaining``, which the
+    caller reads after this call), so the task builds it like any new partition and the ledger records it as
+    built; a note on stderr names it (as `publish` uploads a file whose store-side copy fails)."""
+    out, failed = [], []
     for f in plan.reused.get(task_name, []):
         info = store.head(f["path"])
         how = "kept"
-        if info is None or info.size != f["bytes"] or (isinstance(store, LocalStore)
-                                                        and store.sha256(f["path"]) != f["sha256"]):
-            how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
+        try:
+            if info is None or info.size != f["bytes"] or (isinstance(store, LocalStore)
+                                                            and store.sha256(f["path"]) != f["sha256"]):
+                how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
+        except (StorageError, FileNotFoundError) as e:  # the earlier file: damaged, altered or gone
+            why = str(e).replace("; rebuild without reusing it", "")
+            plan.not_reused.append(f"{f['path']}: {why}")
+            print(f"[bench-build] not reusing {f['path']} of {plan.earlier.label}: {why}; computing it instead",
+                  file=sys.stderr, flush=True)
+            failed.append((f["corruption"], f["severity"]))
+            continue
         out.append({**f, "placed": how})
+    if failed:
+        task = plan.tasks[task_name]
+        rest = plan.remaining.get(task_name)
+        todo = set(failed) | set(rest.parts if rest is not None else ())
+        plan.remaining[task_name] = replace(task, parts=tuple(p for p in task.parts if p in todo))
+        plan.reused[task_name] = [f for f in plan.reused[task_name] if (f["corruption"], f["severity"]) not in todo]
     return out
 
 

@@ -189,9 +189,11 @@ class LocalStore(Store):
         if not isinstance(src, LocalStore):
             return super().copy_from(src, src_key, key, sha256=sha256)
         source, dst = src.path(src_key), self.path(key)
-        if sha256_file(source) != sha256:
-            raise StorageError(f"{source}: sha256 is not the {sha256} its manifest lists; rebuild without "
-                               "reusing it")
+        if not source.is_file():
+            raise NotFound(f"{source}: not found")
+        if sha256_file(source) != sha256:  # `run --reuse` then computes the file instead (`reuse.place_files`)
+            raise StorageError(f"{source}: sha256 is not the {sha256} its manifest lists (the file is damaged or "
+                               "was altered)")
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(self._temp(dst))  # a dead-temp-style name (owner tagged), freed for the link to take it
         tmp.unlink()

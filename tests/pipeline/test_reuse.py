@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,33 @@ def test_reuse_summary_of_a_version_only_bump_and_of_a_no_op_resume_adds_up(mini
     assert "2 shards: 2 already done, 0 reused, 0 built, 0 failed" in text, text
     assert f"reused 42 files ({mb:.1f} MB) from mini-c 0.1.0 (0 put in place by this run" in text, text
     assert read_manifest(tmp_path / "o" / "mini-c" / "0.3.0")["reused"]["files"] == 42
+
+
+def test_a_damaged_file_of_the_earlier_version_is_computed_instead_of_failing_the_run(v2, tmp_path,
+                                                                                       demo_kitti_master):
+    """One byte flipped in an earlier file: `run --reuse` names it, computes that partition (recorded as built, not
+    reused) and the version is byte for byte a fresh build's."""
+    earlier = tmp_path / "earlier" / "mini-c" / "0.1.0"
+    shutil.copytree(v2["v1"], earlier)
+    bad = "data/corruption=beam_del/severity=3/part-00000-of-00002.parquet"
+    raw = bytearray((earlier / bad).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (earlier / bad).write_bytes(bytes(raw))
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    out = runner.invoke(app, ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"),
+                              "--workers", "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress",
+                              "--reuse", str(earlier)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert f"not reusing {bad} of mini-c 0.1.0" in text and "computing it instead" in text, text
+    assert "reused 39 files" in text and "beam_del/3" in text.split("computed 3 files:")[1], text
+    version = tmp_path / "o" / "mini-c" / "0.2.0"
+    assert _files(version) == _files(v2["fresh"]) and verify_version(version).ok
+    ledger = [json.loads(p.read_text()) for p in sorted((version / "_ledger" / "shards").glob("*.json"))]
+    entry = next(f for e in ledger for f in e["files"] if f["path"] == bad)
+    assert "reused_from" not in entry
+    shards = {s["path"]: s for s in read_manifest(version)["shards"]}
+    assert "reused_from" not in shards[bad] and read_manifest(version)["reused"]["files"] == 39
 
 
 def test_diff_names_the_changed_partition_and_its_parameter(v2):
