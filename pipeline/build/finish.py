@@ -42,7 +42,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
     if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
         sizes = ledger.object_sizes()
         complete = all(ledger.check_done(t.name, fingerprint, "size", src, sizes)[0] for t in tasks)
-    if complete and not result.shards_built and result.reused is None:
+    if complete and not result.shards_built and not (result.reused or {}).get("files"):
         # nothing computed or taken by this run: a version an earlier run finished keeps its bytes (manifest,
         # card, contact sheet), as published copies of it do; a re-run is not a new build
         result.manifest = unchanged_manifest(store, fingerprint, tasks, ledger)
