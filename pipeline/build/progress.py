@@ -122,9 +122,9 @@ class TransferProgress:
     def _log(self) -> None:
         elapsed = time.time() - self._t0
         rate = self.done / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        eta = f"ETA {(self.total - self.done) / rate:.0f} s" if rate > 0 else "ETA after the first file"
         print(f"[bench-build] {self.label}: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB, "
-              f"{rate / 1e6:.1f} MB/s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
+              f"{rate / 1e6:.1f} MB/s, {eta}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         if not self.enabled:

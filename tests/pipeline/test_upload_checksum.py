@@ -107,3 +107,16 @@ def test_a_file_above_the_threshold_goes_up_in_parts(s3prefix, tmp_path, monkeyp
     assert info is not None and info.sha256 == hashlib.sha256(data).hexdigest()
     assert info.etag is not None and info.etag.strip('"').endswith("-2")  # a multipart object of 2 parts
     assert store.read_bytes("d.bin") == data
+
+
+def test_a_transfer_log_line_before_any_byte_says_no_nan(capsys):
+    """Off a terminal, an interrupted or store-side-copy-only publish logged "0.0/302.7 MB, 0.0 MB/s, ETA nan s"."""
+    from bench_build.build.progress import TransferProgress
+
+    p = TransferProgress(302_700_000, "publish", enabled=True)
+    p._log()
+    line = capsys.readouterr().err
+    assert "nan" not in line and "0.0/302.7 MB, 0.0 MB/s, ETA after the first file" in line
+    p.advance(100_000_000)
+    p._log()
+    assert "ETA " in capsys.readouterr().err
