@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
+from bench_build.manifests.partial import held_partitions, parts_text
 from bench_build.manifests.recipe import Recipe
 from bench_build.stages.registry import get_stage
 
@@ -147,10 +148,10 @@ def partial_note(body: str, manifest: dict[str, Any]) -> str:
     lines = [line for line in body.split("\n") if not line.startswith(PARTIAL_NOTE)]
     partial = manifest.get("partial")
     if partial:
-        held = sorted({f"{s['corruption']}/{s['severity']}" for s in manifest.get("shards", [])})
+        held = sorted(held_partitions(manifest))
         note = (f"{PARTIAL_NOTE} This folder holds {len(manifest.get('shards', []))} of the version's "
                 f"{partial.get('files_in_version', '?')} files ({len(held)} partition{'s' * (len(held) != 1)}: "
-                f"{', '.join(held[:6])}{', …' if len(held) > 6 else ''}); the counts and tables below are the whole "
+                f"{parts_text(held)}); the counts and tables below are the whole "
                 "version's. `bench-build pull` without --corruption/--severity fetches the rest.")
         at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0)
         lines[at:at] = ["", note] if at else [note, ""]

@@ -16,21 +16,30 @@ def held_partitions(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     return list(dict.fromkeys((s["corruption"], int(s["severity"])) for s in manifest.get("shards") or []))
 
 
-def parts_text(parts: Iterable[tuple[str, int]], limit: int = 5) -> str:
-    """Partitions in words, runs of severities joined: ``gaussian_rad/1–5, fog/2, clean/0``; past ``limit``
-    corruptions, the first ones and the count (``gaussian_rad/2, fog/2, … (25 partitions)``)."""
+def severities_by_corruption(parts: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Each corruption's severities, corruptions in first-seen order."""
     by: dict[str, list[int]] = {}
     for c, s in parts:
         by.setdefault(c, []).append(int(s))
-    out = []
-    for c, sev in by.items():
-        runs: list[list[int]] = []
-        for s in sorted(set(sev)):
-            if runs and s == runs[-1][-1] + 1:
-                runs[-1].append(s)
-            else:
-                runs.append([s])
-        out.append(f"{c}/" + ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs))
+    return by
+
+
+def severity_runs(severities: Iterable[int]) -> str:
+    """Severities in words, runs joined: ``1–3, 5``."""
+    runs: list[list[int]] = []
+    for s in sorted(set(severities)):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+
+
+def parts_text(parts: Iterable[tuple[str, int]], limit: int = 5) -> str:
+    """Partitions in words, runs of severities joined: ``gaussian_rad/1–5, fog/2, clean/0``; past ``limit``
+    corruptions, the first ones and the count (``gaussian_rad/2, fog/2, … (25 partitions)``)."""
+    by = severities_by_corruption(parts)
+    out = [f"{c}/{severity_runs(sev)}" for c, sev in by.items()]
     if len(out) > limit:
         return ", ".join(out[:limit - 2]) + f", … ({sum(len(set(v)) for v in by.values())} partitions)"
     return ", ".join(out) or "nothing"

@@ -137,7 +137,7 @@ def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str,
                                                             and store.sha256(f["path"]) != f["sha256"]):
                 how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
         except (StorageError, FileNotFoundError) as e:  # the earlier file: damaged, altered or gone
-            why = str(e).replace("; rebuild without reusing it", "")
+            why = str(e)
             plan.not_reused.append(f"{f['path']}: {why}")
             print(f"[bench-build] not reusing {f['path']} of {plan.earlier.label}: {why}; computing it instead",
                   file=sys.stderr, flush=True)

@@ -58,7 +58,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     eta = (seconds / len(done)) * remaining if done else None
     # "shards" counts the ledger's tasks (as `run`'s summary line): blocks × "task_groups" per block
     return {"version_dir": str(version_dir), "fingerprint": info["fingerprint"], "matches_recipe": matches,
-            "recipe_fingerprint": next((fp for fp in mine.values() if fp == info["fingerprint"]), mine["full"]),
+            "recipe_fingerprint": info["fingerprint"] if matches else mine["full"],
             "shards": len(specs),
             "task_groups": len(cut),
             "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,

@@ -27,6 +27,7 @@ from bench_build.manifests.manifest import (
     parse_manifest,
     sha256_file,
 )
+from bench_build.manifests.partial import severities_by_corruption, severity_runs
 from bench_build.publish.common import (
     CARD,
     DEFAULT_JOBS,
@@ -328,19 +329,8 @@ def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: 
 
 def held_partitions(shards: list[dict[str, Any]]) -> str:
     """The partitions ``shards`` hold, in words: ``clean; fog 1–5; snow 1, 3`` (corruptions in first-seen order)."""
-    sevs: dict[str, set[int]] = {}
-    for s in shards:
-        sevs.setdefault(s["corruption"], set()).add(int(s["severity"]))
-    out = []
-    for c, ss in sevs.items():
-        if c == CLEAN:
-            out.append(c)
-            continue
-        got = sorted(ss)
-        span = f"{got[0]}–{got[-1]}" if len(got) > 1 and got == list(range(got[0], got[-1] + 1)) else \
-            ", ".join(map(str, got))
-        out.append(f"{c} {span}")
-    return "; ".join(out)
+    by = severities_by_corruption((s["corruption"], s["severity"]) for s in shards)
+    return "; ".join(c if c == CLEAN else f"{c} {severity_runs(sev)}" for c, sev in by.items())
 
 
 def pulled_part(dest: str | Path) -> dict[str, Any] | None:
