@@ -3,8 +3,10 @@ snippet cannot rot:
 
 - ``bash``/``sh``/``console``: each command (``\\`` continuations joined, ``#`` comments dropped) must be a
   ``bench-build …`` command and exit 0. They run in one scratch directory, in file order, with the project's
-  Python (``python -c "from bench_build.cli import app; app()"``), after the README's quickstart block built
-  ``bench-out/kitti-c/1.0.0`` there — so snippets name the demo build's real path, not placeholders.
+  Python (``bench_build.cli.app`` called with the command's arguments, one process per block, the commands of a
+  block in turn, as a user types them), after the README's quickstart block built ``bench-out/kitti-c/1.0.0``
+  there — so snippets name the demo build's real path, not placeholders. That build is also checked as the
+  README describes it: 2 demo frames, every corruption at severities 0–5, and a summary table.
   ``s3://bench/…`` is a SeaweedFS store on loopback, as `bench-build s3-local` starts one, with its
   credentials in the AWS environment variables the commands see.
 - ``python``: every block of a file in one subprocess (one namespace, in order), in that directory.
@@ -41,7 +43,19 @@ SHELL = ("bash", "sh", "console")
 KINDS = (*SHELL, "python", "toml", "jsonl", "text")
 SKIP = re.compile(r"<!--\s*doc-test:\s*skip\s*(?:\((?P<why>[^)]*)\))?\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[^\s`]*)\s*$")
-CLI = [sys.executable, "-c", "from bench_build.cli import app; app()"]
+#: runs one block's commands (argv lists, JSON in argv[1]) in turn in one process; stops at the first that fails
+BLOCK = """
+import json, shlex, sys
+from bench_build.cli import app
+for argv in json.loads(sys.argv[1]):
+    try:
+        app(args=argv[1:], prog_name="bench-build")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    if code:
+        sys.exit(f"doc-test: `{shlex.join(argv)}` exited {code}")
+"""
 QUICKSTART = "bench-out/kitti-c/1.0.0"  # what README's first runnable bash block builds
 README_MAX_BYTES = 26 * 1024
 OUTSIDE = ("PHYSICS.md", "ARCHITECTURE.md", "../shared")
@@ -161,9 +175,20 @@ def workdir(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
         shutil.rmtree(wd, ignore_errors=True)  # the build is ≈ 370 MB: not left in pytest's kept temp dirs
 
 
-def _run(argv: list[str], wd: Path, env: dict[str, str], where: str, timeout: float = 600) -> None:
+def _run(argv: list[str], wd: Path, env: dict[str, str], where: str, timeout: float = 600) -> str:
     r = subprocess.run(argv, cwd=wd, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{where}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def check_quickstart(wd: Path, output: str) -> None:
+    """The README's first block built what the README says: 2 demo frames (`--max-frames 2`), every corruption of
+    the recipe at severities 0–5 (0 = the clean copy), and printed its summary table (the build name and
+    version); `bench-build run kitti-c` without --max-frames is tests/pipeline/test_build.py's."""
+    m = json.loads((wd / QUICKSTART / "manifest.json").read_text())
+    assert m["frames"] == 2, m["frames"]
+    assert m["counts"]["examples_defined"] == 2 * len(m["recipe"]["corruptions"]) * 6, m["counts"]
+    assert "kitti-c 1.0.0" in output, output[-2000:]
 
 
 def test_shell_and_python_blocks_run(workdir):
@@ -176,8 +201,12 @@ def test_shell_and_python_blocks_run(workdir):
     order = sorted({b.path for b in runnable}, key=lambda p: (p != "README.md", p))
     for path in order:
         for b in [b for b in runnable if b.path == path and b.lang in SHELL]:
-            for argv in shell_commands(b.code):
-                _run([*CLI, *argv[1:]], wd, env, f"{b.where}: {shlex.join(argv)}")
+            cmds = shell_commands(b.code)
+            bad = [shlex.join(a) for a in cmds if a[0] != "bench-build"]
+            assert not bad, f"{b.where}: not a bench-build command: {bad[0]}"
+            out = _run([sys.executable, "-c", BLOCK, json.dumps(cmds)], wd, env, b.where)
+            if b.path == "README.md" and not ran:
+                check_quickstart(wd, out)
             ran.append(b.where)
     assert (wd / QUICKSTART / "manifest.json").is_file(), f"README's quickstart did not build {QUICKSTART}"
     for path in order:

@@ -58,19 +58,28 @@ def test_same_bytes_with_one_and_two_workers(small_recipe, demo_kitti, tmp_path)
     assert again.ok and again.shards_skipped == 3 and not again.shards_built
 
 
-def test_demo_build_with_no_arguments(tmp_path, monkeypatch):
-    """The README's first command: `bench-build run kitti-c` on a fresh machine, then `verify`. It runs before the
-    module's `shared_ray` tests, so the command starts and stops its own Ray as it does for a user."""
+def test_demo_build_with_no_arguments_is_every_demo_frame_into_bench_out(tmp_path, monkeypatch):
+    """The README's Set-up command `bench-build run kitti-c` (no --source, no --max-frames): the generated demo
+    data, all 8 of its frames, into ./bench-out. The README's Quickstart runs the same path for real on 2 frames
+    (tests/test_docs.py); here the arguments reach run_build as such, and `plan` counts the frames they mean."""
+    import bench_build.build.run as run_module
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
-    out = runner.invoke(app, ["run", "kitti-c"])
-    assert out.exit_code == 0, out.output
-    version_dir = tmp_path / "bench-out" / "kitti-c" / "1.0.0"
-    m = read_manifest(version_dir)
-    n_corr = len(m["recipe"]["corruptions"])
-    assert m["frames"] == 8 and m["counts"]["examples_defined"] == 8 * n_corr * 6
-    assert runner.invoke(app, ["verify", str(version_dir)]).exit_code == 0
-    assert "kitti-c 1.0.0" in out.output  # the summary table
+    seen = {}
+
+    def fake_run_build(benchmark, **kw):
+        seen.update(kw, benchmark=benchmark)
+        raise KeyboardInterrupt  # stop there: nothing is built
+
+    monkeypatch.setattr(run_module, "run_build", fake_run_build)
+    runner.invoke(app, ["run", "kitti-c"])
+    assert seen["benchmark"] == "kitti-c" and seen["source"] is None and seen["max_frames"] is None
+    assert seen["out"] == "bench-out" and seen["workers"] is None and seen["split"] is None
+    planned = runner.invoke(app, ["plan", "kitti-c", "--json"])
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads(planned.output)
+    assert plan["frames"] == 8 and plan["examples_defined"] == 8 * 25 * 6
 
 
 def _cli(*args: str) -> list[str]:
