@@ -164,6 +164,12 @@ def frame_rings(frame: Frame, method: str = "auto", *, n: int | None = None) -> 
     return per_frame[(method, n)]
 
 
+def rings_cached(frame: Frame) -> bool:
+    """Whether `frame_rings` has recovered ``frame``'s rings (a stage used them: what `bench` records as the frame's
+    ``rings`` cache, paid once per frame like its KD-tree)."""
+    return frame in _RINGS_CACHE
+
+
 def _frame_rings(frame: Frame, method: str, n: int | None) -> tuple[np.ndarray, str]:
     sensor = frame.sensor
     if n is None:

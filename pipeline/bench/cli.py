@@ -1,10 +1,11 @@
 """`bench-build bench …`: the benchmarks (scripts, not tests) as one typer sub-app.
 
-``bench stages`` (per-stage costs, the Parquet floor, 1- vs 2-worker demo builds, ``--costs-out``), ``bench
-scale`` (1…N workers side by side with `plan`, ``--control``), ``bench sources``, ``bench loaders``, ``bench
-layouts``, ``bench publish``, ``bench s3-build``, ``bench score``. ``bench`` with no subcommand runs ``stages`` with
-the old flags (``--frames``, ``--no-builds``, ``--no-objects``, ``--costs-out`` …), and the old ``--publish``,
-``--s3-build``, ``--loaders``, ``--points-layouts`` and ``--score`` switches still run their benchmark.
+``bench stages`` (per-stage costs of ``--recipe``, the Parquet floor, 1- vs 2-worker demo builds,
+``--costs-out``), ``bench scale`` (1…N workers side by side with `plan`, ``--control``), ``bench sources``, ``bench
+loaders``, ``bench layouts``, ``bench publish``, ``bench s3-build``, ``bench score``. ``bench`` with no
+subcommand runs ``stages`` with the old flags (``--frames``, ``--no-builds``, ``--no-objects``, ``--costs-out`` …),
+and the old ``--publish``, ``--s3-build``, ``--loaders``, ``--points-layouts`` and ``--score`` switches still run
+their benchmark.
 
 The benchmark modules are imported inside each command: importing NumPy before `bench_build.cli` has put the numeric
 pin in the environment would compute under another SIMD dispatch.
@@ -23,6 +24,9 @@ bench_app = typer.Typer(add_completion=False, help="Benchmarks: stage costs, sca
                                                    "loaders, layouts, object storage, scoring.")
 
 Frames = Annotated[int, typer.Option(min=1, help="Demo frames to measure on")]
+RecipeOpt = Annotated[str, typer.Option(help="The benchmark whose corruptions are measured on its demo data and whose "
+                                             "cost table --costs-out writes: a built-in name, name:variant or a "
+                                             "recipe .toml (object benchmarks: --frames blocks of 16 shapes)")]
 CostsOut = Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) for `plan` "
                                                     "and task sizing (pipeline/plan/cost_tables/); scaled to real task "
                                                     "seconds by the demo build unless --no-builds")]
@@ -34,10 +38,10 @@ def refuse(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False) -> None:
+def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False, recipe: str | None = None) -> None:
     """Refuse, before minutes of measuring, an output file that cannot be written: its folder missing, not a
     folder or not writable, the path itself a folder; with ``cost_table``, an existing file that is not JSON (the
-    runtime is merged into it)."""
+    runtime is merged into it), or, with ``recipe``, that holds another benchmark's table (it would be replaced)."""
     if path is None:
         return
     parent = path.parent if str(path.parent) else Path(".")
@@ -50,9 +54,12 @@ def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False) ->
         raise refuse(f"{flag} {path}: cannot write in {parent}")
     if cost_table and path.is_file():
         try:
-            json.loads(path.read_text())
+            data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise refuse(f"{flag} {path}: exists and is not a cost table (not JSON: {e})") from None
+        held = data.get("recipe") if isinstance(data, dict) else None
+        if recipe is not None and held is not None and held != recipe:
+            raise refuse(f"{flag} {path}: holds the cost table of {held}, not {recipe}; give another file")
 
 
 def check_dir(path: str | None, flag: str) -> None:
@@ -62,13 +69,24 @@ def check_dir(path: str | None, flag: str) -> None:
 
 
 def stages(frames: int = 4, builds: bool = True, build_rounds: int = 1, objects: bool = True,
-           only_objects: bool = False, costs_out: Path | None = None) -> None:
+           only_objects: bool = False, costs_out: Path | None = None, recipe: str = "kitti-c") -> None:
     from bench_build.bench.objects import run_object_bench
-    from bench_build.bench.stages import run_bench
+    from bench_build.bench.stages import DEFAULT_RECIPE, run_bench
+    from bench_build.manifests.recipe import RecipeError, load_recipe
 
-    check_out_file(costs_out, "--costs-out", cost_table=True)
+    try:  # before minutes of measuring: an unknown name lists the built-in ones
+        name = load_recipe(recipe).name
+    except RecipeError as e:
+        raise refuse(f"--recipe: {e}") from None
+    if only_objects and (costs_out is not None or recipe != DEFAULT_RECIPE):
+        raise refuse(f"{'--costs-out' if costs_out is not None else '--recipe'} with --only-objects: the object "
+                     "section measures no recipe's cost table; for one, `bench stages --recipe modelnet-c "
+                     "--no-objects --costs-out FILE`")
+    check_out_file(costs_out, "--costs-out", cost_table=True, recipe=name)
     if not only_objects:
-        run_bench(frames=frames, builds=builds, costs_out=costs_out, build_rounds=build_rounds)
+        default = recipe == DEFAULT_RECIPE  # kitti-c also prints the Robo3D tables and the readers', as always
+        run_bench(frames=frames, builds=builds, recipe_name=recipe, costs_out=costs_out, build_rounds=build_rounds,
+                  extra_recipes=("robo3d-kitti-c",) if default else (), sources=default)
     if objects or only_objects:
         run_object_bench(builds=builds)
 
@@ -83,6 +101,7 @@ def bench(
     objects: Annotated[bool, typer.Option(help="(no subcommand) as `bench stages --objects`")] = True,
     only_objects: Annotated[bool, typer.Option(help="(no subcommand) as `bench stages --only-objects`")] = False,
     costs_out: Annotated[Path | None, typer.Option(help="(no subcommand) as `bench stages --costs-out`")] = None,
+    recipe: Annotated[str, typer.Option(help="(no subcommand) as `bench stages --recipe`")] = "kitti-c",
     publish: Annotated[bool, typer.Option(hidden=True)] = False,
     s3_build: Annotated[bool, typer.Option(hidden=True)] = False,
     loaders: Annotated[bool, typer.Option(hidden=True)] = False,
@@ -117,7 +136,7 @@ def bench(
         publish_cmd(frames=frames, workers=workers)
     else:
         stages(frames=frames, builds=builds, build_rounds=build_rounds, objects=objects, only_objects=only_objects,
-               costs_out=costs_out)
+               costs_out=costs_out, recipe=recipe)
 
 
 @bench_app.command("stages")
@@ -132,10 +151,11 @@ def stages_cmd(
                                                "3DOS) and a ModelNet-C demo build")] = True,
     only_objects: Annotated[bool, typer.Option(help="Only the object benchmarks")] = False,
     costs_out: CostsOut = None,
+    recipe: RecipeOpt = "kitti-c",
 ) -> None:
     """Per-stage cost per example, the Parquet I/O floor, and whole-build examples/s."""
     stages(frames=frames, builds=builds, build_rounds=build_rounds, objects=objects, only_objects=only_objects,
-           costs_out=costs_out)
+           costs_out=costs_out, recipe=recipe)
 
 
 @bench_app.command("scale")

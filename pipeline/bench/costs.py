@@ -1,37 +1,100 @@
-"""What `bench-build bench` measures a cost table with, and checks it against: the Parquet commit of every
-partition, a scan's read, the per-frame caches each stage touches, a speed probe for comparing runs, and the
-table's own predictions (CPU-hours of a full benchmark, ms per example of a finished build's tasks) beside what
-the tasks took."""
+"""What `bench-build bench` measures a cost table with, and checks it against: a recipe's demo examples as a task
+holds them (`bench_examples`), the Parquet commit of every partition, a scan's read, the per-frame caches each
+stage touches (and what it keeps on the frame for its other severities), a speed probe for comparing runs, and
+the table's own predictions (CPU-hours of a full benchmark, ms per example of a finished build's tasks) beside
+what the tasks took."""
 
 from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bench_build.bench.timing import median_time, timeit
 from bench_build.build.ledger import Ledger
+from bench_build.build.run import DEMO_FRAMES, DEMO_OBJECTS_PER_SHARD
 from bench_build.build.shard import build_columns, partition_meta
 from bench_build.format.schema import schema_with_metadata
 from bench_build.format.writer import record_batches, write_parquet_atomic
-from bench_build.plan.costs import CACHES
+from bench_build.plan.costs import CACHES, derived_cache
 from bench_build.plan.tasks import CLEAN, example_key, example_rng, group_cost_ms, partition_order
+from bench_build.sources import OBJECT_KINDS, open_source
+from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import KittiSource, write_frame
+from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
+from bench_build.stages.ring import frame_rings, rings_cached
 from bench_build.storage import LocalStore, open_store
 
-FULL_FRAMES = {"kitti-c": 7481, "robo3d-kitti-c": 3769}  # frames of the full benchmark (KITTI val: 3,769)
-FULL_FRAMES_DEFAULT = 7481
+
+def full_frames(recipe) -> int | None:
+    """Source frames of the full-size benchmark (the recipe's ``paper_frames``); None where it does not say."""
+    return recipe.paper_frames
 
 
 def model_cpu_hours(recipe, table, frames: int | None = None) -> float:
-    """CPU-hours of the full benchmark from a cost table, one task per block (each cache built once per frame)."""
+    """CPU-hours of the full benchmark (or of ``frames``) from a cost table, one task per block (each cache built
+    once per frame)."""
 
-    frames = FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT) if frames is None else frames
+    frames = full_frames(recipe) if frames is None else frames
+    if frames is None:
+        raise ValueError(f"{recipe.name}: no paper_frames, so no full size; pass frames")
     return frames * group_cost_ms(partition_order(recipe, table), table) / 3.6e6
+
+
+@dataclass(frozen=True)
+class BenchExamples:
+    """A recipe's demo examples as a build task holds them, and what reading them cost.
+
+    ``frames``: read by the recipe's source and through its ``[preprocess]`` stage; ``read_ms``: CPU ms per frame
+    for that (what every task pays per frame); ``rows_per_file``: how many of them a partition file holds when
+    the write cost is measured (None: all in one file); ``what``: "scans" or "shapes"; ``source``: the reader,
+    whose ``columns`` (ModelNet's class, 3DOS's scenario) every file of a build carries."""
+
+    frames: list[Frame]
+    read_ms: float
+    rows_per_file: int | None
+    what: str
+    source: Any = None
+
+
+def bench_examples(recipe, frames: int, repeat: int, clock=time.process_time) -> BenchExamples:
+    """``frames`` demo scans of ``recipe``'s source, or for an object benchmark ``frames`` demo blocks of
+    `DEMO_OBJECTS_PER_SHARD` shapes spread over its demo list (its tracks, splits and classes), written in files of
+    one block as a demo build writes them: a shape is ≈ 16 KB, so a file's fixed part (footer, fsync, sha256,
+    rename: ≈ 3 ms) is a large share of its cost per shape, which a file of every measured shape would dilute.
+    KITTI-layout recipes keep the generated scans `bench` has always measured (their reader's cost is the same)."""
+
+    if recipe.source == "kitti":  # as the KITTI source reads them: x, y, z, intensity (no ring column in a .bin)
+        demo = [replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
+                for f in (generate_frame(i) for i in range(frames))]
+        return BenchExamples(demo, read_ms(demo, repeat, clock), None, "scans")  # no source columns
+    objects = recipe.source in OBJECT_KINDS
+    src = open_source(recipe, None, demo_frames=max(frames, DEMO_FRAMES))
+    ids = src.list_frames()
+    if objects:
+        want = frames * DEMO_OBJECTS_PER_SHARD
+        ids = ids[::max(1, len(ids) // want)][:want]
+    else:
+        ids = ids[:frames]
+    pre = recipe.preprocess
+
+    def read() -> list[Frame]:
+        out = [src.read(i) for i in ids]
+        if pre is None:
+            return out
+        stage = get_stage(pre.stage)
+        return [stage.apply(f, pre.params[0], example_rng(recipe.seed, example_key(recipe.name, f.frame_id, CLEAN, 0)))
+                for f in out]
+
+    demo = read()  # also pays the reader's one-offs (opening files, imports) outside the timing
+    ms = timeit(read, repeat, clock) / len(ids) * 1e3
+    return BenchExamples(demo, ms, DEMO_OBJECTS_PER_SHARD if objects else None, "shapes" if objects else "scans",
+                         src)
 
 
 def model_ms_per_example(version_dir, tasks, table) -> float:
@@ -94,13 +157,15 @@ def speed_probe(repeat: int = 5) -> float:
 
 
 
-def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[float, dict[str, list[float]], float]:
+def write_costs(recipe, demo, repeat: int, clock=time.process_time, rows_per_file: int | None = None,
+                source: Any = None) -> tuple[float, dict[str, list[float]], float]:
     """(clean ms, {corruption: ms at severities 1..S}, clean bytes) per example to commit a partition's examples
-    to one Parquet file exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd,
-    write, fsync, sha256, rename), each corruption's own output on ``demo``. Median of ``repeat`` after a warm-up:
-    a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
+    to Parquet exactly as a build task does (`write_parquet_atomic` into a local store: encode, zstd, write,
+    fsync, sha256, rename), each corruption's own output on ``demo``: in one file, or in files of
+    ``rows_per_file`` examples (a block's), with the columns of ``source``'s build. Median of ``repeat`` after a
+    warm-up: a write's cost varies by ±20 % from call to call, and the best of two undercounted what tasks pay."""
 
-    columns = list(build_columns(recipe, None))
+    columns = list(build_columns(recipe, source))
     with tempfile.TemporaryDirectory(prefix="bench-build-write-") as tmp:
         store = LocalStore(Path(tmp))
 
@@ -110,10 +175,14 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time) -> tuple[flo
             schema = schema_with_metadata(meta)
             rows = [(example_key(recipe.name, f.frame_id, corruption, severity), corruption, severity, o, None)
                     for f, o in zip(demo, outs, strict=True)]
-            rel = Path(f"{corruption}-{severity}.parquet")
-            t = median_time(lambda: write_parquet_atomic(rel, schema, record_batches(iter(rows), schema), store),
-                             repeat, clock)
-            return t / len(demo) * 1e3, store.path(rel.as_posix()).stat().st_size // len(demo)
+            step = rows_per_file or len(rows)
+            t = size = 0
+            for i in range(0, len(rows), step):
+                part, rel = rows[i:i + step], Path(f"{corruption}-{severity}-{i // step}.parquet")
+                t += median_time(lambda part=part, rel=rel: write_parquet_atomic(
+                    rel, schema, record_batches(iter(part), schema), store), repeat, clock)
+                size += store.path(rel.as_posix()).stat().st_size
+            return t / len(demo) * 1e3, size // len(demo)
 
         clean, size = commit(CLEAN, 0, demo)
         by = {}
@@ -139,8 +208,17 @@ def read_ms(demo, repeat: int, clock=time.perf_counter) -> float:
         return timeit(lambda: [src.read(i) for i in ids], repeat, clock) / len(ids) * 1e3
 
 
+def build_cache(frame: Frame, cache: str) -> None:
+    """Build one of the shared per-frame caches (`plan.costs.CACHES`) on ``frame``."""
+    if cache == "rings":
+        frame_rings(frame)
+    else:
+        getattr(frame, cache)
+
+
 def cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
-    """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame)."""
+    """Which shared per-frame caches each corruption's stage touches (on a fresh copy of one frame), and
+    ``derived:<corruption>`` where it keeps data on the frame for its other severities (``Frame.derived``)."""
 
     out = {}
     for c in recipe.corruptions:
@@ -148,5 +226,35 @@ def cache_needs(recipe, frame) -> dict[str, tuple[str, ...]]:
         get_stage(c.stage).apply(fresh, c.params_for(1), example_rng(recipe.seed, example_key(
             recipe.name, fresh.frame_id, c.name, 1)))
         used = fresh.__dict__
-        out[c.name] = tuple(k for k in CACHES if k in used or (k == "box_index" and "box_points" in used))
+        out[c.name] = (*(k for k in CACHES if k in used or (k == "box_index" and "box_points" in used)
+                         or (k == "rings" and rings_cached(fresh))),
+                       *((derived_cache(c.name),) if used.get("derived") else ()))
+    return out
+
+
+def derived_costs(recipe, demo, needs: dict[str, tuple[str, ...]], warm_ms: dict[str, list[float]], repeat: int,
+                  clock=time.process_time) -> dict[str, float]:
+    """ms per frame of what each corruption's stage keeps on the frame for its other severities (``Frame.derived``:
+    ModelNet40-E's normals, ``upsample``'s search grid), for the corruptions ``needs`` marks: its first severity on
+    frames without it (their shared caches built beforehand) less the same on frames that have it
+    (``warm_ms``, the stage table's cost per example)."""
+
+    out = {}
+    for c in recipe.corruptions:
+        key = derived_cache(c.name)
+        if key not in needs.get(c.name, ()):
+            continue
+        stage, params = get_stage(c.stage), c.params_for(1)
+        shared = [n for n in needs[c.name] if n in CACHES]
+        best = float("inf")
+        for _ in range(repeat):
+            fresh = [replace(f) for f in demo]
+            for f in fresh:
+                for n in shared:
+                    build_cache(f, n)
+            t = clock()
+            for f in fresh:
+                stage.apply(f, params, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, 1)))
+            best = min(best, clock() - t)
+        out[key] = max(0.0, best / len(demo) * 1e3 - warm_ms[c.name][0])
     return out

@@ -18,7 +18,9 @@ What it measures the cost table with, and checks the table against, is in `bench
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import tempfile
 import time
 from dataclasses import replace
@@ -28,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from bench_build.bench.costs import (
-    FULL_FRAMES,
-    FULL_FRAMES_DEFAULT,
+    bench_examples,
+    build_cache,
     cache_needs,
+    derived_costs,
+    full_frames,
     model_cpu_hours,
     model_ms_per_example,
-    read_ms,
     speed_probe,
     task_cpu_per_example,
     write_costs,
@@ -44,28 +47,39 @@ from bench_build.build.run import run_build
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import CACHES, CostTable
 from bench_build.render import View, contact_sheet
-from bench_build.sources.demo.kitti import generate_frame
 from bench_build.sources.kitti import camera_fov_mask
 from bench_build.stages.kernels.column_knn import CellGrid
-from bench_build.stages.ring import frame_rings
+
+DEFAULT_RECIPE = "kitti-c"  # what `bench stages` measures without --recipe, with the Robo3D and reader tables
+
+
+def _ms(x: float) -> float:
+    """A cost as the table stores it: 0.01 ms from 1 ms up, three significant digits below (object stages cost
+    0.03–0.4 ms per shape)."""
+    return round(x, 2) if x >= 1 else float(f"{x:.3g}")
 
 
 @one_thread
-def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c", repeat: int = 2,
+def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = DEFAULT_RECIPE, repeat: int = 2,
               extra_recipes: tuple[str, ...] = ("robo3d-kitti-c",), costs_out: Path | None = None,
-              build_rounds: int = 1) -> dict:
-    """... and with ``costs_out``, the cost table of ``recipe_name`` for `plan` and task sizing, measured as CPU
+              build_rounds: int = 1, sources: bool = True) -> dict:
+    """... and with ``costs_out``, the cost table of ``recipe_name`` (a built-in benchmark, ``name:variant`` or a
+    recipe file) for `plan` and task sizing, measured on its demo data as a task holds it (`bench_examples`) as CPU
     time of this process (what a worker pays; wall time grows when other processes share the cores).
+    ``extra_recipes``: more per-corruption tables, printed only; ``sources``: the readers' table.
     ``build_rounds``: how many times the 1- and 2-worker demo builds run, alternating which goes first; the
     speed-up, the builds' examples/s and the task CPU per example are medians (one round is noise here)."""
 
     results: dict = {"stages": {}}
     recipe = load_recipe(recipe_name)
-    # as the KITTI source reads them: x, y, z, intensity (the generator's ring column is not in a .bin)
-    demo = [replace(f, points=np.ascontiguousarray(f.points[:, :4]), fields=f.fields[:4])
-            for f in (generate_frame(i) for i in range(frames))]
+    clock = time.process_time  # CPU time of this process: robust to other jobs on a shared machine
+    examples = bench_examples(recipe, frames, repeat, clock)
+    demo, what = examples.frames, examples.what
+    if what == "shapes":  # 0.03–2 ms per shape: more repeats, still a fraction of a second each
+        repeat = max(repeat, 5)
     n_pts = np.mean([len(f) for f in demo])
-    print(f"bench-build benchmark on {frames} demo frames (mean {n_pts:,.0f} points), best of {repeat}")
+    print(f"bench-build benchmark of {recipe.name} on {len(demo)} demo {what} (mean {n_pts:,.0f} points), best of "
+          f"{repeat}")
     results["speed_probe_ms"] = [speed_probe()]
     print(f"speed probe (a fixed CPU workload, to compare absolute numbers across runs and machines): "
           f"{results['speed_probe_ms'][0]:.0f} ms")
@@ -74,14 +88,16 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
     times = []
     for f in demo:
         t = time.process_time()
-        _ = f.kdtree, f.box_index, f.deletion_grid, frame_rings(f)  # once per frame, shared by its corruptions
+        for cache in CACHES:  # once per frame, shared by its corruptions
+            build_cache(f, cache)
         times.append(time.process_time() - t)
     # the first frame also pays one-offs of the process (imports, numba's cached machine code): a worker pays
     # them once, not per frame
-    if frames == 1:  # one frame: time it again on a copy with empty caches, now that the one-offs are paid
+    if len(demo) == 1:  # one frame: time it again on a copy with empty caches, now that the one-offs are paid
         again = replace(demo[0])
         t = time.process_time()
-        _ = again.kdtree, again.box_index, again.deletion_grid, frame_rings(again)
+        for cache in CACHES:
+            build_cache(again, cache)
         times.append(time.process_time() - t)
     prep = float(np.mean(times[1:]))
     results["frame_prep_ms"] = prep * 1e3
@@ -90,23 +106,31 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
           "CPU per frame "
           f"(once per frame; the process's first frame: {times[0] * 1e3:.0f} ms, with one-off imports and loads)")
 
-    clock = time.process_time  # CPU time of this process: robust to other jobs on a shared machine
     prep_ms = {}
     for cache in CACHES:  # each cache on fresh copies, so one's cost never hides in the other's
         fresh = [replace(f) for f in demo]
         t = clock()
         for f in fresh:
-            getattr(f, cache)
-        prep_ms[cache] = (clock() - t) / frames * 1e3
+            build_cache(f, cache)
+        prep_ms[cache] = (clock() - t) / len(demo) * 1e3
     results["prep_ms"] = prep_ms
-    results["read_ms"] = read_ms(demo, repeat, clock)
+    results["read_ms"] = examples.read_ms
     results["needs"] = cache_needs(recipe, demo[0])
+    reader = ("KITTI .bin, labels, calib" if recipe.source == "kitti" else
+              f"the {recipe.source} reader" + (f" and [preprocess] {recipe.preprocess.stage}" if recipe.preprocess
+                                                else ""))
     print(f"  of which {', '.join(f'{k} {v:.1f} ms' for k, v in prep_ms.items())} (rebuilt by every task that needs "
-          f"it); reading + decoding a scan (KITTI .bin, labels, calib): {results['read_ms']:.1f} ms per frame")
+          f"it); reading + decoding a {what[:-1]} ({reader}): {results['read_ms']:.2f} ms per frame")
 
     # CPU time of this process: a stage's own cost, robust to other jobs on a shared machine
     for rec in (recipe, *(load_recipe(r) for r in extra_recipes if r != recipe_name)):
-        results["stages"][rec.name] = stage_table(rec, demo, repeat, time.process_time)
+        results["stages"][rec.name] = stage_table(rec, demo, repeat, time.process_time) if rec.corruptions else {}
+        if rec is recipe:
+            results["derived_ms"] = derived_costs(recipe, demo, results["needs"], results["stages"][rec.name],
+                                                  repeat, clock)
+            if results["derived_ms"]:
+                print("  kept on the frame for a corruption's other severities (Frame.derived), once per frame: "
+                      + ", ".join(f"{k.split(':', 1)[1]} {v:.2f} ms" for k, v in results["derived_ms"].items()))
         if any(c.stage == "upsample" for c in rec.corruptions):
 
             grid_ms = timeit(lambda: [CellGrid(f.points, value_col=f.fields.index("intensity")) for f in demo],
@@ -114,7 +138,7 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             results[f"{rec.name} upsample_grid_ms"] = grid_ms
             print(f"  upsample's 5-NN search grid: {grid_ms:.1f} ms CPU once per frame (cached on the frame and shared "
                   "by its severities, like the KD-tree; not in the row above)")
-    if "robo3d-kitti-c" in (recipe_name, *extra_recipes):
+    if "robo3d-kitti-c" in extra_recipes and recipe.source == "kitti":
 
         rec = load_recipe("robo3d-kitti-c")
         fov = [f.take(camera_fov_mask(f)) for f in demo]
@@ -123,42 +147,55 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             title="robo3d-kitti-c, camera-FOV crop (CPU time of this process)")
 
 
-    results["sources"] = run_bench_sources(repeat=repeat)
+    if sources:
+        results["sources"] = run_bench_sources(repeat=repeat)
 
-    floor, write_by, size = write_costs(recipe, demo, max(repeat, 3), clock)
+    floor, write_by, size = write_costs(recipe, demo, max(repeat, 3), clock, rows_per_file=examples.rows_per_file,
+                                      source=examples.source)
     results["io_floor_ms_per_example"] = floor
     results["write_ms_by"] = write_by
-    raw = sum(f.points.nbytes for f in demo) / frames
-    print(f"\nI/O floor: {floor:.1f} ms CPU per clean example to commit it to a Parquet file as a task does "
+    raw = sum(f.points.nbytes for f in demo) / len(demo)
+    files = (f"files of {examples.rows_per_file} {what}, a demo block's" if examples.rows_per_file else
+             "a Parquet file")
+    corrupted = (f"; corrupted outputs {min(min(r) for r in write_by.values()):.2f}–"
+                 f"{max(max(r) for r in write_by.values()):.2f} ms (more points, or noise that compresses worse), per "
+                 "partition in the cost table's write_ms_by" if write_by else "")
+    print(f"\nI/O floor: {floor:.2f} ms CPU per clean example to commit it to {files} as a task does "
           f"(encode, compress, write, fsync, sha256, rename; {raw / floor / 1e3:.0f} MB/s of raw points; "
-          f"{size / 1e6:.2f} MB per example on disk, {size / raw:.0%} of raw); corrupted outputs "
-          f"{min(min(r) for r in write_by.values()):.1f}–{max(max(r) for r in write_by.values()):.1f} ms "
-          f"(more points, or noise that compresses worse), per partition in the cost table's write_ms_by")
+          f"{size / 1e6:.2f} MB per example on disk, {size / raw:.0%} of raw){corrupted}")
 
-    results["render_s_per_panel"] = _render_bench(demo[0], recipe)
+    if what == "scans":
+        results["render_s_per_panel"] = _render_bench(demo[0], recipe)
 
-
-    table = CostTable(recipe=recipe.name, read_ms=round(results["read_ms"], 2),
-                          write_ms=round(results["io_floor_ms_per_example"], 2),
-                          write_ms_by={c: tuple(round(x, 2) for x in row) for c, row in results["write_ms_by"].items()},
-                          prep_ms={k: round(v, 2) for k, v in prep_ms.items()},
-                          stage_ms={c: tuple(round(x, 2) for x in row)
+    command = " ".join(["bench-build bench stages", *(["--recipe", recipe_name] if recipe_name != DEFAULT_RECIPE
+                                                      else []),
+                        f"--frames {frames}", *([] if builds else ["--no-builds"]), "--costs-out"])
+    cores = os.cpu_count() or 1
+    blocks = (f" ({frames} block{'s' * (frames != 1)} of {examples.rows_per_file}, written a block a file)"
+              if examples.rows_per_file else "")
+    table = CostTable(recipe=recipe.name, read_ms=_ms(results["read_ms"]),
+                          write_ms=_ms(results["io_floor_ms_per_example"]),
+                          write_ms_by={c: tuple(_ms(x) for x in row) for c, row in results["write_ms_by"].items()},
+                          prep_ms={k: _ms(v) for k, v in {**prep_ms, **results["derived_ms"]}.items()},
+                          stage_ms={c: tuple(_ms(x) for x in row)
                                     for c, row in results["stages"][recipe.name].items()},
                           needs={c: n for c, n in results["needs"].items() if n},
-                          measured=f"bench-build bench --frames {frames} --costs-out: demo scans, mean {n_pts:,.0f} "
-                                   f"points, CPU time of one process; stages best of {repeat}, writes median of "
-                                   f"{max(repeat, 3)}; "
+                          measured=f"{command} on {cores} core{'s' * (cores != 1)}, {datetime.date.today()}: "
+                                   f"{len(demo)} demo {what}{blocks}, mean {n_pts:,.0f} points, CPU time of one "
+                                   f"process; stages best of {repeat}, writes median of {max(repeat, 3)}; "
                                    + ("scale from the 1-worker demo build's tasks" if builds else
                                       "no scale (--no-builds: the parts as timed alone)"))
-    results["full_cpu_hours_model"] = model_cpu_hours(recipe, table)
-    print(f"\nfull {recipe.name} ({FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT):,} frames, "
-          f"{recipe.examples_stored(FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)):,} stored examples), from the "
-          f"costs above (read + per-frame caches once + every stage + Parquet, one task per block, each part as "
-          f"timed alone): {results['full_cpu_hours_model']:.2f} CPU-hours")
+    full = full_frames(recipe)
+    if full is not None:
+        results["full_cpu_hours_model"] = model_cpu_hours(recipe, table)
+        print(f"\nfull {recipe.name} ({full:,} frames, {recipe.examples_stored(full):,} stored examples), from the "
+              f"costs above (read + per-frame caches once + every stage + Parquet, one task per block, each part as "
+              f"timed alone): {results['full_cpu_hours_model']:.2f} CPU-hours")
+    target = " (target ≤ 5)" if recipe.name == DEFAULT_RECIPE else ""
 
     if builds:
 
-        print("\nwhole demo build (8 frames, every corruption × severity, Ray start-up included"
+        print(f"\nwhole {recipe.name} demo build (every corruption × severity, Ray start-up included"
               + (f"; {build_rounds} rounds, alternating which goes first; medians" if build_rounds > 1 else "") + "):")
         results["builds"], walls, rates, warmups = {}, {1: [], 2: []}, [], []
         for r in range(build_rounds):
@@ -185,20 +222,24 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             measured = float(np.median(rates))
             results["task_cpu_ms_per_example"] = measured * 1e3
             results["worker_warmup_cpu_s"] = float(np.median(warmups))
-            results["full_cpu_hours_measured"] = measured * recipe.examples_stored(
-                FULL_FRAMES.get(recipe.name, FULL_FRAMES_DEFAULT)) / 3600
+            if full is not None:
+                results["full_cpu_hours_measured"] = measured * recipe.examples_stored(full) / 3600
         results["speedup_2_vs_1"] = wall[1] / wall[2]
         per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(walls[1], walls[2], strict=True))
         print(f"  speed-up 2 vs 1 workers: {wall[1] / wall[2]:.2f}× (target ≥ 1.8)"
               + (f"; per round {per_round}" if build_rounds > 1 else ""))
-        if "full_cpu_hours_measured" in results:
+        if rates:
             warm = (f"; each worker process's first task also paid {results['worker_warmup_cpu_s']:.1f} s of one-off "
                     "warm-up (imports, numba's cached code), a cost per process like Ray start and the driver, "
                     "not per example" if results["worker_warmup_cpu_s"] else
                     "; Ray start and the driver are fixed costs, not per example")
-            print(f"  full {recipe.name} from the 1-worker build's tasks (their CPU time, "
-                  f"{results['task_cpu_ms_per_example']:.1f} ms per stored example{warm}): "
-                  f"{results['full_cpu_hours_measured']:.2f} CPU-hours (target ≤ 5)")
+            if "full_cpu_hours_measured" in results:
+                print(f"  full {recipe.name} from the 1-worker build's tasks (their CPU time, "
+                      f"{results['task_cpu_ms_per_example']:.1f} ms per stored example{warm}): "
+                      f"{results['full_cpu_hours_measured']:.2f} CPU-hours{target}")
+            else:
+                print(f"  the 1-worker build's tasks: {results['task_cpu_ms_per_example']:.2f} ms CPU per stored "
+                      f"example{warm}")
             pred = results["model_ms_per_example_demo"]
             ratio = results["task_cpu_ms_per_example"] / pred
             print(f"  the parts above predict {pred:.1f} ms per stored example for these same tasks (their frames and "
@@ -207,9 +248,10 @@ def run_bench(frames: int = 4, builds: bool = True, recipe_name: str = "kitti-c"
             if 0.2 <= ratio <= 5.0:
                 table = replace(table, scale=round(ratio, 3))
                 results["cost_scale"] = table.scale
-                results["full_cpu_hours_model_scaled"] = model_cpu_hours(recipe, table)
-                print(f"  full {recipe.name} from the scaled cost table (what `plan` and task sizing use): "
-                      f"{results['full_cpu_hours_model_scaled']:.2f} CPU-hours (target ≤ 5)")
+                if full is not None:
+                    results["full_cpu_hours_model_scaled"] = model_cpu_hours(recipe, table)
+                    print(f"  full {recipe.name} from the scaled cost table (what `plan` and task sizing use): "
+                          f"{results['full_cpu_hours_model_scaled']:.2f} CPU-hours{target}")
     results["speed_probe_ms"].append(speed_probe())
     print(f"\nspeed probe at the end: {results['speed_probe_ms'][1]:.0f} ms (at the start "
           f"{results['speed_probe_ms'][0]:.0f}): absolute costs above carry that spread")

@@ -186,9 +186,10 @@ def plan(
             "its costliest task cheaper, which is then one corruption × severity alone")
     rt = report["runtime"]
     if report["costs"].startswith(DEFAULTS_MEASURED):
-        say(f"[yellow]costs: not measured for {report['recipe']}[/yellow] (only kitti-c ships a cost table): every "
+        say(f"[yellow]costs: not measured for {report['recipe']}[/yellow] (no cost table shipped or given): every "
             f"corruption is taken to cost {DEFAULT_STAGE_MS:g} ms per example, so the CPU-hours and times below are "
-            "placeholders, not predictions")
+            f"placeholders, not predictions; `bench-build bench stages --recipe {benchmark} --no-builds --no-objects "
+            "--costs-out FILE` measures a table on the demo data for --costs FILE (pipeline/bench/README.md)")
     else:
         say(f"costs: {report['costs']}")
     cores = rt["cores_measured"]

@@ -5,8 +5,11 @@ A table (``pipeline/plan/cost_tables/<recipe>.json``, written by ``bench-build b
 core and full-resolution scans:
 
 - ``read_ms``: reading and decoding one scan (per frame, paid by every task that holds the frame);
-- ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``, ``deletion_grid``):
-  paid once per frame by a task only if one of its stages uses that cache;
+- ``prep_ms``: the per-frame caches stages share, by name (``kdtree``, ``box_index``, ``deletion_grid``,
+  ``rings``: the ring ids of `stages.ring.frame_rings`): paid once per frame by a task only if one of its stages
+  uses that cache; and ``derived:<corruption>``, what that corruption's stage keeps on the frame for its other
+  severities (``Frame.derived``: ModelNet40-E's normals, ``upsample``'s search grid), paid once per frame by a
+  task holding any of its severities;
 - ``write_ms``: committing one clean example to a Parquet file as a task does (encode, compress, write, fsync,
   sha256, rename), paid by every partition;
 - ``write_ms_by[corruption]``: the same for that corruption's output at severities 1..S (more points, or noise in
@@ -20,21 +23,30 @@ core and full-resolution scans:
   seconds while the parts keep their measured ratios for balancing tasks.
 
 The table is data, not a live measurement, so a plan is a pure function of (recipe, frames, table) and two
-runs of the same command always cut the same tasks (resume depends on it). A recipe without a table gets
-`default_costs`: every stage costs the same, so tasks are still of equal *size*.
+runs of the same command always cut the same tasks (resume depends on it). A variant without a table of its own
+(``3dos:cellphone``) takes its base recipe's; a recipe with neither gets `default_costs`: every stage costs the
+same, so tasks are still of equal *size*.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench_build.manifests.recipe import Recipe
 
 TABLES = Path(__file__).parent / "cost_tables"
-CACHES = ("kdtree", "box_index", "deletion_grid")  # Frame's shared per-frame caches (cached properties)
+#: the per-frame caches stages share: Frame's cached properties, and the ring ids `stages.ring.frame_rings` keeps
+#: per frame (Robo3D's beam_missing, cross_sensor and snow)
+CACHES = ("kdtree", "box_index", "deletion_grid", "rings")
+DERIVED = "derived:"  # + a corruption's name: what its stage keeps in Frame.derived for its other severities
+
+
+def derived_cache(corruption: str) -> str:
+    """The name, in a table's ``prep_ms`` and ``needs``, of what ``corruption``'s stage keeps on the frame."""
+    return DERIVED + corruption
 
 # Defaults for a recipe without a measured table: the medians of the KITTI-C table on this project's machine.
 DEFAULT_READ_MS = 5.0
@@ -103,7 +115,7 @@ def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
             extra={k: v for k, v in data.items() if k not in known})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{origin}: not a cost table ({type(e).__name__}: {e})") from None
-    bad = [c for c, n in table.needs.items() for x in n if x not in CACHES]
+    bad = [x for c, n in table.needs.items() for x in n if x not in CACHES and x != derived_cache(c)]
     writes = [x for row in table.write_ms_by.values() for x in row]
     if bad or any(v < 0 for v in (table.read_ms, table.write_ms, *table.prep_ms.values(), *writes)):
         raise ValueError(f"{origin}: unknown cache or negative cost ({bad})")
@@ -113,10 +125,15 @@ def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
 
 
 def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
-    """The cost table of ``recipe``: ``path`` if given, else the shipped one, else `default_costs`. A table given
-    by ``path`` must price every corruption of the recipe (another benchmark's table would price its own
-    corruptions and leave the rest at the default, silently)."""
+    """The cost table of ``recipe``: ``path`` if given, else the shipped one (a variant without its own takes its
+    base recipe's, said in ``measured``), else `default_costs`. A table must be measured for ``recipe`` (or, for a
+    variant, its base) and price every corruption of it: another benchmark's table would price its own
+    corruptions and leave the rest at the default, silently, or price them on other data (a Robo3D table of
+    18k-point crops for 150k-point Waymo scans)."""
+    base = recipe.variants[recipe.variant].base if recipe.variant in recipe.variants else None
     p = Path(path) if path else TABLES / f"{recipe.name}.json"
+    if not path and not p.is_file() and base is not None:
+        p = TABLES / f"{base}.json"
     if not p.is_file():
         if path:
             raise FileNotFoundError(f"cost table {p} does not exist")
@@ -131,6 +148,13 @@ def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
         raise ValueError(f"{p}: the cost table of {table.recipe} has no cost for {recipe.name}'s "
                          f"{', '.join(missing[:5])}{', …' if len(missing) > 5 else ''}: pass a table measured "
                          f"for {recipe.name}, or none for the defaults")
+    if table.recipe not in (recipe.name, base):
+        raise ValueError(f"{p}: a cost table measured for {table.recipe}, not {recipe.name}: pass a table measured "
+                         f"for {recipe.name} (`bench-build bench stages --recipe` measures one), or none for the "
+                         "defaults")
+    if table.recipe != recipe.name:
+        table = replace(table, measured=f"{table.measured} (the table of {table.recipe}: {recipe.name} has none "
+                                        "of its own)")
     return table
 
 
