@@ -164,7 +164,7 @@ def test_plan_cli(kitti_c):
     assert missing.exit_code == 2 and "nonexistent.json" in missing.output
 
 
-def test_plan_says_what_it_cannot_predict():
+def test_plan_says_what_it_cannot_predict(small_recipe):
     """Another benchmark's cost table priced only the corruptions both have and silently guessed the rest; a
     recipe without a table got 10 ms per corruption printed as a prediction ("0.00 CPU-hours" for 3DOS);
     --split with --frames and a --groups beyond what a block can be cut into were ignored without a word;
@@ -175,8 +175,9 @@ def test_plan_says_what_it_cannot_predict():
     other = CliRunner().invoke(app, ["plan", "robo3d-kitti-c", "--frames", "100", "--costs", str(table)])
     assert other.exit_code == 2 and "the cost table of kitti-c has no cost for robo3d-kitti-c's wet_ground" in (
         " ".join(other.output.split()))
-    guessed = " ".join(CliRunner().invoke(app, ["plan", "robo3d-kitti-c", "--frames", "100"]).output.split())
-    assert "costs: not measured for robo3d-kitti-c" in guessed and "placeholders, not predictions" in guessed
+    guessed = " ".join(CliRunner().invoke(app, ["plan", str(small_recipe), "--frames", "100"]).output.split())
+    assert "costs: not measured for mini-c" in guessed and "placeholders, not predictions" in guessed
+    assert f"`bench-build bench stages --recipe {small_recipe} --no-builds --no-objects --costs-out FILE`" in guessed
     tiny = " ".join(CliRunner().invoke(app, ["plan", "3dos", "--frames", "10"]).output.split())
     assert "0.00 CPU-hours" not in tiny and "CPU-s as one task per block" in tiny
     assert "all 1 cores" not in tiny
