@@ -6,7 +6,8 @@
     python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \
         --max-workers 16 | kubectl apply -f -
         prints deploy/kuberay/rayjob.yaml with this run's entrypoint, job name, image, worker-group size and the
-        source volume mounted at --source
+        source volume mounted at --source: the template's PVC (kitti-source) for a benchmark that reads KITTI,
+        for any other the PVC --source-claim names (required there)
 
 The run's command is built here from options, never typed into the YAML by hand, so what the cluster
 runs is always a command the CLI accepts: more `bench-build run` options after `--` are parsed by the
@@ -27,13 +28,17 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 DEPLOY = Path(__file__).resolve().parent
 RAY_CLUSTER = DEPLOY / "ray-cluster.yaml"
 RAYJOB = DEPLOY / "kuberay" / "rayjob.yaml"
+RECIPES = DEPLOY.parent / "manifests" / "recipes"
 #: the RayJob's volume holding the source scans (a read-only PVC), mounted in every pod
 SOURCE_VOLUME = "source"
+#: the dataset the template's source PVC holds: its claim is the default only for a benchmark that reads it
+TEMPLATE_SOURCE = "kitti"
 #: KubeRay refuses a RayJob name that is not a DNS-1035 label of at most 47 characters (the RayCluster it
 #: creates appends 6; ray-operator/controllers/ray/utils/validation.go, ValidateRayJobMetadata)
 MAX_JOB_NAME = 47
@@ -164,6 +169,43 @@ def job_name(benchmark: str) -> str:
     return f"bench-build-{slug}"[:MAX_JOB_NAME].rstrip("-")
 
 
+def recipe_source(benchmark: str) -> str | None:
+    """The dataset (``[benchmark] source``) a benchmark reads: a built-in's (``kitti-c``, ``kitti-c:text``) or a
+    recipe file's, found as `bench-build run` finds them; None when it is neither (or cannot be read here)."""
+    builtins = {p.name[: -len(".toml")]: p for p in RECIPES.glob("*.toml")}
+    spec = benchmark
+    if spec not in builtins and not Path(spec).exists() and ":" in spec:
+        spec = spec.rsplit(":", 1)[0]  # a variant: the same source
+    try:
+        source = tomllib.loads((builtins.get(spec) or Path(spec)).read_text()).get("benchmark", {}).get("source")
+    except (OSError, ValueError):  # no such file, or not TOML (tomllib.TOMLDecodeError is a ValueError)
+        return None
+    return source if isinstance(source, str) else None
+
+
+def source_claim(benchmark: str, claim: str | None, template: Path = RAYJOB) -> str:
+    """The PVC to mount as the source: ``claim`` when given; else the template's, which holds KITTI, for a benchmark
+    that reads KITTI; else refused: mounting KITTI's scans for another dataset's build would fail only on the
+    cluster, once every pod is up."""
+    import yaml
+
+    if claim:
+        return claim
+    job = yaml.safe_load(template.read_text())
+    volumes = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+    default = next(v["persistentVolumeClaim"]["claimName"] for v in volumes if v["name"] == SOURCE_VOLUME)
+    source = recipe_source(benchmark)
+    if source == TEMPLATE_SOURCE:
+        return default
+    if source is None:
+        raise Refused(f"--benchmark {benchmark}: not a built-in benchmark nor a recipe file readable here, so not "
+                      f"known to read the {TEMPLATE_SOURCE} data of the template's source PVC {default}: name the PVC "
+                      "holding its source with --source-claim")
+    raise Refused(f"--benchmark {benchmark} reads {source} data, and the template's source PVC {default} holds "
+                  f"{TEMPLATE_SOURCE} data: name the PVC holding its source with --source-claim (e.g. --source-claim "
+                  f"{source}-source)")
+
+
 def ray_up_commands(cluster_yaml: Path, command: list[str]) -> list[list[str]]:
     return [["ray", "up", "-y", str(cluster_yaml)], ["ray", "exec", str(cluster_yaml), shlex.join(command)]]
 
@@ -218,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     kr.add_argument("--image")
     kr.add_argument("--max-workers", type=int, help="worker pods at most (16 CPUs each)")
     kr.add_argument("--name", help="the RayJob's name (default: bench-build-BENCHMARK)")
-    kr.add_argument("--source-claim", help="the PVC holding the source (default: the template's, kitti-source)")
+    kr.add_argument("--source-claim", help="the PVC holding the source (default: the template's, kitti-source, "
+                                           "for a benchmark that reads KITTI; required for any other)")
     kr.add_argument("--source-mount", help="where the PVC is mounted in every pod (default: --source; "
                                            "--source must be in it)")
     args = p.parse_args(argv)
@@ -236,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                               "the PVC at --source")
             job = render_rayjob(command, image=args.image, max_workers=args.max_workers,
                                 name=args.name or job_name(args.benchmark), source_mount=mount,
-                                source_claim=args.source_claim)
+                                source_claim=source_claim(args.benchmark, args.source_claim))
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -319,25 +319,62 @@ def test_submit_renders_a_rayjob_for_this_run(monkeypatch, capsys):
     check_rayjob(job)
     assert job["metadata"]["name"] == "kc-smoke"
     assert _source_mounts(job) == {"/data/kitti"}
-    assert {v["persistentVolumeClaim"]["claimName"] for p in _pods(job) for v in p["volumes"]
-            if v["name"] == "source"} == {"kitti-v2"}
+    assert _claims(job) == {"kitti-v2"}
     assert {c["image"] for p in _pods(job) for c in p["containers"]} == {"reg.example/bench-build:9"}
     assert job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["maxReplicas"] == 2
     got = cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)
     assert (got["max_frames"], got["recheck"], got["out"]) == (16, "size", "s3://bench/work")
 
 
+def _claims(job: dict) -> set[str]:
+    return {v["persistentVolumeClaim"]["claimName"] for p in _pods(job) for v in p["volumes"] if v["name"] == "source"}
+
+
 def test_a_rayjob_for_another_benchmark_is_named_after_it_and_mounts_its_source(monkeypatch, capsys):
     """The job of another benchmark neither reuses KITTI-C's name (applying it would replace that job) nor leaves its
     --source unmounted: the source PVC is mounted where --source says, in every pod."""
     assert _submit_module().main(["kuberay", "--benchmark", "robo3d-semantickitti-c", "--source", "/data/semantickitti",
-                                  "--out", "s3://bench/work", "--max-workers", "2"]) == 0
+                                  "--source-claim", "semantickitti-source", "--out", "s3://bench/work",
+                                  "--max-workers", "2"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     check_rayjob(job)
     assert job["metadata"]["name"] == "bench-build-robo3d-semantickitti-c"
-    assert _source_mounts(job) == {"/data/semantickitti"}
+    assert _source_mounts(job) == {"/data/semantickitti"} and _claims(job) == {"semantickitti-source"}
     got = cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)
     assert (got["benchmark"], got["source"]) == ("robo3d-semantickitti-c", "/data/semantickitti")
+
+
+@pytest.mark.parametrize("benchmark", ["kitti-c", "kitti-c:text", "robo3d-kitti-c", "kitti-recipe-file"])
+def test_a_benchmark_that_reads_kitti_mounts_the_templates_claim_by_default(benchmark, tmp_path, capsys):
+    """The template's source PVC, kitti-source, holds KITTI: the default for every benchmark that reads KITTI."""
+    if benchmark == "kitti-recipe-file":
+        benchmark = str(tmp_path / "my-kitti.toml")
+        Path(benchmark).write_text('[benchmark]\nname = "my-kitti"\nsource = "kitti"\n')
+    assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", "/data/kitti", "--out",
+                                  "s3://bench/work"]) == 0
+    job = yaml.safe_load(capsys.readouterr().out)
+    check_rayjob(job)
+    assert _claims(job) == {"kitti-source"} and _source_mounts(job) == {"/data/kitti"}
+
+
+@pytest.mark.parametrize("benchmark, says", [
+    ("robo3d-semantickitti-c", "--benchmark robo3d-semantickitti-c reads semantickitti data, and the template's "
+                               "source PVC kitti-source holds kitti data: name the PVC holding its source with "
+                               "--source-claim (e.g. --source-claim semantickitti-source)"),
+    ("modelnet-c", "--benchmark modelnet-c reads modelnet40 data"),
+    ("nuscenes-recipe-file", "reads nuscenes data"),
+    ("no-such-benchmark", "--benchmark no-such-benchmark: not a built-in benchmark nor a recipe file readable here"),
+])
+def test_a_benchmark_that_reads_other_data_needs_its_source_claim(benchmark, says, tmp_path, capsys):
+    """Defaulting to the template's claim mounted KITTI's scans at /data/semantickitti for a SemanticKITTI build:
+    a job that fails only once its pods are up. Refused in one line instead, with nothing rendered."""
+    if benchmark == "nuscenes-recipe-file":
+        benchmark = str(tmp_path / "my-nus.toml")
+        Path(benchmark).write_text('[benchmark]\nname = "my-nus"\nsource = "nuscenes"\n')
+    assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", "/data/other", "--out",
+                                  "s3://bench/work"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and says in out.err and len(out.err.splitlines()) == 1, out.err
 
 
 @pytest.mark.parametrize(("benchmark", "name"), [
