@@ -44,6 +44,8 @@ from bench_build.storage.s3_client import AUTH_CODES, DIGEST_CODES, denied_messa
 from bench_build.storage.secrets import redact
 from bench_build.storage.uploads import BackgroundUploads
 
+COPY_OBJECT_MAX = 5 << 30  # S3's largest CopyObject source: a larger object is copied in parts (UploadPartCopy)
+
 
 class S3Store(Store):
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
@@ -266,25 +268,59 @@ class S3Store(Store):
                     "Objects": [{"Key": self._k(k)} for k in keys[i:i + 1000]], "Quiet": True})
 
     def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
-        """A server-side copy when ``src`` is on the same S3 endpoint (no byte crosses this machine; multipart
-        copy above 5 GB), else streamed. The source is checked first against ``sha256`` by its stored checksum
-        metadata (set by every bench-build upload, which the store verified on PUT) and size; an object
-        without that metadata is streamed and hashed instead."""
+        """A server-side copy when ``src`` is on the same S3 endpoint (no byte goes up from this machine; one
+        CopyObject up to `COPY_OBJECT_MAX`, a multipart copy above), else streamed and hashed (`Store.copy_from`).
+        A source whose ``sha256`` metadata names other bytes is refused before anything is written. Then the
+        copy's bytes themselves are checked against ``sha256``, by the first of these that the store offers:
+
+        1. the SHA-256 the store computed over the bytes it copied, which CopyObject returns when asked
+           (``ChecksumAlgorithm``; AWS S3 does; SeaweedFS 4.48 returns none);
+        2. the copy's stored full-object SHA-256 checksum (HeadObject with ``ChecksumMode``): the one the store
+           verified when those bytes were uploaded (a single-PUT upload of bench-build sends it by default),
+           carried by a copy with the bytes (SeaweedFS does). Any write to the source key replaces it, so an object
+           overwritten with other bytes but the old metadata is caught; the bytes are not re-read, so rot at
+           rest is left to the store's own checks (SeaweedFS fails the copy of a chunk whose CRC is wrong);
+        3. else (a multipart upload, whose SHA-256 is a checksum of its parts' checksums; an upload with
+           ``BENCH_BUILD_S3_CHECKSUM=sigv4``; an object another tool wrote) the copy is read back and hashed
+           here: its bytes come down once.
+
+        A copy that fails its check is deleted and a `StorageError` names both keys."""
         if not (isinstance(src, S3Store) and src.endpoint_url == self.endpoint_url):
             return super().copy_from(src, src_key, key, sha256=sha256)
         info = src.head(src_key)
         if info is None:
             raise NotFound(f"{src.key_url(src_key)}: not found")
-        if info.sha256 is None:
-            return super().copy_from(src, src_key, key, sha256=sha256)
-        if info.sha256 != sha256:
+        if info.sha256 not in (None, sha256):
             raise StorageError(f"{src.key_url(src_key)}: stored sha256 {info.sha256} is not the {sha256} its "
                                "manifest lists")
+        source = {"Bucket": src.bucket, "Key": src._k(src_key)}
+        meta = {"Metadata": {SHA256_META: sha256}, "MetadataDirective": "REPLACE"}
         with self._calls(key, "copy"):
-            self.client.copy({"Bucket": src.bucket, "Key": src._k(src_key)}, self.bucket, self._k(key),
-                             ExtraArgs={"Metadata": {SHA256_META: sha256}, "MetadataDirective": "REPLACE"},
-                             Config=self._transfer_config())
+            if info.size <= COPY_OBJECT_MAX:
+                r = self.client.copy_object(CopySource=source, Bucket=self.bucket, Key=self._k(key),
+                                            ChecksumAlgorithm="SHA256", **meta)
+                got = full_object_sha256(r.get("CopyObjectResult") or {})
+            else:
+                self.client.copy(source, self.bucket, self._k(key), ExtraArgs=meta, Config=self._transfer_config())
+                got = None
+        if got is None:
+            got = self.stored_sha256(key)
+        if got is None:
+            got = self.sha256(key)
+        if got != sha256:
+            with contextlib.suppress(StorageError):
+                self.delete(key)
+            raise StorageError(f"{self.key_url(key)}: the server-side copy of {src.key_url(src_key)} has sha256 "
+                               f"{got}, not the {sha256} its manifest lists (the source's bytes changed after "
+                               "it was written); the copy was deleted")
         return "server-side"
+
+    def stored_sha256(self, key: str) -> str | None:
+        """The object's full-object SHA-256 checksum as the store keeps it (hex; the one it verified on upload),
+        or None when it keeps none (or only a checksum of a multipart upload's parts)."""
+        with self._calls(key, "head"):
+            r = self.client.head_object(Bucket=self.bucket, Key=self._k(key), ChecksumMode="ENABLED")
+        return full_object_sha256(r)
 
     @contextlib.contextmanager
     def staged_file(self, key: str) -> Iterator[StagedFile]:
@@ -382,6 +418,19 @@ class S3Store(Store):
 
     def remove_dead_temps(self) -> int:
         return 0  # S3 has no temp objects: staged files live in the local staging directory
+
+
+def full_object_sha256(fields: dict[str, Any]) -> str | None:
+    """Hex of the ``ChecksumSHA256`` of an S3 response (base64 of the digest) when it is the whole object's: not a
+    multipart upload's checksum of checksums (``ChecksumType`` ``COMPOSITE``, a ``-<parts>`` suffix); else None."""
+    value = fields.get("ChecksumSHA256")
+    if not value or "-" in value or fields.get("ChecksumType") not in (None, "FULL_OBJECT"):
+        return None
+    try:
+        digest = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return digest.hex() if len(digest) == 32 else None
 
 
 class _RangeReader(io.RawIOBase):

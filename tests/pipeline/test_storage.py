@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -107,3 +110,112 @@ def test_wrong_credentials_give_a_clear_error(s3env, s3prefix, monkeypatch):
         store.put_bytes("x", b"1")
     assert "denied" in str(e.value) and "credentials" in str(e.value)
     assert "wrong-secret-1234567" not in str(e.value)
+
+
+# --- server-side copies are checked by the store's bytes, not the source's metadata -------------------------------
+def _versions(s3prefix: str, tmp_path: Path, data: bytes) -> tuple[S3Store, S3Store, str]:
+    """An object ``f.bin`` uploaded by bench-build under ``<prefix>/v1``, the store ``<prefix>/v2``, its sha256."""
+    src, dst = open_store(f"{s3prefix}/v1"), open_store(f"{s3prefix}/v2")
+    (tmp_path / "f.bin").write_bytes(data)
+    src.upload_file(tmp_path / "f.bin", "f.bin")
+    return src, dst, hashlib.sha256(data).hexdigest()
+
+
+def _no_read_back(monkeypatch) -> None:
+    def refuse(self, key, chunk=0):
+        raise AssertionError(f"{key} was read back")
+
+    monkeypatch.setattr(S3Store, "iter_chunks", refuse)
+
+
+def test_a_server_side_copy_is_checked_by_the_checksum_the_store_verified_on_upload(s3prefix, tmp_path,
+                                                                                    monkeypatch):
+    """SeaweedFS returns no checksum from CopyObject but keeps the upload's SHA-256 with the copy: a HEAD proves
+    the copy, no byte is read back."""
+    data = os.urandom(300_000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    _no_read_back(monkeypatch)
+    assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
+    assert dst.stored_sha256("f.bin") == sha and dst.head("f.bin").sha256 == sha
+    monkeypatch.undo()
+    assert dst.read_bytes("f.bin") == data
+
+
+@pytest.mark.parametrize("how", ["plain PUT", "PUT with its own checksum", "multipart upload"])
+def test_a_source_overwritten_under_its_old_metadata_is_not_copied(s3prefix, s3env, tmp_path, how):
+    """Another tool replaced v1's object with other bytes of the same size and kept its sha256 metadata: the
+    metadata still agrees with the manifest, the bytes do not, and the copy must not stand."""
+    import boto3.s3.transfer
+
+    data = os.urandom((5 << 20) + 1000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    other = bytearray(data)
+    other[len(other) // 2] ^= 0xFF
+    kw = {"Metadata": {"sha256": sha}}
+    client = s3env.client()
+    if how == "multipart upload":  # its stored SHA-256 is a checksum of part checksums: the copy is read back
+        (tmp_path / "other").write_bytes(bytes(other))
+        client.upload_file(str(tmp_path / "other"), src.bucket, src._k("f.bin"),
+                           ExtraArgs={**kw, "ChecksumAlgorithm": "SHA256"},
+                           Config=boto3.s3.transfer.TransferConfig(multipart_threshold=1 << 20,
+                                                                       multipart_chunksize=5 << 20))
+        assert src.head("f.bin").etag.strip('"').endswith("-2") and src.stored_sha256("f.bin") is None
+    else:
+        if how == "PUT with its own checksum":
+            kw["ChecksumSHA256"] = base64.b64encode(hashlib.sha256(other).digest()).decode()
+        client.put_object(Bucket=src.bucket, Key=src._k("f.bin"), Body=bytes(other), **kw)
+    assert src.head("f.bin").sha256 == sha  # what the old check compared, and passed
+    with pytest.raises(StorageError) as e:
+        dst.copy_from(src, "f.bin", "f.bin", sha256=sha)
+    assert str(e.value) == (f"{dst.key_url('f.bin')}: the server-side copy of {src.key_url('f.bin')} has sha256 "
+                            f"{hashlib.sha256(other).hexdigest()}, not the {sha} its manifest lists (the source's "
+                            "bytes changed after it was written); the copy was deleted")
+    assert dst.head("f.bin") is None
+
+
+def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_path, monkeypatch):
+    import bench_build.storage.s3 as storage_s3
+
+    monkeypatch.setattr(storage_s3, "MULTIPART_THRESHOLD", 1 << 20)
+    monkeypatch.setattr(storage_s3, "MULTIPART_CHUNK", 5 << 20)
+    data = os.urandom((5 << 20) + 1000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    read: list[str] = []
+    real = S3Store.iter_chunks
+
+    def spy(self, key, *args):
+        read.append(self.key_url(key))
+        yield from real(self, key, *args)
+
+    monkeypatch.setattr(S3Store, "iter_chunks", spy)
+    assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
+    assert read == [dst.key_url("f.bin")]  # the copy, hashed here; nothing went up from this machine
+    assert dst.head("f.bin").sha256 == sha
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_the_checksum_copyobject_returns_decides_when_the_store_computes_one(s3prefix, tmp_path, monkeypatch, right):
+    """AWS S3 returns the copy's SHA-256 when CopyObject is asked for one (``ChecksumAlgorithm``); SeaweedFS does
+    not, so its answer is given one here: a matching one is trusted alone, another deletes the copy."""
+    data = os.urandom(100_000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    digest = hashlib.sha256(data if right else b"other bytes").digest()
+    real, asked = dst.client.copy_object, []
+
+    def copy_object(**kw):
+        asked.append(kw.get("ChecksumAlgorithm"))
+        r = real(**kw)
+        r["CopyObjectResult"]["ChecksumSHA256"] = base64.b64encode(digest).decode()
+        return r
+
+    monkeypatch.setattr(dst.client, "copy_object", copy_object)
+    monkeypatch.setattr(S3Store, "stored_sha256", lambda self, key: pytest.fail("the copy's checksum was enough"))
+    _no_read_back(monkeypatch)
+    if right:
+        assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
+        assert dst.head("f.bin").size == len(data)
+    else:
+        with pytest.raises(StorageError, match=f"has sha256 {digest.hex()}, not the {sha}"):
+            dst.copy_from(src, "f.bin", "f.bin", sha256=sha)
+        assert dst.head("f.bin") is None
+    assert asked == ["SHA256"]
