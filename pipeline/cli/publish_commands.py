@@ -64,16 +64,19 @@ def publish(
         console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
     for note in r.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+    from bench_build.publish.common import counted
+
     if not r.ok:
-        console.print(f"{len(r.problems)} files could not be published; nothing was committed")
+        console.print(f"{counted(len(r.problems), 'file')} could not be published; nothing was committed")
         raise typer.Exit(code=1)
-    n = len(r.transferred)
-    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {n} file{'s' * (n != 1)} "
-                      f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already there "
-                      f"({r.skipped_bytes / 1e6:.1f} MB), {len(r.renders)} render(s); latest = {r.latest}")
+    rate = f", {r.upload_mb_per_s:.1f} MB/s" if r.transferred else ""  # the uploads' own time: no copy in it
+    out_console.print(f"published {r.dataset} {r.version} to {r.url}: uploaded {counted(len(r.transferred), 'file')} "
+                      f"({r.transferred_bytes / 1e6:.1f} MB{rate}), {len(r.skipped)} already there "
+                      f"({r.skipped_bytes / 1e6:.1f} MB), {counted(len(r.renders), 'render')}; latest = {r.latest}")
     if r.copied:  # --- reuse ---
-        out_console.print(f"copied {len(r.copied)} unchanged files ({r.copied_bytes / 1e6:.1f} MB) store-side from "
-                          "other published versions (not uploaded)", highlight=False)
+        out_console.print(f"copied {counted(len(r.copied), 'unchanged file')} ({r.copied_bytes / 1e6:.1f} MB) "
+                          "store-side from other published versions (not uploaded; each copy checked by sha256)",
+                          highlight=False)
 
 
 @app.command(rich_help_panel=PANEL_PUBLISH)
@@ -161,6 +164,7 @@ def pull(
                           f"(its manifest and files are as they were); the {r.kept} verified download(s) wait in "
                           "its _pull/ and are reused when you run the same pull again")
         raise typer.Exit(code=1)
+    from bench_build.publish.common import counted
     from bench_build.publish.pull import pulled_part
 
     def files(n: int) -> str:
@@ -174,7 +178,7 @@ def pull(
     verified = f"the {files(r.files)} verified" if r.files == 1 else f"all {r.files} files verified"
     out_console.print(f"pulled {what} to {r.url}: {files(len(r.transferred))} downloaded "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
-                      f"there; {verified}" + (f", {len(r.renders)} render(s)" if r.renders else ""),
+                      f"there; {verified}" + (f", {counted(len(r.renders), 'render')}" if r.renders else ""),
                       highlight=False, soft_wrap=True)
     if part is not None:
         out_console.print("partial copy: `verify` and readers see only these partitions; pull again without "

@@ -82,6 +82,10 @@ class TransferReport:
     kept: int = 0  # pull that failed: verified files left in _pull/ (not in place), reused by the next pull
     latest: str | None = None
     seconds: float = 0.0
+    # publish: the bytes its uploads sent (shards and renders) and the wall time of that pass alone (no hashing of
+    # what was already there, no store-side copy, no check, no commit)
+    upload_bytes: int = 0
+    upload_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -89,7 +93,18 @@ class TransferReport:
 
     @property
     def mb_per_s(self) -> float:
+        """Transferred shard bytes over the whole operation's wall time."""
         return self.transferred_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def upload_mb_per_s(self) -> float:
+        """publish: what its uploads sent over the time they took (store-side copies count in neither)."""
+        return self.upload_bytes / 1e6 / self.upload_seconds if self.upload_seconds > 0 else 0.0
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 render``, ``2 renders``, ``0 files``: a count and its noun, plural unless one."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def version_key(version: str) -> tuple:

@@ -114,28 +114,51 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                        report: TransferReport, jobs: int, progress: bool,
                        elsewhere: dict[tuple[str, int], tuple[Store, str]] | None = None) -> None:
     """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest. ``elsewhere``:
-    `_published_files` of the dataset, copied store-side instead of uploaded."""
+    `_published_files` of the dataset, copied store-side instead of uploaded.
+
+    Two passes, each with its own progress line: first what needs no upload (already there, or copied on the
+    store), then the uploads. So the upload line's total, rate and ETA count only bytes that go up, and the
+    report's upload rate (`TransferReport.upload_mb_per_s`) only the time they took."""
     elsewhere = elsewhere or {}
     dataset, version = manifest["dataset"], manifest["version"]
     shards = sorted(manifest["shards"], key=lambda s: s["path"])
     renders = listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "published")
     files = shards + renders
-    bar = TransferProgress(sum(s["bytes"] for s in files), f"upload {dataset} {version}", enabled=progress)
+    copies = [e for e in files if (e["sha256"], e["bytes"]) in elsewhere]
+    bar = TransferProgress(sum(e["bytes"] for e in copies), f"store-side copy {dataset} {version}",
+                           enabled=progress and bool(copies))
+    try:
+        def place(entry: dict[str, Any]) -> str | None:
+            """"skipped" / "copied", or None: to upload."""
+            rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
+            other = elsewhere.get((sha, size))
+            if remote_matches(dest, rel, size, sha):
+                if other is not None:
+                    bar.skip(size)
+                return "skipped"
+            if other is None:
+                return None
+            try:
+                dest.copy_from(other[0], other[1], rel, sha256=sha)
+            except (StorageError, OSError) as e:  # gone, or not what its manifest says: upload ours instead
+                bar.skip(size)
+                report.notes.append(f"{rel}: not copied from {other[0].url} ({e}); uploaded this build's file "
+                                    "instead")
+                return None
+            bar.advance(size)
+            return "copied"
+
+        done = parallel(place, files, jobs)
+    finally:
+        bar.close()
+    uploads = [e for e, how in zip(files, done, strict=True) if how is None]
+    t0 = time.time()
+    bar = TransferProgress(sum(e["bytes"] for e in uploads), f"upload {dataset} {version}",
+                           enabled=progress and bool(uploads))
     try:
         def upload(entry: dict[str, Any]) -> str | None:
-            """"skipped" / "copied" / "transferred", or None after recording a problem."""
+            """"transferred", or None after recording a problem."""
             rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
-            if remote_matches(dest, rel, size, sha):
-                bar.skip(size)
-                return "skipped"
-            other = elsewhere.get((sha, size))
-            if other is not None:
-                try:
-                    dest.copy_from(other[0], other[1], rel, sha256=sha)
-                    bar.skip(size)
-                    return "copied"
-                except (StorageError, OSError):  # gone, or not what its manifest says: upload ours instead
-                    pass
             if src.is_local:
                 local = src.path(rel)  # type: ignore[attr-defined]
                 if not local.is_file():
@@ -157,9 +180,13 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                     dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
             return "transferred"
 
-        done = parallel(upload, files, jobs)
+        uploaded = iter(parallel(upload, uploads, jobs))
     finally:
         bar.close()
+    if uploads:
+        report.upload_seconds = time.time() - t0
+    done = [how if how is not None else next(uploaded) for how in done]
+    report.upload_bytes = sum(e["bytes"] for e, how in zip(files, done, strict=True) if how == "transferred")
     for entry, how in zip(shards, done[:len(shards)], strict=True):
         if how is not None:
             {"skipped": report.skipped, "copied": report.copied}.get(how, report.transferred).append(entry["path"])

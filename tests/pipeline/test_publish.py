@@ -69,7 +69,8 @@ def built(tmp_path_factory, demo_kitti_master) -> Path:
 def test_publish_versions_pull_round_trip(built, s3prefix, s3env, tmp_path):
     out = runner.invoke(app, ["publish", str(built), "--to", s3prefix, "--no-progress"])
     assert out.exit_code == 0, out.output
-    assert "uploaded 84 files" in out.output and "latest = 0.1.0" in out.output
+    assert "uploaded 84 files" in out.output and "MB/s), 0 already there" in out.output
+    assert "1 render; latest = 0.1.0" in out.output
     version_url = f"{s3prefix}/mini-c/0.1.0"
     keys = remote_keys(s3env, version_url)
     assert "manifest.json" in keys and "README.md" in keys
@@ -464,7 +465,7 @@ def test_pull_ignores_a_listed_key_that_escapes_and_writes_only_the_manifests_fi
     out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(out_dir), "--no-progress"])
     assert out.exit_code == 0, out.output
     assert not (tmp_path / "nest" / "x").exists(), "a listed key escaped --out"
-    assert "1 render(s)" in out.output
+    assert "84 files verified, 1 render\n" in out.output and "render(s)" not in out.output
     pulled = out_dir / "mini-c" / "0.1.0"
     manifest = read_manifest(pulled)
     assert [r["path"] for r in manifest["renders"]] == ["renders/contact_sheet.png"]
@@ -511,6 +512,48 @@ def _copy_build(built: Path, dest: Path) -> Path:
     return dest
 
 
+def test_a_new_version_copies_only_what_the_store_confirms_and_its_upload_rate_leaves_the_copies_out(
+        built, s3prefix, s3env, tmp_path, monkeypatch, capsys):
+    """The next version of a dataset (here the same files: a version-only bump) takes the published version's files
+    by store-side copies. One of those was overwritten on the store (other bytes, its sha256 metadata kept): it is
+    uploaded, not copied, and a note says so. The copies get their own progress line, and their time is not in
+    the upload rate (a 1 s copy made the upload line and the summary's rate read ≈ 1 MB/s)."""
+    from bench_build.storage import S3Store
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    shard = read_manifest(built)["shards"][0]
+    body = bytearray((built / shard["path"]).read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    bucket, _, prefix = f"{s3prefix}/mini-c/0.1.0".removeprefix("s3://").partition("/")
+    s3env.client().put_object(Bucket=bucket, Key=f"{prefix}/{shard['path']}", Body=bytes(body),
+                              Metadata={"sha256": shard["sha256"]})
+    real, slept = S3Store.copy_from, []
+
+    def slow_copy(self, *args, **kwargs):
+        if not slept:
+            slept.append(time.sleep(1.0))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Store, "copy_from", slow_copy)
+    second = _copy_build(built, tmp_path / "v2")
+    manifest = json.loads((second / "manifest.json").read_text())
+    manifest["version"] = "0.2.0"
+    (second / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    capsys.readouterr()
+    report = publish_version(second, s3prefix, progress=True)
+    assert report.ok and report.transferred == [shard["path"]] and len(report.copied) == 83, report
+    assert report.renders == ["renders/contact_sheet.png"]
+    assert [n for n in report.notes if n.startswith(f"{shard['path']}: not copied from {s3prefix}/mini-c/0.1.0 (")
+            and "the copy was deleted" in n], report.notes
+    assert verify_remote(f"{s3prefix}/mini-c/0.2.0", progress=False).ok
+    assert report.upload_bytes == shard["bytes"] and 0 < report.upload_seconds < report.seconds - 1.0
+    err = capsys.readouterr().err
+    up = shard["bytes"] / 1e6
+    copied = (sum(s["bytes"] for s in manifest["shards"]) + sum(r["bytes"] for r in manifest["renders"])) / 1e6 - up
+    assert f"store-side copy mini-c 0.2.0: {copied:.1f}/{copied:.1f} MB" in err, err
+    assert f"upload mini-c 0.2.0: {up:.1f}/{up:.1f} MB" in err, err
+
+
 @pytest.mark.parametrize("link", ["renders/creds.png", "data/elsewhere"])
 def test_publish_refuses_a_symlink_in_the_version_before_uploading(built, tmp_path, link):
     secret = tmp_path / "credentials"
@@ -530,7 +573,7 @@ def test_old_manifest_without_renders_publishes_and_pulls_saying_so(built, tmp_p
     (version / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
     out = runner.invoke(app, ["publish", str(version), "--to", str(tmp_path / "pub"), "--no-progress"])
     assert out.exit_code == 0, out.output
-    assert "lists no renders" in out.output and "0 render(s)" in out.output
+    assert "lists no renders" in out.output and "0 renders; latest" in out.output
     assert not (tmp_path / "pub" / "mini-c" / "0.1.0" / "renders").exists()
     out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
                               "--no-progress"])
