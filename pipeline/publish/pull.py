@@ -44,7 +44,16 @@ from bench_build.publish.common import (
 )
 from bench_build.publish.push import tally
 from bench_build.publish.versions import latest_version
-from bench_build.storage import LocalStore, NotFound, StorageError, Store, VersionLocked, open_store
+from bench_build.storage import (
+    LocalStore,
+    NotFound,
+    StorageError,
+    Store,
+    VersionLocked,
+    make_dirs,
+    open_store,
+    replace_durably,
+)
 
 
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
@@ -248,8 +257,8 @@ def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shard
     exactly what it holds)."""
     for rel, staged in sorted(verified.items()):
         final = local_path(dest, rel)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, final)
+        make_dirs(final.parent)
+        replace_durably(staged, final)  # on disk under its final name before the manifest that lists it
         installed.append((final, staged))
     materialized = materialize and manifest.get("encoding") == "compact"
     if materialized:  # verified compact files → full encoding, then a manifest of what is on disk

@@ -10,6 +10,9 @@ hold on both backends:
   upload, which S3 also makes visible atomically) of the finished file on S3. A killed writer leaves
   at most a temporary file ``.<name>.<host>~<pid>.<random>.tmp`` beside the target; a later attempt
   removes it only once its owner process is dead (a live writer's temp file is never touched).
+- **Durable names.** Locally every rename or link that publishes a name is followed by an fsync of the
+  directory holding it (`replace_durably`, `fsync_dir`; `make_dirs` for new directories), so a power loss
+  cannot take back a file a ledger entry or manifest written after it records.
 - **One writer per version.** `Store.writer_lock` is held by a build for its whole run: locally an
   ``flock`` on ``.bench-build.lock`` in the version directory (the kernel releases it when the holder
   dies, so a lock is never stale), on S3 a lease object ``_lease.json`` created with
@@ -60,10 +63,13 @@ from bench_build.storage.files import (
     atomic_write_text,
     atomic_write_with,
     current_umask,
+    fsync_dir,
     fsync_replace,
     fsync_replace_named,
+    make_dirs,
     mkstemp_in,
     refuse_non_directory,
+    replace_durably,
     sha256_file,
 )
 from bench_build.storage.local import LocalStore
@@ -90,10 +96,10 @@ from bench_build.storage.uploads import BackgroundUploads
 __all__ = [
     "CHECKSUM_ENV", "DEFAULT_REGION", "HASH_CHUNK", "LEASE_NAME", "LEASE_TTL", "LOCK_NAME", "MULTIPART_CHUNK",
     "MULTIPART_THRESHOLD", "OVERLAP_ENV", "UPLOAD_THREADS", "BackgroundUploads", "LocalStore", "NotFound",
-    "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store",
-    "StoreSpec", "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask",
-    "denied_message", "describe_holder", "endpoint_from_env", "fsync_replace", "fsync_replace_named",
-    "glob_escape", "host_name", "is_remote", "mkstemp_in", "open_store", "overlap_uploads", "owner_dead",
-    "owner_info", "owner_tag", "pid_alive", "redact", "refuse_non_directory", "register_secret",
-    "remove_dead_temps", "s3_client", "sha256_file", "temp_owner_dead", "upload_checksum_mode",
+    "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store", "StoreSpec",
+    "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask", "denied_message",
+    "describe_holder", "endpoint_from_env", "fsync_dir", "fsync_replace", "fsync_replace_named", "glob_escape",
+    "host_name", "is_remote", "make_dirs", "mkstemp_in", "open_store", "overlap_uploads", "owner_dead", "owner_info",
+    "owner_tag", "pid_alive", "redact", "refuse_non_directory", "register_secret", "remove_dead_temps",
+    "replace_durably", "s3_client", "sha256_file", "temp_owner_dead", "upload_checksum_mode",
 ]

@@ -1,7 +1,8 @@
-"""Local atomic files: temp file beside the target, fsync, rename; umask-respecting modes."""
+"""Local atomic files: temp file beside the target, fsync, rename, fsync of the directory; umask-respecting modes."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -54,25 +55,74 @@ def mkstemp_in(directory: Path, name: str) -> tuple[int, str]:
     return fd, tmp
 
 
+# -- durable names ---------------------------------------------------------------------------------
+# fsync of a file puts its bytes on disk, not its name: a rename lives in the directory, which a power loss (not
+# a killed process: the kernel still holds it) can roll back. Every rename, link or mkdir that publishes a name a
+# later step relies on (a shard the ledger records, a ledger entry, the manifest, the card, a render, a pulled
+# file) is followed by an fsync of the directory holding the new name: `fsync_dir`, through `replace_durably`,
+# `fsync_replace` and `make_dirs`.
+_NO_DIR_FSYNC = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF)
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """fsync ``directory`` itself, so the names renamed, linked or created in it so far survive a power loss.
+
+    A file system that cannot fsync a directory (``EINVAL`` / ``ENOTSUP``: some FUSE and network file systems)
+    offers nothing stronger, and is not an error; any other failure (``EIO``) is raised."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_DIR_FSYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def replace_durably(src: str | Path, path: Path) -> None:
+    """``os.replace(src, path)``, then `fsync_dir` of ``path``'s directory: once this returns, ``path`` names the
+    new file after a power loss too. ``src``'s bytes must already be on disk (fsynced, or an existing file)."""
+    os.replace(src, path)
+    fsync_dir(path.parent)
+
+
+def make_dirs(directory: str | Path) -> None:
+    """``mkdir -p``, then `fsync_dir` of the parent of each directory it created: a file renamed into a new
+    partition directory is not lost with that directory's own name. Costs nothing when ``directory`` exists."""
+    directory = Path(directory)
+    if directory.is_dir():
+        return
+    new = []
+    p = Path(os.path.abspath(directory))
+    while not p.is_dir() and p != p.parent:
+        new.append(p)
+        p = p.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    for d in reversed(new):
+        fsync_dir(d.parent)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``text`` to ``path`` atomically and durably (temp file in the same dir, fsync, rename, fsync of
+    the directory)."""
+    make_dirs(path.parent)
     fd, tmp = mkstemp_in(path.parent, path.name)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_durably(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
 def fsync_replace(tmp: str | Path, path: Path) -> None:
+    """fsync ``tmp``'s bytes, rename it to ``path``, fsync ``path``'s directory (`replace_durably`)."""
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def fsync_replace_named(tmp: Path, path: Path) -> None:
@@ -86,14 +136,15 @@ def fsync_replace_named(tmp: Path, path: Path) -> None:
 
 def atomic_write_with(path: Path, write) -> None:
     """Write ``path`` atomically with ``write(tmp_name)`` (a figure's savefig, torch.save, …): a temp file beside
-    it with the user's umask, renamed into place; nothing under the final name if ``write`` fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    it with the user's umask, fsynced and renamed into place (`fsync_replace`); nothing under the final name if
+    ``write`` fails."""
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.fchmod(fd, 0o666 & ~current_umask())  # the user's umask (0644 by default), not mkstemp's 0600
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, path)
+        fsync_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

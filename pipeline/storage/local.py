@@ -1,4 +1,5 @@
-"""`LocalStore`: a version in a local directory (flock writer lock, fsync + rename, `os.link` create-if-absent)."""
+"""`LocalStore`: a version in a local directory (flock writer lock, fsync + rename + directory fsync, `os.link`
+create-if-absent)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from bench_build.storage.errors import NotFound, PreconditionFailed, StorageErro
 from bench_build.storage.files import (
     HASH_CHUNK,
     atomic_write_text,
+    fsync_dir,
     fsync_replace,
     fsync_replace_named,
+    make_dirs,
     mkstemp_in,
     refuse_non_directory,
+    replace_durably,
     sha256_file,
 )
 from bench_build.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
@@ -122,7 +126,7 @@ class LocalStore(Store):
             if base.is_dir() else []
 
     def _temp(self, path: Path) -> str:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         fd, tmp = mkstemp_in(path.parent, path.name)
         os.close(fd)
         return tmp
@@ -141,14 +145,15 @@ class LocalStore(Store):
                     os.link(tmp, path)  # atomic create-if-absent of a complete file
                 except FileExistsError:
                     raise PreconditionFailed(f"{path}: already exists") from None
+                fsync_dir(path.parent)
             elif if_match is not None:
                 with self._lock(path):
                     cur = self.head(key)
                     if cur is None or cur.etag != if_match:
                         raise PreconditionFailed(f"{path}: changed since it was read")
-                    os.replace(tmp, path)
+                    replace_durably(tmp, path)
             else:
-                os.replace(tmp, path)
+                replace_durably(tmp, path)
         finally:
             Path(tmp).unlink(missing_ok=True)
         return self._etag(path.stat())
@@ -194,7 +199,6 @@ class LocalStore(Store):
         if sha256_file(source) != sha256:  # `run --reuse` then computes the file instead (`reuse.place_files`)
             raise StorageError(f"{source}: sha256 is not the {sha256} its manifest lists (the file is damaged or "
                                "was altered)")
-        dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(self._temp(dst))  # a dead-temp-style name (owner tagged), freed for the link to take it
         tmp.unlink()
         try:
@@ -203,7 +207,7 @@ class LocalStore(Store):
             tmp.unlink(missing_ok=True)
             return super().copy_from(src, src_key, key, sha256=sha256)
         try:
-            os.replace(tmp, dst)
+            replace_durably(tmp, dst)  # the source was fsynced when it was written: only the new name needs it
         finally:
             tmp.unlink(missing_ok=True)
         return "linked"
@@ -212,9 +216,7 @@ class LocalStore(Store):
         src = self.path(key)
         if not src.is_file():
             raise NotFound(f"{src}: not found")
-        local = Path(local)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        self._copy(src, local, progress)
+        self._copy(src, Path(local), progress)
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
@@ -229,7 +231,7 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def staged_file(self, key: str) -> Iterator[StagedFile]:
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         # left by a killed earlier attempt; a live writer's temp (another run) is never touched
         remove_dead_temps(path.parent, f".{glob_escape(path.name)}.*.tmp")
         tmp = Path(self._temp(path))
@@ -256,7 +258,7 @@ class LocalStore(Store):
         The lock file is never deleted (deleting it would let a second writer lock a new inode while
         the first still holds the old one); it holds the holder's pid/host/command while locked. ``force`` has
         no meaning here: the kernel already frees the lock of a dead holder."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         path = self.root / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)
         try:

@@ -9,9 +9,10 @@ then kill) at the end. Tests reach it through the standard AWS chain: `s3env` se
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,66 @@ def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
                     max_frames=4, frames_per_shard=2, progress=False)
     assert res.ok
     return res.version_dir
+
+
+@dataclass
+class FsEvents:
+    """Every ``os.fsync`` / ``os.replace`` / ``os.link`` of this process, in order (any thread):
+    ``("fsync", path, inode, is_dir)`` and ``("name", path, inode)`` for a rename or link that gave ``path`` the
+    file ``inode``; paths resolved."""
+
+    events: list[tuple] = field(default_factory=list)
+
+    def named(self, path: str | Path) -> int | None:
+        """Index of the last rename or link that gave ``path`` a file, or None."""
+        path = os.path.realpath(path)
+        hits = [i for i, e in enumerate(self.events) if e[:2] == ("name", path)]
+        return hits[-1] if hits else None
+
+    def durable(self, path: str | Path, before: str | Path | None = None) -> bool:
+        """Did ``path`` get its file by a rename or link whose bytes were fsynced before it (same inode) and whose
+        directory was fsynced after it (and before ``before`` got its name, if given)? The last name counts."""
+        i = self.named(path)
+        end = len(self.events) if before is None else self.named(before)
+        if i is None or end is None:
+            return False
+        ino, folder = self.events[i][2], os.path.dirname(os.path.realpath(path))
+        bytes_first = any(e[0] == "fsync" and e[2] == ino and not e[3] for e in self.events[:i])
+        return bytes_first and self.dir_synced(folder, i, end)
+
+    def dir_synced(self, folder: str | Path, start: int = 0, end: int | None = None) -> bool:
+        """Was directory ``folder`` fsynced between events ``start`` and ``end``?"""
+        folder = os.path.realpath(folder)
+        return any(e[0] == "fsync" and e[3] and e[1] == folder for e in self.events[start:end])
+
+
+@pytest.fixture
+def fs_events(monkeypatch) -> FsEvents:
+    """`FsEvents` recording this test's fsyncs, renames and links (the real calls still happen)."""
+    rec = FsEvents()
+    real_fsync, real_replace, real_link = os.fsync, os.replace, os.link
+
+    def fsync(fd):
+        real_fsync(fd)
+        st = os.fstat(fd)
+        rec.events.append(("fsync", os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")), st.st_ino,
+                           stat.S_ISDIR(st.st_mode)))
+
+    def named(dst) -> None:
+        rec.events.append(("name", os.path.realpath(dst), os.stat(dst).st_ino))
+
+    def replace(src, dst, **kw):
+        real_replace(src, dst, **kw)
+        named(dst)
+
+    def link(src, dst, **kw):
+        real_link(src, dst, **kw)
+        named(dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "link", link)
+    return rec
 
 
 @pytest.fixture

@@ -744,6 +744,21 @@ def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place
     assert verify_version(pulled).ok and not (pulled / publish.STAGING).exists()
 
 
+def test_pulled_files_are_synced_under_their_names_before_the_manifest(built, tmp_path, fs_events):
+    """Each verified download moves from ``_pull/`` to its final name and that directory is fsynced before the
+    manifest that lists it is written: after a power loss the manifest never names a file that is not there."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    del fs_events.events[:]
+    assert pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "o", progress=False).ok
+    pulled = tmp_path / "o" / "mini-c" / "0.1.0"
+    manifest = read_manifest(pulled)
+    listed = [e["path"] for e in manifest["shards"] + manifest["renders"]] + ["README.md"]
+    assert len(listed) == 86
+    not_durable = [rel for rel in listed if not fs_events.durable(pulled / rel, before=pulled / "manifest.json")]
+    assert not not_durable, not_durable[:5]
+    assert fs_events.durable(pulled / "manifest.json")
+
+
 def test_pull_waits_for_a_run_holding_the_version_and_names_it(built, tmp_path):
     from bench_build.storage import LocalStore
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import threading
 import time
 
@@ -212,8 +213,9 @@ def test_local_store_fsyncs_and_renames_in_the_background_never_a_partial_final_
     gate, entered = threading.Event(), threading.Event()
 
     def slow_fsync(fd):
-        entered.set()
-        assert gate.wait(60)
+        if threading.current_thread().name.startswith("bench-build-upload"):  # the flush, not the caller's own
+            entered.set()  # fsyncs (of a new directory's name in its parent, `make_dirs`)
+            assert gate.wait(60)
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", slow_fsync)
@@ -301,9 +303,10 @@ def test_a_local_shard_whose_background_flush_fails_names_the_file_and_records_n
     real, calls = os.fsync, [0]
 
     def flaky(fd):
-        calls[0] += 1
-        if calls[0] == 3:  # the third file's flush, on the background thread
-            raise OSError(28, "No space left on device")
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # a file's bytes, not a directory's names (`fsync_dir`)
+            calls[0] += 1
+            if calls[0] == 3:  # the third file's flush, on the background thread
+                raise OSError(28, "No space left on device")
         real(fd)
 
     monkeypatch.setattr(os, "fsync", flaky)

@@ -1,0 +1,81 @@
+"""Durable names: every rename or link that publishes a file a later step relies on is followed by an fsync of
+the directory holding the new name, so a power loss cannot take back a shard the ledger records, a ledger entry,
+the card or the manifest (`fs_events` records the real calls, in order)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pyarrow as pa
+import pytest
+
+from bench_build.build.ledger import Ledger
+from bench_build.format.writer import ShardWriter
+from bench_build.manifests.write import write_version_files
+from bench_build.storage import OVERLAP_ENV, LocalStore, atomic_write_text, fsync_dir
+
+SCHEMA = pa.schema([("x", pa.int32())])
+SHARD = "part-00000-of-00001"
+KEY = f"data/corruption=fog/severity=3/{SHARD}.parquet"
+
+
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_a_shard_and_its_ledger_entry_are_synced_in_their_directories(tmp_path, fs_events, monkeypatch, overlap):
+    """As a task commits: the shard (its fsync + rename on the background thread, or in place), then its ledger
+    entry; the shard's directory is synced before the entry that says it exists gets its name."""
+    monkeypatch.setenv(OVERLAP_ENV, overlap)
+    root = tmp_path / "v"
+    store = LocalStore(root)
+    uploads = store.background_uploads()
+    assert uploads.active == (overlap == "1")
+    with ShardWriter(store, KEY, SCHEMA) as w:
+        w.write(pa.record_batch([pa.array([1, 2, 3], pa.int32())], schema=SCHEMA))
+    uploads.finish()
+    Ledger(store).record_done(SHARD, {"rows": w.rows, "bytes": w.bytes, "sha256": w.sha256})
+    shard = store.path(KEY)
+    [entry] = (root / "_ledger").rglob(f"{SHARD}.json")
+    assert fs_events.durable(shard, before=entry)
+    assert fs_events.durable(entry)
+    # the version and partition directories were new: each one's own name is synced in its parent
+    for d in (root, root / "data", root / "data" / "corruption=fog", shard.parent):
+        assert fs_events.dir_synced(d.parent, end=fs_events.named(shard)), d
+
+
+def test_the_card_then_the_manifest_are_synced_in_the_version_directory(tmp_path, fs_events):
+    store = LocalStore(tmp_path / "v")
+    write_version_files(store, {"dataset": "x"}, "# card\n", renders=[])
+    card, manifest = store.path("README.md"), store.path("manifest.json")
+    assert fs_events.durable(card, before=manifest)  # a manifest never names a card a power loss can take back
+    assert fs_events.durable(manifest)
+
+
+def test_conditional_writes_and_links_sync_the_directory(tmp_path, fs_events):
+    store = LocalStore(tmp_path / "v")
+    store.put_bytes("latest", b"1", if_absent=True)  # os.link of the finished temp file
+    assert fs_events.durable(store.path("latest"))
+    etag = store.head("latest").etag
+    store.put_bytes("latest", b"2", if_match=etag)
+    assert fs_events.durable(store.path("latest"))
+    earlier = LocalStore(tmp_path / "earlier")
+    earlier.put_bytes("f.parquet", b"bytes")
+    before = len(fs_events.events)
+    assert store.copy_from(earlier, "f.parquet", "reused/f.parquet", sha256=earlier.sha256("f.parquet")) == "linked"
+    assert fs_events.dir_synced(store.path("reused"), fs_events.named(store.path("reused/f.parquet")))
+    assert fs_events.named(store.path("reused/f.parquet")) > before
+
+
+def test_a_file_system_that_cannot_fsync_a_directory_is_not_an_error(tmp_path, monkeypatch):
+    real = os.fsync
+
+    def fsync(fd, err=errno.EINVAL):
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(err, os.strerror(err))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_text(tmp_path / "a" / "b.json", "{}")  # EINVAL (some FUSE and network file systems): nothing more
+    assert (tmp_path / "a" / "b.json").read_text() == "{}"
+    monkeypatch.setattr(os, "fsync", lambda fd: fsync(fd, errno.EIO))
+    with pytest.raises(OSError, match="Input/output error"):  # a real failure is one
+        fsync_dir(tmp_path)
