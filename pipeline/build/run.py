@@ -147,7 +147,11 @@ def run_build(
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
     with store.writer_lock("bench-build run") as owner:
-        store.remove_dead_temps()  # temp files of killed earlier runs; a live writer's are never touched
+        # temp files of killed earlier runs: a dead process's of this host, and any unchanged for TEMP_IDLE (the
+        # lock is ours, so no other run writes here: a temp of another host's writer that idle is a dead one's)
+        if removed := store.remove_dead_temps(owner):
+            print(f"[bench-build] removed {removed} temp file{'s' if removed != 1 else ''} of dead writers "
+                  f"under {version_dir}", file=sys.stderr, flush=True)
         return build_locked(recipe, src, frame_ids, fps, fingerprint, store, version_dir, specs, t0,
                              workers=workers, address=address, overwrite=overwrite, recheck=recheck,
                              progress=progress, owner=owner, groups=groups, encoding=encoding,

@@ -9,7 +9,9 @@ hold on both backends:
   appears under its final name — by fsync + rename locally, by one PUT (or one completed multipart
   upload, which S3 also makes visible atomically) of the finished file on S3. A killed writer leaves
   at most a temporary file ``.<name>.<host>~<pid>.<random>.tmp`` beside the target; a later attempt
-  removes it only once its owner process is dead (a live writer's temp file is never touched).
+  removes it once its owner process is dead (a live process's temp file of this host is never touched),
+  and a holder of the writer lock also once it has been idle for `TEMP_IDLE` seconds, whatever host wrote
+  it (`LocalStore.remove_dead_temps`): no other host's process can be checked from here.
 - **Durable names.** Locally every rename or link that publishes a name is followed by an fsync of the
   directory holding it (`replace_durably`, `fsync_dir`; `make_dirs` for new directories), so a power loss
   cannot take back a file a ledger entry or manifest written after it records.
@@ -78,7 +80,9 @@ from bench_build.storage.owners import (
     LEASE_NAME,
     LEASE_TTL,
     LOCK_NAME,
+    TEMP_IDLE,
     describe_holder,
+    elsewhere_hint,
     glob_escape,
     host_name,
     owner_dead,
@@ -95,11 +99,12 @@ from bench_build.storage.uploads import BackgroundUploads
 
 __all__ = [
     "CHECKSUM_ENV", "DEFAULT_REGION", "HASH_CHUNK", "LEASE_NAME", "LEASE_TTL", "LOCK_NAME", "MULTIPART_CHUNK",
-    "MULTIPART_THRESHOLD", "OVERLAP_ENV", "UPLOAD_THREADS", "BackgroundUploads", "LocalStore", "NotFound",
-    "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store", "StoreSpec",
-    "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask", "denied_message",
-    "describe_holder", "endpoint_from_env", "fsync_dir", "fsync_replace", "fsync_replace_named", "glob_escape",
-    "host_name", "is_remote", "make_dirs", "mkstemp_in", "open_store", "overlap_uploads", "owner_dead", "owner_info",
-    "owner_tag", "pid_alive", "redact", "refuse_non_directory", "register_secret", "remove_dead_temps",
-    "replace_durably", "s3_client", "sha256_file", "temp_owner_dead", "upload_checksum_mode",
+    "MULTIPART_THRESHOLD", "OVERLAP_ENV", "TEMP_IDLE", "UPLOAD_THREADS", "BackgroundUploads", "LocalStore",
+    "NotFound", "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store",
+    "StoreSpec", "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask",
+    "denied_message", "describe_holder", "elsewhere_hint", "endpoint_from_env", "fsync_dir", "fsync_replace",
+    "fsync_replace_named", "glob_escape", "host_name", "is_remote", "make_dirs", "mkstemp_in", "open_store",
+    "overlap_uploads", "owner_dead", "owner_info", "owner_tag", "pid_alive", "redact", "refuse_non_directory",
+    "register_secret", "remove_dead_temps", "replace_durably", "s3_client", "sha256_file", "temp_owner_dead",
+    "upload_checksum_mode",
 ]

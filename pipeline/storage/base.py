@@ -212,8 +212,9 @@ class Store:
         return holder is not None and holder.get("id") == owner.get("id") and \
             not owner_dead(owner.get("host"), owner.get("pid"))
 
-    def remove_dead_temps(self) -> int:
-        """Delete temp files under the root whose owner process is dead; how many."""
+    def remove_dead_temps(self, owner: dict[str, Any] | None = None) -> int:
+        """Delete temp files under the root whose owner process is dead; how many. ``owner``: the record
+        `writer_lock` yielded, the lock still held (then also those unchanged for `TEMP_IDLE` s, whatever host)."""
         return 0
 
     def background_uploads(self, depth: int = 2) -> BackgroundUploads:

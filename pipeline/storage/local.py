@@ -27,7 +27,15 @@ from bench_build.storage.files import (
     replace_durably,
     sha256_file,
 )
-from bench_build.storage.owners import LOCK_NAME, describe_holder, glob_escape, owner_info, remove_dead_temps
+from bench_build.storage.owners import (
+    LOCK_NAME,
+    TEMP_IDLE,
+    describe_holder,
+    elsewhere_hint,
+    glob_escape,
+    owner_info,
+    remove_dead_temps,
+)
 from bench_build.storage.uploads import BackgroundUploads
 
 
@@ -257,7 +265,8 @@ class LocalStore(Store):
 
         The lock file is never deleted (deleting it would let a second writer lock a new inode while
         the first still holds the old one); it holds the holder's pid/host/command while locked. ``force`` has
-        no meaning here: the kernel already frees the lock of a dead holder."""
+        no meaning here: the kernel already frees the lock of a dead holder, and on a shared file system the file
+        server frees that of a dead host (no other host can break it; `elsewhere_hint` says when)."""
         make_dirs(self.root)
         path = self.root / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)
@@ -272,7 +281,7 @@ class LocalStore(Store):
                     if other:
                         break
                     time.sleep(0.05)
-                raise VersionLocked(describe_holder(str(self.root), other)) from None
+                raise VersionLocked(describe_holder(str(self.root), other) + elsewhere_hint(other)) from None
             me = owner_info(purpose)
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(me).encode(), 0)
@@ -291,6 +300,11 @@ class LocalStore(Store):
         except (OSError, ValueError):
             return None
 
-    def remove_dead_temps(self) -> int:
-        """Delete every temp file under the root whose owner is dead (call while holding the writer lock)."""
-        return remove_dead_temps(self.root, ".*.tmp", recursive=True)
+    def remove_dead_temps(self, owner: dict[str, Any] | None = None) -> int:
+        """Delete every temp file under the root whose owner is dead; how many. With ``owner``, the record
+        `writer_lock` yielded to a caller still holding the lock, also every temp file unchanged for `TEMP_IDLE`
+        seconds, whatever host wrote it (`remove_dead_temps` says why that is sound): call it then before this
+        run writes anything, so none of the run's own temp files exists yet."""
+        if owner is not None and not self.still_writer(owner):
+            raise StorageError(f"{self.root}: not holding its writer lock; refusing to remove others' temp files")
+        return remove_dead_temps(self.root, ".*.tmp", recursive=True, idle=TEMP_IDLE if owner is not None else None)

@@ -416,7 +416,7 @@ class S3Store(Store):
         except (StorageError, ValueError):
             return None
 
-    def remove_dead_temps(self) -> int:
+    def remove_dead_temps(self, owner: dict[str, Any] | None = None) -> int:
         return 0  # S3 has no temp objects: staged files live in the local staging directory
 
 

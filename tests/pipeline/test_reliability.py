@@ -10,13 +10,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from bench_build.manifests.manifest import read_manifest, verify_version
-from bench_build.storage import LOCK_NAME, LocalStore, VersionLocked, owner_tag, remove_dead_temps
+from bench_build.storage import (
+    LOCK_NAME,
+    TEMP_IDLE,
+    LocalStore,
+    StorageError,
+    VersionLocked,
+    owner_tag,
+    remove_dead_temps,
+)
 
 
 def _cli(*args: str) -> list[str]:
@@ -84,6 +93,81 @@ def test_lock_is_released_when_its_holder_dies(tmp_path):
         holder.wait()
     with store.writer_lock("after"):  # the dead holder's lock is gone
         assert json.loads((store.root / LOCK_NAME).read_text())["purpose"] == "after"
+
+
+def test_a_lock_held_on_another_host_says_what_frees_it(tmp_path):
+    """No process here can break another host's flock on a shared file system: the message says what frees it."""
+    store = LocalStore(tmp_path / "v")
+    code = ("import sys, time; from bench_build.storage import LocalStore\n"
+            f"with LocalStore({str(store.root)!r}).writer_lock('bench-build run'):\n"
+            "    print('locked', flush=True); time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(VersionLocked) as here, store.writer_lock("second"):
+            pass
+        assert "another host" not in str(here.value)  # this host's kernel frees a dead holder's lock
+        record = json.loads((store.root / LOCK_NAME).read_text())
+        (store.root / LOCK_NAME).write_text(json.dumps({**record, "host": "node-b", "pid": 4242}))
+        with pytest.raises(VersionLocked) as there, store.writer_lock("second"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "pid 4242 on node-b" in str(there.value)
+    assert ("; node-b is another host: if it is down, the shared file system frees its lock, NFSv4 once that "
+            "host's lease expires (90 s by default), NFSv3 when that host reboots") in str(there.value)
+
+
+def _later(monkeypatch, seconds: float) -> None:
+    """The clock `remove_dead_temps` reads moves ``seconds`` ahead (a file's ctime cannot be set back)."""
+    import bench_build.storage.owners as owners
+
+    now = time.time() + seconds
+    monkeypatch.setattr(owners, "time", SimpleNamespace(time=lambda: now))
+
+
+def test_under_the_writer_lock_idle_temps_of_any_host_are_removed(tmp_path, monkeypatch):
+    """`owner_dead` sees only this host's processes: a temp of a writer that died on another node of a shared file
+    system stayed forever. A holder of the version's lock knows no other run writes there: what nobody changed for
+    TEMP_IDLE goes, whatever its host (and a this-host pid reused since, after a reboot)."""
+    store = LocalStore(tmp_path / "v")
+    d = store.root / "data" / "corruption=fog" / "severity=1"
+    live = d / f".part.parquet.{owner_tag()}.a1.tmp"
+    dead = d / f".part.parquet.{owner_tag().split('~')[0]}~{_dead_pid()}.b2.tmp"
+    remote = [d / ".part.parquet.node-b~4242.c3.tmp", store.root / "_ledger" / "shards" / ".p.json.node-c~7.d4.tmp"]
+    for p in (live, dead, *remote):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"partial")
+    with store.writer_lock("bench-build run") as owner:
+        assert store.remove_dead_temps(owner) == 1  # fresh: only the dead process of this host
+        assert live.exists() and all(p.exists() for p in remote) and not dead.exists()
+        _later(monkeypatch, TEMP_IDLE - 60)
+        assert store.remove_dead_temps(owner) == 0  # a writer may still be finishing: not idle long enough
+        _later(monkeypatch, TEMP_IDLE + 1)
+        assert store.remove_dead_temps() == 0  # without the lock: only what `owner_dead` can tell
+        assert store.remove_dead_temps(owner) == 3
+    assert not list(store.root.rglob("*.tmp"))
+    with pytest.raises(StorageError, match="not holding its writer lock"):  # released: another run may write now
+        store.remove_dead_temps(owner)
+
+
+def test_run_removes_and_counts_the_temps_of_a_writer_dead_on_another_host(small_recipe, demo_kitti, tmp_path,
+                                                                         shared_ray, monkeypatch, capfd):
+    from bench_build.build.run import run_build
+
+    out = tmp_path / "out"
+    version = out / "mini-c" / "0.1.0"
+    temps = [version / "data" / ".part-00000-of-00001.parquet.node-b~4242.0a1b2c.tmp",
+             version / "_ledger" / "shards" / ".part-00000-of-00001.json.node-b~4242.3d4e5f.tmp"]
+    for p in temps:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"partial")
+    _later(monkeypatch, TEMP_IDLE + 1)
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=1, frames_per_shard=1,
+                    progress=False)
+    assert res.ok and not list(version.rglob("*.tmp"))
+    assert f"[bench-build] removed 2 temp files of dead writers under {version}\n" in capfd.readouterr().err
 
 
 def test_temp_cleanup_removes_only_dead_owners_temps(tmp_path):
