@@ -78,7 +78,7 @@ def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
 
     try:
         data = json.loads(text, parse_constant=no_constant)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # bytes that are not UTF-8 text, too
         raise ManifestError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:
         got = data.get("manifest_version") if isinstance(data, dict) else None
@@ -108,7 +108,7 @@ def read_manifest(version_dir: str | Path) -> dict[str, Any]:
             raise ManifestError(f"{version_dir}: {what}, so no manifest (a version directory is "
                                 "OUT/<benchmark>/<version>)")
         raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
-    return parse_manifest(path.read_text(), str(path))
+    return parse_manifest(path.read_bytes(), str(path))
 
 
 def config_name(corruption: str, severity: int) -> str:

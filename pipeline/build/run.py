@@ -16,7 +16,7 @@ from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
-from bench_build.errors import WROTE
+from bench_build.errors import WROTE, UsageError
 from bench_build.format.writer import ENCODINGS, parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
@@ -112,11 +112,11 @@ def run_build(
     t0 = time.time()
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise UsageError(f"{name} must be a positive integer, got {value!r}")
     if recheck not in ("sha256", "size"):
-        raise ValueError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
+        raise UsageError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
     if encoding not in ENCODINGS:  # refused before anything is written: a ledger of a build that cannot run
-        raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
+        raise UsageError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
     if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
         root.refuse_non_directory("--out")
@@ -136,7 +136,7 @@ def run_build(
     if max_frames is not None:
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
-        raise ValueError(f"source {src.describe()} has no frames")
+        raise UsageError(f"source {src.describe()} has no frames")
 
     fps = frames_per_shard if frames_per_shard is not None else default_frames_per_shard(recipe, demo=demo)
     fingerprint = build_fingerprint(recipe, frame_ids, frames_per_shard=fps, encoding=encoding)

@@ -7,6 +7,7 @@ from typing import Any
 
 from bench_build.build.ledger import Ledger
 from bench_build.build.run import build_fingerprint
+from bench_build.errors import UsageError
 from bench_build.format.writer import ENCODINGS
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import load_recipe
@@ -36,7 +37,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     ledger = Ledger(store)
     info = ledger.run_info()
     if info is None:
-        raise FileNotFoundError(f"{version_dir}: no build here (no _ledger/run.json)")
+        raise UsageError(f"{version_dir}: no build here (no _ledger/run.json)")
     mine = recipe_fingerprints(recipe, info)
     matches = info["fingerprint"] in mine.values()
     cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)

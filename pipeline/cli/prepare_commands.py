@@ -138,6 +138,7 @@ def plan(
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
     from bench_build.build.run import DEMO_FRAMES, default_frames_per_shard
+    from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError, load_recipe
     from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, load_costs
     from bench_build.plan.scale import plan_build
@@ -146,15 +147,17 @@ def plan(
     try:
         recipe = load_recipe(benchmark)
         if frames is not None and source is not None:
-            raise ValueError("give --source or --frames, not both")
+            raise UsageError("give --source or --frames, not both")
         if frames is not None and split is not None:
-            raise ValueError("--split picks a source's frames; with --frames there is no source to pick from")
+            raise UsageError("--split picks a source's frames; with --frames there is no source to pick from")
         table = load_costs(recipe, costs)  # before the demo data: a wrong table is said at once
         if frames is not None:
             frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
         else:
             src = open_source(recipe, source, split=split, demo_frames=DEMO_FRAMES)
             frame_ids = src.list_frames()
+            if not frame_ids:  # `run` refuses it too: no frames, no tasks to plan
+                raise UsageError(f"source {src.describe()} has no frames")
             fps = frames_per_shard or default_frames_per_shard(recipe, demo=source is None)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
                             groups=groups, costs=table, worker_start_s=worker_start)

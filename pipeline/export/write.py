@@ -22,7 +22,7 @@ from bench_build.export.plan import (
     split_name,
 )
 from bench_build.format.reader import Version, open_version
-from bench_build.manifests.manifest import read_manifest
+from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -126,6 +126,11 @@ def export_version(version_dir: str | Path, out: str | Path, *, corruption: str 
                               "partition (--corruption, --severity) is always a full KITTI data root: leave out "
                               "--layout, or add --all")
         manifest = read_manifest(version_dir)
+        where = str(version_dir / MANIFEST_NAME)
+        check_manifest(manifest, where)  # as open_version will: its names and paths, before they are used here
+        if not isinstance(manifest.get("recipe"), dict):
+            raise ExportError(f"{where}: no recipe table, which names the partitions export writes (a damaged "
+                              "manifest: re-pull the version, or rebuild it)")
         check_source(manifest)
         if all_partitions and (corruption is not None or severity is not None):
             raise ExportError("--all exports every partition: leave out --corruption and --severity")

@@ -191,7 +191,7 @@ def read_results(path: Path, tokens: list[str], max_boxes: int) -> tuple[Any, di
 
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PredictionError(f"{path}: not a readable JSON file: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise PredictionError(f"{path}: no 'results' object: not a nuScenes results file")

@@ -90,7 +90,10 @@ def _fields(path: Path) -> set[str]:
             return set(pq.read_schema(path).names)
         except Exception as e:  # any pyarrow failure means a bad file
             raise PredictionError(f"{path}: not a readable Parquet file: {e}") from None
-    text = path.read_text()
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PredictionError(f"{path}: not UTF-8 text (at byte {e.start}); predictions are UTF-8 JSON") from None
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:

@@ -370,6 +370,8 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
                 g = np.where(g < len(lut), lut[np.minimum(g, len(lut) - 1)], 0)
             gts.setdefault((part.corruption, part.severity), []).append((k, g))
             keys.append(k)
+    if not gts:
+        raise ScoreError(f"{version_dir}: the version has no partitions")
     check_keys(predictions, preds, keys, report.dataset)
     num_classes = 1 + max(int(g.max(initial=0)) for v in gts.values() for _, g in v)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bench_build.errors import UsageError
 from bench_build.manifests.names import frame_id_message, frame_id_problem
 from bench_build.manifests.recipe import Recipe, RecipeError
 from bench_build.sources.base import Source, SourceError
@@ -28,7 +29,7 @@ def _open_objects(recipe: Recipe, info: ReaderInfo, path: str | Path | None, spl
                   roots: dict[str, str]) -> Source:
     bad = sorted(set(roots) - set(info.parts))
     if bad:
-        raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes no --source-{bad[0]}")
+        raise UsageError(f"recipe {recipe.name}: source kind {recipe.source!r} takes no --source-{bad[0]}")
     needed = info.parts or (info.kind,)
     if path is None and len(roots) < len(needed):
         # roots not given default to the demo objects (only the datasets the recipe reads are generated)
@@ -56,10 +57,10 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     if info.objects:
         return _open_objects(recipe, info, path, split, roots)
     if roots:
-        raise ValueError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")
+        raise UsageError(f"recipe {recipe.name}: source kind {recipe.source!r} takes only --source")
     if path is None:
         if info.write_demo is None:
-            raise ValueError(f"recipe {recipe.name}: no demo data for source kind {recipe.source!r}; pass --source")
+            raise UsageError(f"recipe {recipe.name}: no demo data for source kind {recipe.source!r}; pass --source")
         root = ensure_demo_dataset(info.kind, info.write_demo, demo_frames, version=info.demo_version)
         # the recipe's options as with real data: they are in its fingerprint, so a demo build must use them too
         return info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split,

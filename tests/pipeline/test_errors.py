@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
+from pathlib import Path
 
 import pytest
 import typer
@@ -107,3 +109,89 @@ def test_an_error_after_run_began_writing_is_never_exit_2(small_recipe, demo_kit
     assert list((out / "mini-c" / "0.1.0" / "data").rglob("*.parquet"))  # the shards were written
     assert isinstance(res.exception, ValueError) is traceback
     assert ("error: said after writing" in res.output) is not traceback
+
+
+# --- bad input found deep in a command: a domain error, one line, exit 2 -------------------------------------------
+
+def _version(root: Path, dataset: str = "modelnet-c") -> Path:
+    """A version folder holding only a manifest: enough for the commands to reach the code a test breaks."""
+    root.mkdir(parents=True)
+    (root / "manifest.json").write_text(json.dumps({
+        "manifest_version": manifest.MANIFEST_VERSION, "dataset": dataset, "version": "0.1.0",
+        "source": {"kind": "modelnet40"}, "recipe": {"name": dataset, "corruptions": [], "severities": 0},
+        "shards": []}))
+    return root
+
+
+WADS_RECIPE = """
+[benchmark]
+name = "mini-wads"
+version = "0.1.0"
+seed = 7
+source = "wads"
+severities = 1
+
+[corruptions.gaussian_rad]
+stage = "gaussian_rad"
+sigma = [0.04]
+"""
+
+
+def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
+    """(arguments, what the one line says) of bad input that only the commands' broad ``except ValueError`` (or
+    ``FileNotFoundError``) used to turn into one line: the code that finds it now raises a domain error."""
+    if case == "score: predictions not UTF-8":
+        preds = tmp_path / "p.jsonl"
+        preds.write_bytes(b'{"key": "\xff"}\n')
+        return ["score", str(_version(tmp_path / "v", "robo3d-wod-c")), str(preds)], f"{preds}: not UTF-8 text"
+    if case == "score: manifest not UTF-8":
+        v = _version(tmp_path / "v")
+        (v / "manifest.json").write_bytes(b'{"dataset": "\xff"}')
+        return ["score", str(v), str(tmp_path / "p.jsonl")], f"{v / 'manifest.json'}: not valid JSON"
+    if case == "score: a version without partitions":
+        (tmp_path / "p.jsonl").write_text("")
+        v = _version(tmp_path / "v", "robo3d-semantickitti-c")
+        return ["score", str(v), str(tmp_path / "p.jsonl")], f"{v}: the version has no partitions"
+    if case == "export: a manifest without its recipe":
+        v = _version(tmp_path / "v", "kitti-c")
+        doc = json.loads((v / "manifest.json").read_text())
+        (v / "manifest.json").write_text(json.dumps({k: x for k, x in doc.items() if k != "recipe"}))
+        return (["export", str(v), str(tmp_path / "out"), "--corruption", "clean", "--severity", "0"],
+                f"{v / 'manifest.json'}: no recipe table")
+    if case == "plan: a split that lists no frame":
+        kitti = request.getfixturevalue("demo_kitti")
+        (kitti / "ImageSets").mkdir(exist_ok=True)
+        (kitti / "ImageSets" / "val.txt").write_text("")
+        return ["plan", "kitti-c", "--source", str(kitti), "--split", "val"], "has no frames"
+    if case == "diff: no manifest":
+        (tmp_path / "a").mkdir()
+        return (["diff", str(tmp_path / "a"), str(_version(tmp_path / "b"))],
+                f"{tmp_path / 'a' / 'manifest.json'}: no manifest; name a finished version directory")
+    if case == "status: no build":
+        return ["status", "kitti-c", "--out", str(tmp_path)], "no build here (no _ledger/run.json)"
+    if case == "run: --source-shapenet for KITTI":
+        recipe = request.getfixturevalue("small_recipe")
+        return (["run", str(recipe), "--source-shapenet", str(tmp_path), "--out", str(tmp_path / "out")],
+                "recipe mini-c: source kind 'kitti' takes only --source")
+    recipe = tmp_path / "mini-wads.toml"
+    recipe.write_text(WADS_RECIPE)
+    args = ["warm", str(recipe)] if case == "warm: no demo data" else ["repro-check", "--recipes", str(recipe)]
+    return args, "recipe mini-wads: no demo data for source kind 'wads'; pass --source"
+
+
+INPUT_CASES = ["score: predictions not UTF-8", "score: manifest not UTF-8", "score: a version without partitions",
+               "export: a manifest without its recipe", "plan: a split that lists no frame", "diff: no manifest",
+               "status: no build", "run: --source-shapenet for KITTI", "warm: no demo data",
+               "repro-check: no demo data"]
+
+
+@pytest.mark.parametrize("case", INPUT_CASES)
+def test_bad_input_is_still_one_line_and_exit_2(case, tmp_path, request):
+    from bench_build.cli import app
+
+    args, says = _input_case(case, tmp_path, request)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [res.output.strip()] and res.output.startswith("error: "), res.output
+    assert says in res.output, res.output
+    assert not (tmp_path / "out").exists()

@@ -185,6 +185,9 @@ def test_lidar_frame_without_tables_and_bad_input(nusc_root, tmp_path):
     (pred / "clean" / "r.json").write_text(json.dumps({"meta": {"frame": "lidar"}, "results": bad}))
     res = runner.invoke(app, ["score", str(nusc_version), str(pred)])
     assert res.exit_code == 2 and "translation[1] is None" in res.output
+    (pred / "clean" / "r.json").write_bytes(b'{"meta": {"frame": "lidar\xff"}}')  # not UTF-8: one line too
+    res = runner.invoke(app, ["score", str(nusc_version), str(pred)])
+    assert res.exit_code == 2 and f"{pred / 'clean' / 'r.json'}: not a readable JSON file" in res.output, res.output
 
 
 def test_robo3d_reproduces_second_mh_on_nuscenes_c():
