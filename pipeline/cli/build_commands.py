@@ -71,7 +71,6 @@ def run(
     ] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
-    from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.run import run_build
     from bench_build.manifests.recipe import RecipeError, load_recipe
 
@@ -86,8 +85,6 @@ def run(
         split = f"{version}:{split or ''}"
     from bench_build.build.shard import os_error_message
     from bench_build.errors import BenchBuildError, wrote_before
-    from bench_build.sources import SourceError
-    from bench_build.storage import StorageError
 
     cpus = os.cpu_count() or 1
     if address is None and workers is not None and workers > cpus:
@@ -106,12 +103,9 @@ def run(
                                   "scanobjectnn": source_scanobjectnn},
                            allow_empty_frames=allow_empty_frames, encoding=encoding.value, reuse=reuse,
                            after=validate_after_build)
-    except (RecipeError, SourceError, LedgerMismatch, ValueError, FileNotFoundError, StorageError) as e:
-        if wrote_before(e):  # raised once the build had begun writing: exit 1, never "nothing was written"
-            if isinstance(e, BenchBuildError | OSError):
-                raise fail(os_error_message(e) if isinstance(e, OSError) else e, code=1) from None
-            raise  # a bug: its traceback (exit 1)
-        raise fail(e) from None
+    except BenchBuildError as e:  # exit 1 once the build began writing, never 2 ("nothing was written"); a bug
+        # (any other exception) keeps its traceback
+        raise fail(e, code=1 if wrote_before(e) else e.exit_code) from None
     except OSError as e:  # e.g. the disk filled up while the run wrote its ledger header
         raise fail(os_error_message(e), code=1) from None
     except KeyboardInterrupt:
@@ -249,12 +243,15 @@ def status(
     profile: ProfileOpt = None,
 ) -> None:
     """Shards done / failed / pending, examples written, ETA."""
+    from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.status import build_status
+    from bench_build.errors import UsageError
+    from bench_build.manifests.recipe import RecipeError
     from bench_build.storage import StorageError
 
     try:
         st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
-    except (FileNotFoundError, ValueError, StorageError) as e:
+    except (RecipeError, UsageError, LedgerMismatch, StorageError) as e:
         raise fail(e) from None
     if as_json:
         out_console.print_json(json.dumps(st))

@@ -81,7 +81,7 @@ def export(
     try:
         r = export_version(version_dir, out, corruption=corruption, severity=severity, all_partitions=all_partitions,
                            source=source, split=split, layout=layout, force=force)
-    except (ExportError, ManifestError, KeyError) as e:  # the pre-flight: nothing was written
+    except (ExportError, ManifestError) as e:  # the pre-flight: nothing was written
         raise fail(e) from None
     except ExportIncomplete as e:  # writing had begun: the message says how far
         raise fail(e, code=1) from None
@@ -127,6 +127,7 @@ def score(
     from bench_build.manifests.manifest import ManifestError
     from bench_build.score import PredictionError, score_version
     from bench_build.score.report import print_report
+    from bench_build.score.validate import ScoreError
     from bench_build.storage import StorageError, refuse_non_directory
 
     try:
@@ -139,7 +140,7 @@ def score(
                 raise StorageError(f"--out {out}: cannot create files in {out.parent} (permission denied)")
         report = score_version(version_dir, predictions, metric=metric, num_classes=num_classes,
                                source_root=source_root, workers=workers)
-    except (PredictionError, ManifestError, ValueError, KeyError, StorageError) as e:
+    except (PredictionError, ScoreError, ManifestError, StorageError) as e:
         raise fail(e) from None
     print_report(report, out_console)
     if out is not None:
@@ -269,7 +270,7 @@ def diff(
     try:
         a = read_version_manifest(version_a, endpoint_url=endpoint_url, profile=profile)
         b = read_version_manifest(version_b, endpoint_url=endpoint_url, profile=profile)
-    except (FileNotFoundError, ManifestError, StorageError, ValueError) as e:
+    except (ManifestError, StorageError) as e:
         raise fail(e) from None
 
     def place(where: str) -> str:  # the directory (links resolved) or URL a version argument names

@@ -63,7 +63,9 @@ def warm(
     starts later load them instead of each compiling them in its first task (the image runs this at build)."""
     from bench_build.build.warm import numba_cache_dir
     from bench_build.build.warm import warm as warm_kernels
-    from bench_build.manifests.recipe import builtin_recipes
+    from bench_build.errors import UsageError
+    from bench_build.manifests.recipe import RecipeError, builtin_recipes
+    from bench_build.sources import SourceError
 
     names = benchmarks or sorted(builtin_recipes())
     total = 0.0
@@ -76,7 +78,7 @@ def warm(
 
     try:
         warm_kernels(names, on_done=done)
-    except (ValueError, FileNotFoundError) as e:
+    except (RecipeError, SourceError, UsageError) as e:
         raise fail(e) from None
     out_console.print(f"{len(names)} benchmark(s) in {total:.1f} s CPU; numba kernels cached in {numba_cache_dir()}")
 
@@ -150,7 +152,10 @@ def plan(
             raise UsageError("give --source or --frames, not both")
         if frames is not None and split is not None:
             raise UsageError("--split picks a source's frames; with --frames there is no source to pick from")
-        table = load_costs(recipe, costs)  # before the demo data: a wrong table is said at once
+        try:  # before the demo data: a wrong table is said at once
+            table = load_costs(recipe, costs)
+        except (ValueError, FileNotFoundError) as e:  # plan.costs says a missing or wrong --costs table with these
+            raise fail(e) from None  # built-ins, so they are caught around this one call only
         if frames is not None:
             frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
         else:
@@ -161,7 +166,7 @@ def plan(
             fps = frames_per_shard or default_frames_per_shard(recipe, demo=source is None)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
                             groups=groups, costs=table, worker_start_s=worker_start)
-    except (RecipeError, SourceError, ValueError, FileNotFoundError) as e:
+    except (RecipeError, SourceError, UsageError) as e:
         raise fail(e) from None
     if as_json:
         out_console.print_json(json.dumps(report))
@@ -240,7 +245,9 @@ def repro_check(
     """This machine's numeric profile and the bytes every recipe's partitions get for one demo frame: run it on
     each kind of node (pinned, as builds run) and compare (README: Reproducibility across machines)."""
     from bench_build.build.repro_check import battery, compare_files, load_battery, summary
+    from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError
+    from bench_build.sources import SourceError
     from bench_build.storage import StorageError, refuse_non_directory
 
     try:  # the arguments first: the battery takes minutes
@@ -248,7 +255,7 @@ def repro_check(
         if out is not None:
             refuse_non_directory(out.parent, "the folder of --out")
         res = battery(recipes.split(",") if recipes else None, probe=probe)
-    except (RecipeError, ValueError, FileNotFoundError, StorageError) as e:
+    except (RecipeError, SourceError, UsageError, StorageError) as e:
         raise fail(e) from None
     if out is not None:
         out.write_text(json.dumps(res, indent=1, sort_keys=True))

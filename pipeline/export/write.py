@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench_build.build.shard import os_error_message
+from bench_build.errors import BenchBuildError
 from bench_build.export.errors import ExportError, ExportIncomplete
 from bench_build.export.kitti_files import calib_text, label_text, velodyne_bytes
 from bench_build.export.plan import (
@@ -93,7 +94,7 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
                 w.file(path, text.encode())
             for link, target in part.links.items():
                 w.link(link, target)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, BenchBuildError) as e:  # a damaged file of the version, a full disk; a bug keeps its traceback
         cause = os_error_message(e) if isinstance(e, OSError) else str(e).splitlines()[0]
         raise ExportIncomplete(
             f"{cause}; export stopped after writing {w.written} of {w.total} files under {out} ({w.replaced} of them "

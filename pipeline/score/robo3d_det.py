@@ -135,7 +135,7 @@ def score_det3d(report: Any, version_dir: str | Path, predictions: str | Path, s
     else:
         try:
             summary = robo3d_metrics(acc, BASELINE_TABLE[report.metric])
-        except ValueError as e:
+        except ScoreError as e:
             summary = {"clean": acc.get(("clean", 0)), "note": summary_note(version_dir, acc, "mCE/mRR", e)}
     summary["accuracy"] = unit
     if notes:

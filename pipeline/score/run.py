@@ -341,7 +341,7 @@ def _robo3d_summary(acc: dict[tuple[str, int], float], table: str, version_dir) 
 
     try:
         return robo3d_metrics(acc, table)
-    except ValueError as e:
+    except ScoreError as e:
         return {"clean": acc.get(("clean", 0)), "note": summary_note(version_dir, acc, "mCE/mRR", e)}
 
 

@@ -58,7 +58,7 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     root = Path(version_dir)
     try:  # opened absolute: its partition files travel to Ray workers (see the real data below)
         version = open_version(root.absolute())
-    except (ManifestError, FileNotFoundError, ValueError) as e:
+    except ManifestError as e:
         raise ValidationError(f"{root}: not a built version ({e})") from None
     if cfg.corruption not in version.corruptions:
         raise ValidationError(f"{root}: no corruption {cfg.corruption!r}; it has {', '.join(version.corruptions)}")

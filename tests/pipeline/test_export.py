@@ -509,6 +509,25 @@ def test_os_error_while_writing_is_one_line_saying_what_was_written(built, tmp_p
     assert not calls[-1].exists()  # no half-written file under a final name
 
 
+def test_a_bug_while_writing_keeps_its_traceback(built, tmp_path, monkeypatch):
+    """Writing turned any ValueError or KeyError into "export stopped after writing …": a bug in the export's own
+    code read as a problem of the user's files, and its traceback was lost. Only I/O and domain errors are."""
+    import bench_build.export.write as export_mod
+
+    real, calls = export_mod._write_file, []
+
+    def buggy(path: Path, data: bytes) -> None:
+        calls.append(path)
+        if len(calls) == 6:
+            raise KeyError("intensity")
+        real(path, data)
+
+    monkeypatch.setattr(export_mod, "_write_file", buggy)
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), *PART])
+    assert res.exit_code == 1 and isinstance(res.exception, KeyError), res.output
+    assert "error:" not in res.output and "export stopped" not in res.output
+
+
 def test_unwritable_out_is_refused_before_writing(built, tmp_path, monkeypatch):
     import os
 

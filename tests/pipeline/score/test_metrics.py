@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from bench_build.manifests.manifest import MANIFEST_VERSION
 from bench_build.score.baselines import dgcnn_oa, load_baseline, robo3d_baseline
 from bench_build.score.kitti_c import kitti_c_metrics
 from bench_build.score.modelnet40_e import ece, error_auroc, modelnet40_e_metrics, pearson
@@ -118,6 +121,30 @@ def test_robo3d_ce_sums_over_levels():
     del acc[("snow", 2)]
     with pytest.raises(ValueError, match="different severity levels"):
         robo3d_metrics(acc, "kitti-c")
+
+
+def test_only_what_the_metric_refuses_becomes_a_summary_note(monkeypatch, tmp_path):
+    """A version the Robo3D means do not apply to gets a note in place of mCE/mRR (`ScoreError`); the notes caught
+    every ValueError, so a bug in the metric's arithmetic read as "no mCE/mRR" and its traceback was lost."""
+    import bench_build.score.robo3d_det as robo3d_det
+    import bench_build.score.run as run
+    from bench_build.score.truth import Partition
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": MANIFEST_VERSION, "dataset": "x"}))
+    acc = _robo(70.0, [60.0] * 8)
+    del acc[("snow", 2)]
+    assert "different severity levels" in run._robo3d_summary(acc, "kitti-c", tmp_path)["note"]
+
+    def bug(*a, **k):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setattr(run, "robo3d_metrics", bug)
+    with pytest.raises(ValueError, match="broadcast"):
+        run._robo3d_summary(acc, "kitti-c", tmp_path)
+    monkeypatch.setattr(robo3d_det, "robo3d_metrics", bug)
+    monkeypatch.setattr(robo3d_det, "score_waymo", lambda *a: ({Partition("clean", 0): {"mAPH/L2": 60.0}}, []))
+    with pytest.raises(ValueError, match="broadcast"):
+        robo3d_det.score_det3d(ScoreReport("robo3d-wod-c", "1", "wod-det"), tmp_path, tmp_path, [], None)
 
 
 def test_miou_hand_computed():
