@@ -215,17 +215,25 @@ class S3Store(Store):
         """One PUT, or a multipart upload above `MULTIPART_THRESHOLD`: either way the object appears only when
         complete. ``sha256`` (the file's, hex; computed if not given) is stored as metadata and, on a single PUT,
         sent as the ``x-amz-checksum-sha256`` the store verifies (see the module docstring): a file whose bytes
-        do not match it is refused, never stored. The calling thread's CPU time is added to
-        ``upload_cpu_seconds`` (a multipart upload's parts run on s3transfer's threads: not counted)."""
+        do not match it is refused, never stored. Each part of a multipart upload carries its own SHA-256 (botocore
+        hashes the part; the store verifies it, and keeps the checksum of the parts' checksums that `copy_from`
+        checks a copy by), signed with ``UNSIGNED-PAYLOAD`` as a single PUT is: one SHA-256 pass per byte, the one
+        the payload's signature cost over plain http. With ``BENCH_BUILD_S3_CHECKSUM=sigv4`` parts go up without
+        checksums, their payload hash signed. The calling thread's CPU time is added to ``upload_cpu_seconds``
+        (a multipart upload's parts run on s3transfer's threads: not counted)."""
         sha256 = sha256 or sha256_file(local)
         cpu0 = time.thread_time()
         try:
             size = os.path.getsize(local)
             if size > MULTIPART_THRESHOLD:
+                extra: dict[str, Any] = {"Metadata": {SHA256_META: sha256}}
+                client = self.client
+                if upload_checksum_mode() == "sha256":
+                    extra["ChecksumAlgorithm"] = "SHA256"
+                    client = self.put_client
                 with self._calls(key, "upload"):
-                    self.client.upload_file(str(local), self.bucket, self._k(key),
-                                            ExtraArgs={"Metadata": {SHA256_META: sha256}}, Callback=progress,
-                                            Config=self._transfer_config())
+                    client.upload_file(str(local), self.bucket, self._k(key), ExtraArgs=extra, Callback=progress,
+                                       Config=self._transfer_config())
                 return
             # one PutObject straight from the file: no s3transfer machinery (a thread pool per call) for a
             # file that goes up in one request anyway; botocore rewinds the file itself on a retry

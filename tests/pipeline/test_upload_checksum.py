@@ -3,7 +3,9 @@
 A single-PUT upload sends the file's sha256 (the one the ledger and manifest record) as a signed
 ``x-amz-checksum-sha256`` header and an ``UNSIGNED-PAYLOAD`` signature, so botocore does not hash the body
 again; the store must then refuse bytes that do not match. ``BENCH_BUILD_S3_CHECKSUM=sigv4`` goes back to a
-payload hash inside the signature. Files above the multipart threshold still go up in signed parts.
+payload hash inside the signature. Files above the multipart threshold go up in parts that each carry their own
+SHA-256 the same way (botocore hashes the part; the store verifies it and keeps the checksum of the parts'
+checksums, by which `S3Store.copy_from` checks a copy against a local file); in ``sigv4`` mode in signed parts.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ def _file(tmp_path: Path, name: str, size: int) -> tuple[Path, bytes]:
     return path, data
 
 
-def _capture(client, sent: list[dict[str, str]]):
-    """Record the headers of every PutObject ``client`` sends; returns the unregister callback."""
+def _capture(client, sent: list[dict[str, str]], op: str = "PutObject"):
+    """Record the headers of every ``op`` request ``client`` sends; returns the unregister callback."""
     def hook(request, **_):
         sent.append({k.lower(): (v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()})
 
-    client.meta.events.register("before-send.s3.PutObject", hook)
-    return lambda: client.meta.events.unregister("before-send.s3.PutObject", hook)
+    client.meta.events.register(f"before-send.s3.{op}", hook)
+    return lambda: client.meta.events.unregister(f"before-send.s3.{op}", hook)
 
 
 def _signed_headers(headers: dict[str, str]) -> set[str]:
@@ -97,16 +99,41 @@ def test_sigv4_mode_signs_the_payload_hash(s3prefix, tmp_path, monkeypatch):
         store.upload_file(path, "c2.bin")
 
 
-def test_a_file_above_the_threshold_goes_up_in_parts(s3prefix, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["sha256", "sigv4"])
+def test_a_file_above_the_threshold_goes_up_in_parts(s3prefix, tmp_path, monkeypatch, mode):
+    """Each part carries its SHA-256 as a signed header, and its payload is not hashed again for the signature
+    (one SHA-256 pass per byte, as before, when the signature hashed it); the store keeps their composite. In
+    ``sigv4`` mode the parts' payload hashes are signed and no checksum is sent or kept."""
+    monkeypatch.setenv(CHECKSUM_ENV, mode)
     monkeypatch.setattr(storage_s3, "MULTIPART_THRESHOLD", 1 << 20)
     monkeypatch.setattr(storage_s3, "MULTIPART_CHUNK", 5 << 20)  # S3's smallest part
     store = open_store(s3prefix)
     path, data = _file(tmp_path, "d.bin", (5 << 20) + 123_457)
-    store.upload_file(path, "d.bin")
+    parts = [data[:5 << 20], data[5 << 20:]]
+    sent: list[dict[str, str]] = []
+    client = store.put_client if mode == "sha256" else store.client
+    unregister = _capture(client, sent, "UploadPart")
+    try:
+        store.upload_file(path, "d.bin")
+    finally:
+        unregister()
     info = store.head("d.bin")
     assert info is not None and info.sha256 == hashlib.sha256(data).hexdigest()
     assert info.etag is not None and info.etag.strip('"').endswith("-2")  # a multipart object of 2 parts
     assert store.read_bytes("d.bin") == data
+    digests = sorted(hashlib.sha256(p).digest() for p in parts)
+    stored = store.client.head_object(Bucket=store.bucket, Key=store._k("d.bin"), ChecksumMode="ENABLED")
+    if mode == "sha256":
+        assert sorted(base64.b64decode(h["x-amz-checksum-sha256"]) for h in sent) == digests
+        assert all(h["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD" and "x-amz-checksum-sha256" in _signed_headers(h)
+                   for h in sent)
+        composite = hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()
+        assert (stored.get("ChecksumSHA256"), stored.get("ChecksumType")) == \
+            (f"{base64.b64encode(composite).decode()}-2", "COMPOSITE")
+    else:
+        assert sorted(bytes.fromhex(h["x-amz-content-sha256"]) for h in sent) == digests
+        assert not any(k.startswith("x-amz-checksum-") for h in sent for k in h)
+        assert not any(k.startswith("Checksum") for k in stored)
 
 
 def test_a_transfer_log_line_before_any_byte_says_no_nan(capsys):
