@@ -26,7 +26,8 @@ publishes never mix):
    so the check is a HEAD). A file that another committed version of the dataset lists with the same sha256 and
    size (a partition a recipe change did not touch: `run --reuse`, `build.reuse`) is copied from there on the
    store (S3 CopyObject: no byte uploaded; a hard link for a local ``--to``), and the copy's bytes checked against
-   the manifest's sha256 by the store's checksum or by reading it back (`S3Store.copy_from`); a copy that fails is
+   the manifest's sha256 by the store's checksum (a multipart upload's: against the local file's) or by reading it
+   back (`S3Store.copy_from`); a copy that fails is
    deleted and the file uploaded instead, with a note.
    Each version stays self-contained: its prefix holds every file it lists, so reads, `verify` and `pull`
    never need another version, and deleting an old version never breaks a newer one. Otherwise: local hash

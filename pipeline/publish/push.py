@@ -139,7 +139,8 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
             if other is None:
                 return None
             try:
-                dest.copy_from(other[0], other[1], rel, sha256=sha)
+                dest.copy_from(other[0], other[1], rel, sha256=sha,
+                               local=src.path(rel) if src.is_local else None)  # type: ignore[attr-defined]
             except (StorageError, OSError) as e:  # gone, or not what its manifest says: upload ours instead
                 bar.skip(size)
                 report.notes.append(f"{rel}: not copied from {other[0].url} ({e}); uploaded this build's file "

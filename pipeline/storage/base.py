@@ -179,11 +179,13 @@ class Store:
         raise NotImplementedError
         yield  # pragma: no cover
 
-    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str, local: Path | None = None) -> str:
         """Make ``key`` a copy of ``src``'s ``src_key``, whose content must have ``sha256`` (hex); return how
         ("linked", "server-side" or "copied"). Streamed through this machine here (hashed on the way, so a
         source whose bytes are not ``sha256`` is refused and nothing is written); stores override it with a
-        hard link or a server-side copy where both sides allow one."""
+        hard link or a server-side copy where both sides allow one. ``local``: a local file that should hold
+        those bytes, which a server-side copy may be checked against instead of reading it back
+        (`S3Store.copy_from`); unused here."""
         with self.staged_file(key) as staged, open(staged.path, "wb") as f:
             h = hashlib.sha256()
             for chunk in src.iter_chunks(src_key):

@@ -195,7 +195,7 @@ class LocalStore(Store):
                     progress: Progress | None = None) -> None:
         self._copy(Path(local), self.path(key), progress)
 
-    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str, local: Path | None = None) -> str:
         """A hard link when both are local (same filesystem): no bytes written. Published and built files are
         never modified in place (every writer replaces a file by rename), so a link shares bytes, not fate:
         deleting the other version's directory leaves this one whole. Else (another filesystem, S3) a copy."""

@@ -275,7 +275,7 @@ class S3Store(Store):
                 self.client.delete_objects(Bucket=self.bucket, Delete={
                     "Objects": [{"Key": self._k(k)} for k in keys[i:i + 1000]], "Quiet": True})
 
-    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str) -> str:
+    def copy_from(self, src: Store, src_key: str, key: str, *, sha256: str, local: Path | None = None) -> str:
         """A server-side copy when ``src`` is on the same S3 endpoint (no byte goes up from this machine; one
         CopyObject up to `COPY_OBJECT_MAX`, a multipart copy above), else streamed and hashed (`Store.copy_from`).
         A source whose ``sha256`` metadata names other bytes is refused before anything is written. Then the
@@ -288,9 +288,16 @@ class S3Store(Store):
            carried by a copy with the bytes (SeaweedFS does). Any write to the source key replaces it, so an object
            overwritten with other bytes but the old metadata is caught; the bytes are not re-read, so rot at
            rest is left to the store's own checks (SeaweedFS fails the copy of a chunk whose CRC is wrong);
-        3. else (a multipart upload, whose SHA-256 is a checksum of its parts' checksums; an upload with
-           ``BENCH_BUILD_S3_CHECKSUM=sigv4``; an object another tool wrote) the copy is read back and hashed
-           here: its bytes come down once.
+        3. the copy's stored COMPOSITE SHA-256 (a multipart upload's: the SHA-256 of its parts' SHA-256 digests,
+           each verified by the store on upload; bench-build's multipart uploads send them by default), when
+           ``local`` is a file with the expected bytes (`publish` passes the version's own file): the file is
+           read once, here, and must have ``sha256`` and, cut in `MULTIPART_CHUNK` parts (the layout of
+           bench-build's uploads; the stored part count must be ``ceil(size / MULTIPART_CHUNK)``), that
+           composite. Equal part digests mean equal parts, so this proves the copy's bytes are the file's: a
+           local disk read instead of the copy coming down;
+        4. else (no ``local``, another part layout, a composite that does not match, a
+           ``BENCH_BUILD_S3_CHECKSUM=sigv4`` upload, an object another tool wrote) the copy is read back and
+           hashed here: its bytes come down once.
 
         A copy that fails its check is deleted and a `StorageError` names both keys."""
         if not (isinstance(src, S3Store) and src.endpoint_url == self.endpoint_url):
@@ -312,7 +319,10 @@ class S3Store(Store):
                 self.client.copy(source, self.bucket, self._k(key), ExtraArgs=meta, Config=self._transfer_config())
                 got = None
         if got is None:
-            got = self.stored_sha256(key)
+            got, composite = self.stored_checksums(key)
+            if got is None and composite is not None and local is not None and \
+                    local_matches_composite(Path(local), info.size, sha256, composite):
+                got = sha256
         if got is None:
             got = self.sha256(key)
         if got != sha256:
@@ -323,12 +333,18 @@ class S3Store(Store):
                                "it was written); the copy was deleted")
         return "server-side"
 
+    def stored_checksums(self, key: str) -> tuple[str | None, tuple[str, int] | None]:
+        """The SHA-256 checksums the store keeps for the object, from one HeadObject with ``ChecksumMode``: the
+        full-object one (hex; the one it verified on upload), and a multipart upload's composite (hex of the
+        SHA-256 of its parts' SHA-256 digests, and the part count); each None when the store keeps none."""
+        with self._calls(key, "head"):
+            r = self.client.head_object(Bucket=self.bucket, Key=self._k(key), ChecksumMode="ENABLED")
+        return full_object_sha256(r), composite_sha256(r)
+
     def stored_sha256(self, key: str) -> str | None:
         """The object's full-object SHA-256 checksum as the store keeps it (hex; the one it verified on upload),
         or None when it keeps none (or only a checksum of a multipart upload's parts)."""
-        with self._calls(key, "head"):
-            r = self.client.head_object(Bucket=self.bucket, Key=self._k(key), ChecksumMode="ENABLED")
-        return full_object_sha256(r)
+        return self.stored_checksums(key)[0]
 
     @contextlib.contextmanager
     def staged_file(self, key: str) -> Iterator[StagedFile]:
@@ -439,6 +455,54 @@ def full_object_sha256(fields: dict[str, Any]) -> str | None:
     except ValueError:
         return None
     return digest.hex() if len(digest) == 32 else None
+
+
+def composite_sha256(fields: dict[str, Any]) -> tuple[str, int] | None:
+    """The composite SHA-256 of a multipart upload in an S3 response (``ChecksumSHA256`` ``<base64>-<parts>``,
+    ``ChecksumType`` ``COMPOSITE``): hex of the SHA-256 of the parts' SHA-256 digests, and the part count; else
+    None (SeaweedFS 4.48 forms it so, as AWS S3 does)."""
+    value = fields.get("ChecksumSHA256") or ""
+    b64, _, parts = value.rpartition("-")
+    if not b64 or not parts.isdigit() or int(parts) < 1 or fields.get("ChecksumType") not in (None, "COMPOSITE"):
+        return None
+    try:
+        digest = base64.b64decode(b64, validate=True)
+    except ValueError:
+        return None
+    return (digest.hex(), int(parts)) if len(digest) == 32 else None
+
+
+def sha256_and_composite(path: Path, part_size: int) -> tuple[str, str]:
+    """One read of the file: its sha256 and the composite SHA-256 a multipart upload of it in ``part_size`` parts
+    gets (both hex)."""
+    whole, parts = hashlib.sha256(), []
+    with open(path, "rb") as f:
+        while True:
+            part, left = hashlib.sha256(), part_size
+            while left and (chunk := f.read(min(HASH_CHUNK, left))):
+                whole.update(chunk)
+                part.update(chunk)
+                left -= len(chunk)
+            if left == part_size:
+                break
+            parts.append(part.digest())
+            if left:
+                break
+    return whole.hexdigest(), hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+def local_matches_composite(local: Path, size: int, sha256: str, composite: tuple[str, int]) -> bool:
+    """Is ``local`` a file of ``size`` bytes with ``sha256`` whose composite SHA-256 in bench-build's multipart
+    layout (`MULTIPART_CHUNK` parts) is ``composite`` (hex, part count)? False for another layout (a part count
+    other than ``ceil(size / MULTIPART_CHUNK)``: not worth reading the file), other bytes, or no such file."""
+    digest, parts = composite
+    try:
+        if local.stat().st_size != size or parts != -(-size // MULTIPART_CHUNK):
+            return False
+        whole, got = sha256_and_composite(local, MULTIPART_CHUNK)
+    except OSError:
+        return False
+    return whole == sha256 and got == digest
 
 
 class _RangeReader(io.RawIOBase):

@@ -554,6 +554,36 @@ def test_a_new_version_copies_only_what_the_store_confirms_and_its_upload_rate_l
     assert f"upload mini-c 0.2.0: {up:.1f}/{up:.1f} MB" in err, err
 
 
+def test_copies_of_multipart_files_are_checked_against_the_version_s_own_files_not_read_back(
+        built, s3prefix, s3env, tmp_path, monkeypatch):
+    """Files over the multipart threshold (every full-size KITTI-C shard) carry only a checksum of their parts'
+    checksums: the next version's copies are checked by that composite, computed from the files being published,
+    and no byte of any copy comes down."""
+    import bench_build.storage.s3 as storage_s3
+    from bench_build.storage import S3Store, open_store
+
+    monkeypatch.setattr(storage_s3, "MULTIPART_THRESHOLD", 1 << 10)  # every shard goes up in (one) part
+    assert publish_version(built, s3prefix, progress=False).ok
+    shard = read_manifest(built)["shards"][0]
+    first = open_store(f"{s3prefix}/mini-c/0.1.0")
+    assert first.head(shard["path"]).etag.strip('"').endswith("-1") and first.stored_sha256(shard["path"]) is None
+    second = _copy_build(built, tmp_path / "v2")
+    manifest = json.loads((second / "manifest.json").read_text())
+    manifest["version"] = "0.2.0"
+    (second / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+
+    real = S3Store.iter_chunks
+
+    def refuse(self, key, *args):
+        raise AssertionError(f"{self.key_url(key)} was read back")
+
+    monkeypatch.setattr(S3Store, "iter_chunks", refuse)
+    report = publish_version(second, s3prefix, progress=False)
+    assert report.ok and len(report.copied) == 84 and report.upload_bytes == 0 and not report.notes, report
+    monkeypatch.setattr(S3Store, "iter_chunks", real)
+    assert verify_remote(f"{s3prefix}/mini-c/0.2.0", progress=False).ok
+
+
 @pytest.mark.parametrize("link", ["renders/creds.png", "data/elsewhere"])
 def test_publish_refuses_a_symlink_in_the_version_before_uploading(built, tmp_path, link):
     secret = tmp_path / "credentials"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import bench_build.storage.s3 as storage_s3
 from bench_build.storage import LocalStore, NotFound, PreconditionFailed, S3Store, StorageError, open_store, redact
 
 
@@ -173,13 +174,37 @@ def test_a_source_overwritten_under_its_old_metadata_is_not_copied(s3prefix, s3e
     assert dst.head("f.bin") is None
 
 
-def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_path, monkeypatch):
+def _small_parts(monkeypatch) -> None:
     import bench_build.storage.s3 as storage_s3
 
     monkeypatch.setattr(storage_s3, "MULTIPART_THRESHOLD", 1 << 20)
-    monkeypatch.setattr(storage_s3, "MULTIPART_CHUNK", 5 << 20)
+    monkeypatch.setattr(storage_s3, "MULTIPART_CHUNK", 5 << 20)  # S3's smallest part
+
+
+def _composite(data: bytes, part: int = 5 << 20) -> tuple[str, int]:
+    """S3's composite SHA-256 of a multipart upload of ``data`` in ``part``-byte parts (hex, part count)."""
+    parts = [data[i:i + part] for i in range(0, len(data), part)]
+    return hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).hexdigest(), len(parts)
+
+
+def _overwrite_in_parts(s3env, src: S3Store, tmp_path: Path, data: bytes, sha: str) -> None:
+    """Another tool replaces ``f.bin`` by a multipart upload of ``data`` in bench-build's layout, each part with
+    its SHA-256, keeping the old ``sha256`` metadata."""
+    import boto3.s3.transfer
+
+    (tmp_path / "other").write_bytes(data)
+    s3env.client().upload_file(str(tmp_path / "other"), src.bucket, src._k("f.bin"),
+                               ExtraArgs={"Metadata": {"sha256": sha}, "ChecksumAlgorithm": "SHA256"},
+                               Config=boto3.s3.transfer.TransferConfig(multipart_threshold=1 << 20,
+                                                                       multipart_chunksize=5 << 20))
+
+
+def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_path, monkeypatch):
+    """Without a local file its composite checksum cannot be checked against: the copy comes down once."""
+    _small_parts(monkeypatch)
     data = os.urandom((5 << 20) + 1000)
     src, dst, sha = _versions(s3prefix, tmp_path, data)
+    assert src.stored_checksums("f.bin") == (None, _composite(data))
     read: list[str] = []
     real = S3Store.iter_chunks
 
@@ -191,6 +216,96 @@ def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_pa
     assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
     assert read == [dst.key_url("f.bin")]  # the copy, hashed here; nothing went up from this machine
     assert dst.head("f.bin").sha256 == sha
+
+
+def test_a_multipart_source_is_checked_by_its_composite_checksum_against_the_local_file(s3prefix, tmp_path,
+                                                                                        monkeypatch):
+    """What `publish` does with a reused shard over the multipart threshold: the version's own file is hashed in
+    bench-build's part layout and matches the composite the copy carries; no byte of the copy comes down."""
+    _small_parts(monkeypatch)
+    data = os.urandom(2 * (5 << 20) + 1000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    assert src.stored_checksums("f.bin") == (None, _composite(data))  # each part's SHA-256 went up with it
+    _no_read_back(monkeypatch)
+    assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha, local=tmp_path / "f.bin") == "server-side"
+    assert dst.stored_checksums("f.bin") == (None, _composite(data)) and dst.head("f.bin").sha256 == sha
+    monkeypatch.undo()
+    assert dst.read_bytes("f.bin") == data
+
+
+@pytest.mark.parametrize("local_too", [False, True])
+def test_a_multipart_source_overwritten_in_parts_is_not_copied_by_its_composite(s3prefix, s3env, tmp_path,
+                                                                                 monkeypatch, local_too):
+    """The source was replaced, in the same part layout and with part checksums, by other bytes under the old
+    metadata. Its composite is not the local file's; nor, when the local file was altered the same way, is the
+    local file's sha256 the manifest's. Either way the copy is read back, refused and deleted."""
+    _small_parts(monkeypatch)
+    data = os.urandom(2 * (5 << 20) + 1000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    other = bytearray(data)
+    other[len(other) // 2] ^= 0xFF
+    _overwrite_in_parts(s3env, src, tmp_path, bytes(other), sha)
+    assert src.stored_checksums("f.bin") == (None, _composite(bytes(other))) and src.head("f.bin").sha256 == sha
+    if local_too:
+        (tmp_path / "f.bin").write_bytes(other)
+    read: list[str] = []
+    real = S3Store.iter_chunks
+
+    def spy(self, key, *args):
+        read.append(self.key_url(key))
+        yield from real(self, key, *args)
+
+    monkeypatch.setattr(S3Store, "iter_chunks", spy)
+    with pytest.raises(StorageError) as e:
+        dst.copy_from(src, "f.bin", "f.bin", sha256=sha, local=tmp_path / "f.bin")
+    assert str(e.value) == (f"{dst.key_url('f.bin')}: the server-side copy of {src.key_url('f.bin')} has sha256 "
+                            f"{hashlib.sha256(other).hexdigest()}, not the {sha} its manifest lists (the source's "
+                            "bytes changed after it was written); the copy was deleted")
+    assert read == [dst.key_url("f.bin")] and dst.head("f.bin") is None
+
+
+@pytest.mark.parametrize("why", ["another part count", "other parts of the same count", "a sigv4 upload",
+                                 "no such file"])
+def test_a_composite_that_cannot_be_checked_falls_back_to_reading_back(s3prefix, s3env, tmp_path, monkeypatch,
+                                                                      why):
+    """A composite over other parts than bench-build's (another part count: the local file is not read; as many
+    parts of other sizes: it is, and does not match), an object without one (``BENCH_BUILD_S3_CHECKSUM=sigv4``
+    uploads no part checksums), or a local file that is not there: the copy is still checked, by reading it back."""
+    import boto3.s3.transfer
+
+    from bench_build.storage import CHECKSUM_ENV
+
+    _small_parts(monkeypatch)
+    if why == "a sigv4 upload":
+        monkeypatch.setenv(CHECKSUM_ENV, "sigv4")
+    data = os.urandom(3 * (5 << 20) - 500_000)  # 3 parts of 5 MB (bench-build's here), or of 6 MB; 2 of 8 MB
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    local = tmp_path / "f.bin"
+    part = {"another part count": 8 << 20, "other parts of the same count": 6 << 20}.get(why)
+    if part is not None:
+        s3env.client().upload_file(str(local), src.bucket, src._k("f.bin"),
+                                   ExtraArgs={"Metadata": {"sha256": sha}, "ChecksumAlgorithm": "SHA256"},
+                                   Config=boto3.s3.transfer.TransferConfig(multipart_threshold=1 << 20,
+                                                                           multipart_chunksize=part))
+        assert src.stored_checksums("f.bin") == (None, _composite(data, part))
+    elif why == "a sigv4 upload":
+        assert src.stored_checksums("f.bin") == (None, None) and src.head("f.bin").etag.strip('"').endswith("-3")
+    else:
+        local = tmp_path / "gone"
+    hashed: list[Path] = []
+    real_hash, real_read = storage_s3.sha256_and_composite, S3Store.iter_chunks
+    monkeypatch.setattr(storage_s3, "sha256_and_composite", lambda path, part: hashed.append(path) or
+                        real_hash(path, part))
+    read: list[str] = []
+
+    def spy(self, key, *args):
+        read.append(self.key_url(key))
+        yield from real_read(self, key, *args)
+
+    monkeypatch.setattr(S3Store, "iter_chunks", spy)
+    assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha, local=local) == "server-side"
+    assert read == [dst.key_url("f.bin")]
+    assert hashed == ([local] if why == "other parts of the same count" else [])
 
 
 @pytest.mark.parametrize("right", [True, False])
@@ -209,7 +324,7 @@ def test_the_checksum_copyobject_returns_decides_when_the_store_computes_one(s3p
         return r
 
     monkeypatch.setattr(dst.client, "copy_object", copy_object)
-    monkeypatch.setattr(S3Store, "stored_sha256", lambda self, key: pytest.fail("the copy's checksum was enough"))
+    monkeypatch.setattr(S3Store, "stored_checksums", lambda self, key: pytest.fail("the copy's checksum was enough"))
     _no_read_back(monkeypatch)
     if right:
         assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
