@@ -77,15 +77,21 @@ def test_second_run_and_overwrite_are_refused_while_a_run_holds_the_version(smal
     assert lock.read_text() == ""  # released: the holder's name is cleared
 
 
+def _lock_holder(store: LocalStore, purpose: str) -> subprocess.Popen:
+    """A process that holds ``store``'s writer lock (for 60 s) once this returns; the caller kills it."""
+    code = ("import sys, time; from bench_build.storage import LocalStore\n"
+            f"with LocalStore({str(store.root)!r}).writer_lock({purpose!r}):\n"
+            "    print('locked', flush=True); time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
 def test_lock_is_released_when_its_holder_dies(tmp_path):
     """flock is released by the kernel: a SIGKILLed holder never leaves a stale lock."""
     store = LocalStore(tmp_path / "v")
-    code = ("import sys, time; from bench_build.storage import LocalStore\n"
-            f"with LocalStore({str(store.root)!r}).writer_lock('holder'):\n"
-            "    print('locked', flush=True); time.sleep(60)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    holder = _lock_holder(store, "holder")
     try:
-        assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(VersionLocked, match=f"pid {holder.pid} "), store.writer_lock("second"):
             pass
     finally:
@@ -98,12 +104,8 @@ def test_lock_is_released_when_its_holder_dies(tmp_path):
 def test_a_lock_held_on_another_host_says_what_frees_it(tmp_path):
     """No process here can break another host's flock on a shared file system: the message says what frees it."""
     store = LocalStore(tmp_path / "v")
-    code = ("import sys, time; from bench_build.storage import LocalStore\n"
-            f"with LocalStore({str(store.root)!r}).writer_lock('bench-build run'):\n"
-            "    print('locked', flush=True); time.sleep(60)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    holder = _lock_holder(store, "bench-build run")
     try:
-        assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(VersionLocked) as here, store.writer_lock("second"):
             pass
         assert "another host" not in str(here.value)  # this host's kernel frees a dead holder's lock

@@ -199,12 +199,8 @@ def _overwrite_in_parts(s3env, src: S3Store, tmp_path: Path, data: bytes, sha: s
                                                                        multipart_chunksize=5 << 20))
 
 
-def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_path, monkeypatch):
-    """Without a local file its composite checksum cannot be checked against: the copy comes down once."""
-    _small_parts(monkeypatch)
-    data = os.urandom((5 << 20) + 1000)
-    src, dst, sha = _versions(s3prefix, tmp_path, data)
-    assert src.stored_checksums("f.bin") == (None, _composite(data))
+def _spy_reads(monkeypatch) -> list[str]:
+    """The URLs of the objects read back (hashed here) from now on, in order."""
     read: list[str] = []
     real = S3Store.iter_chunks
 
@@ -213,6 +209,16 @@ def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_pa
         yield from real(self, key, *args)
 
     monkeypatch.setattr(S3Store, "iter_chunks", spy)
+    return read
+
+
+def test_a_multipart_source_is_copied_server_side_and_read_back(s3prefix, tmp_path, monkeypatch):
+    """Without a local file its composite checksum cannot be checked against: the copy comes down once."""
+    _small_parts(monkeypatch)
+    data = os.urandom((5 << 20) + 1000)
+    src, dst, sha = _versions(s3prefix, tmp_path, data)
+    assert src.stored_checksums("f.bin") == (None, _composite(data))
+    read = _spy_reads(monkeypatch)
     assert dst.copy_from(src, "f.bin", "f.bin", sha256=sha) == "server-side"
     assert read == [dst.key_url("f.bin")]  # the copy, hashed here; nothing went up from this machine
     assert dst.head("f.bin").sha256 == sha
@@ -248,14 +254,7 @@ def test_a_multipart_source_overwritten_in_parts_is_not_copied_by_its_composite(
     assert src.stored_checksums("f.bin") == (None, _composite(bytes(other))) and src.head("f.bin").sha256 == sha
     if local_too:
         (tmp_path / "f.bin").write_bytes(other)
-    read: list[str] = []
-    real = S3Store.iter_chunks
-
-    def spy(self, key, *args):
-        read.append(self.key_url(key))
-        yield from real(self, key, *args)
-
-    monkeypatch.setattr(S3Store, "iter_chunks", spy)
+    read = _spy_reads(monkeypatch)
     with pytest.raises(StorageError) as e:
         dst.copy_from(src, "f.bin", "f.bin", sha256=sha, local=tmp_path / "f.bin")
     assert str(e.value) == (f"{dst.key_url('f.bin')}: the server-side copy of {src.key_url('f.bin')} has sha256 "
