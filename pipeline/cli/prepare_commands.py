@@ -142,7 +142,7 @@ def plan(
     from bench_build.build.run import DEMO_FRAMES, default_frames_per_shard
     from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError, load_recipe
-    from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, load_costs
+    from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, CostTableError, load_costs
     from bench_build.plan.scale import plan_build
     from bench_build.sources import SourceError, open_source
 
@@ -152,10 +152,7 @@ def plan(
             raise UsageError("give --source or --frames, not both")
         if frames is not None and split is not None:
             raise UsageError("--split picks a source's frames; with --frames there is no source to pick from")
-        try:  # before the demo data: a wrong table is said at once
-            table = load_costs(recipe, costs)
-        except (ValueError, FileNotFoundError) as e:  # plan.costs says a missing or wrong --costs table with these
-            raise fail(e) from None  # built-ins, so they are caught around this one call only
+        table = load_costs(recipe, costs)  # before the demo data: a wrong table is said at once
         if frames is not None:
             frame_ids, fps = [f"{i:06d}" for i in range(frames)], frames_per_shard or recipe.frames_per_shard
         else:
@@ -166,7 +163,7 @@ def plan(
             fps = frames_per_shard or default_frames_per_shard(recipe, demo=source is None)
         report = plan_build(recipe, frame_ids, frames_per_shard=fps, workers=workers or [2, 16, 64, 256],
                             groups=groups, costs=table, worker_start_s=worker_start)
-    except (RecipeError, SourceError, UsageError) as e:
+    except (RecipeError, SourceError, UsageError, CostTableError) as e:
         raise fail(e) from None
     if as_json:
         out_console.print_json(json.dumps(report))

@@ -35,7 +35,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench_build.errors import BenchBuildError
 from bench_build.manifests.recipe import Recipe
+
+
+class CostTableError(BenchBuildError, ValueError):
+    """A cost table that is missing, not a cost table, or measured for another recipe (refused: exit 2)."""
+
 
 TABLES = Path(__file__).parent / "cost_tables"
 #: the per-frame caches stages share: Frame's cached properties, and the ring ids `stages.ring.frame_rings` keeps
@@ -114,13 +120,13 @@ def parse_costs(data: dict[str, Any], origin: str) -> CostTable:
             scale=float(data.get("scale", 1.0)),
             extra={k: v for k, v in data.items() if k not in known})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"{origin}: not a cost table ({type(e).__name__}: {e})") from None
+        raise CostTableError(f"{origin}: not a cost table ({type(e).__name__}: {e})") from None
     bad = [x for c, n in table.needs.items() for x in n if x not in CACHES and x != derived_cache(c)]
     writes = [x for row in table.write_ms_by.values() for x in row]
     if bad or any(v < 0 for v in (table.read_ms, table.write_ms, *table.prep_ms.values(), *writes)):
-        raise ValueError(f"{origin}: unknown cache or negative cost ({bad})")
+        raise CostTableError(f"{origin}: unknown cache or negative cost ({bad})")
     if not 0.2 <= table.scale <= 5.0:
-        raise ValueError(f"{origin}: scale {table.scale} is not a measured/predicted ratio (expected 0.2–5)")
+        raise CostTableError(f"{origin}: scale {table.scale} is not a measured/predicted ratio (expected 0.2–5)")
     return table
 
 
@@ -136,20 +142,20 @@ def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
         p = TABLES / f"{base}.json"
     if not p.is_file():
         if path:
-            raise FileNotFoundError(f"cost table {p} does not exist")
+            raise CostTableError(f"cost table {p} does not exist")
         return default_costs(recipe)
     try:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: not a cost table (not JSON: {e})") from None
+        raise CostTableError(f"{p}: not a cost table (not JSON: {e})") from None
     table = parse_costs(data, str(p))
     missing = [c.name for c in recipe.corruptions if c.name not in table.stage_ms]
     if missing:
-        raise ValueError(f"{p}: the cost table of {table.recipe} has no cost for {recipe.name}'s "
+        raise CostTableError(f"{p}: the cost table of {table.recipe} has no cost for {recipe.name}'s "
                          f"{', '.join(missing[:5])}{', …' if len(missing) > 5 else ''}: pass a table measured "
                          f"for {recipe.name}, or none for the defaults")
     if table.recipe not in (recipe.name, base):
-        raise ValueError(f"{p}: a cost table measured for {table.recipe}, not {recipe.name}: pass a table measured "
+        raise CostTableError(f"{p}: a cost table measured for {table.recipe}, not {recipe.name}: pass a table measured "
                          f"for {recipe.name} (`bench-build bench stages --recipe` measures one), or none for the "
                          "defaults")
     if table.recipe != recipe.name:

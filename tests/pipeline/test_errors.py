@@ -161,6 +161,7 @@ BUGS = [("score", "bench_build.score.run.metric_for", KeyError("probs")),
         ("run", "bench_build.build.run.build_fingerprint", ValueError("operands could not be broadcast")),
         ("status", "bench_build.build.status.load_recipe", ValueError("invalid literal for int()")),
         ("plan", "bench_build.plan.scale.plan_build", ValueError("max() arg is an empty sequence")),
+        ("plan", "bench_build.plan.costs.parse_costs", ValueError("math domain error")),  # was caught: load_costs
         ("warm", "bench_build.build.warm.open_source", ValueError("cannot reshape array")),
         ("repro-check", "bench_build.build.repro_check.open_source", FileNotFoundError("/tmp/cache/x.npy"))]
 
