@@ -137,10 +137,10 @@ def fsync_replace_named(tmp: Path, path: Path) -> None:
 def atomic_write_with(path: Path, write) -> None:
     """Write ``path`` atomically with ``write(tmp_name)`` (a figure's savefig, torch.save, …): a temp file beside
     it with the user's umask, fsynced and renamed into place (`fsync_replace`); nothing under the final name if
-    ``write`` fails."""
+    ``write`` fails. The temp is named as `mkstemp_in` names it (``….tmp``, its owner in its name), so a killed
+    writer's temp is one `remove_dead_temps` finds: ``write`` must not infer a format from the name."""
     make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.fchmod(fd, 0o666 & ~current_umask())  # the user's umask (0644 by default), not mkstemp's 0600
+    fd, tmp = mkstemp_in(path.parent, path.name)
     os.close(fd)
     try:
         write(tmp)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from bench_build.manifests.card import card_with_validation
-from bench_build.storage import atomic_write_with
+from bench_build.storage import atomic_write_with, remove_dead_temps
 from bench_build.validate.realism_report import plot_realism, render_realism
 
 #: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
@@ -201,12 +201,19 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
 
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    for d in (version_dir, out_dir):  # temps of an earlier validate (or run) killed on this host
+        remove_dead_temps(d)
     ckpt = {"state_dict": train_res.state_dict, "model": report["model"], "preprocessing": report["preprocessing"],
             "best_epoch": train_res.best_epoch, "val_accuracy": train_res.best_val_accuracy,
             "seed": report["config"]["seed"], "labels": {"0": "clean", "1": report["corruption"]}}
     atomic_write_with(out_dir / "pointnet.pt", lambda tmp: torch.save(ckpt, tmp))
     arrays = {f"features_{g}": f for g, f in groups.items()} | {f"tsne_{g}": e for g, e in emb_groups.items()}
-    atomic_write_with(out_dir / "features.npz", lambda tmp: np.savez_compressed(open(tmp, "wb"), **arrays))
+
+    def save_arrays(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file, not a name: numpy would append .npz to the temp's name
+            np.savez_compressed(f, **arrays)
+
+    atomic_write_with(out_dir / "features.npz", save_arrays)
     legend = plot_tsne(out_dir / "tsne.png", report["corruption"], emb_groups,
                        (report.get("embedding") or {}).get("tsne", {}).get("perplexity"))
     plot_training(out_dir / "training.png", report["training"]["history"], train_res.best_epoch)

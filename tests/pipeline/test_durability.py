@@ -79,3 +79,25 @@ def test_a_file_system_that_cannot_fsync_a_directory_is_not_an_error(tmp_path, m
     monkeypatch.setattr(os, "fsync", lambda fd: fsync(fd, errno.EIO))
     with pytest.raises(OSError, match="Input/output error"):  # a real failure is one
         fsync_dir(tmp_path)
+
+
+def test_a_killed_writers_figure_or_checkpoint_temp_is_found_and_removed(tmp_path):
+    """`atomic_write_with` (validate's PNGs, checkpoint and features) names its temp as every writer does: a
+    process killed inside ``write`` leaves a ``….tmp`` that names it, which `remove_dead_temps` removes once it is
+    dead, and nothing under the final name."""
+    import signal
+    import subprocess
+    import sys
+
+    from bench_build.storage import remove_dead_temps
+
+    target = tmp_path / "validation" / "tsne.png"
+    code = ("import os, signal; from pathlib import Path; from bench_build.storage import atomic_write_with\n"
+            f"atomic_write_with(Path({str(target)!r}), lambda tmp: (Path(tmp).write_bytes(b'half a png'), "
+            "os.kill(os.getpid(), signal.SIGKILL)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    [left] = [p for p in target.parent.iterdir()]
+    assert left.name.startswith(".tsne.png.") and left.name.endswith(".tmp") and not target.exists()
+    assert remove_dead_temps(target.parent) == 1
+    assert not list(target.parent.iterdir())
