@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.storage.base import (
+    CHECKSUM_ENV,
     MULTIPART_CHUNK,
     MULTIPART_THRESHOLD,
     SHA256_META,
@@ -44,6 +45,8 @@ from bench_build.storage.s3_client import AUTH_CODES, DIGEST_CODES, denied_messa
 from bench_build.storage.secrets import redact
 from bench_build.storage.uploads import BackgroundUploads
 
+#: what an S3-compatible store without checksum headers or aws-chunked trailers answers an upload that sends them
+CHECKSUM_UNSUPPORTED = {"NotImplemented", "InvalidArgument", "InvalidRequest", "UnsupportedOperation", "501"}
 COPY_OBJECT_MAX = 5 << 30  # S3's largest CopyObject source: a larger object is copied in parts (UploadPartCopy)
 
 
@@ -116,7 +119,12 @@ class S3Store(Store):
                 return StorageError(f"{where}: bucket {self.bucket!r} does not exist")
             if code in AUTH_CODES:
                 return StorageError(denied_message(where, op, code))
-            return StorageError(redact(f"{where}: {op} failed ({code}): {err.get('Message', '')}".rstrip(": ")))
+            hint = ""
+            if op in ("upload", "write") and code in CHECKSUM_UNSUPPORTED and upload_checksum_mode() == "sha256":
+                hint = (f"; if this store does not take S3 checksums (x-amz-checksum-sha256, or a multipart part's "
+                        f"checksum trailer), set {CHECKSUM_ENV}=sigv4")
+            return StorageError(redact(f"{where}: {op} failed ({code}): {err.get('Message', '')}".rstrip(": ")
+                                       + hint))
         if isinstance(cause, bx.NoCredentialsError | bx.PartialCredentialsError):
             return StorageError(f"{where}: no usable AWS credentials (set AWS_ACCESS_KEY_ID and "
                                 "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE / --profile)")

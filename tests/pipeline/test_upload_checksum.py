@@ -147,3 +147,20 @@ def test_a_transfer_log_line_before_any_byte_says_no_nan(capsys):
     p.advance(100_000_000)
     p._log()
     assert "ETA " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("mode", "op", "code", "hinted"), [
+    ("sha256", "upload", "NotImplemented", True), ("sha256", "upload", "InvalidArgument", True),
+    ("sigv4", "upload", "NotImplemented", False), ("sha256", "get", "NotImplemented", False),
+    ("sha256", "upload", "InternalError", False)])
+def test_a_store_that_refuses_checksums_says_how_to_upload_without(monkeypatch, mode, op, code, hinted):
+    """An S3-compatible store without checksum headers or aws-chunked trailers refuses the upload in its own words:
+    the one line then says which setting uploads without them (only for an upload, only in sha256 mode)."""
+    from botocore.exceptions import ClientError
+
+    monkeypatch.setenv(CHECKSUM_ENV, mode)
+    store = storage_s3.S3Store("bench", "v", endpoint_url="http://127.0.0.1:9")
+    err = ClientError({"Error": {"Code": code, "Message": "x-amz-trailer is not supported"}}, "UploadPart")
+    message = str(store._error(err, "data/f.parquet", op))
+    assert message.startswith(f"s3://bench/v/data/f.parquet: {op} failed ({code}): x-amz-trailer is not supported")
+    assert (f"set {CHECKSUM_ENV}=sigv4" in message) == hinted
