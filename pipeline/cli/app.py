@@ -113,6 +113,11 @@ def local_version(value: str, command: str) -> Path:
     return Path(value)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 render``, ``2 renders``, ``0 files``: a count and its noun, plural unless one."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def fail(e: BaseException | str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 

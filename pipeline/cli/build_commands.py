@@ -12,7 +12,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bench_build.cli.app import PANEL_BUILD, Encoding, EndpointOpt, ProfileOpt, Recheck, app, console, fail, out_console
+from bench_build.cli.app import (
+    PANEL_BUILD,
+    Encoding,
+    EndpointOpt,
+    ProfileOpt,
+    Recheck,
+    app,
+    console,
+    counted,
+    fail,
+    out_console,
+)
 
 
 def validate_after_build(*args, **kwargs):
@@ -191,7 +202,7 @@ def _reuse_line(result) -> str:
     r = result.reused
     if result.manifest is None:
         return (f"reused {r['files']} file{'s' * (r['files'] != 1)} ({r['bytes'] / 1e6:.1f} MB) from {r['from']} "
-                f"so far; {r['tasks_skipped']} task(s) needed no computing")
+                f"so far; {counted(r['tasks_skipped'], 'task')} needed no computing")
     shards = result.manifest["shards"]
     taken = [s for s in shards if s.get("reused_from")]
     computed = [s for s in shards if not s.get("reused_from")]

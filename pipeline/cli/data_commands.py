@@ -8,7 +8,17 @@ from typing import Annotated
 
 import typer
 
-from bench_build.cli.app import PANEL_USE, EndpointOpt, ProfileOpt, app, console, fail, local_version, out_console
+from bench_build.cli.app import (
+    PANEL_USE,
+    EndpointOpt,
+    ProfileOpt,
+    app,
+    console,
+    counted,
+    fail,
+    local_version,
+    out_console,
+)
 
 
 @app.command(rich_help_panel=PANEL_USE)
@@ -39,12 +49,12 @@ def verify(
     for w in report.warnings:
         out_console.print(f"[yellow]WARN[/yellow] {escape(w)}", highlight=False)
     if not report.ok:
-        out_console.print(f"{len(report.problems)} problem(s); {report.checked} listed files checked")
+        out_console.print(f"{counted(len(report.problems), 'problem')}; {report.checked} listed files checked")
         raise typer.Exit(code=1)
     part = f" (a partial pull: {report.checked} of the version's {report.of_files})" if report.of_files else ""
     out_console.print(f"OK: {report.checked} files verified{part}, no unlisted data file"
-                      + (f"; {report.renders} render(s) verified" if report.renders else "")
-                      + (f" ({len(report.warnings)} warning(s))" if report.warnings else ""))
+                      + (f"; {counted(report.renders, 'render')} verified" if report.renders else "")
+                      + (f" ({counted(len(report.warnings), 'warning')})" if report.warnings else ""))
 
 
 @app.command(rich_help_panel=PANEL_USE)

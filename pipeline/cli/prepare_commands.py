@@ -10,7 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from bench_build.cli.app import PANEL_BUILD, PANEL_MACHINE, app, fail, out_console
+from bench_build.cli.app import PANEL_BUILD, PANEL_MACHINE, app, counted, fail, out_console
 
 
 def _threedos_classes(sc) -> str:
@@ -80,7 +80,8 @@ def warm(
         warm_kernels(names, on_done=done)
     except (RecipeError, SourceError, UsageError) as e:
         raise fail(e) from None
-    out_console.print(f"{len(names)} benchmark(s) in {total:.1f} s CPU; numba kernels cached in {numba_cache_dir()}")
+    out_console.print(f"{counted(len(names), 'benchmark')} in {total:.1f} s CPU; numba kernels cached in "
+                      f"{numba_cache_dir()}")
 
 
 @app.command("demo-data", rich_help_panel=PANEL_MACHINE)

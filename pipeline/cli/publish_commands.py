@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from bench_build.cli.app import PANEL_PUBLISH, EndpointOpt, ProfileOpt, app, console, fail, out_console
+from bench_build.cli.app import PANEL_PUBLISH, EndpointOpt, ProfileOpt, app, console, counted, fail, out_console
 from bench_build.cli.build_commands import raise_interrupt
 
 
@@ -64,8 +64,6 @@ def publish(
         console.print(f"[red]BAD[/red] {escape(p)}", highlight=False)
     for note in r.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    from bench_build.publish.common import counted
-
     if not r.ok:
         console.print(f"{counted(len(r.problems), 'file')} could not be published; nothing was committed")
         raise typer.Exit(code=1)
@@ -161,10 +159,11 @@ def pull(
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if not r.ok:
         out_console.print(f"{len(r.problems)} of {r.files} files failed; nothing was put in place in {r.url} "
-                          f"(its manifest and files are as they were); the {r.kept} verified download(s) wait in "
-                          "its _pull/ and are reused when you run the same pull again")
+                          f"(its manifest and files are as they were); "
+                          + (f"the {counted(r.kept, 'verified download')} wait in its _pull/ and are reused"
+                             if r.kept != 1 else "the verified download waits in its _pull/ and is reused")
+                          + " when you run the same pull again")
         raise typer.Exit(code=1)
-    from bench_build.publish.common import counted
     from bench_build.publish.pull import pulled_part
 
     def files(n: int) -> str:

@@ -102,11 +102,6 @@ class TransferReport:
         return self.upload_bytes / 1e6 / self.upload_seconds if self.upload_seconds > 0 else 0.0
 
 
-def counted(n: int, noun: str) -> str:
-    """``1 render``, ``2 renders``, ``0 files``: a count and its noun, plural unless one."""
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
 def version_key(version: str) -> tuple:
     """Order versions: PEP 440 when they parse (1.0.0rc1 < 1.0.0 < 1.10.0), else natural order."""
     try:

@@ -85,6 +85,7 @@ def test_list_status_verify_and_demo_data(built, tmp_path):
     assert out.exit_code == 0 and "kitti-c" in out.output and "uniform_rad" in out.output
     out = runner.invoke(app, ["verify", str(built)])
     assert out.exit_code == 0 and "OK: 42 files verified" in out.output
+    assert "; 1 render verified" in out.output and "(s)" not in out.output  # the contact sheet, counted in words
     assert not (built / "clean").exists() and (built / "data" / "corruption=clean" / "severity=0").is_dir()
     out = runner.invoke(app, ["verify", str(tmp_path)])
     assert out.exit_code == 2 and "no manifest" in out.output
