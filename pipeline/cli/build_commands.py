@@ -201,16 +201,16 @@ def _reuse_line(result) -> str:
     earlier, interrupted run of it included); without one, this run's."""
     r = result.reused
     if result.manifest is None:
-        return (f"reused {r['files']} file{'s' * (r['files'] != 1)} ({r['bytes'] / 1e6:.1f} MB) from {r['from']} "
+        return (f"reused {counted(r['files'], 'file')} ({r['bytes'] / 1e6:.1f} MB) from {r['from']} "
                 f"so far; {counted(r['tasks_skipped'], 'task')} needed no computing")
     shards = result.manifest["shards"]
     taken = [s for s in shards if s.get("reused_from")]
     computed = [s for s in shards if not s.get("reused_from")]
     parts = list(dict.fromkeys(f"{s['corruption']}/{s['severity']}" for s in computed))
     by_run = "" if r["files"] == len(taken) else f" ({r['files']} put in place by this run, the rest by an earlier one)"
-    what = (f"computed {len(computed)} file{'s' * (len(computed) != 1)}: {_partition_list(parts)}" if computed
+    what = (f"computed {counted(len(computed), 'file')}: {_partition_list(parts)}" if computed
             else "computed nothing (every partition's fingerprint is unchanged)")
-    return (f"reused {len(taken)} file{'s' * (len(taken) != 1)} ({sum(s['bytes'] for s in taken) / 1e6:.1f} MB) "
+    return (f"reused {counted(len(taken), 'file')} ({sum(s['bytes'] for s in taken) / 1e6:.1f} MB) "
             f"from {r['from']}{by_run}; {what}")
 
 
@@ -238,8 +238,8 @@ def _summary_table(manifest: dict) -> None:
     total = [sum(r[i] for r in rows.values()) for i in (1, 2, 3)]
     table.add_section()
     n, parts = len(rows) - ("clean" in rows), sum(len(r[0]) for r in rows.values())
-    label = "clean only" if n == 0 else f"{n} corruption{'s' * (n != 1)}" + (" + clean" if "clean" in rows else "")
-    table.add_row(label, f"{parts} partition{'s' * (parts != 1)}", f"{total[0]:,}", f"{total[1] / 1e6:,.1f}",
+    label = "clean only" if n == 0 else counted(n, "corruption") + (" + clean" if "clean" in rows else "")
+    table.add_row(label, counted(parts, "partition"), f"{total[0]:,}", f"{total[1] / 1e6:,.1f}",
                   f"{total[2]:.1f}")
     console.print(table)
 

@@ -34,7 +34,7 @@ def list_benchmarks() -> None:
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
                               "scenario × shape")
         else:
-            n_corr = f"{len(r.corruptions)} corruption{'s' if len(r.corruptions) != 1 else ''}"
+            n_corr = counted(len(r.corruptions), "corruption")
             split = f" ({r.split} split)" if r.split else ""
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
                               f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
@@ -97,7 +97,7 @@ def demo_data(
 
     refuse_foreign_target(out, "demo-data")
     write_demo_dataset(out, frames, seed=seed)
-    out_console.print(f"wrote {frames} frame{'s' * (frames != 1)} to {out}")
+    out_console.print(f"wrote {counted(frames, 'frame')} to {out}")
 
 
 @app.command("demo-objects", rich_help_panel=PANEL_MACHINE)
@@ -176,19 +176,19 @@ def plan(
 
     n_blocks, fps_ = report["blocks"], report["frames_per_shard"]
     say(f"{report['recipe']}: {report['frames']:,} {'demo ' if frames is None and source is None else ''}"
-        f"frame{'s' * (report['frames'] != 1)} in {n_blocks} block{'s' * (n_blocks != 1)} of {fps_}; "
+        f"frame{'s' * (report['frames'] != 1)} in {counted(n_blocks, 'block')} of {fps_}; "
         f"{report['examples_stored']:,} examples stored ({report['examples_defined']:,} defined); "
         f"{cpu_hours(report['cpu_hours_one_task_per_block'])} as one task per block")
     if frames is None and source is None:
         say("(no --source: the demo data's frames, made in the cache if absent; --source DIR or --frames N plans "
             "a real dataset)")
     g = z["groups_per_block"]
-    say(f"cost-sized split (`run --address` default): {g} group{'s' * (g != 1)} per block = "
+    say(f"cost-sized split (`run --address` default): {counted(g, 'group')} per block = "
         f"[bold]{z['tasks']}[/bold] task{'s' * (z['tasks'] != 1)} of {z['task_seconds']['min']:.1f}–"
         f"{z['task_seconds']['max']:.1f} CPU-s (mean {z['task_seconds']['mean']:.1f}), "
         f"{cpu_hours(z['cpu_hours'])} (each group rebuilds the per-frame caches it needs)")
     if groups is not None and any(r["groups_per_block"] < groups for r in [z, *report["schedule"]]):
-        say(f"note: --groups {groups}: a block is cut into {g} group{'s' * (g != 1)} at most; more would not make "
+        say(f"note: --groups {groups}: a block is cut into {counted(g, 'group')} at most; more would not make "
             "its costliest task cheaper, which is then one corruption × severity alone")
     rt = report["runtime"]
     if report["costs"].startswith(DEFAULTS_MEASURED):

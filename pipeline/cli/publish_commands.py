@@ -166,16 +166,13 @@ def pull(
         raise typer.Exit(code=1)
     from bench_build.publish.pull import pulled_part
 
-    def files(n: int) -> str:
-        return f"{n} file{'s' * (n != 1)}"
-
     part = pulled_part(r.url)  # a partial pull says so: what it holds of the version, and how to get the rest
     what = f"{r.dataset} {r.version}"
     if part is not None:
         of = f" of {part['files_in_version']}" if part["files_in_version"] else ""
-        what = f"part of {what} ({part['held']}: {files(part['files'])}{of})"
-    verified = f"the {files(r.files)} verified" if r.files == 1 else f"all {r.files} files verified"
-    out_console.print(f"pulled {what} to {r.url}: {files(len(r.transferred))} downloaded "
+        what = f"part of {what} ({part['held']}: {counted(part['files'], 'file')}{of})"
+    verified = f"the {counted(r.files, 'file')} verified" if r.files == 1 else f"all {r.files} files verified"
+    out_console.print(f"pulled {what} to {r.url}: {counted(len(r.transferred), 'file')} downloaded "
                       f"({r.transferred_bytes / 1e6:.1f} MB, {r.mb_per_s:.1f} MB/s), {len(r.skipped)} already "
                       f"there; {verified}" + (f", {counted(len(r.renders), 'render')}" if r.renders else ""),
                       highlight=False, soft_wrap=True)
