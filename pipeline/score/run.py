@@ -209,6 +209,8 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     metric = metric or metric_for(dataset, manifest.get("source", {}).get("kind"))
     if metric not in METRICS:
         raise ScoreError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    if not manifest.get("shards"):  # else an empty report would read as a score
+        raise ScoreError(f"{version_dir}: the version has no partitions: nothing to score")
     report = ScoreReport(dataset, manifest["version"], metric)
 
     severity_names = names_of(manifest)

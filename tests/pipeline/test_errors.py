@@ -205,10 +205,13 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
         v = _version(tmp_path / "v")
         (v / "manifest.json").write_bytes(b'{"dataset": "\xff"}')
         return ["score", str(v), str(tmp_path / "p.jsonl")], f"{v / 'manifest.json'}: not valid JSON"
-    if case == "score: a version without partitions":
+    if case.startswith("score: a version without partitions"):  # every metric: an empty report is no score
+        dataset = case.rpartition("(")[2].rstrip(")")
         (tmp_path / "p.jsonl").write_text("")
-        v = _version(tmp_path / "v", "robo3d-semantickitti-c")
-        return ["score", str(v), str(tmp_path / "p.jsonl")], f"{v}: the version has no partitions"
+        (tmp_path / "preds").mkdir()
+        preds = tmp_path / ("preds" if dataset == "kitti-c" else "p.jsonl")
+        v = _version(tmp_path / "v", dataset)
+        return ["score", str(v), str(preds)], f"{v}: the version has no partitions"
     if case == "export: a manifest without its recipe":
         v = _version(tmp_path / "v", "kitti-c")
         doc = json.loads((v / "manifest.json").read_text())
@@ -236,7 +239,9 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
     return args, "recipe mini-wads: no demo data for source kind 'wads'; pass --source"
 
 
-INPUT_CASES = ["score: predictions not UTF-8", "score: manifest not UTF-8", "score: a version without partitions",
+INPUT_CASES = ["score: predictions not UTF-8", "score: manifest not UTF-8",
+               *(f"score: a version without partitions ({d})" for d in ("robo3d-semantickitti-c", "kitti-c",
+                                                                         "modelnet-c", "modelnet40-e", "3dos")),
                "export: a manifest without its recipe", "plan: a split that lists no frame", "diff: no manifest",
                "status: no build", "run: --source-shapenet for KITTI", "warm: no demo data",
                "repro-check: no demo data"]
