@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.table import Table
+from rich.text import Text
 
 from bench_build.cli.app import PANEL_BUILD, PANEL_MACHINE, app, counted, fail, out_console
 
@@ -170,9 +173,11 @@ def plan(
         out_console.print_json(json.dumps(report))
         return
     z = report["sized"]
-    # prose, wrapped at words to the terminal (the console keeps long lines whole for everything else)
+    # prose, wrapped at words to the terminal (the console keeps long lines whole for everything else); a word
+    # longer than a line (a path in a command to copy) stays whole rather than broken by a newline
     def say(text: str) -> None:
-        out_console.print(text, soft_wrap=False)
+        for line in word_lines(Text.from_markup(text), out_console.width):
+            out_console.print(line)
 
     n_blocks, fps_ = report["blocks"], report["frames_per_shard"]
     say(f"{report['recipe']}: {report['frames']:,} {'demo ' if frames is None and source is None else ''}"
@@ -221,6 +226,21 @@ def plan(
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['wall_utilisation']:.1%}")
     out_console.print(table)
+
+
+def word_lines(text: Text, width: int) -> list[Text]:
+    """``text`` wrapped at spaces to ``width`` cells; a word longer than a line (a path in a command to copy) stands
+    whole on its own line, where rich's wrapping would break it with a newline."""
+    offsets, col = [], 0
+    for m in re.finditer(r"\S+\s*", text.plain):
+        if col and col + cell_len(m.group().rstrip()) > width:
+            offsets.append(m.start())
+            col = 0
+        col += cell_len(m.group())
+    lines = text.divide(offsets)
+    for line in lines:
+        line.rstrip()
+    return list(lines)
 
 
 def cpu_hours(h: float) -> str:

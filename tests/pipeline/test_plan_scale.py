@@ -164,6 +164,20 @@ def test_plan_cli(kitti_c):
     assert missing.exit_code == 2 and "nonexistent.json" in missing.output
 
 
+def test_plan_prose_wraps_at_words_and_keeps_a_long_path_whole():
+    """`plan`'s prose is wrapped to the terminal at spaces; rich broke a path longer than a line with a newline
+    inside it, so the command `plan` prints to measure a table could not be copied."""
+    from rich.text import Text
+
+    from bench_build.cli.prepare_commands import word_lines
+
+    path = "/tmp/" + "x" * 90 + "/mini-c.toml"
+    lines = [t.plain for t in word_lines(Text.from_markup(f"[yellow]costs:[/yellow] run `bench stages --recipe "
+                                                          f"{path} --costs-out FILE` on the demo data"), 40)]
+    assert lines == ["costs: run `bench stages --recipe", path, "--costs-out FILE` on the demo data"]
+    assert [t.plain for t in word_lines(Text("a b c"), 80)] == ["a b c"]
+
+
 def test_plan_says_what_it_cannot_predict(small_recipe):
     """Another benchmark's cost table priced only the corruptions both have and silently guessed the rest; a
     recipe without a table got 10 ms per corruption printed as a prediction ("0.00 CPU-hours" for 3DOS);
