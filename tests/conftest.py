@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.turns import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401  (hooks: turns of processes)
+
 # Ray on loopback only, no auth, no dashboard (set before any test imports ray).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -21,6 +21,7 @@ from bench_build.plan.tasks import Runtime, choose_groups, group_partitions, pla
 TOLERANCE = 0.15
 
 
+@pytest.mark.alone  # its wall clock against the model: no other test's build on the same cores
 def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_path):
     """A 2-worker build of 4 one-frame blocks, and `plan_build` for the same frames, tasks and workers.
 
