@@ -5,11 +5,11 @@ Layout under ``OUT/<benchmark>/<version>/_ledger/`` (a directory, or objects und
     run.json                       fingerprint, recipe, frame list, shard count and task groups of this build
     shards/part-00003-of-00117.json         done: files (path, rows, bytes, sha256, seconds), run id
     shards/part-00004-of-00117.failed.json  failed: the error message (naming the bad file)
-    shards/part-00003-of-00117-g002-of-018.json   the same, per task, when a block is split into task groups
+    shards/part-00003-of-00117-g002-of-025.json   the same, per task, when a block is split into task groups
 
 One entry per task, named by `TaskSpec.name` (bench_build.plan.tasks): the block's name when a block is one
 task, ``<block>-g<group>-of-<groups>`` when the build splits each block into task groups (full KITTI-C on a
-cluster: 18 groups per block, each entry listing only its group's files).
+cluster: 25 groups per block with the shipped table, each entry listing only its group's files).
 
 Every ledger entry is written whole — locally to a temporary name then renamed, on S3 as one PUT —
 so a kill at any moment leaves either the old entry or the new one. A task counts as done only if

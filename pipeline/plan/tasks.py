@@ -107,8 +107,8 @@ def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[BlockSpec]:
 # A task's target cost (CPU-seconds on one core, from the cost table, which is scaled to what real tasks cost):
 # long enough that Ray's per-task overhead (≈ 10 ms) and each task's own scan reads stay below 1 %, short
 # enough that full KITTI-C has > 2,000 tasks and the last wave of a 256-worker build is short. With the
-# shipped table (4.50 CPU-hours one task per block): 18 groups per block, 2,106 tasks of 5.0–8.7 CPU-s,
-# +4 % CPU for rebuilt caches and re-read scans; a table measured on a slower machine gives more tasks.
+# shipped table (6.25 CPU-hours one task per block): 25 groups per block, 2,925 tasks of 4.7–9.1 CPU-s,
+# +7 % CPU for rebuilt caches and re-read scans; a table measured on a slower machine gives more tasks.
 TARGET_TASK_SECONDS = 8.0
 
 

@@ -53,6 +53,8 @@ def test_groups_are_balanced_and_share_caches(kitti_c):
     # stages sharing a cache are contiguous: each cache is built by as few groups as its stages' cost allows
     for cache in costs.prep_ms:
         users = [i for i, grp in enumerate(cut) if any(s > 0 and cache in costs.needs_of(c) for c, s in grp)]
+        if not users:  # timed for every recipe (Robo3D's rings), needed by none of kitti-c's stages
+            continue
         assert users == list(range(users[0], users[-1] + 1)), (cache, users)
 
 
@@ -199,7 +201,9 @@ def test_plan_says_what_it_cannot_predict(small_recipe):
     assert split.exit_code == 2 and "with --frames there is no source" in split.output
     many = " ".join(CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "20", "--groups", "500",
                                              "--workers", "4"]).output.split())
-    assert "note: --groups 500: a block is cut into 48 groups at most" in many
+    kitti = load_recipe("kitti-c")
+    most = len(group_partitions(kitti, load_costs(kitti), 500))  # as many as the costs allow: fewer than 126
+    assert f"note: --groups 500: a block is cut into {most} groups at most" in many and most < 126
     from bench_build.build.run import DEMO_OBJECTS_PER_SHARD, default_frames_per_shard
 
     assert default_frames_per_shard(load_recipe("modelnet-c"), demo=True) == DEMO_OBJECTS_PER_SHARD
