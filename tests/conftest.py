@@ -79,3 +79,12 @@ def small_recipe(tmp_path) -> Path:
     path = tmp_path / "mini-c.toml"
     path.write_text(SMALL_RECIPE)
     return path
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What a test recorded as its ``summary`` property (the doc blocks the suite skips), printed at the end of the
+    run: a test's own output is not shown from the suite's worker processes."""
+    for report in terminalreporter.stats.get("passed", []):
+        for key, text in getattr(report, "user_properties", ()):
+            if key == "summary" and report.when == "call":
+                terminalreporter.write_line(text)
