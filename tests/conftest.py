@@ -81,6 +81,19 @@ def small_recipe(tmp_path) -> Path:
     return path
 
 
+#: the suite's longest files (≥ 50 s each on 2 cores), run first: xdist hands files out in collection order, and one
+#: of these collected last (tests/test_*.py come after tests/pipeline/) kept one process busy a minute after the
+#: other had finished
+LONGEST_FIRST = ("tests/pipeline/test_publish.py", "tests/pipeline/test_reliability.py", "tests/test_docs.py",
+                 "tests/test_numpy2_line.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))  # stable: files stay whole
+
+
 def pytest_terminal_summary(terminalreporter):
     """What a test recorded as its ``summary`` property (the doc blocks the suite skips), printed at the end of the
     run: a test's own output is not shown from the suite's worker processes."""
