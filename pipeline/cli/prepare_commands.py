@@ -148,7 +148,7 @@ def plan(
     from bench_build.manifests.recipe import RecipeError, load_recipe
     from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, CostTableError, load_costs
     from bench_build.plan.scale import plan_build
-    from bench_build.sources import SourceError, open_source
+    from bench_build.sources import OBJECT_KINDS, SourceError, open_source
 
     try:
         recipe = load_recipe(benchmark)
@@ -180,12 +180,13 @@ def plan(
             out_console.print(line)
 
     n_blocks, fps_ = report["blocks"], report["frames_per_shard"]
+    unit = "shape" if recipe.source in OBJECT_KINDS else "frame"  # an object benchmark's "frames" are shapes
     say(f"{report['recipe']}: {report['frames']:,} {'demo ' if frames is None and source is None else ''}"
-        f"frame{'s' * (report['frames'] != 1)} in {counted(n_blocks, 'block')} of {fps_}; "
+        f"{unit}{'s' * (report['frames'] != 1)} in {counted(n_blocks, 'block')} of {fps_}; "
         f"{report['examples_stored']:,} examples stored ({report['examples_defined']:,} defined); "
         f"{cpu_hours(report['cpu_hours_one_task_per_block'])} as one task per block")
     if frames is None and source is None:
-        say("(no --source: the demo data's frames, made in the cache if absent; --source DIR or --frames N plans "
+        say(f"(no --source: the demo data's {unit}s, made in the cache if absent; --source DIR or --frames N plans "
             "a real dataset)")
     g = z["groups_per_block"]
     say(f"cost-sized split (`run --address` default): {counted(g, 'group')} per block = "

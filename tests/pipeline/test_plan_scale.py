@@ -196,6 +196,7 @@ def test_plan_says_what_it_cannot_predict(small_recipe):
     assert f"`bench-build bench stages --recipe {small_recipe} --no-builds --no-objects --costs-out FILE`" in guessed
     tiny = " ".join(CliRunner().invoke(app, ["plan", "3dos", "--frames", "10"]).output.split())
     assert "0.00 CPU-hours" not in tiny and "CPU-s as one task per block" in tiny
+    assert tiny.startswith("3dos: 10 shapes in 1 block of ")  # an object benchmark's examples are shapes
     assert "all 1 cores" not in tiny
     split = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "10", "--split", "val"])
     assert split.exit_code == 2 and "with --frames there is no source" in split.output
