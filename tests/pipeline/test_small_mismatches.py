@@ -42,6 +42,27 @@ def test_progress_log_lines_never_say_eta_nan(capsys):
     assert capsys.readouterr().err == "[bench-build] 10/10 examples, all built by an earlier run\n"
 
 
+def test_the_eta_leaves_the_start_up_out(capsys, monkeypatch):
+    """The demo build's first progress line read "2/1008 examples, 0.2 ex/s, ETA 4587 s" for a build that took 23 s:
+    the rate counted Ray's start and the workers' warm-up. It now counts from this run's first examples."""
+    import bench_build.build.progress as progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress, "time", type("Clock", (), {"time": staticmethod(lambda: now[0])}))
+    bar = progress.BuildProgress(total=1008, enabled=True)
+    bar.advance(0)  # nothing from an earlier run
+    now[0] += 10.0  # Ray's start, the workers' start, the first frame's caches
+    bar._last_log = 0
+    bar.update_to(2)
+    now[0] += 5.0
+    bar._last_log = 0
+    bar.update_to(398)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["[bench-build] 0/1008 examples, 0.0 ex/s, ETA after the first task",
+                     "[bench-build] 2/1008 examples, 0.0 ex/s, ETA at the next update (start-up left out)",
+                     "[bench-build] 398/1008 examples, 79.2 ex/s, ETA 8 s"]
+
+
 def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti, small_recipe, tmp_path):
     import os
     import subprocess
