@@ -25,7 +25,6 @@ from bench_build.runtime.ray import kv_delete_prefix, kv_get_many, kv_put
 class BuildProgress:
     def __init__(self, total: int, *, enabled: bool = True) -> None:
         self.total, self.done, self.enabled = total, 0, enabled
-        self._t0 = time.time()
         self._start_done: int | None = None
         self._first: tuple[float, int] | None = None  # (time, examples) of this run's first examples
         self._progress = None
@@ -52,7 +51,6 @@ class BuildProgress:
     def advance(self, n: int) -> None:
         if self._start_done is None:
             self._start_done = n  # work found already done by an earlier run is not this run's rate
-            self._t0 = time.time()
         self.done += n
         if self._first is None and self.done > self._start_done:
             self._first = (time.time(), self.done)
