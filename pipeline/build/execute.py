@@ -11,7 +11,7 @@ from typing import Any
 
 from bench_build.build.ledger import Ledger
 from bench_build.build.progress import ProgressBoard
-from bench_build.build.task import describe_task_error, ledger_read, record_failure, run_shard
+from bench_build.build.task import describe_task_error, ledger_read, record_failure, run_shard, task_traceback
 from bench_build.plan.tasks import TaskSpec
 from bench_build.runtime.ray import RAYLET_GONE_GRACE_S, hold_until_stopped, raylet_death, worker_environment
 from bench_build.storage import Store
@@ -52,7 +52,8 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
                 res = {"shard": spec.name, "ok": True, "entry": entry}
             elif res.get("record"):
                 record_failure(ledger, spec.name, {"shard": spec.name, "error": res["error"],
-                                                    "kind": res["kind"], "run_id": run_id})
+                                                    "kind": res["kind"], "run_id": run_id,
+                                                    **({"traceback": res["traceback"]} if "traceback" in res else {})})
         if res["ok"]:
             started, pid = res["entry"].get("started"), res["entry"].get("pid")
             if started is not None and pid is not None:  # each worker's first task: when it could start working
@@ -111,6 +112,8 @@ def execute(pending, recipe, src, store: Store, fingerprint, result, bar, owner=
                     return
                 message, kind = describe_task_error(e)
                 res = {"shard": in_flight[ref].name, "ok": False, "error": message, "kind": kind, "record": True}
+                if kind in ("internal", "environment") and (trace := task_traceback(e)) is not None:
+                    res["traceback"] = trace  # in the ledger's failed entry: what a bug report needs
             finish(in_flight.pop(ref), res)
         running = board.snapshot([s.name for s in in_flight.values()]) if board is not None and in_flight and \
             (raylet is None or raylet.poll() is None) else {}

@@ -22,7 +22,14 @@ from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
-from bench_build.runtime.ray import init_ray, local_raylet, stop_ray, stop_ray_in_background
+from bench_build.runtime.ray import (
+    init_ray,
+    local_raylet,
+    missing_packages_message,
+    missing_task_packages,
+    stop_ray,
+    stop_ray_in_background,
+)
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.storage import LocalStore, Store, open_store, redact
 
@@ -117,6 +124,8 @@ def run_build(
         raise UsageError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
     if encoding not in ENCODINGS:  # refused before anything is written: a ledger of a build that cannot run
         raise UsageError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
+    if missing := missing_task_packages():  # the tasks would each fail on it: refused before anything is written
+        raise UsageError(missing_packages_message(missing))
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
     if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
         root.refuse_non_directory("--out")

@@ -114,9 +114,11 @@ def ledger_read(ledger: Ledger, shard: str) -> dict[str, Any] | None:
 def describe_task_error(e: BaseException) -> tuple[str, str]:
     """(one line naming the root cause, kind) of an exception ``ray.get`` raised for a shard task.
 
-    kind: "resource" (disk, memory, a dead worker or node: the input is fine) or "internal"."""
+    kind: "resource" (disk, memory, a dead worker or node: the input is fine), "environment" (the worker's Python
+    lacks a package, or one fails to import) or "internal" (an error in bench-build's own code)."""
     import ray.exceptions as rx
 
+    ip = task_node(e)
     for _ in range(5):  # unwrap RayTaskError(OSError) → the OSError raised in the worker
         cause = getattr(e, "cause", None)
         if isinstance(e, rx.RayTaskError) and isinstance(cause, BaseException) and cause is not e:
@@ -136,11 +138,38 @@ def describe_task_error(e: BaseException) -> tuple[str, str]:
                "crashed in native code)", "resource"
     if isinstance(e, rx.RaySystemError | rx.TaskCancelledError | rx.ActorDiedError):
         return f"Ray failure ({type(e).__name__}): {first_line(str(e))}", "resource"
+    if isinstance(e, ImportError):  # the node's environment, not the code: say which node
+        where = f" on node {ip}" if ip else ""
+        return (redact(first_line(f"{type(e).__name__}: {e}")) + f"{where}: the Python that runs bench-build's workers"
+                f"{' there' if ip else ''} lacks a package (or one fails to import)"), "environment"
     if isinstance(e, rx.RayTaskError):  # an exception in the task body that is not an OSError
         cause = getattr(e, "cause", None)
         text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
         return redact(first_line(text)), "internal"
     return redact(first_line(f"{type(e).__name__}: {e}")), "internal"
+
+
+def task_traceback(e: BaseException, lines: int = 60) -> str | None:
+    """The worker's traceback of a task that raised (its last ``lines`` lines, colour codes and credentials taken
+    out): what a bug report needs. None for a failure that is not an exception in the task (a dead worker)."""
+    import ray.exceptions as rx
+
+    if not isinstance(e, rx.RayTaskError):
+        return None
+    # what ``ray.get`` raises is a copy of the task's exception whose text is the worker's traceback
+    text = str(e) if not isinstance(getattr(e, "traceback_str", None), str) else e.traceback_str
+    if not text.strip():
+        return None
+    return redact("\n".join(ANSI.sub("", text).rstrip().splitlines()[-lines:]))
+
+
+def task_node(e: BaseException) -> str | None:
+    """The address of the node whose worker raised ``e`` (Ray writes it into the traceback's first line)."""
+    ip = getattr(e, "ip", None)
+    if isinstance(ip, str) and ip:
+        return ip
+    m = re.search(r"\(pid=\d+, ip=([^)\s]+)\)", ANSI.sub("", str(e).split("\n", 1)[0]))
+    return m.group(1) if m else None
 
 
 def first_line(text: str) -> str:

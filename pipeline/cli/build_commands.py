@@ -135,12 +135,8 @@ def run(
         for shard, err in sorted(result.failures.items()):
             console.print(f"[red]FAILED[/red] {shard}: {escape(err.splitlines()[0] if err else '?')}",
                           highlight=False)
-        kinds = set(result.failure_kinds.values()) or {"input"}
-        if "input" in kinds:
-            console.print("fix the input named above and run the same command again: finished shards are kept")
-        if kinds - {"input"}:
-            console.print("the input is not at fault: free disk space / memory or check the Ray cluster, then run "
-                          "the same command again: finished shards are kept")
+        for hint in failure_hints(result.failure_kinds, str(result.version_dir).rstrip("/")):
+            console.print(hint, highlight=False, soft_wrap=True)
         raise typer.Exit(code=1)
     if result.kept:  # a re-run of a finished version: not a new build, so none of its bytes changed
         console.print("nothing to build: the version was complete, and its manifest, card and renders are kept as "
@@ -151,6 +147,22 @@ def run(
     for what, value in (("dataset card", f"{where}/README.md"), *(("contact sheet", f"{where}/{p}") for p in sheet),
                         ("check it", f"bench-build verify {where}")):
         console.print(f"  {what + ':':<15}{value}", highlight=False, soft_wrap=True)
+
+
+def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
+    """What to do about a run's failed shards ({shard: kind}, `build.task`'s kinds), one line per kind among them."""
+    kinds = {k if k in ("input", "environment", "internal") else "resource" for k in failure_kinds.values()}
+    internal = sorted(s for s, k in failure_kinds.items() if k == "internal")
+    again = "then run the same command again: finished shards are kept"
+    hints = {"input": "fix the input named above and run the same command again: finished shards are kept",
+             "resource": f"the input is not at fault: free disk space / memory or check the Ray cluster, {again}",
+             "environment": "the input is not at fault: install bench-build with its dependencies in the Python the "
+                            f"workers run (on every node of a cluster), {again}",
+             "internal": "the input is not at fault: an unexpected error in bench-build itself (a bug). The worker's "
+                         f"traceback is in {version_dir}/_ledger/shards/"
+                         f"{internal[0] if len(internal) == 1 else '<shard>'}.failed.json (\"traceback\"): please "
+                         "report it with that file. Finished shards are kept"}
+    return [hints[k] for k in hints if k in (kinds or {"input"})]
 
 
 def raise_interrupt(signum: int, frame: object) -> None:

@@ -11,11 +11,13 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 import pyarrow as pa
@@ -109,6 +111,41 @@ def spare_pandas_import() -> None:
 def worker_environment() -> dict[str, str]:
     """Everything a worker must start with: the numeric pin, then the thread pin."""
     return {**thread_env(), **worker_env()}
+
+
+#: packages a build's tasks import that its driver never does (so a driver that runs cannot tell they are
+#: missing): {import name: the distribution pip installs}. `missing_task_packages` checks them before a build writes.
+TASK_PACKAGES = {"numpy": "numpy", "scipy": "scipy", "pyarrow": "pyarrow", "numba": "numba",
+                 "threadpoolctl": "threadpoolctl", "miepython": "miepython"}
+
+
+def missing_task_packages(names: Mapping[str, str] = TASK_PACKAGES) -> list[str]:
+    """The distributions of ``names`` this Python cannot find (``importlib.util.find_spec``: nothing is imported,
+    so it costs microseconds). A local Ray's workers run this same Python, so a build that would need one is refused
+    before it writes; on a cluster each worker that lacks one fails its shard, naming its node (`build.task`)."""
+    missing = []
+    for module, dist in names.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that cannot load, a module set to None
+            found = False
+        if not found:
+            missing.append(dist)
+    return missing
+
+
+def missing_packages_message(missing: list[str]) -> str:
+    """One line: which packages are missing, and the pip command that installs them at bench-build's versions."""
+    try:
+        wanted = [r.split(";")[0].strip() for r in metadata.requires("bench-build") or [] if "extra ==" not in r]
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        wanted = []
+    specs = [next((w for w in wanted if w.split(">")[0].split("=")[0].split("<")[0].strip() == dist), dist)
+             for dist in missing]
+    return (f"this Python ({sys.executable}) cannot import {', '.join(missing)}, which bench-build's build tasks "
+            f"need: install {'it' if len(missing) == 1 else 'them'} with: pip install "
+            f"{' '.join(shlex.quote(s) for s in specs)} (or install bench-build with "
+            "its dependencies)")
 
 
 #: how often a local Ray's processes retry a connection to the raylet's sockets (read from the environment by
