@@ -201,6 +201,8 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
                   workers: int | None = None) -> ScoreReport:
     manifest = manifest_of(version_dir)
     dataset = manifest["dataset"]
+    if not Path(predictions).exists():  # said as such, not as "predictions are a directory of …"
+        raise PredictionError(f"{predictions}: no such file or directory")
     # ---- Robo3D nuScenes-C / WOD-C: detection or segmentation, from the predictions (bench_build.score.robo3d_det)
 
     if scene_set(dataset) is not None:

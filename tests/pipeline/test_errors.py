@@ -133,6 +133,7 @@ def _raising(exc: BaseException):
 
 def _args(command: str, tmp_path: Path, request) -> list[str]:
     if command == "score":
+        (tmp_path / "p.jsonl").write_text("")
         return ["score", str(_version(tmp_path / "v")), str(tmp_path / "p.jsonl")]
     if command == "export":
         return ["export", str(_version(tmp_path / "v", "kitti-c")), str(tmp_path / "o"), "--corruption", "clean",
@@ -205,6 +206,10 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
         v = _version(tmp_path / "v")
         (v / "manifest.json").write_bytes(b'{"dataset": "\xff"}')
         return ["score", str(v), str(tmp_path / "p.jsonl")], f"{v / 'manifest.json'}: not valid JSON"
+    if case.startswith("score: predictions that do not exist"):  # not "predictions are a directory of …"
+        dataset = case.rpartition("(")[2].rstrip(")")
+        return (["score", str(_version(tmp_path / "v", dataset)), str(tmp_path / "preds")],
+                f"{tmp_path / 'preds'}: no such file or directory")
     if case.startswith("score: a version without partitions"):  # every metric: an empty report is no score
         dataset = case.rpartition("(")[2].rstrip(")")
         (tmp_path / "p.jsonl").write_text("")
@@ -240,6 +245,7 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
 
 
 INPUT_CASES = ["score: predictions not UTF-8", "score: manifest not UTF-8",
+               *(f"score: predictions that do not exist ({d})" for d in ("kitti-c", "robo3d-wod-c", "modelnet-c")),
                *(f"score: a version without partitions ({d})" for d in ("robo3d-semantickitti-c", "kitti-c",
                                                                          "modelnet-c", "modelnet40-e", "3dos")),
                "export: a manifest without its recipe", "plan: a split that lists no frame", "diff: no manifest",
