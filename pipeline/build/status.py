@@ -43,7 +43,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)
     specs = [TaskSpec(s, g, len(cut), parts) for s in plan_shards(info["frames"], info["frames_per_shard"])
              for g, parts in enumerate(cut)]
-    done, failed, pending = [], {}, []
+    done, failed, kinds, pending = [], {}, {}, []
     seconds, examples = 0.0, 0
     for s in specs:
         e = ledger.done_entry(s.name)
@@ -53,6 +53,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
             examples += sum(f["rows"] for f in e["files"])
         elif (fe := ledger.failed_entry(s.name)) is not None:
             failed[s.name] = fe["error"]
+            kinds[s.name] = fe.get("kind", "input")
         else:
             pending.append(s.name)
     remaining = len(specs) - len(done)
@@ -62,7 +63,8 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
             "recipe_fingerprint": info["fingerprint"] if matches else mine["full"],
             "shards": len(specs),
             "task_groups": len(cut),
-            "done": len(done), "failed": failed, "pending": len(pending), "examples_written": examples,
+            "done": len(done), "failed": failed, "failed_kinds": kinds, "pending": len(pending),
+            "examples_written": examples,
             "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
                                                       * info["recipe"]["severities"]),
             "eta_cpu_seconds": eta, "complete": store.exists(MANIFEST_NAME)}

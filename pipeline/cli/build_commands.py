@@ -290,4 +290,7 @@ def status(
                       f"{st['pending']} pending; {st['examples_written']}/{st['examples_total']} examples; "
                       f"remaining ≈ {eta}; manifest: {'yes' if st['complete'] else 'no'}")
     for shard, err in sorted(st["failed"].items()):
-        out_console.print(f"  failed {shard}: {err.splitlines()[0]}")
+        bug = st["failed_kinds"].get(shard) == "internal"  # where its traceback is, for the report
+        out_console.print(f"  failed {shard}: {err.splitlines()[0]}" + (
+            f" (a bug in bench-build; the worker's traceback is in {st['version_dir']}/_ledger/shards/"
+            f"{shard}.failed.json)" if bug else ""), highlight=False, soft_wrap=True)

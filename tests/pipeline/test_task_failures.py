@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import ray.exceptions as rx
@@ -95,25 +94,41 @@ def test_the_checked_packages_are_what_the_workers_import_and_the_driver_does_no
     assert got.stdout.strip() == "False", got.stderr
 
 
-def test_a_worker_that_cannot_import_a_package_fails_its_shard_naming_it(demo_kitti, tmp_path):
-    # the driver finds threadpoolctl (the fake below), each worker fails to import it: what a cluster node with
-    # another environment does; the run ends with exit 1, the environment's hint and the worker's traceback
+#: a fake threadpoolctl that only the workers import (the driver never does): what each kind of failure looks like
+FAKE = {"environment": "raise ModuleNotFoundError(\"No module named 'threadpoolctl'\", name='threadpoolctl')\n",
+        "internal": "raise RuntimeError('boom in a worker')\n"}
+
+
+@pytest.mark.parametrize("kind", sorted(FAKE))
+def test_a_worker_failing_on_its_environment_or_a_bug_says_which(kind, demo_kitti, tmp_path):
+    # environment: the driver finds threadpoolctl, each worker fails to import it (what a cluster node with another
+    # environment does); internal: an exception in bench-build's own code. Both end with exit 1, their own hint and
+    # the worker's traceback kept in the ledger; `status` points at it for a bug
     fake = tmp_path / "fake"
     fake.mkdir()
-    (fake / "threadpoolctl.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'threadpoolctl'\", name='threadpoolctl')\n")
+    (fake / "threadpoolctl.py").write_text(FAKE[kind])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]),
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "bench_build.cli", "run", "kitti-c", "--source", str(demo_kitti),
-                          "--out", str(out), "--workers", "1", "--max-frames", "1", "--no-progress"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    cli = [sys.executable, "-m", "bench_build.cli"]
+    run = subprocess.run([*cli, "run", "kitti-c", "--source", str(demo_kitti), "--out", str(out), "--workers", "1",
+                          "--max-frames", "1", "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 1, run.stderr
     text = run.stdout + run.stderr
-    assert "FAILED part-00000-of-00001: ModuleNotFoundError: No module named 'threadpoolctl' on node " in text
-    assert "install bench-build with its dependencies in the Python the workers run" in text
     assert "free disk space" not in text and "Traceback" not in text
-    entry = json.loads(Path(out, "kitti-c/1.0.0/_ledger/shards/part-00000-of-00001.failed.json").read_text())
-    assert entry["kind"] == "environment"
-    assert entry["traceback"].splitlines()[-1] == "ModuleNotFoundError: No module named 'threadpoolctl'"
-    assert "in openblas_cores" in entry["traceback"]
+    entry_file = out / "kitti-c/1.0.0/_ledger/shards/part-00000-of-00001.failed.json"
+    entry = json.loads(entry_file.read_text())
+    assert entry["kind"] == kind and "in openblas_cores" in entry["traceback"]
+    status = subprocess.run([*cli, "status", "kitti-c", "--out", str(out)], capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0, status.stderr
+    if kind == "environment":
+        assert "FAILED part-00000-of-00001: ModuleNotFoundError: No module named 'threadpoolctl' on node " in text
+        assert "install bench-build with its dependencies in the Python the workers run" in text
+        assert entry["traceback"].splitlines()[-1] == "ModuleNotFoundError: No module named 'threadpoolctl'"
+        assert "a bug" not in status.stdout
+    else:
+        assert "FAILED part-00000-of-00001: RuntimeError: boom in a worker\n" in text
+        assert f"a bug). The worker's traceback is in {entry_file} (\"traceback\")" in " ".join(text.split())
+        assert entry["traceback"].splitlines()[-1] == "RuntimeError: boom in a worker"
+        assert f"the worker's traceback is in {entry_file})" in " ".join(status.stdout.split())
