@@ -45,7 +45,7 @@ def run_object_bench(shapes: int = 32, builds: bool = True, repeat: int = 3) -> 
               "process: shapes are small, so wall time on a shared machine mostly measures the neighbours)")
         results["stages"][name] = stage_table(recipe, demo, repeat, clock=time.process_time)
     # ModelNet40-E per shape: one severity with the normals computed from scratch (a fresh frame has no
-    # cached normals), the target; further severities of the same shape reuse the normals
+    # cached normals), what `TARGET_MS` bounds; further severities of the same shape reuse the normals
     recipe = load_recipe("modelnet40-e")
     noise = recipe.corruptions[0]
     stage = get_stage(noise.stage)

@@ -2,10 +2,10 @@
 
 For each worker count: wall time, the build's own phases (Ray start, tasks, finish), the tasks' CPU and where
 their time went (the ledger's per-task `split`: read, compute, encode, Parquet, commit, waiting), speed-up over
-the first count, utilisation = the first count's task CPU per worker-count ÷ (N × wall) (the issue's measure:
-1-worker task CPU ÷ (N × wall) when the first count is 1), and `plan`'s predicted wall and utilisation. The
-tasks' CPU against the first count's is shown twice: as measured (``CPU ×``) and without each worker process's
-one-off warm-up (``w/o warm``, `work_cpu`), which N workers pay N times.
+the first count, utilisation = the first count's task CPU per worker-count ÷ (N × wall) (with 1 as the first
+count: the 1-worker task CPU ÷ (N × wall), the share of N cores the build keeps busy), and `plan`'s predicted wall
+and utilisation. The tasks' CPU against the first count's is shown twice: as measured (``CPU ×``) and without
+each worker process's one-off warm-up (``w/o warm``, `work_cpu`), which N workers pay N times.
 
 ``--control`` first runs two plain NumPy loops (no bench-build code, `bench.control`) in 1 and then N processes at
 once: the CPU each copy needs at N against 1 is what the hardware alone inflates (shared cores, caches, memory

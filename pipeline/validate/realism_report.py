@@ -65,7 +65,7 @@ def console_line(section: dict[str, Any]) -> str:
 
 
 def render_realism(section: dict[str, Any]) -> list[str]:
-    """The summary.md section (the issue's table, regenerated, plus the distances)."""
+    """The summary.md section (the real-vs-simulated snow table, regenerated, plus the distances)."""
     if "skipped" in section:
         if not section.get("snow_like"):
             return []
