@@ -7,6 +7,7 @@ and stays readable Markdown below it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict
@@ -101,6 +102,24 @@ def size_category(n: int) -> str:
     return "100M<n<1B"
 
 
+def files_digest(manifest: dict[str, Any], partition_path: str) -> str:
+    """The first 16 hex digits of the sha256 over the paths and sha256s of the manifest's files of one partition
+    (its folder ``data/corruption=<c>/severity=<s>``): another build, or a rebuild, gives another digest."""
+    prefix = partition_path.rstrip("/") + "/"
+    listed = sorted(f"{s['path']} {s['sha256']}\n" for s in manifest.get("shards", [])
+                    if str(s.get("path", "")).startswith(prefix))
+    return hashlib.sha256("".join(listed).encode()).hexdigest()[:16]
+
+
+def config_description(manifest: dict[str, Any], key: str, partition: dict[str, Any]) -> str:
+    """A Hugging Face config's ``description``: the partition and the digest of its files. ``datasets`` names
+    its cache folder after the version folder's name, the config name and a hash of the YAML configs, never
+    the files; without this digest two builds of one version (another frame list, ``--overwrite``, another
+    encoding, another output root) share that folder and ``load_dataset`` returns the first one's rows."""
+    return (f"{manifest['dataset']} {manifest['version']} {key}: files digest "
+            f"{files_digest(manifest, str(partition['path']))}")
+
+
 def yaml_header(manifest: dict[str, Any]) -> str:
     """The card's YAML front matter: licence, pretty name, size category and one config per partition.
 
@@ -118,7 +137,8 @@ def yaml_header(manifest: dict[str, Any]) -> str:
         if key not in stored:  # e.g. a partial pull holds only some partitions
             continue
         lines += [f"- config_name: {q(p['config'])}", "  data_files:",
-                  f"  - split: {q(split)}", f"    path: {q(p['path'] + '/*.parquet')}"]
+                  f"  - split: {q(split)}", f"    path: {q(p['path'] + '/*.parquet')}",
+                  f"  description: {q(config_description(manifest, key, p))}"]
     lines.append("---")
     return "\n".join(lines)
 

@@ -81,6 +81,37 @@ def test_hf_datasets_configs_from_the_card(mini_build, tmp_path, monkeypatch):
     assert len(names) == 21 and "clean" in names and "translation_3" in names
 
 
+def test_hf_cache_never_serves_another_builds_rows(mini_build, tmp_path, monkeypatch):
+    """Two builds of one version (here: the same folder name, one with a frame fewer in a partition, as a rebuild
+    with other frames or --overwrite gives) read through one HF cache: each returns its own rows. ``datasets``
+    keys its cache on the folder name, the config name and the YAML configs, not the files."""
+    import shutil
+
+    datasets = pytest.importorskip("datasets")
+    from bench_build.manifests.card import card_with_header
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    a, b = tmp_path / "a" / mini_build.name, tmp_path / "b" / mini_build.name
+    shutil.copytree(mini_build, a)
+    shutil.copytree(mini_build, b)
+    m = _manifest(b)
+    gone = next(s for s in m["shards"] if s["path"].startswith("data/corruption=beam_del/severity=5/"))
+    (b / gone["path"]).unlink()
+    m["shards"].remove(gone)
+    m["counts"]["by_partition"]["beam_del/5"]["examples"] -= gone["rows"]
+    (b / "manifest.json").write_text(json.dumps(m))
+    for v, manifest in ((a, _manifest(a)), (b, m)):  # both headers written by one function, as two builds' are
+        (v / "README.md").write_text(card_with_header((v / "README.md").read_text(), manifest))
+    cache = str(tmp_path / "hf")
+    first = datasets.load_dataset(str(a), "beam_del_5", split="train", cache_dir=cache)
+    second = datasets.load_dataset(str(b), "beam_del_5", split="train", cache_dir=cache)
+    assert len(first) == 4 and len(second) == 4 - gone["rows"], (len(first), len(second))
+    assert first.cache_files[0]["filename"] != second.cache_files[0]["filename"]
+    # an unchanged partition of the same build keeps one cache entry: the digest follows the files only
+    again = datasets.load_dataset(str(a), "beam_del_5", split="train", cache_dir=cache)
+    assert again.cache_files[0]["filename"] == first.cache_files[0]["filename"]
+
+
 def test_the_cards_how_to_load_block_runs_in_the_version_folder(mini_build, tmp_path):
     """The card's snippet, verbatim, where a reader of the card runs it: in the downloaded version's folder."""
     import os
