@@ -131,6 +131,8 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
         raise RenderError(f"{root}: no corruption {corruption!r}; it has clean, {', '.join(names)}")
     if severity is not None and not 0 <= severity <= max(severities, 0):
         raise RenderError(f"{root}: severity {severity} is outside 0…{severities}")
+    if corruption == "clean" and severity not in (None, 0):  # else "clean, 3" quietly draws clean 0
+        raise RenderError(f"{root}: clean has only severity 0, not {severity}")
 
     def say(note: str) -> None:
         if on_note is not None:

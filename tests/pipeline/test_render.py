@@ -145,9 +145,11 @@ def test_render_cli(built, tmp_path):
     for args, msg in ((["--corruption", "fog"], "no corruption 'fog'"), (["--severity", "9"], "outside 0…5"),
                       (["--frame", "999999"], f"'999999' is not in the requested partitions of {built}; its frames: "
                                               "000000"),
-                      (["--color-by", "rainbow"], "--color-by")):
+                      (["--color-by", "rainbow"], "--color-by"),
+                      (["--corruption", "clean", "--severity", "3"], "clean has only severity 0, not 3")):
         res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path), *args])
         assert res.exit_code == 2 and msg in res.output, (args, res.output)
+    assert not list(tmp_path.glob("*clean*"))  # clean 3 drew clean 0 under the name it was not asked for
 
 
 def test_publish_and_pull_carry_the_renders(built, tmp_path):
