@@ -16,7 +16,7 @@ labelled (top x–y, front x–z, side y–z), and every scene panel carries an 
 
 Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
 crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
-Boxes: red Car, blue Pedestrian, green Cyclist, dark grey any other class.
+Boxes: cyan Car, olive Pedestrian, brown Cyclist, dark grey any other class (colours no point tag uses).
 """
 
 from bench_build.render.figure import render_version, view_figure

@@ -464,6 +464,27 @@ def test_box_colours_are_not_point_colours_and_a_long_frame_id_fits_its_title():
     assert title == "clean · frame a0126864e3fb…" and len(title) <= 27
 
 
+def test_the_docs_name_the_box_colours_drawn():
+    """README's "See the corruptions" and the package docstring said red Car, blue Pedestrian, green Cyclist
+    after the boxes had moved to colours no point tag uses: a reader looked for red boxes among red points."""
+    import re
+    from pathlib import Path
+
+    from matplotlib.colors import to_rgb
+
+    import bench_build.render
+    from bench_build.render import BOX_COLORS, OTHER_BOX
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for where, text in (("README.md", readme), ("bench_build.render", bench_build.render.__doc__ or "")):
+        said = re.search(r"(\w+) Car, (\w+) Pedestrian, (\w+) Cyclist", " ".join(text.split()))
+        assert said, where
+        for word, cls in zip(said.groups(), ("Car", "Pedestrian", "Cyclist"), strict=True):
+            assert to_rgb(f"tab:{word}") == to_rgb(BOX_COLORS[cls]), (where, word, cls, BOX_COLORS[cls])
+    grey = to_rgb(OTHER_BOX)
+    assert "dark grey any other class" in bench_build.render.__doc__ and len(set(grey)) == 1 and grey[0] < 0.5
+
+
 # ---- partial pulls (`pull --corruption … --severity …`): a folder holding some of a version's partitions ----------
 
 def test_a_sheet_without_clean_has_no_zoom_and_no_empty_clean_row():
