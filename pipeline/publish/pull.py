@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench_build.build.ledger import LEDGER_DIR
 from bench_build.build.progress import TransferProgress
 from bench_build.build.shard import os_error_message
 from bench_build.format.compact_files import materialize_file
@@ -72,8 +73,9 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     holder (``on_wait`` is told once, with the holder). Downloads are staged in ``_pull/`` as ``<path>.partial``
     and move to their final names only once every file verified, then the manifest is written: a failed pull
     leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
-    next pull reuses them). A local OS error (disk full, permission denied, ``out`` not a directory) raises
-    `PullError`, one line naming the file."""
+    next pull reuses them). A directory holding other content of the same name (a local build, another
+    publication's copy) is refused, `PullError` code 2, nothing written. A local OS error (disk full, permission
+    denied, ``out`` not a directory) raises `PullError`, one line naming the file."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -160,6 +162,8 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
     full_sha = hashlib.sha256(raw).hexdigest()
     selections = [{"corruption": corruption, "severity": severity}]
     earlier = _earlier_pull(dest, raw, full_sha)
+    if earlier is None:
+        _refuse_other_content(dest, src)
     if earlier is not None:  # compose with an earlier pull of the same published version: pull the union
         wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
         shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
@@ -304,7 +308,7 @@ def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | Non
     """The local manifest of an earlier pull of the same published manifest into ``dest``, if any.
 
     A partial pull then composes with it (union of files, one manifest) instead of replacing its manifest,
-    which left the earlier files on disk but invisible. A manifest of another publication is replaced."""
+    which left the earlier files on disk but invisible. None for anything else (`_refuse_other_content`)."""
     path = dest / MANIFEST_NAME
     if not path.is_file():
         return None
@@ -317,6 +321,25 @@ def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | Non
         return None
     of = local.get("partial", {}).get("of_manifest_sha256") or local.get("materialized", {}).get("of_manifest_sha256")
     return local if of == full_sha else None
+
+
+def _refuse_other_content(dest: Path, src: Store) -> None:
+    """A pull never writes into a version directory that holds other content than the publication it pulls: a
+    local build (finished or not), a copy of another publication of the same name, or a manifest it cannot read.
+    Replacing that manifest left the other content's files in place, unlisted: ``verify`` failed on every one of
+    them and glob readers read both. Exit 2, nothing written."""
+    if (dest / MANIFEST_NAME).is_file():
+        what = "a local build" if (dest / LEDGER_DIR).is_dir() else "a copy of another publication"
+        try:
+            local = parse_manifest((dest / MANIFEST_NAME).read_bytes(), str(dest / MANIFEST_NAME))
+            what += f" ({local['dataset']} {local['version']}, built {local.get('created', '?')})"
+        except (OSError, ManifestError):
+            what = "a manifest that cannot be read"
+        raise PullError(f"{dest}: holds {what}, not the version published at {src.url}; pull into another --out "
+                        "(or remove that folder first); nothing was written", code=2)
+    if (dest / LEDGER_DIR).is_dir():
+        raise PullError(f"{dest}: holds an unfinished build (_ledger/, no manifest); finish it with `bench-build "
+                        "run`, or pull into another --out; nothing was written", code=2)
 
 
 def _partial_manifest(manifest: dict[str, Any], shards: list[dict], selections: list[dict[str, Any]],

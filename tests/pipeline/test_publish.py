@@ -747,6 +747,52 @@ def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(bu
     assert f"Permission denied: {tmp_path / 'ro' / 'mini-c'}" in out.output and "Traceback" not in out.output
 
 
+def _other_build_of_the_same_version(built: Path, out: Path) -> Path:
+    """A copy of ``built`` under ``out`` holding other content under the same name: one of its files renamed (as
+    a build with another shard size names its files) and its manifest saying so."""
+    import shutil
+
+    dest = out / built.parent.name / built.name
+    shutil.copytree(built, dest)
+    manifest = json.loads((dest / "manifest.json").read_bytes())
+    entry = manifest["shards"][0]
+    moved = entry["path"].replace("part-00000", "part-00099")
+    (dest / entry["path"]).rename(dest / moved)
+    entry["path"] = moved
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    assert verify_version(dest).ok
+    return dest
+
+
+@pytest.mark.parametrize("held", ["a local build", "a copy of another publication", "an unfinished build"])
+def test_pull_refuses_a_version_folder_holding_other_content_and_writes_nothing(built, s3prefix, s3env, tmp_path,
+                                                                                held):
+    """Pulling over a local build (or a copy of another publication) of the same name replaced its manifest and
+    left its other files in place, unlisted: `verify` failed on each of them and glob readers read both."""
+    import shutil
+
+    assert publish_version(built, s3prefix, progress=False).ok
+    dest = _other_build_of_the_same_version(built, tmp_path / "out")
+    if held == "a copy of another publication":
+        shutil.rmtree(dest / "_ledger")
+    elif held == "an unfinished build":
+        (dest / "manifest.json").unlink()
+
+    def tree() -> dict[str, bytes]:
+        return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*"))
+                if p.is_file() and p.name != ".bench-build.lock"}
+
+    before = tree()
+    out = runner.invoke(app, ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "out"), "--no-progress"])
+    line = " ".join(out.output.split())
+    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+    assert f"{dest}: holds {held}" in line and "nothing was written" in line, line
+    assert tree() == before
+    assert not (dest / "_pull").exists()
+    if held != "an unfinished build":
+        assert verify_version(dest).ok
+
+
 def test_disk_full_writing_the_manifest_moves_the_pulled_files_back_out_of_place(built, tmp_path, monkeypatch):
     import bench_build.publish.common as publish
     from bench_build.storage import LocalStore
@@ -867,3 +913,4 @@ def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_pat
     assert out.exit_code == 2 and "no latest pointer; pass --version (it has 0.1.0, 0.2.0)" in " ".join(
         out.output.split())
     assert not (tmp_path / "o").exists()
+
