@@ -100,6 +100,10 @@ def versions(
         root = info["url"].rstrip("/")
         out_console.print(f"{root}: this is a publication root; datasets: {', '.join(info['datasets'])} "
                           f"(bench-build versions {root}/<dataset>)", highlight=False, soft_wrap=True)
+    elif info["is_version"]:  # a version's own URL (the one `verify` takes): name the dataset's
+        v, here = info["is_version"], info["url"].rstrip("/")
+        out_console.print(f"{here}: this is a version ({v['dataset']} {v['version']}), not a dataset "
+                          f"(bench-build versions {here.rsplit('/', 1)[0]})", highlight=False, soft_wrap=True)
     elif not info["versions"]:
         out_console.print(f"{info['url']}: no published version")
     for v in info["versions"]:

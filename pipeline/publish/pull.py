@@ -44,7 +44,7 @@ from bench_build.publish.common import (
     selected,
 )
 from bench_build.publish.push import tally
-from bench_build.publish.versions import latest_version
+from bench_build.publish.versions import latest_version, not_a_dataset
 from bench_build.storage import (
     LocalStore,
     NotFound,
@@ -82,6 +82,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         got = root.get(LATEST)
         version = latest_version(got[0]) if got else None
         if version is None:
+            if (hint := not_a_dataset(root, "pull")) is not None:  # a version's URL, or a publication root
+                raise NotFound(hint)
             versions = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
             if not versions:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
                 raise NotFound(f"{root.url}: no published version here (nothing under it); check the dataset URL: "
@@ -91,7 +93,12 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     if not SAFE_NAME.match(version):
         raise ManifestError(f"version {version!r} is not a safe name")
     src = root.child(version)
-    raw, manifest = read_stored_manifest(src, "not a published version: see `bench-build versions`")
+    try:
+        raw, manifest = read_stored_manifest(src, "not a published version: see `bench-build versions`")
+    except ManifestError:  # none there: was the URL a version's own, or a publication root?
+        if not src.exists(MANIFEST_NAME) and (hint := not_a_dataset(root, "pull")) is not None:
+            raise NotFound(hint) from None
+        raise
     if manifest["version"] != version:
         raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
                             f"but it is published as {version!r}")

@@ -38,7 +38,8 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
     the prefixes that are ``incomplete`` (no or unreadable manifest) or ``unsafe`` (a manifest whose shard
     paths escape the version directory, or that names another version: `pull` refuses these). ``datasets``: when
     ``dataset_url`` is a publication root instead (no version, no ``latest``, and folders that are datasets), the
-    datasets under it (empty otherwise)."""
+    datasets under it (empty otherwise). ``is_version``: when it is a version's own URL instead (a manifest at
+    its top), that version's ``{"dataset", "version"}`` (None otherwise)."""
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     latest_raw = root.get(LATEST)
     latest = latest_version(latest_raw[0]) if latest_raw else None
@@ -74,8 +75,39 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
     datasets = [] if versions or unsafe or latest else [n for n in incomplete if is_dataset(root.child(n))]
     if datasets:
         incomplete = [n for n in incomplete if n not in datasets]
+    # a version's own URL (the one `verify` takes): its data/ and renders/ are no unfinished versions
+    is_version = None if versions or unsafe or latest or datasets else version_here(root)
+    if is_version:
+        incomplete = []
     return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe,
-            "datasets": datasets}
+            "datasets": datasets, "is_version": is_version}
+
+
+def version_here(store: Store) -> dict[str, str] | None:
+    """``{"dataset", "version"}`` when ``store`` is a version itself (a readable manifest at its top), else None."""
+    got = store.get(MANIFEST_NAME)
+    if got is None:
+        return None
+    try:
+        m = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    except ManifestError:
+        return None
+    return {"dataset": str(m.get("dataset")), "version": str(m.get("version"))}
+
+
+def not_a_dataset(store: Store, command: str) -> str | None:
+    """One line for a dataset URL one level off (a version's URL, or a publication root), naming the URL to pass
+    ``command`` instead; None when ``store`` is neither."""
+    here = store.url.rstrip("/")
+    if (v := version_here(store)) is not None:
+        parent = here.rsplit("/", 1)[0] if "/" in here.removeprefix("s3://") else here
+        return (f"{here}: this is a version ({v['dataset']} {v['version']}), not a dataset: pass the dataset's URL "
+                f"and the version (bench-build {command} {parent} --version {v['version']} …)")
+    datasets = [n for n in store.list_dirs() if not n.startswith(("_", ".")) and is_dataset(store.child(n))]
+    if datasets and store.get(LATEST) is None:
+        return (f"{here}: this is a publication root; datasets: {', '.join(datasets)} "
+                f"(bench-build {command} {here}/<dataset>)")
+    return None
 
 
 def is_dataset(store: Store) -> bool:

@@ -914,3 +914,30 @@ def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_pat
         out.output.split())
     assert not (tmp_path / "o").exists()
 
+
+def test_pull_and_versions_of_a_version_url_or_a_publication_root_name_the_url_to_pass(built, s3prefix, s3env,
+                                                                                      tmp_path):
+    """The URL one level off: a version's own URL (the one `verify` takes) was read as a dataset whose versions are
+    `data` and `renders` ('pass --version (it has data, renders)'; `versions` listed them as incomplete), and a
+    publication root's datasets were offered as versions ('pass --version (it has mini-c)')."""
+    assert publish_version(built, s3prefix, progress=False).ok
+    version_url, dataset_url = f"{s3prefix}/mini-c/0.1.0", f"{s3prefix}/mini-c"
+    is_version = f"{version_url}: this is a version (mini-c 0.1.0), not a dataset"
+    for extra in ([], ["--version", "0.1.0"]):
+        out = runner.invoke(app, ["pull", version_url, "--out", str(tmp_path / "o"), "--no-progress", *extra])
+        line = " ".join(out.output.split())
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert is_version in line and f"bench-build pull {dataset_url} --version 0.1.0" in line, line
+        out = runner.invoke(app, ["pull", s3prefix, "--out", str(tmp_path / "o"), "--no-progress", *extra])
+        line = " ".join(out.output.split())
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert f"{s3prefix}: this is a publication root; datasets: mini-c (bench-build pull {s3prefix}/<dataset>)" \
+            in line, line
+    assert not (tmp_path / "o").exists()
+    out = runner.invoke(app, ["versions", version_url])
+    assert out.exit_code == 0 and " ".join(out.output.split()) == (
+        f"{is_version} (bench-build versions {dataset_url})"), out.output
+    out = runner.invoke(app, ["versions", version_url, "--json"])
+    info = json.loads(out.output)
+    assert info["is_version"] == {"dataset": "mini-c", "version": "0.1.0"} and info["incomplete"] == []
+    assert json.loads(runner.invoke(app, ["versions", dataset_url, "--json"]).output)["is_version"] is None
