@@ -48,6 +48,17 @@ def endpoint_from_env() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+def endpoint_source(endpoint_url: str | None, profile: str | None) -> str:
+    """Where the endpoint in use was set, with its value: the flag, the environment, else the profile."""
+    if endpoint_url:
+        return f"--endpoint-url {endpoint_url}"
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]}"
+    config = os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"
+    return f"endpoint_url of AWS profile {profile or os.environ.get('AWS_PROFILE') or 'default'} ({config})"
+
+
 def s3_client(endpoint_url: str | None = None, profile: str | None = None, *, unsigned_payload: bool = False):
     """One boto3 S3 client per (endpoint, profile, payload signing) per process (clients are thread-safe).
 
@@ -83,8 +94,14 @@ def s3_client(endpoint_url: str | None = None, profile: str | None = None, *, un
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        client = session.client("s3", endpoint_url=endpoint_url, region_name=session.region_name or DEFAULT_REGION,
-                                config=config)
+        try:
+            client = session.client("s3", endpoint_url=endpoint_url,
+                                    region_name=session.region_name or DEFAULT_REGION, config=config)
+        except ValueError as e:  # botocore's "Invalid endpoint: notaurl" (no scheme), raised before any request
+            if not str(e).startswith("Invalid endpoint"):
+                raise
+            raise StorageError(f"{endpoint_source(endpoint_url, profile)}: not a valid endpoint URL; "
+                               "expected http(s)://host[:port]") from None
         creds = session.get_credentials()
         if creds is not None:
             frozen = creds.get_frozen_credentials()

@@ -258,6 +258,25 @@ def test_wrong_credentials_fail_clearly_and_write_nothing(built, s3prefix, s3env
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("where", ["--endpoint-url", "AWS_ENDPOINT_URL"])
+def test_an_endpoint_that_is_not_a_url_is_one_line_naming_where_it_was_set(built, s3prefix, s3env, tmp_path,
+                                                                           monkeypatch, where):
+    """An endpoint without a scheme (`--endpoint-url 127.0.0.1:9000`) was a botocore ValueError traceback."""
+    flag = ["--endpoint-url", "127.0.0.1:9000"] if where == "--endpoint-url" else []
+    if not flag:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "127.0.0.1:9000")
+    said = "--endpoint-url 127.0.0.1:9000" if flag else "AWS_ENDPOINT_URL=127.0.0.1:9000"
+    for args in (["publish", str(built), "--to", s3prefix, "--no-progress"], ["versions", f"{s3prefix}/mini-c"],
+                 ["pull", f"{s3prefix}/mini-c", "--out", str(tmp_path / "o"), "--no-progress"],
+                 ["verify", f"{s3prefix}/mini-c/0.1.0", "--no-progress"]):
+        out = runner.invoke(app, [*args, *flag])
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (args, out.output)
+        assert " ".join(out.output.split()) == f"error: {said}: not a valid endpoint URL; expected " \
+                                               "http(s)://host[:port]", (args, out.output)
+    assert remote_keys(s3env, s3prefix) == []
+    assert not (tmp_path / "o").exists()
+
+
 def _mid_upload(keys: list[str]) -> bool:
     """A shard is recorded and another one has some of its objects but no ledger entry: that shard's
     files are being written and uploaded right now."""
