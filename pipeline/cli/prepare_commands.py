@@ -29,9 +29,11 @@ def _threedos_classes(sc) -> str:
 def list_benchmarks() -> None:
     """Built-in benchmarks: corruptions × severities and example counts."""
     from bench_build.manifests.recipe import builtin_recipes, load_recipe
+    from bench_build.sources import OBJECT_KINDS
 
     for name in sorted(builtin_recipes()):
         r = load_recipe(name)
+        unit = "shape" if r.source in OBJECT_KINDS else "frame"  # an object benchmark's "frames" are shapes
         names = f" ({', '.join(r.severity_names)})" if r.severity_names else ""
         if not r.corruptions:  # clean-only benchmark (3dos): its examples are (scenario, shape) pairs
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}, no corruptions; one example per "
@@ -40,13 +42,14 @@ def list_benchmarks() -> None:
             n_corr = counted(len(r.corruptions), "corruption")
             split = f" ({r.split} split)" if r.split else ""
             out_console.print(f"[bold]{name}[/bold] {r.version}: source {r.source}{split}, {n_corr} "
-                              f"× severities 0–{r.severities}{names}; per frame {r.examples_defined(1)} examples "
+                              f"× severities 0–{r.severities}{names}; per {unit} {r.examples_defined(1)} examples "
                               f"defined, {r.examples_stored(1)} stored (clean once)")
             out_console.print("  " + ", ".join(c.name for c in r.corruptions))
         if r.paper_frames:
             n, c, s = r.paper_frames, len(r.corruptions), r.severities
-            out_console.print(f"  full size: {n:,} frames × {c} × {s} = {n * c * s:,} corrupted examples "
-                              f"({r.examples_stored(n):,} stored with the clean scans)")
+            clean = "scans" if unit == "frame" else "shapes"
+            out_console.print(f"  full size: {n:,} {unit}s × {c} × {s} = {n * c * s:,} corrupted examples "
+                              f"({r.examples_stored(n):,} stored with the clean {clean})")
         if r.source == "3dos":
             from bench_build.manifests.threedos import SCENARIOS
 

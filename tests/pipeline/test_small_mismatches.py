@@ -16,6 +16,10 @@ def test_list_counts_with_the_right_plural_and_gives_every_paper_benchmark_its_f
     assert "kitti-c 1.0.0: source kitti (training split), 25 corruptions" in out
     assert "full size: 7,481 frames × 25 × 5 = 935,125 corrupted examples" in out
     assert "robo3d-kitti-c 1.1.0: source kitti (val split)" in out
+    # an object benchmark counts shapes, as `plan` and `bench stages` do
+    assert "modelnet-c 1.0.0: source modelnet40 (test split), 7 corruptions × severities 0–5; per shape 42" in out
+    assert "full size: 2,468 shapes × 7 × 5 = 86,380 corrupted examples (88,848 stored with the clean shapes)" in out
+    assert "(942,606 stored with the clean scans)" in out
     for name in builtin_recipes():
         r = load_recipe(name)
         if r.corruptions:
