@@ -59,9 +59,15 @@ class BuildProgress:
         elif self.enabled and (time.time() - self._last_log > 5 or self.done >= self.total):
             self._last_log = time.time()
             r = self.rate()
-            if self.done >= self.total and r == 0:  # a resumed build with nothing left: no rate, no ETA
-                print(f"[bench-build] {self.done}/{self.total} examples, all built by an earlier run", file=sys.stderr,
-                      flush=True)
+            if self.done >= self.total:  # the last line: no ETA; who built them (a one-task build's examples all
+                # arrive in one update, so a rate of 0 does not mean an earlier run built them)
+                earlier = self._start_done or 0
+                if earlier >= self.total:
+                    said = "all built by an earlier run"
+                else:
+                    said = "all built" + (f" ({earlier} by an earlier run)" if earlier else "") + (
+                        f", {r:.1f} ex/s" if r > 0 else "")
+                print(f"[bench-build] {self.done}/{self.total} examples, {said}", file=sys.stderr, flush=True)
                 return
             # no rate yet: say so rather than "ETA nan s" (nothing built in this run yet, or only its first examples)
             eta = (f"ETA {(self.total - self.done) / r:.0f} s" if r > 0 else "ETA after the first task"

@@ -44,6 +44,15 @@ def test_progress_log_lines_never_say_eta_nan(capsys):
     resumed = BuildProgress(total=10, enabled=True)
     resumed.advance(10)  # an earlier run built everything: no rate, no ETA to speak of
     assert capsys.readouterr().err == "[bench-build] 10/10 examples, all built by an earlier run\n"
+    # a one-task build: this run's examples arrive in one update (no rate yet); they are not an earlier run's
+    fresh = BuildProgress(total=10, enabled=True)
+    fresh.advance(0)
+    fresh.update_to(10)
+    assert capsys.readouterr().err.splitlines()[-1] == "[bench-build] 10/10 examples, all built"
+    partly = BuildProgress(total=10, enabled=True)
+    partly.advance(4)  # an earlier run built 4
+    partly.update_to(10)
+    assert capsys.readouterr().err.splitlines()[-1] == "[bench-build] 10/10 examples, all built (4 by an earlier run)"
 
 
 def test_the_eta_leaves_the_start_up_out(capsys, monkeypatch):
@@ -65,6 +74,9 @@ def test_the_eta_leaves_the_start_up_out(capsys, monkeypatch):
     assert lines == ["[bench-build] 0/1008 examples, 0.0 ex/s, ETA after the first task",
                      "[bench-build] 2/1008 examples, 0.0 ex/s, ETA at the next update (start-up left out)",
                      "[bench-build] 398/1008 examples, 79.2 ex/s, ETA 8 s"]
+    now[0] += 8.0
+    bar.update_to(1008)
+    assert capsys.readouterr().err == "[bench-build] 1008/1008 examples, all built, 77.4 ex/s\n"
 
 
 def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti, small_recipe, tmp_path):
