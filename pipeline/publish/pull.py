@@ -84,20 +84,28 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         if version is None:
             if (hint := not_a_dataset(root, "pull")) is not None:  # a version's URL, or a publication root
                 raise NotFound(hint)
-            versions = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
-            if not versions:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
+            folders = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
+            if not folders:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
                 raise NotFound(f"{root.url}: no published version here (nothing under it); check the dataset URL: "
                                "`bench-build versions <publication root>/<dataset>` lists what a dataset has")
-            raise NotFound(f"{root.key_url(LATEST)}: no latest pointer; pass --version (it has "
-                           f"{', '.join(versions[:5])}{', …' if len(versions) > 5 else ''})")
+            versions = [d for d in folders if root.child(d).exists(MANIFEST_NAME)]
+            if not versions:  # only unfinished publishes: --version of one of them would fail too
+                raise NotFound(f"{root.url}: no complete version; {_names(folders)} "
+                               f"{'is' if len(folders) == 1 else 'are'} incomplete (no manifest: an interrupted or "
+                               "running publish); `bench-build publish` of the version again completes it")
+            raise NotFound(f"{root.key_url(LATEST)}: no latest pointer; pass --version (it has {_names(versions)})")
     if not SAFE_NAME.match(version):
         raise ManifestError(f"version {version!r} is not a safe name")
     src = root.child(version)
     try:
         raw, manifest = read_stored_manifest(src, "not a published version: see `bench-build versions`")
     except ManifestError:  # none there: was the URL a version's own, or a publication root?
-        if not src.exists(MANIFEST_NAME) and (hint := not_a_dataset(root, "pull")) is not None:
-            raise NotFound(hint) from None
+        if not src.exists(MANIFEST_NAME):
+            if (hint := not_a_dataset(root, "pull")) is not None:
+                raise NotFound(hint) from None
+            if next(iter(src.list()), None) is not None:
+                raise NotFound(f"{src.url}: incomplete version (no manifest: an interrupted or running publish); "
+                               "`bench-build publish` of it again completes it") from None
         raise
     if manifest["version"] != version:
         raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
@@ -115,6 +123,10 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
     report.seconds = time.time() - t0
     return report
+
+
+def _names(names: list[str]) -> str:
+    return f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''}"
 
 
 @contextlib.contextmanager

@@ -920,17 +920,29 @@ def test_versions_shows_the_publish_time_and_labels_an_old_publish_build_time(bu
 
 
 def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_path):
-    """A mistyped dataset URL is not 'no latest pointer': it has nothing under it. A dataset without the pointer
-    lists the versions it has."""
+    """A mistyped dataset URL is not 'no latest pointer': it has nothing under it. A dataset whose publishes were
+    all interrupted (no manifest) has no version to pass --version (that said 'pass --version (it has 0.1.0, 0.2.0)',
+    which then failed); a dataset without the pointer lists its complete versions."""
     (tmp_path / "pub").mkdir()
+    dataset = tmp_path / "pub" / "mini-c"
+
+    def pull(*extra: str) -> str:
+        out = runner.invoke(app, ["pull", str(dataset), "--out", str(tmp_path / "o"), "--no-progress", *extra])
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        return " ".join(out.output.split())
+
     out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-d"), "--out", str(tmp_path / "o"), "--no-progress"])
     assert out.exit_code == 2 and "no published version here (nothing under it)" in " ".join(out.output.split())
     for v in ("0.1.0", "0.2.0", "_publishing"):
-        (tmp_path / "pub" / "mini-c" / v).mkdir(parents=True)
-        (tmp_path / "pub" / "mini-c" / v / "x").write_text("x")
-    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"), "--no-progress"])
-    assert out.exit_code == 2 and "no latest pointer; pass --version (it has 0.1.0, 0.2.0)" in " ".join(
-        out.output.split())
+        (dataset / v).mkdir(parents=True)
+        (dataset / v / "x").write_text("x")
+    line = pull()
+    assert f"{dataset}: no complete version; 0.1.0, 0.2.0 are incomplete (no manifest" in line, line
+    assert "`bench-build publish` of the version again completes it" in line and "--version" not in line, line
+    line = pull("--version", "0.2.0")
+    assert f"{dataset / '0.2.0'}: incomplete version (no manifest" in line and "publish` of it again" in line, line
+    (dataset / "0.1.0" / "manifest.json").write_text("{}")
+    assert "no latest pointer; pass --version (it has 0.1.0)" in pull()
     assert not (tmp_path / "o").exists()
 
 
