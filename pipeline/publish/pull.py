@@ -74,8 +74,9 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     and move to their final names only once every file verified, then the manifest is written: a failed pull
     leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
     next pull reuses them). A directory holding other content of the same name (a local build, another
-    publication's copy) is refused, `PullError` code 2, nothing written. A local OS error (disk full, permission
-    denied, ``out`` not a directory) raises `PullError`, one line naming the file."""
+    publication's copy) is refused, `PullError` code 2, nothing written, and so is a file where the version
+    directory or one of its parents must go, naming it. A local OS error (disk full, permission denied)
+    raises `PullError`, one line naming the file."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -115,10 +116,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
                          if v is not None)
         raise ManifestError(f"{src.url}: no partition matches {asked}; it has {held_partitions(manifest['shards'])}")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise PullError(f"--out {out}: not a directory; pass a directory (the version goes to "
-                        f"OUT/{manifest['dataset']}/{version}); nothing was written", code=2)
     dest = out / manifest["dataset"] / version
+    _refuse_a_file_on_the_way(out, dest)
     with _pull_lock(dest, lock_wait, on_wait):
         report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
     report.seconds = time.time() - t0
@@ -127,6 +126,25 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
 
 def _names(names: list[str]) -> str:
     return f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''}"
+
+
+def _refuse_a_file_on_the_way(out: Path, dest: Path) -> None:
+    """``dest`` (``out/<dataset>/<version>``) must be a directory or creatable as one: the nearest of it and its
+    parents that exists (a link counts, even a broken one) must be a directory. Else one line naming that path,
+    `PullError` code 2, before anything is written (before, mkdir's "Not a directory" / "File exists" named
+    ``dest``, not the file in the way)."""
+    on_the_way = next((p for p in (dest, *dest.parents) if os.path.lexists(p)), None)
+    if on_the_way is None or on_the_way.is_dir():
+        return
+    what = "a file" if on_the_way.is_file() else "a broken link" if on_the_way.is_symlink() else "a special file"
+    if on_the_way == out:
+        raise PullError(f"--out {out}: not a directory ({what}); pass a directory (the version goes to "
+                        f"OUT/{dest.parent.name}/{dest.name}); nothing was written", code=2)
+    if on_the_way in out.parents:
+        raise PullError(f"--out {out}: {on_the_way} is {what}, not a directory; pass another --out; nothing was "
+                        "written", code=2)
+    raise PullError(f"--out {out}: {on_the_way} is {what}, not the {'version' if on_the_way == dest else 'dataset'}'s "
+                    "folder; remove it or pass another --out; nothing was written", code=2)
 
 
 @contextlib.contextmanager

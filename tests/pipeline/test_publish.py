@@ -766,6 +766,25 @@ def test_pull_into_a_regular_file_or_an_unwritable_dir_is_refused_in_one_line(bu
     assert f"Permission denied: {tmp_path / 'ro' / 'mini-c'}" in out.output and "Traceback" not in out.output
 
 
+@pytest.mark.parametrize("in_the_way", ["a parent of --out", "the dataset's folder", "the version's folder"])
+def test_pull_names_the_file_in_the_way_of_the_version_folder(built, tmp_path, in_the_way):
+    """A file where --out's parent, the dataset's or the version's folder must go: mkdir said "Not a directory:
+    <out>/mini-c/0.1.0" or "File exists: …", naming the version folder instead of the file in the way."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    out, blocker = {"a parent of --out": (tmp_path / "a-file" / "sub", tmp_path / "a-file"),
+                    "the dataset's folder": (tmp_path / "o", tmp_path / "o" / "mini-c"),
+                    "the version's folder": (tmp_path / "o", tmp_path / "o" / "mini-c" / "0.1.0")}[in_the_way]
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("keep me")
+    before = _files_under(tmp_path)
+    res = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(out), "--no-progress"])
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert f"--out {out}: {blocker} is a file, not " in line and "nothing was written" in line, line
+    assert "Not a directory" not in line and "File exists" not in line, line
+    assert _files_under(tmp_path) == before and blocker.read_text() == "keep me"
+
+
 def _other_build_of_the_same_version(built: Path, out: Path) -> Path:
     """A copy of ``built`` under ``out`` holding other content under the same name: one of its files renamed (as
     a build with another shard size names its files) and its manifest saying so."""
