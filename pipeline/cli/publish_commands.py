@@ -7,7 +7,7 @@ import secrets
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -19,13 +19,15 @@ from bench_build.cli.build_commands import raise_interrupt
 
 
 @contextmanager
-def resumable(kept: str) -> Iterator[None]:
-    """Ctrl-C or SIGTERM during a transfer: say what was kept and the command that finishes it (exit 130)."""
+def resumable(kept: str | Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C or SIGTERM during a transfer: say what was kept (``kept`` called then, when it is a function) and the
+    command that finishes it (exit 130)."""
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         yield
     except KeyboardInterrupt:
-        console.print(f"interrupted: {kept}. The same command finishes it, transferring only what is missing:\n  "
+        what = kept if isinstance(kept, str) else kept()
+        console.print(f"interrupted: {what}. The same command finishes it, transferring only what is missing:\n  "
                       f"{shlex.join(['bench-build', *sys.argv[1:]])}", highlight=False)
         raise typer.Exit(code=130) from None
     finally:
@@ -144,14 +146,22 @@ def pull(
 
     from bench_build.manifests.manifest import ManifestError
     from bench_build.publish import PullError, pull_version
+    from bench_build.publish.common import STAGING
     from bench_build.storage import StorageError
 
+    dest: list[Path] = []  # the version's folder, once the manifest named it
+
+    def kept() -> str:
+        if not dest:
+            return "nothing was downloaded yet"
+        return (f"the files downloaded and verified so far wait in {dest[0] / STAGING}/, and the version's folder is "
+                "as it was")
+
     try:
-        with resumable(f"the files downloaded and verified so far wait in {out}/<dataset>/<version>/_pull/, and the "
-                       "version's folder is as it was"):
+        with resumable(kept):
             r = pull_version(dataset_url, out, version=version, corruption=corruption, severity=severity,
                              endpoint_url=endpoint_url, profile=profile, jobs=jobs, progress=progress,
-                             materialize=materialize, lock_wait=wait,
+                             materialize=materialize, lock_wait=wait, on_dest=dest.append,
                              on_wait=lambda msg: console.print(f"[yellow]{escape(msg)}[/yellow]", highlight=False))
     except PullError as e:
         raise fail(e, code=e.code) from None

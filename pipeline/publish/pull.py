@@ -60,7 +60,8 @@ from bench_build.storage import (
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
                  severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
                  jobs: int = DEFAULT_JOBS, progress: bool = True, materialize: bool = False,
-                 lock_wait: float = PULL_LOCK_WAIT, on_wait: Callable[[str], None] | None = None) -> TransferReport:
+                 lock_wait: float = PULL_LOCK_WAIT, on_wait: Callable[[str], None] | None = None,
+                 on_dest: Callable[[Path], None] | None = None) -> TransferReport:
     """Download ``<dataset_url>/<version>`` (default: latest) into ``out/<dataset>/<version>``, verifying
     every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
     and composes with earlier pulls of the same version into ``out``: the union, every file verified.
@@ -70,7 +71,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     Everything written comes from the checked manifest (shards, the ``renders`` it lists, the card, the
     manifest), each path through `local_path`; nothing is taken from a listing of the store. The pull holds
     the version directory's writer lock (the one `run` takes), waiting up to ``lock_wait`` seconds for another
-    holder (``on_wait`` is told once, with the holder). Downloads are staged in ``_pull/`` as ``<path>.partial``
+    holder (``on_wait`` is told once, with the holder; ``on_dest`` is told the version directory before anything
+    is written there, so an interrupt can name its ``_pull/``). Downloads are staged in ``_pull/`` as ``<path>.partial``
     and move to their final names only once every file verified, then the manifest is written: a failed pull
     leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
     next pull reuses them). A directory holding other content of the same name (a local build, another
@@ -118,6 +120,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     out = Path(out)
     dest = out / manifest["dataset"] / version
     _refuse_a_file_on_the_way(out, dest)
+    if on_dest is not None:
+        on_dest(dest)
     with _pull_lock(dest, lock_wait, on_wait):
         report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
     report.seconds = time.time() - t0

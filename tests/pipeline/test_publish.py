@@ -785,6 +785,29 @@ def test_pull_names_the_file_in_the_way_of_the_version_folder(built, tmp_path, i
     assert _files_under(tmp_path) == before and blocker.read_text() == "keep me"
 
 
+def test_an_interrupted_pull_names_the_folder_its_verified_downloads_wait_in(built, tmp_path, monkeypatch):
+    """Ctrl-C during a pull printed ``<out>/<dataset>/<version>/_pull/``, placeholders and all."""
+    from bench_build.storage import LocalStore
+
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    real_download, calls = LocalStore.download_file, []
+
+    def interrupted(self, key, local, *, progress=None):
+        calls.append(key)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_download(self, key, local, progress=progress)
+
+    monkeypatch.setattr(LocalStore, "download_file", interrupted)
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress", "--jobs", "1"])
+    text = " ".join(out.output.split())
+    assert out.exit_code == 130, out.output
+    staging = tmp_path / "o" / "mini-c" / "0.1.0" / "_pull"
+    assert f"interrupted: the files downloaded and verified so far wait in {staging}/" in text, text
+    assert "<dataset>" not in text and len(_files_under(staging)) == 2
+
+
 def _other_build_of_the_same_version(built: Path, out: Path) -> Path:
     """A copy of ``built`` under ``out`` holding other content under the same name: one of its files renamed (as
     a build with another shard size names its files) and its manifest saying so."""
