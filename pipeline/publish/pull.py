@@ -251,8 +251,8 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
             got_size, got = staged.stat().st_size, sha256_file(staged)
             if got_size != size or got != sha:
                 staged.unlink(missing_ok=True)
-                report.problems.append(f"{rel}: sha256 mismatch ({got_size} bytes, manifest says {size}): "
-                                       "the published object is altered or corrupt; not kept")
+                what = f"{got_size} bytes, manifest says {size}" if got_size != size else "sha256 mismatch"
+                report.problems.append(f"{rel}: {what}: the published object is altered or corrupt; not kept")
                 return None
         except OSError as e:
             stop.set()

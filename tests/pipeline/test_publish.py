@@ -215,6 +215,25 @@ def test_tampered_remote_shard_fails_verify_and_pull(built, s3prefix, s3env, tmp
     assert not list(pulled.rglob("*.part"))
 
 
+def test_a_pulled_file_that_does_not_match_names_sizes_only_when_they_differ(built, tmp_path):
+    """A same-size altered file read "sha256 mismatch (3079738 bytes, manifest says 3079738)"."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    version = tmp_path / "pub" / "mini-c" / "0.1.0"
+    same, longer = (e["path"] for e in read_manifest(version)["shards"][:2])
+    for rel, change in ((same, lambda b: b[:-1] + bytes([b[-1] ^ 0xFF])), (longer, lambda b: b + b"x")):
+        body = change((version / rel).read_bytes())
+        (version / rel).unlink()  # a new file: the published one may share its inode with the build's
+        (version / rel).write_bytes(body)
+    size = (built / longer).stat().st_size
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress"])
+    lines = out.output.splitlines()
+    assert out.exit_code == 1, out.output
+    assert f"BAD {same}: sha256 mismatch: the published object is altered or corrupt; not kept" in lines, lines
+    assert f"BAD {longer}: {size + 1} bytes, manifest says {size}: the published object is altered or corrupt; " \
+        "not kept" in lines, lines
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
