@@ -215,6 +215,9 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
         shards += [e for e in manifest["shards"] if e["corruption"] == CLEAN and e.get("shard") in need
                    and e["path"] not in have]
     report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
+    if materialize and manifest.get("encoding") != "compact":  # nothing to rewrite: say so, not nothing
+        report.notes.append(f"{src.url}: stored in full encoding already; --materialize has nothing to rewrite "
+                            "(the pulled files are the published ones)")
     renders = listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "pulled")
     files = shards + renders
     staging = dest / STAGING

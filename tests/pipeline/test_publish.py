@@ -234,6 +234,20 @@ def test_a_pulled_file_that_does_not_match_names_sizes_only_when_they_differ(bui
         "not kept" in lines, lines
 
 
+def test_materialize_of_a_version_stored_in_full_says_so(built, tmp_path):
+    """`pull --materialize` of a version that is not compact-encoded rewrote nothing and said nothing."""
+    assert read_manifest(built).get("encoding", "full") == "full"
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-c"), "--out", str(tmp_path / "o"),
+                              "--no-progress", "--materialize"])
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0, out.output
+    assert (f"note: {tmp_path / 'pub' / 'mini-c' / '0.1.0'}: stored in full encoding already; --materialize has "
+            "nothing to rewrite") in text, text
+    pulled = tmp_path / "o" / "mini-c" / "0.1.0"
+    assert (pulled / "manifest.json").read_bytes() == (built / "manifest.json").read_bytes()
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
