@@ -59,6 +59,15 @@ def endpoint_source(endpoint_url: str | None, profile: str | None) -> str:
     return f"endpoint_url of AWS profile {profile or os.environ.get('AWS_PROFILE') or 'default'} ({config})"
 
 
+def profile_not_found(profile: str | None) -> str:
+    """The line for an AWS profile that neither of the AWS chain's files defines, naming where it was set."""
+    where = f"--profile {profile}" if profile else f"AWS_PROFILE={os.environ.get('AWS_PROFILE', '')}"
+    config = os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"
+    credentials = os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials"
+    return (f"{where}: no such AWS profile in {config} (nor in {credentials}); pass a profile defined there, "
+            "or none to use the AWS_* environment")
+
+
 def s3_client(endpoint_url: str | None = None, profile: str | None = None, *, unsigned_payload: bool = False):
     """One boto3 S3 client per (endpoint, profile, payload signing) per process (clients are thread-safe).
 
@@ -78,8 +87,8 @@ def s3_client(endpoint_url: str | None = None, profile: str | None = None, *, un
 
         try:
             session = boto3.session.Session(profile_name=profile)
-        except botocore.exceptions.ProfileNotFound as e:
-            raise StorageError(f"AWS profile not found: {e}") from None
+        except botocore.exceptions.ProfileNotFound:
+            raise StorageError(profile_not_found(profile)) from None
         custom = endpoint_url or endpoint_from_env()
         s3: dict[str, Any] = {"addressing_style": "path"} if custom else {}
         if unsigned_payload:

@@ -310,6 +310,26 @@ def test_an_endpoint_that_is_not_a_url_is_one_line_naming_where_it_was_set(built
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("where", ["--profile", "AWS_PROFILE"])
+def test_an_unknown_profile_is_one_line_naming_the_flag_and_the_config_file(tmp_path, monkeypatch, where):
+    """It read "AWS profile not found: The config profile (nope) could not be found", naming neither."""
+    for name in ("config", "credentials"):
+        (tmp_path / name).write_text("[default]\nregion = us-east-1\n" if name == "config" else "")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    args = ["--profile", "nope"] if where == "--profile" else []
+    if where == "AWS_PROFILE":
+        monkeypatch.setenv("AWS_PROFILE", "nope")
+    for command in (["versions", "s3://bench/x/mini-c"], ["pull", "s3://bench/x/mini-c", "--out", str(tmp_path / "o")]):
+        out = runner.invoke(app, [*command, *args])
+        line = " ".join(out.output.split())
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert line.startswith(f"error: {where}{' ' if where == '--profile' else '='}nope: no such AWS profile in "
+                               f"{tmp_path / 'config'} (nor in {tmp_path / 'credentials'})"), line
+    assert not (tmp_path / "o").exists()
+
+
 def _mid_upload(keys: list[str]) -> bool:
     """A shard is recorded and another one has some of its objects but no ledger entry: that shard's
     files are being written and uploaded right now."""
