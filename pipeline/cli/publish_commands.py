@@ -106,8 +106,14 @@ def versions(
         v, here = info["is_version"], info["url"].rstrip("/")
         out_console.print(f"{here}: this is a version ({v['dataset']} {v['version']}), not a dataset "
                           f"(bench-build versions {here.rsplit('/', 1)[0]})", highlight=False, soft_wrap=True)
+    elif not (info["versions"] or info["incomplete"] or info["unsafe"] or info["latest"]):
+        # nothing under the URL at all: pull's line (a typo is likely), but listing nothing is no error here
+        from bench_build.publish.versions import nothing_here
+
+        out_console.print(nothing_here(info["url"]), highlight=False, soft_wrap=True)
     elif not info["versions"]:
-        out_console.print(f"{info['url']}: no published version")
+        out_console.print(f"{info['url']}: no {'complete' if info['incomplete'] else 'published'} version",
+                          highlight=False)
     for v in info["versions"]:
         mark = "  [bold green]← latest[/bold green]" if v["latest"] else ""
         # versions published before the publish time was recorded show their build time, labelled as such

@@ -44,7 +44,7 @@ from bench_build.publish.common import (
     selected,
 )
 from bench_build.publish.push import tally
-from bench_build.publish.versions import latest_version, not_a_dataset
+from bench_build.publish.versions import latest_version, not_a_dataset, nothing_here
 from bench_build.storage import (
     LocalStore,
     NotFound,
@@ -89,8 +89,7 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
                 raise NotFound(hint)
             folders = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
             if not folders:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
-                raise NotFound(f"{root.url}: no published version here (nothing under it); check the dataset URL: "
-                               "`bench-build versions <publication root>/<dataset>` lists what a dataset has")
+                raise NotFound(nothing_here(root.url))
             versions = [d for d in folders if root.child(d).exists(MANIFEST_NAME)]
             if not versions:  # only unfinished publishes: --version of one of them would fail too
                 raise NotFound(f"{root.url}: no complete version; {_names(folders)} "

@@ -110,6 +110,15 @@ def not_a_dataset(store: Store, command: str) -> str | None:
     return None
 
 
+def nothing_here(url: str) -> str:
+    """One line for a dataset URL with nothing under it (no version, no pointer, no folder): a typo in the URL is
+    likelier than a dataset never published, so name the URL above it, whose `versions` lists its datasets."""
+    here = url.rstrip("/")
+    parent = here.rsplit("/", 1)[0] if "/" in here.removeprefix("s3://") else None
+    hint = f": `bench-build versions {parent}` lists the datasets published there" if parent else ""
+    return f"{here}: nothing published here (nothing under this URL); check the dataset URL{hint}"
+
+
 def is_dataset(store: Store) -> bool:
     """Does ``store`` hold a published dataset: a ``latest`` pointer, or a version folder with a manifest?"""
     if store.get(LATEST) is not None:

@@ -180,7 +180,7 @@ def test_killed_publish_resumes_with_only_the_remainder(built, s3prefix, s3env):
     assert "manifest.json" not in remote_keys(s3env, version_url)  # readers see no version yet
     # `versions` shows it as incomplete and says how to finish it (the publish README says how to give it up)
     listing = runner.invoke(app, ["versions", f"{s3prefix}/mini-c"])
-    assert listing.exit_code == 0 and "no published version" in listing.output
+    assert listing.exit_code == 0 and "mini-c: no complete version" in listing.output
     assert "0.1.0  (incomplete: no manifest yet" in listing.output and "publish it again to finish it" in listing.output
     assert json.loads(runner.invoke(app, ["versions", f"{s3prefix}/mini-c", "--json"]).output)["incomplete"] == [
         "0.1.0"]
@@ -1027,10 +1027,18 @@ def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_pat
         return " ".join(out.output.split())
 
     out = runner.invoke(app, ["pull", str(tmp_path / "pub" / "mini-d"), "--out", str(tmp_path / "o"), "--no-progress"])
-    assert out.exit_code == 2 and "no published version here (nothing under it)" in " ".join(out.output.split())
+    line = " ".join(out.output.split())
+    nothing = (f"{tmp_path / 'pub' / 'mini-d'}: nothing published here (nothing under this URL); check the dataset "
+               f"URL: `bench-build versions {tmp_path / 'pub'}` lists the datasets published there")
+    assert out.exit_code == 2 and line == f"error: {nothing}", line
+    # `versions` of it says the same, and lists nothing without failing ("no published version" before)
+    out = runner.invoke(app, ["versions", str(tmp_path / "pub" / "mini-d")])
+    assert out.exit_code == 0 and " ".join(out.output.split()) == nothing, out.output
     for v in ("0.1.0", "0.2.0", "_publishing"):
         (dataset / v).mkdir(parents=True)
         (dataset / v / "x").write_text("x")
+    out = runner.invoke(app, ["versions", str(dataset)])
+    assert out.exit_code == 0 and out.output.splitlines()[0] == f"{dataset}: no complete version", out.output
     line = pull()
     assert f"{dataset}: no complete version; 0.1.0, 0.2.0 are incomplete (no manifest" in line, line
     assert "`bench-build publish` of the version again completes it" in line and "--version" not in line, line
