@@ -56,6 +56,8 @@ LAYOUT_V1_HINT = ("layout v1 (clean/ outside the hive tree, flat list<float32> p
                   "layout v2 only: rebuild it with `bench-build run` (same recipe and seed, same examples) or read it "
                   "with the bench-build release that wrote it")
 MANIFEST_NAME = "manifest.json"
+LEDGER_DIR = "_ledger"  # a build's ledger below its version directory (`bench_build.build.ledger`)
+VERSION_LAYOUT = "a version is the folder OUT/<benchmark>/<version>"
 VOLATILE_KEYS = ("created", "build_seconds")  # differ between otherwise identical builds
 
 
@@ -100,14 +102,42 @@ def newer(where: str, key: str, got: int, known: int) -> str:
             "bench-build to read this version")
 
 
+def is_version_dir(path: Path) -> bool:
+    """Whether the local folder ``path`` is a version directory, finished (its manifest) or not (its ledger)."""
+    return (path / MANIFEST_NAME).is_file() or (path / LEDGER_DIR).is_dir()
+
+
+def versions_in(path: Path) -> list[str]:
+    """The version directories directly below the local folder ``path`` (a benchmark's folder), by name."""
+    try:
+        return sorted(p.name for p in path.iterdir() if p.is_dir() and is_version_dir(p))
+    except OSError:  # unreadable: then it is said as no version folder
+        return []
+
+
+def no_manifest_message(version_dir: str | Path) -> str:
+    """The one line for a local ``version_dir`` that has no manifest: a mistyped path, a file, an unfinished build
+    (its ``_ledger/``), a benchmark's folder (its versions named) or any other folder, each said as what it is."""
+    d = Path(version_dir)
+    if not d.is_dir():  # a mistyped path is not an unfinished build
+        if not d.exists():
+            return f"{d}: no such directory, so no manifest ({VERSION_LAYOUT})"
+        hint = f": pass {d.parent}" if d.name == MANIFEST_NAME else ""
+        return f"{d}: is a file, not a version folder, so no manifest ({VERSION_LAYOUT}{hint})"
+    if (d / LEDGER_DIR).is_dir():
+        return f"{d / MANIFEST_NAME}: no manifest (is the build finished? `bench-build status` tells)"
+    versions = versions_in(d)
+    if versions:
+        name = d.resolve().name
+        where = f"pass {d / versions[0]}" if len(versions) == 1 else f"pass one of them, e.g. {d / versions[-1]}"
+        return f"{d}: this is {name}'s folder, not a version; versions: {', '.join(versions)} — {where}"
+    return f"{d}: not a version folder (no {MANIFEST_NAME}; {VERSION_LAYOUT})"
+
+
 def read_manifest(version_dir: str | Path) -> dict[str, Any]:
     path = Path(version_dir) / MANIFEST_NAME
     if not path.is_file():
-        if not Path(version_dir).is_dir():  # a mistyped path is not an unfinished build
-            what = "is not a directory" if Path(version_dir).exists() else "no such directory"
-            raise ManifestError(f"{version_dir}: {what}, so no manifest (a version directory is "
-                                "OUT/<benchmark>/<version>)")
-        raise ManifestError(f"{path}: no manifest (is the build finished? `bench-build status` tells)")
+        raise ManifestError(no_manifest_message(version_dir))
     return parse_manifest(path.read_bytes(), str(path))
 
 

@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.errors import LedgerMismatch
-from bench_build.manifests.manifest import sha256_file
+from bench_build.manifests.manifest import LEDGER_DIR, sha256_file
 from bench_build.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
-__all__ = ["HASH_CHUNK", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text", "sha256_file"]
-
-LEDGER_DIR = "_ledger"
+__all__ = ["HASH_CHUNK", "LEDGER_DIR", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text",
+           "sha256_file"]
 
 
 class LedgerUnreadable(LedgerMismatch, ValueError):

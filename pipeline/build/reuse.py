@@ -23,7 +23,7 @@ from typing import Any
 from bench_build.build.ledger import frame_identity, identity_digest
 from bench_build.build.shard import build_columns, numeric_identity, partition_fingerprint
 from bench_build.errors import BenchBuildError
-from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, no_manifest_message, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import TaskSpec
 from bench_build.runtime.numeric import build_profile, profile_differences
@@ -159,6 +159,8 @@ def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
     store = open_store(where, endpoint_url=endpoint_url, profile=profile)
     got = store.get(MANIFEST_NAME)
     if got is None:
+        if isinstance(store, LocalStore):  # a file, a benchmark's folder, an unfinished build: said as such
+            raise ManifestError(no_manifest_message(store.root))
         raise ManifestError(f"{store.key_url(MANIFEST_NAME)}: no manifest; name a finished version directory "
                             "(OUT/<benchmark>/<version>) or its URL")
     return parse_manifest(got[0], store.key_url(MANIFEST_NAME))

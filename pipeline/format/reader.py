@@ -55,7 +55,14 @@ from bench_build.format.schema import (
     file_metadata,
     row_schema,
 )
-from bench_build.manifests.manifest import CLEAN, MANIFEST_NAME, ManifestError, check_manifest, parse_manifest
+from bench_build.manifests.manifest import (
+    CLEAN,
+    MANIFEST_NAME,
+    ManifestError,
+    check_manifest,
+    no_manifest_message,
+    parse_manifest,
+)
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.storage import LocalStore, open_store
 
@@ -104,18 +111,17 @@ class Version:
         self.fs, self.base = filesystem_for(self.store)
         self.root = Path(self.base) if self.is_local else None
         where = f"{self.url.rstrip('/')}/{MANIFEST_NAME}"
-        missing = ManifestError(f"{where}: no manifest (is the build finished? `bench-build status` tells; "
-                                "a published version: `bench-build versions` lists them)")
         if isinstance(self.store, LocalStore):
             try:
                 with self.fs.open_input_stream(f"{self.base}/{MANIFEST_NAME}") as f:
                     text = f.read()
-            except OSError:
-                raise missing from None
+            except OSError:  # a file, a benchmark's folder, an unfinished build: said as such
+                raise ManifestError(no_manifest_message(self.store.root)) from None
         else:  # through the store's client: rejected credentials give the CLI's one line, not pyarrow's
             got = self.store.get(MANIFEST_NAME)
             if got is None:
-                raise missing
+                raise ManifestError(f"{where}: no manifest (is the build finished? `bench-build status` tells; "
+                                    "a published version: `bench-build versions` lists them)")
             text = got[0]
         self.manifest = parse_manifest(text, where)
         unknown = sorted(set(self.manifest.get("columns") or []) - set(OPTIONAL_COLUMNS))

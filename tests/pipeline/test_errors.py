@@ -231,7 +231,8 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
     if case == "diff: no manifest":
         (tmp_path / "a").mkdir()
         return (["diff", str(tmp_path / "a"), str(_version(tmp_path / "b"))],
-                f"{tmp_path / 'a' / 'manifest.json'}: no manifest; name a finished version directory")
+                f"{tmp_path / 'a'}: not a version folder (no manifest.json; a version is the folder "
+                "OUT/<benchmark>/<version>)")
     if case == "status: no build":
         return ["status", "kitti-c", "--out", str(tmp_path)], "no build here (no _ledger/run.json)"
     if case == "run: --source-shapenet for KITTI":

@@ -93,3 +93,38 @@ def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti,
     assert res.returncode == 0, res.stderr
     assert "Token authentication" not in res.stderr
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the local cluster still required a token
+
+
+def _output_root(tmp_path):
+    """OUT/kitti-c/1.0.0 (a finished version: its manifest), OUT/kitti-c/1.1.0 (an unfinished one: its ledger)."""
+    out = tmp_path / "bench-out"
+    (out / "kitti-c" / "1.0.0").mkdir(parents=True)
+    (out / "kitti-c" / "1.0.0" / "manifest.json").write_text("{}")
+    (out / "kitti-c" / "1.1.0" / "_ledger").mkdir(parents=True)
+    return out
+
+
+def test_a_folder_that_is_no_version_is_said_as_what_it_is(tmp_path):
+    out = _output_root(tmp_path)
+    bench, done, unfinished = out / "kitti-c", out / "kitti-c" / "1.0.0", out / "kitti-c" / "1.1.0"
+    (tmp_path / "empty").mkdir()
+    cases = [(bench, f"{bench}: this is kitti-c's folder, not a version; versions: 1.0.0, 1.1.0 — pass one of "
+                     f"them, e.g. {unfinished}"),
+             (unfinished, f"{unfinished / 'manifest.json'}: no manifest (is the build finished?"),
+             (tmp_path / "empty", f"{tmp_path / 'empty'}: not a version folder (no manifest.json;"),
+             (done / "manifest.json", f"{done / 'manifest.json'}: is a file, not a version folder, so no manifest "
+                                      f"(a version is the folder OUT/<benchmark>/<version>: pass {done})")]
+    for where, says in cases:
+        for args in (["export", str(where), str(tmp_path / "x"), "--corruption", "clean", "--severity", "0"],
+                     ["render", str(where), "--out", str(tmp_path / "r")], ["verify", str(where)],
+                     ["diff", str(where), str(done)]):
+            res = CliRunner().invoke(app, args)
+            line = " ".join(res.output.split())
+            assert res.exit_code == 2 and says in line, (args, line)
+            assert "manifest.json/manifest.json" not in line
+            if where != unfinished:
+                assert "is the build finished" not in line, (args, line)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "r").exists()
+    (unfinished / "_ledger").rmdir()  # one version: its path is the one to pass
+    res = CliRunner().invoke(app, ["verify", str(bench)])
+    assert f"versions: 1.0.0 — pass {done}" in " ".join(res.output.split())
