@@ -104,6 +104,27 @@ def _output_root(tmp_path):
     return out
 
 
+def test_status_given_an_output_folder_says_the_name_and_out_to_pass(tmp_path, monkeypatch):
+    out = _output_root(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for given in ("bench-out/kitti-c/1.0.0", "bench-out/kitti-c/1.1.0", "bench-out/kitti-c"):
+        res = CliRunner().invoke(app, ["status", given])
+        assert res.exit_code == 2, res.output
+        line = " ".join(res.output.split())
+        assert "is a directory, not a recipe" not in line
+        assert "`status` takes the benchmark name (or its recipe file) and --out: bench-build status kitti-c " \
+               "--out bench-out" in line
+    monkeypatch.chdir(out / "kitti-c" / "1.0.0")  # "." read resolved: the parents are named in full
+    res = CliRunner().invoke(app, ["status", "."])
+    assert f"bench-build status kitti-c --out {out}" in " ".join(res.output.split())
+    monkeypatch.chdir(out)  # a built-in's name is never a folder of that name
+    res = CliRunner().invoke(app, ["status", "kitti-c", "--out", "."])
+    assert "no build here" in res.output and "takes the benchmark name" not in res.output
+    (tmp_path / "other").mkdir()  # some other folder: still not a recipe file
+    res = CliRunner().invoke(app, ["status", str(tmp_path / "other")])
+    assert res.exit_code == 2 and "is a directory, not a recipe .toml file" in res.output
+
+
 def test_a_folder_that_is_no_version_is_said_as_what_it_is(tmp_path):
     out = _output_root(tmp_path)
     bench, done, unfinished = out / "kitti-c", out / "kitti-c" / "1.0.0", out / "kitti-c" / "1.1.0"
