@@ -103,11 +103,11 @@ def export(
         console.print(f"--force: replaced {r.replaced} existing files in {out}; nothing else in it was touched",
                       highlight=False)
     for p in r.partitions:
-        out_console.print(f"{p['corruption']}/{p['severity']}: {p['frames']} frames → {p['path']}"
+        out_console.print(f"{p['corruption']}/{p['severity']}: {counted(p['frames'], 'frame')} → {p['path']}"
                           + ("" if p["labels"] else " (velodyne only: boxes as clean)"))
     for note in r.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    out_console.print(f"wrote {r.frames} frames in {len(r.partitions)} partitions to {out}")
+    out_console.print(f"wrote {counted(r.frames, 'frame')} in {counted(len(r.partitions), 'partition')} to {out}")
 
 
 @app.command(rich_help_panel=PANEL_USE)

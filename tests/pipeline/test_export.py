@@ -155,6 +155,8 @@ def test_without_source_names_what_to_supply(built, tmp_path):
                               "--split", "train"])
     assert res.exit_code == 0, res.output
     assert "training/image_2 not written" in res.output and "--source" in res.output
+    out = " ".join(res.output.split())  # counted in words: one partition, not "1 partitions"
+    assert "clean/0: 4 frames →" in out and "wrote 4 frames in 1 partition to" in out, out
     assert (tmp_path / "ImageSets" / "train.txt").read_text().split() == ["000000", "000001", "000002", "000003"]
     assert not (tmp_path / "training" / "image_2").exists()
 
