@@ -200,10 +200,13 @@ def _part(ds: Version, corruption: str, severity: int, root: Path, *, full: bool
 def _source_dirs(source: str | Path, ids: set[str]) -> tuple[Path, Path | None]:
     """(image_2, planes or None) of a KITTI source, refused unless every exported frame has its image."""
     src = Path(source).resolve()
+    if not src.is_dir():  # a mistyped path: not a KITTI root without images
+        what = "is not a directory" if src.exists() else "does not exist"
+        raise ExportError(f"--source {source} {what}: give the KITTI object root that holds training/image_2")
     base = src / "training" if (src / "training").is_dir() else src
     img = base / "image_2"
     if not img.is_dir():
-        raise ExportError(f"{source}: no training/image_2 directory to link (OpenPCDet needs the left colour "
+        raise ExportError(f"--source {source}: no training/image_2 directory to link (OpenPCDet needs the left colour "
                           "images of the frames: the KITTI object 'data_object_image_2' download)")
     missing = sorted(i for i in ids if not (img / f"{i}.png").is_file())
     if missing:

@@ -237,6 +237,11 @@ def test_another_split_into_the_same_root_moves_the_frames(built, tmp_path):
 
 
 def test_source_without_images_is_refused(built, tmp_path):
+    for src, says in ((tmp_path / "nope", "does not exist"), (built / "manifest.json", "is not a directory")):
+        res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), *PART, "--source", str(src)])
+        out = " ".join(res.output.split())
+        assert res.exit_code == 2 and f"--source {src} {says}: give the KITTI object root" in out, out
+        assert not (tmp_path / "o").exists()
     (tmp_path / "src" / "training").mkdir(parents=True)
     with pytest.raises(ExportError, match="no training/image_2 directory"):
         export_version(built, tmp_path / "o", corruption="clean", severity=0, source=tmp_path / "src")
