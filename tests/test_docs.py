@@ -258,3 +258,16 @@ def test_every_link_inside_the_docs_resolves():
                 if anchor not in heads:
                     bad.append(f"{f}: {target}: no such heading")
     assert not bad, "\n".join(bad)
+
+
+def test_readme_names_the_hf_split_of_every_built_in_benchmark():
+    """HF `load_dataset(v, config, split=…)` needs the build's split: "Load the data" names each built-in whose
+    split is not the default ``train`` (a val build's ``validation``, modelnet-c's ``test``), with the benchmark."""
+    from bench_build.manifests.card import split_name
+    from bench_build.manifests.recipe import builtin_recipes, load_recipe
+
+    para = next(p for p in (ROOT / "README.md").read_text().split("\n\n") if p.startswith("HF `load_dataset`"))
+    for name in builtin_recipes():
+        split = split_name(load_recipe(name).split)
+        if split != "train":
+            assert f"`{name}`" in para and f'"{split}"' in para, f"README's HF paragraph: {name} reads split {split}"
