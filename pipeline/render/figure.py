@@ -33,7 +33,7 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
     has no zoom."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch, Rectangle
 
     tags = present_tags(view.tags)
     classes = [cls for cls, _ in box_outlines(view.boxes)]
@@ -81,8 +81,12 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
             ins.set_xticks([])
             ins.set_yticks([])
             bar = scale_bar_m(zx1 - zx0, 0.45)
+            # on a white backing: black moved points may lie under the bar and its label (above the raster and
+            # the boxes, below the bar and the label)
+            ins.add_patch(Rectangle((0.015, 0.015), 0.05 + bar / (zx1 - zx0), 0.12, transform=ins.transAxes,
+                                    facecolor="white", edgecolor="none", zorder=2.5))
             ins.plot([zx0 + 0.04 * (zx1 - zx0), zx0 + 0.04 * (zx1 - zx0) + bar], [zy0 + 0.05 * (zy1 - zy0)] * 2,
-                     color="black", lw=1.5)
+                     color="black", lw=1.5, zorder=2.6)
             ins.text(zx0 + 0.04 * (zx1 - zx0) + bar / 2, zy0 + 0.07 * (zy1 - zy0), metres(bar), fontsize=8,
                      ha="center", va="bottom")
             ins.set_title(f"zoom: {zx1 - zx0:.1f} m × {zy1 - zy0:.1f} m", fontsize=8, pad=2)

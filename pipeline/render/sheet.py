@@ -20,6 +20,7 @@ SHEET_GAP_PX, SHEET_TITLE_PX, SHEET_LEGEND_LINE_PX = 6, 16, 15
 SHEET_ROW_GAP_PX = 10
 
 
+ZOOM_SCALE_PT = 5  # the zoom inset's scale label
 COLORBAR_PX = (160, 9)  # the sheet's colour bar: width, height
 
 
@@ -92,6 +93,15 @@ def _flow(entries: Sequence[LegendEntry], width: int, start: float) -> list[list
         lines[-1].append((x, e))
         x += w
     return lines
+
+
+def _text_px(text: str, size: float) -> float:
+    """The width in the sheet's pixels of ``text`` at ``size`` pt."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    return TextToPath().get_text_width_height_descent(text, FontProperties(size=size), ismath=False)[0] \
+        * LEGEND_DPI / 72
 
 
 def _wrap(text: str, width: int, size: float = 7) -> list[str]:
@@ -200,12 +210,16 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
                 (a0, b1), (a1, b0) = o + np.array([x, y])
                 segments.append([(a0, b0), (a1, b0), (a1, b1), (a0, b1), (a0, b0)])
                 colors.append((0.2, 0.2, 0.2))
-            if key.zoom_scale_m:
+            if key.zoom_scale_m:  # on a white backing: black moved points may lie under the bar and its label
                 zpx = key.zoom_scale_m * side / (p.zoom[1] - p.zoom[0])  # type: ignore[index]
+                label, mid = metres(key.zoom_scale_m), ix + 4 + zpx / 2
+                half = max(zpx, _text_px(label, ZOOM_SCALE_PT)) / 2 + 2
+                text_h = ZOOM_SCALE_PT * LEGEND_DPI / 72
+                ax.add_patch(Rectangle((max(ix + 1, mid - half), iy + side - 8 - text_h), 2 * half, text_h + 5,
+                                       facecolor="white", edgecolor="none"))
                 segments.append([(ix + 4, iy + side - 5), (ix + 4 + zpx, iy + side - 5)])
                 colors.append("black")
-                ax.text(ix + 4 + zpx / 2, iy + side - 7, metres(key.zoom_scale_m), fontsize=5, ha="center",
-                        va="bottom")
+                ax.text(mid, iy + side - 7, label, fontsize=ZOOM_SCALE_PT, ha="center", va="bottom")
         if p.extent is not None and key.scale_m:  # the metre scale: bottom right (left if the inset is there)
             spx = key.scale_m * pw / (p.extent[1] - p.extent[0])
             right = p.inset is None or p.corner != 3

@@ -372,6 +372,38 @@ def test_scene_figure_has_metric_axes_legend_and_colour_bar():
     assert any(a.get_ylabel() == "height z (m)" for a in fig.axes)  # the colour bar
     assert [a.get_title()[:6] for a in ax.child_axes] == ["zoom: "]  # the inset
     assert [e.label for e in entries if e.kind == "box"] == ["Car", "Pedestrian"]
+    # the inset's scale bar and label lie on a white backing, above the raster (moved points are black)
+    ins = ax.child_axes[0]
+    (backing,) = [p for p in ins.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    (label,) = [t for t in ins.texts if t.get_text().endswith(" m")]
+    (bar,) = [ln for ln in ins.lines if ln.get_color() == "black"]
+    assert ins.images[0].get_zorder() < backing.get_zorder() < min(bar.get_zorder(), label.get_zorder())
+    to_axes = ins.transData + ins.transAxes.inverted()
+    box = backing.get_bbox()  # in the inset's axes fraction
+    for xy in (*np.c_[bar.get_xdata(), bar.get_ydata()], label.get_position()):
+        x, y = to_axes.transform(xy)
+        assert box.x0 < x < box.x1 and box.y0 < y < box.y1, (xy, box)
+
+
+def test_the_zoom_scale_label_of_the_sheet_stays_readable_over_black_points():
+    """The zoom inset's scale bar and its "2 m" label are black, as are moved points: in an inset full of them
+    both vanished. They sit on a white backing now, with the label and bar drawn dark on it."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(5)
+    pts, boxes, _ = _car_scene(rng)
+    (clean,) = sheet_panels([View("clean", 0, pts, np.zeros(len(pts), np.uint8), boxes, False)])
+    assert clean.inset is not None
+    black, white = (sheet_image([replace(clean, inset=np.full_like(clean.inset, v), inset_outlines=())],
+                                frame_id="f") for v in (0, 255))
+    rows, cols = np.nonzero((black != white).any(axis=2))  # the inset where nothing is drawn over it
+    inset = black[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    light = np.all(inset > 200, axis=2)
+    assert light.sum() >= 100, "no backing under the zoom's scale label"
+    r, c = np.nonzero(light)
+    assert r.min() > inset.shape[0] * 0.8 and c.max() < inset.shape[1] * 0.5  # the bottom-left corner
+    backing = inset[r.min():r.max() + 1, c.min():c.max() + 1]
+    assert np.all(backing < 80, axis=2).sum() >= 20  # the label and the bar, dark on it
 
 
 def test_render_writes_beside_the_user_not_into_the_build(built, tmp_path, monkeypatch):
