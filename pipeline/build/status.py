@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.build.ledger import Ledger
-from bench_build.build.run import build_fingerprint
+from bench_build.build.run import build_fingerprint, refuse_output_folder
 from bench_build.errors import UsageError
 from bench_build.format.writer import ENCODINGS
-from bench_build.manifests.manifest import MANIFEST_NAME, is_version_dir, versions_in
-from bench_build.manifests.recipe import builtin_recipes, load_recipe
+from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.tasks import TaskSpec, plan_shards, task_groups
 from bench_build.storage import LocalStore, open_store
 
@@ -22,23 +22,6 @@ def recipe_fingerprints(recipe: Any, info: dict[str, Any]) -> dict[str, str]:
                                    encoding=enc) for enc in ENCODINGS}
 
 
-def refuse_output_folder(path: Path) -> None:
-    """A version folder or a benchmark's folder given where `status` takes a benchmark: the command it meant, with
-    the name and --out read off the path (``OUT/<benchmark>/<version>``)."""
-    if str(path) in builtin_recipes() or not path.is_dir():  # a built-in's name wins over a folder (as in `run`)
-        return
-    up = 1 if is_version_dir(path) else 0 if versions_in(path) else None
-    if up is None:  # some other folder: the recipe's own line says it is not a recipe file
-        return
-    full = path.resolve()
-    lexical = len(path.parts) > up + 1 and ".." not in path.parts  # else the folder's parents are read resolved
-    name = (path if lexical else full).parents[up - 1].name if up else full.name
-    out = (path if lexical else full).parents[up]
-    what = "a version folder" if up else f"{name}'s folder"
-    raise UsageError(f"{path} is {what}: `status` takes the benchmark name (or its recipe file) and --out: "
-                     f"bench-build status {name} --out {out}")
-
-
 def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,
                  profile: str | None = None) -> dict[str, Any]:
     """Shards done / failed / pending, examples written and an ETA, from the ledger alone.
@@ -46,7 +29,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     ``matches_recipe`` says whether the build there is this recipe's (its fingerprint is the one `run` computes for
     the recipe over the ledger's frames and shard size, in either encoding); when it is not, `run` with this recipe
     refuses the folder, and ``recipe_fingerprint`` is the fingerprint `run` would have (full encoding)."""
-    refuse_output_folder(Path(benchmark))
+    refuse_output_folder(Path(benchmark), "status")
     recipe = load_recipe(benchmark)
     store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
     version_dir = store.root if isinstance(store, LocalStore) else store.url

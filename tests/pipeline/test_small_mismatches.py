@@ -125,6 +125,21 @@ def test_status_given_an_output_folder_says_the_name_and_out_to_pass(tmp_path, m
     assert res.exit_code == 2 and "is a directory, not a recipe .toml file" in res.output
 
 
+def test_run_given_an_output_folder_says_the_name_and_out_to_pass(tmp_path, monkeypatch):
+    # `run bench-out/kitti-c/1.0.0` (to resume it) said the recipe file "is a directory"; refused before anything
+    # is written, naming the command meant
+    out = _output_root(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for given in ("bench-out/kitti-c/1.0.0", "bench-out/kitti-c/1.1.0", "bench-out/kitti-c"):
+        res = CliRunner().invoke(app, ["run", given, "--out", str(tmp_path / "o"), "--no-progress"])
+        assert res.exit_code == 2, res.output
+        assert "`run` takes the benchmark name (or its recipe file) and --out: bench-build run kitti-c --out " \
+               "bench-out" in " ".join(res.output.split())
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    assert out.is_dir()
+
+
 def test_a_folder_that_is_no_version_is_said_as_what_it_is(tmp_path):
     out = _output_root(tmp_path)
     bench, done, unfinished = out / "kitti-c", out / "kitti-c" / "1.0.0", out / "kitti-c" / "1.1.0"
