@@ -283,6 +283,13 @@ class WaymoSource:
             raise SourceError(path, f"{t.num_rows} TOP rows for timestamp {ts} (expected 1)")
         ri = _image(path, t, RI1_VALUES, RI1_SHAPE, 4)
         h, w = ri.shape[:2]
+        # a pixel with range ≤ 0 has no return (its other channels are never read); any other pixel becomes a
+        # point, so a NaN/inf range, intensity or elongation there is damage, not a point to write
+        bad = ~(ri[..., 0] <= 0) & ~np.isfinite(ri[..., :3]).all(axis=-1)
+        if bad.any():
+            row, col = (int(v) for v in np.argwhere(bad)[0])
+            raise SourceError(path, f"range image of timestamp {ts}: {int(bad.sum())} pixel(s) with NaN/inf range, "
+                                    f"intensity or elongation (first at row {row}, column {col})")
         ext, incl = self.calibration(ctx, h)
         key = (ctx, w)
         if key not in self._directions:

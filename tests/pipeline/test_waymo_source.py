@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -15,6 +16,7 @@ from bench_build.sources.waymo import (
     CALIB_COLUMNS,
     KEY_LASER,
     RI1_SHAPE,
+    RI1_VALUES,
     TOP,
     WaymoSource,
     beam_inclinations,
@@ -120,6 +122,40 @@ def test_missing_calibration_row_names_the_calibration_file(wo_root, tmp_path):
     with pytest.raises(SourceError, match="no calibration row for the TOP laser") as e:
         src.read(fid)
     assert e.value.path == str(path)
+
+
+def _set_pixel_value(path: Path, returned: bool, channel: int, value: float) -> None:
+    """Set ``channel`` of the first pixel with (``returned``) or without a return in every range image of ``path``."""
+    t = pq.read_table(path)
+    images = t.column(RI1_VALUES).to_pylist()
+    for v in images:
+        pixel = next(k for k in range(0, len(v), 4) if (v[k] > 0) == returned)
+        v[pixel + channel] = value
+    i = t.column_names.index(RI1_VALUES)
+    pq.write_table(t.set_column(i, RI1_VALUES, pa.array(images, t.schema.field(RI1_VALUES).type)), path)
+
+
+@pytest.mark.parametrize(("channel", "value"), [(0, np.inf), (0, np.nan), (1, np.nan), (2, -np.inf)],
+                         ids=["range-inf", "range-nan", "intensity-nan", "elongation-inf"])
+def test_nan_or_inf_in_a_returned_pixel_names_the_lidar_file(wo_root, tmp_path, channel, value):
+    """A damaged value is refused, not written as a point with NaN/inf coordinates or features."""
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    path = next((root / "validation" / "lidar").glob("*.parquet"))
+    _set_pixel_value(path, True, channel, value)
+    src = WaymoSource(root)
+    fid = next(i for i in src.list_frames() if i.startswith(path.stem))
+    with pytest.raises(SourceError, match=r"1 pixel\(s\) with NaN/inf range, intensity or elongation") as e:
+        src.read(fid)
+    assert e.value.path == str(path) and "\n" not in str(e.value)
+
+
+def test_nan_in_a_pixel_without_return_is_ignored(wo_root, tmp_path):
+    """Pixels with range ≤ 0 are no points: their other channels are never read, whatever they hold."""
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    path = next((root / "validation" / "lidar").glob("*.parquet"))
+    _set_pixel_value(path, False, 1, np.nan)
+    fid = next(i for i in WaymoSource(root).list_frames() if i.startswith(path.stem))
+    np.testing.assert_array_equal(WaymoSource(root).read(fid).points, WaymoSource(wo_root).read(fid).points)
 
 
 def test_small_row_groups_read_the_same_frames(wo_root, tmp_path):
