@@ -64,6 +64,14 @@ DETECTION_TO_FINE = {"car": "vehicle.car", "truck": "vehicle.truck", "bus": "veh
                      "pedestrian": "human.pedestrian.adult", "motorcycle": "vehicle.motorcycle",
                      "bicycle": "vehicle.bicycle", "traffic_cone": "movable_object.trafficcone",
                      "barrier": "movable_object.barrier"}
+#: fields of each table that the devkit's loader or this reader reads (besides ``token``): a record without one
+#: is named in the error even when every record of the table lacks it
+FIELDS = {"scene": ("name", "first_sample_token"), "sample": ("timestamp", "next", "data", "anns"),
+          "sample_data": ("sample_token", "filename", "is_key_frame", "calibrated_sensor_token", "ego_pose_token"),
+          "calibrated_sensor": ("sensor_token", "translation", "rotation"), "ego_pose": ("translation", "rotation"),
+          "sample_annotation": ("instance_token", "translation", "size", "rotation"),
+          "instance": ("category_token",), "sensor": ("channel", "modality"), "category": ("name",),
+          "lidarseg": ("sample_data_token", "filename")}
 POINT_BYTES = 20  # 5 float32
 LEARNING_MAP_SOURCE = ("nuscenes-devkit nuscenes.eval.lidarseg.utils.LidarsegClassMapper (nuScenes-lidarseg "
                        "challenge: 16 classes, 0 = ignore)")
@@ -129,13 +137,38 @@ def _unparsable_table(table_root: Path) -> Path:
     return table_root
 
 
-def _find_reference(table_root: Path, token: str) -> Path:
-    """The table file that mentions an unknown token (for the error message)."""
+def _key_error(table_root: Path, key: str) -> SourceError:
+    """The error for a ``KeyError(key)`` of the devkit or of indexing: a record that lacks field ``key`` (the
+    table named), else a table that refers to ``key`` as a token no record has. Tables are parsed again only
+    on this error path, so a good dataset is read once."""
+    tables = []
     for name in (*TABLES, "lidarseg"):
         p = table_root / f"{name}.json"
-        if p.is_file() and token in p.read_text():
-            return p
-    return table_root
+        try:
+            rows = json.loads(p.read_bytes()) if p.is_file() else []
+        except ValueError:
+            rows = []
+        tables.append((name, p, [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []))
+    for name, p, rows in tables:  # a field the table must have, or one only some of its records lack
+        lacking = [r for r in rows if key not in r]
+        if lacking and (key == "token" or key in FIELDS.get(name, ()) or len(lacking) < len(rows)):
+            which = f"record {lacking[0]['token']!r}" if "token" in lacking[0] else f"record {rows.index(lacking[0])}"
+            return SourceError(p, f"{which} has no {key!r} field ({len(lacking)} of {len(rows)} records lack it)")
+    for _, p, rows in tables:
+        if any(key in r.values() for r in rows):
+            return SourceError(p, f"refers to unknown token {key!r} (no record with that token)")
+    return SourceError(table_root, f"a table record lacks {key!r} or refers to it as an unknown token")
+
+
+def _check_finite(path: Path, token: str, **values: Any) -> None:
+    """Pose / box numbers of one record: numbers, all finite (the devkit's ``Box`` asserts on NaN)."""
+    for field, v in values.items():
+        try:
+            ok = bool(np.isfinite(np.asarray(v, dtype=np.float64)).all())
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SourceError(path, f"record {token!r}: {field} is not all finite numbers ({v!r})")
 
 
 class NuScenesSource:
@@ -171,14 +204,18 @@ class NuScenesSource:
         try:
             nusc = NuScenes(version=self.version, dataroot=str(self.root), verbose=False)
         except KeyError as e:
-            token = str(e.args[0])
-            raise SourceError(_find_reference(self.table_root, token),
-                              f"refers to unknown token {token!r} (no record with that token)") from None
+            raise _key_error(self.table_root, str(e.args[0])) from None
         except json.JSONDecodeError as e:
             raise SourceError(_unparsable_table(self.table_root), f"not valid JSON: {e}") from None
         except AssertionError as e:
             raise SourceError(self.table_root, f"the nuScenes devkit cannot load the tables: {e}") from None
-        splits = create_splits_scenes()
+        try:
+            self._index(nusc, create_splits_scenes())
+        except KeyError as e:  # a sample's next / data / anns, or a pose, that names no record; a missing field
+            raise _key_error(self.table_root, str(e.args[0])) from None
+
+    def _index(self, nusc: Any, splits: dict[str, list[str]]) -> None:
+        """Fill ``index`` and ``order`` with the split's samples (what reading a frame needs)."""
         if self.split not in splits:
             raise SourceError(self.root, f"unknown split {self.split!r} (devkit splits: {', '.join(sorted(splits))})")
         wanted = set(splits[self.split])
@@ -204,6 +241,13 @@ class NuScenesSource:
             cs = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
             ego = nusc.get("ego_pose", sd["ego_pose_token"])
             anns = [nusc.get("sample_annotation", a) for a in sample["anns"]]
+            _check_finite(self.table_root / "calibrated_sensor.json", cs["token"], translation=cs["translation"],
+                          rotation=cs["rotation"])
+            _check_finite(self.table_root / "ego_pose.json", ego["token"], translation=ego["translation"],
+                          rotation=ego["rotation"])
+            for a in anns:
+                _check_finite(self.table_root / "sample_annotation.json", a["token"], translation=a["translation"],
+                              size=a["size"], rotation=a["rotation"])
             seg = None
             if has_seg:
                 try:

@@ -105,6 +105,33 @@ def test_unknown_sample_token(nu_root, tmp_path):
     assert e.value.path == str(table)
 
 
+def _edit_table(root: Path, name: str, edit) -> Path:
+    table = root / "v1.0-mini" / f"{name}.json"
+    rows = json.loads(table.read_text())
+    edit(rows)
+    table.write_text(json.dumps(rows))
+    return table
+
+
+@pytest.mark.parametrize(("name", "edit", "problem"), [
+    ("sample", lambda rows: rows[0].update(next="f" * 32), f"refers to unknown token '{'f' * 32}'"),
+    ("sample_data", lambda rows: [r.update(ego_pose_token="e" * 32) for r in rows],
+     f"refers to unknown token '{'e' * 32}'"),
+    ("sample_data", lambda rows: rows[0].pop("token"), "has no 'token' field (1 of"),
+    ("calibrated_sensor", lambda rows: [r.pop("rotation") for r in rows], "has no 'rotation' field"),
+    ("sample_annotation", lambda rows: rows[0]["translation"].__setitem__(0, float("nan")),
+     "translation is not all finite numbers"),
+    ("ego_pose", lambda rows: rows[0].update(rotation=[1.0, 0.0, "x", 0.0]), "rotation is not all finite numbers"),
+], ids=["next-unknown", "pose-unknown", "token-missing", "field-missing", "ann-nan", "pose-text"])
+def test_damaged_table_is_refused_naming_the_table(nu_root, tmp_path, name, edit, problem):
+    """Found when the tables are loaded (before any work, so the build exits 2), not as a KeyError traceback
+    or an AssertionError in a worker, and never blaming another table."""
+    table = _edit_table(_copy(nu_root, tmp_path / "r"), name, edit)
+    with pytest.raises(SourceError) as e:
+        NuScenesSource(table.parent.parent)
+    assert e.value.path == str(table) and problem in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.skipif(not REAL.is_dir(), reason="no real nuScenes sweep (optional shared/real data)")
 def test_real_sweep_and_its_boxes_through_the_devkit(tmp_path):
     """The real sweep and its 69 boxes written back as global annotations with the recorded lidar2ego and
