@@ -20,6 +20,16 @@ class SourceError(BenchBuildError, ValueError):
         super().__init__(f"{path}: {problem}")
 
 
+def read_text(path: Path) -> str:
+    """A text file of a dataset (labels, calibration, class lists) as UTF-8; a SourceError naming the file when its
+    bytes are not text (a damaged download or a binary file in its place) rather than a UnicodeDecodeError."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SourceError(path, f"not UTF-8 text (byte {e.start} of {len(data)}): a damaged or binary file") from None
+
+
 def require_extra(module: str, extra: str, reader: str, path: str | Path) -> ModuleType:
     """Import ``module``, a package only one reader needs (installed by the ``extra`` of bench-build), or raise a
     `SourceError` naming the source and the install command: the CLI refuses with exit 2 before any work."""

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench_build.manifests.names import frame_id_message, name_problem
-from bench_build.sources.base import SourceError
+from bench_build.sources.base import SourceError, read_text
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, rot_y_to_lidar_heading
 from bench_build.stages.sensor import HDL64E
@@ -54,7 +54,7 @@ def read_calib(path: Path) -> Calib:
     if not path.is_file():
         raise SourceError(path, "calibration file not found")
     values: dict[str, np.ndarray] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         key, sep, rest = line.partition(":")
@@ -90,7 +90,7 @@ def read_calib(path: Path) -> Calib:
 def read_labels(path: Path, calib: Calib | None) -> Boxes:
     """Boxes of a ``label_2`` file, converted to the LiDAR frame with ``calib``."""
     rows: list[list[str]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         parts = line.split()
         if not parts:
             continue

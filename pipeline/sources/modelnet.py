@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_build.sources.base import SourceError
+from bench_build.sources.base import SourceError, read_text
 from bench_build.sources.mesh import load_mesh, mesh_rng, sample_surface, unit_sphere
 from bench_build.stages.frame import Frame
 
@@ -41,7 +41,7 @@ XYZ = ("x", "y", "z")
 def read_shape_names(path: Path) -> tuple[str, ...]:
     if not path.is_file():
         raise SourceError(path, "shape_names.txt not found (40 class names, one per line)")
-    names = tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
+    names = tuple(line.strip() for line in read_text(path).splitlines() if line.strip())
     if not names:
         raise SourceError(path, "no class names")
     return names
@@ -119,7 +119,7 @@ class ModelNet40H5Source:
             raise SourceError(self.root, "directory not found")
         lst = self.root / f"{split}_files.txt"
         if lst.is_file():
-            names = [Path(line.strip()).name for line in lst.read_text().splitlines() if line.strip()]
+            names = [Path(line.strip()).name for line in read_text(lst).splitlines() if line.strip()]
             files = [self.root / n for n in names]
             for p in files:
                 if not p.is_file():

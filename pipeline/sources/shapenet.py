@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.plan.tasks import stable_hash
-from bench_build.sources.base import SourceError
+from bench_build.sources.base import SourceError, read_text
 from bench_build.sources.mesh import DENSE_POINTS, farthest_points, load_mesh, mesh_rng, sample_surface
 from bench_build.stages.frame import Frame
 
@@ -83,7 +83,7 @@ class ShapeNetCoreSource:
         if not path.is_file():
             raise SourceError(path, "taxonomy.json not found")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_text(path))
             return {str(rec["synsetId"]): str(rec["name"]) for rec in data}
         except (json.JSONDecodeError, TypeError, KeyError) as e:
             raise SourceError(path, f"not a list of {{synsetId, name, …}} records: {type(e).__name__}: {e}") from None

@@ -39,6 +39,11 @@ def garbage(p: Path) -> None:
     p.write_text("{ not valid: [\n")
 
 
+def not_text(p: Path) -> None:
+    """Bytes that are not UTF-8 where a text file belongs (a damaged download, a binary file in its place)."""
+    p.write_bytes(b"\xff\xfe\x00\x9c" * 8)
+
+
 def missing(p: Path) -> None:
     p.unlink()
 
@@ -48,7 +53,8 @@ Case = tuple[str, str, Callable[[Path], None]]
 
 def cases(**globs: str) -> list[Case]:
     """Malformed-input cases by kind of damage (the keyword) → the glob of the fixture's files it applies to."""
-    how = {"truncated": truncate, "wrong_size": drop_record, "bad_text": garbage, "missing": missing}
+    how = {"truncated": truncate, "wrong_size": drop_record, "bad_text": garbage, "not_text": not_text,
+           "missing": missing}
     return [(f"{damage} {glob}", glob, how[damage.split("_", 1)[0] if damage.startswith("missing") else damage])
             for damage, glob in globs.items()]
 
@@ -57,7 +63,8 @@ def cases(**globs: str) -> list[Case]:
 #: first frames must raise a SourceError naming one of them ("missing_x": several missing-file cases).
 MALFORMED: dict[str, list[Case]] = {
     "kitti": cases(truncated="training/velodyne/*.bin", missing="training/calib/*.txt",
-                   bad_text="training/label_2/*.txt") + cases(bad_text="training/calib/*.txt"),
+                   bad_text="training/label_2/*.txt", not_text="training/calib/*.txt")
+    + cases(bad_text="training/calib/*.txt", not_text="training/label_2/*.txt"),
     "semantickitti": cases(truncated="sequences/*/velodyne/*.bin", wrong_size="sequences/*/labels/*.label",
                            missing="sequences/*/labels/*.label", bad_text="sequences/*/calib.txt",
                            missing_times="sequences/*/times.txt"),
@@ -67,9 +74,12 @@ MALFORMED: dict[str, list[Case]] = {
     + cases(truncated="validation/lidar_segmentation/*.parquet"),
     "wads": cases(truncated="sequences/*/velodyne/*.bin", wrong_size="sequences/*/labels/*.label",
                   missing="sequences/*/labels/*.label"),
-    "modelnet40": cases(truncated="modelnet40_ply_hdf5_2048/*.h5", missing="modelnet40_ply_hdf5_2048/*.h5"),
+    "modelnet40": cases(truncated="modelnet40_ply_hdf5_2048/*.h5", missing="modelnet40_ply_hdf5_2048/*.h5",
+                        not_text="modelnet40_ply_hdf5_2048/shape_names.txt")
+    + cases(not_text="modelnet40_ply_hdf5_2048/test_files.txt"),
     "scanobjectnn": cases(truncated="ScanObjectNN/**/*.h5", missing="ScanObjectNN/**/*.h5"),
-    "shapenet": cases(bad_text="ShapeNetCore.v2/taxonomy.json", missing="ShapeNetCore.v2/*/*/models/*.obj"),
+    "shapenet": cases(bad_text="ShapeNetCore.v2/taxonomy.json", missing="ShapeNetCore.v2/*/*/models/*.obj")
+    + cases(not_text="ShapeNetCore.v2/taxonomy.json"),
     "3dos": cases(missing="ScanObjectNN/**/*.h5", missing_mesh="ShapeNetCore.v2/*/*/models/*.obj"),
 }
 
