@@ -275,11 +275,14 @@ def repro_check(
     try:  # the arguments first: the battery takes minutes
         other = load_battery(compare) if compare is not None else None
         if out is not None:
+            if out.is_dir():
+                raise UsageError(f"--out {out}: is a folder; give a file name (e.g. {out / 'node-a.json'})")
             refuse_non_directory(out.parent, "the folder of --out")
         res = battery(recipes.split(",") if recipes else None, probe=probe)
     except (RecipeError, SourceError, UsageError, StorageError) as e:
         raise fail(e) from None
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)  # checked above: a folder, or one that can be made
         out.write_text(json.dumps(res, indent=1, sort_keys=True))
     out_console.print(summary(res), highlight=False)
     if compare is not None:

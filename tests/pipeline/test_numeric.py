@@ -276,7 +276,7 @@ def test_repro_check_command_compares_two_nodes_batteries(tmp_path, monkeypatch)
 
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     runner = CliRunner()
-    a = tmp_path / "node-a.json"
+    a = tmp_path / "batteries" / "node-a.json"  # a folder not there yet is made, as --out of a build is
     res = runner.invoke(app, ["repro-check", "--recipes", "modelnet-c", "--out", str(a)])
     assert res.exit_code == 0, res.output
     battery_a = json.loads(a.read_text())

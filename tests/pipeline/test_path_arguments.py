@@ -50,6 +50,7 @@ def a_file(tmp_path) -> Path:
     ["repro-check", "--out", "{f}/battery.json"],
     ["repro-check", "--compare", "{f}"],
     ["repro-check", "--compare", "{f}.missing"],
+    ["repro-check", "--out", "{d}", "--recipes", "modelnet-c"],  # refused before the battery, not after it
     ["plan", "kitti-c", "--costs", "{f}"],
     ["run", "kitti-c", "--source", "{f}", "--out", "{f}.out"],
 ])
