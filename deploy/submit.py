@@ -237,6 +237,9 @@ def render_rayjob(command: list[str], *, image: str | None = None, max_workers: 
             if v["name"] == SOURCE_VOLUME and source_claim:
                 v["persistentVolumeClaim"]["claimName"] = source_claim
     if max_workers is not None:
+        if max_workers < 1:  # the head has no task CPUs: with no worker pod the build's tasks wait for ever
+            raise Refused(f"--max-workers {max_workers}: give at least 1 worker pod (the head runs no tasks: "
+                          "num-cpus 0)")
         group = cluster["workerGroupSpecs"][0]
         group["maxReplicas"] = max_workers
         group["replicas"] = min(group["replicas"], max_workers)

@@ -396,6 +396,15 @@ def test_submit_refuses_a_job_name_kuberay_would_refuse(name, capsys):
     assert not captured.out and captured.err.count("\n") == 1 and "--name" in captured.err
 
 
+@pytest.mark.parametrize("count", ["0", "-3"])
+def test_submit_refuses_a_worker_group_without_workers(count, capsys):
+    """The head runs no tasks (num-cpus 0): a RayJob of 0 worker pods would wait for ever, and -3 is no size."""
+    assert _submit_module().main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p", "--max-workers",
+                                  count]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and f"--max-workers {count}" in captured.err
+
+
 @pytest.mark.parametrize("args", [["--source", "/x/training", "--source-mount", "/data/kitti"],
                                   ["--source", "/data/kittix", "--source-mount", "/data/kitti"],
                                   ["--source", "/data/kitti", "--source-mount", "data"]])
