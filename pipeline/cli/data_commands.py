@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -196,6 +197,19 @@ def render(
         out_console.print(f"(no --out given: wrote into {paths[0].parent.resolve()}; --out DIR writes elsewhere)")
 
 
+class RealFormat(StrEnum):  # a typer choice, so a misspelt format is refused naming its option; the same as
+    auto = "auto"          # bench_build.validate.config.REAL_FORMATS (tested)
+    stf = "stf"
+    boreas = "boreas"
+    kitti = "kitti"
+    wads = "wads"
+
+
+class Duplicates(StrEnum):  # a typer choice, as bench_build.validate.config.DUPLICATE_CHOICES
+    keep = "keep"
+    drop = "drop"
+
+
 @app.command(rich_help_panel=PANEL_USE)
 def validate(
     version: Annotated[str, typer.Argument(help="A built version, OUT/<benchmark>/<version> (a local folder)")],
@@ -205,13 +219,14 @@ def validate(
         help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR")],
     real_clean: Annotated[list[str], typer.Option(
         help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
-    real_format: Annotated[str, typer.Option(help="stf, boreas, kitti, wads, or auto (path name, else record "
-                                                  "size)")]
-    = "auto",
-    real_clean_format: Annotated[str | None, typer.Option(help="Format of the --real-clean scans (default: "
-                                                               "--real-format; auto after wads)")] = None,
-    real_duplicates: Annotated[str, typer.Option(help="WADS's exact duplicate rows: keep (as recorded) or drop")]
-    = "keep",
+    real_format: Annotated[RealFormat, typer.Option(help="Format of the real scans; auto: from the path name, "
+                                                         "else the record size")]
+    = RealFormat.auto,
+    real_clean_format: Annotated[RealFormat | None, typer.Option(help="Format of the --real-clean scans (default: "
+                                                                      "--real-format; auto after wads)")] = None,
+    real_duplicates: Annotated[Duplicates, typer.Option(help="WADS's exact duplicate rows: keep them (as "
+                                                             "recorded) or drop them")]
+    = Duplicates.keep,
     severity: Annotated[list[int] | None, typer.Option(min=0, help="Simulated severities tested (repeatable; "
                                                                    "default all)")]
     = None,
@@ -237,8 +252,9 @@ def validate(
 
     try:
         dirs = parse_real_options(corruption, real, real_clean)
-        configs = [ValidateConfig(corruption=c, real_weather=w, real_clean=cl, real_format=real_format,
-                                  real_clean_format=real_clean_format, real_duplicates=real_duplicates,
+        configs = [ValidateConfig(corruption=c, real_weather=w, real_clean=cl, real_format=str(real_format),
+                                  real_clean_format=None if real_clean_format is None else str(real_clean_format),
+                                  real_duplicates=str(real_duplicates),
                                   severities=tuple(severity) if severity else None, sample=sample, max_real=max_real,
                                   epochs=epochs, batch_size=batch_size, patience=patience, points=points, width=width,
                                   seed=seed, permutations=permutations, max_embed=max_embed,

@@ -52,9 +52,9 @@ class ValidateConfig:
 
     def __post_init__(self) -> None:
         if self.real_format not in REAL_FORMATS:
-            raise ValidationError(f"real format must be one of {REAL_FORMATS}, got {self.real_format!r}")
+            raise ValidationError(f"real_format must be one of {REAL_FORMATS}, got {self.real_format!r}")
         if self.real_clean_format is not None and self.real_clean_format not in REAL_FORMATS:
-            raise ValidationError(f"real clean format must be one of {REAL_FORMATS}, got {self.real_clean_format!r}")
+            raise ValidationError(f"real_clean_format must be one of {REAL_FORMATS}, got {self.real_clean_format!r}")
         if self.real_duplicates not in DUPLICATE_CHOICES:
             raise ValidationError(f"real_duplicates must be one of {DUPLICATE_CHOICES}, got {self.real_duplicates!r}")
         if self.verdict_space not in VERDICT_SPACES:

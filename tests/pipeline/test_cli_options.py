@@ -54,6 +54,24 @@ def test_a_value_below_the_bound_is_refused_with_exit_2_at_once(args):
     assert "Invalid value" in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.parametrize("option, value", [("--real-format", "xyz"), ("--real-clean-format", "kitty"),
+                                           ("--real-duplicates", "maybe")])
+def test_a_misspelt_validate_choice_is_refused_naming_its_option(option, value, tmp_path):
+    """A value the option does not take is refused at once (exit 2, nothing written) naming the option as typed,
+    not the config field it fills; the CLI's choices are the config's."""
+    from bench_build.cli.data_commands import Duplicates, RealFormat
+    from bench_build.validate.config import DUPLICATE_CHOICES, REAL_FORMATS
+
+    assert tuple(RealFormat) == REAL_FORMATS and tuple(Duplicates) == DUPLICATE_CHOICES
+    for d in ("v", "fog", "clear"):
+        (tmp_path / d).mkdir()
+    res = CliRunner().invoke(app, ["validate", str(tmp_path / "v"), "--corruption", "fog", "--real",
+                                   f"fog={tmp_path / 'fog'}", "--real-clean", str(tmp_path / "clear"), option, value])
+    assert res.exit_code == 2, res.output
+    assert f"'{option}'" in res.output and repr(value) in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["clear", "fog", "v"]
+
+
 def test_the_command_list_gives_each_command_its_first_paragraph_as_flowing_text():
     """`bench-build --help` lists every command with its help's first paragraph, wrapped to the terminal, not cut
     where the docstring's source lines end."""
