@@ -278,7 +278,12 @@ def repro_check(
             if out.is_dir():
                 raise UsageError(f"--out {out}: is a folder; give a file name (e.g. {out / 'node-a.json'})")
             refuse_non_directory(out.parent, "the folder of --out")
-        res = battery(recipes.split(",") if recipes else None, probe=probe)
+        names = None
+        if recipes is not None:  # "kitti-c," or "a, b": blanks around the commas are no recipe ("" read as ".")
+            names = [r.strip() for r in recipes.split(",") if r.strip()]
+            if not names:
+                raise UsageError(f"--recipes {recipes!r}: names no recipe (comma-separated names or .toml files)")
+        res = battery(names, probe=probe)
     except (RecipeError, SourceError, UsageError, StorageError) as e:
         raise fail(e) from None
     if out is not None:

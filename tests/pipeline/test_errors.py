@@ -239,6 +239,8 @@ def _input_case(case: str, tmp_path: Path, request) -> tuple[list[str], str]:
         recipe = request.getfixturevalue("small_recipe")
         return (["run", str(recipe), "--source-shapenet", str(tmp_path), "--out", str(tmp_path / "out")],
                 "recipe mini-c: source kind 'kitti' takes only --source")
+    if case == "repro-check: --recipes that names none":
+        return ["repro-check", "--recipes", " , "], "--recipes ' , ': names no recipe"
     recipe = tmp_path / "mini-wads.toml"
     recipe.write_text(WADS_RECIPE)
     args = ["warm", str(recipe)] if case == "warm: no demo data" else ["repro-check", "--recipes", str(recipe)]
@@ -251,7 +253,7 @@ INPUT_CASES = ["score: predictions not UTF-8", "score: manifest not UTF-8",
                                                                          "modelnet-c", "modelnet40-e", "3dos")),
                "export: a manifest without its recipe", "plan: a split that lists no frame", "diff: no manifest",
                "status: no build", "run: --source-shapenet for KITTI", "warm: no demo data",
-               "repro-check: no demo data"]
+               "repro-check: no demo data", "repro-check: --recipes that names none"]
 
 
 @pytest.mark.parametrize("case", INPUT_CASES)
@@ -264,3 +266,21 @@ def test_bad_input_is_still_one_line_and_exit_2(case, tmp_path, request):
     assert res.output.strip().splitlines() == [res.output.strip()] and res.output.startswith("error: "), res.output
     assert says in res.output, res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_repro_check_reads_blanks_around_the_commas_as_no_recipe(monkeypatch):
+    # "kitti-c," ran the battery on "" too, read as the folder "." ("recipe file . is a directory")
+    from bench_build.build import repro_check
+    from bench_build.cli import app
+    from bench_build.errors import UsageError
+
+    asked = []
+
+    def battery(names, probe=False):
+        asked.append(names)
+        raise UsageError("stop here")
+
+    monkeypatch.setattr(repro_check, "battery", battery)
+    res = runner.invoke(app, ["repro-check", "--recipes", "kitti-c, modelnet-c ,"])
+    assert res.exit_code == 2 and "stop here" in res.output
+    assert asked == [["kitti-c", "modelnet-c"]]
