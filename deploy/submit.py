@@ -3,7 +3,7 @@
 
     python deploy/submit.py ray-up --source /data/kitti --out s3://bucket/bench [--execute]
         prints (or with --execute runs) `ray up` then `ray exec … 'bench-build run … --address auto'`
-    python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \
+    python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \\
         --max-workers 16 | kubectl apply -f -
         prints deploy/kuberay/rayjob.yaml with this run's entrypoint, job name, image, worker-group size and the
         source volume mounted at --source: the template's PVC (kitti-source) for a benchmark that reads KITTI,
