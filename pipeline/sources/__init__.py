@@ -46,7 +46,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     (`ReaderInfo.write_demo`), or the demo objects of `bench_build.sources.demo.objects` for object benchmarks.
     ``roots`` names the dataset roots of a composite source (3dos: shapenet, modelnet40, scanobjectnn).
 
-    ``allow_empty``: accept 0-point scans (KITTI layout) instead of failing their shard."""
+    ``allow_empty``: accept 0-byte scans as frames with no points instead of failing their shard, for the
+    readers of KITTI's velodyne record (`ReaderInfo.allow_empty`: kitti, semantickitti, wads)."""
     # absolute: the source travels to Ray workers, whose working directory is not the driver's on a joined cluster
     roots = {k: os.path.abspath(v) for k, v in (roots or {}).items() if v}
     path = os.path.abspath(path) if path is not None else None
@@ -65,9 +66,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
         # the recipe's options as with real data: they are in its fingerprint, so a demo build must use them too
         return info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split,
                            **recipe.source_options)
-    if allow_empty and recipe.source == "kitti":
-        return KittiSource(path, split or recipe.split, allow_empty=True)
-    return info.reader(path, split or recipe.split, **recipe.source_options)
+    empty = {"allow_empty": True} if allow_empty and info.allow_empty else {}
+    return info.reader(path, split or recipe.split, **recipe.source_options, **empty)
 
 
 def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:

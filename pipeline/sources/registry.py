@@ -58,6 +58,9 @@ class ReaderInfo:
     demo_takes_recipe_split: bool = True
     #: raise when ``write_demo`` writes other data: the demo cache is keyed by it, so old caches are not reused
     demo_version: int = 1
+    #: the reader takes ``allow_empty=True`` (``--allow-empty-frames``): a 0-byte scan is read as a frame with no
+    #: points instead of failing its shard (KITTI's velodyne record, `bench_build.sources.kitti.read_velodyne`)
+    allow_empty: bool = False
 
 
 def _write_kitti_demo(root: Path, frames: int, seed: int) -> Path:
@@ -94,15 +97,15 @@ def _objects_fixture(root: Path) -> Path:
 READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
     ReaderInfo("kitti", KittiSource, "KITTI", "training, testing or an ImageSets list (train, val)",
                _kitti_fixture, write_demo=_write_kitti_demo, demo_takes_recipe_split=False,
-               demo_version=demo_kitti.DEMO_VERSION),
+               demo_version=demo_kitti.DEMO_VERSION, allow_empty=True),
     ReaderInfo("semantickitti", SemanticKittiSource, "SemanticKITTI", "val, train, test or sequences (08,09)",
-               _semantickitti_fixture, write_demo=demo_semantickitti.write_demo),
+               _semantickitti_fixture, write_demo=demo_semantickitti.write_demo, allow_empty=True),
     ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
                _nuscenes_fixture, write_demo=demo_nuscenes.write_demo),
     ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", _waymo_fixture,
                write_demo=demo_waymo.write_demo),
     ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)",
-               _wads_fixture),
+               _wads_fixture, allow_empty=True),
     ReaderInfo("modelnet40", ModelNet40H5Source, "ModelNet40", "train, test or all", _objects_fixture,
                objects=True),
     ReaderInfo("scanobjectnn", ScanObjectNNSource, "ScanObjectNN", "training or test", _objects_fixture,

@@ -89,11 +89,12 @@ class SemanticKittiSource:
     fields = ("x", "y", "z", "intensity")
     intensity_scale = "unit"
 
-    def __init__(self, root: str | Path, split: str | None = None) -> None:
+    def __init__(self, root: str | Path, split: str | None = None, *, allow_empty: bool = False) -> None:
         root = Path(root)
         if not (root / "sequences").is_dir():
             raise SourceError(root / "sequences", "sequences directory not found (is this a SemanticKITTI root?)")
         self.root = root
+        self.allow_empty = allow_empty  # 0-byte scans are an error unless the dataset really has empty frames
         self.split = split or "val"
         try:
             self.sequences = parse_split(self.split)
@@ -145,7 +146,7 @@ class SemanticKittiSource:
     def read(self, frame_id: str) -> Frame:
         seq = frame_id.partition("_")[0]
         p = self.paths(frame_id)
-        points = read_velodyne(p["velodyne"])
+        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
         labels = {}
         if p["label"].is_file():
             raw = read_label_file(p["label"], len(points), p["velodyne"])

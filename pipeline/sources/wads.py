@@ -87,7 +87,8 @@ class WadsSource:
     intensity_scale = "byte"
     sensor = VLS128
 
-    def __init__(self, root: str | Path, split: str | None = None, duplicates: str = "keep") -> None:
+    def __init__(self, root: str | Path, split: str | None = None, duplicates: str = "keep", *,
+                 allow_empty: bool = False) -> None:
         root = Path(root)
         if not (root / "sequences").is_dir():
             raise SourceError(root / "sequences", "sequences directory not found (is this a WADS root? "
@@ -97,6 +98,7 @@ class WadsSource:
         self.root = root
         self.split = split or "all"
         self.duplicates = duplicates
+        self.allow_empty = allow_empty  # 0-byte scans are an error unless the dataset really has empty frames
         try:
             self.sequences = parse_sequences(split)
         except ValueError as e:
@@ -133,7 +135,7 @@ class WadsSource:
         p = self.paths(frame_id)
         if not p["velodyne"].is_file():
             raise SourceError(p["velodyne"], "scan file not found")
-        points = read_velodyne(p["velodyne"])
+        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
         if not p["label"].is_file():
             raise SourceError(p["label"], f"label file missing for scan {p['velodyne'].name} (WADS scans are "
                                           "labelled; the realism report needs the snow labels)")

@@ -79,3 +79,29 @@ def test_source_pickles_without_pykitti_state(sk_root):
     src.list_frames()
     again = pickle.loads(pickle.dumps(src))
     assert len(again.read("08_000001")) > 1000
+
+
+def test_allow_empty_frames_reads_an_empty_scan_that_every_corruption_keeps_empty(sk_root, tmp_path):
+    """The empty-scan error offers --allow-empty-frames: following it works for SemanticKITTI as for KITTI (a 0-byte
+    scan with its 0-byte label file is a frame with no points, and every robo3d-semantickitti-c corruption returns
+    it empty), and without it the build still refuses the scan, naming it."""
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.sources import open_source
+    from bench_build.stages.registry import get_stage
+
+    root = _copy(sk_root, tmp_path / "r")
+    scan = root / "sequences/08/velodyne/000001.bin"
+    scan.write_bytes(b"")
+    (root / "sequences/08/labels/000001.label").write_bytes(b"")
+    recipe = load_recipe("robo3d-semantickitti-c")
+    with pytest.raises(SourceError, match=r"empty scan .*pass --allow-empty-frames") as e:
+        open_source(recipe, root).read("08_000001")
+    assert e.value.path == str(scan)
+    src = open_source(recipe, root, allow_empty=True)
+    frame = src.read("08_000001")
+    assert frame.points.shape == (0, 4) and frame.labels["semantic"].shape == (0,)
+    assert len(src.read("08_000000")) > 1000  # the other scans are read as ever
+    for c in recipe.corruptions:
+        for s, params in enumerate(c.params, 1):
+            out = get_stage(c.stage).apply(frame, params, np.random.default_rng([recipe.seed, s]))
+            assert len(out) == 0 and len(out.labels["semantic"]) == 0, (c.name, s)

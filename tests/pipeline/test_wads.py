@@ -91,6 +91,24 @@ def test_wads_is_a_build_source_with_a_duplicates_option(tmp_path):
     assert _source_option_choices("wads") == {"duplicates": DUPLICATE_CHOICES}  # manifests cannot import pipeline
 
 
+def test_allow_empty_frames_reads_an_empty_wads_scan(tmp_path):
+    """The empty-scan error offers --allow-empty-frames; `open_source` passes it to the WADS reader as to KITTI's: a
+    0-byte scan with its 0-byte label file is a frame with no points (either duplicates choice)."""
+    root = write_wads(tmp_path / "wads", 2)
+    scan = root / "sequences/36/velodyne/000001.bin"
+    scan.write_bytes(b"")
+    (root / "sequences/36/labels/000001.label").write_bytes(b"")
+    head = '[benchmark]\nname = "w"\nversion = "0.1.0"\nseed = 1\nsource = "wads"\nseverities = 1\n'
+    body = '[corruptions.snow]\nstage = "snow_lisa"\nrate = [1.0]\n'
+    with pytest.raises(SourceError, match=r"empty scan .*pass --allow-empty-frames") as e:
+        open_source(parse_recipe(head + body), root).read("36_000001")
+    assert e.value.path == str(scan)
+    for options in ("", '[source_options]\nduplicates = "drop"\n'):
+        frame = open_source(parse_recipe(head + options + body), root, allow_empty=True).read("36_000001")
+        assert frame.points.shape == (0, 4) and frame.labels["semantic"].shape == (0,)
+        assert frame.info["duplicate_rows"] == 0
+
+
 # ---- the real scan ---------------------------------------------------------------------------------------
 
 @needs_wads
