@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_build.sources.base import SourceError, require_extra
+from bench_build.sources.base import SourceError, read_text, require_extra
 from bench_build.sources.kitti import read_velodyne
 from bench_build.stages.frame import Calib, Frame
 from bench_build.stages.sensor import HDL64E
@@ -76,6 +76,19 @@ def read_label_file(path: Path, n_points: int, scan: Path) -> np.ndarray:
     return np.fromfile(path, dtype="<u4")
 
 
+def check_numeric_lines(path: Path, count: int, what: str) -> None:
+    """Every line of ``path`` holds ``count`` finite numbers (times.txt: 1 per scan; poses: 12 per scan), checked
+    before pykitti parses it: pykitti's ValueError names no file, and one from times.txt or the poses would
+    otherwise be taken for calib.txt's."""
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
+        try:
+            nums = [float(v) for v in line.split()]
+        except ValueError:
+            nums = None
+        if nums is None or len(nums) != count or not np.isfinite(nums).all():
+            raise SourceError(path, f"line {lineno}: expected {what}, got {line[:40]!r}")
+
+
 def _calib_from_pykitti(calib: Any) -> Calib:
     p = tuple(np.asarray(getattr(calib, f"P_rect_{i}0"), dtype=np.float64) for i in range(4))
     return Calib(P=p, R0_rect=np.eye(3), Tr_velo_to_cam=np.asarray(calib.T_cam0_velo, dtype=np.float64)[:3])
@@ -118,6 +131,10 @@ class SemanticKittiSource:
             for name in ("calib.txt", "times.txt"):
                 if not (d / name).is_file():
                     raise SourceError(d / name, f"missing (sequence {seq} needs it)")
+            check_numeric_lines(d / "times.txt", 1, "one timestamp in seconds per line")
+            poses = self.root / "poses" / f"{seq}.txt"  # pykitti reads KITTI odometry's poses if present (unused)
+            if poses.is_file():
+                check_numeric_lines(poses, 12, "a 3×4 pose (12 numbers) per line")
             try:
                 with contextlib.redirect_stdout(io.StringIO()):  # pykitti prints when poses are absent
                     od = pykitti.odometry(str(self.root), seq)

@@ -105,3 +105,26 @@ def test_allow_empty_frames_reads_an_empty_scan_that_every_corruption_keeps_empt
         for s, params in enumerate(c.params, 1):
             out = get_stage(c.stage).apply(frame, params, np.random.default_rng([recipe.seed, s]))
             assert len(out) == 0 and len(out.labels["semantic"]) == 0, (c.name, s)
+
+
+@pytest.mark.parametrize("line", ["0.1 s", "", "nan", "0.1 0.2"])
+def test_a_bad_times_txt_line_names_times_txt_not_calib_txt(sk_root, tmp_path, line):
+    root = _copy(sk_root, tmp_path / "r")
+    times = root / "sequences/08/times.txt"
+    times.write_text(f"0.0\n{line}\n")
+    with pytest.raises(SourceError, match=r"line 2: expected one timestamp in seconds per line") as e:
+        SemanticKittiSource(root).list_frames()
+    assert e.value.path == str(times) and "\n" not in str(e.value)
+
+
+def test_a_bad_pose_line_names_the_poses_file_not_calib_txt(sk_root, tmp_path):
+    """pykitti also reads KITTI odometry's ROOT/poses/NN.txt when it is there (the reader does not use the poses)."""
+    root = _copy(sk_root, tmp_path / "r")
+    (root / "poses").mkdir()
+    poses = root / "poses/08.txt"
+    poses.write_text("1 0 0 0 0 1 0 0 0 0 1 0\n1 0 0 0 0 1 0 0 0 0 1\n")
+    with pytest.raises(SourceError, match=r"line 2: expected a 3×4 pose \(12 numbers\) per line") as e:
+        SemanticKittiSource(root).list_frames()
+    assert e.value.path == str(poses)
+    poses.write_text("1 0 0 0 0 1 0 0 0 0 1 0\n" * 2)
+    assert SemanticKittiSource(root).list_frames() == ["08_000000", "08_000001"]  # well-formed poses are accepted

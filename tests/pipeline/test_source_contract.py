@@ -67,7 +67,8 @@ MALFORMED: dict[str, list[Case]] = {
     + cases(bad_text="training/calib/*.txt", not_text="training/label_2/*.txt"),
     "semantickitti": cases(truncated="sequences/*/velodyne/*.bin", wrong_size="sequences/*/labels/*.label",
                            missing="sequences/*/labels/*.label", bad_text="sequences/*/calib.txt",
-                           missing_times="sequences/*/times.txt"),
+                           missing_times="sequences/*/times.txt")
+    + cases(bad_text="sequences/*/times.txt", not_text="sequences/*/times.txt"),
     "nuscenes": cases(truncated="samples/LIDAR_TOP/*.pcd.bin", wrong_size="lidarseg/*/*.bin",
                       bad_text="v1.0-mini/sample.json", missing="v1.0-mini/sample_data.json"),
     "waymo": cases(truncated="validation/lidar/*.parquet", missing="validation/lidar_calibration/*.parquet")
