@@ -11,7 +11,7 @@ Layout (``ROOT`` is the folder that holds ``sequences/``)::
 The sequence is opened with pykitti's ``odometry`` class (file list, calibration, timestamps); scans and
 labels are read and validated here. Frame ids are ``NN_FFFFFF`` (sequence, scan). ``split``: ``val``
 (sequence 08, the default and Robo3D's SemanticKITTI-C), ``train`` (00–07, 09, 10), ``test`` (11–21, no
-labels), or sequence numbers, e.g. ``08`` or ``00,01``.
+labels), or sequence numbers, e.g. ``08`` or ``00,01``. Every other sequence must have its ``labels/`` folder.
 
 Per point, the ``semantic`` label column holds the raw SemanticKITTI id (``label & 0xFFFF``; e.g. 10 car,
 40 road, 252 moving-car) and ``instance`` the upper half (``label >> 16``), so the released ``.label`` value
@@ -131,6 +131,11 @@ class SemanticKittiSource:
             for name in ("calib.txt", "times.txt"):
                 if not (d / name).is_file():
                     raise SourceError(d / name, f"missing (sequence {seq} needs it)")
+            # only the test sequences are released without labels; elsewhere a missing labels/ folder (a separate
+            # download) would build scans with no labels, which a segmentation benchmark cannot score
+            if seq not in SPLITS["test"] and not (d / "labels").is_dir():
+                raise SourceError(d / "labels", f"labels directory of sequence {seq} not found (sequences 00-10 "
+                                                "are labelled: unpack data_odometry_labels.zip into the same root)")
             check_numeric_lines(d / "times.txt", 1, "one timestamp in seconds per line")
             poses = self.root / "poses" / f"{seq}.txt"  # pykitti reads KITTI odometry's poses if present (unused)
             if poses.is_file():

@@ -128,3 +128,28 @@ def test_a_bad_pose_line_names_the_poses_file_not_calib_txt(sk_root, tmp_path):
     assert e.value.path == str(poses)
     poses.write_text("1 0 0 0 0 1 0 0 0 0 1 0\n" * 2)
     assert SemanticKittiSource(root).list_frames() == ["08_000000", "08_000001"]  # well-formed poses are accepted
+
+
+def test_a_labelled_sequence_without_its_labels_folder_is_refused_before_any_work(sk_root, tmp_path):
+    """Sequences 00-10 are labelled: without labels/ (a separate download) a robo3d-semantickitti-c build would go
+    ahead with unlabelled scans, so `run` refuses (exit 2, nothing written) naming the folder. The test sequences
+    (11-21) are released without labels and still read."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    root = _copy(sk_root, tmp_path / "r")
+    labels = root / "sequences/08/labels"
+    shutil.rmtree(labels)
+    with pytest.raises(SourceError, match="labels directory of sequence 08 not found") as e:
+        SemanticKittiSource(root).list_frames()
+    assert e.value.path == str(labels)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "robo3d-semantickitti-c", "--source", str(root), "--out", str(out),
+                                   "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert f"{labels}: labels directory of sequence 08 not found" in " ".join(res.output.split())
+    assert not out.exists()
+    (root / "sequences/08").rename(root / "sequences/11")
+    frame = SemanticKittiSource(root, "test").read("11_000000")
+    assert len(frame) > 1000 and frame.labels == {}
