@@ -322,6 +322,12 @@ class WaymoSource:
         if m == 0:
             return Boxes.empty()
         v = {c: np.asarray(t.column(c).to_numpy(), dtype=np.float64) for c in BOX_COLUMNS[:-1]}
+        # a NaN/inf centre, size or heading is damage, not a box to write (as a NaN/inf range-image pixel)
+        bad = ~np.isfinite(np.stack([v[c] for c in BOX_COLUMNS[:-1]], 1))
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise SourceError(path, f"boxes of timestamp {ts}: {int(bad.any(axis=1).sum())} of {m} with NaN/inf "
+                                    f"values (first: box {row}, {BOX_FIELDS[col]})")
         kind = np.asarray(t.column(BOX_COLUMNS[-1]).to_numpy())
         return Boxes(center=np.stack([v[BOX_COLUMNS[i]] for i in range(3)], 1),
                      dims=np.stack([v[BOX_COLUMNS[i]] for i in range(3, 6)], 1), heading=v[BOX_COLUMNS[6]],

@@ -13,8 +13,10 @@ import pytest
 from bench_build.sources.base import SourceError
 from bench_build.sources.demo.waymo import synthetic_extrinsic, write_waymo
 from bench_build.sources.waymo import (
+    BOX_COLUMNS,
     CALIB_COLUMNS,
     KEY_LASER,
+    KEY_TIME,
     RI1_SHAPE,
     RI1_VALUES,
     TOP,
@@ -156,6 +158,32 @@ def test_nan_in_a_pixel_without_return_is_ignored(wo_root, tmp_path):
     _set_pixel_value(path, False, 1, np.nan)
     fid = next(i for i in WaymoSource(root).list_frames() if i.startswith(path.stem))
     np.testing.assert_array_equal(WaymoSource(root).read(fid).points, WaymoSource(wo_root).read(fid).points)
+
+
+@pytest.mark.parametrize(("field", "value"), [(0, np.nan), (4, np.inf), (6, -np.inf)],
+                         ids=["center.x-nan", "size.y-inf", "heading-inf"])
+def test_nan_or_inf_in_a_box_names_the_box_file_timestamp_and_box(wo_root, tmp_path, field, value):
+    """A damaged box value is refused (the shard fails), not written as a box with NaN/inf values."""
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    path = next((root / "validation" / "lidar_box").glob("*.parquet"))
+    t = pq.read_table(path)
+    times = t.column(KEY_TIME).to_pylist()
+    ts = times[0]
+    row = [k for k, v in enumerate(times) if v == ts][1]  # the timestamp's second box
+    values = t.column(BOX_COLUMNS[field]).to_pylist()
+    values[row] = float(value)
+    i = t.column_names.index(BOX_COLUMNS[field])
+    pq.write_table(t.set_column(i, BOX_COLUMNS[field], pa.array(values, pa.float64())), path)
+    src = WaymoSource(root)
+    fid = f"{path.stem}-{ts}"
+    n = times.count(ts)
+    with pytest.raises(SourceError) as e:
+        src.read(fid)
+    assert e.value.path == str(path) and "\n" not in str(e.value)
+    name = BOX_COLUMNS[field].rpartition(".box.")[2]
+    assert f"boxes of timestamp {ts}: 1 of {n} with NaN/inf values (first: box 1, {name})" in str(e.value)
+    other = f"{path.stem}-{next(v for v in times if v != ts)}"  # the file's other frame reads as before
+    np.testing.assert_array_equal(src.read(other).boxes.center, WaymoSource(wo_root).read(other).boxes.center)
 
 
 def test_small_row_groups_read_the_same_frames(wo_root, tmp_path):
