@@ -15,6 +15,7 @@ The writers here are the exact inverse and are used by the demo source and label
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,13 @@ REQUIRED_CALIB = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam")
 def read_velodyne(path: Path, *, allow_empty: bool = False) -> np.ndarray:
     """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``)."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         raise SourceError(path, "file not found") from None
+    if not stat.S_ISREG(st.st_mode):  # bad input, not a resource failure (np.fromfile: IsADirectoryError)
+        raise SourceError(path, "is a directory, not a scan file" if stat.S_ISDIR(st.st_mode)
+                          else "is not a regular file (a scan file was expected)")
+    size = st.st_size
     if size == 0 and not allow_empty:
         raise SourceError(path, "empty scan (0 bytes, no points); if the dataset really has empty frames, "
                                 "pass --allow-empty-frames")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -285,3 +288,20 @@ def test_split_uses_imagesets_and_is_sorted(tmp_path):
     assert inner.read("000002").points.shape == (4, 4)
     d = train.describe()
     assert d["kind"] == "kitti" and d["split"] == "train"
+
+
+def test_a_scan_path_that_is_a_directory_is_bad_input_naming_it(small_recipe, demo_kitti, tmp_path):
+    """velodyne/<id>.bin as a folder (a botched unpack) is bad input: a SourceError naming it, so the build fails
+    that shard saying "fix the input", not an IsADirectoryError taken for a disk or memory problem."""
+    scan = demo_kitti / "training" / "velodyne" / "000001.bin"
+    scan.unlink()
+    scan.mkdir()
+    with pytest.raises(SourceError) as e:
+        KittiSource(demo_kitti).read("000001")
+    assert e.value.path == str(scan) and str(e.value) == f"{scan}: is a directory, not a scan file"
+    run = subprocess.run([sys.executable, "-m", "bench_build.cli", "run", str(small_recipe), "--source",
+                          str(demo_kitti), "--out", str(tmp_path / "o"), "--workers", "1", "--max-frames", "2",
+                          "--frames-per-shard", "1", "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert f"{scan}: is a directory, not a scan file" in run.stderr and "1 built, 1 failed" in run.stderr
+    assert "fix the input" in run.stderr and "free disk space" not in run.stderr
