@@ -28,6 +28,7 @@ The map is the devkit's own (`lidarseg_learning_map`), taken at run time, not a 
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -107,14 +108,22 @@ def _parse_split(root: Path, split: str | None, default: str = "val") -> tuple[s
     return version, name
 
 
-def read_points(path: Path) -> np.ndarray:
-    """N×5 float32 (x, y, z, intensity, ring) of a ``.pcd.bin`` (the devkit's format, ring kept)."""
+def read_points(path: Path, *, allow_empty: bool = False) -> np.ndarray:
+    """N×5 float32 (x, y, z, intensity, ring) of a ``.pcd.bin`` (the devkit's format, ring kept); not empty unless
+    ``allow_empty`` (a 0-byte sweep is a damaged download: a real LIDAR_TOP sweep always has returns)."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         raise SourceError(path, "point cloud file not found") from None
     if not path.name.endswith(".bin"):
         raise SourceError(path, "LIDAR_TOP file name must end in .bin")
+    if not stat.S_ISREG(st.st_mode):  # bad input, not a resource failure (np.fromfile: IsADirectoryError)
+        raise SourceError(path, "is a directory, not a point cloud file" if stat.S_ISDIR(st.st_mode)
+                          else "is not a regular file (a point cloud file was expected)")
+    size = st.st_size
+    if size == 0 and not allow_empty:
+        raise SourceError(path, "empty sweep (0 bytes, no points); if the dataset really has empty sweeps, "
+                                "pass --allow-empty-frames")
     if size % POINT_BYTES:
         raise SourceError(path, f"size {size} bytes is not a multiple of {POINT_BYTES} (5 float32 per point)")
     pts = np.fromfile(path, dtype="<f4").reshape(-1, 5)
@@ -179,11 +188,12 @@ class NuScenesSource:
     fields = ("x", "y", "z", "intensity", "ring")
     intensity_scale = "byte"
 
-    def __init__(self, root: str | Path, split: str | None = None) -> None:
+    def __init__(self, root: str | Path, split: str | None = None, *, allow_empty: bool = False) -> None:
         root = Path(root)
         if not root.is_dir():
             raise SourceError(root, "nuScenes root directory not found")
         self.root = root
+        self.allow_empty = allow_empty  # 0-byte sweeps are an error unless the dataset really has empty ones
         self.version, self.split = _parse_split(root, split)
         self.table_root = root / self.version
         self.index: dict[str, dict[str, Any]] = {}
@@ -300,7 +310,7 @@ class NuScenesSource:
             raise SourceError(self.table_root / "sample.json",
                               f"unknown sample token {frame_id!r} (not a sample of split {self.split})")
         pcd = self.root / rec["filename"]
-        points = read_points(pcd)
+        points = read_points(pcd, allow_empty=self.allow_empty)
         labels = {}
         if rec["lidarseg"] is not None:
             seg_path = self.root / rec["lidarseg"]

@@ -59,7 +59,8 @@ class ReaderInfo:
     #: raise when ``write_demo`` writes other data: the demo cache is keyed by it, so old caches are not reused
     demo_version: int = 1
     #: the reader takes ``allow_empty=True`` (``--allow-empty-frames``): a 0-byte scan is read as a frame with no
-    #: points instead of failing its shard (KITTI's velodyne record, `bench_build.sources.kitti.read_velodyne`)
+    #: points instead of failing its shard (KITTI's velodyne record, `bench_build.sources.kitti.read_velodyne`;
+    #: nuScenes' ``.pcd.bin``, `bench_build.sources.nuscenes.read_points`)
     allow_empty: bool = False
 
 
@@ -101,7 +102,7 @@ READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
     ReaderInfo("semantickitti", SemanticKittiSource, "SemanticKITTI", "val, train, test or sequences (08,09)",
                _semantickitti_fixture, write_demo=demo_semantickitti.write_demo, allow_empty=True),
     ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
-               _nuscenes_fixture, write_demo=demo_nuscenes.write_demo),
+               _nuscenes_fixture, write_demo=demo_nuscenes.write_demo, allow_empty=True),
     ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", _waymo_fixture,
                write_demo=demo_waymo.write_demo),
     ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)",

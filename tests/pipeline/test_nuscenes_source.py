@@ -170,3 +170,31 @@ def test_table_version_from_split_or_cli(nu_root):
                                    "v1.0-trainval", "--out", str(nu_root.parent / "o")])
     assert out.exit_code == 2
     assert "v1.0-trainval" in out.output and "nuScenes table missing" in " ".join(out.output.split())
+
+
+def test_an_empty_or_folder_sweep_is_refused_unless_empty_frames_are_allowed(nu_root, tmp_path):
+    """A 0-byte .pcd.bin read as a sweep of 0 points (0 is a multiple of 20 bytes), and a folder in its place was an
+    IsADirectoryError (told as a full disk); both are bad input naming the file. --allow-empty-frames reads the
+    0-byte sweep (with its 0-byte lidarseg file) as a frame with no points, as for KITTI."""
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.sources import open_source
+
+    root = _copy(nu_root, tmp_path / "r")
+    src = NuScenesSource(root)
+    fid = src.list_frames()[0]
+    rec = src.index[fid]
+    sweep = root / rec["filename"]
+    sweep.write_bytes(b"")
+    if rec["lidarseg"] is not None:
+        (root / rec["lidarseg"]).write_bytes(b"")
+    with pytest.raises(SourceError, match=r"empty sweep \(0 bytes, no points\).*pass --allow-empty-frames") as e:
+        NuScenesSource(root).read(fid)
+    assert e.value.path == str(sweep)
+    recipe = load_recipe("robo3d-nuscenes-c")
+    frame = open_source(recipe, root, allow_empty=True).read(fid)
+    assert frame.points.shape == (0, 5)
+    sweep.unlink()
+    sweep.mkdir()
+    with pytest.raises(SourceError, match="is a directory, not a point cloud file") as e:
+        NuScenesSource(root).read(fid)
+    assert e.value.path == str(sweep)
