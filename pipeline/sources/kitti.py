@@ -32,8 +32,13 @@ CALIB_KEYS = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_
 REQUIRED_CALIB = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam")
 
 
-def read_velodyne(path: Path, *, allow_empty: bool = False) -> np.ndarray:
-    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``)."""
+#: what an empty scan's error advises a build (`run --allow-empty-frames`); other readers of the record pass their own
+EMPTY_ADVICE = "if the dataset really has empty frames, pass --allow-empty-frames"
+
+
+def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = EMPTY_ADVICE) -> np.ndarray:
+    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``, else an
+    error ending in ``empty_advice``)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -43,8 +48,7 @@ def read_velodyne(path: Path, *, allow_empty: bool = False) -> np.ndarray:
                           else "is not a regular file (a scan file was expected)")
     size = st.st_size
     if size == 0 and not allow_empty:
-        raise SourceError(path, "empty scan (0 bytes, no points); if the dataset really has empty frames, "
-                                "pass --allow-empty-frames")
+        raise SourceError(path, f"empty scan (0 bytes, no points); {empty_advice}")
     if size % 16:
         raise SourceError(path, f"size {size} bytes is not a multiple of 16 (4 float32 per point)")
     pts = np.fromfile(path, dtype="<f4").reshape(-1, 4)

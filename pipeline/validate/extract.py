@@ -42,11 +42,15 @@ FORMATS: dict[str, dict[str, Any]] = {
 SIZE_FORMATS = ("stf", "boreas", "kitti")
 
 
+#: an empty real scan has nothing to classify (validate has no --allow-empty-frames: that is `run`'s)
+EMPTY_REAL = "a real scan needs points: remove it from the folder"
+
+
 def read_wads(path: Path, duplicates: str = "keep") -> tuple[np.ndarray, np.ndarray]:
     """Points and raw uint32 labels of a WADS scan (``sequences/NN/velodyne/F.bin`` + ``../labels/F.label``);
     ``duplicates = "drop"`` keeps the first of each exact (row, label) repeat."""
 
-    pts = read_velodyne(path)
+    pts = read_velodyne(path, empty_advice=EMPTY_REAL)
     label = path.parent.parent / "labels" / f"{path.stem}.label"
     if not label.is_file():
         raise SourceError(label, f"label file missing for WADS scan {path.name} (expected beside velodyne/ in "
@@ -69,7 +73,7 @@ def read_real(fmt: str, path: Path, duplicates: str = "keep") -> np.ndarray:
         return read_boreas_bin(path)
     if fmt == "kitti":
 
-        return read_velodyne(path)
+        return read_velodyne(path, empty_advice=EMPTY_REAL)
     raise ValueError(f"unknown real-data format {fmt!r}")
 
 

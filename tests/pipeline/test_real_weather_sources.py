@@ -104,3 +104,19 @@ def test_validation_loader_reads_both_formats_onto_one_scale(tmp_path):
     (tmp_path / "stf" / "2.bin").write_bytes(b"\0" * 21)
     bad = load_real_chunk("stf", str(tmp_path / "stf"), ["1.bin", "2.bin"], "weather", prep, 0)
     assert "2.bin" in bad["error"] and "not a multiple of 20" in bad["error"]
+
+
+@pytest.mark.parametrize("fmt", ["kitti", "wads"])
+def test_an_empty_real_kitti_or_wads_scan_is_not_offered_run_s_flag(tmp_path, fmt):
+    """validate reads real KITTI and WADS scans with KITTI's record reader, whose empty-scan error offers
+    `run --allow-empty-frames`; validate has no such option, so it says what to do there instead."""
+    from bench_build.validate.extract import read_real
+
+    scan = tmp_path / "sequences" / "36" / "velodyne" / "000001.bin"
+    scan.parent.mkdir(parents=True)
+    scan.write_bytes(b"")
+    with pytest.raises(SourceError) as e:
+        read_real(fmt, scan)
+    assert e.value.path == str(scan)
+    assert "empty scan (0 bytes, no points); a real scan needs points: remove it from the folder" in str(e.value)
+    assert "--allow-empty-frames" not in str(e.value)
