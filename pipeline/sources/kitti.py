@@ -15,6 +15,7 @@ The writers here are the exact inverse and are used by the demo source and label
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,10 @@ class KittiSource:
     def read(self, frame_id: str) -> Frame:
         p = self.paths(frame_id)
         points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
+        for what in ("calib", "label"):  # optional files, but something else in their place is damage, not absence
+            if os.path.lexists(p[what]) and not p[what].is_file():
+                raise SourceError(p[what], f"is {'a directory' if p[what].is_dir() else 'not a regular file'}, "
+                                           f"not a {'calibration' if what == 'calib' else 'label'} file")
         calib = read_calib(p["calib"]) if p["calib"].is_file() else None
         boxes = None
         if p["label"].is_file():

@@ -305,3 +305,16 @@ def test_a_scan_path_that_is_a_directory_is_bad_input_naming_it(small_recipe, de
     assert run.returncode == 1, run.stderr
     assert f"{scan}: is a directory, not a scan file" in run.stderr and "1 built, 1 failed" in run.stderr
     assert "fix the input" in run.stderr and "free disk space" not in run.stderr
+
+
+@pytest.mark.parametrize(("sub", "what"), [("label_2", "label"), ("calib", "calibration")])
+def test_a_label_or_calib_path_that_is_a_directory_is_bad_input_naming_it(demo_kitti, sub, what):
+    """Labels and calibration are optional per frame, so their reader skipped anything that is not a file: a
+    label_2/<id>.txt folder (a botched unpack) gave a frame with no boxes and no word. It is damage, named."""
+    path = demo_kitti / "training" / sub / "000001.txt"
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(SourceError) as e:
+        KittiSource(demo_kitti).read("000001")
+    assert e.value.path == str(path) and str(e.value) == f"{path}: is a directory, not a {what} file"
+    assert len(KittiSource(demo_kitti).read("000000").boxes.center) > 0  # the other frames as ever
