@@ -328,6 +328,8 @@ class WaymoSource:
             row, col = (int(i) for i in np.argwhere(bad)[0])
             raise SourceError(path, f"boxes of timestamp {ts}: {int(bad.any(axis=1).sum())} of {m} with NaN/inf "
                                     f"values (first: box {row}, {BOX_FIELDS[col]})")
+        if (nulls := t.column(BOX_COLUMNS[-1]).null_count) > 0:  # a box without its class: damage, not "Unknown"
+            raise SourceError(path, f"boxes of timestamp {ts}: {nulls} of {m} without a {BOX_COLUMNS[-1]} value")
         kind = np.asarray(t.column(BOX_COLUMNS[-1]).to_numpy())
         return Boxes(center=np.stack([v[BOX_COLUMNS[i]] for i in range(3)], 1),
                      dims=np.stack([v[BOX_COLUMNS[i]] for i in range(3, 6)], 1), heading=v[BOX_COLUMNS[6]],

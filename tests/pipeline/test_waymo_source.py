@@ -186,6 +186,23 @@ def test_nan_or_inf_in_a_box_names_the_box_file_timestamp_and_box(wo_root, tmp_p
     np.testing.assert_array_equal(src.read(other).boxes.center, WaymoSource(wo_root).read(other).boxes.center)
 
 
+def test_a_box_without_its_type_names_the_box_file(wo_root, tmp_path):
+    """A null class in lidar_box crashed the reader in int(); it is damage, named like a NaN box value."""
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    path = next((root / "validation" / "lidar_box").glob("*.parquet"))
+    t = pq.read_table(path)
+    ts = t.column(KEY_TIME)[0].as_py()
+    col = t.column(BOX_COLUMNS[-1])
+    values = col.to_pylist()
+    values[0] = None
+    t = t.set_column(t.column_names.index(BOX_COLUMNS[-1]), BOX_COLUMNS[-1], pa.array(values, col.type))
+    pq.write_table(t, path)
+    with pytest.raises(SourceError) as e:
+        WaymoSource(root).read(f"{path.stem}-{ts}")
+    assert e.value.path == str(path)
+    assert f"boxes of timestamp {ts}: 1 of " in str(e.value) and f"without a {BOX_COLUMNS[-1]} value" in str(e.value)
+
+
 def test_small_row_groups_read_the_same_frames(wo_root, tmp_path):
     """Frames are read row group by row group (the file's keys once, then only the groups a frame is in)."""
     root = shutil.copytree(wo_root, tmp_path / "r")
