@@ -107,18 +107,23 @@ def _cmdline(path: Path) -> str:
         return ""
 
 
-@pytest.mark.parametrize(("command", "function", "kept"), [
-    (["publish", "v", "--to", "s3://b/d"], "publish_version", "the files uploaded so far are kept on the store"),
-    (["pull", "s3://b/d/x", "--out", "o"], "pull_version", "the files downloaded and verified so far wait in o/"),
+@pytest.mark.parametrize(("command", "function", "dest", "kept"), [
+    (["publish", "v", "--to", "s3://b/d"], "publish_version", None, "the files uploaded so far are kept on the store"),
+    (["pull", "s3://b/d", "--out", "o"], "pull_version", "o/d/1.0.0",
+     "the files downloaded and verified so far wait in o/d/1.0.0/_pull/"),
+    (["pull", "s3://b/d", "--out", "o"], "pull_version", None, "nothing was downloaded yet"),  # before the manifest
 ])
-def test_an_interrupted_transfer_says_what_it_kept_and_how_to_finish(command, function, kept, monkeypatch):
-    """Ctrl-C during publish or pull used to exit 130 with no word; the rerun resumes, but nobody said so."""
+def test_an_interrupted_transfer_says_what_it_kept_and_how_to_finish(command, function, dest, kept, monkeypatch):
+    """Ctrl-C during publish or pull used to exit 130 with no word; the rerun resumes, but nobody said so. A pull
+    names the version folder's _pull/ once the manifest has named that folder (``on_dest``)."""
     from typer.testing import CliRunner
 
     import bench_build.publish
     from bench_build.cli import app
 
     def interrupted(*args, **kwargs):
+        if dest is not None:
+            kwargs["on_dest"](Path(dest))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bench_build.publish, function, interrupted)
