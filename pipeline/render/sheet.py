@@ -77,16 +77,21 @@ def sheet_key(panels: Sequence[Panel], *, color_by: str = "tag") -> SheetKey:
                     None if win is None else scale_bar_m(win[1] - win[0], 0.45))
 
 
-def _flow(entries: Sequence[LegendEntry], width: int, start: float) -> list[list[tuple[float, LegendEntry]]]:
-    """Legend entries laid out left to right in lines no wider than ``width`` px (x of each entry)."""
+def _text_px(text: str, size: float, style: str = "normal") -> float:
+    """The width in the sheet's pixels of ``text`` at ``size`` pt (the sheet's dpi)."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
-    font, measure = FontProperties(size=7), TextToPath()
+    return TextToPath().get_text_width_height_descent(text, FontProperties(size=size, style=style),
+                                                      ismath=False)[0] * LEGEND_DPI / 72
+
+
+def _flow(entries: Sequence[LegendEntry], width: int, start: float) -> list[list[tuple[float, LegendEntry]]]:
+    """Legend entries laid out left to right in lines no wider than ``width`` px (x of each entry)."""
     lines: list[list[tuple[float, LegendEntry]]] = [[]]
     x = start
     for e in entries:
-        w = 14 + measure.get_text_width_height_descent(e.label, font, ismath=False)[0] * LEGEND_DPI / 72 + 14
+        w = 14 + _text_px(e.label, 7) + 14
         if lines[-1] and x + w > width - SHEET_GAP_PX:
             lines.append([])
             x = SHEET_GAP_PX
@@ -95,26 +100,12 @@ def _flow(entries: Sequence[LegendEntry], width: int, start: float) -> list[list
     return lines
 
 
-def _text_px(text: str, size: float) -> float:
-    """The width in the sheet's pixels of ``text`` at ``size`` pt."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import TextToPath
-
-    return TextToPath().get_text_width_height_descent(text, FontProperties(size=size), ismath=False)[0] \
-        * LEGEND_DPI / 72
-
-
 def _wrap(text: str, width: int, size: float = 7) -> list[str]:
     """``text`` in lines no wider than ``width`` px at ``size`` pt (the sheet's dpi), broken between words."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import TextToPath
-
-    font, measure = FontProperties(size=size, style="italic"), TextToPath()
     lines: list[str] = []
     for word in text.split():
         line = f"{lines[-1]} {word}" if lines else word
-        if lines and measure.get_text_width_height_descent(line, font, ismath=False)[0] * LEGEND_DPI / 72 \
-                <= width - 2 * SHEET_GAP_PX:
+        if lines and _text_px(line, size, "italic") <= width - 2 * SHEET_GAP_PX:
             lines[-1] = line
         else:
             lines.append(word)
