@@ -41,7 +41,12 @@ from bench_build.manifests.manifest import LEDGER_DIR, sha256_file
 from bench_build.storage import HASH_CHUNK, Store, atomic_write_text, open_store
 
 __all__ = ["HASH_CHUNK", "LEDGER_DIR", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text",
-           "sha256_file"]
+           "entry_key", "sha256_file"]
+
+
+def entry_key(shard: str, failed: bool = False) -> str:
+    """A shard's ledger entry, relative to its version directory: done, or failed (error, kind, a bug's traceback)."""
+    return f"{LEDGER_DIR}/shards/{shard}.failed.json" if failed else f"{LEDGER_DIR}/shards/{shard}.json"
 
 
 class LedgerUnreadable(LedgerMismatch, ValueError):
@@ -127,7 +132,7 @@ class Ledger:
         return Path(self.root) / LEDGER_DIR
 
     def _entry(self, shard: str, failed: bool = False) -> str:
-        return f"{LEDGER_DIR}/shards/{shard}.failed.json" if failed else f"{LEDGER_DIR}/shards/{shard}.json"
+        return entry_key(shard, failed)
 
     def _read(self, key: str) -> dict[str, Any] | None:
         """The JSON object stored at ``key``, None if there is none; LedgerUnreadable if it is not one."""

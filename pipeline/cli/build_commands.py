@@ -151,16 +151,18 @@ def run(
 
 def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
     """What to do about a run's failed shards ({shard: kind}, `build.task`'s kinds), one line per kind among them."""
+    from bench_build.build.ledger import entry_key
+
     kinds = {k if k in ("input", "environment", "internal") else "resource" for k in failure_kinds.values()}
     internal = sorted(s for s, k in failure_kinds.items() if k == "internal")
+    trace = entry_key(internal[0] if len(internal) == 1 else "<shard>", failed=True)
     again = "then run the same command again: finished shards are kept"
     hints = {"input": "fix the input named above and run the same command again: finished shards are kept",
              "resource": f"the input is not at fault: free disk space / memory or check the Ray cluster, {again}",
              "environment": "the input is not at fault: install bench-build with its dependencies in the Python the "
                             f"workers run (on every node of a cluster), {again}",
              "internal": "the input is not at fault: an unexpected error in bench-build itself (a bug). The worker's "
-                         f"traceback is in {version_dir}/_ledger/shards/"
-                         f"{internal[0] if len(internal) == 1 else '<shard>'}.failed.json (\"traceback\"): please "
+                         f"traceback is in {version_dir}/{trace} (\"traceback\"): please "
                          "report it with that file. Finished shards are kept"}
     return [hints[k] for k in hints if k in (kinds or {"input"})]
 
@@ -266,7 +268,7 @@ def status(
     profile: ProfileOpt = None,
 ) -> None:
     """Shards done / failed / pending, examples written, ETA."""
-    from bench_build.build.ledger import LedgerMismatch
+    from bench_build.build.ledger import LedgerMismatch, entry_key
     from bench_build.build.status import build_status
     from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError
@@ -292,5 +294,5 @@ def status(
     for shard, err in sorted(st["failed"].items()):
         bug = st["failed_kinds"].get(shard) == "internal"  # where its traceback is, for the report
         out_console.print(f"  failed {shard}: {err.splitlines()[0]}" + (
-            f" (a bug in bench-build; the worker's traceback is in {st['version_dir']}/_ledger/shards/"
-            f"{shard}.failed.json)" if bug else ""), highlight=False, soft_wrap=True)
+            f" (a bug in bench-build; the worker's traceback is in {st['version_dir']}/"
+            f"{entry_key(shard, failed=True)})" if bug else ""), highlight=False, soft_wrap=True)
