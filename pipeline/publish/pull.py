@@ -51,6 +51,7 @@ from bench_build.storage import (
     StorageError,
     Store,
     VersionLocked,
+    in_the_way,
     make_dirs,
     open_store,
     replace_durably,
@@ -136,14 +137,13 @@ def _refuse_a_file_on_the_way(out: Path, dest: Path) -> None:
     parents that exists (a link counts, even a broken one) must be a directory. Else one line naming that path,
     `PullError` code 2, before anything is written (before, mkdir's "Not a directory" / "File exists" named
     ``dest``, not the file in the way)."""
-    on_the_way = next((p for p in (dest, *dest.parents) if os.path.lexists(p)), None)
-    if on_the_way is None or on_the_way.is_dir():
+    if (on_the_way := in_the_way(dest)) is None:
         return
     what = "a file" if on_the_way.is_file() else "a broken link" if on_the_way.is_symlink() else "a special file"
-    if on_the_way == out:
+    if on_the_way.absolute() == out.absolute():
         raise PullError(f"--out {out}: not a directory ({what}); pass a directory (the version goes to "
                         f"OUT/{dest.parent.name}/{dest.name}); nothing was written", code=2)
-    if on_the_way in out.parents:
+    if on_the_way.absolute() in out.absolute().parents:
         raise PullError(f"--out {out}: {on_the_way} is {what}, not a directory; pass another --out; nothing was "
                         "written", code=2)
     raise PullError(f"--out {out}: {on_the_way} is {what}, not the {'version' if on_the_way == dest else 'dataset'}'s "

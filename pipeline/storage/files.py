@@ -21,13 +21,20 @@ def refuse_non_directory(path: str | Path, what: str) -> None:
     before a command starts work, so the mkdir deep inside it cannot fail half-way with NotADirectoryError.
     ``what`` names the argument (``"--out"``)."""
     path = Path(path)
+    if (p := in_the_way(path)) is not None:
+        kind = "a broken link" if p.is_symlink() else "a file"
+        raise StorageError(f"{what} {path}: {p} is {kind}, not a directory; give a directory (or a "
+                           "path where one can be created)")
+
+
+def in_the_way(path: str | Path) -> Path | None:
+    """What stops ``path`` from being made a directory: the nearest existing one of it and its ancestors (a link
+    counts, even a broken one) when that is not a directory; None when ``path`` is one or can be made one."""
+    path = Path(path)
     for p in (path, *path.absolute().parents):
         if os.path.lexists(p):
-            if p.is_dir():
-                return
-            kind = "a broken link" if p.is_symlink() else "a file"
-            raise StorageError(f"{what} {path}: {p} is {kind}, not a directory; give a directory (or a "
-                               "path where one can be created)")
+            return None if p.is_dir() else p
+    return None
 
 
 def current_umask() -> int:
