@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -134,14 +135,23 @@ def missing_task_packages(names: Mapping[str, str] = TASK_PACKAGES) -> list[str]
     return missing
 
 
+def declared_requirements() -> list[str]:
+    """bench-build's own requirements, without its extras' (none when run from a source tree never installed)."""
+    try:
+        return [r for r in metadata.requires("bench-build") or [] if "extra ==" not in r]
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement names (``'threadpoolctl>=3.1'`` → ``threadpoolctl``), lower case."""
+    return re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0].lower()
+
+
 def missing_packages_message(missing: list[str]) -> str:
     """One line: which packages are missing, and the pip command that installs them at bench-build's versions."""
-    try:
-        wanted = [r.split(";")[0].strip() for r in metadata.requires("bench-build") or [] if "extra ==" not in r]
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        wanted = []
-    specs = [next((w for w in wanted if w.split(">")[0].split("=")[0].split("<")[0].strip() == dist), dist)
-             for dist in missing]
+    wanted = {requirement_name(r): r.split(";")[0].strip() for r in declared_requirements()}
+    specs = [wanted.get(dist, dist) for dist in missing]
     return (f"this Python ({sys.executable}) cannot import {', '.join(missing)}, which bench-build's build tasks "
             f"need: install {'it' if len(missing) == 1 else 'them'} with: pip install "
             f"{' '.join(shlex.quote(s) for s in specs)} (or install bench-build with "

@@ -16,7 +16,13 @@ from bench_build.build.run import run_build
 from bench_build.build.task import describe_task_error, task_traceback
 from bench_build.cli.build_commands import failure_hints
 from bench_build.errors import UsageError
-from bench_build.runtime.ray import TASK_PACKAGES, missing_packages_message, missing_task_packages
+from bench_build.runtime.ray import (
+    TASK_PACKAGES,
+    declared_requirements,
+    missing_packages_message,
+    missing_task_packages,
+    requirement_name,
+)
 
 
 def _raised_by_task(cause: BaseException, ip: str = "10.1.2.3") -> BaseException:
@@ -81,11 +87,8 @@ def test_a_package_the_tasks_need_is_refused_before_anything_is_written(monkeypa
 
 def test_the_checked_packages_are_what_the_workers_import_and_the_driver_does_not():
     # each is a declared dependency of bench-build, so the install command the message prints is right
-    from importlib import metadata
-
-    declared = {r.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
-                for r in metadata.requires("bench-build") if "extra ==" not in r}
-    assert set(TASK_PACKAGES.values()) <= declared
+    declared = {requirement_name(r) for r in declared_requirements()}
+    assert set(TASK_PACKAGES.values()) <= declared and "threadpoolctl" in declared
     # the driver of a build never imports threadpoolctl, so only this check (or the worker) can tell
     code = ("import sys; from bench_build.cli import app\n"
             "from bench_build.build import run\n"
