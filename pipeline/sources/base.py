@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import stat
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -18,6 +20,25 @@ class SourceError(BenchBuildError, ValueError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+def regular_file(path: Path, what: str, missing: str | None = None) -> os.stat_result | None:
+    """The stat of ``path``, a ``what`` (e.g. "scan file") of the dataset. Something else in its place (a folder from
+    a botched unpack, a broken link) is bad input: a SourceError naming it, not an OSError taken for a full disk.
+    A missing file raises with ``missing`` as the problem, or, when ``missing`` is None (an optional file), gives
+    None."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise SourceError(path, f"is a broken link (a {what} was expected)") from None
+        if missing is None:
+            return None
+        raise SourceError(path, missing) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(path, f"is a directory, not a {what}" if stat.S_ISDIR(st.st_mode)
+                          else f"is not a regular file (a {what} was expected)")
+    return st
 
 
 def read_text(path: Path) -> str:

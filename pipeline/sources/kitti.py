@@ -15,15 +15,13 @@ The writers here are the exact inverse and are used by the demo source and label
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench_build.manifests.names import frame_id_message, name_problem
-from bench_build.sources.base import SourceError, read_text
+from bench_build.sources.base import SourceError, read_text, regular_file
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, rot_y_to_lidar_heading
 from bench_build.stages.sensor import HDL64E
@@ -40,14 +38,7 @@ EMPTY_ADVICE = "if the dataset really has empty frames, pass --allow-empty-frame
 def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = EMPTY_ADVICE) -> np.ndarray:
     """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``, else an
     error ending in ``empty_advice``)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise SourceError(path, "file not found") from None
-    if not stat.S_ISREG(st.st_mode):  # bad input, not a resource failure (np.fromfile: IsADirectoryError)
-        raise SourceError(path, "is a directory, not a scan file" if stat.S_ISDIR(st.st_mode)
-                          else "is not a regular file (a scan file was expected)")
-    size = st.st_size
+    size = regular_file(path, "scan file", missing="file not found").st_size
     if size == 0 and not allow_empty:
         raise SourceError(path, f"empty scan (0 bytes, no points); {empty_advice}")
     if size % 16:
@@ -239,10 +230,9 @@ class KittiSource:
     def read(self, frame_id: str) -> Frame:
         p = self.paths(frame_id)
         points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
-        for what in ("calib", "label"):  # optional files, but something else in their place is damage, not absence
-            if os.path.lexists(p[what]) and not p[what].is_file():
-                raise SourceError(p[what], f"is {'a directory' if p[what].is_dir() else 'not a regular file'}, "
-                                           f"not a {'calibration' if what == 'calib' else 'label'} file")
+        # optional files, but something else in their place is damage, not absence
+        regular_file(p["calib"], "calibration file")
+        regular_file(p["label"], "label file")
         calib = read_calib(p["calib"]) if p["calib"].is_file() else None
         boxes = None
         if p["label"].is_file():

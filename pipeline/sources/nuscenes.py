@@ -28,14 +28,13 @@ The map is the devkit's own (`lidarseg_learning_map`), taken at run time, not a 
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from bench_build.sources.base import SourceError, require_extra
+from bench_build.sources.base import SourceError, regular_file, require_extra
 from bench_build.stages.frame import Boxes, Frame
 from bench_build.stages.sensor import HDL32E
 
@@ -111,16 +110,9 @@ def _parse_split(root: Path, split: str | None, default: str = "val") -> tuple[s
 def read_points(path: Path, *, allow_empty: bool = False) -> np.ndarray:
     """N×5 float32 (x, y, z, intensity, ring) of a ``.pcd.bin`` (the devkit's format, ring kept); not empty unless
     ``allow_empty`` (a 0-byte sweep is a damaged download: a real LIDAR_TOP sweep always has returns)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise SourceError(path, "point cloud file not found") from None
+    size = regular_file(path, "point cloud file", missing="point cloud file not found").st_size
     if not path.name.endswith(".bin"):
         raise SourceError(path, "LIDAR_TOP file name must end in .bin")
-    if not stat.S_ISREG(st.st_mode):  # bad input, not a resource failure (np.fromfile: IsADirectoryError)
-        raise SourceError(path, "is a directory, not a point cloud file" if stat.S_ISDIR(st.st_mode)
-                          else "is not a regular file (a point cloud file was expected)")
-    size = st.st_size
     if size == 0 and not allow_empty:
         raise SourceError(path, "empty sweep (0 bytes, no points); if the dataset really has empty sweeps, "
                                 "pass --allow-empty-frames")
