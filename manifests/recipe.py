@@ -162,6 +162,11 @@ class Recipe:
                 return c
         raise KeyError(f"recipe {self.name}: no corruption {name!r}")
 
+    def label_stages(self) -> list[str]:
+        """Corruptions whose stage reads per-point semantic labels (params' ``needs_point_labels``)."""
+        return [c.name for c in self.corruptions
+                if any(getattr(p, "needs_point_labels", False) for p in c.params)]
+
     @property
     def frames_per_shard(self) -> int:
         return int(self.options.get("frames_per_shard", SHARD_DEFAULT_FRAMES))

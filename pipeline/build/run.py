@@ -31,6 +31,7 @@ from bench_build.runtime.ray import (
     stop_ray_in_background,
 )
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
+from bench_build.sources.base import point_labels_missing
 from bench_build.storage import LocalStore, Store, open_store, redact
 
 DEMO_FRAMES = 8
@@ -147,6 +148,9 @@ def run_build(
         frame_ids = frame_ids[:max_frames]
     if not frame_ids:
         raise UsageError(f"source {src.describe()} has no frames")
+    if (uses := recipe.label_stages()) and (missing := point_labels_missing(src)):  # each task would fail on it
+        raise UsageError(f"{recipe.name}'s {' and '.join(uses)} read{'s' if len(uses) == 1 else ''} per-point semantic "
+                         f"labels, but {missing}")
 
     fps = frames_per_shard if frames_per_shard is not None else default_frames_per_shard(recipe, demo=demo)
     fingerprint = build_fingerprint(recipe, frame_ids, frames_per_shard=fps, encoding=encoding)

@@ -62,6 +62,14 @@ def require_extra(module: str, extra: str, reader: str, path: str | Path) -> Mod
                                 f"install it with: pip install 'bench-build[{extra}]'{note}") from None
 
 
+def point_labels_missing(src: Any) -> str | None:
+    """None when ``src``'s listed frames carry per-point semantic labels, else what is missing (one clause)."""
+    probe = getattr(src, "unlabelled", None)
+    if probe is None:
+        return f"the {src.kind} reader gives no per-point semantic labels"
+    return probe()
+
+
 class Source(Protocol):
     kind: str
     fields: tuple[str, ...]
@@ -69,6 +77,8 @@ class Source(Protocol):
     # Optional: ``columns``, a tuple of the optional row columns this source fills (names from
     # pipeline/format/schema.py: per-point labels such as "semantic", per-example attrs such as "class_name");
     # absent → none. Every file of a build then has them, null where a frame lacks one.
+    # Optional: ``unlabelled() -> str | None``, None when the listed frames carry per-point semantic labels, else
+    # what is missing (names the file or folder); absent → the source has no per-point labels (`point_labels_missing`).
 
     def list_frames(self) -> list[str]:
         """Frame ids in a stable order (cheap: no scan is decoded)."""

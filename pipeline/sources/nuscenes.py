@@ -193,6 +193,7 @@ class NuScenesSource:
         self.categories: dict[int, str] = {}
         self.learning_map: dict[int, int] = {}
         self.train_classes: list[str] = []
+        self.has_lidarseg = False
         self._load()
 
     def _load(self) -> None:
@@ -221,7 +222,7 @@ class NuScenesSource:
         if self.split not in splits:
             raise SourceError(self.root, f"unknown split {self.split!r} (devkit splits: {', '.join(sorted(splits))})")
         wanted = set(splits[self.split])
-        has_seg = hasattr(nusc, "lidarseg")
+        has_seg = self.has_lidarseg = hasattr(nusc, "lidarseg")
         if has_seg:
             self.categories = {int(c["index"]): c["name"] for c in nusc.category}
             # (the devkit already refuses a category name outside its 32, so the mapper knows every one)
@@ -318,6 +319,17 @@ class NuScenesSource:
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
                      labels=labels, boxes=self.boxes(frame_id), sensor=HDL32E,
                      attrs={"sequence": rec["scene"], "timestamp_us": rec["timestamp"]})
+
+    def unlabelled(self) -> str | None:
+        """What lacks lidarseg labels among the listed key frames (the whole expansion, or some frames), or None."""
+        if not self.has_lidarseg:
+            return (f"{self.table_root} has no lidarseg.json (the nuScenes-lidarseg expansion): unpack it into "
+                    f"{self.root}")
+        bare = [t for t in self.order if self.index[t]["lidarseg"] is None]
+        if not bare:
+            return None
+        return (f"{len(bare)} of the {len(self.order)} key frames of {self.table_root} have no lidarseg.json "
+                f"record, e.g. sample {bare[0]}")
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "root": str(self.root), "version": self.version, "split": self.split,

@@ -154,6 +154,15 @@ class SemanticKittiSource:
             self._odometry[seq] = od
         return self._odometry[seq]
 
+    def unlabelled(self) -> str | None:
+        """The split's sequences released without labels (the test sequences 11-21), or None."""
+        bare = [s for s in self.sequences if not (self.sequence_dir(s) / "labels").is_dir()]
+        if not bare:
+            return None
+        return (f"sequence{'s' if len(bare) > 1 else ''} {', '.join(bare)} of {self.root} "
+                f"{'have' if len(bare) > 1 else 'has'} no labels/ folder (SemanticKITTI releases 11-21 without "
+                "labels): build a labelled split, e.g. --split val (08), train, or sequence numbers 00-10")
+
     def list_frames(self) -> list[str]:
         ids = []
         for seq in self.sequences:

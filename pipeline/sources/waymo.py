@@ -229,8 +229,14 @@ class WaymoSource:
     def labelled(self) -> bool:
         return (self.data / "lidar_segmentation").is_dir()
 
-    def list_frames(self) -> list[str]:
+    def unlabelled(self) -> str | None:
+        """None when frames are listed from ``lidar_segmentation`` (only labelled ones are), else what is missing."""
+        if self.labelled:
+            return None
+        return (f"{self.data} has no lidar_segmentation component folder (the per-point labels of the labelled "
+                "frames)")
 
+    def list_frames(self) -> list[str]:
         ids = []
         for path in sorted((self.data / "lidar").glob("*.parquet")):
             ctx = path.stem

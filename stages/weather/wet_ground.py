@@ -134,6 +134,11 @@ class WetGroundParams:
         if self.noise_level not in (None, "rarest", "lowest"):
             raise ValueError(f"wet_ground: noise_level must be 'rarest' or 'lowest', got {self.noise_level!r}")
 
+    @property
+    def needs_point_labels(self) -> bool:
+        """Reads the frame's ``semantic`` labels (a build refuses a source without them before any work)."""
+        return bool(self.ground_labels)
+
     def option(self, name: str):
         value = getattr(self, name)
         if value is not None:

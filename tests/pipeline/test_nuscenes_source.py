@@ -198,3 +198,30 @@ def test_an_empty_or_folder_sweep_is_refused_unless_empty_frames_are_allowed(nu_
     with pytest.raises(SourceError, match="is a directory, not a point cloud file") as e:
         NuScenesSource(root).read(fid)
     assert e.value.path == str(sweep)
+
+
+def test_a_recipe_that_reads_labels_refuses_key_frames_without_lidarseg(nu_root, tmp_path):
+    """robo3d-nuscenes-c's wet_ground takes the ground from the lidarseg labels: without the expansion, or with
+    key frames it does not cover, `run` refuses before any work (exit 2, nothing written), naming the tables."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    assert NuScenesSource(nu_root).unlabelled() is None
+    root = _copy(nu_root, tmp_path / "r")
+    first = NuScenesSource(root).list_frames()[0]
+    rec = NuScenesSource(root).index[first]
+    (root / rec["lidarseg"]).unlink()  # the devkit counts the label files against the records
+    _edit_table(root, "lidarseg", lambda rows: rows.remove(next(r for r in rows
+                                                                if r["sample_data_token"] == rec["sd_token"])))
+    src = NuScenesSource(root)
+    assert src.unlabelled() == (f"1 of the {len(src.list_frames())} key frames of {root / 'v1.0-mini'} have no "
+                                f"lidarseg.json record, e.g. sample {first}")
+    (root / "v1.0-mini" / "lidarseg.json").unlink()
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "robo3d-nuscenes-c", "--source", str(root), "--out", str(out),
+                                   "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert (f"robo3d-nuscenes-c's wet_ground reads per-point semantic labels, but {root / 'v1.0-mini'} has no "
+            "lidarseg.json (the nuScenes-lidarseg expansion)") in " ".join(res.output.split())
+    assert not out.exists()

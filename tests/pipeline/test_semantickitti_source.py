@@ -153,3 +153,26 @@ def test_a_labelled_sequence_without_its_labels_folder_is_refused_before_any_wor
     (root / "sequences/08").rename(root / "sequences/11")
     frame = SemanticKittiSource(root, "test").read("11_000000")
     assert len(frame) > 1000 and frame.labels == {}
+
+
+def test_a_split_without_labels_is_refused_by_a_recipe_that_reads_them(sk_root, tmp_path):
+    """robo3d-semantickitti-c's wet_ground takes the ground from the labels: on the unlabelled test sequences
+    every task would fail at that stage, so `run` refuses first (exit 2, nothing written) and says which
+    splits are labelled."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    assert SemanticKittiSource(sk_root).unlabelled() is None
+    root = _copy(sk_root, tmp_path / "r")
+    (root / "sequences/08").rename(root / "sequences/11")
+    shutil.rmtree(root / "sequences/11/labels")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "robo3d-semantickitti-c", "--source", str(root), "--split", "11",
+                                   "--out", str(out), "--no-progress"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert (f"robo3d-semantickitti-c's wet_ground reads per-point semantic labels, but sequence 11 of {root} has "
+            "no labels/ folder") in said
+    assert "--split val (08)" in said and "Traceback" not in said
+    assert not out.exists()

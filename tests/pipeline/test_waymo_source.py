@@ -101,6 +101,24 @@ def test_unlabelled_source_lists_every_top_frame(wo_root, tmp_path):
     assert "semantic" not in src.read(src.list_frames()[-1]).labels
 
 
+def test_a_recipe_that_reads_labels_refuses_a_source_without_them(wo_root, tmp_path):
+    """robo3d-wod-c's wet_ground takes the ground from the segmentation labels: without the component every task
+    would fail at that stage, so `run` refuses first (exit 2, nothing written), naming the folder."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    assert WaymoSource(wo_root / "validation").unlabelled() is None
+    root = shutil.copytree(wo_root, tmp_path / "r")
+    shutil.rmtree(root / "validation" / "lidar_segmentation")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "robo3d-wod-c", "--source", str(root), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert (f"robo3d-wod-c's wet_ground reads per-point semantic labels, but {root / 'validation'} has no "
+            "lidar_segmentation component folder") in " ".join(res.output.split())
+    assert not out.exists()
+
+
 def test_missing_column_names_file_and_column(wo_root, tmp_path):
     root = shutil.copytree(wo_root, tmp_path / "r")
     path = next((root / "validation" / "lidar").glob("*.parquet"))
