@@ -171,7 +171,8 @@ def render(
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
                                                         "instead of the contact sheet")] = None,
     severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
-    color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance) or height")] = "tag",
+    color_by: Annotated[str, typer.Option(help="Point colours: tag (provenance), height, or semantic (each point's "
+                                                "class, in a segmentation build)")] = "tag",
 ) -> None:
     """PNGs of a frame: bird's-eye views with boxes, a metre scale and a zoom on one object marking what
     differs from clean (scenes), or three labelled views (objects), with a legend; by default the contact

@@ -15,7 +15,8 @@ labelled (top x–y, front x–z, side y–z), and every scene panel carries an 
 (`Focus`) that marks what differs from the clean scan — the only way object-level corruptions show.
 
 Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple
-crosstalk, green jittered, red synthetic), or by height (viridis over z ∈ [−2.5, 1.5] m for scenes).
+crosstalk, green jittered, red synthetic), by height (viridis over z ∈ [−2.5, 1.5] m for scenes), or by the
+semantic class a segmentation benchmark scores (`views.semantic_classes`; grey unlabelled).
 Boxes: cyan Car, olive Pedestrian, brown Cyclist, dark grey any other class (colours no point tag uses).
 """
 

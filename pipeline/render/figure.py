@@ -10,7 +10,7 @@ from bench_build.manifests.manifest import read_manifest
 from bench_build.manifests.partial import held_partitions
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
-from bench_build.render.panels import OBJECT_VIEWS, box_color, present_tags, save_png, sheet_extent
+from bench_build.render.panels import OBJECT_VIEWS, box_color, present_classes, present_tags, save_png, sheet_extent
 from bench_build.render.raster import bev_raster, box_outlines, object_raster
 from bench_build.render.read import (
     default_render_dir,
@@ -20,7 +20,7 @@ from bench_build.render.read import (
     read_views,
 )
 from bench_build.render.sheet import contact_sheet
-from bench_build.render.views import COLOR_BY, RenderError, View
+from bench_build.render.views import COLOR_BY, RenderError, View, semantic_classes
 from bench_build.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
 from bench_build.storage import LocalStore
 
@@ -37,7 +37,8 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
 
     tags = present_tags(view.tags)
     classes = [cls for cls, _ in box_outlines(view.boxes)]
-    entries = legend_entries(tags, classes, color_by=color_by, zoom=focus is not None)
+    entries = legend_entries(tags, classes, color_by=color_by, zoom=focus is not None,
+                             semantic=present_classes(view, color_by))
     handles = [Patch(facecolor=e.color, label=e.label) if e.kind == "points" else
                Line2D([], [], color=e.color, ls="--" if e.kind == "clean box" else "-", label=e.label)
                for e in entries]
@@ -137,6 +138,11 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
         raise RenderError(f"{root}: severity {severity} is outside 0…{severities}")
     if corruption == "clean" and severity not in (None, 0):  # else "clean, 3" quietly draws clean 0
         raise RenderError(f"{root}: clean has only severity 0, not {severity}")
+    semantic = None
+    if color_by == "semantic" and (semantic := semantic_classes(manifest.get("source"))) is None:
+        raise RenderError(f"{root}: --color-by semantic needs per-point semantic labels, and this "
+                          f"{manifest['recipe'].get('name', 'build')} build's frames have none (the segmentation "
+                          "benchmarks have them: robo3d-semantickitti-c, robo3d-nuscenes-c, robo3d-wod-c)")
 
     def say(note: str) -> None:
         if on_note is not None:
@@ -145,7 +151,7 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
     has_clean = ("clean", 0) in held_partitions(manifest)
     short, long = no_clean_note(root, manifest)
     if corruption is None and severity is None:
-        frame_id, views = read_views(store, manifest, frame_id)
+        frame_id, views = read_views(store, manifest, frame_id, semantic=semantic)
         if not has_clean:
             say(long)
         data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
@@ -165,7 +171,7 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
         raise RenderError(missing)
     if missing:
         say(f"left out: {missing}")
-    frame_id, views = read_views(store, manifest, frame_id, partitions=[*parts, ("clean", 0)])
+    frame_id, views = read_views(store, manifest, frame_id, partitions=[*parts, ("clean", 0)], semantic=semantic)
     clean = next((v for v in views if v.corruption == "clean"), None)
     extent, radius = sheet_extent(clean or next(v for v in views if (v.corruption, v.severity) in parts))
     focus = None if clean is None else sheet_focus(clean, extent)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench_build.render.panels import OTHER_BOX
-from bench_build.render.views import BOX_COLORS, TAG_COLORS
+from bench_build.render.views import BOX_COLORS, TAG_COLORS, semantic_colors
 from bench_build.render.zoom import CLEAN_BOX, ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME
 from bench_build.stages.frame import PointTag
 
@@ -41,11 +41,16 @@ def _hex(color: str) -> tuple[float, float, float]:
 
 
 def legend_entries(tags: Iterable[int], classes: Iterable[str], *, color_by: str = "tag",
-                   zoom: bool = False) -> list[LegendEntry]:
+                   zoom: bool = False, semantic: Iterable[tuple[int, str]] = ()) -> list[LegendEntry]:
     """What a picture's legend lists: the point tags that occur (colour by tag only; by height a colour bar
-    says it), the box classes that occur, and the zoom's colours where there is a zoom. Nothing else: an
-    object build, which has no weather, never lists weather scatter."""
+    says it), the semantic classes that occur (``semantic``: (class, name); colour by semantic only), the box
+    classes that occur, and the zoom's colours where there is a zoom. Nothing else: an object build, which has
+    no weather, never lists weather scatter."""
     out: list[LegendEntry] = []
+    if color_by == "semantic":
+        present = sorted(set(semantic))
+        colors = semantic_colors(max((c for c, _ in present), default=0) + 1)
+        out += [LegendEntry(name, tuple(float(v) for v in colors[c])) for c, name in present]  # type: ignore[misc]
     if color_by == "tag":
         seen = set()
         for t in sorted(set(int(t) for t in tags)):

@@ -40,7 +40,8 @@ class Panel:
     sheet's frame in memory paints its panels and hands them to the driver instead of the driver reading
     every partition file back. ``extent``: the x/y window (m) of a scene panel (its scale bar); ``tags``: the
     point tags present (its legend); ``inset``: the zoom on the sheet's `Focus`, its outlines in the inset's
-    pixels (the clean box as class `CLEAN_BOX`), the window (m) and the corner it sits in."""
+    pixels (the clean box as class `CLEAN_BOX`), the window (m) and the corner it sits in; ``classes``: the
+    semantic classes present, when coloured by them (its legend)."""
 
     corruption: str
     severity: int
@@ -52,6 +53,7 @@ class Panel:
     inset_outlines: tuple[tuple[str, np.ndarray], ...] = ()
     zoom: tuple[float, float, float, float] | None = None
     corner: int = 0
+    classes: tuple[tuple[int, str], ...] = ()  # (class, name) of the points' semantic classes (colour by semantic)
 
 
 def sheet_extent(clean: View) -> tuple[tuple[float, float, float, float] | None, float]:
@@ -71,13 +73,22 @@ def present_tags(tags: np.ndarray) -> tuple[int, ...]:
     return tuple(int(t) for t in np.flatnonzero(np.bincount(np.asarray(tags, np.uint8), minlength=256)))
 
 
+def present_classes(view: View, color_by: str) -> tuple[tuple[int, str], ...]:
+    """(class, name) of the semantic classes among ``view``'s points, in class order; () unless coloured by them."""
+    if color_by != "semantic" or view.semantic is None:
+        return ()
+    return tuple((int(c), view.class_names[int(c)]) for c in np.unique(view.semantic))
+
+
 def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
                px: int = PANEL_PX, focus: Focus | None = None) -> Panel:
     """Paint ``view`` with the sheet's shared ``extent`` (scenes) or ``radius`` (objects), and its zoom on
     ``focus`` (scenes with boxes)."""
     tags = present_tags(view.tags)
+    classes = present_classes(view, color_by)
     if view.is_object:
-        return Panel(view.corruption, view.severity, object_raster(view, radius, color_by, px), tags=tags)
+        return Panel(view.corruption, view.severity, object_raster(view, radius, color_by, px), tags=tags,
+                     classes=classes)
     outlines = tuple((cls, to_px(o, extent, px)) for cls, o in box_outlines(view.boxes))
     inset = zoom_outlines = None
     if focus is not None:
@@ -87,7 +98,7 @@ def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = 
                               [(CLEAN_BOX, focus.outline[1]), *box_outlines(view.boxes)])
     return Panel(view.corruption, view.severity, bev_raster(view, extent, color_by, px), outlines,
                  tuple(float(e) for e in extent), tags, inset, zoom_outlines or (),  # type: ignore[arg-type]
-                 None if focus is None else focus.extent, 0 if focus is None else focus.corner)
+                 None if focus is None else focus.extent, 0 if focus is None else focus.corner, classes)
 
 
 def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from bench_build.render.views import COLOR_BY, PANEL_PX, TAG_COLORS, RenderError, View
+from bench_build.render.views import COLOR_BY, PANEL_PX, TAG_COLORS, RenderError, View, semantic_colors
 from bench_build.stages.frame import Boxes, PointTag
 
 _TAG_LUT: np.ndarray | None = None
@@ -23,9 +23,13 @@ def _lut8() -> np.ndarray:
     return (_tag_lut() * 255 + 0.5).astype(np.uint8)
 
 
-def _colors(tags: np.ndarray, z: np.ndarray, color_by: str, z_range: tuple[float, float]) -> np.ndarray:
+def _colors(view: View, z: np.ndarray, color_by: str, z_range: tuple[float, float]) -> np.ndarray:
     if color_by == "tag":
-        return _tag_lut()[tags.astype(np.uint8)]
+        return _tag_lut()[view.tags.astype(np.uint8)]
+    if color_by == "semantic":
+        if view.semantic is None:
+            raise RenderError(f"{view.corruption} {view.severity}: no per-point semantic labels to colour by")
+        return semantic_colors(len(view.class_names))[view.semantic]
     if color_by == "height":
         from matplotlib import colormaps
 
@@ -95,7 +99,7 @@ def bev_raster(view: View, extent, color_by: str, px: int = PANEL_PX) -> np.ndar
     if color_by == "tag":  # `paint` with colour = the tag's (LUT in uint8) and key = tag·100 + z, in one pass
         u0, u1, v0, v1 = (float(e) for e in extent)
         return _zbuffer_tags(p, np.asarray(view.tags, dtype=np.uint8), _lut8(), u0, u1, v0, v1, int(px))
-    return paint(p[:, 0], p[:, 1], _colors(view.tags, p[:, 2], color_by, (-2.5, 1.5)), p[:, 2], extent, px)
+    return paint(p[:, 0], p[:, 1], _colors(view, p[:, 2], color_by, (-2.5, 1.5)), p[:, 2], extent, px)
 
 
 @numba.njit(cache=True)
@@ -117,7 +121,7 @@ def object_raster(view: View, radius: float, color_by: str, px: int = PANEL_PX) 
     """Three views side by side: top (x–y), front (x–z), side (y–z); (px, 3·px, 3)."""
     p = view.points
     ext = (-radius, radius, -radius, radius)
-    rgb = _colors(view.tags, p[:, 2], color_by, (-radius, radius))
+    rgb = _colors(view, p[:, 2], color_by, (-radius, radius))
     panels = []
     half = max(px // 2, 1)  # a shape has ~1,000 points: paint at half resolution, so each is a 2×2 dot
     for a, b, depth in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):

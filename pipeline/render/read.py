@@ -19,7 +19,7 @@ from bench_build.manifests.partial import held_partitions, partial_of, parts_tex
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.panels import Panel
 from bench_build.render.sheet import contact_sheet, panels_sheet
-from bench_build.render.views import SHEET_NAME, RenderError, View
+from bench_build.render.views import SHEET_NAME, RenderError, View, map_semantic
 
 
 def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
@@ -78,10 +78,12 @@ READ_THREADS = 8
 
 
 def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
-               partitions: Iterable[tuple[str, int]] | None = None) -> tuple[str, list[View]]:
+               partitions: Iterable[tuple[str, int]] | None = None,
+               semantic: tuple[np.ndarray, tuple[str, ...]] | None = None) -> tuple[str, list[View]]:
     """The views of one frame (default: the first frame of the first shard) in every (or the given)
     partition, reading only the row groups whose statistics can hold it. A local version's files are read on
-    threads; the views are the same, in the same order, as read one by one."""
+    threads; the views are the same, in the same order, as read one by one. ``semantic``: (raw label → class
+    LUT, class names) of `semantic_classes`, to read each point's class too (colour by semantic)."""
     wanted = None if partitions is None else set(partitions)
     shards = manifest["shards"]
     if not shards:
@@ -100,12 +102,12 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
     views: list[View] = []
     if frame_id is None:  # the first file that has a row names the frame
         while todo and frame_id is None:
-            frame_id, view = _read_view(store, manifest, todo.pop(0), None, width)
+            frame_id, view = _read_view(store, manifest, todo.pop(0), None, width, semantic)
             views += [view] if view is not None else []
     if todo:
         threads = min(READ_THREADS, os.cpu_count() or 1, len(todo)) if store.is_local else 1
         with ThreadPoolExecutor(threads) as pool:
-            found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width)[1], todo))
+            found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width, semantic)[1], todo))
         views += [v for v in found if v is not None]
     if not views:
         if not files:  # no file of the requested partitions is in the version (a partial pull)
@@ -120,8 +122,8 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
     return frame_id, sort_views(views, manifest)  # type: ignore[return-value]
 
 
-def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str | None,
-               width: int) -> tuple[str | None, View | None]:
+def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str | None, width: int,
+               semantic: tuple[np.ndarray, tuple[str, ...]] | None = None) -> tuple[str | None, View | None]:
     """(frame id, its view) from the manifest entry ``s``'s file: ``frame_id``, or the file's first row's frame
     when None; the view is None if the file does not hold that frame."""
     part = (s["corruption"], int(s["severity"]))
@@ -129,7 +131,8 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
         pf = pq.ParquetFile(f)
         meta = file_metadata(pf.schema_arrow)
         w = len(meta.get("fields") or []) or width
-        cols = [c for c in ("frame_id", "points", "point_ref", "point_tag", "boxes") if c in pf.schema_arrow.names]
+        wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic",) if semantic else ())
+        cols = [c for c in wanted if c in pf.schema_arrow.names]
         for rg in range(pf.num_row_groups):
             if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
                 continue
@@ -147,7 +150,18 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
             tags = _tags(t["point_tag"])[0] if "point_tag" in t.column_names else np.zeros(len(pts), np.uint8)
             boxes = decode_boxes(t["boxes"][0].as_py()) if "boxes" in t.column_names else None
             is_object = boxes is None and (len(pts) == 0 or float(np.abs(pts).max()) <= 5.0)
-            return frame_id, View(part[0], part[1], pts, tags, boxes, is_object)
+            if semantic is None:
+                return frame_id, View(part[0], part[1], pts, tags, boxes, is_object)
+            lut, names = semantic
+            raw = t["semantic"][0] if "semantic" in t.column_names else None
+            if raw is None or not raw.is_valid:  # a frame without labels (null): every point unlabelled
+                cls = np.zeros(len(pts), np.int32)
+            else:
+                cls = map_semantic(raw.values.to_numpy(zero_copy_only=False), lut)
+                if len(cls) != len(pts):
+                    raise RenderError(f"{s['path']}: frame {frame_id} has {len(cls)} semantic labels for "
+                                      f"{len(pts)} points")
+            return frame_id, View(part[0], part[1], pts, tags, boxes, is_object, cls, names)
     return frame_id, None
 
 

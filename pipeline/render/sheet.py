@@ -66,7 +66,8 @@ def sheet_key(panels: Sequence[Panel], *, color_by: str = "tag") -> SheetKey:
     tags = sorted({t for p in panels for t in p.tags})
     classes = {cls for p in panels for cls, _ in p.outlines}
     zoom = any(p.inset is not None for p in panels)
-    legend = legend_entries(tags, classes, color_by=color_by, zoom=zoom)
+    legend = legend_entries(tags, classes, color_by=color_by, zoom=zoom,
+                            semantic={c for p in panels for c in p.classes})
     colorbar = None
     if color_by == "height":
         colorbar = ("height z (shape units)", -1.0, 1.0) if is_object else ("height z (m)", *SCENE_Z_RANGE)
@@ -144,7 +145,7 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     grid = cols * cell_w + SHEET_GAP_PX
     width = max(grid, 420)
     left = (width - grid) // 2  # a grid narrower than the legend's minimum width is centred
-    head = "colour: point tag · " if color_by == "tag" else ""
+    head = {"tag": "colour: point tag · ", "semantic": "colour: semantic class · "}.get(color_by, "")
     lines = _flow(key.legend, width, SHEET_GAP_PX + 7 * len(head))
     said = _wrap(note, width) if note else []
     bar_h = 24 if key.colorbar else 0

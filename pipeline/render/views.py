@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ PANEL_PX = 240  # raster size of one view
 SHEET_NAME = "renders/contact_sheet.png"
 
 
-COLOR_BY = ("tag", "height")
+COLOR_BY = ("tag", "height", "semantic")
 
 
 TAG_COLORS = {
@@ -38,9 +39,66 @@ class RenderError(BenchBuildError, ValueError):
     pass
 
 
+#: colour of class 0 (unlabelled / ignored) when colouring by semantic class
+UNLABELLED_COLOR = (0.8, 0.8, 0.8)
+_PALETTE: np.ndarray | None = None
+
+
+def semantic_colors(n: int) -> np.ndarray:
+    """(n, 3) colours in [0, 1] of classes 0..n−1: class 0 light grey, the others matplotlib's tab20 without its
+    two greys, its dark shades first (so neighbouring classes differ in hue), then tab20b (38 distinct colours,
+    repeating beyond)."""
+    global _PALETTE
+    if _PALETTE is None:
+        from matplotlib import colormaps
+
+        order = [*range(0, 20, 2), *range(1, 20, 2)]
+        tab20 = [colormaps["tab20"].colors[i] for i in order if i not in (14, 15)]
+        _PALETTE = np.array([*tab20, *colormaps["tab20b"].colors], dtype=np.float64)[:, :3]
+    idx = (np.arange(max(n, 1)) - 1) % len(_PALETTE)
+    out = _PALETTE[idx]
+    out[0] = UNLABELLED_COLOR
+    return out[:n]
+
+
+def semantic_classes(source: dict[str, Any] | None) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """(raw label → class LUT, class names) of a build whose frames carry per-point ``semantic`` labels, from the
+    source its manifest records; None when they carry none. The classes are the ones the benchmark scores:
+    the recorded learning map and its train classes (SemanticKITTI's 19 + unlabelled, nuScenes-lidarseg's 16 +
+    ignore), else the recorded class list (Waymo's ``Segmentation.Type``), else nuScenes' raw categories. A raw
+    label outside the map is class 0."""
+    source = source or {}
+    if not source.get("semantic"):
+        return None
+    if source.get("learning_map") and source.get("train_classes"):
+        raw = {int(k): int(v) for k, v in source["learning_map"].items()}
+        names = tuple(str(n) for n in source["train_classes"])
+    elif source.get("classes"):
+        names = tuple(str(n) for n in source["classes"])
+        raw = {i: i for i in range(len(names))}
+    elif source.get("categories"):
+        cats = {int(k): str(v) for k, v in source["categories"].items()}
+        names = tuple(cats.get(i, f"class {i}") for i in range(max(cats) + 1))
+        raw = {i: i for i in cats}
+    else:
+        return None
+    lut = np.zeros(max(raw) + 1, dtype=np.int32)
+    for k, v in raw.items():
+        lut[k] = v if 0 <= v < len(names) else 0
+    return lut, names
+
+
+def map_semantic(raw: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """Per-point class of raw labels through ``lut`` (labels outside it: class 0)."""
+    raw = np.asarray(raw, dtype=np.int64)
+    inside = (raw >= 0) & (raw < len(lut))
+    return np.where(inside, lut[np.clip(raw, 0, len(lut) - 1)], 0).astype(np.int32)
+
+
 @dataclass(frozen=True)
 class View:
-    """One example as rendered: xyz, tags, boxes (scenes) and whether it is an object."""
+    """One example as rendered: xyz, tags, boxes (scenes) and whether it is an object; to colour by semantic
+    class, each point's class (`semantic_classes`) and the class names."""
 
     corruption: str
     severity: int
@@ -48,3 +106,5 @@ class View:
     tags: np.ndarray  # (N,)
     boxes: Boxes | None
     is_object: bool
+    semantic: np.ndarray | None = None  # (N,) class index into class_names (0: unlabelled / ignored)
+    class_names: tuple[str, ...] = ()

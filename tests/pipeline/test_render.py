@@ -616,3 +616,60 @@ def test_render_names_the_partitions_a_partial_pull_lacks(partial_pulls, tmp_pat
                         terminal_width=400)  # what it holds is drawn, the rest named
     assert res.exit_code == 0 and (tmp_path / "000000_translation_1.png").is_file(), res.output
     assert f"note: left out: translation/2–5 are not in this folder ({alone})" in " ".join(res.output.split())
+
+
+@pytest.fixture(scope="module")
+def seg_build(tmp_path_factory):
+    """A one-frame robo3d-semantickitti-c build of a coarse SemanticKITTI sequence (per-point labels)."""
+    from bench_build.build.run import run_build
+    from bench_build.sources.demo.semantickitti import write_semantickitti
+
+    tmp = tmp_path_factory.mktemp("seg-build")
+    src = write_semantickitti(tmp / "src", 1, azimuth_step_deg=0.36)
+    res = run_build("robo3d-semantickitti-c", source=str(src), out=tmp / "out", workers=1, progress=False)
+    assert res.ok
+    return res.version_dir
+
+
+def test_colour_by_semantic_class_shows_the_labels_each_corruption_carries(seg_build, built, tmp_path):
+    """`--color-by semantic`: each point in the colour of its scored class (the recorded learning map), the
+    legend naming the classes present; points a corruption adds are unlabelled (grey). A build without
+    per-point labels is refused, naming the benchmarks that have them."""
+    import json
+
+    from PIL import Image
+
+    from bench_build.render import legend_entries, read_views
+    from bench_build.render.views import UNLABELLED_COLOR, semantic_classes, semantic_colors
+    from bench_build.sources.semantickitti import LEARNING_MAP, TRAIN_CLASSES
+    from bench_build.storage import LocalStore
+
+    manifest = json.loads((seg_build / "manifest.json").read_text())
+    lut, names = semantic_classes(manifest["source"])
+    assert names == TRAIN_CLASSES and all(lut[k] == v for k, v in LEARNING_MAP.items())
+    _, views = read_views(LocalStore(seg_build), manifest, semantic=(lut, names),
+                          partitions=[("clean", 0), ("fog", 3)])
+    clean, fog = views
+    raw = np.fromfile(seg_build.parents[2] / "src/sequences/08/labels/000000.label", dtype="<u4") & 0xFFFF
+    np.testing.assert_array_equal(clean.semantic, [LEARNING_MAP[int(r)] for r in raw])
+    assert {names[c] for c in np.unique(clean.semantic)} >= {"car", "road", "sidewalk", "building"}
+    scatter = fog.tags == PointTag.SCATTER_FOG
+    assert scatter.any() and (fog.semantic[scatter] == 0).all()  # fog's added returns carry no class
+    colors = semantic_colors(len(names))
+    assert tuple(colors[0]) == UNLABELLED_COLOR and len({tuple(c) for c in colors[1:]}) == len(names) - 1
+    entries = legend_entries([], [], color_by="semantic", semantic=[(1, "car"), (9, "road")])
+    assert [(e.label, e.color) for e in entries] == [("car", tuple(colors[1])), ("road", tuple(colors[9]))]
+
+    res = runner.invoke(app, ["render", str(seg_build), "--out", str(tmp_path), "--color-by", "semantic",
+                              "--corruption", "clean"])
+    assert res.exit_code == 0, res.output
+    img = np.asarray(Image.open(next(tmp_path.glob("*_clean_0.png"))).convert("RGB"))
+    assert _colour_px(img, colors[1]) > 20  # the car's points are drawn in the car's colour
+    res = runner.invoke(app, ["render", str(seg_build), "--out", str(tmp_path / "s"), "--color-by", "semantic"])
+    assert res.exit_code == 0, res.output
+    sheet = np.asarray(Image.open(next((tmp_path / "s").glob("contact_sheet_*.png"))).convert("RGB"))
+    assert _colour_px(sheet, colors[1]) > 20
+    res = runner.invoke(app, ["render", str(built), "--out", str(tmp_path / "k"), "--color-by", "semantic"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "--color-by semantic needs per-point semantic labels" in said
+    assert "robo3d-semantickitti-c" in said and not (tmp_path / "k").exists()
