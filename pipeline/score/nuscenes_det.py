@@ -280,16 +280,22 @@ def metric_values(metrics: Any, *, motion_known: bool) -> dict[str, float | None
 
 
 def find_results(root: Path, part: Partition, severity_names: list[str]) -> Path:
+    """The results file of ``part``; one in two of the accepted folders (``clean/`` and ``clean/0/``, ``fog/1/``
+    and ``fog/light/``) is refused, as scoring one would silently ignore the other."""
     dirs = partition_candidates(root, part, severity_names)
+    results = []
     for d in dirs:
-        if (d / RESULT_NAME).is_file():
-            return d / RESULT_NAME
-        found = sorted(d.glob("*.json")) if d.is_dir() else []
-        if len(found) == 1:
-            return found[0]
+        found = [d / RESULT_NAME] if (d / RESULT_NAME).is_file() else sorted(d.glob("*.json")) if d.is_dir() else []
         if len(found) > 1:
             raise PredictionError(f"{d}: {len(found)} JSON files and no {RESULT_NAME}: which one holds the "
                                   "results is ambiguous")
+        results += found
+    if len(results) > 1:
+        raise PredictionError(f"{root}: results for {part.corruption}/{part.severity} in {len(results)} places "
+                              f"({', '.join(str(r) for r in results)}): keep one of them, the scores would come "
+                              "from one and ignore the others")
+    if results:
+        return results[0]
     raise PredictionError(f"{root}: no nuScenes results file for {part.corruption}/{part.severity} "
                           f"(looked for {RESULT_NAME} or one *.json in {', '.join(str(d) for d in dirs)})")
 

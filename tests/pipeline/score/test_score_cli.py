@@ -181,6 +181,38 @@ def test_detection_missing_and_foreign_result_files(det_version, demo_kitti_mast
     assert res.exit_code == 2 and f"{fids[0]}.txt: line 1: 15 fields, expected 16" in res.output
 
 
+@pytest.mark.parametrize(("second", "first"), [("clean/0", "clean"), ("beam_del/1/data", "beam_del/1")])
+def test_detection_results_in_two_places_are_refused(det_version, demo_kitti_master, tmp_path, second, first):
+    """``clean/`` and ``clean/0/`` (or a folder and its ``data/``) are both accepted layouts; with result files in
+    both, the first found was scored and the other ignored without a word: stale empty files in ``clean/0/``
+    gave OA_clean 0 and a negative mCE_AP, exit 0."""
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version)
+    (preds / second).mkdir(parents=True)
+    for f in (preds / first).glob("*.txt"):
+        (preds / second / f.name).write_text("")
+    res = runner.invoke(app, ["score", str(det_version), str(preds), "--out", str(tmp_path / "res" / "k")],
+                        terminal_width=400)
+    assert res.exit_code == 2, res.output
+    part = "clean/0" if first == "clean" else "beam_del/1"
+    assert (f"{preds}: result files for {part} in 2 places ({preds / second}, {preds / first}): keep one of them"
+            in " ".join(res.output.split())), res.output
+    assert not (tmp_path / "res").exists()
+
+
+def test_nuscenes_results_in_two_places_are_refused(tmp_path):
+    from bench_build.score.nuscenes_det import RESULT_NAME, find_results
+    from bench_build.score.truth import Partition
+
+    for d in ("clean", "clean/0"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+        (tmp_path / d / RESULT_NAME).write_text("{}")
+    with pytest.raises(PredictionError, match=r"results for clean/0 in 2 places \(.*clean/0/results_nusc.json, "
+                                              r".*clean/results_nusc.json\): keep one"):
+        find_results(tmp_path, Partition("clean", 0), [])
+    (tmp_path / "clean" / RESULT_NAME).unlink()
+    assert find_results(tmp_path, Partition("clean", 0), []) == tmp_path / "clean" / "0" / RESULT_NAME
+
+
 # ---- object benchmarks ------------------------------------------------------------------------------
 
 def write_object_version(root: Path, dataset: str, rows: list[dict]) -> Path:
