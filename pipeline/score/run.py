@@ -357,12 +357,17 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     # SemanticKITTI and nuScenes store raw ids; the benchmarks' mIoU is over the train ids of the learning map
     # the build recorded (0 = ignored): SemanticKITTI's 19 classes, nuScenes-lidarseg's 16
     lmap = _learning_map(manifest_of(version_dir).get("source") or {})
-    lut, max_label = None, None
+    lut, max_label, ids = None, None, "a train id 0…{max} of the benchmark's learning map"
     if lmap:
         lut = np.zeros(max(lmap) + 1, np.int64)
         for k, v in lmap.items():
             lut[k] = v
         max_label = max(lmap.values())
+    elif classes := (manifest_of(version_dir).get("source") or {}).get("classes"):
+        # no map: labels are the source's class ids (WOD-C: Segmentation.Type 0…22). A larger id in the ground truth
+        # is Robo3D's label of the points fog, snow or crosstalk create (WOD-C 23, 24, 25), which the paper maps to
+        # ignore, as the SemanticKITTI and nuScenes maps do theirs; a larger predicted one is no class
+        max_label, ids = len(classes) - 1, f"a class id 0…{{max}} of the {len(classes)} classes the build records"
     for part, cols in iter_columns(version_dir, ["key", "semantic"]):
         if "semantic" not in cols:
             raise ScoreError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
@@ -372,6 +377,8 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             g = np.asarray(sem, np.int64) & 0xFFFF
             if lut is not None:
                 g = np.where(g < len(lut), lut[np.minimum(g, len(lut) - 1)], 0)
+            elif max_label is not None:
+                g = np.where(g <= max_label, g, 0)
             gts.setdefault((part.corruption, part.severity), []).append((k, g))
             keys.append(k)
     if not gts:
@@ -381,7 +388,7 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
 
     # validated arrays are not kept: a full segmentation benchmark has billions of labels, already held once
     for k in keys:
-        num_classes = max(num_classes, 1 + int(point_labels(predictions, preds, k, max_label).max(initial=0)))
+        num_classes = max(num_classes, 1 + int(point_labels(predictions, preds, k, max_label, ids).max(initial=0)))
     acc = {}
     for part, items in gts.items():
         conf = np.zeros((num_classes, num_classes), np.int64)

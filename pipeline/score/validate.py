@@ -151,14 +151,15 @@ def numbers(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], fie
     return out
 
 
-def point_labels(path: str | Path, preds: Mapping[str, Any], key: str, max_label: int | None) -> np.ndarray:
-    """The ``labels`` of one example: integers ≥ 0, at most ``max_label`` when the build records a map."""
+def point_labels(path: str | Path, preds: Mapping[str, Any], key: str, max_label: int | None,
+                 ids: str = "a train id 0…{max} of the benchmark's learning map") -> np.ndarray:
+    """The ``labels`` of one example: integers ≥ 0, at most ``max_label`` when the build records a map (or its
+    classes); ``ids`` says what the labels are, in the error."""
     values, _ = number_lists(path, preds, [key], "labels", INTEGER)
     if len(values) and values.min() < 0:
         j = int(np.argmax(values < 0))
         raise fail(path, preds, key, f"labels[{j}] is {values[j]}: labels must be non-negative integers")
     if max_label is not None and len(values) and values.max() > max_label:
         j = int(np.argmax(values > max_label))
-        raise fail(path, preds, key, f"label {values[j]} (point {j}) is not a train id 0…{max_label} of the "
-                                      "benchmark's learning map")
+        raise fail(path, preds, key, f"label {values[j]} (point {j}) is not {ids.format(max=max_label)}")
     return values

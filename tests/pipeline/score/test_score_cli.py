@@ -372,6 +372,34 @@ def test_semantickitti_ground_truth_goes_through_the_learning_map(tmp_path):
     assert score_version(v, p).rows[0]["value"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2)
 
 
+def test_wod_c_labels_are_the_recorded_classes(tmp_path):
+    """WOD-C records no learning map (labels are Segmentation.Type ids 0…22), so every id was a class: the fog,
+    snow and crosstalk points' Robo3D labels (23, 24, 25; the paper maps them to ignore) were classes no model
+    predicts, and a model right on every real class scored below 100 mIoU there; and any predicted label was
+    taken and sized the confusion matrix (a label of 10⁹ ended in a MemoryError traceback). Now the ground truth
+    past the recorded classes is ignored, and a prediction past them is refused naming the key and the point."""
+    from bench_build.sources.waymo import SEG_CLASSES
+
+    key = "robo3d-wod-c/ctx-0/fog/1"
+    rows = [{"key": key, "corruption": "fog", "severity": 1, "class_id": 0, "semantic": [1, 1, 18, 18, 0, 23, 23]}]
+    v = write_object_version(tmp_path / "w" / "1", "robo3d-wod-c", rows)
+    m = json.loads((v / "manifest.json").read_text())
+    m["source"] = {"kind": "waymo", "classes": list(SEG_CLASSES)}
+    (v / "manifest.json").write_text(json.dumps(m))
+    p = tmp_path / "seg.jsonl"
+    p.write_text(json.dumps({"key": key, "labels": [1, 1, 18, 18, 5, 0, 18]}) + "\n")
+    assert score_version(v, p).rows[0]["value"] == 100.0  # the undefined point and the two fog points do not count
+    p.write_text(json.dumps({"key": key, "labels": [1, 22, 18, 18, 5, 0, 0]}) + "\n")
+    # car: tp 1, fn 1 → 1/2; road 2/2; sidewalk: fp 1 → 0
+    assert score_version(v, p).rows[0]["value"] == pytest.approx(100 * (1 / 2 + 1 + 0) / 3)
+    p.write_text(json.dumps({"key": key, "labels": [1, 1, 18, 10**9, 0, 0, 0]}) + "\n")
+    res = runner.invoke(app, ["score", str(v), str(p), "--out", str(tmp_path / "res" / "w")])
+    assert res.exit_code == 2, res.output
+    assert (f"{p}: line 1: key '{key}': label 1000000000 (point 3) is not a class id 0…22 of the 23 classes the "
+            "build records") in " ".join(res.output.split())
+    assert not (tmp_path / "res").exists()
+
+
 def test_nuscenes_ground_truth_goes_through_the_lidarseg_16_class_map(tmp_path):
     pytest.importorskip("nuscenes", reason="the lidarseg map is the devkit's: the nuscenes extra")
     from bench_build.sources.nuscenes import FINE_CLASSES, FINE_INDEX, lidarseg_learning_map
