@@ -49,8 +49,12 @@ def robo3d_metrics(acc: Mapping[tuple[str, int], float], table: str) -> dict[str
         raise ScoreError(f"Robo3D {table}: corruptions without a baseline: {', '.join(extra)}")
     m_ce = float(np.mean([per[c]["CE_exact"] for c in corruptions]))
     m_rr = float(np.mean([per[c]["RR_exact"] for c in corruptions]))
-    return {"clean": clean, "per_corruption": per, "mCE": round(m_ce, 2), "mRR": round(m_rr, 2),
-            "mCE_exact": m_ce, "mRR_exact": m_rr, "baseline": robo3d_baseline(table)["model"]}
+    out = {"clean": clean, "per_corruption": per, "mCE": round(m_ce, 2), "mRR": round(m_rr, 2),
+           "mCE_exact": m_ce, "mRR_exact": m_rr, "baseline": robo3d_baseline(table)["model"]}
+    if not clean > 0:  # said, not a bare nan beside mCE
+        out["note"] = (f"no RR/mRR (nan): the clean accuracy is {clean:g} and RR divides by it "
+                       "(RR_i = Σ_l Acc_il / (3 · Acc_clean)); mCE compares with the baseline and stands")
+    return out
 
 
 def confusion(gt: np.ndarray, pred: np.ndarray, num_classes: int, ignore_label: int | None) -> np.ndarray:

@@ -123,6 +123,25 @@ def test_robo3d_ce_sums_over_levels():
         robo3d_metrics(acc, "kitti-c")
 
 
+def test_robo3d_without_clean_accuracy_says_why_there_is_no_mrr():
+    """A clean accuracy of 0 (a model that detects nothing, or predicts every point as ignored) made mRR nan,
+    printed as "mRR nan" beside a valid mCE with exit 0 and no word why."""
+    import io
+
+    from rich.console import Console
+
+    from bench_build.score.report import print_report
+
+    m = robo3d_metrics(_robo(0.0, [0.0] * 8), "kitti-c")
+    assert m["mCE"] > 0 and m["mRR_exact"] != m["mRR_exact"]
+    assert m["note"].startswith("no RR/mRR (nan): the clean accuracy is 0 and RR divides by it")
+    report = ScoreReport("robo3d-kitti-c", "1", "robo3d-det", summary=m)
+    out = io.StringIO()
+    print_report(report, Console(file=out))
+    assert "note: no RR/mRR (nan): the clean accuracy is 0" in out.getvalue()
+    assert "note" not in robo3d_metrics(_robo(68.49, [50.0] * 8), "kitti-c")
+
+
 def test_only_what_the_metric_refuses_becomes_a_summary_note(monkeypatch, tmp_path):
     """A version the Robo3D means do not apply to gets a note in place of mCE/mRR (`ScoreError`); the notes caught
     every ValueError, so a bug in the metric's arithmetic read as "no mCE/mRR" and its traceback was lost."""
