@@ -20,9 +20,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from bench_build.build.ledger import frame_identity, identity_digest
 from bench_build.build.shard import build_columns, numeric_identity, partition_fingerprint
 from bench_build.errors import BenchBuildError
+from bench_build.format.schema import file_metadata
 from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, no_manifest_message, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import TaskSpec
@@ -122,7 +126,8 @@ def plan_reuse(earlier: EarlierVersion, recipe: Recipe, src: Any, tasks: list[Ta
 
 def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str, Any]]:
     """Copy (link / server-side copy) the task's reused files into ``store``, each verified against the earlier
-    manifest's sha256; a file already in place with the right size is kept (a resumed run).
+    manifest's sha256, and then against the rest of its entry (`placed_mismatch`: size, rows, the footer's partition
+    fingerprint); a file already in place with the right size is kept (a resumed run), checked the same way.
 
     An earlier file that fails its check (damaged, altered or missing in the earlier version) is not reused: it
     leaves ``plan.reused`` and its partition joins the task's part still to compute (``plan.remaining``, which the
@@ -136,6 +141,9 @@ def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str,
             if info is None or info.size != f["bytes"] or (isinstance(store, LocalStore)
                                                             and store.sha256(f["path"]) != f["sha256"]):
                 how = store.copy_from(plan.earlier.store, f["path"], f["path"], sha256=f["sha256"])
+            if wrong := placed_mismatch(store, f, plan.earlier.store.key_url(f["path"])):
+                store.delete(f["path"])  # not this partition's file: never left under its name
+                raise StorageError(wrong)
         except (StorageError, FileNotFoundError) as e:  # the earlier file: damaged, altered or gone
             why = str(e)
             plan.not_reused.append(f"{f['path']}: {why}")
@@ -151,6 +159,32 @@ def place_files(plan: ReusePlan, task_name: str, store: Store) -> list[dict[str,
         plan.remaining[task_name] = replace(task, parts=tuple(p for p in task.parts if p in todo))
         plan.reused[task_name] = [f for f in plan.reused[task_name] if (f["corruption"], f["severity"]) not in todo]
     return out
+
+
+def placed_mismatch(store: Store, f: dict[str, Any], where: str) -> str | None:
+    """What the file just put in place at ``f["path"]`` (its sha256 is the earlier manifest's: checked by the copy)
+    says against the rest of that manifest's entry, which no sha256 covers: its size, its row count, and the
+    partition fingerprint in its footer, which must be the one this build computed (``f``'s). None if all agree.
+
+    An entry edited after the build (a fingerprint set to another partition's, rows or bytes changed) would
+    otherwise put another partition's bytes under this one's name, or a wrong count into the new manifest."""
+    info = store.head(f["path"])
+    size = None if info is None else info.size
+    if size != f["bytes"]:
+        return f"{where}: {size} bytes, its manifest lists {f['bytes']} (the manifest was altered)"
+    try:
+        with store.open_input(f["path"]) as fh:
+            pf = pq.ParquetFile(fh)
+            rows, meta = pf.metadata.num_rows, file_metadata(pf.schema_arrow)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        return f"{where}: its Parquet footer cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    if rows != f["rows"]:
+        return f"{where}: {rows} rows, its manifest lists {f['rows']} (the manifest was altered)"
+    if meta.get("partition_fingerprint") != f["partition_fingerprint"]:
+        return (f"{where}: its footer's partition fingerprint is {str(meta.get('partition_fingerprint'))[:12]}…, not "
+                f"the {f['partition_fingerprint'][:12]}… its manifest lists (another partition's file, or the "
+                "manifest was altered)")
+    return None
 
 
 def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,

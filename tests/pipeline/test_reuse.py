@@ -155,6 +155,41 @@ def test_a_damaged_file_of_the_earlier_version_is_computed_instead_of_failing_th
     assert "reused_from" not in shards[bad] and read_manifest(version)["reused"]["files"] == 39
 
 
+def test_an_earlier_manifest_entry_the_file_contradicts_is_computed_not_reused(v2, tmp_path, demo_kitti_master):
+    """The earlier manifest edited where no sha256 covers it: the changed partition's entries given the fingerprints
+    this build computes for it (its old σ = 0.04 bytes would be reused as σ = 0.05, `verify` none the wiser), a row
+    count and a byte size changed. Each file is checked against the rest of its entry (its footer's fingerprint,
+    its rows, its size), named and computed instead: the version is byte for byte a fresh build's."""
+    earlier = tmp_path / "earlier" / "mini-c" / "0.1.0"
+    shutil.copytree(v2["v1"], earlier)
+    fresh_fps = {s["path"]: s["partition_fingerprint"] for s in read_manifest(v2["fresh"])["shards"]}
+    manifest = json.loads((earlier / "manifest.json").read_text())
+    rows_bad = "data/corruption=beam_del/severity=3/part-00000-of-00002.parquet"
+    bytes_bad = "data/corruption=background/severity=2/part-00001-of-00002.parquet"
+    for s in manifest["shards"]:
+        if _partition(s["path"]) == CHANGED:
+            s["partition_fingerprint"] = fresh_fps[s["path"]]
+        s["rows"] += s["path"] == rows_bad
+        s["bytes"] += s["path"] == bytes_bad
+    (earlier / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    out = runner.invoke(app, ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"),
+                              "--workers", "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress",
+                              "--reuse", str(earlier)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    for path, says in (("data/corruption=gaussian_rad/severity=1/part-00000-of-00002.parquet",
+                        "its footer's partition fingerprint is"),
+                       (rows_bad, "2 rows, its manifest lists 3"), (bytes_bad, "bytes, its manifest lists")):
+        assert f"not reusing {path} of mini-c 0.1.0: {earlier / path}: " in text and says in text, (path, text)
+    assert "reused 38 files" in text, text
+    version = tmp_path / "o" / "mini-c" / "0.2.0"
+    assert _files(version) == _files(v2["fresh"]) and verify_version(version).ok
+    shards = {s["path"]: s for s in read_manifest(version)["shards"]}
+    assert not any("reused_from" in shards[p] for p in (rows_bad, bytes_bad)) and \
+        not any("reused_from" in s for p, s in shards.items() if _partition(p) == CHANGED)
+
+
 def test_diff_names_the_changed_partition_and_its_parameter(v2):
     out = runner.invoke(app, ["diff", str(v2["v1"]), str(v2["reused"])])
     assert out.exit_code == 0, out.output
