@@ -221,6 +221,36 @@ def check_manifest(manifest: dict[str, Any], where: str) -> None:
                             + ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
 
 
+#: what every ``shards`` entry holds, and its type: what `run --reuse`, `diff` and `verify` read from each
+SHARD_FIELDS = {"path": str, "corruption": str, "severity": int, "rows": int, "bytes": int, "sha256": str}
+
+
+def check_shard_entries(manifest: dict[str, Any], where: str) -> None:
+    """Refuse (`ManifestError`, one line naming ``where`` and the first bad entry) a manifest whose ``shards`` is not a
+    list of entries with every `SHARD_FIELDS` key of its type, and a string ``partition_fingerprint`` where one is
+    given: an entry edited by hand or cut short, which the commands reading every entry would otherwise stop on."""
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise ManifestError(f"{where}: no shard list")
+    bad = []
+    for i, e in enumerate(shards):
+        if not isinstance(e, dict):
+            bad.append(f"entry {i} is a JSON {type(e).__name__}, not an object")
+            continue
+        wrong = [k for k, t in SHARD_FIELDS.items() if not isinstance(e.get(k), t) or isinstance(e.get(k), bool)]
+        if "partition_fingerprint" in e and not isinstance(e["partition_fingerprint"], str):
+            wrong.append("partition_fingerprint")
+        if wrong:
+            bad.append(f"entry {i} ({str(e.get('path'))[:80]!r}): " + ", ".join(
+                f"no {k}" if k not in e else f"{k} {e[k]!r} is not a {SHARD_FIELDS.get(k, str).__name__}"
+                for k in wrong))
+    if bad:
+        raise ManifestError(f"{where}: malformed shards {bad[0]}" + (f" (and {len(bad) - 1} more)"
+                                                                      if len(bad) > 1 else "")
+                            + "; every entry needs path, corruption, severity, rows, bytes and sha256 (the manifest "
+                              "was edited or cut short: pull or build that version again)")
+
+
 def stable_view(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without fields that legitimately differ between identical builds (timestamps, timings)."""
     out = {k: v for k, v in manifest.items() if k not in VOLATILE_KEYS}
@@ -309,6 +339,7 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
 
     root = Path(version_dir)
     manifest = read_manifest(root)
+    check_shard_entries(manifest, str(root / MANIFEST_NAME))
     report = VerifyReport()
     if isinstance(manifest.get("partial"), dict):
         report.of_files = manifest["partial"].get("files_in_version")

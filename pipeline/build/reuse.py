@@ -27,7 +27,13 @@ from bench_build.build.ledger import frame_identity, identity_digest
 from bench_build.build.shard import build_columns, numeric_identity, partition_fingerprint
 from bench_build.errors import BenchBuildError
 from bench_build.format.schema import file_metadata
-from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, no_manifest_message, parse_manifest
+from bench_build.manifests.manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    check_shard_entries,
+    no_manifest_message,
+    parse_manifest,
+)
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import TaskSpec
 from bench_build.runtime.numeric import build_profile, profile_differences
@@ -61,6 +67,7 @@ def open_earlier(where: str | Path, recipe: Recipe, *, endpoint_url: str | None 
         raise ReuseRefused(f"--reuse {where}: no {MANIFEST_NAME} there; name a finished version directory "
                            "(OUT/<benchmark>/<version>) or its URL")
     manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    check_shard_entries(manifest, store.key_url(MANIFEST_NAME))  # each entry's fields are read below
     if manifest.get("dataset") != recipe.name:
         raise ReuseRefused(f"--reuse {where}: it is {manifest.get('dataset')!r}, not {recipe.name!r}; only "
                            "versions of the same benchmark share partitions")
@@ -197,7 +204,9 @@ def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
             raise ManifestError(no_manifest_message(store.root))
         raise ManifestError(f"{store.key_url(MANIFEST_NAME)}: no manifest; name a finished version directory "
                             "(OUT/<benchmark>/<version>) or its URL")
-    return parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
+    check_shard_entries(manifest, store.key_url(MANIFEST_NAME))  # `diff_versions` reads every entry's fields
+    return manifest
 
 
 def _param_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:

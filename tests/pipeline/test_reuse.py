@@ -243,6 +243,28 @@ def test_reuse_of_another_benchmark_or_a_missing_version_is_refused_before_any_w
         assert not (tmp_path / "o").exists()
 
 
+def test_an_earlier_manifest_with_a_malformed_entry_is_refused_in_one_line(v2, tmp_path, demo_kitti_master):
+    """A shards entry without its sha256, another with rows as a string: `run --reuse` refuses the earlier version
+    before writing anything, `diff` and `verify` say the same one line, naming the manifest and the entry (they
+    stopped on a KeyError traceback, `run` after creating the new version's ledger)."""
+    earlier = tmp_path / "earlier" / "mini-c" / "0.1.0"
+    shutil.copytree(v2["v1"], earlier)
+    manifest = json.loads((earlier / "manifest.json").read_text())
+    del manifest["shards"][3]["sha256"]
+    manifest["shards"][5]["rows"] = str(manifest["shards"][5]["rows"])
+    (earlier / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    says = (f"{earlier / 'manifest.json'}: malformed shards entry 3 ({manifest['shards'][3]['path']!r}): no sha256 "
+            "(and 1 more)")
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    for args in (["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"), "--workers",
+                  "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(earlier)],
+                 ["diff", str(earlier), str(v2["fresh"])], ["verify", str(earlier)]):
+        out = runner.invoke(app, args)
+        text = " ".join(out.output.split())
+        assert out.exit_code == 2 and says in text and "Traceback" not in text, (args[0], out.output)
+    assert not (tmp_path / "o").exists()
+
+
 def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path,
                                                                                  demo_kitti_master):
     first = publish_version(v2["v1"], s3prefix, progress=False)
