@@ -41,7 +41,18 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
     complete = False
     if not result.failures:  # every recorded file still there with its size: one listing, not a HEAD per file
         sizes = ledger.object_sizes()
-        complete = all(ledger.check_done(t.name, fingerprint, "size", src, sizes)[0] for t in tasks)
+        changed = {}
+        for t in tasks:
+            ok, why = ledger.check_done(t.name, fingerprint, "size", src, sizes)
+            if not ok:
+                changed[t.name] = why
+        complete = not changed
+        if changed:  # recorded done, then changed under the run (a source file touched, a shard removed): said, exit 1
+            name, why = next(iter(changed.items()))
+            more = f" (and {len(changed) - 1} more task{'s' * (len(changed) > 2)})" if len(changed) > 1 else ""
+            result.failures[MANIFEST_NAME] = (f"not written: after this run recorded {name}, {why}{more}; run the "
+                                              "same command again: it re-checks and rebuilds only what changed")
+            result.failure_kinds[MANIFEST_NAME] = "input"
     if complete and not result.shards_built and not (result.reused or {}).get("files"):
         # nothing computed or taken by this run: a version an earlier run finished keeps its bytes (manifest,
         # card, contact sheet), as published copies of it do; a re-run is not a new build

@@ -360,6 +360,45 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
     assert res.failure_kinds == {"manifest.json": "resource"}
 
 
+def test_a_source_touched_during_the_run_is_a_failed_manifest_not_done(small_recipe, demo_kitti, tmp_path,
+                                                                       monkeypatch, shared_ray):
+    """A scan whose mtime changes after its task recorded it (a dataset sync running beside the build): the finish's
+    size + mtime check finds the task no longer done, so no manifest is written. The run said "done:" and exited 0
+    all the same; it is a `FAILED manifest.json` line naming the task and the file, exit 1, and the same command
+    then finishes (the bytes did not change: only the manifest is written)."""
+    from typer.testing import CliRunner
+
+    from bench_build.build import run as run_mod
+    from bench_build.cli import app
+
+    scan = demo_kitti / "training" / "velodyne" / "000001.bin"
+    real = run_mod.execute
+
+    def execute_then_touch(*args, **kwargs):
+        out = real(*args, **kwargs)
+        st = scan.stat()
+        os.utime(scan, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return out
+
+    monkeypatch.setattr(run_mod, "execute", execute_then_touch)
+    out = tmp_path / "out"
+    args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--max-frames", "2",
+            "--frames-per-shard", "1", "--no-progress"]
+    first = CliRunner().invoke(app, args)
+    text = " ".join(first.output.split())
+    assert first.exit_code == 1, first.output
+    assert ("FAILED manifest.json: not written: after this run recorded part-00001-of-00002, frame 000001: "
+            "training/velodyne/000001.bin changed since it was built") in text and "done:" not in text, first.output
+    assert "2 shards: 0 already done, 2 built, 0 failed" in text, first.output
+    version = out / "mini-c" / "0.1.0"
+    assert not (version / "manifest.json").exists()
+    files = _data_files(version)
+    monkeypatch.setattr(run_mod, "execute", real)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "2 already done, 0 built" in " ".join(again.output.split()), again.output
+    assert _data_files(version) == files and verify_version(version).ok
+
+
 def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,
                                                                   shared_ray):
     from bench_build.build.run import run_build
