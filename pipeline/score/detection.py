@@ -77,18 +77,24 @@ def partition_candidates(root: Path, part: Partition, severity_names: list[str])
     return out
 
 
+def one_place(root: Path, part: Partition, places: list[Path], what: str) -> Path:
+    """The one of ``places`` that holds ``part``'s ``what``; more than one is refused (`PredictionError`): scoring one
+    would silently ignore the others."""
+    if len(places) > 1:
+        raise PredictionError(f"{root}: {what} for {part.corruption}/{part.severity} in {len(places)} places "
+                              f"({', '.join(str(d) for d in places)}): keep one of them, the scores would come "
+                              "from one and ignore the others")
+    return places[0]
+
+
 def partition_dir(root: Path, part: Partition, severity_names: list[str]) -> Path:
     """The directory holding ``part``'s result files under ``root`` (raises naming what was looked for). Result
     files in two of the accepted places (``clean/`` and ``clean/0/``, ``fog/1/`` and ``fog/1/data/``, ``fog/1/``
     and ``fog/light/``) are refused: scoring one of them would silently ignore the other."""
     candidates = partition_candidates(root, part, severity_names)
     holding = [d for c in candidates for d in (c / "data", c) if d.is_dir() and any(d.glob("*.txt"))]
-    if len(holding) > 1:
-        raise PredictionError(f"{root}: result files for {part.corruption}/{part.severity} in {len(holding)} "
-                              f"places ({', '.join(str(d) for d in holding)}): keep one of them, the scores "
-                              "would come from one and ignore the others")
     if holding:
-        return holding[0]
+        return one_place(root, part, holding, "result files")
     for c in candidates:
         if c.is_dir():
             return c / "data" if (c / "data").is_dir() else c

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_build.score.detection import partition_candidates
+from bench_build.score.detection import one_place, partition_candidates
 from bench_build.score.predictions import FIRST, PredictionError
 from bench_build.score.truth import Partition, manifest_of, read_build
 from bench_build.score.validate import ScoreError
@@ -290,12 +290,8 @@ def find_results(root: Path, part: Partition, severity_names: list[str]) -> Path
             raise PredictionError(f"{d}: {len(found)} JSON files and no {RESULT_NAME}: which one holds the "
                                   "results is ambiguous")
         results += found
-    if len(results) > 1:
-        raise PredictionError(f"{root}: results for {part.corruption}/{part.severity} in {len(results)} places "
-                              f"({', '.join(str(r) for r in results)}): keep one of them, the scores would come "
-                              "from one and ignore the others")
     if results:
-        return results[0]
+        return one_place(root, part, results, "results")
     raise PredictionError(f"{root}: no nuScenes results file for {part.corruption}/{part.severity} "
                           f"(looked for {RESULT_NAME} or one *.json in {', '.join(str(d) for d in dirs)})")
 

@@ -30,6 +30,13 @@ def _v2_recipe(path: Path) -> Path:
     return path
 
 
+def _v2_run(tmp_path: Path, source: Path, earlier: Path) -> list[str]:
+    """`run` of the v2 recipe (written under ``tmp_path``) into ``tmp_path/o``, reusing ``earlier``."""
+    recipe = _v2_recipe(tmp_path / "mini-c.toml")
+    return ["run", str(recipe), "--source", str(source), "--out", str(tmp_path / "o"), "--workers", "2",
+            "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(earlier)]
+
+
 def _files(version_dir: Path) -> dict[str, str]:
     return {p.relative_to(version_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((version_dir / "data").rglob("*.parquet"))}
@@ -138,10 +145,7 @@ def test_a_damaged_file_of_the_earlier_version_is_computed_instead_of_failing_th
     raw = bytearray((earlier / bad).read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     (earlier / bad).write_bytes(bytes(raw))
-    recipe = _v2_recipe(tmp_path / "mini-c.toml")
-    out = runner.invoke(app, ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"),
-                              "--workers", "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress",
-                              "--reuse", str(earlier)])
+    out = runner.invoke(app, _v2_run(tmp_path, demo_kitti_master, earlier))
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert f"not reusing {bad} of mini-c 0.1.0" in text and "computing it instead" in text, text
@@ -172,10 +176,7 @@ def test_an_earlier_manifest_entry_the_file_contradicts_is_computed_not_reused(v
         s["rows"] += s["path"] == rows_bad
         s["bytes"] += s["path"] == bytes_bad
     (earlier / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    recipe = _v2_recipe(tmp_path / "mini-c.toml")
-    out = runner.invoke(app, ["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"),
-                              "--workers", "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress",
-                              "--reuse", str(earlier)])
+    out = runner.invoke(app, _v2_run(tmp_path, demo_kitti_master, earlier))
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     for path, says in (("data/corruption=gaussian_rad/severity=1/part-00000-of-00002.parquet",
@@ -255,10 +256,8 @@ def test_an_earlier_manifest_with_a_malformed_entry_is_refused_in_one_line(v2, t
     (earlier / "manifest.json").write_text(json.dumps(manifest, indent=1))
     says = (f"{earlier / 'manifest.json'}: malformed shards entry 3 ({manifest['shards'][3]['path']!r}): no sha256 "
             "(and 1 more)")
-    recipe = _v2_recipe(tmp_path / "mini-c.toml")
-    for args in (["run", str(recipe), "--source", str(demo_kitti_master), "--out", str(tmp_path / "o"), "--workers",
-                  "2", "--max-frames", "4", "--frames-per-shard", "2", "--no-progress", "--reuse", str(earlier)],
-                 ["diff", str(earlier), str(v2["fresh"])], ["verify", str(earlier)]):
+    for args in (_v2_run(tmp_path, demo_kitti_master, earlier), ["diff", str(earlier), str(v2["fresh"])],
+                 ["verify", str(earlier)]):
         out = runner.invoke(app, args)
         text = " ".join(out.output.split())
         assert out.exit_code == 2 and says in text and "Traceback" not in text, (args[0], out.output)
