@@ -18,7 +18,7 @@ from bench_build.build.shard import os_error_message, partition_table
 from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
-from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, parse_manifest
+from bench_build.manifests.manifest import MANIFEST_NAME, ManifestError, check_file_set, parse_manifest
 from bench_build.manifests.recipe import Recipe
 from bench_build.manifests.write import compose_manifest, manifest_shards, write_version_files
 from bench_build.plan.tasks import BlockSpec, TaskSpec
@@ -71,6 +71,8 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
                                                               store.key_url(MANIFEST_NAME))
             result.failure_kinds[MANIFEST_NAME] = "resource"
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
+    if complete and result.manifest is not None:  # Parquet files no task wrote: `verify` fails, glob readers read them
+        result.strays = check_file_set(result.manifest, list(sizes))[0]
     if result.manifest is not None and recipe.validate is not None and after is not None:  # naturalness check
 
         if stopping is not None:  # validation may start a Ray of its own

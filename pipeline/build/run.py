@@ -63,6 +63,7 @@ class BuildResult:
     early_sheet: Any = field(default=None, repr=False)  # `finish.EarlySheet`: the sheet drawn while tasks run
     node_died: str | None = None  # the local raylet died during the tasks: why (Ray is then stopped in the foreground)
     kept: bool = False  # nothing to do: the version an earlier run finished was left byte for byte as it was
+    strays: list[str] = field(default_factory=list)  # Parquet files in the version its manifest does not list
 
     @property
     def ok(self) -> bool:

@@ -141,8 +141,15 @@ def run(
     if result.kept:  # a re-run of a finished version: not a new build, so none of its bytes changed
         console.print("nothing to build: the version was complete, and its manifest, card and renders are kept as "
                       "they were", highlight=False)
-    console.print(f"[green]done:[/green] {result.version_dir}")
     where = str(result.version_dir).rstrip("/")
+    if result.strays:  # not this build's: never deleted here, but said (glob readers would read their rows)
+        n = len(result.strays)
+        console.print(f"[yellow]warning:[/yellow] {n} Parquet file{'s' * (n > 1)} in {where} "
+                      f"{'are' if n > 1 else 'is'} not this build's: {escape(result.strays[0].split(':')[0])}"
+                      f"{' …' if n > 1 else ''} "
+                      "(pandas, DuckDB and pyarrow.dataset would read their rows, and `verify` fails): remove "
+                      f"{'them' if n > 1 else 'it'}", highlight=False, soft_wrap=True)
+    console.print(f"[green]done:[/green] {result.version_dir}")
     sheet = [r["path"] for r in (result.manifest or {}).get("renders", [])][:1]  # none if it failed to draw
     for what, value in (("dataset card", f"{where}/README.md"), *(("contact sheet", f"{where}/{p}") for p in sheet),
                         ("check it", f"bench-build verify {where}")):

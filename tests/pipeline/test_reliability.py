@@ -604,6 +604,13 @@ def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo
     assert pq.ParquetFile(version / stray).metadata.num_rows > 0  # a glob reader would read these rows
     code, text = verify()
     assert code == 1 and f"BAD {stray}: not listed in the manifest" in text
+    # `run` again (nothing to build) keeps the stray, but says so rather than a bare "done"
+    again = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(tmp_path),
+                                     "--max-frames", "2", "--frames-per-shard", "1", "--no-progress"])
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0 and "nothing to build" in said, again.output
+    assert f"warning: 1 Parquet file in {version} is not this build's: {stray} (pandas" in said, said
+    assert (version / stray).is_file()
     (version / stray).unlink()
 
     (version / "notes.txt").write_text("hello")  # an unlisted non-data file: a warning only
