@@ -15,9 +15,10 @@ one row group at a time.
 
 Reads are verified by default, at a cost measured with `bench-build bench loaders` (README): every file is
 checked on open against its manifest entry (byte size and row count; on ``s3://`` also the sha256 the
-uploader recorded in the object's metadata, one HEAD per file per reader), and every data page against the
-CRC32 the builder writes into its header (``write_page_checksum``). A file that differs raises
-`IntegrityError` naming the file and the manifest's value. ``open_version(..., verify=False)`` skips both for
+uploader recorded in the object's metadata, one HEAD per file per reader; its columns' names and Arrow types
+against the version's row schema, which no checksum covers), and every data page against the CRC32 the builder
+writes into its header (``write_page_checksum``). A file that differs raises `IntegrityError` naming the file
+and the manifest's value. ``open_version(..., verify=False)`` skips both for
 trusted fast paths (a copy just checked by ``bench-build verify``); errors still name the file.
 """
 
@@ -243,13 +244,33 @@ class Version:
         if self.verify and entry is not None and "rows" in entry and pf.metadata.num_rows != entry["rows"]:
             raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
                                  f"{remedy(self.url)}")
+        if self.verify:
+            self._check_columns(pf)
         return pf
 
+    def _check_columns(self, pf: CheckedParquetFile) -> None:
+        """The file's columns, in order, with the version's Arrow types. The Parquet footer that declares them is
+        covered by no page checksum and a local file's sha256 is not re-hashed on every open, so one flipped bit
+        there can rename a column or retype it while every page still matches its checksum: ``key`` read as
+        bytes, N×C ``points`` as nested lists, ``point_tag`` as int32. Each is an `IntegrityError` naming the
+        file, never the same bytes decoded as other values."""
+        got = pf.schema_arrow
+        compact = "point_ref" in got.names and self.manifest.get("encoding") == "compact"
+        want = row_schema(self.manifest["fields"], self.manifest.get("columns") or [], compact=compact)
+        if got.names != want.names:
+            odd, gone = sorted(set(got.names) - set(want.names)), sorted(set(want.names) - set(got.names))
+            raise IntegrityError(f"{pf.where}: its columns are not the version's (unexpected: {odd or '-'}, missing: "
+                                 f"{gone or '-'}); {remedy(self.url)}")
+        for have, should in zip(got, want, strict=True):
+            if have.type != should.type or have.nullable != should.nullable:
+                raise IntegrityError(f"{pf.where}: its column {have.name} is {_typed(have)}, the version's is "
+                                     f"{_typed(should)}; {remedy(self.url)}")
+
     def _footer(self, pf: CheckedParquetFile) -> dict[str, Any]:
-        """The file's ``bench_build`` footer metadata, and (``verify``) its columns and point layout checked
-        against the manifest: the Parquet footer is covered by no page checksum, and a local file's sha256 is
-        not re-hashed on every open, so a damaged footer is an `IntegrityError` naming the file here, not a
-        KeyError or JSON error from deep inside a read."""
+        """The file's ``bench_build`` footer metadata, and (``verify``) its point layout checked against the
+        manifest (its columns were checked on open: `_check_columns`): the Parquet footer is covered by no page
+        checksum, and a local file's sha256 is not re-hashed on every open, so a damaged footer is an
+        `IntegrityError` naming the file here, not a KeyError or JSON error from deep inside a read."""
         try:
             meta = file_metadata(pf.schema_arrow)
         except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
@@ -257,13 +278,6 @@ class Version:
                                  f"{remedy(self.url)}") from None
         if not self.verify:
             return meta
-        names = pf.schema_arrow.names
-        compact = "point_ref" in names and self.manifest.get("encoding") == "compact"
-        want = row_schema(self.manifest["fields"], self.manifest.get("columns") or [], compact=compact).names
-        if names != want:
-            odd, gone = sorted(set(names) - set(want)), sorted(set(want) - set(names))
-            raise IntegrityError(f"{pf.where}: its columns are not the version's (unexpected: {odd or '-'}, missing: "
-                                 f"{gone or '-'}); {remedy(self.url)}")
         for key in ("fields", "intensity_scale", "columns"):
             if key in meta and key in self.manifest and meta[key] != self.manifest[key]:
                 raise IntegrityError(f"{pf.where}: its footer says {key} {meta[key]!r}, the manifest "
@@ -348,6 +362,10 @@ class Version:
         for ex in self.examples(corruption, severity, [frame_id]):
             return ex
         raise NotInVersion(f"{self.url}: no example ({frame_id}, {corruption}, {severity})")
+
+
+def _typed(f: pa.Field) -> str:
+    return f"{f.type}{'' if f.nullable else ' not null'}"
 
 
 def _is_int(v: Any) -> bool:

@@ -359,7 +359,6 @@ def test_both_datasets_fail_on_a_flipped_byte_and_read_it_with_verify_false(mini
 def test_a_damaged_footer_is_an_integrity_error_naming_the_file(mini_build, tmp_path):
     """The footer has no page checksum and a local file is not re-hashed on open: a column renamed in place (same
     size), or footer metadata that disagrees with the manifest, is an `IntegrityError` naming the file."""
-    import hashlib
     import shutil
 
     import pyarrow.parquet as pq
@@ -383,17 +382,65 @@ def test_a_damaged_footer_is_an_integrity_error_naming_the_file(mini_build, tmp_
     table = pq.read_table(v / entry["path"])
     meta = json.loads(table.schema.metadata[METADATA_KEY])
     meta["intensity_scale"] = "byte"
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: json.dumps(meta)}),
-                   v / entry["path"], row_group_size=2)
-    manifest = _manifest(v)
-    for s in manifest["shards"]:
-        if s["path"] == entry["path"]:
-            s["bytes"] = (v / entry["path"]).stat().st_size
-            s["sha256"] = hashlib.sha256((v / entry["path"]).read_bytes()).hexdigest()
-    (v / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite(v, entry["path"], table.replace_schema_metadata({**table.schema.metadata,
+                                                              METADATA_KEY: json.dumps(meta)}))
     with pytest.raises(IntegrityError, match=re.escape("its footer says intensity_scale 'byte', the manifest 'unit'")):
         list(open_version(v).examples("beam_del", 3))
     assert len(list(open_version(v, verify=False).examples("beam_del", 3))) == 4  # the trusted fast path reads it
+
+
+def _rewrite(v: Path, rel: str, table: pa.Table) -> None:
+    """Write ``table`` as the version's file ``rel`` and update its manifest entry to match (size and sha256 then
+    pass: what is left to catch is in the file itself)."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, v / rel, row_group_size=2)
+    manifest = _manifest(v)
+    for s in manifest["shards"]:
+        if s["path"] == rel:
+            s["bytes"] = (v / rel).stat().st_size
+            s["sha256"] = hashlib.sha256((v / rel).read_bytes()).hexdigest()
+    (v / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("column, damaged", [
+    ("key", pa.binary()),  # a string's converted type flipped off: every key read as bytes
+    ("points", pa.list_(pa.list_(pa.float32()))),  # the stored Arrow schema's fixed size flipped: object arrays
+    ("point_tag", pa.list_(pa.int32())),  # another integer width: tags as int32
+])
+def test_a_footer_declaring_another_column_type_is_an_integrity_error(mini_build, tmp_path, column, damaged):
+    """A bit flipped in the footer can retype a column (its name, size and every page checksum unchanged): every
+    reader refuses the file naming it and the column, never the same bytes decoded as other values."""
+    import shutil
+
+    import pyarrow.parquet as pq
+    from torch.utils.data import DataLoader
+
+    from bench_build.export import export_version
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
+
+    v = tmp_path / "v"
+    shutil.copytree(mini_build, v, ignore=shutil.ignore_patterns("_ledger"))
+    rel = next(s["path"] for s in _manifest(v)["shards"] if (s["corruption"], s["severity"]) == ("background", 2))
+    table = pq.read_table(v / rel)
+    i = table.schema.get_field_index(column)
+    _rewrite(v, rel, table.set_column(i, table.schema.field(i).with_type(damaged), table[column].cast(damaged)))
+    said = re.escape(f"{rel}: its column {column} is ") + r"\S.*, the version's is "
+    with pytest.raises(IntegrityError, match=said):
+        list(open_version(v).examples("background", 2))
+    with pytest.raises(IntegrityError, match=said):
+        list(DataLoader(PointCloudIterableDataset(v, corruption="background", severity=2), batch_size=None))
+    ds = PointCloudDataset(v, corruption="background", severity=2)
+    with pytest.raises(IntegrityError, match=said):
+        ds[0]
+    with pytest.raises(IntegrityError, match=said):  # export's pre-flight: refused before anything is written
+        export_version(v, tmp_path / "export", corruption="background", severity=2)
+    assert not (tmp_path / "export").exists()
+    assert len(list(open_version(v).examples("background", 3))) == 4  # the other files read as before
 
 
 def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
