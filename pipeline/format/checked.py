@@ -56,7 +56,9 @@ def read_error(e: BaseException, where: str, version: str | None, op: str = "rea
         return StorageError(denied_message(where, op, code))
     if "deserialize thrift" in text or "magic bytes" in text:  # the footer, which no page checksum covers
         return IntegrityError(f"{where}: its Parquet footer cannot be decoded ({first}); {remedy(version)}")
-    if isinstance(e, pa.ArrowInvalid):  # undecodable pages or footer: bytes damaged where no checksum covers them
+    if isinstance(e, pa.ArrowInvalid | pa.ArrowNotImplementedError | UnicodeDecodeError):
+        # undecodable pages or footer (a column name that is not UTF-8, an integer width no writer uses): bytes
+        # damaged where no checksum covers them
         return IntegrityError(f"{where}: cannot be decoded ({first}); {remedy(version)}")
     if isinstance(e, OSError):
         return OSError(f"{where}: {first}")
@@ -67,7 +69,7 @@ def read_error(e: BaseException, where: str, version: str | None, op: str = "rea
 def _named(where: str, version: str | None = None, op: str = "read") -> Iterator[None]:
     try:
         yield
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         raise read_error(e, where, version, op) from None
 
 

@@ -67,6 +67,9 @@ from bench_build.manifests.manifest import (
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.storage import LocalStore, open_store
 
+#: what `rows_of` reads from a file's ``bench_build`` footer metadata
+FOOTER_KEYS = ("fields", "intensity_scale")
+
 
 @dataclass(frozen=True)
 class Example:
@@ -276,6 +279,10 @@ class Version:
         except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
             raise IntegrityError(f"{pf.where}: its footer's bench_build metadata cannot be read ({e}); "
                                  f"{remedy(self.url)}") from None
+        missing = [k for k in FOOTER_KEYS if k not in meta] if isinstance(meta, dict) else list(FOOTER_KEYS)
+        if missing:  # what every read takes from it (`rows_of`), checked with or without verify
+            raise IntegrityError(f"{pf.where}: its footer's bench_build metadata has no {', '.join(missing)}; "
+                                 f"{remedy(self.url)}")
         if not self.verify:
             return meta
         for key in ("fields", "intensity_scale", "columns"):

@@ -443,6 +443,51 @@ def test_a_footer_declaring_another_column_type_is_an_integrity_error(mini_build
     assert len(list(open_version(v).examples("background", 3))) == 4  # the other files read as before
 
 
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_footer_that_cannot_be_read_as_text_or_lacks_its_fields_is_an_integrity_error(mini_build, tmp_path, verify):
+    """Footer damage that decoding trips over (a column name that is not UTF-8, bench_build metadata without the
+    point fields or intensity scale every read takes from it) is an `IntegrityError` naming the file, also with
+    ``verify=False``, not a UnicodeDecodeError or KeyError traceback from inside pyarrow or `rows_of`."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.reader import open_version
+    from bench_build.format.schema import METADATA_KEY
+    from bench_build.loaders import PointCloudIterableDataset
+
+    v = tmp_path / "v"
+    shutil.copytree(mini_build, v, ignore=shutil.ignore_patterns("_ledger"))
+    entries = {(s["corruption"], s["severity"]): s for s in _manifest(v)["shards"]}
+    rel = entries[("background", 2)]["path"]
+    data = (v / rel).read_bytes()
+    (v / rel).write_bytes(data.replace(b"boxes", b"\xffoxes", 1))  # the footer's column name, same size
+    with pytest.raises(IntegrityError, match=re.escape(f"{rel}: cannot be decoded ('utf-8' codec can't decode")):
+        list(open_version(v, verify=verify).examples("background", 2))
+    rel = entries[("beam_del", 3)]["path"]
+    table = pq.read_table(v / rel)
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    del meta["intensity_scale"]
+    _rewrite(v, rel, table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: json.dumps(meta)}))
+    said = re.escape(f"{rel}: its footer's bench_build metadata has no intensity_scale")
+    with pytest.raises(IntegrityError, match=said):
+        list(open_version(v, verify=verify).examples("beam_del", 3))
+    with pytest.raises(IntegrityError, match=said):
+        list(PointCloudIterableDataset(v, corruption="beam_del", severity=3, verify=verify))
+
+
+def test_an_integer_width_no_writer_uses_is_an_integrity_error():
+    """pyarrow's ArrowNotImplementedError for a footer declaring, say, a 128-bit integer (one flipped bit in the
+    stored Arrow schema) names the file like every other undecodable byte."""
+    from bench_build.format.checked import IntegrityError, read_error
+
+    e = read_error(pa.ArrowNotImplementedError("Integers with more than 64 bits not implemented"), "v/data/f.parquet",
+                   "v")
+    assert isinstance(e, IntegrityError)
+    assert str(e).startswith("v/data/f.parquet: cannot be decoded (Integers with more than 64 bits not implemented)")
+
+
 def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
     from bench_build.format.checked import IntegrityError
     from bench_build.format.reader import open_version
