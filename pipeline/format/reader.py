@@ -395,7 +395,10 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
     """Examples of a table of v2 rows (one partition: ``corruption``/``severity`` come from its path).
     Compact rows (``point_ref`` not null) are materialised from ``clean`` (frame id → clean points); one that
     does not fit its clean scan raises `IntegrityError` naming ``where`` (the file), its row (``rows[i]``: the
-    row's number in the file) and key."""
+    row's number in the file) and key. So does a row whose points, point tags or per-point labels are not
+    ``num_points`` long, or whose calibration matrices are not 3×4 (3×3): a page header (which no page checksum
+    covers) damaged so that its list lengths decode otherwise, a tag or a ref per point shifted against the
+    points."""
     fields = tuple(meta["fields"])
     points = decode_points(table["points"].combine_chunks(), writable=writable)
     if "point_ref" in table.column_names:
@@ -425,7 +428,17 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
     calib = table["calib"].to_pylist()
     info = table["info"].to_pylist()
     keys, frame_ids = table["key"].to_pylist(), table["frame_id"].to_pylist()
+    counts = table["num_points"].to_pylist()
     for i in range(table.num_rows):
+        lengths = {"points": len(points[i]), "point_tag": len(tags[i]),
+                   **{c: len(v[i]) for c, (v, null) in labels.items() if not null[i]}}
+        if odd := {c: n for c, n in lengths.items() if n != counts[i]}:
+            said = ", ".join(f"{c} has {n}" for c, n in odd.items())
+            raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}) has num_points "
+                                 f"{counts[i]} but {said}; {remedy(version)}")
+        if (why := _calib_problem(calib[i])) is not None:  # the same damage in a matrix's list
+            raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}): its {why}; "
+                                 f"{remedy(version)}")
         yield Example(
             key=keys[i], frame_id=frame_ids[i], corruption=corruption, severity=severity, points=points[i],
             fields=fields, point_tag=tags[i],
@@ -434,6 +447,23 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
             labels={c: v[i] for c, (v, null) in labels.items() if not null[i]},
             attrs={c: v[i] for c, v in attrs.items()},
         )
+
+
+#: values of each calibration matrix (row-major 3×4, R0_rect 3×3), as `Calib.from_dict` reshapes them
+CALIB_SIZES = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_cam": 12, "Tr_imu_to_velo": 12}
+
+
+def _calib_problem(row: dict[str, Any] | None) -> str | None:
+    """What makes a stored calibration undecodable (a missing matrix, one of another length), or None."""
+    if row is None:
+        return None
+    for name, size in CALIB_SIZES.items():
+        values = row.get(name)
+        if values is None and name != "Tr_imu_to_velo":  # the one matrix a source may lack
+            return f"calibration has no {name}"
+        if values is not None and len(values) != size:
+            return f"calibration {name} has {len(values)} values, not {size}"
+    return None
 
 
 def open_version(root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,

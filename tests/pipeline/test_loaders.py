@@ -488,6 +488,63 @@ def test_an_integer_width_no_writer_uses_is_an_integrity_error():
     assert str(e).startswith("v/data/f.parquet: cannot be decoded (Integers with more than 64 bits not implemented)")
 
 
+def test_a_row_whose_lists_are_not_num_points_long_is_an_integrity_error(mini_build, tmp_path):
+    """No checksum covers a data page's header: a bit flipped there can change how the page's list lengths
+    decode while its CRC still passes (a row's point tags decoding shorter than its points). Every read checks
+    each row's points, point tags and per-point labels against its num_points: a flip anywhere in the header of
+    the point_tag chunk reads identical examples or is an error naming the file, never other data. Calibration
+    matrices are checked for their lengths likewise."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from bench_build.format.checked import IntegrityError
+    from bench_build.format.reader import open_version
+    from tests.pipeline.tamper import chunk_span
+
+    v = tmp_path / "v"
+    shutil.copytree(mini_build, v, ignore=shutil.ignore_patterns("_ledger"))
+    rel = next(s["path"] for s in _manifest(v)["shards"] if (s["corruption"], s["severity"]) == ("background", 2))
+
+    def read() -> list[tuple]:
+        return [(ex.key, ex.points.tobytes(), ex.point_tag.tobytes())
+                for ex in open_version(v).examples("background", 2)]
+
+    intact, data = read(), (v / rel).read_bytes()
+    start, _ = chunk_span(data, "point_tag.list.element")
+    caught = []
+    for at in range(start, start + 48):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[at] ^= 1 << bit
+            (v / rel).write_bytes(damaged)
+            try:
+                assert read() == intact, f"byte {at - start} of the point_tag chunk, bit {bit}: other data, no error"
+            except (IntegrityError, OSError) as e:  # pyarrow's OSError for a header it cannot parse names it too
+                assert rel in str(e)
+                caught.append(str(e))
+    assert any("has num_points" in e for e in caught)  # the sweep reaches the lengths the check is for
+    # the check itself: a row whose num_points disagrees with its lists (the manifest updated to match)
+    table = pq.read_table(v / rel.replace("severity=2", "severity=3"))
+    counts = table["num_points"].to_pylist()
+    _rewrite(v, rel.replace("severity=2", "severity=3"),
+             table.set_column(2, table.schema.field(2), pa.array([counts[0], counts[1] + 1], pa.int32())))
+    with pytest.raises(IntegrityError, match=re.escape(f"row 1 (mini-c/{table['frame_id'][1]}/background/3) has "
+                                                       f"num_points {counts[1] + 1} but points has {counts[1]}, "
+                                                       f"point_tag has {counts[1]}")):
+        list(open_version(v).examples("background", 3))
+    # a calibration matrix of another length (the same damage in a calib chunk): not a ValueError from a reshape
+    rel = rel.replace("severity=2", "severity=4")
+    table = pq.read_table(v / rel)
+    calib = table["calib"].to_pylist()
+    calib[1]["P0"] = calib[1]["P0"][:8]
+    i = table.schema.get_field_index("calib")
+    _rewrite(v, rel, table.set_column(i, table.schema.field(i), pa.array(calib, table.schema.field(i).type)))
+    with pytest.raises(IntegrityError, match=re.escape(f"{rel}: row 1 (mini-c/{table['frame_id'][1]}/background/4): "
+                                                       "its calibration P0 has 8 values, not 12")):
+        list(open_version(v).examples("background", 4))
+
+
 def test_s3_reads_fail_on_a_changed_object_naming_it(mini_build, s3prefix, s3env):
     from bench_build.format.checked import IntegrityError
     from bench_build.format.reader import open_version
