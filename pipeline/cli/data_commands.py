@@ -228,7 +228,7 @@ def validate(
     real_duplicates: Annotated[Duplicates, typer.Option(help="WADS's exact duplicate rows: keep them (as "
                                                              "recorded) or drop them")]
     = Duplicates.keep,
-    severity: Annotated[list[int] | None, typer.Option(min=1, help="Simulated severities tested (repeatable; "
+    severity: Annotated[list[int] | None, typer.Option(min=0, help="Simulated severities tested, 1…S (repeatable; "
                                                                    "default all)")]
     = None,
     sample: Annotated[int | None, typer.Option(min=1, help="Build frames tested (default: all)")] = None,

@@ -231,10 +231,10 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     res = runner.invoke(app, ["validate", str(version), "--corruption", "snow", "--real", str(validated["fog_dir"]),
                               "--real-clean", str(validated["clear_dir"])])
     assert res.exit_code == 2 and "no corruption 'snow'" in res.output
-    # severity 0 is the clean scan, never a simulated one: the option's range says so
+    # severity 0 is the clean scan, never a simulated one: refused before any work, naming the range
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
                               "--real-clean", str(validated["clear_dir"]), "--severity", "0"])
-    assert res.exit_code == 2 and "greater than or equal to 1" in res.output
+    assert res.exit_code == 2 and "severities [0] out of range 1..2" in res.output, res.output
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"])])
     assert res.exit_code != 0
     # WADS is snowfall: never taken for real fog (its snow realism section would land in the fog report)
