@@ -21,6 +21,7 @@ ranges) in `bench_build.score.validate`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}") from None
+            except ValueError:  # an integer past Python's digit limit for int(), which json.loads calls
+                raise PredictionError(f"{path}: line {lineno}: an integer of more than "
+                                      f"{sys.get_int_max_str_digits()} digits, not a finite number") from None
             if not isinstance(row, dict):
                 raise PredictionError(f"{path}: line {lineno}: expected a JSON object")
             rows.append(row)

@@ -14,6 +14,7 @@ named with the file, the line (JSON Lines) or row (Parquet), the key and the ind
 |         | the build records a learning map)          |                                                    |
 
 JSON booleans are refused although Python counts them as integers (``"pred": true`` would score as class 1).
+JSON integers have any number of digits: one beyond ±1.8e308 has no float and is not a finite number either.
 The sum tolerance 0.01 admits probabilities written with 3 decimals for up to 20 classes and with 4 decimals
 for up to 200; a model that writes logits or unnormalised scores is refused rather than given a
 calibration error of numbers that are not probabilities.
@@ -46,6 +47,8 @@ NUMBER = frozenset({float, int})
 INTEGER = frozenset({int})
 #: |Σ probs − 1| allowed where a metric reads probabilities as a distribution
 SUM_TOLERANCE = 0.01
+#: what an integer too large for a float64 is called (JSON integers have any number of digits)
+BEYOND_FLOAT = "an integer beyond ±1.8e308, not a finite number"
 
 
 def _at(preds: Mapping[str, Any], key: str) -> str:
@@ -89,9 +92,14 @@ def number_lists(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str]
     try:
         values = np.array(flat, dtype=np.int64 if allowed == INTEGER else np.float64)
     except OverflowError:
-        j = next(j for j, v in enumerate(flat) if abs(v) > np.iinfo(np.int64).max)
+        if allowed == INTEGER:
+            j = next(j for j, v in enumerate(flat) if abs(v) > np.iinfo(np.int64).max)
+            what = f"= {flat[j]} is out of range"
+        else:  # JSON allows an integer of any length: one past ±1.8e308 has no float
+            j = next(j for j, v in enumerate(flat) if not _fits_float(v))
+            what = f"is {BEYOND_FLOAT}"
         i = int(np.searchsorted(off, j, side="right") - 1)
-        raise fail(path, preds, keys[i], f"{field}[{j - off[i]}] = {flat[j]} is out of range") from None
+        raise fail(path, preds, keys[i], f"{field}[{j - off[i]}] {what}") from None
     if values.dtype.kind == "f":
         _in_range(path, preds, keys, field, values, off, ~np.isfinite(values), "(NaN/inf): write finite numbers")
     return values, off
@@ -143,12 +151,24 @@ def numbers(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], fie
         what = f"no numeric {field!r} field" if field not in preds[keys[i]] else \
             f"{field} is {_kind(vals[i])}, expected a number"
         raise fail(path, preds, keys[i], what)
-    out = np.array(vals, dtype=np.float64)
+    try:
+        out = np.array(vals, dtype=np.float64)
+    except OverflowError:  # JSON allows an integer of any length: one past ±1.8e308 has no float
+        i = next(i for i, v in enumerate(vals) if not _fits_float(v))
+        raise fail(path, preds, keys[i], f"{field} is {BEYOND_FLOAT}") from None
     bad = ~np.isfinite(out)
     if bad.any():
         i = int(np.argmax(bad))
         raise fail(path, preds, keys[i], f"{field} is {out[i]} (NaN/inf): write finite numbers")
     return out
+
+
+def _fits_float(v: float | int) -> bool:
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
 
 
 def point_labels(path: str | Path, preds: Mapping[str, Any], key: str, max_label: int | None,

@@ -460,6 +460,9 @@ def _jsonl(path: Path, rows: list) -> Path:
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(9)],
      r"1 key is not an example of this version: modelnet-c/0008/clean/0"),
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]', "x"], r"line 1: not JSON"),
+    # past int()'s digit limit json.loads raises a plain ValueError: it was a traceback
+    (['{"key": "modelnet-c/0000/clean/0", "probs": [1' + "0" * 5000 + ", 0]}"],
+     r"line 1: an integer of more than \d+ digits, not a finite number"),
     ([{"probs": [1, 0]}], r"line 1: no string 'key' field"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0], "pred": 0} for i in range(7)]  # both, agreeing: fine
      + [{"key": "modelnet-c/0007/clean/0", "probs": [0.9, 0.1], "pred": 1}],

@@ -4,6 +4,7 @@ naming the file, the line or row, the key and the index — not only the first e
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,8 @@ GOOD = [0.2, 0.3, 0.5]
     ("[0.2, 1.3, -0.5]", r"probs\[1\] is 1.3 outside \[0, 1\]"),
     ("[0.6, 0.6, -0.2]", r"probs\[2\] is -0.2 outside \[0, 1\]"),
     ("0.5", r"probs is a float, expected a list of numbers"),
+    ("[0.2, 1e400, 0.5]", r"probs\[1\] is inf \(NaN/inf\)"),
+    ("[0.2, 0.3, 1" + "0" * 400 + "]", r"probs\[2\] is an integer beyond ±1.8e308, not a finite number"),
 ])
 def test_every_probability_is_checked(mnc, tmp_path, bad, message):
     # the bad value sits in the 5th row, after four good ones
@@ -123,6 +126,9 @@ def _three_dos(tmp_path: Path) -> Path:
     ("\"0.5\"", r"score is a string \('0.5'\), expected a number"),
     ("null", r"score is null, expected a number"),
     ("Infinity", r"score is inf \(NaN/inf\)"),
+    ("-1e400", r"score is -inf \(NaN/inf\)"),
+    # JSON has no bound on an integer's digits: one past the float range was an OverflowError traceback
+    ("1" + "0" * 400, r"score is an integer beyond ±1.8e308, not a finite number"),
 ])
 def test_open_set_scores_are_checked(tmp_path, bad, message):
     v = _three_dos(tmp_path)
@@ -133,6 +139,9 @@ def test_open_set_scores_are_checked(tmp_path, bad, message):
                                                                             strict=True)))
     with pytest.raises(PredictionError, match=rf"line 3: key '{keys[2]}': {message}"):
         score_version(v, p)
+    res = runner.invoke(app, ["score", str(v), str(p)])
+    assert res.exit_code == 2 and res.output.startswith(f"error: {p}: line 3: key"), res.output
+    assert len(res.output.strip().splitlines()) == 1 and re.search(message, res.output), res.output
     # any real number is a normality score (energy and max logit can be negative)
     p.write_text("".join(f'{{"key": "{k}", "score": {s}}}\n' for k, s in zip(keys, ["-3.5", "2", "-9", "0.1"],
                                                                             strict=True)))
