@@ -216,15 +216,23 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     report = ScoreReport(dataset, manifest["version"], metric)
 
     severity_names = names_of(manifest)
-    if metric in ("nuscenes-det", "wod-det"):
+    try:
+        if metric in ("nuscenes-det", "wod-det"):
 
-        score_det3d(report, version_dir, predictions, severity_names, source_root)
-    elif metric in ("kitti-c", "robo3d-det"):
-        _detection(report, version_dir, Path(predictions), severity_names, classes, workers)
-    elif metric == "robo3d-seg":
-        _segmentation(report, version_dir, predictions, dataset, ignore_label)
-    else:
-        _objects(report, version_dir, predictions, dataset, manifest, num_classes)
+            score_det3d(report, version_dir, predictions, severity_names, source_root)
+        elif metric in ("kitti-c", "robo3d-det"):
+            _detection(report, version_dir, Path(predictions), severity_names, classes, workers)
+        elif metric == "robo3d-seg":
+            _segmentation(report, version_dir, predictions, dataset, ignore_label)
+        else:
+            _objects(report, version_dir, predictions, dataset, manifest, num_classes)
+    except IsADirectoryError as e:
+        # a folder where a prediction or result file goes (``preds.jsonl/``, ``clean/000000.txt/``), wherever a
+        # reader opens it: bad input, and scoring writes nothing, so a refusal (exit 2), not the CLI's exit 1 for
+        # a path of the wrong kind met after work may have begun
+        if e.filename is None:
+            raise
+        raise PredictionError(f"{e.filename}: is a directory where a file was expected") from None
     return report
 
 

@@ -476,6 +476,31 @@ def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
     assert res.exit_code == 2 and "bad.jsonl" in res.output
 
 
+@pytest.mark.parametrize("case", ["a KITTI result file", "a KITTI result file read by a worker process",
+                                  "a JSON Lines file"])
+def test_a_folder_where_a_file_goes_is_refused(case, det_version, demo_kitti_master, small_mnc, tmp_path):
+    """A folder named like a prediction file (``preds.jsonl/``) or a result file (``clean/000000.txt/``) ended in
+    the CLI's "Is a directory" with exit 1, which says work may have begun: scoring writes nothing before it is
+    done, so it is a refusal (exit 2) naming the folder, wherever a reader meets it."""
+    if case.startswith("a KITTI"):
+        version, preds = det_version, write_results(tmp_path / "pred", demo_kitti_master, det_version)
+        folder = preds / "clean" / f"{KittiSource(demo_kitti_master).list_frames()[1]}.txt"
+        folder.unlink()
+        folder.mkdir()
+        args = ["--workers", "2"] if "worker" in case else []  # the error comes back through the process pool
+    else:
+        version, preds = small_mnc, tmp_path / "preds.jsonl"
+        folder = preds
+        (preds / "part-0").mkdir(parents=True)
+        args = ["--num-classes", "2"]
+    res = runner.invoke(app, ["score", str(version), str(preds), *args, "--out", str(tmp_path / "res" / "s")],
+                        terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert res.output.startswith(f"error: {folder}: is a directory where a file was expected"), res.output
+    assert not (tmp_path / "res").exists()
+
+
 def test_bad_parquet_predictions(small_mnc, tmp_path):
     p = tmp_path / "p.parquet"
     pq.write_table(pa.table({"id": ["a"]}), p)
