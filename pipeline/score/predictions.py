@@ -38,6 +38,12 @@ NUMERIC_FIELDS = ("probs", "pred", "score", "labels")
 
 
 
+PARQUET = (".parquet", ".pq")
+JSON_LINES = (".jsonl", ".json", ".ndjson")
+#: what a prediction path may be, said where a folder is not one
+ACCEPTED = "predictions are a .jsonl, .json or .ndjson file, or .parquet (a file, or a folder of Parquet files)"
+
+
 class Predictions(dict):
     """``{key: row}``, plus ``where[key]``: the line (JSON Lines) or row (Parquet) it came from, for errors."""
 
@@ -45,15 +51,18 @@ class Predictions(dict):
 
 
 def read_predictions(path: str | Path) -> Predictions:
-    """``{key: row}`` from a ``.jsonl`` / ``.json`` (lines) or ``.parquet`` file; rejects duplicate keys.
+    """``{key: row}`` from a ``.jsonl`` / ``.json`` (lines) or ``.parquet`` file (or a folder of Parquet files);
+    rejects duplicate keys.
 
     Values are checked element by element where a metric reads them (`bench_build.score.validate`)."""
     path = Path(path)
     if not path.exists():
         raise PredictionError(f"{path}: no such prediction file")
-    if path.suffix in (".parquet", ".pq"):
+    if path.is_dir():
+        _check_folder(path)
+    if path.suffix in PARQUET:
         rows, where = _parquet_rows(path)
-    elif path.suffix in (".jsonl", ".json", ".ndjson"):
+    elif path.suffix in JSON_LINES:
         rows, where = _jsonl_rows(path)
     else:
         raise PredictionError(f"{path}: unknown prediction format {path.suffix!r} (use .jsonl or .parquet)")
@@ -70,6 +79,19 @@ def read_predictions(path: str | Path) -> Predictions:
         first_seen[key] = at
     out.where = first_seen
     return out
+
+
+def _check_folder(path: Path) -> None:
+    """A folder is read only as one Parquet table in several files (``preds.parquet/part-0.parquet``, as Spark and
+    pyarrow write one). One holding no data file (pyarrow, too, skips names starting with ``.`` or ``_``) read as
+    a table of no columns ("no 'key' column"), or as a format named by no suffix: it is refused as what it is. A
+    folder named like a JSON Lines file is one where a file was expected, whatever it holds."""
+    if path.suffix not in JSON_LINES and not any(
+            f.is_file() and not any(n.startswith((".", "_")) for n in f.relative_to(path).parts)
+            for f in path.rglob("*")):
+        raise PredictionError(f"{path}: the directory holds no prediction files; {ACCEPTED}")
+    if path.suffix not in PARQUET:
+        raise PredictionError(f"{path}: is a directory where a file was expected; {ACCEPTED}")
 
 
 def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

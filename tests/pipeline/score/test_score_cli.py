@@ -501,6 +501,35 @@ def test_a_folder_where_a_file_goes_is_refused(case, det_version, demo_kitti_mas
     assert not (tmp_path / "res").exists()
 
 
+@pytest.mark.parametrize(("name", "files", "says"), [
+    ("empty.parquet", [], "the directory holds no prediction files"),  # was: no 'key' column (columns: )
+    ("empty", [], "the directory holds no prediction files"),  # was: unknown prediction format ''
+    ("done.parquet", ["_SUCCESS", ".crc/x"], "the directory holds no prediction files"),  # pyarrow skips these
+    ("preds", ["preds.jsonl"], "is a directory where a file was expected"),
+    ("preds.jsonl", [], "is a directory where a file was expected"),  # its name says a file, empty or not
+])
+def test_a_folder_without_prediction_files_is_named(small_mnc, tmp_path, name, files, says):
+    folder = tmp_path / name
+    folder.mkdir()
+    for f in files:
+        (folder / f).parent.mkdir(parents=True, exist_ok=True)
+        (folder / f).write_text("")
+    res = runner.invoke(app, ["score", str(small_mnc), str(folder), "--num-classes", "2"], terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {folder}: {says}; predictions are a .jsonl, .json or .ndjson file, or "
+                                  ".parquet (a file, or a folder of Parquet files)"), res.output
+
+
+def test_a_folder_of_parquet_files_is_one_table(small_mnc, tmp_path):
+    folder = tmp_path / "preds.parquet"
+    folder.mkdir()
+    keys = [f"modelnet-c/{i:04d}/clean/0" for i in range(8)]
+    pq.write_table(pa.table({"key": keys[:5], "pred": [0] * 5}), folder / "part-0.parquet")
+    pq.write_table(pa.table({"key": keys[5:], "pred": [1] * 3}), folder / "part-1.parquet")
+    (folder / "_SUCCESS").write_text("")
+    assert score_version(small_mnc, folder, num_classes=2).summary["OA_clean"] == 62.5
+
+
 def test_bad_parquet_predictions(small_mnc, tmp_path):
     p = tmp_path / "p.parquet"
     pq.write_table(pa.table({"id": ["a"]}), p)
