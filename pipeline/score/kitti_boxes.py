@@ -22,6 +22,11 @@ class KittiFormatError(BenchBuildError, ValueError):
     pass
 
 
+#: the fields of a ``label_2`` / result line, in order (a result line adds the score)
+FIELDS = ("type", "truncated", "occluded", "alpha", "bbox left", "bbox top", "bbox right", "bbox bottom", "height",
+          "width", "length", "x", "y", "z", "rotation_y", "score")
+
+
 @dataclass(frozen=True)
 class KittiObjects:
     """The objects of one frame in KITTI ``label_2`` convention (rectified camera frame)."""
@@ -43,6 +48,7 @@ class KittiObjects:
 def parse_kitti_objects(text: str, where: str, *, need_score: bool) -> KittiObjects:
     """Parse ``label_2`` / result text (15 fields, 16 with a score). Errors name ``where`` and the line."""
     rows: list[list[str]] = []
+    linenos: list[int] = []  # each row's line in the file (blank lines are skipped)
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
@@ -51,22 +57,33 @@ def parse_kitti_objects(text: str, where: str, *, need_score: bool) -> KittiObje
             want = "16 (15 label fields + score)" if need_score else "15 or 16"
             raise KittiFormatError(f"{where}: line {lineno}: {len(parts)} fields, expected {want}")
         rows.append(parts)
+        linenos.append(lineno)
     if not rows:
         z = np.zeros(0)
         return KittiObjects(np.zeros(0, dtype=object), z, z, z, np.zeros((0, 4)), np.zeros((0, 3)),
                             np.zeros((0, 3)), z, z)
     try:
         num = np.array([[float(v) for v in r[1:]] + ([0.0] if len(r) == 15 else []) for r in rows])
-    except ValueError as e:
-        raise KittiFormatError(f"{where}: non-numeric field: {e}") from None
+    except ValueError:
+        i, k = next((i, k) for i, r in enumerate(rows) for k in range(1, len(r)) if not _is_float(r[k]))
+        raise KittiFormatError(f"{where}: line {linenos[i]}: field {k + 1} ({FIELDS[k]}) is {rows[i][k]!r}, "
+                               "not a number") from None
     bad = ~np.isfinite(num).all(axis=1)
     if bad.any():
-        raise KittiFormatError(f"{where}: line {int(np.nonzero(bad)[0][0]) + 1}: NaN/inf value")
+        raise KittiFormatError(f"{where}: line {linenos[int(np.nonzero(bad)[0][0])]}: NaN/inf value")
     return KittiObjects(
         name=np.array([r[0] for r in rows], dtype=object), truncated=num[:, 0], occluded=num[:, 1],
         alpha=num[:, 2], bbox=num[:, 3:7], hwl=num[:, 7:10], location=num[:, 10:13], rotation_y=num[:, 13],
         score=num[:, 14],
     )
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def read_kitti_objects(path: Path, *, need_score: bool) -> KittiObjects:

@@ -49,7 +49,7 @@ from bench_build.score.predictions import PredictionError, check_keys, class_pro
 from bench_build.score.robo3d import confusion, miou, robo3d_metrics
 from bench_build.score.robo3d_det import scene_set, score_det3d, task_of
 from bench_build.score.truth import iter_columns, manifest_of, object_truth
-from bench_build.score.validate import ScoreError, point_labels
+from bench_build.score.validate import ScoreError, fail, point_labels
 from bench_build.sources.nuscenes import lidarseg_learning_map
 
 PERCENT = "%"
@@ -403,7 +403,7 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         for k, g in items:
             p = np.asarray(preds[k]["labels"], np.int64)
             if len(p) != len(g):
-                raise PredictionError(f"{predictions}: key {k!r}: {len(p)} labels for {len(g)} points")
+                raise fail(predictions, preds, k, f"{len(p)} labels for {len(g)} points")
             conf += confusion(g, p, num_classes, ignore_label)
         acc[part] = miou(conf, ignore_label)[0]
         report.add(part[0], part[1], "mIoU", acc[part])

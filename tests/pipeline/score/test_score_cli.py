@@ -181,6 +181,21 @@ def test_detection_missing_and_foreign_result_files(det_version, demo_kitti_mast
     assert res.exit_code == 2 and f"{fids[0]}.txt: line 1: 15 fields, expected 16" in res.output
 
 
+@pytest.mark.parametrize(("line", "says"), [
+    ("Car 0 0 x.63 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 0.9", "line 3: field 4 (alpha) is 'x.63', not a number"),
+    ("Car 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 0.9x", "line 3: field 16 (score) is '0.9x', not a number"),
+    ("Car 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 nan", "line 3: NaN/inf value"),  # was line 2: blank lines uncounted
+])
+def test_a_bad_result_line_is_named_by_its_line(det_version, demo_kitti_master, tmp_path, line, says):
+    """A non-numeric field was "non-numeric field: could not convert string to float: 'x.63'", no line named."""
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version)
+    bad = preds / "beam_del" / "1" / f"{KittiSource(demo_kitti_master).list_frames()[0]}.txt"
+    bad.write_text(f"Car 0 0 0 1 2 3 4 1.5 1.6 3.9 0 1.5 20 0 0.9\n\n{line}\n")
+    res = runner.invoke(app, ["score", str(det_version), str(preds)], terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"error: {bad}: {says}", res.output
+
+
 @pytest.mark.parametrize(("second", "first"), [("clean/0", "clean"), ("beam_del/1/data", "beam_del/1")])
 def test_detection_results_in_two_places_are_refused(det_version, demo_kitti_master, tmp_path, second, first):
     """``clean/`` and ``clean/0/`` (or a folder and its ``data/``) are both accepted layouts; with result files in
@@ -354,8 +369,8 @@ def test_segmentation_miou_and_bad_label_count(tmp_path):
     rep = score_version(v, p)
     assert rep.metric == "robo3d-seg" and rep.rows[0]["value"] == pytest.approx(100 * (1 / 3 + 1 / 2) / 2)
     assert_units(rep)
-    p.write_text(json.dumps({"key": rows[0]["key"], "labels": [0, 1]}) + "\n")
-    with pytest.raises(PredictionError, match="2 labels for 7 points"):
+    p.write_text("\n" + json.dumps({"key": rows[0]["key"], "labels": [0, 1]}) + "\n")
+    with pytest.raises(PredictionError, match=rf"^{p}: line 2: key '{rows[0]['key']}': 2 labels for 7 points$"):
         score_version(v, p)
 
 
