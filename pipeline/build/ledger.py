@@ -211,6 +211,12 @@ class Ledger:
                                                                         allow_nan=False))
         self.store.delete(self._entry(shard, failed=True))
 
+    def forget_done(self, shard: str) -> None:
+        """Delete ``shard``'s done entry: a run found it no longer true (a file of it changed or is gone, its sources
+        changed) and builds the task again. Deleted before the task runs, so a rebuild that fails (or a run killed
+        before it ends) leaves the task failed or pending, as `status` then says, never done with its old entry."""
+        self.store.delete(self._entry(shard))
+
     def record_failed(self, shard: str, entry: dict[str, Any]) -> None:
         self.store.write_text(self._entry(shard, failed=True),
                               json.dumps({"status": "failed", **entry}, indent=1, sort_keys=True, allow_nan=False))

@@ -241,8 +241,9 @@ def _build_begun(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
         ok, why = ledger.check_done(t.name, fingerprint, recheck, src, refresh_times=True)
         if not ok:
             pending.append(t)
-            if why != "not built":  # a task the ledger holds as done is computed again: say why
-                redo.append(f"{t.name}: {why}")
+            if why != "not built":  # a task the ledger holds as done is computed again: say why, and its entry
+                redo.append(f"{t.name}: {why}")  # goes, so a rebuild that fails leaves it failed, not done
+                ledger.forget_done(t.name)
     for line in redo[:5]:
         print(f"[bench-build] building again {line}", file=sys.stderr, flush=True)
     if len(redo) > 5:

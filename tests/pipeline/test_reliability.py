@@ -399,6 +399,34 @@ def test_a_source_touched_during_the_run_is_a_failed_manifest_not_done(small_rec
     assert _data_files(version) == files and verify_version(version).ok
 
 
+def test_a_rebuild_that_fails_leaves_its_task_failed_not_done(small_recipe, demo_kitti, tmp_path, shared_ray):
+    """A task recorded as done whose file is damaged is built again; when that rebuild fails (here a folder stands
+    where its file goes), `status` says what the run said: failed, with its reason. Its old done entry was kept and
+    won over the newer failure: "2/2 shards done" after a run that ended "1 failed"."""
+    from bench_build.build.ledger import Ledger
+    from bench_build.build.run import run_build
+    from bench_build.build.status import build_status
+
+    out = tmp_path / "out"
+
+    def build():
+        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
+                         progress=False)
+
+    assert build().ok
+    version = out / "mini-c" / "0.1.0"
+    damaged = next(version.glob("data/corruption=clean/severity=0/part-00000-of-00002.parquet"))
+    damaged.unlink()
+    (damaged / "x").mkdir(parents=True)  # the rebuild cannot put its file there
+    res = build()
+    assert list(res.failures) == ["part-00000-of-00002"] and res.shards_skipped == 1, res.failures
+    assert res.failures["part-00000-of-00002"] == f"Is a directory: {damaged}"
+    assert Ledger(version).done_entry("part-00000-of-00002") is None
+    status = build_status(str(small_recipe), out)
+    assert (status["done"], status["failed"], status["pending"]) == (1, res.failures, 0)
+    assert not status["complete"]
+
+
 def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,
                                                                   shared_ray):
     from bench_build.build.run import run_build
