@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from bench_build.build.ledger import Ledger, identity_digest
-from bench_build.build.shard import os_error_message, partition_table
+from bench_build.build.shard import os_error_kind, os_error_message, partition_table
 from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
@@ -69,7 +69,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
             result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
                                                               store.key_url(MANIFEST_NAME))
-            result.failure_kinds[MANIFEST_NAME] = "resource"
+            result.failure_kinds[MANIFEST_NAME] = os_error_kind(e)
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
     if complete and result.manifest is not None:  # Parquet files no task wrote: `verify` fails, glob readers read them
         result.strays = check_file_set(result.manifest, list(sizes))[0]

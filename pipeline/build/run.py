@@ -46,7 +46,7 @@ class BuildResult:
     shards_skipped: int  # already done in the ledger
     shards_built: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
-    failure_kinds: dict[str, str] = field(default_factory=dict)  # "input", "resource" or "internal"
+    failure_kinds: dict[str, str] = field(default_factory=dict)  # "input", "resource", "permission", "internal" …
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
     groups: int = 1  # task groups per block: each shard is built by this many tasks

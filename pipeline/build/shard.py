@@ -201,8 +201,8 @@ class _SheetPainter:
 
 
 class ShardFailed(BenchBuildError, RuntimeError):
-    """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them) or "resource"
-    (disk full, I/O error: the input is fine, the machine is not)."""
+    """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them), "resource" (disk full, I/O
+    error: the input is fine, the machine is not) or "permission" (the output may not be written: `os_error_kind`)."""
 
     exit_code = 1  # work had begun
 
@@ -226,6 +226,21 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
         cause = text.splitlines()[0] if text else type(e).__name__
     path = where or getattr(e, "filename", None)
     return f"{cause}: {path}" if path else cause
+
+
+#: errnos of an output this user may not write: its mode or owner, an immutable file (``chattr +i``: EPERM even for
+#: root), a read-only mount; pyarrow's write errors carry no errno, only these texts
+PERMISSION_ERRNOS = (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS)
+PERMISSION_TEXTS = ("Permission denied", "Operation not permitted", "Read-only file system")
+
+
+def os_error_kind(e: BaseException) -> str:
+    """The failure kind of an I/O error (`ShardFailed.kind`): "permission" when the output may not be written (the
+    closing hint then names permissions, immutability and read-only mounts), else "resource" (disk full, I/O error)."""
+    text = str(e)
+    if getattr(e, "errno", None) in PERMISSION_ERRNOS or any(t in text for t in PERMISSION_TEXTS):
+        return "permission"
+    return "resource"
 
 
 def _preprocess(spec: BlockSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Frame:
@@ -286,7 +301,7 @@ def build_shard(spec: BlockSpec | TaskSpec, recipe: Recipe, source: Source, root
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
         where = getattr(e, "bench_build_key", None) or getattr(e, "filename", None) or store.url
-        raise ShardFailed(spec.name, os_error_message(e, where), where, kind="resource") from None
+        raise ShardFailed(spec.name, os_error_message(e, where), where, kind=os_error_kind(e)) from None
 
 
 def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,

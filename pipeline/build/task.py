@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.build.ledger import Ledger
-from bench_build.build.shard import ShardFailed, build_shard, os_error_message
+from bench_build.build.shard import ShardFailed, build_shard, os_error_kind, os_error_message
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.tasks import BlockSpec
 from bench_build.runtime.faults import kill_point
@@ -114,8 +114,9 @@ def ledger_read(ledger: Ledger, shard: str) -> dict[str, Any] | None:
 def describe_task_error(e: BaseException) -> tuple[str, str]:
     """(one line naming the root cause, kind) of an exception ``ray.get`` raised for a shard task.
 
-    kind: "resource" (disk, memory, a dead worker or node: the input is fine), "environment" (the worker's Python
-    lacks a package, or one fails to import) or "internal" (an error in bench-build's own code)."""
+    kind: "resource" (disk, memory, a dead worker or node: the input is fine), "permission" (the output may not be
+    written: `os_error_kind`), "environment" (the worker's Python lacks a package, or one fails to import) or
+    "internal" (an error in bench-build's own code)."""
     import ray.exceptions as rx
 
     ip = task_node(e)
@@ -126,7 +127,7 @@ def describe_task_error(e: BaseException) -> tuple[str, str]:
         else:
             break
     if isinstance(e, OSError):
-        return os_error_message(e), "resource"
+        return os_error_message(e), os_error_kind(e)
     if isinstance(e, rx.OutOfMemoryError):
         return "worker killed by Ray's memory monitor (out of memory; retries exhausted)", "resource"
     if isinstance(e, rx.OutOfDiskError):

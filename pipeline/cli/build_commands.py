@@ -160,11 +160,15 @@ def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
     """What to do about a run's failed shards ({shard: kind}, `build.task`'s kinds), one line per kind among them."""
     from bench_build.build.ledger import entry_key
 
-    kinds = {k if k in ("input", "environment", "internal") else "resource" for k in failure_kinds.values()}
+    kinds = {k if k in ("input", "permission", "environment", "internal") else "resource"
+             for k in failure_kinds.values()}
     internal = sorted(s for s, k in failure_kinds.items() if k == "internal")
     trace = entry_key(internal[0] if len(internal) == 1 else "<shard>", failed=True)
     again = "then run the same command again: finished shards are kept"
     hints = {"input": "fix the input named above and run the same command again: finished shards are kept",
+             "permission": "the input is not at fault: this user may not write the output file named above: check "
+                           "the owner and mode of it and its folder (ls -l), whether it is immutable (lsattr; chattr "
+                           f"-i lifts it) and whether its file system is mounted read-only, {again}",
              "resource": f"the input is not at fault: free disk space / memory or check the Ray cluster, {again}",
              "environment": "the input is not at fault: install bench-build with its dependencies in the Python the "
                             f"workers run (on every node of a cluster), {again}",

@@ -360,6 +360,50 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
     assert res.failure_kinds == {"manifest.json": "resource"}
 
 
+def test_an_output_that_may_not_be_written_is_told_as_permissions_not_disk_space(small_recipe, demo_kitti, tmp_path,
+                                                                                monkeypatch, shared_ray):
+    """EACCES / EPERM / EROFS on the output (a folder's mode, a file made immutable with ``chattr +i``, a read-only
+    mount) are their own kind: the closing hint names permissions, immutability and read-only mounts; it told the user
+    to free disk space. A shard file, then the manifest (written by the driver, so also seen through the CLI)."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from bench_build.build import shard as shard_mod
+    from bench_build.build.shard import ShardFailed, build_shard
+    from bench_build.cli import app
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.sources.kitti import KittiSource
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with monkeypatch.context() as m:
+        m.setattr(shard_mod, "write_parquet_atomic", denied)
+        with pytest.raises(ShardFailed) as e:
+            build_shard(plan_shards(["000000"], 1)[0], load_recipe(small_recipe), KittiSource(demo_kitti),
+                        tmp_path / "v", "f" * 64, "r")
+    assert e.value.kind == "permission"
+    assert e.value.message.startswith(f"Permission denied: {tmp_path / 'v'}/") and e.value.message.endswith(".parquet")
+
+    real_write = LocalStore.write_text
+
+    def manifest_immutable(self, key, text):
+        if key == "manifest.json":
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(self.path(key)))
+        return real_write(self, key, text)
+
+    monkeypatch.setattr(LocalStore, "write_text", manifest_immutable)
+    out = tmp_path / "o"
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out),
+                                   "--max-frames", "1", "--no-progress"])
+    text = " ".join(run.output.split())
+    assert run.exit_code == 1, run.output
+    assert f"FAILED manifest.json: Operation not permitted: {out}/mini-c/0.1.0/manifest.json" in text, run.output
+    assert "whether it is immutable (lsattr; chattr -i lifts it)" in text and "free disk space" not in text
+
+
 def test_a_source_touched_during_the_run_is_a_failed_manifest_not_done(small_recipe, demo_kitti, tmp_path,
                                                                        monkeypatch, shared_ray):
     """A scan whose mtime changes after its task recorded it (a dataset sync running beside the build): the finish's

@@ -4,6 +4,7 @@ worker's does), or an error in bench-build's own code (its traceback kept in the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -66,6 +67,17 @@ def test_the_closing_hints_follow_the_kinds_of_failure():
     assert f"{v}/_ledger/shards/part-00001-of-00004.failed.json" in bug and "bug" in bug and "disk" not in bug
     bug2, = failure_hints({"a": "internal", "b": "internal"}, v)
     assert f"{v}/_ledger/shards/<shard>.failed.json" in bug2
+    perm, = failure_hints({"a": "permission"}, v)
+    assert "may not write the output file" in perm and "chattr -i" in perm and "disk space" not in perm
+    # an OSError raised in a task: permissions (EACCES, EPERM, EROFS, or pyarrow's text without an errno) or not
+    for cause, kind in ((PermissionError(errno.EACCES, "Permission denied", "/o/x.parquet"), "permission"),
+                        (OSError(errno.EPERM, "Operation not permitted"), "permission"),
+                        (OSError(errno.EROFS, "Read-only file system"), "permission"),
+                        (OSError("Failed to open local file '/o/x'. Detail: [errno 13] Permission denied"),
+                         "permission"),
+                        (OSError(errno.ENOSPC, "No space left on device"), "resource"),
+                        (OSError(errno.EIO, "Input/output error"), "resource")):
+        assert describe_task_error(_raised_by_task(cause))[1] == kind, cause
     # a kind this CLI does not know (a newer worker's) is told as the machine's
     assert failure_hints({"a": "superseded"}, v) == failure_hints({"a": "resource"}, v)
 
