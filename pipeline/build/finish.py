@@ -67,9 +67,9 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
                                              early_sheet=result.early_sheet,
                                              phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
-            result.failures[MANIFEST_NAME] = os_error_message(e, getattr(e, "filename", None) or
-                                                              store.key_url(MANIFEST_NAME))
-            result.failure_kinds[MANIFEST_NAME] = os_error_kind(e)
+            where = getattr(e, "filename", None) or store.key_url(MANIFEST_NAME)
+            result.failures[MANIFEST_NAME] = os_error_message(e, where)
+            result.failure_kinds[MANIFEST_NAME] = os_error_kind(e, where)
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)
     if complete and result.manifest is not None:  # Parquet files no task wrote: `verify` fails, glob readers read them
         result.strays = check_file_set(result.manifest, list(sizes))[0]

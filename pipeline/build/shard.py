@@ -36,7 +36,7 @@ from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
-from bench_build.storage import Store, StoreSpec, open_store
+from bench_build.storage import Store, StoreSpec, in_the_way, open_store
 
 
 def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
@@ -202,7 +202,8 @@ class _SheetPainter:
 
 class ShardFailed(BenchBuildError, RuntimeError):
     """A shard could not be built. ``kind``: "input" (bad data or parameters: fix them), "resource" (disk full, I/O
-    error: the input is fine, the machine is not) or "permission" (the output may not be written: `os_error_kind`)."""
+    error: the input is fine, the machine is not), "permission" (the output may not be written) or "blocked" (a file
+    where a folder must be): `os_error_kind`."""
 
     exit_code = 1  # work had begun
 
@@ -212,20 +213,41 @@ class ShardFailed(BenchBuildError, RuntimeError):
 
 
 def os_error_message(e: BaseException, where: str | None = None) -> str:
-    """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``).
+    """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``); when a file stands
+    where a folder of the path must be, that file (`blocking_file`), not the path it blocks.
 
     pyarrow's write errors carry no errno; their text does, so ENOSPC is recognised from either."""
 
     err = getattr(e, "errno", None)
     text = str(e)
+    path = where or getattr(e, "filename", None)
+    if (blocker := blocking_file(e, where)) is not None:
+        kind = "a broken link" if blocker.is_symlink() and not blocker.exists() else "a file"
+        target = f" (to write {path})" if path and Path(path) != blocker else ""
+        return f"{blocker} is {kind} where a folder is needed{target}: move or remove it"
     if err == errno_mod.ENOSPC or "No space left on device" in text:
         cause = "No space left on device"
     elif isinstance(err, int) and err > 0:
         cause = os.strerror(err)
     else:
         cause = text.splitlines()[0] if text else type(e).__name__
-    path = where or getattr(e, "filename", None)
     return f"{cause}: {path}" if path else cause
+
+
+def blocking_file(e: BaseException, where: str | None = None) -> Path | None:
+    """The file (or link) standing where a folder must be, if that is what ``e`` is: ``mkdir -p`` of a file's folder
+    fails with EEXIST (the folder's name is a file) or ENOTDIR (a folder above it is), naming the folder or the file
+    to write, never the file in the way. `make_dirs` names it (``in_the_way``); else it is looked for above ``where``
+    (the file being written) and above the error's own path. None for any other error, and on object storage."""
+    if getattr(e, "errno", None) not in (errno_mod.EEXIST, errno_mod.ENOTDIR):
+        return None
+    if isinstance(blocker := getattr(e, "in_the_way", None), Path):
+        return blocker
+    for path in (where, getattr(e, "filename", None)):
+        if isinstance(path, str | Path) and "://" not in str(path) and \
+                (blocker := in_the_way(Path(path).parent)) is not None:
+            return blocker
+    return None
 
 
 #: errnos of an output this user may not write: its mode or owner, an immutable file (``chattr +i``: EPERM even for
@@ -234,9 +256,13 @@ PERMISSION_ERRNOS = (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS)
 PERMISSION_TEXTS = ("Permission denied", "Operation not permitted", "Read-only file system")
 
 
-def os_error_kind(e: BaseException) -> str:
+def os_error_kind(e: BaseException, where: str | None = None) -> str:
     """The failure kind of an I/O error (`ShardFailed.kind`): "permission" when the output may not be written (the
-    closing hint then names permissions, immutability and read-only mounts), else "resource" (disk full, I/O error)."""
+    closing hint then names permissions, immutability and read-only mounts), "blocked" when a file stands where a
+    folder must be (`blocking_file`) or a folder where the file goes, else "resource" (disk full, I/O error).
+    ``where``: the file being written, as given to `os_error_message`."""
+    if blocking_file(e, where) is not None or getattr(e, "errno", None) == errno_mod.EISDIR:
+        return "blocked"
     text = str(e)
     if getattr(e, "errno", None) in PERMISSION_ERRNOS or any(t in text for t in PERMISSION_TEXTS):
         return "permission"
@@ -301,7 +327,7 @@ def build_shard(spec: BlockSpec | TaskSpec, recipe: Recipe, source: Source, root
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
         where = getattr(e, "bench_build_key", None) or getattr(e, "filename", None) or store.url
-        raise ShardFailed(spec.name, os_error_message(e, where), where, kind=os_error_kind(e)) from None
+        raise ShardFailed(spec.name, os_error_message(e, where), where, kind=os_error_kind(e, where)) from None
 
 
 def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, ledger: Ledger, fingerprint: str,

@@ -114,9 +114,9 @@ def ledger_read(ledger: Ledger, shard: str) -> dict[str, Any] | None:
 def describe_task_error(e: BaseException) -> tuple[str, str]:
     """(one line naming the root cause, kind) of an exception ``ray.get`` raised for a shard task.
 
-    kind: "resource" (disk, memory, a dead worker or node: the input is fine), "permission" (the output may not be
-    written: `os_error_kind`), "environment" (the worker's Python lacks a package, or one fails to import) or
-    "internal" (an error in bench-build's own code)."""
+    kind: "resource" (disk, memory, a dead worker or node: the input is fine), "permission" or "blocked" (the output
+    may not be written, or a file stands where a folder must be: `os_error_kind`), "environment" (the worker's
+    Python lacks a package, or one fails to import) or "internal" (an error in bench-build's own code)."""
     import ray.exceptions as rx
 
     ip = task_node(e)

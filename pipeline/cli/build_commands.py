@@ -160,7 +160,7 @@ def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
     """What to do about a run's failed shards ({shard: kind}, `build.task`'s kinds), one line per kind among them."""
     from bench_build.build.ledger import entry_key
 
-    kinds = {k if k in ("input", "permission", "environment", "internal") else "resource"
+    kinds = {k if k in ("input", "permission", "blocked", "environment", "internal") else "resource"
              for k in failure_kinds.values()}
     internal = sorted(s for s, k in failure_kinds.items() if k == "internal")
     trace = entry_key(internal[0] if len(internal) == 1 else "<shard>", failed=True)
@@ -169,6 +169,8 @@ def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
              "permission": "the input is not at fault: this user may not write the output file named above: check "
                            "the owner and mode of it and its folder (ls -l), whether it is immutable (lsattr; chattr "
                            f"-i lifts it) and whether its file system is mounted read-only, {again}",
+             "blocked": "the input is not at fault: something stands in the way of the output named above (a file "
+                        f"where a folder is needed, or a folder where a file goes): move or remove it, {again}",
              "resource": f"the input is not at fault: free disk space / memory or check the Ray cluster, {again}",
              "environment": "the input is not at fault: install bench-build with its dependencies in the Python the "
                             f"workers run (on every node of a cluster), {again}",

@@ -95,7 +95,10 @@ def replace_durably(src: str | Path, path: Path) -> None:
 
 def make_dirs(directory: str | Path) -> None:
     """``mkdir -p``, then `fsync_dir` of the parent of each directory it created: a file renamed into a new
-    partition directory is not lost with that directory's own name. Costs nothing when ``directory`` exists."""
+    partition directory is not lost with that directory's own name. Costs nothing when ``directory`` exists.
+
+    A file standing where one of the folders must be fails it with EEXIST or ENOTDIR, whose path is the folder, not
+    that file: the error gets the file as ``in_the_way`` (`in_the_way`), for the message naming it."""
     directory = Path(directory)
     if directory.is_dir():
         return
@@ -104,7 +107,11 @@ def make_dirs(directory: str | Path) -> None:
     while not p.is_dir() and p != p.parent:
         new.append(p)
         p = p.parent
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        e.in_the_way = in_the_way(directory)  # type: ignore[attr-defined]
+        raise
     for d in reversed(new):
         fsync_dir(d.parent)
 

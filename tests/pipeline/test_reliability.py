@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -465,10 +466,40 @@ def test_a_rebuild_that_fails_leaves_its_task_failed_not_done(small_recipe, demo
     res = build()
     assert list(res.failures) == ["part-00000-of-00002"] and res.shards_skipped == 1, res.failures
     assert res.failures["part-00000-of-00002"] == f"Is a directory: {damaged}"
+    assert res.failure_kinds == {"part-00000-of-00002": "blocked"}  # its hint: move what is in the way
     assert Ledger(version).done_entry("part-00000-of-00002") is None
     status = build_status(str(small_recipe), out)
     assert (status["done"], status["failed"], status["pending"]) == (1, res.failures, 0)
     assert not status["complete"]
+
+
+@pytest.mark.parametrize("blocked", ["its folder", "a folder above it"])
+def test_a_file_where_a_folder_of_the_output_goes_is_named(small_recipe, demo_kitti, tmp_path, shared_ray, blocked):
+    """A plain file where a partition's folder (or one above it) must be: mkdir's EEXIST / ENOTDIR named the shard
+    file ("File exists: …/severity=3/part-00000-of-00002.parquet"), not the file in the way, and the hint said to
+    free disk space. Both tasks write there: both fail naming the file, with a hint to move it."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    out = tmp_path / "out"
+    args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--max-frames", "2",
+            "--frames-per-shard", "1", "--no-progress"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    data = out / "mini-c" / "0.1.0" / "data"
+    folder, first = {"its folder": (data / "corruption=beam_del" / "severity=3", "severity=3"),
+                     "a folder above it": (data / "corruption=beam_del", "severity=1")}[blocked]
+    shutil.rmtree(folder)
+    folder.write_text("in the way")
+    run = CliRunner().invoke(app, args)
+    text = " ".join(run.output.split())
+    assert run.exit_code == 1, run.output
+    for shard in ("part-00000-of-00002", "part-00001-of-00002"):  # the first file it could not write, each
+        assert (f"FAILED {shard}: {folder} is a file where a folder is needed (to write {data}/corruption=beam_del/"
+                f"{first}/{shard}.parquet): move or remove it") in text, run.output
+    assert "File exists" not in text and "Not a directory" not in text and "free disk space" not in text
+    assert "something stands in the way of the output named above" in text
+    assert folder.read_text() == "in the way"
 
 
 def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,

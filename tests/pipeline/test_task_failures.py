@@ -67,6 +67,8 @@ def test_the_closing_hints_follow_the_kinds_of_failure():
     assert f"{v}/_ledger/shards/part-00001-of-00004.failed.json" in bug and "bug" in bug and "disk" not in bug
     bug2, = failure_hints({"a": "internal", "b": "internal"}, v)
     assert f"{v}/_ledger/shards/<shard>.failed.json" in bug2
+    blocked, = failure_hints({"a": "blocked"}, v)
+    assert "something stands in the way of the output named above" in blocked and "disk space" not in blocked
     perm, = failure_hints({"a": "permission"}, v)
     assert "may not write the output file" in perm and "chattr -i" in perm and "disk space" not in perm
     # an OSError raised in a task: permissions (EACCES, EPERM, EROFS, or pyarrow's text without an errno) or not
