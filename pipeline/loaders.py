@@ -7,8 +7,10 @@
     it = PointCloudIterableDataset("s3://bench/datasets/kitti-c/1.0.0", severity=[0, 5])  # streaming
     for batch in DataLoader(it, batch_size=8, num_workers=2, collate_fn=collate_point_clouds): ...
 
-Both are filterable by corruption, severity, split (the ``split`` column of object benchmarks) and frame,
-and yield one dict per example with writable NumPy arrays (``torch.from_numpy`` shares them, no warning):
+Both are filterable by corruption, severity, split (the ``split`` column of object benchmarks) and frame; a
+value the version does not have, or a split none of the selected frames is in, is a `NotInVersion` naming what
+there is, never an empty dataset. They yield one dict per example with writable NumPy arrays
+(``torch.from_numpy`` shares them, no warning):
 
 | key | value |
 | --- | --- |
@@ -47,7 +49,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from bench_build.format.checked import NotInVersion
 from bench_build.format.reader import Example, Version, open_version
 from bench_build.format.remote_fs import s3_filesystem
 from bench_build.format.schema import EXAMPLE_COLUMNS, POINT_COLUMNS
@@ -55,14 +56,6 @@ from bench_build.stages.frame import DONT_CARE
 
 __all__ = ["PointCloudDataset", "PointCloudIterableDataset", "collate_point_clouds", "example_dict",
            "s3_filesystem"]
-
-
-def _as_set(value: Any) -> set | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, int)):
-        return {value}
-    return set(value)
 
 
 def select_rows(version: Version, corruption: Any, severity: Any) -> list[dict[str, Any]]:
@@ -144,10 +137,7 @@ class _Base:
         self.fields: tuple[str, ...] = version.fields
         self.entries = select_rows(version, corruption, severity)
         self.frames = version.selection(frames=frames)[2]
-        self.splits = _as_set(split)
-        if self.splits is not None and "split" not in self.manifest.get("columns", []):
-            raise NotInVersion(f"{self.url}: this build has no split column (its optional columns: "
-                           f"{self.manifest.get('columns') or 'none'}); filter by frames instead")
+        self.splits = version.split_selection(split, self.entries, self.frames)
         self._reader: _Reader | None = None
         self._version = version  # the constructing process's reader; workers open their own
 

@@ -224,6 +224,35 @@ class Version:
             return list(ids)
         return self.open_file(entry["path"]).read(columns=["frame_id"])["frame_id"].to_pylist()
 
+    def split_selection(self, split: Any, entries: list[dict[str, Any]],
+                        frames: set[str] | None = None) -> set[str] | None:
+        """The requested split(s) (the ``split`` column of object benchmarks) as a set (None: all), checked like
+        `selection` against the rows of ``entries`` (and ``frames``): a build without the column, a split none of
+        them is in, or a value of the wrong type is a `NotInVersion` naming what there is. A row's split is its
+        frame's, which every partition repeats, so the column of one file per shard is read."""
+        want = _names(split, "split")
+        if want is None:
+            return None
+        if "split" not in self.manifest.get("columns", []):
+            raise NotInVersion(f"{self.url}: this build has no split column (its optional columns: "
+                               f"{self.manifest.get('columns') or 'none'}); filter by frames instead")
+        first: dict[str, dict[str, Any]] = {}  # of each shard
+        for e in entries:
+            first.setdefault(e.get("shard", e["path"]), e)
+        of_frame: dict[str, Any] = {}
+        for entry in first.values():
+            col = self.open_file(entry["path"]).read(columns=["split"])["split"].to_pylist()
+            of_frame.update(zip(self.frame_ids(entry), col, strict=True))
+        held = sorted({s for s in of_frame.values() if s is not None})
+        if missing := sorted(want - set(held)):
+            raise NotInVersion(f"{self.url}: no split {', '.join(map(repr, missing))}; it has "
+                               f"{', '.join(held) or 'no split values'}")
+        if frames is not None and not any(of_frame.get(f) in want for f in frames):
+            theirs = sorted({s for f in frames if (s := of_frame.get(f)) is not None})
+            raise NotInVersion(f"{self.url}: no selected frame is in split {', '.join(sorted(want))} "
+                               f"(they are in {', '.join(theirs) or 'no split'})")
+        return want
+
     def where(self, rel: str) -> str:
         """How errors name a file of this version: its path or URL."""
         return f"{self.url.rstrip('/')}/{rel}"

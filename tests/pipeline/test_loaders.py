@@ -253,6 +253,43 @@ def test_open_version_expands_the_home_directory(mini_build, monkeypatch):
     assert open_version(f"~/{mini_build.name}").manifest == open_version(mini_build).manifest
 
 
+@pytest.fixture(scope="module")
+def object_build(tmp_path_factory) -> Path:
+    """A modelnet40-e build of the demo objects, one shape per class and split (80 frames, 40 ``train/…`` and 40
+    ``test/…``; clean + noise 1…3, whose examples alone carry the per-point ``sigma`` and ``mu``): the version
+    directory. Tests must not modify it."""
+    from bench_build.build.run import run_build
+    from bench_build.sources.demo.objects import write_demo_objects
+
+    tmp = tmp_path_factory.mktemp("object-build")
+    root = write_demo_objects(tmp / "objects", modelnet={"train": 1, "test": 1}, scanobjectnn={}, shapenet={})
+    res = run_build("modelnet40-e", source=str(root), out=tmp / "out", workers=2, frames_per_shard=16,
+                    progress=False)
+    assert res.ok, res.failures
+    return res.version_dir
+
+
+def test_a_split_the_selection_lacks_names_the_splits_it_has(object_build):
+    """The split filter is checked like corruption, severity and frame: a split no selected example is in (a
+    modelnet-c build is all ``test``) was a dataset that is silently empty; now a `NotInVersion` naming the
+    splits there are."""
+    from bench_build.format.checked import NotInVersion
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
+
+    for make in (PointCloudDataset, PointCloudIterableDataset):
+        train = [x["key"] for x in make(object_build, severity=[0, 2], split="train")]
+        assert len(train) == 80 and all(k.split("/")[1] == "train" for k in train), make
+        both = make(object_build, severity=0, split=["train", "test"], frames=["test/00003", "train/00007"])
+        assert sorted(x["split"] for x in both) == ["test", "train"], make
+        for kwargs, says in (({"split": "validation"}, "no split 'validation'; it has test, train"),
+                             ({"split": ["train", "val"]}, "no split 'val'; it has test, train"),
+                             ({"split": 1}, "a split is a string (or give several in a list), got 1"),
+                             ({"split": "train", "frames": ["test/00000", "test/00001"]},
+                              "no selected frame is in split train (they are in test)")):
+            with pytest.raises(NotInVersion, match=re.escape(says)):
+                make(object_build, **kwargs)
+
+
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, kind):
     import torch
