@@ -19,7 +19,7 @@ there is, never an empty dataset. They yield one dict per example with writable 
 | ``point_tag`` | (N,) uint8 |
 | ``gt_boxes`` | (M, 7) float32, OpenPCDet ``gt_boxes_lidar``: x, y, z (centre), dx, dy, dz, heading; no DontCare |
 | ``gt_names`` | (M,) str class names of those boxes |
-| optional per-point columns | e.g. ``semantic`` (N,) uint32, ``sigma``/``mu`` (N,) float32, when the build has them |
+| optional per-point columns | e.g. ``semantic`` (N,) uint32, ``sigma``/``mu`` (N,) float32, when the example has them |
 | optional per-example columns | e.g. ``class_name``, ``class_id``, ``known`` (None where unknown) |
 
 Both verify what they read unless ``verify=False``: each file against its manifest entry on open (size, rows;
@@ -255,7 +255,11 @@ def collate_point_clouds(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Collate examples with different N (and M boxes) into one batch dict of tensors.
 
     - ``points`` (ΣN, C) float32, ``batch_index`` (ΣN,) int64 and ``num_points`` (B,) int64 (OpenPCDet style:
-      ``torch.cat``, not padding); per-point optional columns and ``point_tag`` concatenated the same way;
+      ``torch.cat``, not padding); ``point_tag`` concatenated the same way;
+    - a per-point optional column (``semantic``, ``sigma``, …) that any example of the batch has: (ΣN,)
+      concatenated the same way, with ``has_<name>`` (B,) bool saying which examples have it; the points of one
+      that has not (ModelNet40-E's clean copy has no ``sigma``/``mu``) are NaN for a float column, 0 for an
+      integer one (per point: ``has_<name>[batch_index]``). A batch where no example has it has neither key;
     - ``gt_boxes`` (B, M_max, 7) float32 zero-padded, ``num_boxes`` (B,), ``gt_names`` list of lists;
     - everything else (key, corruption, class_name, timestamp_us, known, …) as lists, except ``severity`` and
       ``class_id``, which are int64 tensors (B,) instead when no value is None (a model's targets).
@@ -270,8 +274,16 @@ def collate_point_clouds(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "point_tag": torch.from_numpy(np.concatenate([b["point_tag"] for b in batch])),
     }
     for name in POINT_COLUMNS:
-        if all(name in b for b in batch):
-            out[name] = torch.from_numpy(np.concatenate([b[name] for b in batch]))
+        have = [name in b for b in batch]
+        if not any(have):
+            continue
+        # an example without the column (ModelNet40-E's clean copy has no sigma/mu) keeps its place: NaN (float)
+        # or 0 (integer) for its points, and has_<name> says which examples have it
+        dtype = next(b[name].dtype for b in batch if name in b)
+        fill = np.nan if np.issubdtype(dtype, np.floating) else 0
+        out[name] = torch.from_numpy(np.concatenate([b[name] if h else np.full(len(b["points"]), fill, dtype)
+                                                     for b, h in zip(batch, have, strict=True)]))
+        out[f"has_{name}"] = torch.tensor(have, dtype=torch.bool)
     m = [len(b["gt_boxes"]) for b in batch]
     boxes = np.zeros((len(batch), max(m, default=0), 7), np.float32)
     for i, b in enumerate(batch):

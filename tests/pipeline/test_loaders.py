@@ -290,6 +290,34 @@ def test_a_split_the_selection_lacks_names_the_splits_it_has(object_build):
                 make(object_build, **kwargs)
 
 
+def test_collate_keeps_a_per_point_column_that_some_examples_of_the_batch_lack(object_build):
+    """ModelNet40-E's clean copy has no sigma/mu: a batch of severities 0 and 2 lost both columns for every
+    example. They stay, NaN where an example has none, with ``has_<name>`` saying which examples have them."""
+    import torch
+
+    from bench_build.loaders import PointCloudDataset, collate_point_clouds
+
+    clean, noisy = sorted(PointCloudDataset(object_build, severity=[0, 2], frames=["train/00000"]),
+                          key=lambda x: x["severity"])
+    assert "sigma" not in clean and "sigma" in noisy
+    n = len(clean["points"])
+    batch = collate_point_clouds([clean, noisy])
+    for name in ("sigma", "mu"):
+        col = batch[name]
+        assert col.dtype == torch.float32 and col.shape == (n + len(noisy["points"]),)
+        assert torch.isnan(col[:n]).all() and np.array_equal(col[n:].numpy(), noisy[name])
+        assert batch[f"has_{name}"].tolist() == [False, True]
+        assert torch.isnan(col[~batch[f"has_{name}"][batch["batch_index"]]]).all()  # per point, as documented
+    both = collate_point_clouds([noisy, noisy])
+    assert both["has_sigma"].tolist() == [True, True] and not torch.isnan(both["sigma"]).any()
+    assert "sigma" not in collate_point_clouds([clean]) and "has_sigma" not in collate_point_clouds([clean])
+    # an integer column is filled with 0
+    labelled = {**clean, "semantic": np.arange(1, n + 1, dtype=np.uint32)}
+    mixed = collate_point_clouds([noisy, labelled])
+    assert mixed["has_semantic"].tolist() == [False, True]
+    assert mixed["semantic"].numpy().tolist() == [0] * len(noisy["points"]) + list(range(1, n + 1))
+
+
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, kind):
     import torch
