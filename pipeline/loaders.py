@@ -36,7 +36,9 @@ row group per example (prefer the iterable dataset for full passes).
 is initialised, or ``rank``/``world_size``) and then over DataLoader workers (``get_worker_info()``): each
 example is yielded by exactly one worker of one rank. ``shuffle=True`` permutes the files (same permutation
 in every worker, from ``seed`` + ``set_epoch``) and mixes examples through a ``shuffle_buffer``-example buffer
-(bounded memory, like webdataset's shuffle).
+(bounded memory, like webdataset's shuffle). Call ``set_epoch(e)`` before each epoch's ``iter(loader)``: the
+epoch is held in shared memory, so it reaches DataLoader workers that outlive an epoch
+(``persistent_workers=True``), which keep their own copy of the dataset otherwise.
 """
 
 from __future__ import annotations
@@ -201,15 +203,29 @@ class PointCloudIterableDataset(_Base, IterableDataset):
     def __init__(self, root: str | Path, *, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 32,
                  rank: int | None = None, world_size: int | None = None, **filters: Any) -> None:
         super().__init__(root, **filters)
-        self.shuffle, self.seed, self.epoch, self.shuffle_buffer = shuffle, seed, 0, max(1, shuffle_buffer)
+        self.shuffle, self.seed, self.shuffle_buffer = shuffle, seed, max(1, shuffle_buffer)
+        # the epoch in shared memory: DataLoader workers hold a copy of the dataset, kept across epochs with
+        # persistent_workers=True, but a tensor's shared storage is the same in every copy (fork or spawn), so
+        # set_epoch reaches workers that already run
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
             raise ValueError(f"rank and world_size go together, 0 ≤ rank < world_size; got rank={rank!r}, "
                              f"world_size={world_size!r}")
         self.rank, self.world_size = rank, world_size
         self._version = None
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """The shuffle's epoch (file permutation and buffer), read when an iteration starts: call it before
+        ``iter(loader)``. It reaches the workers of ``persistent_workers=True`` too."""
+        self._epoch.fill_(int(epoch))
 
     def _rank(self) -> tuple[int, int]:
         if self.rank is not None or self.world_size is not None:
@@ -219,22 +235,25 @@ class PointCloudIterableDataset(_Base, IterableDataset):
             return dist.get_rank(), dist.get_world_size()
         return 0, 1
 
-    def my_entries(self) -> list[dict[str, Any]]:
-        """The files this (rank, worker) reads: file k goes to consumer k mod (world_size × num_workers)."""
+    def my_entries(self, epoch: int | None = None) -> list[dict[str, Any]]:
+        """The files this (rank, worker) reads in ``epoch`` (default: the current one): file k goes to consumer
+        k mod (world_size × num_workers) of the epoch's permutation."""
+        epoch = self.epoch if epoch is None else epoch
         rank, world = self._rank()
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         order = np.arange(len(self.entries))
         if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
+            order = np.random.default_rng([self.seed, epoch]).permutation(order)
         me, total = rank * workers + worker, world * workers
         return [self.entries[k] for k in order[me::total]]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng([self.seed, self.epoch, 1]) if self.shuffle else None
+        epoch = self.epoch  # read once: files and buffer of one epoch
+        rng = np.random.default_rng([self.seed, epoch, 1]) if self.shuffle else None
         version = self.reader.version
         buf: list[Example] = []  # shuffle buffer: bounded memory whatever the file size
-        for entry in self.my_entries():
+        for entry in self.my_entries(epoch):
             for ex in version.read_file(entry, frames=self.frames):
                 if not self._wanted(ex):
                     continue

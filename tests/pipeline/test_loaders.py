@@ -357,6 +357,31 @@ def test_iterable_dataset_splits_over_ranks_and_workers(mini_build):
     assert sorted(seen) == expected and len(seen) == 4 * (1 + 4)
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers(mini_build, context):
+    """Workers of ``persistent_workers=True`` keep their copy of the dataset across epochs: set_epoch did not reach
+    them, and every epoch had epoch 0's order. Each epoch's order is now what a fresh loader gives at that epoch."""
+    from torch.utils.data import DataLoader
+
+    from bench_build.loaders import PointCloudIterableDataset
+
+    def order(ds, **kw):
+        return [x["key"] for x in DataLoader(ds, batch_size=None, num_workers=2, **kw)]
+
+    kw = {"severity": [0, 1], "shuffle": True, "seed": 5, "shuffle_buffer": 4}
+    it = PointCloudIterableDataset(mini_build, **kw)
+    loader = DataLoader(it, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context=context)
+    seen = []
+    for epoch in range(3):
+        it.set_epoch(epoch)
+        seen.append([x["key"] for x in loader])
+        fresh = PointCloudIterableDataset(mini_build, **kw)
+        fresh.set_epoch(epoch)
+        assert seen[-1] == order(fresh), epoch
+    assert len({tuple(s) for s in seen}) == 3 and all(sorted(s) == sorted(seen[0]) for s in seen)
+    assert it.epoch == 2
+
+
 # -- s3:// in place -----------------------------------------------------------------------------------
 def test_open_version_and_datasets_read_s3_in_place(mini_build, s3prefix, s3env):
     import pyarrow.dataset as pads
