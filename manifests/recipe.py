@@ -84,6 +84,7 @@ from typing import Any
 from bench_build.errors import BenchBuildError
 from bench_build.manifests.names import check_safe_name
 from bench_build.manifests.threedos import SOURCE_OPTIONS
+from bench_build.stages.geometry import RULES
 from bench_build.stages.registry import Stage, get_stage
 
 VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
@@ -254,7 +255,13 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
             raise RecipeError(f"recipe file {text_path} is a directory, not a recipe .toml file")
         if not text_path.is_file():
             raise RecipeError(f"recipe file {text_path} does not exist")
-        return parse_recipe(text_path.read_text(), origin=str(text_path), variant=variant)
+        try:
+            text = text_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            line = e.object[:e.start].count(b"\n") + 1
+            raise RecipeError(f"{text_path}: not UTF-8 text (line {line}, byte {e.object[e.start:e.start + 1]!r}); "
+                              "a TOML recipe must be UTF-8") from None
+        return parse_recipe(text, origin=str(text_path), variant=variant)
     raise RecipeError(
         f"unknown benchmark {name_or_path!r}: not a built-in ({', '.join(sorted(builtins))}) nor a .toml file"
     )
@@ -329,7 +336,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         raise RecipeError(f"{origin}: [options] must be a table")
     _refuse_unknown(origin, "[options] ", options, OPTION_KEYS)
     fps = options.get("frames_per_shard", SHARD_DEFAULT_FRAMES)
-    if not isinstance(fps, int) or fps < 1:
+    if not isinstance(fps, int) or isinstance(fps, bool) or fps < 1:  # true is an int in Python: 1 frame a shard
         raise RecipeError(f"{origin}: [options] frames_per_shard must be a positive integer, got {fps!r}")
     validate = _parse_validate(origin, data.get("validate"), corruptions, severities)
     source_options, source_notes = _parse_source_options(origin, str(bench["source"]), data.get("source_options"))
@@ -560,6 +567,9 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
             per_severity[s][fname] = v
     for s, kw in enumerate(per_severity, 1):
         _check_values(where, s, kw)
+        # every stage with a `rule` switch takes RULES; the stage checks it only when it runs, in a worker
+        if "rule" in fields and kw.get("rule", fields["rule"].default) not in RULES:
+            raise RecipeError(f"{where}: parameter 'rule' (severity {s}) must be one of {RULES}, got {kw['rule']!r}")
     try:
         params = tuple(stage.params(**kw) for kw in per_severity)
     except (TypeError, ValueError) as e:

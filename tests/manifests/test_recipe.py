@@ -474,3 +474,33 @@ def test_a_misspelt_table_or_option_is_refused_not_ignored(extra, said):
         parse_recipe(_BASE + extra, origin="r.toml")
     assert str(e.value).startswith("r.toml: ") and said in str(e.value)
     assert parse_recipe(_BASE + "[options]\nframes_per_shard = 8\n").frames_per_shard == 8
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ('rule = "cod"\n', "parameter 'rule' (severity 1) must be one of ('code', 'text'), got 'cod'"),
+    ('rule = ["code", "txt"]\n', "parameter 'rule' (severity 2) must be one of ('code', 'text'), got 'txt'"),
+])
+def test_a_misspelt_rule_is_refused_at_load_not_in_the_worker(entry, said):
+    """Every stage checks its `rule` only when it runs: `rule = "cod"` loaded, `run` started Ray and wrote the build
+    folder, and each shard failed in its worker (exit 1) instead of a refusal before any work (exit 2)."""
+    text = _BASE.replace("severities = 1", "severities = 2") + entry
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(text, origin="r.toml")
+    assert str(e.value) == f"r.toml: corruption 'g': {said}"
+    assert parse_recipe(text.replace(entry, 'rule = ["code", "text"]\n')).corruption("g").params[1].rule == "text"
+
+
+def test_frames_per_shard_true_is_refused_not_read_as_one():
+    """`frames_per_shard = true` passed as the integer 1 (a bool is an int in Python): a shard per frame, silently."""
+    with pytest.raises(RecipeError, match=r"^r\.toml: \[options\] frames_per_shard must be a positive integer, got "
+                                          r"True$"):
+        parse_recipe(_BASE + "[options]\nframes_per_shard = true\n", origin="r.toml")
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line_naming_the_file(tmp_path):
+    """A Latin-1 byte in a recipe escaped as a UnicodeDecodeError traceback (exit 1) instead of a refusal."""
+    path = tmp_path / "my.toml"
+    path.write_bytes(_BASE.replace('"x"', '"caf\xe9"').encode("latin-1"))
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    assert str(e.value) == f"{path}: not UTF-8 text (line 2, byte b'\\xe9'); a TOML recipe must be UTF-8"
