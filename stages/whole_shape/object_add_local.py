@@ -29,6 +29,10 @@ class ObjectAddLocalParams:
     sigma_max: float = 0.125
     outside: str = "invert"  # released: p/‖p‖² for ‖p‖ > 1; "keep" leaves them
 
+    def __post_init__(self) -> None:  # refused when a recipe is loaded, not in a worker's first task
+        if self.outside not in OUTSIDE:
+            raise ValueError(f"object_add_local: outside must be one of {OUTSIDE}, got {self.outside!r}")
+
 
 @stage("object_add_local", params=ObjectAddLocalParams)
 def object_add_local(frame: Frame, params: ObjectAddLocalParams, rng: np.random.Generator) -> Frame:

@@ -33,6 +33,12 @@ class ObjectSampleParams:
     normalize: str = "sphere"
     real_num_points: int = 0  # points for attrs["domain"] == "real" (0: num_points)
 
+    def __post_init__(self) -> None:  # refused when a recipe is loaded, not in a worker's first task
+        if self.method not in METHODS:
+            raise ValueError(f"object_sample: method must be one of {METHODS}, got {self.method!r}")
+        if self.normalize not in NORMALIZE:
+            raise ValueError(f"object_sample: normalize must be one of {NORMALIZE}, got {self.normalize!r}")
+
 
 @stage("object_sample", params=ObjectSampleParams)
 def object_sample(frame: Frame, params: ObjectSampleParams, rng: np.random.Generator) -> Frame:

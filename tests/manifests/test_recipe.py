@@ -504,3 +504,23 @@ def test_a_recipe_that_is_not_utf8_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(RecipeError) as e:
         load_recipe(path)
     assert str(e.value) == f"{path}: not UTF-8 text (line 2, byte b'\\xe9'); a TOML recipe must be UTF-8"
+
+
+@pytest.mark.parametrize(("recipe", "old", "new", "said"), [
+    ("modelnet-c", 'outside = "invert"', 'outside = "inverse"',
+     "object_add_local: outside must be one of ('invert', 'keep'), got 'inverse'"),
+    ("modelnet-c", 'method = "first"', 'method = "fps"', "object_sample: method must be one of ('first', 'random'), "
+                                                          "got 'fps'"),
+    ("3dos", 'normalize = "sphere"', 'normalize = "ball"',
+     "object_sample: normalize must be one of ('none', 'sphere', 'cube'), got 'ball'"),
+])
+def test_a_misspelt_choice_of_an_object_stage_is_refused_at_load(recipe, old, new, said):
+    """Like `rule`, these were checked only when the stage ran, in a worker: each shard failed (exit 1) with
+    "bad parameters" instead of a refusal naming the parameter before any work."""
+    from bench_build.manifests.recipe import builtin_recipes
+
+    text = builtin_recipes()[recipe].read_text()
+    assert old in text
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(text.replace(old, new, 1), origin="r.toml")
+    assert said in str(e.value) and str(e.value).startswith("r.toml: ")
