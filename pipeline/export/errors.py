@@ -10,6 +10,7 @@ class ExportError(BenchBuildError, ValueError):
 
 
 class ExportIncomplete(BenchBuildError, RuntimeError):
-    """Writing had begun when something failed (the CLI's exit 1); the message says how far it got."""
+    """Writing had begun when something failed (the CLI's exit 1); the message says what is left (OUT as it was,
+    unless moving the written files into place failed)."""
 
     exit_code = 1  # work had begun

@@ -24,6 +24,7 @@ from bench_build.export.plan import (
 )
 from bench_build.format.reader import Version, open_version
 from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
+from bench_build.storage.owners import owner_tag
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -44,33 +45,79 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 class Writer:
+    """Writes every file under a temporary name beside its own (``.<name>.<host>~<pid>.export.tmp``, in the
+    directory it belongs in, so renaming it is atomic) and moves them all into place, links made and ImageSets
+    lists last, only once every one is written (`commit`). A damaged page of the version, a full disk or an
+    interrupt before that leaves OUT as it was: `abort` removes the temporary files and the directories the
+    export created (OUT itself if it was new)."""
+
     def __init__(self, parts: list[Part], replace: list[Path]) -> None:
         self.files = {p for part in parts for p in part.files()}
+        self.lists = {p for part in parts for p in part.image_sets}
         self.total = len(self.files) + sum(len(p.links) for p in parts)
         self.replace = set(replace)
+        self.staged: list[tuple[Path, Path]] = []  # (temporary, final), in writing order
+        self.links: list[tuple[Path, Path]] = []  # (link, target)
+        self.created: list[Path] = []  # directories the export made, parents first
         self.written = self.replaced = 0
+
+    def _mkdir(self, d: Path) -> None:
+        new = []
+        while not os.path.lexists(d) and d != d.parent:
+            new.append(d)
+            d = d.parent
+        for n in reversed(new):
+            n.mkdir()
+            self.created.append(n)
 
     def file(self, path: Path, data: bytes) -> None:
         if path not in self.files:  # the pre-flight checked exactly these paths; nothing else may be touched
             raise ExportError(f"{path}: not among the files the export checked before writing")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path in self.replace and os.path.lexists(path):
-            os.unlink(path)
-            self.replaced += 1
-        _write_file(path, data)
-        self.written += 1
+        self._mkdir(path.parent)
+        tmp = path.with_name(f".{path.name}.{owner_tag()}.export.tmp")
+        with contextlib.suppress(FileNotFoundError):  # left by a killed earlier export of this same process id
+            os.unlink(tmp)
+        try:
+            _write_file(tmp, data)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        self.staged.append((tmp, path))
 
     def link(self, link: Path, target: Path) -> None:
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if os.path.lexists(link):
-            if not link.is_symlink():
-                raise ExportError(f"{link} exists and is not a link; remove it or export elsewhere")
-            if Path(os.readlink(link)) == target:
-                return
-            link.unlink()
-            self.replaced += 1
-        link.symlink_to(target, target_is_directory=True)
-        self.written += 1
+        self.links.append((link, target))
+
+    def abort(self) -> None:
+        for tmp, _ in self.staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for d in reversed(self.created):
+            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                d.rmdir()
+
+    def commit(self) -> None:
+        """Rename the staged files into place (the ImageSets lists last) and make the links."""
+        def move(tmp: Path, path: Path) -> None:
+            if os.path.lexists(path):
+                self.replaced += 1
+            os.replace(tmp, path)
+            self.written += 1
+        for tmp, path in self.staged:
+            if path not in self.lists:
+                move(tmp, path)
+        for link, target in self.links:
+            self._mkdir(link.parent)
+            if os.path.lexists(link):
+                if not link.is_symlink():
+                    raise ExportError(f"{link} exists and is not a link; remove it or export elsewhere")
+                if Path(os.readlink(link)) == target:
+                    continue
+                link.unlink()
+                self.replaced += 1
+            link.symlink_to(target, target_is_directory=True)
+            self.written += 1
+        for tmp, path in self.staged:
+            if path in self.lists:
+                move(tmp, path)
 
 
 def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable[str] | None, out: Path,
@@ -94,12 +141,25 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
                 w.file(path, text.encode())
             for link, target in part.links.items():
                 w.link(link, target)
-    except (OSError, BenchBuildError) as e:  # a damaged file of the version, a full disk; a bug keeps its traceback
+    except BaseException as e:  # an interrupt or a bug too: no temporary file is left behind
+        w.abort()
+        if not isinstance(e, OSError | BenchBuildError):  # a bug keeps its traceback
+            raise
         cause = os_error_message(e) if isinstance(e, OSError) else str(e).splitlines()[0]
         raise ExportIncomplete(
-            f"{cause}; export stopped after writing {w.written} of {w.total} files under {out} ({w.replaced} of them "
-            "replacing earlier ones; nothing else there was touched); fix the cause and run the same command again "
-            "with --force, which rewrites only the export's own files") from None
+            f"{cause}; export stopped before moving any file into place: {out} is as it was (the {len(w.staged)} "
+            f"of {w.total} files written so far, under temporary names, are removed); fix the cause and run the "
+            "same command again") from None
+    try:
+        w.commit()
+    except (OSError, BenchBuildError) as e:  # a rename or link refused: rare, all were checked and written
+        cause = os_error_message(e) if isinstance(e, OSError) else str(e).splitlines()[0]
+        w.abort()
+        raise ExportIncomplete(
+            f"{cause}; export stopped after moving {w.written} of {w.total} files into place under {out} "
+            f"({w.replaced} of them replacing earlier ones; nothing else there was touched; the ImageSets lists are "
+            "written last); fix the cause and run the same command again with --force, which rewrites only the "
+            "export's own files") from None
     result.written, result.replaced = w.written, w.replaced
 
 
@@ -110,8 +170,9 @@ def export_version(version_dir: str | Path, out: str | Path, *, corruption: str 
     """Export in two passes. The pre-flight reads the manifest and the partitions' boxes and calibrations,
     decides every file and link to write and checks every precondition (partitions, the source's images, OUT
     neither is nor lies inside --source or the version, OUT empty unless ``force``, nothing in the way); an
-    ExportError from it means nothing was written. Then the files are written; a failure from then on raises
-    ExportIncomplete saying how far it got. ``force`` replaces only the files and links the export writes.
+    ExportError from it means nothing was written. Then the files are written under temporary names and
+    moved into place once all are (`Writer`); a failure raises ExportIncomplete saying what is left: OUT as it
+    was, unless a rename failed in that last step. ``force`` replaces only the files and links the export writes.
     ``layout`` (robo3d, the default, or kitti) is for ``all_partitions`` only: one partition is always a data root.
     Only builds of KITTI sources (`SUPPORTED_SOURCES`) are exported; any other is refused before a partition is read."""
 

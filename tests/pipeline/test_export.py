@@ -511,9 +511,34 @@ def test_os_error_while_writing_is_one_line_saying_what_was_written(built, tmp_p
     assert res.exit_code == 1, res.output  # writing had begun: not a refusal
     line = res.output.strip()
     assert len(line.splitlines()) == 1 and "Traceback" not in line, res.output
-    assert f"{cause}: {calls[-1]}" in line and "export stopped after writing 5 of 16 files" in line, line
-    assert "--force" in line
-    assert not calls[-1].exists()  # no half-written file under a final name
+    final = calls[-1].parent / "000001.txt"  # the file named is the one exported, not its temporary name
+    assert calls[-1].name.startswith(".000001.txt.") and calls[-1].name.endswith(".export.tmp")
+    assert f"{cause}: {final}" in line and "export stopped before moving any file into place" in line, line
+    assert f"{tmp_path / 'o'} is as it was (the 5 of 16 files written so far" in line, line
+    assert not (tmp_path / "o").exists()  # nothing half-written, no temporary file, no directory it made
+
+
+def test_os_error_while_moving_into_place_says_how_far(built, tmp_path, monkeypatch):
+    """A rename refused once every file is written (rare: all were checked) still says what is in place."""
+    import os
+
+    import bench_build.export.write as export_mod
+
+    real, calls = os.replace, []
+
+    def failing(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(5, os.strerror(5), str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(export_mod.os, "replace", failing)
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), *PART])
+    line = res.output.strip()
+    assert res.exit_code == 1 and len(line.splitlines()) == 1, res.output
+    assert "export stopped after moving 2 of 16 files into place" in line and "--force" in line, line
+    assert not (tmp_path / "o" / "ImageSets").exists()  # the lists go last: no root that looks finished
+    assert not [p for p in (tmp_path / "o").rglob("*") if p.name.endswith(".tmp")]
 
 
 def test_a_bug_while_writing_keeps_its_traceback(built, tmp_path, monkeypatch):
@@ -551,3 +576,36 @@ def test_unwritable_out_is_refused_before_writing(built, tmp_path, monkeypatch):
         ro.chmod(0o755)
     assert res.exit_code == 2 and f"Permission denied: cannot create files in {ro}" in res.output, res.output
     assert list(ro.iterdir()) == []
+
+
+def test_damaged_points_page_leaves_out_as_it_was(built, tmp_path, kitti_images):
+    """The pre-flight reads boxes and calibrations, not points: a damaged points page of the second shard stopped
+    the export after it had written the first shard's frames under their final names, a partial KITTI root (or,
+    with --force, an earlier export's root with some frames swapped). Files are written under temporary names
+    and moved into place only once all are: OUT is left as it was, new or not."""
+    import json
+    import shutil
+
+    from tests.pipeline.tamper import flip_file
+
+    v = tmp_path / "v"
+    shutil.copytree(built, v, ignore=shutil.ignore_patterns("_ledger"))
+    shards = [s for s in json.loads((v / "manifest.json").read_text())["shards"]
+              if (s["corruption"], s["severity"]) == ("translation", 3)]
+    assert len(shards) == 2
+    good = tmp_path / "good"
+    assert runner.invoke(app, ["export", str(v), str(good), *PART]).exit_code == 0
+    before = {p: p.read_bytes() for p in good.rglob("*") if p.is_file()}
+    flip_file(v / shards[1]["path"])  # the first shard's frames are written before the damage is read
+
+    out = tmp_path / "new" / "o"
+    res = runner.invoke(app, ["export", str(v), str(out), *PART, "--source", str(kitti_images)])
+    line = res.output.strip()
+    assert res.exit_code == 1 and len(line.splitlines()) == 1, res.output
+    assert "does not match its checksum" in line and f"{out} is as it was" in line, line
+    assert not out.exists() and not out.parent.exists()  # the directories it created are gone too
+
+    res = runner.invoke(app, ["export", str(v), str(good), *PART, "--force", "--source", str(kitti_images)])
+    assert res.exit_code == 1 and f"{good} is as it was" in res.output, res.output
+    assert {p: p.read_bytes() for p in good.rglob("*") if p.is_file()} == before  # no temporary file left either
+    assert not (good / "training" / "image_2").exists()  # nor a link made
