@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from bench_build.build.ledger import Ledger, identity_digest
-from bench_build.build.shard import os_error_kind, os_error_message, partition_table
+from bench_build.build.shard import error_path, os_error_kind, os_error_message, partition_table
 from bench_build.format.schema import SCHEMA_VERSION, file_metadata
 from bench_build.manifests.card import card_with_renders, render_card
 from bench_build.manifests.card_sections import complete_card
@@ -67,7 +67,7 @@ def finish(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint
                                              early_sheet=result.early_sheet,
                                              phases=result.phases, numeric_profile=numeric_profile)
         except OSError as e:  # every shard is written and kept: re-running writes only the manifest
-            where = getattr(e, "filename", None) or store.key_url(MANIFEST_NAME)
+            where = error_path(e) or store.key_url(MANIFEST_NAME)  # README.md, never its temp file
             result.failures[MANIFEST_NAME] = os_error_message(e, where)
             result.failure_kinds[MANIFEST_NAME] = os_error_kind(e, where)
         result.phases["manifest"] = round(time.time() - t - result.phases.get("contact_sheet", 0.0), 3)

@@ -10,6 +10,7 @@ import errno as errno_mod
 import hashlib
 import json
 import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -212,6 +213,22 @@ class ShardFailed(BenchBuildError, RuntimeError):
         self.shard, self.message, self.path, self.kind = shard, message, path, kind
 
 
+_TEMP_NAME = re.compile(r"^\.(.+)\.[A-Za-z0-9_-]+~\d+\.[^.]+\.tmp$")  # `mkstemp_in`'s .<name>.<host>~<pid>.<random>.tmp
+
+
+def error_path(e: BaseException) -> str | None:
+    """The file an I/O error was writing: a rename's or link's destination (``filename2``), not its source, the
+    temp file it was written to; a temp file ``.<name>.<host>~<pid>.<random>.tmp`` named alone (opening, writing
+    it) is told as the ``<name>`` beside it, the file the user knows. None when the error names no file."""
+    if path := getattr(e, "filename2", None):
+        return str(path)
+    if not (path := getattr(e, "filename", None)):
+        return None
+    p = Path(path)
+    m = _TEMP_NAME.match(p.name)
+    return str(p.with_name(m.group(1))) if m else str(path)
+
+
 def os_error_message(e: BaseException, where: str | None = None) -> str:
     """``<cause>: <path>`` of an I/O error (``No space left on device: /out/…/part-….parquet``); when a file stands
     where a folder of the path must be, that file (`blocking_file`), not the path it blocks.
@@ -220,7 +237,7 @@ def os_error_message(e: BaseException, where: str | None = None) -> str:
 
     err = getattr(e, "errno", None)
     text = str(e)
-    path = where or getattr(e, "filename", None)
+    path = where or error_path(e)
     if (blocker := blocking_file(e, where)) is not None:
         kind = "a broken link" if blocker.is_symlink() and not blocker.exists() else "a file"
         target = f" (to write {path})" if path and Path(path) != blocker else ""
@@ -326,7 +343,7 @@ def build_shard(spec: BlockSpec | TaskSpec, recipe: Recipe, source: Source, root
     except ShardFailed:
         raise
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
-        where = getattr(e, "bench_build_key", None) or getattr(e, "filename", None) or store.url
+        where = getattr(e, "bench_build_key", None) or error_path(e) or store.url
         raise ShardFailed(spec.name, os_error_message(e, where), where, kind=os_error_kind(e, where)) from None
 
 

@@ -405,6 +405,33 @@ def test_an_output_that_may_not_be_written_is_told_as_permissions_not_disk_space
     assert "whether it is immutable (lsattr; chattr -i lifts it)" in text and "free disk space" not in text
 
 
+def test_a_card_that_cannot_be_renamed_into_place_is_named_not_its_temp_file(small_recipe, demo_kitti, tmp_path,
+                                                                             shared_ray):
+    """A README.md made immutable (``chattr +i``; root's chmod would not stop it): the card is written to a temp
+    file beside it and renamed over it, and the rename's error names its source: the FAILED line named
+    ``.README.md.<host>~<pid>.<random>.tmp``, a file that no longer exists, instead of README.md."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    out = tmp_path / "o"
+    args = ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--max-frames", "1",
+            "--no-progress"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    version = out / "mini-c" / "0.1.0"
+    (version / "manifest.json").unlink()  # the re-run writes the card and the manifest again, no shard
+    if subprocess.run(["chattr", "+i", str(version / "README.md")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (not root, or a file system without the immutable flag)")
+    try:
+        run = CliRunner().invoke(app, args)
+    finally:
+        subprocess.run(["chattr", "-i", str(version / "README.md")], check=True)
+    text = " ".join(run.output.split())
+    assert run.exit_code == 1, run.output
+    assert f"FAILED manifest.json: Operation not permitted: {version}/README.md " in text, run.output
+    assert ".tmp" not in text and "chattr -i lifts it" in text, run.output
+
+
 def test_a_source_touched_during_the_run_is_a_failed_manifest_not_done(small_recipe, demo_kitti, tmp_path,
                                                                        monkeypatch, shared_ray):
     """A scan whose mtime changes after its task recorded it (a dataset sync running beside the build): the finish's
