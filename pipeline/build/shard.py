@@ -37,7 +37,7 @@ from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
-from bench_build.storage import Store, StoreSpec, in_the_way, open_store
+from bench_build.storage import AccessDenied, Store, StoreSpec, in_the_way, open_store
 
 
 def build_columns(recipe: Recipe, source: Any) -> tuple[str, ...]:
@@ -342,6 +342,8 @@ def build_shard(spec: BlockSpec | TaskSpec, recipe: Recipe, source: Source, root
             store.end_background_uploads()
     except ShardFailed:
         raise
+    except AccessDenied as e:  # object storage refused a write: not the disk, not the input
+        raise ShardFailed(spec.name, str(e), store.url, kind="permission") from None
     except OSError as e:  # disk full, quota, I/O error: name the cause and the file, not a traceback
         where = getattr(e, "bench_build_key", None) or error_path(e) or store.url
         raise ShardFailed(spec.name, os_error_message(e, where), where, kind=os_error_kind(e, where)) from None

@@ -18,7 +18,7 @@ from bench_build.runtime.faults import kill_point
 from bench_build.runtime.numeric import check_profile
 from bench_build.runtime.ray import pin_worker_threads, spare_pandas_import
 from bench_build.sources.demo.cache import is_demo_root
-from bench_build.storage import Store, StoreSpec, open_store, redact
+from bench_build.storage import AccessDenied, Store, StoreSpec, open_store, redact
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -128,6 +128,8 @@ def describe_task_error(e: BaseException) -> tuple[str, str]:
             break
     if isinstance(e, OSError):
         return os_error_message(e), os_error_kind(e)
+    if isinstance(e, AccessDenied):  # object storage refused the credentials or the write (a bucket policy)
+        return redact(first_line(str(e))), "permission"
     if isinstance(e, rx.OutOfMemoryError):
         return "worker killed by Ray's memory monitor (out of memory; retries exhausted)", "resource"
     if isinstance(e, rx.OutOfDiskError):

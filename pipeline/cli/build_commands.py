@@ -168,7 +168,8 @@ def failure_hints(failure_kinds: dict[str, str], version_dir: str) -> list[str]:
     hints = {"input": "fix the input named above and run the same command again: finished shards are kept",
              "permission": "the input is not at fault: this user may not write the output file named above: check "
                            "the owner and mode of it and its folder (ls -l), whether it is immutable (lsattr; chattr "
-                           f"-i lifts it) and whether its file system is mounted read-only, {again}",
+                           "-i lifts it) and whether its file system is mounted read-only (on s3://: whether the "
+                           f"credentials and the bucket's policy allow writing there), {again}",
              "blocked": "the input is not at fault: something stands in the way of the output named above (a file "
                         f"where a folder is needed, or a folder where a file goes): move or remove it, {again}",
              "resource": f"the input is not at fault: free disk space / memory or check the Ray cluster, {again}",

@@ -59,7 +59,7 @@ from bench_build.storage.base import (
     overlap_uploads,
     upload_checksum_mode,
 )
-from bench_build.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from bench_build.storage.errors import AccessDenied, NotFound, PreconditionFailed, StorageError, VersionLocked
 from bench_build.storage.files import (
     HASH_CHUNK,
     atomic_write_text,
@@ -100,8 +100,9 @@ from bench_build.storage.uploads import BackgroundUploads
 
 __all__ = [
     "CHECKSUM_ENV", "DEFAULT_REGION", "HASH_CHUNK", "LEASE_NAME", "LEASE_TTL", "LOCK_NAME", "MULTIPART_CHUNK",
-    "MULTIPART_THRESHOLD", "OVERLAP_ENV", "TEMP_IDLE", "UPLOAD_THREADS", "BackgroundUploads", "LocalStore",
-    "NotFound", "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError", "Store",
+    "MULTIPART_THRESHOLD", "OVERLAP_ENV", "TEMP_IDLE", "UPLOAD_THREADS", "AccessDenied", "BackgroundUploads",
+    "LocalStore", "NotFound", "ObjectInfo", "PreconditionFailed", "Progress", "S3Store", "StagedFile", "StorageError",
+    "Store",
     "StoreSpec", "VersionLocked", "atomic_write_text", "atomic_write_with", "check_key", "current_umask",
     "denied_message", "describe_holder", "elsewhere_hint", "endpoint_from_env", "fsync_dir", "fsync_replace",
     "fsync_replace_named", "glob_escape", "host_name", "in_the_way", "is_remote", "make_dirs", "mkstemp_in",

@@ -9,6 +9,11 @@ class StorageError(BenchBuildError, RuntimeError):
     """A storage operation failed. The message names the object and never holds credentials."""
 
 
+class AccessDenied(StorageError):
+    """The store refused the request: the credentials, or what they may do there (a bucket policy). A build
+    reports it as the "permission" failure kind, like an output file the user may not write."""
+
+
 class NotFound(StorageError):
     pass
 

@@ -31,7 +31,7 @@ from bench_build.storage.base import (
     overlap_uploads,
     upload_checksum_mode,
 )
-from bench_build.storage.errors import NotFound, PreconditionFailed, StorageError, VersionLocked
+from bench_build.storage.errors import AccessDenied, NotFound, PreconditionFailed, StorageError, VersionLocked
 from bench_build.storage.files import HASH_CHUNK, fsync_replace, mkstemp_in, sha256_file
 from bench_build.storage.owners import (
     LEASE_NAME,
@@ -118,7 +118,7 @@ class S3Store(Store):
             if code == "NoSuchBucket":
                 return StorageError(f"{where}: bucket {self.bucket!r} does not exist")
             if code in AUTH_CODES:
-                return StorageError(denied_message(where, op, code))
+                return AccessDenied(denied_message(where, op, code))
             hint = ""
             if op in ("upload", "write") and code in CHECKSUM_UNSUPPORTED and upload_checksum_mode() == "sha256":
                 hint = (f"; if this store does not take S3 checksums (x-amz-checksum-sha256, or a multipart part's "

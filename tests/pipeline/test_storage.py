@@ -333,3 +333,32 @@ def test_the_checksum_copyobject_returns_decides_when_the_store_computes_one(s3p
             dst.copy_from(src, "f.bin", "f.bin", sha256=sha)
         assert dst.head("f.bin") is None
     assert asked == ["SHA256"]
+
+
+def test_access_denied_on_a_shard_is_a_permission_failure(s3env, s3prefix, small_recipe, demo_kitti, monkeypatch):
+    """A build writing to s3:// whose shard is refused (AccessDenied, a wrong secret) was not an OSError, so its
+    kind fell to the closing hint about disk space, memory and the Ray cluster: it is "permission", from the task
+    body and from Ray's wrapping of a task's exception alike."""
+    from ray.exceptions import RayTaskError
+
+    from bench_build.build.shard import ShardFailed, build_shard
+    from bench_build.build.task import describe_task_error
+    from bench_build.cli.build_commands import failure_hints
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.plan.tasks import plan_shards
+    from bench_build.sources.kitti import KittiSource
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-1234567")
+    with pytest.raises(ShardFailed) as e:
+        build_shard(plan_shards(["000000"], 1)[0], load_recipe(small_recipe), KittiSource(demo_kitti), s3prefix,
+                    "f" * 64, "r")
+    assert e.value.kind == "permission" and "denied" in e.value.message, e.value.message
+    assert "wrong-secret-1234567" not in e.value.message
+    from bench_build.storage import AccessDenied  # the storage layer's own type for it
+
+    with pytest.raises(AccessDenied) as denied:
+        open_store(s3prefix).put_bytes("x", b"1")
+    message, kind = describe_task_error(RayTaskError("build_task", "Traceback …", denied.value))
+    assert kind == "permission" and message.startswith(f"{s3prefix}/x: write denied"), message
+    hint = " ".join(failure_hints({"part-00000-of-00001": kind}, s3prefix))
+    assert "bucket's policy" in hint and "free disk space" not in hint
