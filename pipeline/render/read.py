@@ -19,7 +19,8 @@ from bench_build.manifests.partial import held_partitions, partial_of, parts_tex
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.panels import Panel
 from bench_build.render.sheet import contact_sheet, panels_sheet
-from bench_build.render.views import SHEET_NAME, RenderError, View, map_semantic
+from bench_build.render.views import SHEET_NAME, RenderError, View
+from bench_build.sources.labels import map_labels
 
 
 def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
@@ -157,7 +158,7 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
             if raw is None or not raw.is_valid:  # a frame without labels (null): every point unlabelled
                 cls = np.zeros(len(pts), np.int32)
             else:
-                cls = map_semantic(raw.values.to_numpy(zero_copy_only=False), lut)
+                cls = map_labels(raw.values.to_numpy(zero_copy_only=False), lut)
                 if len(cls) != len(pts):
                     raise RenderError(f"{s['path']}: frame {frame_id} has {len(cls)} semantic labels for "
                                       f"{len(pts)} points")

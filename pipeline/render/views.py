@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from bench_build.errors import BenchBuildError
+from bench_build.sources.labels import scored_classes
 from bench_build.stages.frame import Boxes, PointTag
 
 PANEL_PX = 240  # raster size of one view
@@ -62,37 +63,11 @@ def semantic_colors(n: int) -> np.ndarray:
 
 
 def semantic_classes(source: dict[str, Any] | None) -> tuple[np.ndarray, tuple[str, ...]] | None:
-    """(raw label → class LUT, class names) of a build whose frames carry per-point ``semantic`` labels, from the
-    source its manifest records; None when they carry none. The classes are the ones the benchmark scores:
-    the recorded learning map and its train classes (SemanticKITTI's 19 + unlabelled, nuScenes-lidarseg's 16 +
-    ignore), else the recorded class list (Waymo's ``Segmentation.Type``), else nuScenes' raw categories. A raw
-    label outside the map is class 0."""
+    """(raw label → class LUT, class names) of a build whose frames carry per-point ``semantic`` labels: the
+    classes the benchmark scores (`bench_build.sources.labels`, as `score` maps them); None when they carry none."""
     source = source or {}
-    if not source.get("semantic"):
-        return None
-    if source.get("learning_map") and source.get("train_classes"):
-        raw = {int(k): int(v) for k, v in source["learning_map"].items()}
-        names = tuple(str(n) for n in source["train_classes"])
-    elif source.get("classes"):
-        names = tuple(str(n) for n in source["classes"])
-        raw = {i: i for i in range(len(names))}
-    elif source.get("categories"):
-        cats = {int(k): str(v) for k, v in source["categories"].items()}
-        names = tuple(cats.get(i, f"class {i}") for i in range(max(cats) + 1))
-        raw = {i: i for i in cats}
-    else:
-        return None
-    lut = np.zeros(max(raw) + 1, dtype=np.int32)
-    for k, v in raw.items():
-        lut[k] = v if 0 <= v < len(names) else 0
-    return lut, names
-
-
-def map_semantic(raw: np.ndarray, lut: np.ndarray) -> np.ndarray:
-    """Per-point class of raw labels through ``lut`` (labels outside it: class 0)."""
-    raw = np.asarray(raw, dtype=np.int64)
-    inside = (raw >= 0) & (raw < len(lut))
-    return np.where(inside, lut[np.clip(raw, 0, len(lut) - 1)], 0).astype(np.int32)
+    classes = scored_classes(source) if source.get("semantic") else None
+    return None if classes is None else (classes.lut, classes.names)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from bench_build.score.robo3d import confusion, miou, robo3d_metrics
 from bench_build.score.robo3d_det import scene_set, score_det3d, task_of
 from bench_build.score.truth import iter_columns, manifest_of, object_truth
 from bench_build.score.validate import ScoreError, fail, point_labels
-from bench_build.sources.nuscenes import lidarseg_learning_map
+from bench_build.sources.labels import scored_classes
 
 PERCENT = "%"
 #: nuScenes' true-positive errors: the devkit's units, not fractions of anything the papers put in percent
@@ -362,20 +362,13 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     preds = read_predictions(predictions)
     gts: dict[tuple[str, int], list[tuple[str, np.ndarray]]] = {}
     keys = []
-    # SemanticKITTI and nuScenes store raw ids; the benchmarks' mIoU is over the train ids of the learning map
-    # the build recorded (0 = ignored): SemanticKITTI's 19 classes, nuScenes-lidarseg's 16
-    lmap = _learning_map(manifest_of(version_dir).get("source") or {})
-    lut, max_label, ids = None, None, "a train id 0…{max} of the benchmark's learning map"
-    if lmap:
-        lut = np.zeros(max(lmap) + 1, np.int64)
-        for k, v in lmap.items():
-            lut[k] = v
-        max_label = max(lmap.values())
-    elif classes := (manifest_of(version_dir).get("source") or {}).get("classes"):
-        # no map: labels are the source's class ids (WOD-C: Segmentation.Type 0…22). A larger id in the ground truth
-        # is Robo3D's label of the points fog, snow or crosstalk create (WOD-C 23, 24, 25), which the paper maps to
-        # ignore, as the SemanticKITTI and nuScenes maps do theirs; a larger predicted one is no class
-        max_label, ids = len(classes) - 1, f"a class id 0…{{max}} of the {len(classes)} classes the build records"
+    # raw ids → the classes the benchmark scores (`scored_classes`: SemanticKITTI's 19 and nuScenes-lidarseg's 16
+    # train ids of the recorded learning map, WOD-C's recorded classes; 0 = ignored, as is a ground-truth id past them:
+    # WOD-C's 23, 24, 25 of the points fog, snow or crosstalk create); a larger predicted label is no class
+    classes = scored_classes(manifest_of(version_dir).get("source"))
+    max_label = None if classes is None else len(classes.names) - 1
+    ids = ("a train id 0…{max} of the benchmark's learning map" if classes is None or classes.mapped else
+           f"a class id 0…{{max}} of the {len(classes.names)} classes the build records")
     for part, cols in iter_columns(version_dir, ["key", "semantic"]):
         if "semantic" not in cols:
             raise ScoreError(f"{version_dir}: no 'semantic' column: not a segmentation benchmark")
@@ -383,10 +376,8 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
             if sem is None:
                 raise ScoreError(f"{version_dir}: example {k} has no semantic labels")
             g = np.asarray(sem, np.int64) & 0xFFFF
-            if lut is not None:
-                g = np.where(g < len(lut), lut[np.minimum(g, len(lut) - 1)], 0)
-            elif max_label is not None:
-                g = np.where(g <= max_label, g, 0)
+            if classes is not None:
+                g = classes.of(g)
             gts.setdefault((part.corruption, part.severity), []).append((k, g))
             keys.append(k)
     if not gts:
@@ -409,17 +400,6 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
         report.add(part[0], part[1], "mIoU", acc[part])
     table = "nuscenes-c-seg" if "nuscenes" in dataset else "semantickitti-c"
     report.summary = _robo3d_summary(acc, table, version_dir)
-
-
-def _learning_map(source: dict[str, Any]) -> dict[int, int] | None:
-    """Raw label → train id of a segmentation build: the map its source recorded; for a nuScenes build made
-    before the map was recorded, the devkit's lidarseg map of the category table it recorded."""
-    if source.get("learning_map"):
-        return {int(k): int(v) for k, v in source["learning_map"].items()}
-    if source.get("kind") == "nuscenes" and source.get("categories"):
-
-        return lidarseg_learning_map({name: int(i) for i, name in source["categories"].items()})[0]
-    return None
 
 
 def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other_split: dict[str, str]) -> None:
