@@ -138,8 +138,8 @@ class _Base:
         self.manifest = version.manifest
         self.fields: tuple[str, ...] = version.fields
         self.entries = select_rows(version, corruption, severity)
-        self.frames = version.selection(frames=frames)[2]
-        self.splits = version.split_selection(split, self.entries, self.frames)
+        # a split filter is a frame filter: the frames in the requested split(s)
+        self.frames = version.split_selection(split, self.entries, version.selection(frames=frames)[2])
         self._reader: _Reader | None = None
         self._version = version  # the constructing process's reader; workers open their own
 
@@ -154,9 +154,6 @@ class _Base:
         state["_reader"], state["_version"] = None, None
         return state
 
-    def _wanted(self, ex: Example) -> bool:
-        return self.splits is None or ex.attrs.get("split") in self.splits
-
 
 class PointCloudDataset(_Base, Dataset):
     """Map-style dataset: ``ds[i]`` is the i-th selected example (manifest order: partition files, then rows).
@@ -168,14 +165,10 @@ class PointCloudDataset(_Base, Dataset):
         super().__init__(root, **filters)
         index: list[tuple[int, int]] = []
         for i, entry in enumerate(self.entries):
-            if self.frames is None and self.splits is None:
+            if self.frames is None:
                 index.extend((i, r) for r in range(entry["rows"]))
                 continue
-            ids = self._version.frame_ids(entry) if self.frames is not None else [None] * entry["rows"]
-            keep = [r for r, fid in enumerate(ids) if self.frames is None or fid in self.frames]
-            if self.splits is not None:  # the split is a column: read it (one small column per file)
-                col = self._version.open_file(entry["path"]).read(columns=["split"])["split"].to_pylist()
-                keep = [r for r in keep if col[r] in self.splits]
+            keep = [r for r, fid in enumerate(self._version.frame_ids(entry)) if fid in self.frames]
             index.extend((i, r) for r in keep)
         self.index = index
         self._version = None
@@ -255,8 +248,6 @@ class PointCloudIterableDataset(_Base, IterableDataset):
         buf: list[Example] = []  # shuffle buffer: bounded memory whatever the file size
         for entry in self.my_entries(epoch):
             for ex in version.read_file(entry, frames=self.frames):
-                if not self._wanted(ex):
-                    continue
                 if rng is None:
                     yield example_dict(ex)
                     continue

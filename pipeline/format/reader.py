@@ -226,13 +226,14 @@ class Version:
 
     def split_selection(self, split: Any, entries: list[dict[str, Any]],
                         frames: set[str] | None = None) -> set[str] | None:
-        """The requested split(s) (the ``split`` column of object benchmarks) as a set (None: all), checked like
-        `selection` against the rows of ``entries`` (and ``frames``): a build without the column, a split none of
-        them is in, or a value of the wrong type is a `NotInVersion` naming what there is. A row's split is its
-        frame's, which every partition repeats, so the column of one file per shard is read."""
+        """The frames of ``entries`` (of ``frames``, when given) in the requested split(s) (the ``split`` column of
+        object benchmarks), so that a split filter is a frame filter; ``frames`` itself when no split is asked
+        for. Checked like `selection`: a build without the column, a split none of them is in, or a value of the
+        wrong type is a `NotInVersion` naming what there is. A row's split is its frame's, which every partition
+        repeats, so the column of one file per shard is read."""
         want = _names(split, "split")
         if want is None:
-            return None
+            return frames
         if "split" not in self.manifest.get("columns", []):
             raise NotInVersion(f"{self.url}: this build has no split column (its optional columns: "
                                f"{self.manifest.get('columns') or 'none'}); filter by frames instead")
@@ -247,11 +248,12 @@ class Version:
         if missing := sorted(want - set(held)):
             raise NotInVersion(f"{self.url}: no split {', '.join(map(repr, missing))}; it has "
                                f"{', '.join(held) or 'no split values'}")
-        if frames is not None and not any(of_frame.get(f) in want for f in frames):
-            theirs = sorted({s for f in frames if (s := of_frame.get(f)) is not None})
+        chosen = {f for f, s in of_frame.items() if s in want and (frames is None or f in frames)}
+        if not chosen:  # (frames given: the split has frames, none of them selected)
+            theirs = sorted({s for f in frames or () if (s := of_frame.get(f)) is not None})
             raise NotInVersion(f"{self.url}: no selected frame is in split {', '.join(sorted(want))} "
                                f"(they are in {', '.join(theirs) or 'no split'})")
-        return want
+        return chosen
 
     def where(self, rel: str) -> str:
         """How errors name a file of this version: its path or URL."""
