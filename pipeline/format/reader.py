@@ -47,6 +47,7 @@ from bench_build.format.checked import (
 from bench_build.format.compact import materialize
 from bench_build.format.remote_fs import filesystem_for
 from bench_build.format.schema import (
+    CALIB_KEYS,
     EXAMPLE_COLUMNS,
     OPTIONAL_COLUMNS,
     POINT_COLUMNS,
@@ -480,8 +481,8 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
         )
 
 
-#: values of each calibration matrix (row-major 3×4, R0_rect 3×3), as `Calib.from_dict` reshapes them
-CALIB_SIZES = {"P0": 12, "P1": 12, "P2": 12, "P3": 12, "R0_rect": 9, "Tr_velo_to_cam": 12, "Tr_imu_to_velo": 12}
+#: values of each calibration matrix of the row schema (row-major 3×4, R0_rect 3×3), as `Calib.from_dict` reshapes them
+CALIB_SIZES = {k: 9 if k == "R0_rect" else 12 for k in CALIB_KEYS}
 
 
 def _calib_problem(row: dict[str, Any] | None) -> str | None:
