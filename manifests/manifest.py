@@ -194,14 +194,14 @@ def local_path(root: str | Path, rel: Any) -> Path:
 
 
 def check_manifest(manifest: dict[str, Any], where: str) -> None:
-    """Refuse a manifest whose dataset/version names or shard / render paths could escape its directory."""
+    """Refuse a manifest whose dataset/version names or shard / render paths could escape its directory, or whose
+    shard entries are malformed (`check_shard_entries`, which commands that need only the entries call alone)."""
     for key in ("dataset", "version"):
         value = manifest.get(key)
         if not isinstance(value, str) or not SAFE_NAME.match(value):
             raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({names.RULE})")
-    shards = manifest.get("shards")
-    if not isinstance(shards, list):
-        raise ManifestError(f"{where}: no shard list")
+    check_shard_entries(manifest, where)
+    shards = manifest["shards"]
     bad = [f"{e.get('path')!r} ({reason})" for e in shards
            if (reason := unsafe_path_reason(e.get("path") if isinstance(e, dict) else None))]
     if bad:
