@@ -263,6 +263,11 @@ def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]
             if _inside(real, root_real) or _inside(root_real, real):
                 raise ExportError(f"{p} would be written over {what} {root} (it resolves to {real}); export "
                                   "elsewhere (--force does not change this)")
+    for d in sorted(dirs, key=lambda d: len(d.parts)):  # parents first: the first one outside is the link
+        if not _inside(dirs[d], out_real):
+            raise ExportError(f"{d} is a link to {dirs[d]}, outside {out}: export writes only inside OUT, and "
+                              "--force would replace the files it writes there; remove the link, or export into "
+                              "that directory's own root (--force does not change this)")
     existing = {d for d in dirs if os.path.lexists(d)}
     for d in sorted(existing):
         if not d.is_dir():

@@ -4,6 +4,7 @@ Robo3D's layout, and corruption/severity are validated."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -374,6 +375,16 @@ def _directory_where_export_writes_a_file(t: Path, k: Path):
     return [str(t / "o"), *PART, "--force"], "000002.bin is a directory where export writes a file"
 
 
+def _directory_linked_outside_out(t: Path, k: Path):
+    # OUT/training is a link to another KITTI root (not --source): --force would replace its scans and labels
+    import shutil
+
+    shutil.copytree(k / "training" / "velodyne", t / "real" / "training" / "velodyne")
+    (t / "o").mkdir()
+    (t / "o" / "training").symlink_to(t / "real" / "training", target_is_directory=True)
+    return [str(t / "o"), *PART, "--force"], f"{t / 'o' / 'training'} is a link to {t / 'real' / 'training'}, outside"
+
+
 def _source_without_images(t: Path, k: Path):
     import shutil
 
@@ -394,8 +405,8 @@ def _version_is_a_file(t: Path, k: Path):
 REFUSALS = [_own_source, _own_source_force, _own_source_dot, _link_to_source, _inside_source,
             _new_dir_inside_source, _source_inside_out, _non_empty, _image_2_is_a_directory, _missing_partition,
             _out_is_a_file, _out_below_a_file, _file_where_export_needs_a_directory,
-            _directory_where_export_writes_a_file, _source_without_images, _source_missing_an_image,
-            _version_is_a_file]
+            _directory_where_export_writes_a_file, _directory_linked_outside_out, _source_without_images,
+            _source_missing_an_image, _version_is_a_file]
 
 
 @pytest.mark.parametrize("case", REFUSALS, ids=lambda f: f.__name__.strip("_"))
@@ -609,3 +620,14 @@ def test_damaged_points_page_leaves_out_as_it_was(built, tmp_path, kitti_images)
     assert res.exit_code == 1 and f"{good} is as it was" in res.output, res.output
     assert {p: p.read_bytes() for p in good.rglob("*") if p.is_file()} == before  # no temporary file left either
     assert not (good / "training" / "image_2").exists()  # nor a link made
+
+
+def test_link_inside_out_to_a_directory_inside_out_is_followed(built, tmp_path):
+    """A link that stays inside OUT is the user's layout, not an escape: the export writes through it."""
+    out = tmp_path / "o"
+    (out / "store").mkdir(parents=True)
+    (out / "training").symlink_to(out / "store", target_is_directory=True)
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--force"])
+    assert res.exit_code == 0, res.output
+    assert len(list((out / "store" / "velodyne").glob("*.bin"))) == 4
+
