@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from bench_build.export.plan import (
 )
 from bench_build.format.reader import Version, open_version
 from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
-from bench_build.storage.owners import owner_tag
+from bench_build.storage.owners import owner_tag, temp_owner_dead
+
+_EXPORT_TEMP = re.compile(r"\..+\.[A-Za-z0-9_-]+~\d+\.export\.tmp")  # Writer's temporary names
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -59,7 +62,8 @@ class Writer:
         self.staged: list[tuple[Path, Path]] = []  # (temporary, final), in writing order
         self.links: list[tuple[Path, Path]] = []  # (link, target)
         self.created: list[Path] = []  # directories the export made, parents first
-        self.written = self.replaced = 0
+        self.swept: set[Path] = set()
+        self.written = self.replaced = self.stale = 0
 
     def _mkdir(self, d: Path) -> None:
         new = []
@@ -74,6 +78,7 @@ class Writer:
         if path not in self.files:  # the pre-flight checked exactly these paths; nothing else may be touched
             raise ExportError(f"{path}: not among the files the export checked before writing")
         self._mkdir(path.parent)
+        self._sweep(path.parent)
         tmp = path.with_name(f".{path.name}.{owner_tag()}.export.tmp")
         with contextlib.suppress(FileNotFoundError):  # left by a killed earlier export of this same process id
             os.unlink(tmp)
@@ -82,6 +87,21 @@ class Writer:
         except OSError as e:
             raise OSError(e.errno, e.strerror, str(path)) from None
         self.staged.append((tmp, path))
+
+    def _sweep(self, d: Path) -> None:
+        """Remove the temporary files a killed export (SIGKILL, a lost host) left in ``d``: only export's own
+        names, and only those whose process is known dead (`temp_owner_dead`: this host, pid gone)."""
+        if d in self.swept:
+            return
+        self.swept.add(d)
+        if d in self.created:
+            return
+        with contextlib.suppress(OSError):
+            for name in os.listdir(d):
+                if _EXPORT_TEMP.fullmatch(name) and temp_owner_dead(name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(d / name)
+                        self.stale += 1
 
     def link(self, link: Path, target: Path) -> None:
         self.links.append((link, target))
@@ -161,6 +181,8 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
             "written last); fix the cause and run the same command again with --force, which rewrites only the "
             "export's own files") from None
     result.written, result.replaced = w.written, w.replaced
+    if w.stale:
+        result.notes.append(f"removed {w.stale} temporary files an earlier export left when it was killed")
 
 
 def export_version(version_dir: str | Path, out: str | Path, *, corruption: str | None = None,

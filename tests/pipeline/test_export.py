@@ -631,3 +631,27 @@ def test_link_inside_out_to_a_directory_inside_out_is_followed(built, tmp_path):
     assert res.exit_code == 0, res.output
     assert len(list((out / "store" / "velodyne").glob("*.bin"))) == 4
 
+
+def test_temporary_files_of_a_killed_export_are_removed(built, tmp_path):
+    """SIGKILL (or a lost host) gives an export no chance to remove its temporary files; the next export into
+    the same directories removes those whose process is gone, and only those."""
+    import subprocess
+    import sys
+
+    from bench_build.storage.owners import host_name
+
+    out = tmp_path / "o"
+    export_version(built, out, corruption="translation", severity=3)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    velodyne = out / "training" / "velodyne"
+    stale = velodyne / f".000001.bin.{host_name()}~{dead.pid}.export.tmp"
+    alive = velodyne / f".000002.bin.{host_name()}~{os.getppid()}.export.tmp"  # another export, still running
+    other_host = velodyne / f".000003.bin.elsewhere~{dead.pid}.export.tmp"  # cannot tell: kept
+    mine = velodyne / ".notes.export.tmp"  # not export's name
+    for p in (stale, alive, other_host, mine):
+        p.write_bytes(b"partial")
+    res = runner.invoke(app, ["export", str(built), str(out), *PART, "--force"])
+    assert res.exit_code == 0, res.output
+    assert "removed 1 temporary files an earlier export left when it was killed" in res.output
+    assert not stale.exists() and alive.exists() and other_host.exists() and mine.exists()
