@@ -19,7 +19,15 @@ from bench_build.manifests.manifest import (
     check_manifest,
     parse_manifest,
 )
-from bench_build.publish.common import DEFAULT_JOBS, LATEST, PUBLISHED, parallel, read_stored_manifest, version_key
+from bench_build.publish.common import (
+    DEFAULT_JOBS,
+    LATEST,
+    PUBLISHED,
+    PUBLISHING,
+    parallel,
+    read_stored_manifest,
+    version_key,
+)
 from bench_build.storage import Store, open_store
 
 
@@ -120,11 +128,16 @@ def nothing_here(url: str) -> str:
 
 
 def is_dataset(store: Store) -> bool:
-    """Does ``store`` hold a published dataset: a ``latest`` pointer, or a version folder with a manifest?"""
+    """Does ``store`` hold a dataset: a ``latest`` pointer or a version folder with a manifest (published), or
+    only unfinished publishes, whose lease folder (``_publishing/``) or version folders with ``data/`` and no
+    manifest yet are there? A version's own folders (``data/``, ``renders/``) are none of these."""
     if store.get(LATEST) is not None:
         return True
-    return any(store.child(name).exists(MANIFEST_NAME) for name in store.list_dirs()
-               if not name.startswith(("_", ".")))
+    names = store.list_dirs()
+    if PUBLISHING in names:
+        return True
+    folders = [store.child(name) for name in names if not name.startswith(("_", "."))]
+    return any(f.exists(MANIFEST_NAME) for f in folders) or any("data" in f.list_dirs() for f in folders)
 
 
 # -- remote verify -------------------------------------------------------------------------------------

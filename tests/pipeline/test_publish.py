@@ -1049,6 +1049,26 @@ def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+def test_a_publication_root_whose_datasets_have_only_unfinished_publishes_is_a_root(tmp_path):
+    """Every dataset under a root with only interrupted publishes (version folders with data/ and no manifest, or
+    only the publish lease folder): `versions ROOT` listed the datasets as incomplete versions ("publish it again
+    to finish it") and `pull ROOT` called them versions. They are datasets; a dataset's own unfinished versions
+    stay incomplete versions."""
+    root = tmp_path / "pub"
+    (root / "kitti-c" / "0.1.0" / "data" / "clean" / "0").mkdir(parents=True)
+    (root / "kitti-c" / "0.1.0" / "data" / "clean" / "0" / "part-0.parquet").write_bytes(b"x")
+    (root / "mini-c" / "_publishing" / "0.2.0").mkdir(parents=True)
+    out = runner.invoke(app, ["versions", str(root)])
+    assert out.exit_code == 0 and " ".join(out.output.split()) == (
+        f"{root}: this is a publication root; datasets: kitti-c, mini-c (bench-build versions {root}/<dataset>)"), \
+        out.output
+    out = runner.invoke(app, ["pull", str(root), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert out.exit_code == 2 and "this is a publication root; datasets: kitti-c, mini-c" in out.output, out.output
+    info = json.loads(runner.invoke(app, ["versions", str(root / "kitti-c"), "--json"]).output)
+    assert info["datasets"] == [] and info["incomplete"] == ["0.1.0"], info
+    assert not (tmp_path / "o").exists()
+
+
 def test_pull_and_versions_of_a_version_url_or_a_publication_root_name_the_url_to_pass(built, s3prefix, s3env,
                                                                                       tmp_path):
     """The URL one level off: a version's own URL (the one `verify` takes) was read as a dataset whose versions are
