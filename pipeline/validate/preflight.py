@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench_build.format.reader import open_version
+from bench_build.format.reader import Version, open_version
 from bench_build.manifests.manifest import CLEAN, ManifestError
+from bench_build.sources import OBJECT_KINDS
 from bench_build.sources.base import SourceError
 from bench_build.sources.records import list_scans
 from bench_build.validate.config import ValidateConfig, ValidationError
@@ -52,6 +53,19 @@ def _check_wads_labels(root: Path, files: list[Path]) -> None:
                                   "sequences/NN/velodyne/F.bin with sequences/NN/labels/F.label)")
 
 
+def _check_scans(root: Path, version: Version) -> None:
+    """Refuse a version whose examples are not LiDAR scans with intensity: the classifier reads x, y, z, intensity
+    of scans cropped to 1–70 m, which an object benchmark's unit-sphere shapes (x, y, z only) never give."""
+    kind = (version.manifest.get("source") or {}).get("kind")
+    if kind in OBJECT_KINDS:
+        raise ValidationError(f"{root}: a {version.manifest['dataset']} version holds object shapes ({kind}), not "
+                              "LiDAR scans; validation compares a scene benchmark's weather (kitti-c, robo3d-…) "
+                              "with real adverse-weather scans")
+    if "intensity" not in version.fields:
+        raise ValidationError(f"{root}: its scans have no intensity (fields {', '.join(version.fields)}); the "
+                              "classifier reads x, y, z, intensity")
+
+
 def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     """Check everything that can be checked without training; raise ValidationError naming the problem."""
 
@@ -60,6 +74,7 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
         version = open_version(root.absolute())
     except ManifestError as e:
         raise ValidationError(f"{root}: not a built version ({e})") from None
+    _check_scans(root, version)
     if cfg.corruption not in version.corruptions:
         raise ValidationError(f"{root}: no corruption {cfg.corruption!r}; it has {', '.join(version.corruptions)}")
     n_sev = int(version.manifest["recipe"]["severities"])

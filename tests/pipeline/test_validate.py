@@ -258,21 +258,33 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     assert res.exit_code == 2 and "1 build frame(s) to test" in res.output and "Traceback" not in res.output
 
 
-def test_relative_paths_reach_the_workers_absolute(validated, monkeypatch):
-    """What preflight hands to Ray tasks (the real data's folders and files, the partition files) is absolute: on a
-    cluster `validate --address` joined, the workers run in another directory than the command."""
-    from bench_build.validate.config import ValidateConfig
-    from bench_build.validate.preflight import preflight
 
-    monkeypatch.chdir(validated["tmp"])
-    rel = {k: validated[k].relative_to(validated["tmp"]) for k in ("version", "fog_dir", "clear_dir")}
-    pre = preflight(rel["version"], ValidateConfig(corruption="fog", real_weather=rel["fog_dir"],
-                                                   real_clean=rel["clear_dir"]))
-    assert pre["real"]["weather"]["dir"] == validated["fog_dir"] and pre["real"]["clean"]["dir"] == \
-        validated["clear_dir"]
-    paths = [*pre["real"]["weather"]["files"], *pre["real"]["clean"]["files"], *pre["clean_files"],
-             *pre["sim_files"]]
-    assert paths and all(Path(p).is_absolute() and Path(p).is_file() for p in paths)
+def _validate_args(version: Path, validated: dict, *extra: str) -> list[str]:
+    return ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]), "--real-clean",
+            str(validated["clear_dir"]), *extra]
+
+
+def _copy_version(validated: dict, dest: Path) -> Path:
+    """A copy of the fixture's version without its validation outputs, to damage without touching the original."""
+    import shutil
+
+    shutil.copytree(validated["version"], dest, ignore=shutil.ignore_patterns("validation"))
+    return dest
+
+
+def test_an_object_benchmark_is_refused_before_training(validated, tmp_path, shared_ray, no_training):
+    """ModelNet-C's shapes have no intensity and fit a unit sphere: no scan of them survives the 1–70 m crop, which
+    the classifier found only after training on the real data."""
+    from bench_build.build.run import run_build
+
+    build = run_build("modelnet-c", out=tmp_path / "bench", max_frames=2, progress=False)
+    assert build.ok, build.failures
+    res = CliRunner().invoke(app, ["validate", str(build.version_dir), "--corruption", "jitter", "--real",
+                                   str(validated["fog_dir"]), "--real-clean", str(validated["clear_dir"])])
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "a modelnet-c version holds object shapes (modelnet40), not LiDAR scans" in line
+    assert not (Path(build.version_dir) / "validation").exists()
 
 
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path, shared_ray):
