@@ -66,6 +66,16 @@ def _check_scans(root: Path, version: Version) -> None:
                               "classifier reads x, y, z, intensity")
 
 
+def _check_files(version: Version, entries: list[dict[str, Any]]) -> None:
+    """Open every file validation will read, checked against the manifest (present, its size, rows, columns and
+    footer), so a missing or damaged file is refused now and not as a traceback after training."""
+    for entry in entries:
+        try:
+            version.open_file(entry["path"]).close()
+        except ManifestError as e:  # IntegrityError, MissingFile: the message names the file and the remedy
+            raise ValidationError(str(e)) from None
+
+
 def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     """Check everything that can be checked without training; raise ValidationError naming the problem."""
 
@@ -112,6 +122,8 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     sim_files = [p for s in severities for p in version.files(cfg.corruption, s)]
     if not clean_files or not sim_files:
         raise ValidationError(f"{root}: manifest lists no files for clean or {cfg.corruption} {list(severities)}")
+    _check_files(version, [*version.shards(CLEAN, 0),
+                           *(e for s in severities for e in version.shards(cfg.corruption, s))])
     frames = int(version.manifest.get("frames") or 0)
     if frames < 2 or (cfg.sample is not None and cfg.sample < 2):
         # MMD and the t-SNE groups need two scans a side; said now, not after training

@@ -287,6 +287,26 @@ def test_an_object_benchmark_is_refused_before_training(validated, tmp_path, sha
     assert not (Path(build.version_dir) / "validation").exists()
 
 
+def test_a_missing_or_damaged_build_file_is_refused_before_training(validated, tmp_path, no_training):
+    """The partitions validation reads are checked against the manifest first: a deleted or truncated file was a
+    pyarrow traceback after training."""
+    version = _copy_version(validated, tmp_path / "v")
+    gone = next((version / "data" / "corruption=fog" / "severity=2").glob("*.parquet"))
+    kept = gone.read_bytes()
+    gone.unlink()
+    res = CliRunner().invoke(app, _validate_args(version, validated))
+    assert res.exit_code == 2, res.output
+    assert f"{gone.name}: listed in the manifest but missing" in " ".join(res.output.split())
+    gone.write_bytes(kept)
+    clean = next((version / "data" / "corruption=clean" / "severity=0").glob("*.parquet"))
+    size = clean.stat().st_size
+    clean.write_bytes(clean.read_bytes()[:5000])
+    res = CliRunner().invoke(app, _validate_args(version, validated))
+    assert res.exit_code == 2, res.output
+    assert f"{clean.name}: 5000 bytes, manifest says {size}" in " ".join(res.output.split())
+    assert not (version / "validation").exists()
+
+
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path, shared_ray):
     from bench_build.build.run import run_build
     from bench_build.validate.hook import validate_after_build
