@@ -12,6 +12,7 @@ from bench_build.manifests.manifest import CLEAN, ManifestError
 from bench_build.sources import OBJECT_KINDS
 from bench_build.sources.base import SourceError
 from bench_build.sources.records import list_scans
+from bench_build.storage import in_the_way
 from bench_build.validate.config import ValidateConfig, ValidationError
 from bench_build.validate.extract import FORMATS, SIZE_FORMATS
 from bench_build.validate.realism import snow_like_corruptions
@@ -92,6 +93,10 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     bad = [s for s in severities if not 1 <= s <= n_sev]
     if bad or not severities:
         raise ValidationError(f"{root}: severities {list(bad or severities)} out of range 1..{n_sev}")
+    out_dir = root / "validation" / cfg.corruption  # said now, not after training when the report is written
+    if (p := in_the_way(out_dir)) is not None:
+        raise ValidationError(f"{out_dir}: {p} is {'a broken link' if p.is_symlink() else 'a file'}, not a "
+                              "directory; validate writes its report there: move it away")
     real: dict[str, dict[str, Any]] = {}
     for role, given in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
         # absolute: the folders and files travel to Ray workers, whose working directory on a cluster the

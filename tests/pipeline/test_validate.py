@@ -307,6 +307,18 @@ def test_a_missing_or_damaged_build_file_is_refused_before_training(validated, t
     assert not (version / "validation").exists()
 
 
+def test_a_file_where_the_report_folder_goes_is_refused_before_training(validated, tmp_path, no_training):
+    """validation/<corruption>/ is made when the report is written: a file in its way failed only after training."""
+    version = _copy_version(validated, tmp_path / "v")
+    (version / "validation").mkdir()
+    (version / "validation" / "fog").write_text("notes")
+    res = CliRunner().invoke(app, _validate_args(version, validated))
+    assert res.exit_code == 2, res.output
+    line = " ".join(res.output.split())
+    assert f"{version / 'validation' / 'fog'} is a file, not a directory; validate writes its report there" in line
+    assert (version / "validation" / "fog").read_text() == "notes"
+
+
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path, shared_ray):
     from bench_build.build.run import run_build
     from bench_build.validate.hook import validate_after_build
