@@ -93,6 +93,7 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     bad = [s for s in severities if not 1 <= s <= n_sev]
     if bad or not severities:
         raise ValidationError(f"{root}: severities {list(bad or severities)} out of range 1..{n_sev}")
+    severities = tuple(sorted(set(severities)))  # `--severity 1 --severity 1` tests each partition once
     out_dir = root / "validation" / cfg.corruption  # said now, not after training when the report is written
     if (p := in_the_way(out_dir)) is not None:
         raise ValidationError(f"{out_dir}: {p} is {'a broken link' if p.is_symlink() else 'a file'}, not a "

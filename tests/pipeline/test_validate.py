@@ -319,6 +319,37 @@ def test_a_file_where_the_report_folder_goes_is_refused_before_training(validate
     assert (version / "validation" / "fog").read_text() == "notes"
 
 
+def test_a_severity_given_twice_is_tested_once(validated):
+    """`--severity 2 --severity 1 --severity 2` tested severity 2's files twice: the simulated examples doubled
+    (and the MMD compared copies of the same scans)."""
+    from bench_build.format.reader import open_version
+    from bench_build.validate.config import ValidateConfig
+    from bench_build.validate.preflight import preflight
+
+    version = validated["version"]
+    pre = preflight(version, ValidateConfig(corruption="fog", real_weather=validated["fog_dir"],
+                                            real_clean=validated["clear_dir"], severities=(2, 1, 2)))
+    assert pre["severities"] == (1, 2)
+    files = open_version(version).files
+    assert sorted(map(str, pre["sim_files"])) == sorted(str(p) for s in (1, 2) for p in files("fog", s))
+
+def test_relative_paths_reach_the_workers_absolute(validated, monkeypatch):
+    """What preflight hands to Ray tasks (the real data's folders and files, the partition files) is absolute: on a
+    cluster `validate --address` joined, the workers run in another directory than the command."""
+    from bench_build.validate.config import ValidateConfig
+    from bench_build.validate.preflight import preflight
+
+    monkeypatch.chdir(validated["tmp"])
+    rel = {k: validated[k].relative_to(validated["tmp"]) for k in ("version", "fog_dir", "clear_dir")}
+    pre = preflight(rel["version"], ValidateConfig(corruption="fog", real_weather=rel["fog_dir"],
+                                                   real_clean=rel["clear_dir"]))
+    assert pre["real"]["weather"]["dir"] == validated["fog_dir"] and pre["real"]["clean"]["dir"] == \
+        validated["clear_dir"]
+    paths = [*pre["real"]["weather"]["files"], *pre["real"]["clean"]["files"], *pre["clean_files"],
+             *pre["sim_files"]]
+    assert paths and all(Path(p).is_absolute() and Path(p).is_file() for p in paths)
+
+
 def test_run_skips_validation_when_the_real_data_is_missing(validated, tmp_path, shared_ray):
     from bench_build.build.run import run_build
     from bench_build.validate.hook import validate_after_build
