@@ -1,6 +1,7 @@
-"""Step 1 of `bench-build validate` (no Ray, no torch): the version's manifest, the corruption and severities,
-and the real-data directories (present, non-empty, of a known format, WADS with its labels), every problem
-reported as a `ValidationError` naming it before any training starts."""
+"""Step 1 of `bench-build validate` (no Ray, no torch): the version's manifest (LiDAR scans with intensity), the
+corruption and severities, the files it tests and the report folder, and the real-data directories (present,
+non-empty, of a known format, WADS with its labels), every problem reported as a `ValidationError` naming it
+before any training starts."""
 
 from __future__ import annotations
 

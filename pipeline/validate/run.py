@@ -1,8 +1,8 @@
 """`bench-build validate`: is a simulated corruption natural? (Li et al. §IV-A, Tables III–IV, App. B-A)
 
-1. **Preflight** (`preflight`; no Ray, no torch): the version's manifest, the corruption and severities, and the
-   real-data directories (present, non-empty, of a known format) — every problem is reported before
-   any training starts.
+1. **Preflight** (`preflight`; no Ray, no torch): the version's manifest (a scene benchmark), the corruption and
+   severities, the files it tests (checked against the manifest), the report folder, and the real-data directories
+   (present, non-empty, of a known format) — every problem is reported before any training starts.
 2. **Real data** (Ray tasks over chunks of files): real weather scans (label 1) and real clean scans
    (label 0) of the same sensor, preprocessed (`preprocess.Preprocess`), balanced, split 9:1.
 3. **Train** PointNet deterministically, keep the best val-accuracy checkpoint (`train`).
