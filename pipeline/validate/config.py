@@ -127,18 +127,26 @@ def parse_real_options(corruptions: list[str], real: list[str], real_clean: list
     """``--real`` / ``--real-clean`` values (``corruption=DIR``, or a bare ``DIR`` for every corruption)
     → {corruption: (real weather dir, real clean dir)}; ValidationError on anything missing or unknown."""
     def parse(values: list[str], what: str) -> dict[str, Path]:
-        out: dict[str, Path] = {}
+        named: dict[str, str] = {}  # a corruption's own value wins over a bare DIR; each is given once
+        bare: str | None = None
         for v in values:
             name, sep, path = v.partition("=")
             if not sep:
-                out.update({c: Path(v) for c in corruptions if c not in out})
+                if bare is not None:
+                    raise ValidationError(f"{what} {v!r}: a directory for every corruption is already given "
+                                          f"({bare!r}); give one, and CORRUPTION=DIR for the others")
+                bare = v
                 continue
             if name not in corruptions:
                 raise ValidationError(f"{what} {v!r}: {name!r} is not one of the --corruption values {corruptions}")
             if not path:
                 raise ValidationError(f"{what} {v!r}: empty directory")
-            out[name] = Path(path)
-        return out
+            if name in named:
+                raise ValidationError(f"{what} {v!r}: {name} is already given ({what} {name}={named[name]}); give "
+                                      "each corruption's directory once")
+            named[name] = path
+        out = {c: Path(bare) for c in corruptions} if bare is not None else {}
+        return out | {c: Path(d) for c, d in named.items()}
 
     if not corruptions:
         raise ValidationError("give at least one --corruption")

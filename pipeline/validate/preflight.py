@@ -99,6 +99,9 @@ def preflight(version_dir: str | Path, cfg: ValidateConfig) -> dict[str, Any]:
     if (p := in_the_way(out_dir)) is not None:
         raise ValidationError(f"{out_dir}: {p} is {'a broken link' if p.is_symlink() else 'a file'}, not a "
                               "directory; validate writes its report there: move it away")
+    if cfg.max_real is not None and cfg.max_real < 2:  # said now, not after Ray started and the scans were read
+        raise ValidationError(f"--max-real {cfg.max_real}: the classifier's train/validation split and the MMD test "
+                              "need at least 2 real scans of each kind (tens for a verdict worth reading)")
     real: dict[str, dict[str, Any]] = {}
     for role, given in (("weather", cfg.real_weather), ("clean", cfg.real_clean)):
         # absolute: the folders and files travel to Ray workers, whose working directory on a cluster the

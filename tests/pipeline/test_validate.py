@@ -256,6 +256,10 @@ def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, n
     res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
                               "--real-clean", str(validated["clear_dir"]), "--sample", "1"])
     assert res.exit_code == 2 and "1 build frame(s) to test" in res.output and "Traceback" not in res.output
+    # one real scan a side cannot be split into train and validation: said before Ray starts, naming the option
+    res = runner.invoke(app, ["validate", str(version), "--corruption", "fog", "--real", str(validated["fog_dir"]),
+                              "--real-clean", str(validated["clear_dir"]), "--max-real", "1"])
+    assert res.exit_code == 2 and "--max-real 1: the classifier's train/validation split" in res.output, res.output
 
 
 

@@ -175,6 +175,15 @@ def test_parse_real_options():
         parse_real_options(["snow"], ["rain=/d/x"], ["/d/clear"])
     with pytest.raises(ValidationError, match="real clean"):
         parse_real_options(["snow"], ["/d/boreas"], [])
+    # a corruption's own directory wins over the bare one, in either order
+    for real in (["/d/any", "fog=/d/stf/fog"], ["fog=/d/stf/fog", "/d/any"]):
+        out = parse_real_options(["snow", "fog"], real, ["/d/clear"])
+        assert (str(out["fog"][0]), str(out["snow"][0])) == ("/d/stf/fog", "/d/any")
+    # the same corruption twice, or two bare directories: the last one won without a word
+    with pytest.raises(ValidationError, match=r"--real 'fog=/d/b': fog is already given \(--real fog=/d/a\)"):
+        parse_real_options(["fog"], ["fog=/d/a", "fog=/d/b"], ["/d/clear"])
+    with pytest.raises(ValidationError, match=r"--real-clean '/d/c2': a directory for every corruption is already"):
+        parse_real_options(["fog"], ["fog=/d/a"], ["/d/c1", "/d/c2"])
 
 
 RECIPE = """
