@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from bench_build.format.checked import CheckedParquetFile, IntegrityError
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_points, file_metadata
 from bench_build.sources.base import SourceError
@@ -93,19 +93,37 @@ def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: 
     return {"clouds": np.stack(clouds), "intensity_q": np.array(q)}
 
 
-def list_partition_frames(path: str) -> list[str]:
+def _checked(path: str | Path) -> CheckedParquetFile:
+    """A build file opened with its pages' checksums verified: a damaged page is an `IntegrityError` naming the
+    file, never scans decoded from other bytes into the verdict."""
+    return CheckedParquetFile(path, str(path), page_checksum_verification=True)
 
-    return pq.read_table(path, columns=["frame_id"])["frame_id"].to_pylist()
+
+def list_partition_frames(path: str) -> dict[str, Any]:
+    """The frame ids of one build file (a Ray task body): ``{"frames": [...]}``, or ``{"error": ...}``."""
+    try:
+        return {"frames": _checked(path).read(columns=["frame_id"])["frame_id"].to_pylist()}
+    except (IntegrityError, OSError) as e:  # each names the file (`CheckedParquetFile`)
+        return {"error": str(e)}
 
 
 def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess, seed: int,
                            state_dict: dict[str, Any], model_cfg: Any, batch_size: int) -> dict[str, Any]:
-    """Logits and global features of the sampled rows of one build file (a Ray task body)."""
+    """Logits and global features of the sampled rows of one build file (a Ray task body); ``{"error": ...}``
+    naming the file when it (or, compact, its clean file) is damaged."""
+    try:
+        return _extract_partition_file(path, frames, prep, seed, state_dict, model_cfg, batch_size)
+    except (IntegrityError, OSError) as e:  # each names the file (`CheckedParquetFile`)
+        return {"error": str(e)}
+
+
+def _extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess, seed: int,
+                            state_dict: dict[str, Any], model_cfg: Any, batch_size: int) -> dict[str, Any]:
     import torch
 
 
     torch.set_num_threads(1)  # one Ray CPU per task
-    pf = pq.ParquetFile(path)
+    pf = _checked(path)
     meta = file_metadata(pf.schema_arrow)
     fields, scale = tuple(meta["fields"]), meta["intensity_scale"]
     wanted = None if frames is None else pa.array(sorted(set(frames)))
@@ -117,7 +135,7 @@ def extract_partition_file(path: str, frames: list[str] | None, prep: Preprocess
     if compact:  # compact encoding: rows refer to the clean file of the same block (same name, clean partition)
 
         cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
-        ct = pq.read_table(cpath, columns=["frame_id", "points"])
+        ct = _checked(cpath).read(columns=["frame_id", "points"])
         clean = dict(zip(ct["frame_id"].to_pylist(), decode_points(ct["points"], writable=False), strict=True))
     for rg in range(pf.num_row_groups):
         table = pf.read_row_group(rg, columns=["key", "frame_id", "points", *(["point_ref"] if compact else [])])

@@ -137,7 +137,8 @@ def _frame_sample(pre: dict[str, Any], cfg: ValidateConfig) -> tuple[list[str] |
 
 
     task = ray.remote(num_cpus=1)(list_partition_frames)
-    ids = sorted({f for r in ray.get([task.remote(str(p)) for p in pre["clean_files"]]) for f in r})
+    res = _ray_results([task.remote(str(p)) for p in pre["clean_files"]], "build clean partition")
+    ids = sorted({f for r in res for f in r["frames"]})
     if cfg.sample is None or cfg.sample >= len(ids):
         return None, len(ids)
     return [ids[i] for i in _subset(len(ids), cfg.sample, cfg.seed, 300)], len(ids)
