@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from bench_build.score.detection import one_place, partition_candidates
-from bench_build.score.predictions import FIRST, PredictionError
+from bench_build.score.predictions import FIRST, PredictionError, loads
 from bench_build.score.truth import Partition, manifest_of, read_build
-from bench_build.score.validate import ScoreError
+from bench_build.score.validate import ScoreError, finite_number, shown
 from bench_build.sources.base import require_extra
 
 CONFIG = "detection_cvpr_2019"
@@ -190,7 +190,7 @@ def read_results(path: Path, tokens: list[str], max_boxes: int) -> tuple[Any, di
     from nuscenes.eval.detection.data_classes import DetectionBox
 
     try:
-        data = json.loads(path.read_text())
+        data = loads(path, path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PredictionError(f"{path}: not a readable JSON file: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
@@ -233,12 +233,12 @@ def _result_box(path: Path, token: str, i: int, b: Any, box_cls):
         v = b.get(key)
         if not isinstance(v, list) or len(v) != n:
             raise PredictionError(f"{where}: {key} must be a list of {n} numbers")
-        for k, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, int | float) or (key != "velocity" and not math.isfinite(x)):
-                raise PredictionError(f"{where}: {key}[{k}] is {x!r}, not a finite number")
+        for k, x in enumerate(v):  # a velocity may be NaN (the devkit's "not estimated"), never a huge integer
+            if not (finite_number(x) or (key == "velocity" and isinstance(x, float))):
+                raise PredictionError(f"{where}: {key}[{k}] is {shown(x)}, not a finite number")
     s = b.get("detection_score")
-    if isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s):
-        raise PredictionError(f"{where}: detection_score is {s!r}, not a finite number")
+    if not finite_number(s):
+        raise PredictionError(f"{where}: detection_score is {shown(s)}, not a finite number")
     try:
         return box_cls(sample_token=token, translation=tuple(float(x) for x in b["translation"]),
                        size=tuple(float(x) for x in b["size"]), rotation=tuple(float(x) for x in b["rotation"]),

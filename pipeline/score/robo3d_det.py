@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from bench_build.score.nuscenes_det import score_nuscenes
 from bench_build.score.partial import summary_note
-from bench_build.score.predictions import PredictionError
+from bench_build.score.predictions import PredictionError, loads
 from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.validate import ScoreError
 from bench_build.score.waymo_det import score_waymo
@@ -95,16 +95,16 @@ def _fields(path: Path) -> set[str]:
     except UnicodeDecodeError as e:
         raise PredictionError(f"{path}: not UTF-8 text (at byte {e.start}); predictions are UTF-8 JSON") from None
     try:
-        whole = json.loads(text)
+        whole = loads(path, text)
     except json.JSONDecodeError:
-        whole = None
+        whole = None  # JSON Lines (or not JSON: said below, naming the line)
     if isinstance(whole, dict):
         return set(whole)
     out: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                row = json.loads(line)
+                row = loads(path, line, lineno)
             except json.JSONDecodeError as e:
                 raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}") from None
             if isinstance(row, dict):

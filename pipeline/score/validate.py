@@ -25,6 +25,7 @@ JSON parse itself costs about 1.2 µs a value), then NumPy does the numeric chec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -48,7 +49,8 @@ INTEGER = frozenset({int})
 #: |Σ probs − 1| allowed where a metric reads probabilities as a distribution
 SUM_TOLERANCE = 0.01
 #: what an integer too large for a float64 is called (JSON integers have any number of digits)
-BEYOND_FLOAT = "an integer beyond ±1.8e308, not a finite number"
+HUGE_INTEGER = "an integer beyond ±1.8e308"
+BEYOND_FLOAT = f"{HUGE_INTEGER}, not a finite number"
 
 
 def _at(preds: Mapping[str, Any], key: str) -> str:
@@ -161,6 +163,17 @@ def numbers(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], fie
         i = int(np.argmax(bad))
         raise fail(path, preds, keys[i], f"{field} is {out[i]} (NaN/inf): write finite numbers")
     return out
+
+
+def finite_number(v: Any) -> bool:
+    """``v`` is a JSON number with a finite float value: no boolean, and no integer past ±1.8e308 (on one,
+    ``math.isfinite`` and ``float`` raise ``OverflowError``)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and _fits_float(v) and math.isfinite(v)
+
+
+def shown(v: Any) -> str:
+    """``repr(v)`` for an error, except an integer too large for a float: said as such, not in its digits."""
+    return HUGE_INTEGER if isinstance(v, int) and not _fits_float(v) else repr(v)
 
 
 def _fits_float(v: float | int) -> bool:

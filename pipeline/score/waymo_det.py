@@ -41,7 +41,6 @@ Every example needs a row (empty lists = nothing detected).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from scipy.optimize import linear_sum_assignment
 from bench_build.score.kitti_boxes import KittiObjects, bev_polygons
 from bench_build.score.predictions import PredictionError, check_keys, read_predictions
 from bench_build.score.truth import Partition, manifest_of, read_build
-from bench_build.score.validate import ScoreError
+from bench_build.score.validate import ScoreError, finite_number, shown
 
 CLASSES = ("Vehicle", "Pedestrian", "Cyclist")
 TYPE_IDS = {1: "Vehicle", 2: "Pedestrian", 4: "Cyclist"}
@@ -255,15 +254,15 @@ def read_boxes(path: str | Path, row: dict[str, Any], key: str) -> dict[str, tup
         if not isinstance(b, list) or len(b) != 7:
             raise PredictionError(f"{where}: boxes[{i}] must be [x, y, z, length, width, height, heading]")
         for k, v in enumerate(b):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise PredictionError(f"{where}: boxes[{i}][{k}] is {v!r}, not a finite number")
+            if not finite_number(v):
+                raise PredictionError(f"{where}: boxes[{i}][{k}] is {shown(v)}, not a finite number")
         if min(b[3:6]) <= 0:
             raise PredictionError(f"{where}: boxes[{i}] has a non-positive size {b[3:6]}")
         arr[i] = b
     sc = np.zeros(len(scores))
     for i, s in enumerate(scores):
         if isinstance(s, bool) or not isinstance(s, int | float) or not 0.0 <= s <= 1.0:
-            raise PredictionError(f"{where}: scores[{i}] is {s!r}, not a number in [0, 1] (Waymo's score "
+            raise PredictionError(f"{where}: scores[{i}] is {shown(s)}, not a number in [0, 1] (Waymo's score "
                                   "cutoffs are 0, 0.01, …, 1)")
         sc[i] = s
     names = []

@@ -4,6 +4,7 @@ and Robo3D's published SECOND-MH row is reproduced from its NDS row."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,39 @@ def test_lidar_frame_without_tables_and_bad_input(nusc_root, tmp_path):
     (pred / "clean" / "r.json").write_bytes(b'{"meta": {"frame": "lidar\xff"}}')  # not UTF-8: one line too
     res = runner.invoke(app, ["score", str(nusc_version), str(pred)])
     assert res.exit_code == 2 and f"{pred / 'clean' / 'r.json'}: not a readable JSON file" in res.output, res.output
+
+
+def test_results_json_the_parser_cannot_read_is_one_line(nusc_root, nusc_version, tmp_path):
+    """An integer past Python's int() digit limit or nesting past json.loads' recursion limit in a results file
+    ended in a ValueError or RecursionError traceback; one past ±1.8e308 (it parses) in math.isfinite's or
+    float's OverflowError. Each is one line naming the file and the line or the box."""
+    limit = sys.get_int_max_str_digits()
+    good = _predictions(nusc_root, 1)
+    token = next(t for t, boxes in good["results"].items() if boxes)
+    pred = tmp_path / "pred"
+    (pred / "fog" / "light").mkdir(parents=True)
+    (pred / "fog" / "light" / "results_nusc.json").write_text(json.dumps(good))
+    (pred / "clean").mkdir()
+    where = f"results['{token}'][0]"
+    for text, says in (
+            ('{"meta": {},\n"results": {"t": [1' + "0" * 5000 + "]}}",
+             f"line 2: an integer of more than {limit} digits, not a finite number"),
+            ('{"meta": {},\n\n"results": ' + "[" * 50_000 + "]" * 50_000 + "}",
+             "line 3: JSON nested 50001 levels deep, deeper than Python's JSON parser reads"),
+            (json.dumps({**good, "results": {**good["results"], token: [
+                {**good["results"][token][0], "translation": [10**400, 0, 0]}]}}),
+             f"{where}: translation[0] is an integer beyond ±1.8e308, not a finite number"),
+            (json.dumps({**good, "results": {**good["results"], token: [
+                {**good["results"][token][0], "velocity": [0, -(10**400)]}]}}),
+             f"{where}: velocity[1] is an integer beyond ±1.8e308, not a finite number"),
+            (json.dumps({**good, "results": {**good["results"], token: [
+                {**good["results"][token][0], "detection_score": 10**400}]}}),
+             f"{where}: detection_score is an integer beyond ±1.8e308, not a finite number")):
+        (pred / "clean" / "results_nusc.json").write_text(text)
+        res = runner.invoke(app, ["score", str(nusc_version), str(pred), "--metric", "nuscenes-det"],
+                            terminal_width=400)
+        assert res.exit_code == 2, res.output
+        assert res.output.strip() == f"error: {pred / 'clean' / 'results_nusc.json'}: {says}", res.output
 
 
 def test_robo3d_reproduces_second_mh_on_nuscenes_c():

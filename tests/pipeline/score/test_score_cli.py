@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -478,6 +479,10 @@ def _jsonl(path: Path, rows: list) -> Path:
     # past int()'s digit limit json.loads raises a plain ValueError: it was a traceback
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1' + "0" * 5000 + ", 0]}"],
      r"line 1: an integer of more than \d+ digits, not a finite number"),
+    # nested deeper than json.loads recurses: a RecursionError traceback
+    ([{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]},
+      '{"key": "x", "probs": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+     r"line 2: JSON nested 100001 levels deep, deeper than Python's JSON parser reads"),
     ([{"probs": [1, 0]}], r"line 1: no string 'key' field"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0], "pred": 0} for i in range(7)]  # both, agreeing: fine
      + [{"key": "modelnet-c/0007/clean/0", "probs": [0.9, 0.1], "pred": 1}],
@@ -489,6 +494,32 @@ def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
         score_version(small_mnc, p, num_classes=2)
     res = runner.invoke(app, ["score", str(small_mnc), str(p), "--num-classes", "2"])
     assert res.exit_code == 2 and "bad.jsonl" in res.output
+
+
+@pytest.mark.parametrize(("dataset", "text", "says"), [
+    # JSON Lines: the file as a whole is no JSON, so each line is read; the second holds the integer
+    ("robo3d-wod-c", '{"key": "a", "labels": [1]}\n{"key": "b", "labels": [1' + "0" * 5000 + "]}\n",
+     f"line 2: an integer of more than {sys.get_int_max_str_digits()} digits, not a finite number"),
+    ("robo3d-wod-c", '{"key": "a", "labels": [1]}\n\n{"key": "b", "labels": ' + "[" * 50_000 + "]" * 50_000 + "}\n",
+     "line 3: JSON nested 50001 levels deep, deeper than Python's JSON parser reads"),
+    # one JSON document (a nuScenes results file): the line the integer or the nesting is on
+    ("robo3d-nuscenes-c", '{\n "meta": {"note": "1' + "1" * 5000 + '"},\n "results": {\n  "t": [1' + "0" * 5000
+     + "]}}\n", f"line 4: an integer of more than {sys.get_int_max_str_digits()} digits, not a finite number"),
+    ("robo3d-nuscenes-c", '{\n "meta": {},\n "results": {"t": ' + "[" * 50_000 + "]" * 50_000 + "}}\n",
+     "line 3: JSON nested 50002 levels deep, deeper than Python's JSON parser reads"),
+])
+def test_json_the_parser_cannot_read_is_one_line_naming_the_line(tmp_path, dataset, text, says):
+    """Which task a nuScenes-C / WOD-C prediction file is for is read from its fields: an integer past Python's
+    int() digit limit or nesting past its recursion limit there ended in a ValueError or RecursionError
+    traceback (exit 1)."""
+    rows = [{"key": f"{dataset}/f0/clean/0", "corruption": "clean", "severity": 0, "class_id": 0, "semantic": [1]}]
+    v = write_object_version(tmp_path / dataset / "1", dataset, rows)
+    p = tmp_path / "preds.json"
+    p.write_text(text)
+    res = runner.invoke(app, ["score", str(v), str(p), "--out", str(tmp_path / "res" / "s")], terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"error: {p}: {says}", res.output
+    assert not (tmp_path / "res").exists()
 
 
 @pytest.mark.parametrize("case", ["a KITTI result file", "a KITTI result file read by a worker process",

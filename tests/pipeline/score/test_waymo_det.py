@@ -195,6 +195,20 @@ def test_score_wod_c_refuses_ambiguous_and_bad_values(wod_version, tmp_path):
     assert res.exit_code == 2 and "1 of 4 examples have no prediction" in res.output
 
 
+def test_an_integer_beyond_a_float_is_not_a_finite_box_value(wod_version, tmp_path):
+    """JSON integers have any number of digits: one past ±1.8e308 made math.isfinite raise OverflowError, a
+    traceback; it is refused as not finite, named as such rather than in its 400 digits."""
+    rows = _rows(wod_version)
+    p = tmp_path / "det.jsonl"
+    for change, message in (({"boxes": [CAR, [1, 2, 3, 1, 1, 1, 10**400]]}, "boxes[1][6]"),
+                            ({"scores": [0.8, -(10**400)]}, "scores[1]")):
+        p.write_text("".join(json.dumps(r) + "\n" for r in [{**rows[0], **change}, *rows[1:]]))
+        res = runner.invoke(app, ["score", str(wod_version), str(p)], terminal_width=400)
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith(f"error: {p}: key '{rows[0]['key']}': {message} is an integer beyond "
+                                     "±1.8e308, not a"), res.output
+
+
 def test_measurements_equal_a_brute_force_matching_at_every_cutoff():
     """The per-cutoff counts (matched once per number of admissible predictions kept, IoU only for touching
     boxes) equal a plain Hungarian matching of the full IoU matrix at each of the 101 cutoffs."""
