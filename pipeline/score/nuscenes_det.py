@@ -285,6 +285,9 @@ def find_results(root: Path, part: Partition, severity_names: list[str]) -> Path
     dirs = partition_candidates(root, part, severity_names)
     results = []
     for d in dirs:
+        folder = next((p for p in [d / RESULT_NAME, *sorted(d.glob("*.json"))] if p.is_dir()), None)
+        if folder is not None:
+            raise _folder(folder)
         found = [d / RESULT_NAME] if (d / RESULT_NAME).is_file() else sorted(d.glob("*.json")) if d.is_dir() else []
         if len(found) > 1:
             raise PredictionError(f"{d}: {len(found)} JSON files and no {RESULT_NAME}: which one holds the "
@@ -294,6 +297,11 @@ def find_results(root: Path, part: Partition, severity_names: list[str]) -> Path
         return one_place(root, part, results, "results")
     raise PredictionError(f"{root}: no nuScenes results file for {part.corruption}/{part.severity} "
                           f"(looked for {RESULT_NAME} or one *.json in {', '.join(str(d) for d in dirs)})")
+
+
+def _folder(path: Path) -> PredictionError:
+    return PredictionError(f"{path}: is a directory where a file was expected; nuScenes predictions are one results "
+                           f"JSON file per partition (<corruption>/<severity>/{RESULT_NAME})")
 
 
 def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity_names: list[str],
@@ -318,6 +326,8 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
     if any(any(r is None for r in frames.values()) for frames in parts.values()):
         raise ScoreError(f"{version_dir}: examples without boxes: the build's source recorded no annotations")
     pred_root = Path(predictions)
+    if pred_root.is_dir() and pred_root.suffix == ".json":  # named as a results file: not a folder of them
+        raise _folder(pred_root)
     if pred_root.is_file() and len(parts) != 1:
         raise PredictionError(f"{pred_root}: this version has {len(parts)} partitions: give a directory with one "
                               "results file per partition (<corruption>/<severity>/results_nusc.json)")

@@ -224,6 +224,29 @@ def test_results_json_the_parser_cannot_read_is_one_line(nusc_root, nusc_version
         assert res.output.strip() == f"error: {pred / 'clean' / 'results_nusc.json'}: {says}", res.output
 
 
+@pytest.mark.parametrize("where", ["clean/results_nusc.json", "clean/0/other.json", "results_nusc.json"])
+def test_a_folder_where_a_results_file_goes_is_refused(nusc_root, nusc_version, tmp_path, where):
+    """A folder named results_nusc.json in a partition's folder was read as the results file: "not a readable JSON
+    file: [Errno 21] Is a directory"; given as PREDICTIONS it was searched for partition folders ("no nuScenes
+    results file for clean/0"). Both are a folder where a file goes, said as the other scorers say it."""
+    pred = tmp_path / "pred"
+    if where != "results_nusc.json":
+        (pred / "fog" / "light").mkdir(parents=True)
+        (pred / "fog" / "light" / "results_nusc.json").write_text(json.dumps(_predictions(nusc_root, 1)))
+        (pred / where / "part-0").mkdir(parents=True)
+        folder = pred / where
+    else:
+        folder = pred = tmp_path / where
+        (pred / "clean").mkdir(parents=True)
+    res = runner.invoke(app, ["score", str(nusc_version), str(pred), "--out", str(tmp_path / "res" / "n")],
+                        terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {folder}: is a directory where a file was expected; nuScenes predictions "
+                                  "are one results JSON file per partition "
+                                  "(<corruption>/<severity>/results_nusc.json)"), res.output
+    assert not (tmp_path / "res").exists()
+
+
 def test_robo3d_reproduces_second_mh_on_nuscenes_c():
     # Robo3D Tab. 19 (NDS) → Tab. 17/18: SECOND-MH mCE 97.50, mRR 76.96 against CenterPoint-PP
     per = [38.00, 47.59, 33.92, 41.32, 35.64, 40.30, 34.12, 23.82]
