@@ -417,6 +417,11 @@ def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
 
     truth = object_truth(version_dir)
+    if not truth.keys:  # only the test split is scored: without it the table would be empty, read as a score
+        splits = sorted(set(truth.other_split.values()))
+        holds = f"holds only the {', '.join(splits)} split{'s' * (len(splits) > 1)}" if splits else "has no examples"
+        raise ScoreError(f"{version_dir}: no test examples to score: the version {holds}; score a build that holds "
+                         "the test split")
     preds = read_predictions(predictions)
     _ignore_other_splits(report, predictions, preds, truth.other_split)
     check_keys(predictions, preds, truth.keys, dataset)

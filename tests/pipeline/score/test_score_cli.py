@@ -361,6 +361,23 @@ def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
         score_version(v, p)
 
 
+@pytest.mark.parametrize(("dataset", "splits"), [("modelnet40-e", ("train",)), ("3dos", ("train", "val"))])
+def test_a_version_without_its_test_split_is_refused(tmp_path, dataset, splits):
+    """Only test examples are scored: a build of the train split alone (``run modelnet40-e --split train``) scored
+    as an empty table with exit 0, its predictions ignored with a note, which reads as a score of nothing."""
+    rows = [{"key": f"{dataset}/{s}/{i}/clean/0", "corruption": "clean", "severity": 0, "class_id": 0,
+             "sigma": [0.01], "known": True, "split": s} for s in splits for i in range(2)]
+    v = write_object_version(tmp_path / dataset / "1", dataset, rows)
+    p = _jsonl(tmp_path / "p.jsonl", [{"key": r["key"], "probs": [1.0, 0.0], "score": 0.5} for r in rows])
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "2", "--out", str(tmp_path / "res" / "s")],
+                        terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {v}: no test examples to score: the version holds only the "
+                                  f"{', '.join(splits)} split{'s' * (len(splits) > 1)}; score a build that holds "
+                                  "the test split"), res.output
+    assert not (tmp_path / "res").exists()
+
+
 def test_segmentation_miou_and_bad_label_count(tmp_path):
     rows = [{"key": "robo3d-semantickitti-c/000000/clean/0", "corruption": "clean", "severity": 0, "class_id": 0,
              "semantic": [0, 1, 1, 2, 2, 2, 0]}]
