@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,34 @@ def partition_candidates(root: Path, part: Partition, severity_names: list[str])
     if severity_names and 1 <= part.severity <= len(severity_names):
         out.append(root / part.corruption / severity_names[part.severity - 1])
     return out
+
+
+def unread_folders(root: Path, parts: Iterable[Partition], severity_names: list[str], *,
+                   data: bool = True) -> list[str]:
+    """The folders under ``root`` that no partition of ``parts`` reads: neither one of its `partition_candidates`
+    (nor, with ``data``, their ``data/``) nor a folder above one. A typo'd corruption (``fgo``), a severity the
+    version lacks (``fog/6``), a partition nested one level too deep (``fog/3/3``): each would go unscored
+    without a word. Topmost only, relative to ``root``, sorted."""
+    places = {c for p in parts for c in partition_candidates(root, p, severity_names)}
+    places |= {c / "data" for c in places} if data else set()
+    above = {a for c in places for a in c.relative_to(root).parents}
+    out: list[str] = []
+
+    def walk(folder: Path) -> None:
+        for sub in sorted(d for d in folder.iterdir() if d.is_dir()):
+            if sub in places or sub.relative_to(root) in above:
+                walk(sub)
+            else:
+                out.append(sub.relative_to(root).as_posix())
+
+    walk(root)
+    return out
+
+
+def unread_note(root: Path, unread: list[str]) -> str:
+    """What `score` says of `unread_folders` (printed and in the JSON's notes)."""
+    return (f"{root}: prediction folder(s) {', '.join(unread)} name no partition of this version and were not "
+            "scored")
 
 
 def one_place(root: Path, part: Partition, places: list[Path], what: str) -> Path:

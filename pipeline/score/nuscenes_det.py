@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_build.score.detection import one_place, partition_candidates
+from bench_build.score.detection import one_place, partition_candidates, unread_folders, unread_note
 from bench_build.score.predictions import FIRST, PredictionError, loads
 from bench_build.score.truth import Partition, manifest_of, read_build
 from bench_build.score.validate import ScoreError, finite_number, shown
@@ -357,4 +357,6 @@ def score_nuscenes(version_dir: str | Path, predictions: str | Path, *, severity
         gt, records = ground_truth(frames, frame, tables, {fid: counts.get((part, fid), []) for fid in frames},
                                    str(version_dir))
         out[part] = metric_values(evaluate(gt, pred, records), motion_known=tables is not None)
+    if pred_root.is_dir() and (unread := unread_folders(pred_root, parts, severity_names, data=False)):
+        notes.append(unread_note(pred_root, unread))
     return out, notes

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ import numpy as np
 
 from bench_build.manifests.recipe import severity_names as names_of
 from bench_build.score.bug_rates import BUGS, corruption_risk
-from bench_build.score.detection import score_partitions
+from bench_build.score.detection import score_partitions, unread_folders, unread_note
 from bench_build.score.kitti_c import kitti_c_metrics, overall_accuracy
 from bench_build.score.modelnet40_e import modelnet40_e_metrics
 from bench_build.score.modelnet_c import modelnet_c_metrics
@@ -48,7 +49,7 @@ from bench_build.score.partial import summary_note
 from bench_build.score.predictions import PredictionError, check_keys, class_probs, read_predictions, scalar
 from bench_build.score.robo3d import confusion, miou, robo3d_metrics
 from bench_build.score.robo3d_det import scene_set, score_det3d, task_of
-from bench_build.score.truth import iter_columns, manifest_of, object_truth
+from bench_build.score.truth import Partition, iter_columns, manifest_of, object_truth
 from bench_build.score.validate import ScoreError, fail, point_labels
 from bench_build.sources.labels import scored_classes
 
@@ -257,6 +258,7 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
         acc = {(p.corruption, p.severity): r["Car"]["3d"]["moderate"]["AP_R40"] for p, r in aps.items()}
         report.summary = _robo3d_summary(acc, "kitti-c", version_dir)
         report.summary["accuracy"] = "Car moderate 3D AP (R40)"
+        _unread(report, pred_root, scored, severity_names)
         _ground_truth_counts(report, aps, classes)
         return
     summary: dict[str, Any] = {}
@@ -280,7 +282,7 @@ def _detection(report: ScoreReport, version_dir, pred_root: Path, severity_names
 def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_root: Path, severity_names,
               has_clean: bool = True) -> None:
     """Say when the mean metrics average fewer corruptions than the benchmark defines (a partial pull), and which
-    prediction folders name no partition of the version (a typo there would be silently unscored)."""
+    prediction folders no partition of the version reads (`unread_folders`: a typo there would be silently unscored)."""
     manifest = manifest_of(version_dir)
     defined = [c["name"] for c in manifest.get("recipe", {}).get("corruptions", [])]
     present = sorted({p.corruption for p in scored if p.corruption != "clean"})
@@ -290,11 +292,14 @@ def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_roo
                             f"({', '.join(present) or 'none'})" + (
                                 ": the m-metrics average those only and are not the paper's figures (pull or build "
                                 "the whole version to compare)" if has_clean else ""))
-    known = {str(p.corruption) for p in scored}
-    extra = sorted(d.name for d in pred_root.iterdir() if d.is_dir() and d.name not in known)
-    if extra:
-        report.notes.append(f"{pred_root}: prediction folder(s) {', '.join(extra)} name no partition of this "
-                            "version and were not scored")
+    _unread(report, pred_root, scored, severity_names)
+
+
+def _unread(report: ScoreReport, pred_root: Path, scored: Iterable[Partition], severity_names) -> None:
+    """Name the prediction folders no partition reads (`unread_folders`): a typo'd corruption, a severity the
+    version lacks or a partition nested too deep would otherwise be silently unscored."""
+    if unread := unread_folders(pred_root, scored, severity_names):
+        report.notes.append(unread_note(pred_root, unread))
 
 
 def _ground_truth_counts(report: ScoreReport, aps: dict[Any, Any], classes: tuple[str, ...]) -> None:

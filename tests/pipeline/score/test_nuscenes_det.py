@@ -111,6 +111,9 @@ def test_nds_equals_the_devkits_detection_eval(nusc_root, nusc_version, tmp_path
     for part, seed in (("clean", 1), ("fog/light", 2)):
         (pred / part).mkdir(parents=True)
         (pred / part / "results_nusc.json").write_text(json.dumps(_predictions(nusc_root, seed)))
+    for stray in ("fog/heavy", "fog/light/light", "fgo/1"):  # no partition of the version: not scored, said
+        (pred / stray).mkdir(parents=True)
+        (pred / stray / "results_nusc.json").write_text("{}")
     res = runner.invoke(app, ["score", str(nusc_version), str(pred), "--out", str(tmp_path / "r" / "nds")])
     assert res.exit_code == 0, res.output
     text = (tmp_path / "r" / "nds.json").read_text()
@@ -125,6 +128,8 @@ def test_nds_equals_the_devkits_detection_eval(nusc_root, nusc_version, tmp_path
             assert got[(corruption, name)] == pytest.approx(v, abs=1e-4), (corruption, name)
     # the build has only clean and fog: no mCE, and the summary says why
     assert "mCE" not in data["summary"] and "no mCE" in data["summary"]["note"]
+    assert (f"{pred}: prediction folder(s) fgo, fog/heavy, fog/light/light name no partition of this version and "
+            "were not scored") in data["summary"]["note"]
 
 
 def test_lidar_frame_without_tables_and_bad_input(nusc_root, tmp_path):

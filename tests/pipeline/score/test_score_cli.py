@@ -142,12 +142,18 @@ def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_ve
     (version / "manifest.json").write_text(json.dumps(manifest))
     preds = write_results(tmp_path / "pred", demo_kitti_master, version, empty={"beam_del/1"})
     (preds / "fgo" / "1").mkdir(parents=True)  # a typo: no partition of the version
+    # a severity the version lacks, and a partition one level too deep beside the one read: were silently unscored
+    shutil.copytree(preds / "gaussian_rad" / "1", preds / "gaussian_rad" / "6")
+    shutil.copytree(preds / "beam_del" / "1", preds / "beam_del" / "1" / "1")
+    (preds / "clean" / "0").mkdir()  # accepted places, empty: nothing unread there
+    (preds / "gaussian_rad" / "1" / "data").mkdir()
     res = runner.invoke(app, ["score", str(version), str(preds)], terminal_width=400)
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
     assert ("2 of the benchmark's 3 corruptions are in this version (beam_del, gaussian_rad): the m-metrics average "
             "those only") in out
-    assert f"{preds}: prediction folder(s) fgo name no partition of this version and were not scored" in out
+    assert (f"{preds}: prediction folder(s) beam_del/1/1, fgo, gaussian_rad/6 name no partition of this version and "
+            "were not scored") in out
     assert "Car: no detections in 1 partition(s) (beam_del/1): a bug rate is per detection" in out
 
 
@@ -620,9 +626,12 @@ def test_robo3d_detection_reads_severity_name_dirs(det_version, demo_kitti_maste
     (preds / "beam_del" / "1").rename(tmp_path / "bd")
     (preds / "beam_del" / "light").mkdir(parents=True)
     (tmp_path / "bd").rename(preds / "beam_del" / "light" / "data")
+    (preds / "gaussian_rad" / "moderate").mkdir()  # a severity the version lacks: said, as for KITTI-C
     rep = score_version(v, preds)
     assert rep.metric == "robo3d-det"
     assert_units(rep)
+    assert rep.notes[0] == f"{preds}: prediction folder(s) gaussian_rad/moderate name no partition of this version " \
+                           "and were not scored"
     ap = {(r["corruption"], r["severity"]): r["value"] for r in rep.rows if r["metric"] == "Car/3d/moderate/AP_R40"}
     assert ap[("gaussian_rad", 1)] == ap[("clean", 0)] > 0 and ap[("beam_del", 1)] == 0.0
     # the Robo3D baseline has none of these corruptions: AP per partition, and the summary says why no mCE
