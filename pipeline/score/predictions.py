@@ -43,6 +43,9 @@ PARQUET = (".parquet", ".pq")
 JSON_LINES = (".jsonl", ".json", ".ndjson")
 #: what a prediction path may be, said where a folder is not one
 ACCEPTED = "predictions are a .jsonl, .json or .ndjson file, or .parquet (a file, or a folder of Parquet files)"
+#: what a JSON prediction file holds, said where a line is not one JSON object (a pretty-printed file is not)
+ONE_PER_LINE = ("predictions are JSON Lines: one JSON object per line (a pretty-printed file spreads one object "
+                "over several lines)")
 
 
 class Predictions(dict):
@@ -109,9 +112,10 @@ def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             try:
                 row = loads(path, line, lineno)
             except json.JSONDecodeError as e:
-                raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}") from None
+                raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}; {ONE_PER_LINE}") from None
             if not isinstance(row, dict):
-                raise PredictionError(f"{path}: line {lineno}: expected a JSON object")
+                raise PredictionError(f"{path}: line {lineno}: expected a JSON object, found "
+                                      f"{_json_kind(row)}; {ONE_PER_LINE}")
             rows.append(row)
             where.append(f"line {lineno}")
     return rows, where
@@ -159,6 +163,14 @@ def _deepest(text: str) -> tuple[int, int]:
 
 def _line_at(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else "a boolean" if isinstance(value, bool) else "a number"
 
 
 def _parquet_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from bench_build.score.nuscenes_det import score_nuscenes
 from bench_build.score.partial import summary_note
-from bench_build.score.predictions import PredictionError, loads
+from bench_build.score.predictions import ONE_PER_LINE, PredictionError, loads
 from bench_build.score.robo3d import robo3d_metrics
 from bench_build.score.validate import ScoreError
 from bench_build.score.waymo_det import score_waymo
@@ -106,7 +106,7 @@ def _fields(path: Path) -> set[str]:
             try:
                 row = loads(path, line, lineno)
             except json.JSONDecodeError as e:
-                raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}") from None
+                raise PredictionError(f"{path}: line {lineno}: not JSON: {e.msg}; {ONE_PER_LINE}") from None
             if isinstance(row, dict):
                 out |= set(row)
     return out

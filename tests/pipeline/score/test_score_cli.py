@@ -520,6 +520,28 @@ def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
 
 
 @pytest.mark.parametrize(("dataset", "text", "says"), [
+    ("modelnet-c", json.dumps({"key": "modelnet-c/0000/clean/0", "probs": [1, 0]}, indent=2),
+     "line 1: not JSON: Expecting property name enclosed in double quotes"),
+    ("modelnet-c", json.dumps([{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]}]),
+     "line 1: expected a JSON object, found an array"),
+    # WOD-C: which task the file is for is read first, from its fields
+    ("robo3d-wod-c", json.dumps([{"key": "robo3d-wod-c/f0/clean/0", "labels": [1]}], indent=1),
+     "line 1: not JSON: Expecting value"),
+])
+def test_a_pretty_printed_json_file_is_told_the_format(tmp_path, dataset, text, says):
+    """A .json file written with json.dump (indented, or a list of rows) was refused as "line 1: not JSON" or
+    "expected a JSON object", without saying that predictions are one JSON object per line."""
+    rows = [{"key": f"{dataset}/f0/clean/0", "corruption": "clean", "severity": 0, "class_id": 0, "semantic": [1]}]
+    v = write_object_version(tmp_path / dataset / "1", dataset, rows)
+    p = tmp_path / "preds.json"
+    p.write_text(text + "\n")
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "2"], terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {p}: {says}; predictions are JSON Lines: one JSON object per line (a "
+                                  "pretty-printed file spreads one object over several lines)"), res.output
+
+
+@pytest.mark.parametrize(("dataset", "text", "says"), [
     # JSON Lines: the file as a whole is no JSON, so each line is read; the second holds the integer
     ("robo3d-wod-c", '{"key": "a", "labels": [1]}\n{"key": "b", "labels": [1' + "0" * 5000 + "]}\n",
      f"line 2: an integer of more than {sys.get_int_max_str_digits()} digits, not a finite number"),
