@@ -81,7 +81,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bench_build.errors import BenchBuildError
+from bench_build.errors import BenchBuildError, UsageError
+from bench_build.manifests.manifest import is_version_dir, versions_in
 from bench_build.manifests.names import check_safe_name
 from bench_build.manifests.threedos import SOURCE_OPTIONS
 from bench_build.stages.geometry import RULES
@@ -237,6 +238,38 @@ def jsonable(v: Any) -> Any:
 def builtin_recipes() -> dict[str, resources.abc.Traversable]:
     folder = resources.files(__package__) / "recipes"
     return {p.name[: -len(".toml")]: p for p in folder.iterdir() if p.name.endswith(".toml")}
+
+
+def refuse_output_folder(path: Path, command: str, *, with_out: bool = True) -> None:
+    """A version folder, a benchmark's folder or an output root given where ``command`` (`run`, `status`, `plan`)
+    takes a benchmark: `UsageError` naming the command it meant, with the name and --out read off the path
+    (``OUT/<benchmark>/<version>``; for an output root, the first benchmark built there). ``with_out``: the command
+    has an --out option (`plan` has none: the benchmark name alone)."""
+
+    def meant(name: str, out: Path) -> str:
+        return (f"`{command}` takes the benchmark name (or its recipe file){' and --out' if with_out else ''}: "
+                f"bench-build {command} {name}{f' --out {out}' if with_out else ''}")
+
+    if str(path) in builtin_recipes() or not path.is_dir():  # a built-in's name wins over a folder of that name
+        return
+    if is_version_dir(path):
+        up = 1
+    elif versions_in(path):
+        up = 0
+    else:
+        try:
+            benches = sorted(d.name for d in path.iterdir() if d.is_dir() and versions_in(d))
+        except OSError:
+            benches = []
+        if not benches:  # some other folder: the recipe's own line says it is not a recipe file
+            return
+        raise UsageError(f"{path} is an output root (builds of {', '.join(benches)}): {meant(benches[0], path)}")
+    full = path.resolve()
+    lexical = len(path.parts) > up + 1 and ".." not in path.parts  # else the folder's parents are read resolved
+    name = (path if lexical else full).parents[up - 1].name if up else full.name
+    out = (path if lexical else full).parents[up]
+    what = "a version folder" if up else f"{name}'s folder"
+    raise UsageError(f"{path} is {what}: {meant(name, out)}")
 
 
 def load_recipe(name_or_path: str | Path) -> Recipe:

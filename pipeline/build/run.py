@@ -18,8 +18,8 @@ from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
 from bench_build.errors import WROTE, UsageError
 from bench_build.format.writer import ENCODINGS, parquet_format
-from bench_build.manifests.manifest import MANIFEST_NAME, is_version_dir, versions_in
-from bench_build.manifests.recipe import Recipe, builtin_recipes, load_recipe
+from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.recipe import Recipe, load_recipe, refuse_output_folder
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import (
@@ -172,23 +172,6 @@ def run_build(
                              progress=progress, owner=owner, groups=groups, encoding=encoding,
                              benchmark_split=recipe.split if other_split else None, earlier=earlier,
                              after=after)
-
-
-def refuse_output_folder(path: Path, command: str) -> None:
-    """A version folder or a benchmark's folder given where ``command`` (`run`, `status`) takes a benchmark: the
-    command it meant, with the name and --out read off the path (``OUT/<benchmark>/<version>``)."""
-    if str(path) in builtin_recipes() or not path.is_dir():  # a built-in's name wins over a folder of that name
-        return
-    up = 1 if is_version_dir(path) else 0 if versions_in(path) else None
-    if up is None:  # some other folder: the recipe's own line says it is not a recipe file
-        return
-    full = path.resolve()
-    lexical = len(path.parts) > up + 1 and ".." not in path.parts  # else the folder's parents are read resolved
-    name = (path if lexical else full).parents[up - 1].name if up else full.name
-    out = (path if lexical else full).parents[up]
-    what = "a version folder" if up else f"{name}'s folder"
-    raise UsageError(f"{path} is {what}: `{command}` takes the benchmark name (or its recipe file) and --out: "
-                     f"bench-build {command} {name} --out {out}")
 
 
 def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.build.ledger import Ledger
-from bench_build.build.run import build_fingerprint, refuse_output_folder
+from bench_build.build.run import build_fingerprint
 from bench_build.errors import UsageError
 from bench_build.format.writer import ENCODINGS
 from bench_build.manifests.manifest import MANIFEST_NAME
-from bench_build.manifests.recipe import load_recipe
+from bench_build.manifests.recipe import load_recipe, refuse_output_folder
 from bench_build.plan.tasks import TaskSpec, plan_shards, task_groups
 from bench_build.storage import LocalStore, open_store
 

@@ -148,12 +148,13 @@ def plan(
     nothing."""
     from bench_build.build.run import DEMO_FRAMES, default_frames_per_shard
     from bench_build.errors import UsageError
-    from bench_build.manifests.recipe import RecipeError, load_recipe
+    from bench_build.manifests.recipe import RecipeError, load_recipe, refuse_output_folder
     from bench_build.plan.costs import DEFAULT_STAGE_MS, DEFAULTS_MEASURED, CostTableError, load_costs
     from bench_build.plan.scale import plan_build
     from bench_build.sources import OBJECT_KINDS, SourceError, open_source
 
     try:
+        refuse_output_folder(Path(benchmark), "plan", with_out=False)
         recipe = load_recipe(benchmark)
         if frames is not None and source is not None:
             raise UsageError("give --source or --frames, not both")

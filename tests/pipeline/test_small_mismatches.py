@@ -125,6 +125,26 @@ def test_status_given_an_output_folder_says_the_name_and_out_to_pass(tmp_path, m
     assert res.exit_code == 2 and "is a directory, not a recipe .toml file" in res.output
 
 
+def test_an_output_root_given_as_the_benchmark_names_the_benchmark_and_out(tmp_path, monkeypatch):
+    """`status bench-out` (the --out root itself) said the recipe file "is a directory"; `plan` of any output
+    folder did too, and it has no --out to name."""
+    _output_root(tmp_path)
+    (tmp_path / "bench-out" / "modelnet-c" / "1.0.0").mkdir(parents=True)
+    (tmp_path / "bench-out" / "modelnet-c" / "1.0.0" / "manifest.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    for command in ("status", "run"):
+        res = CliRunner().invoke(app, [command, "bench-out"])
+        assert res.exit_code == 2, res.output
+        assert " ".join(res.output.split()) == (
+            f"error: bench-out is an output root (builds of kitti-c, modelnet-c): `{command}` takes the benchmark "
+            f"name (or its recipe file) and --out: bench-build {command} kitti-c --out bench-out"), res.output
+    for given in ("bench-out", "bench-out/kitti-c", "bench-out/kitti-c/1.0.0"):
+        res = CliRunner().invoke(app, ["plan", given])
+        line = " ".join(res.output.split())
+        assert res.exit_code == 2 and line.endswith(
+            "`plan` takes the benchmark name (or its recipe file): bench-build plan kitti-c"), res.output
+
+
 def test_run_given_an_output_folder_says_the_name_and_out_to_pass(tmp_path, monkeypatch):
     # `run bench-out/kitti-c/1.0.0` (to resume it) said the recipe file "is a directory"; refused before anything
     # is written, naming the command meant
