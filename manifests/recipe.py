@@ -51,7 +51,11 @@ name and every severity name. A recipe is also bounded so a typo cannot ask for 
 disk: ``severities`` ≤ `MAX_SEVERITIES` (20; the built-ins have at most 5), and in a corruption's or
 ``[preprocess]``'s parameters every list (at any depth) has ≤ `MAX_PARAM_ITEMS` (256; built-ins ≤ 12)
 entries and every string ≤ `MAX_PARAM_CHARS` (256; built-ins ≤ 22) characters (``notes`` is free text
-and not bounded). Each violation is a `RecipeError` naming the recipe and the field, raised at load.
+and not bounded). The ``seed`` is an integer in 0 … 2**63 − 1 (`MAX_SEED`): TOML 1.0's integer range, which other
+TOML readers enforce (Python's does not); NumPy's ``SeedSequence``, which takes it with each example's key hash, takes
+any non-negative integer, so TOML is the bound. Free text (``description``, ``paper``, a table's ``notes``) must be
+a TOML string: a number or table there is refused rather than printed through ``str()``. Each violation is a
+`RecipeError` naming the recipe and the field, raised at load.
 
 Variants. A recipe may define named variants that override some parameters of some corruptions,
 without repeating the table. ``load_recipe("kitti-c:text")`` loads the variant ``text``; its
@@ -101,6 +105,9 @@ OPTION_KEYS = ("frames_per_shard",)
 MAX_SEVERITIES = 20
 MAX_PARAM_ITEMS = 256
 MAX_PARAM_CHARS = 256
+#: The largest recipe seed: TOML 1.0's integer range (a signed 64-bit integer; TOML readers other than Python's
+#: refuse a larger one). NumPy's SeedSequence, which takes the seed with each example's key hash, has no bound.
+MAX_SEED = 2**63 - 1
 SHARD_DEFAULT_FRAMES = 64  # ≈ 64 real KITTI scans per file: 100–150 MB of zstd Parquet
 #: Keys of the optional [validate] table and their types (see bench_build.validate.config.ValidateConfig).
 VALIDATE_KEYS: dict[str, Any] = {
@@ -338,8 +345,12 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
                           "recipe may have (each severity is a full copy of every corrupted frame)")
     for key in ("name", "version"):
         check_safe_name(bench[key], f"{origin}: [benchmark] {key}", RecipeError)
-    if not isinstance(bench["seed"], int) or isinstance(bench["seed"], bool) or bench["seed"] < 0:
-        raise RecipeError(f"{origin}: [benchmark] seed must be a non-negative integer, got {bench['seed']!r}")
+    seed = bench["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise RecipeError(f"{origin}: [benchmark] seed must be a non-negative integer of at most 2**63 - 1 "
+                          f"({MAX_SEED}, TOML's largest integer), got {seed!r}")
+    for key in ("description", "paper"):
+        _check_text(f"{origin}: [benchmark]", key, bench.get(key, ""))
     paper_frames = bench.get("paper_frames")
     if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
                                      or paper_frames < 1):
@@ -383,8 +394,8 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         split=bench.get("split"),
         severities=severities,
         corruptions=corruptions,
-        description=str(bench.get("description", "")),
-        paper=str(bench.get("paper", "")),
+        description=bench.get("description", ""),
+        paper=bench.get("paper", ""),
         severity_names=sev_names,
         options=dict(options),
         origin=origin,
@@ -459,12 +470,21 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
                     tables[f"source_options.{k}"] = ({"notes": notes_a.get(k, "")},
                                                       {"notes": notes_b.get(k, "")})
         out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
-                                 description=str(v.get("description", "")),
+                                 description=_check_text(where, "description", v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
-                                 notes={c: (str(tables[c][0].get("notes", "")),
-                                            str(tables[c][1].get("notes", "")))
+                                 notes={c: _variant_notes(origin, vname, c, c in raw, *tables[c])
                                         for c, ch in changes.items() if ch})
     return out
+
+
+def _variant_notes(origin: str, variant: str, table: str, corruption: bool, default: dict[str, Any],
+                   override: dict[str, Any]) -> tuple[str, str]:
+    """The notes of a table a variant changes (a corruption, ``preprocess``, ``source_options.<key>``): the
+    default's and the variant's, each checked to be text."""
+    path = f"corruptions.{table}" if corruption else table
+    return (_check_text(f"{origin}: corruption {table!r}:" if corruption else f"{origin}: [{table}]", "notes",
+                        default.get("notes", "")),
+            _check_text(f"{origin}: [variants.{variant}.{path}]", "notes", override.get("notes", "")))
 
 
 def _source_option_choices(source: str) -> dict[str, tuple[Any, ...]]:
@@ -574,7 +594,7 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
         raise RecipeError(f"{where}: must be a table")
     entry = dict(entry)
     stage_name = entry.pop("stage", None)
-    notes = str(entry.pop("notes", ""))
+    notes = _check_text(f"{where}:", "notes", entry.pop("notes", ""))
     if not isinstance(stage_name, str):
         raise RecipeError(f"{where}: missing 'stage'")
     check_safe_name(stage_name, f"{where}: stage", RecipeError)
@@ -608,6 +628,18 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     except (TypeError, ValueError) as e:
         raise RecipeError(f"{where}: {e}") from None
     return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+
+
+def _check_text(where: str, key: str, value: Any) -> str:
+    """``value`` if it is a string: free text (``notes``, ``description``, ``paper``) the card prints as given, so a
+    number or a table there is a mistake to refuse, not a value to print through ``str()``."""
+    if not isinstance(value, str):
+        raise RecipeError(f"{where} {key} must be a string (text in quotes), got a TOML "
+                          f"{_TOML_TYPES.get(type(value), type(value).__name__)}: {value!r}")
+    return value
+
+
+_TOML_TYPES = {int: "integer", float: "float", bool: "boolean", list: "array", dict: "table"}
 
 
 def _check_size(where: str, key: str, value: Any) -> None:

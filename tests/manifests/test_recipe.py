@@ -524,3 +524,43 @@ def test_a_misspelt_choice_of_an_object_stage_is_refused_at_load(recipe, old, ne
     with pytest.raises(RecipeError) as e:
         parse_recipe(text.replace(old, new, 1), origin="r.toml")
     assert said in str(e.value) and str(e.value).startswith("r.toml: ")
+
+
+# ---- seed range and free text ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["18446744073709551616", "9223372036854775808", "-1", "true", "1.5", '"7"'])
+def test_seed_outside_tomls_integer_range_or_not_an_integer_is_refused(bad):
+    msg = _error(GOOD.replace("seed = 7", f"seed = {bad}"))
+    assert "[benchmark] seed must be a non-negative integer of at most 2**63 - 1" in msg
+
+
+def test_largest_seed_loads_and_seeds():
+    from bench_build.manifests.recipe import MAX_SEED
+    from bench_build.plan.tasks import example_rng
+
+    r = parse_recipe(GOOD.replace("seed = 7", f"seed = {MAX_SEED}"), origin=ORIGIN)
+    assert r.seed == MAX_SEED == 2**63 - 1
+    assert example_rng(r.seed, "tiny/000000/gaussian_rad/1").integers(1 << 30) >= 0
+
+
+@pytest.mark.parametrize(("edit", "where"), [
+    (("severities = 5", "severities = 5\ndescription = 3"), "[benchmark] description"),
+    (("severities = 5", "severities = 5\npaper = [1, 2]"), "[benchmark] paper"),
+    (('stage = "beam_del"', 'stage = "beam_del"\nnotes = 1.5'), "corruption 'beam_del': notes"),
+    (('stage = "beam_del"', 'stage = "beam_del"\nnotes = false'), "corruption 'beam_del': notes"),
+])
+def test_non_string_notes_and_description_are_refused(edit, where):
+    msg = _error(GOOD.replace(*edit))
+    assert f"{where} must be a string" in msg
+
+
+@pytest.mark.parametrize(("edit", "where"), [
+    (('description = "the paper"', "description = 2"), "[variants.text] description"),
+    (('notes = "paper"', "notes = { a = 1 }"), "[variants.text.corruptions.g] notes"),
+    (('notes = "code"', "notes = 12"), "corruption 'g': notes"),
+])
+def test_non_string_variant_texts_are_refused(edit, where):
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(VARIANT_RECIPE.replace(*edit), origin=ORIGIN)
+    assert str(e.value).startswith(f"{ORIGIN}: {where} must be a string")
