@@ -25,6 +25,16 @@ treated as not done and rebuilt (byte-identical, from the recipe and seed), and 
 stderr, naming the entry. An unreadable ``run.json`` cannot be recovered that way (it records the
 frame list and task split the done entries refer to): it is a `LedgerUnreadable` (exit 2) naming the
 file and the remedy, ``--overwrite``.
+
+A task has one entry, done or failed: `record_done` deletes the task's failed entry before it writes the done one
+(a kill between the two leaves the task pending, never both). Ledgers of older bench-builds can hold both, left by
+a rebuild that failed after its done entry had been found untrue (files or sources changed): the failed entry is
+the later word on the task, so **a failed entry wins**. `bench-build status` shows the task failed, and `run`
+builds it again, first deleting the done entry, as `check_done` answers "not done" for it.
+
+Locally the entries are files under ``_ledger/shards/``; a file (or a broken link) where that folder or
+``_ledger`` goes would make every entry unwritable (a failure could not be recorded, so the task would look
+pending). `Ledger.refuse_blocked` names it: `run` calls it before any work, `status` before it reads entries.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from typing import Any
 
 from bench_build.errors import LedgerMismatch
 from bench_build.manifests.manifest import LEDGER_DIR, sha256_file
-from bench_build.storage import HASH_CHUNK, Store, atomic_write_text, open_store
+from bench_build.storage import HASH_CHUNK, StorageError, Store, atomic_write_text, in_the_way, open_store
 
 __all__ = ["HASH_CHUNK", "LEDGER_DIR", "Ledger", "LedgerMismatch", "LedgerUnreadable", "atomic_write_text",
            "entry_key", "sha256_file"]
@@ -205,11 +215,23 @@ class Ledger:
         for name in ("manifest.json", "README.md"):
             self.store.delete(name)
 
+    def refuse_blocked(self) -> None:
+        """StorageError (exit 2) naming what stands where the ledger's entry folder goes: a file or a broken link at
+        ``_ledger/shards`` or ``_ledger`` (or above; local stores only: an object store has no folders)."""
+        if not self.store.is_local:
+            return
+        shards = self.dir / "shards"
+        if (p := in_the_way(shards)) is not None:
+            kind = "a broken link" if p.is_symlink() else "a file"
+            raise StorageError(f"{p} is {kind} where the ledger's folder {shards} must be (no task could be "
+                               "recorded done or failed): move or remove it")
+
     # -- shards -------------------------------------------------------------------------------
     def record_done(self, shard: str, entry: dict[str, Any]) -> None:
+        # the failed entry goes first: a kill between the two leaves neither (pending), never a done and a failed
+        self.store.delete(self._entry(shard, failed=True))
         self.store.write_text(self._entry(shard), json.dumps({"status": "done", **entry}, indent=1, sort_keys=True,
                                                                         allow_nan=False))
-        self.store.delete(self._entry(shard, failed=True))
 
     def forget_done(self, shard: str) -> None:
         """Delete ``shard``'s done entry: a run found it no longer true (a file of it changed or is gone, its sources
@@ -263,6 +285,9 @@ class Ledger:
             return False, "not built"
         if entry.get("fingerprint") != fingerprint:
             return False, "built with another fingerprint"
+        failed = self._entry(shard, failed=True)
+        if failed in sizes if sizes is not None else self.store.exists(failed):  # the later word (module docstring)
+            return False, "its ledger also holds a failed entry (an older bench-build kept both after a failed rebuild)"
         if source is not None:
             recorded = entry.get("sources")
             if recorded is None:

@@ -158,6 +158,7 @@ def run_build(
     store = root.child(f"{recipe.name}/{recipe.version}")
     if isinstance(store, LocalStore):  # OUT/<benchmark> may be a file too
         store.refuse_non_directory("the version directory under --out,")
+    Ledger(store).refuse_blocked()  # a file at _ledger/shards: no task could be recorded, not even as failed
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it

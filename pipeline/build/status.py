@@ -36,6 +36,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     if isinstance(store, LocalStore):  # --out a file (or under one): said as such, not as a traceback
         store.refuse_non_directory("the version directory under --out,")
     ledger = Ledger(store)
+    ledger.refuse_blocked()  # else every task would read as pending: no entry can be there
     info = ledger.run_info()
     if info is None:
         raise UsageError(f"{version_dir}: no build here (no _ledger/run.json)")
@@ -48,13 +49,13 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     seconds, examples = 0.0, 0
     for s in specs:
         e = ledger.done_entry(s.name)
-        if e and e.get("fingerprint") == info["fingerprint"]:
+        if (fe := ledger.failed_entry(s.name)) is not None:  # a failed entry wins over a done one, as in `run`
+            failed[s.name] = fe["error"]
+            kinds[s.name] = fe.get("kind", "input")
+        elif e and e.get("fingerprint") == info["fingerprint"]:
             done.append(s.name)
             seconds += e["seconds"]
             examples += sum(f["rows"] for f in e["files"])
-        elif (fe := ledger.failed_entry(s.name)) is not None:
-            failed[s.name] = fe["error"]
-            kinds[s.name] = fe.get("kind", "input")
         else:
             pending.append(s.name)
     remaining = len(specs) - len(done)

@@ -529,6 +529,72 @@ def test_a_file_where_a_folder_of_the_output_goes_is_named(small_recipe, demo_ki
     assert folder.read_text() == "in the way"
 
 
+def test_a_done_and_a_failed_entry_of_one_task_read_as_failed_in_status_and_run(small_recipe, demo_kitti, tmp_path,
+                                                                                   shared_ray):
+    """Ledgers of older bench-builds can hold a done and a failed entry for one task (a rebuild that failed after
+    its done entry was found untrue). The failed entry wins: `status` showed the task done, and `run` skipped it,
+    until something else sent it to be built again."""
+    import json
+
+    from bench_build.build.ledger import Ledger, entry_key
+    from bench_build.build.run import run_build
+    from bench_build.build.status import build_status
+
+    out = tmp_path / "out"
+
+    def build():
+        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
+                         progress=False)
+
+    assert build().ok
+    version = out / "mini-c" / "0.1.0"
+    files = _data_files(version)
+    failed = version / entry_key("part-00000-of-00002", failed=True)
+    failed.write_text(json.dumps({"status": "failed", "shard": "part-00000-of-00002", "kind": "input",
+                                  "error": "an older rebuild failed", "run_id": "0123456789ab"}))
+    status = build_status(str(small_recipe), out)
+    assert (status["done"], status["failed"], status["pending"]) == (1, {"part-00000-of-00002":
+                                                                        "an older rebuild failed"}, 0)
+    res = build()
+    assert res.ok and res.shards_built == ["part-00000-of-00002"] and res.shards_skipped == 1
+    assert not failed.exists() and Ledger(version).done_entry("part-00000-of-00002") is not None
+    status = build_status(str(small_recipe), out)
+    assert (status["done"], status["failed"], status["pending"]) == (2, {}, 0) and status["complete"]
+    assert _data_files(version) == files  # built again: the same bytes
+
+
+def test_a_file_where_the_ledgers_folder_goes_is_named_by_run_and_status(small_recipe, demo_kitti, tmp_path,
+                                                                         shared_ray):
+    """A file at _ledger/shards: no entry could be written, so `run` built every task, failed to record it and
+    could not record the failure either, and `status` showed every task pending. Both now name the file (exit 2);
+    `run` refuses before any work."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from bench_build.build.run import run_build
+    from bench_build.cli import app
+
+    out = tmp_path / "out"
+    assert run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
+                     progress=False).ok
+    version = out / "mini-c" / "0.1.0"
+    shards = version / "_ledger" / "shards"
+    shutil.rmtree(shards)
+    shards.write_text("not a folder\n")
+    (version / "manifest.json").unlink()
+    before = sorted((p.relative_to(version), p.stat().st_mtime_ns) for p in version.rglob("*"))
+    runner = CliRunner()
+    for args in (["status", str(small_recipe), "--out", str(out)],
+                 ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--max-frames", "2",
+                  "--frames-per-shard", "1", "--no-progress"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        flat = " ".join(res.output.replace("│", " ").split())
+        assert f"{shards} is a file where the ledger's folder {shards} must be" in flat, res.output
+        assert sorted((p.relative_to(version), p.stat().st_mtime_ns) for p in version.rglob("*")) == before
+
+
 def test_worker_killed_is_reported_as_worker_death_not_bad_input(small_recipe, demo_kitti, tmp_path, monkeypatch,
                                                                   shared_ray):
     from bench_build.build.run import run_build
