@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_build.errors import UsageError
@@ -55,6 +56,8 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
     if info is None:
         raise RecipeError(f"{recipe.origin or 'recipe ' + recipe.name}: [benchmark] source {recipe.source!r} is not "
                           f"a known source kind (known: {', '.join(sorted(SOURCE_KINDS))})")
+    check_split = _split_check(recipe, info, split)
+    check_split(None)  # what the format fixes, before any data is read or generated
     if info.objects:
         return _open_objects(recipe, info, path, split, roots)
     if roots:
@@ -64,10 +67,28 @@ def open_source(recipe: Recipe, path: str | Path | None, *, split: str | None = 
             raise UsageError(f"recipe {recipe.name}: no demo data for source kind {recipe.source!r}; pass --source")
         root = ensure_demo_dataset(info.kind, info.write_demo, demo_frames, version=info.demo_version)
         # the recipe's options as with real data: they are in its fingerprint, so a demo build must use them too
-        return info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split,
-                           **recipe.source_options)
-    empty = {"allow_empty": True} if allow_empty and info.allow_empty else {}
-    return info.reader(path, split or recipe.split, **recipe.source_options, **empty)
+        src = info.reader(root, (split or recipe.split) if info.demo_takes_recipe_split else split,
+                          **recipe.source_options)
+    else:
+        empty = {"allow_empty": True} if allow_empty and info.allow_empty else {}
+        src = info.reader(path, split or recipe.split, **recipe.source_options, **empty)
+    check_split(Path(getattr(src, "root", None) or path or root))  # against the data: KITTI's ImageSets lists
+    return src
+
+
+def _split_check(recipe: Recipe, info: ReaderInfo, split: str | None) -> Callable[[Path | None], None]:
+    """``check(root)``: refuses the build's split (``--split``, else the recipe's) when the reader's `split_problem`
+    says it is none of the format's splits: a `UsageError` naming --split, or a `RecipeError` naming the recipe
+    file. Run before any work, so a typo (``split = "trainig"``) never builds other frames than it names."""
+    chosen = split if split is not None else recipe.split
+
+    def check(root: Path | None) -> None:
+        if chosen is None or info.split_problem is None or (why := info.split_problem(root, chosen)) is None:
+            return
+        if split is not None:
+            raise UsageError(f"--split {chosen!r} {why}")
+        raise RecipeError(f"{recipe.origin or 'recipe ' + recipe.name}: [benchmark] split {chosen!r} {why}")
+    return check
 
 
 def checked_frame_ids(src: Source, frame_ids: list[str]) -> list[str]:

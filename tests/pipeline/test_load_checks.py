@@ -119,3 +119,67 @@ def test_unreadable_ledger_entries_are_rebuilt_and_a_bad_run_json_is_refused(sma
         ledger.begin({"fingerprint": "x"})
     ledger.begin({"fingerprint": "x"}, overwrite=True)
     assert json.loads(run_json.read_text()) == {"fingerprint": "x"} and not (version / "data").exists()
+
+
+
+# -- a split the source format does not have (`ReaderInfo.split_problem`) -------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "name", "takes"), [
+    ("semantickitti", "SemanticKITTI", "val, train, test or sequence numbers like 08,09"),
+    ("wads", "WADS", "all or sequence numbers like 11,36"),
+    ("modelnet40", "ModelNet40", "train, test or all"),
+    ("scanobjectnn", "ScanObjectNN", "training, test or all"),
+    ("shapenet", "ShapeNetCore", "train, val, test or all"),
+])
+def test_a_split_the_format_has_not_is_refused_naming_the_recipe_and_its_splits(tmp_path, monkeypatch, source, name,
+                                                                                  takes):
+    from bench_build.manifests.recipe import RecipeError, load_recipe
+    from bench_build.sources import open_source
+
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "r.toml"
+    path.write_text(f'[benchmark]\nname = "r"\nversion = "1"\nseed = 1\nsource = "{source}"\nsplit = "trainig"\n'
+                    "severities = 0\n")
+    with pytest.raises(RecipeError) as e:
+        open_source(load_recipe(path), None)
+    assert str(e.value) == f"{path}: [benchmark] split 'trainig' is not a {name} split (it takes {takes})"
+    assert not (tmp_path / "cache").exists()  # refused before any demo data was generated
+
+
+def test_3dos_takes_no_split(tmp_path, monkeypatch):
+    from bench_build.manifests.recipe import RecipeError, builtin_recipes, load_recipe
+    from bench_build.sources import open_source
+
+    monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "r.toml"
+    path.write_text(builtin_recipes()["3dos"].read_text().replace('source = "3dos"', 'source = "3dos"\nsplit = "test"'))
+    with pytest.raises(RecipeError, match=r"\[benchmark\] split 'test' is not taken: 3DOS's tracks fix the split"):
+        open_source(load_recipe(path), None)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_kitti_split_is_one_of_the_datas_imagesets_lists(small_recipe, demo_kitti, tmp_path, monkeypatch):
+    """KITTI's demo is read whole whatever the split, so `split = "trainig"` built every frame of it; on real data
+    the typo failed only when the frames were listed, naming neither the recipe nor the lists there are."""
+    import bench_build.sources as sources
+    from bench_build.errors import UsageError
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.sources import open_source
+
+    monkeypatch.setattr(sources, "ensure_demo_dataset", lambda *a, **k: demo_kitti)  # the demo: these frames
+    text = small_recipe.read_text()
+    small_recipe.write_text(text.replace('source = "kitti"\n', 'source = "kitti"\nsplit = "trainig"\n'))
+    out = tmp_path / "o"
+    run = CliRunner().invoke(app, ["run", str(small_recipe), "--out", str(out), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    assert (f"error: {small_recipe}: [benchmark] split 'trainig' is not a KITTI split of {demo_kitti}: it takes "
+            "training, testing or an ImageSets list (train, trainval, val)") in _flat(run.output), run.output
+    assert not out.exists()
+    small_recipe.write_text(text.replace('source = "kitti"\n', 'source = "kitti"\nsplit = "val"\n'))
+    recipe = load_recipe(small_recipe)
+    with pytest.raises(UsageError, match=r"^--split 'vall' is not a KITTI split of .*\(train, trainval, val\)$"):
+        open_source(recipe, demo_kitti, split="vall")
+    assert open_source(recipe, None).describe()["split"] == "training"  # the demo: every frame, as before
+    listed = sorted((demo_kitti / "ImageSets" / "val.txt").read_text().split())
+    assert open_source(recipe, demo_kitti).list_frames() == listed
