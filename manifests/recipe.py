@@ -351,6 +351,10 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
                           f"({MAX_SEED}, TOML's largest integer), got {seed!r}")
     for key in ("description", "paper"):
         _check_text(f"{origin}: [benchmark]", key, bench.get(key, ""))
+    split = bench.get("split")
+    if split is not None and (not isinstance(split, str) or not split):  # its value is checked by the build's reader
+        raise RecipeError(f"{origin}: [benchmark] split must be a split name in quotes (e.g. \"test\"), got "
+                          f"{split!r}")
     paper_frames = bench.get("paper_frames")
     if paper_frames is not None and (not isinstance(paper_frames, int) or isinstance(paper_frames, bool)
                                      or paper_frames < 1):
@@ -391,7 +395,7 @@ def parse_recipe(text: str, *, origin: str = "<string>", variant: str | None = N
         version=str(bench["version"]),
         seed=int(bench["seed"]),
         source=str(bench["source"]),
-        split=bench.get("split"),
+        split=split,
         severities=severities,
         corruptions=corruptions,
         description=bench.get("description", ""),

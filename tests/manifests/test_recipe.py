@@ -555,6 +555,13 @@ def test_non_string_notes_and_description_are_refused(edit, where):
     assert f"{where} must be a string" in msg
 
 
+@pytest.mark.parametrize("bad", ["5", "true", '["test"]', '""'])
+def test_a_split_that_is_not_a_name_is_refused_at_load(bad):
+    """A number, list or empty string as the split loaded and reached the source reader, which cannot name it."""
+    msg = _error(GOOD.replace("severities = 5", f"severities = 5\nsplit = {bad}"))
+    assert "[benchmark] split must be a split name in quotes" in msg
+
+
 @pytest.mark.parametrize(("edit", "where"), [
     (('description = "the paper"', "description = 2"), "[variants.text] description"),
     (('notes = "paper"', "notes = { a = 1 }"), "[variants.text.corruptions.g] notes"),
