@@ -26,6 +26,8 @@ import os
 import posixpath
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -35,6 +37,7 @@ DEPLOY = Path(__file__).resolve().parent
 RAY_CLUSTER = DEPLOY / "ray-cluster.yaml"
 RAYJOB = DEPLOY / "kuberay" / "rayjob.yaml"
 RECIPES = DEPLOY.parent / "manifests" / "recipes"
+LOCK = DEPLOY.parent / "manifests" / "lock.txt"
 #: the RayJob's volume holding the source scans (a read-only PVC), mounted in every pod
 SOURCE_VOLUME = "source"
 #: the dataset the template's source PVC holds: its claim is the default only for a benchmark that reads it
@@ -210,6 +213,37 @@ def ray_up_commands(cluster_yaml: Path, command: list[str]) -> list[list[str]]:
     return [["ray", "up", "-y", str(cluster_yaml)], ["ray", "exec", str(cluster_yaml), shlex.join(command)]]
 
 
+def launcher_missing() -> str:
+    """Why --execute cannot run here: no `ray` command; the install line names the image's Ray (the lock's)."""
+    try:
+        version = re.search(r"^ray==(\S+)", LOCK.read_text(), re.M)
+    except OSError:
+        version = None
+    ray = f"ray[default]=={version.group(1)}" if version else "ray[default]"
+    return ("--execute runs `ray up` and `ray exec`, and there is no `ray` command on PATH: install Ray's cluster "
+            f"launcher with the AWS client (pip install '{ray}' boto3), or leave out --execute to print the commands")
+
+
+def execute(commands: list[list[str]]) -> int:
+    """Run ``commands`` in turn, each printed first; the first that fails ends it, in one line on stderr, and its
+    exit status is returned (Ray 2.60's `ray exec` exits 1 when the build does, whatever the build's status)."""
+    for cmd in commands:
+        print(shlex.join(cmd), flush=True)
+        what = f"`{shlex.join(cmd[:2])} …`"
+        try:
+            code = subprocess.run(cmd).returncode
+        except KeyboardInterrupt:
+            print(f"error: interrupted during {what}", file=sys.stderr)
+            return 130
+        if code < 0:  # killed by a signal: the shell's status for it, 128 + its number
+            print(f"error: {what} was killed by {signal.Signals(-code).name}", file=sys.stderr)
+            return 128 - code
+        if code:
+            print(f"error: {what} exited with status {code}", file=sys.stderr)
+            return code
+    return 0
+
+
 def render_rayjob(command: list[str], *, image: str | None = None, max_workers: int | None = None,
                   name: str | None = None, source_mount: str | None = None, source_claim: str | None = None,
                   template: Path = RAYJOB) -> dict:
@@ -272,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         command = run_command(args.benchmark, args.source, args.out, args.extra)
         if args.target == "ray-up":
             check_ray_up_source(args.source, args.cluster)
+            if args.execute and shutil.which("ray") is None:
+                raise Refused(launcher_missing())
         else:
             mount = args.source_mount or args.source
             if not posixpath.isabs(mount):
@@ -287,10 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.target == "ray-up":
-        for cmd in ray_up_commands(args.cluster, command):
+        commands = ray_up_commands(args.cluster, command)
+        if args.execute:
+            return execute(commands)
+        for cmd in commands:
             print(shlex.join(cmd))
-            if args.execute:
-                subprocess.run(cmd, check=True)
         return 0
     import yaml
 

@@ -175,6 +175,64 @@ def test_ray_up_submission_runs_a_command_the_cli_accepts(monkeypatch):
     assert got["address"] == "auto" and got["out"] == "s3://b/p" and got["progress"] is False
 
 
+def test_ray_up_execute_without_the_launcher_is_one_line_and_runs_nothing(monkeypatch, tmp_path, capsys):
+    """No `ray` command on PATH: refused before anything runs, naming what to install (it was a traceback)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    submit = _submit_module()
+    monkeypatch.setattr(submit.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--cluster", str(_no_placeholders(
+        tmp_path)), "--execute"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1, captured.err
+    assert "no `ray` command on PATH" in captured.err and "pip install 'ray[default]==" in captured.err
+
+
+@pytest.mark.parametrize(("fails", "status", "says"), [
+    ("up", 1, "error: `ray up …` exited with status 1"),
+    ("exec", 1, "error: `ray exec …` exited with status 1"),
+    ("exec", -9, "error: `ray exec …` was killed by SIGKILL"),
+    ("up", KeyboardInterrupt, "error: interrupted during `ray up …`"),
+])
+def test_ray_up_execute_ends_a_failed_command_in_one_line_with_its_status(fails, status, says, monkeypatch, tmp_path,
+                                                                          capsys):
+    """A failed `ray up` or build (`ray exec`) ends submit.py with one line and the command's status, not a
+    CalledProcessError traceback; a failed `ray up` runs no build."""
+    fake_ray = tmp_path / "bin" / "ray"
+    fake_ray.parent.mkdir()
+    fake_ray.write_text("#!/bin/sh\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    submit = _submit_module()
+    ran = []
+
+    def run(cmd, **kwargs):
+        ran.append(cmd[1])
+        if cmd[1] != fails:
+            return subprocess.CompletedProcess(cmd, 0)
+        if status is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return subprocess.CompletedProcess(cmd, status)
+
+    monkeypatch.setattr(submit.subprocess, "run", run)
+    code = submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--cluster",
+                        str(_no_placeholders(tmp_path)), "--execute"])
+    captured = capsys.readouterr()
+    assert code == {1: 1, -9: 137, KeyboardInterrupt: 130}[status]
+    assert captured.err == says + "\n" and ran == (["up"] if fails == "up" else ["up", "exec"])
+    monkeypatch.setattr(submit.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--cluster",
+                        str(_no_placeholders(tmp_path)), "--execute"]) == 0
+    assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()] == [["ray", "up"], ["ray", "exec"]]
+
+
+def _no_placeholders(tmp_path: Path) -> Path:
+    """deploy/ray-cluster.yaml as a user has edited it: no placeholder left."""
+    text = (DEPLOY / "ray-cluster.yaml").read_text()
+    edited = tmp_path / "cluster.yaml"
+    edited.write_text(text.replace("ghcr.io/YOUR-ORG/", "reg.example/").replace("fs-EDIT", "fs-0123abcd"))
+    return edited
+
+
 def test_submit_refuses_a_local_output_on_a_cluster(capsys):
     assert _submit_module().main(["ray-up", "--out", "/tmp/x"]) == 2
     assert "s3://" in capsys.readouterr().err
