@@ -14,7 +14,9 @@ runs is always a command the CLI accepts: more `bench-build run` options after `
 CLI's own `run` command (bench_build must be importable for them) and refused in one line if it would
 not accept them, or if they set what this tool sets itself (tests/deploy checks every rendered command with
 typer's test runner). Refused too: a run without --source (the demo data it would generate on the head is
-not on the other nodes) and a --source the cluster's containers do not mount.
+not on the other nodes), a --source the cluster's containers do not mount, a config that still holds the
+shipped placeholders (YOUR-ORG, fs-EDIT: `ray up --execute`; a RayJob without --image), and --execute without
+the `ray` command.
 Credentials are never options: a `ray up` cluster uses its nodes' IAM role, KubeRay the Secret the
 RayJob names (`bench-build-s3`). Needs the standard library and PyYAML (plus bench_build for extra options).
 """
@@ -45,6 +47,9 @@ TEMPLATE_SOURCE = "kitti"
 #: KubeRay refuses a RayJob name that is not a DNS-1035 label of at most 47 characters (the RayCluster it
 #: creates appends 6; ray-operator/controllers/ray/utils/validation.go, ValidateRayJobMetadata)
 MAX_JOB_NAME = 47
+#: what the shipped configs hold until a user edits them (the image's registry, the EFS file system): a cluster
+#: launched or a RayJob applied with one fails only once its nodes or pods are up
+PLACEHOLDERS = ("YOUR-ORG", "fs-EDIT")
 JOB_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 #: `bench-build run` parameters this tool sets itself (name: option, why): extra arguments may not set them again
 OWNED = {"source": ("--source", "give it as submit.py's --source, before --"),
@@ -149,14 +154,32 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def check_ray_up_source(source: str, cluster_yaml: Path) -> None:
-    """Refuse a --source the `ray up` cluster's containers do not mount: it would not exist on any node."""
+def read_cluster(cluster_yaml: Path) -> dict:
+    """The `ray up` cluster config, parsed; Refused when it cannot be read or is not a YAML mapping."""
     import yaml
 
     try:
-        mounts = container_mounts(yaml.safe_load(cluster_yaml.read_text()) or {})
+        cluster = yaml.safe_load(cluster_yaml.read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
-        raise Refused(f"--cluster {cluster_yaml}: cannot read it as a cluster config ({e})") from None
+        raise Refused(f"--cluster {cluster_yaml}: cannot read it as a cluster config ({' '.join(str(e).split())})"
+                      ) from None
+    if not isinstance(cluster, dict):
+        raise Refused(f"--cluster {cluster_yaml}: not a cluster config (a YAML mapping), a {type(cluster).__name__}")
+    return cluster
+
+
+def placeholders(config: object, where: str = "") -> list[str]:
+    """The fields of a parsed config whose value still holds one of `PLACEHOLDERS`, as `path (placeholder)`."""
+    if isinstance(config, dict):
+        return [f for k, v in config.items() for f in placeholders(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(config, list):
+        return [f for i, v in enumerate(config) for f in placeholders(v, f"{where}[{i}]")]
+    return [f"{where} ({p})" for p in PLACEHOLDERS if isinstance(config, str) and p in config]
+
+
+def check_ray_up_source(source: str, cluster: dict, cluster_yaml: Path) -> None:
+    """Refuse a --source the `ray up` cluster's containers do not mount: it would not exist on any node."""
+    mounts = container_mounts(cluster)
     if mounts and not any(_under(source, m) for m in mounts):
         raise Refused(f"--source {source} is not in a folder the cluster's containers mount "
                       f"({', '.join(mounts)}, docker.run_options of {cluster_yaml}): put the source there on the "
@@ -244,6 +267,13 @@ def execute(commands: list[list[str]]) -> int:
     return 0
 
 
+def pod_specs(job: dict) -> list[dict]:
+    """The pod specs of a RayJob's Ray cluster: the head's, then each worker group's."""
+    cluster = job["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+    return [t["spec"] for t in templates]
+
+
 def render_rayjob(command: list[str], *, image: str | None = None, max_workers: int | None = None,
                   name: str | None = None, source_mount: str | None = None, source_claim: str | None = None,
                   template: Path = RAYJOB) -> dict:
@@ -305,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command = run_command(args.benchmark, args.source, args.out, args.extra)
         if args.target == "ray-up":
-            check_ray_up_source(args.source, args.cluster)
+            cluster = read_cluster(args.cluster)
+            check_ray_up_source(args.source, cluster, args.cluster)
+            if args.execute and (left := placeholders(cluster)):
+                raise Refused(f"--cluster {args.cluster} still holds the shipped placeholders: {', '.join(left)}; "
+                              "edit the lines marked EDIT before `ray up` launches instances for it")
             if args.execute and shutil.which("ray") is None:
                 raise Refused(launcher_missing())
         else:
@@ -319,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             job = render_rayjob(command, image=args.image, max_workers=args.max_workers,
                                 name=args.name or job_name(args.benchmark), source_mount=mount,
                                 source_claim=source_claim(args.benchmark, args.source_claim))
+            if images := sorted({c["image"] for pod in pod_specs(job) for c in pod["containers"]
+                                 if any(p in c["image"] for p in PLACEHOLDERS)}):
+                said = (f"--image {args.image} is" if args.image else
+                        f"--image is required: the template's image {images[0]} is")
+                raise Refused(f"{said} a placeholder no registry has, whose pods would wait for ever to pull it; "
+                              "push the image built from deploy/Dockerfile and name it with --image")
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -233,6 +233,28 @@ def _no_placeholders(tmp_path: Path) -> Path:
     return edited
 
 
+def test_ray_up_execute_refuses_the_shipped_placeholders(monkeypatch, capsys):
+    """`ray up` of the unedited config would launch instances that pull an image no registry has and mount an EFS
+    that does not exist: refused, naming the fields, before anything runs. Printing the commands is still fine."""
+    submit = _submit_module()
+    monkeypatch.setattr(submit.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--execute"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1, captured.err
+    assert "docker.image (YOUR-ORG), initialization_commands[0] (fs-EDIT)" in captured.err
+    assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p"]) == 0
+
+
+@pytest.mark.parametrize("text", ["- a list\n", "docker: [\n", "just a string\n"])
+def test_ray_up_refuses_a_cluster_file_that_is_not_a_config(text, tmp_path, capsys):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(text)
+    assert _submit_module().main(["ray-up", "--cluster", str(cluster), "--source", "/data/kitti", "--out",
+                                  "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1 and f"--cluster {cluster}: " in captured.err
+
+
 def test_submit_refuses_a_local_output_on_a_cluster(capsys):
     assert _submit_module().main(["ray-up", "--out", "/tmp/x"]) == 2
     assert "s3://" in capsys.readouterr().err
@@ -393,7 +415,7 @@ def test_a_rayjob_for_another_benchmark_is_named_after_it_and_mounts_its_source(
     --source unmounted: the source PVC is mounted where --source says, in every pod."""
     assert _submit_module().main(["kuberay", "--benchmark", "robo3d-semantickitti-c", "--source", "/data/semantickitti",
                                   "--source-claim", "semantickitti-source", "--out", "s3://bench/work",
-                                  "--max-workers", "2"]) == 0
+                                  "--max-workers", "2", "--image", "reg.example/bench-build:9"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     check_rayjob(job)
     assert job["metadata"]["name"] == "bench-build-robo3d-semantickitti-c"
@@ -409,7 +431,7 @@ def test_a_benchmark_that_reads_kitti_mounts_the_templates_claim_by_default(benc
         benchmark = str(tmp_path / "my-kitti.toml")
         Path(benchmark).write_text('[benchmark]\nname = "my-kitti"\nsource = "kitti"\n')
     assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", "/data/kitti", "--out",
-                                  "s3://bench/work"]) == 0
+                                  "s3://bench/work", "--image", "reg.example/bench-build:9"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     check_rayjob(job)
     assert _claims(job) == {"kitti-source"} and _source_mounts(job) == {"/data/kitti"}
@@ -452,6 +474,24 @@ def test_submit_refuses_a_job_name_kuberay_would_refuse(name, capsys):
     assert _submit_module().main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p", "--name", name]) == 2
     captured = capsys.readouterr()
     assert not captured.out and captured.err.count("\n") == 1 and "--name" in captured.err
+
+
+def test_a_rayjob_is_not_rendered_with_the_placeholder_image(capsys):
+    """The template's image names no registry: its pods would wait for ever in ImagePullBackOff. --image is
+    required while the template holds it."""
+    submit = _submit_module()
+    assert "YOUR-ORG" in yaml.safe_load(submit.RAYJOB.read_text())["spec"]["rayClusterSpec"]["headGroupSpec"][
+        "template"]["spec"]["containers"][0]["image"]
+    assert submit.main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: --image is required: the template's image ghcr.io/YOUR-ORG/")
+    # the README's examples, copied without naming a registry
+    assert submit.main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p", "--image",
+                        "ghcr.io/YOUR-ORG/bench-build:0.1.0"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: --image ghcr.io/YOUR-ORG/bench-build:0.1.0 is a placeholder")
 
 
 @pytest.mark.parametrize("count", ["0", "-3"])
