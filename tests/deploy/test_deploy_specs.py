@@ -127,6 +127,20 @@ def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
     assert ".venv" in ignored and ".git" in ignored
 
 
+def test_the_image_has_what_ray_up_and_kuberay_run_inside_its_containers():
+    """`ray up` copies its bootstrap config into the head's container with `rsync -e 'docker exec -i' …` (Ray's
+    DockerCommandRunner.run_init), which runs rsync inside the container: without it the head never starts.
+    KubeRay's default probes call wget."""
+    import inspect
+
+    from ray.autoscaler._private.command_runner import DockerCommandRunner
+
+    assert "rsync -e '{cmd} exec -i'" in inspect.getsource(DockerCommandRunner.run_init)
+    runs = " ".join(arg for op, arg in _dockerfile_instructions() if op == "RUN")
+    apt = re.search(r"apt-get install -y --no-install-recommends ([^&]*)", runs).group(1).split()
+    assert {"rsync", "wget"} <= set(apt), apt
+
+
 def test_docker_run_command_in_the_dockerfile_is_accepted_by_the_cli(monkeypatch):
     text = (DEPLOY / "Dockerfile").read_text()
     cmd = re.search(r"#\s+(bench-build run .*)", text).group(1)
