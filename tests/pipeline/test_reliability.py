@@ -471,19 +471,24 @@ def test_a_source_touched_during_the_run_is_a_failed_manifest_not_done(small_rec
     assert _data_files(version) == files and verify_version(version).ok
 
 
+def _two_frame_build(recipe, source, out):
+    """The small recipe on 2 demo frames, one frame a shard, into ``out``."""
+    from bench_build.build.run import run_build
+
+    return run_build(str(recipe), source=str(source), out=out, max_frames=2, frames_per_shard=1, progress=False)
+
+
 def test_a_rebuild_that_fails_leaves_its_task_failed_not_done(small_recipe, demo_kitti, tmp_path, shared_ray):
     """A task recorded as done whose file is damaged is built again; when that rebuild fails (here a folder stands
     where its file goes), `status` says what the run said: failed, with its reason. Its old done entry was kept and
     won over the newer failure: "2/2 shards done" after a run that ended "1 failed"."""
     from bench_build.build.ledger import Ledger
-    from bench_build.build.run import run_build
     from bench_build.build.status import build_status
 
     out = tmp_path / "out"
 
     def build():
-        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
-                         progress=False)
+        return _two_frame_build(small_recipe, demo_kitti, out)
 
     assert build().ok
     version = out / "mini-c" / "0.1.0"
@@ -537,14 +542,12 @@ def test_a_done_and_a_failed_entry_of_one_task_read_as_failed_in_status_and_run(
     import json
 
     from bench_build.build.ledger import Ledger, entry_key
-    from bench_build.build.run import run_build
     from bench_build.build.status import build_status
 
     out = tmp_path / "out"
 
     def build():
-        return run_build(str(small_recipe), source=str(demo_kitti), out=out, max_frames=2, frames_per_shard=1,
-                         progress=False)
+        return _two_frame_build(small_recipe, demo_kitti, out)
 
     assert build().ok
     version = out / "mini-c" / "0.1.0"
