@@ -56,7 +56,9 @@ OWNED = {"source": ("--source", "give it as submit.py's --source, before --"),
          "out": ("--out", "give it as submit.py's --out, before --"),
          "address": ("--address", "the job joins the cluster it runs on: --address auto"),
          "progress": ("--progress/--no-progress", "the job's log is a file: --no-progress"),
-         "workers": ("--workers", "it sizes a local Ray instance; a cluster's workers are its nodes' CPUs")}
+         "workers": ("--workers", "it sizes a local Ray instance; a cluster's workers are its nodes' CPUs"),
+         "profile": ("--profile", "the image has no ~/.aws/config: a cluster's nodes take credentials from their "
+                                  "IAM role (ray up) or the Secret bench-build-s3 (KubeRay)")}
 
 
 class Refused(ValueError):

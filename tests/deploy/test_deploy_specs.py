@@ -569,6 +569,8 @@ def test_ray_up_refuses_a_source_its_containers_do_not_mount(capsys, tmp_path):
     ("ray-up", ["--address", "ray://h:10001"], "leave out --address"),
     ("ray-up", ["--progress"], "leave out --progress/--no-progress"),
     ("ray-up", ["--workers", "8"], "leave out --workers"),
+    ("ray-up", ["--profile", "prod"], "leave out --profile"),
+    ("kuberay", ["--profile=prod"], "leave out --profile"),
 ])
 def test_submit_refuses_extra_arguments_the_cli_would_refuse_or_it_sets_itself(target, extra, says, capsys):
     """What follows `--` is parsed by the CLI's own `run` command (not run): one line, exit 2, nothing printed."""
