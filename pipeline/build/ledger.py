@@ -272,21 +272,28 @@ class Ledger:
         ``recheck="size"`` (one LIST request per 1,000 objects on S3 instead of a HEAD per file)."""
         return {o.key: o.size for o in self.store.list()}
 
+    def failed_keys(self) -> set[str]:
+        """The keys of every failed entry, from one listing of the ledger's entry folder: what `check_done` needs
+        to see the failed entries of a whole build without a stat (or an S3 HEAD) per task."""
+        return {o.key for o in self.store.list(f"{LEDGER_DIR}/shards/") if o.key.endswith(".failed.json")}
+
     def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256",
                    source: Any = None, sizes: dict[str, int] | None = None,
-                   refresh_times: bool = False) -> tuple[bool, str]:
+                   refresh_times: bool = False, failed_keys: set[str] | None = None) -> tuple[bool, str]:
         """Is ``shard`` done for this fingerprint with its files intact and, given ``source``, built from
         the source files as they are now? (ok, reason if not). ``sizes`` (`object_sizes`, taken after the
         files were written) replaces a HEAD per file; sha256 rechecks still read every file. ``refresh_times``
         (with ``recheck="sha256"``): a done shard whose source files were re-hashed equal but touched since gets
-        their new mtimes recorded (`refresh_source_times`), from the entry this check already read."""
+        their new mtimes recorded (`refresh_source_times`), from the entry this check already read. ``failed_keys``
+        (`failed_keys`, or ``sizes``) replaces a look-up of the task's failed entry."""
         entry = self.done_entry(shard)
         if entry is None:
             return False, "not built"
         if entry.get("fingerprint") != fingerprint:
             return False, "built with another fingerprint"
         failed = self._entry(shard, failed=True)
-        if failed in sizes if sizes is not None else self.store.exists(failed):  # the later word (module docstring)
+        listed = failed_keys if failed_keys is not None else sizes
+        if failed in listed if listed is not None else self.store.exists(failed):  # the later word (module docstring)
             return False, "its ledger also holds a failed entry (an older bench-build kept both after a failed rebuild)"
         if source is not None:
             recorded = entry.get("sources")

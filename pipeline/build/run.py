@@ -221,8 +221,9 @@ def _build_begun(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, finge
                  after: Callable[..., dict[str, Any]] | None, profile: dict[str, Any]) -> BuildResult:
     """`build_locked` once the ledger is begun: the tasks the ledger lacks, Ray, the finish."""
     pending, redo = [], []
+    failed_keys = ledger.failed_keys()  # one listing, not a look-up per task
     for t in tasks:
-        ok, why = ledger.check_done(t.name, fingerprint, recheck, src, refresh_times=True)
+        ok, why = ledger.check_done(t.name, fingerprint, recheck, src, refresh_times=True, failed_keys=failed_keys)
         if not ok:
             pending.append(t)
             if why != "not built":  # a task the ledger holds as done is computed again: say why, and its entry

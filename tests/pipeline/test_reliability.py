@@ -535,14 +535,20 @@ def test_a_file_where_a_folder_of_the_output_goes_is_named(small_recipe, demo_ki
 
 
 def test_a_done_and_a_failed_entry_of_one_task_read_as_failed_in_status_and_run(small_recipe, demo_kitti, tmp_path,
-                                                                                   shared_ray):
+                                                                                   shared_ray, monkeypatch):
     """Ledgers of older bench-builds can hold a done and a failed entry for one task (a rebuild that failed after
     its done entry was found untrue). The failed entry wins: `status` showed the task done, and `run` skipped it,
-    until something else sent it to be built again."""
+    until something else sent it to be built again. `run` sees the failed entries from one listing of the ledger,
+    not a look-up per task (an S3 HEAD each on a resume)."""
     import json
 
     from bench_build.build.ledger import Ledger, entry_key
     from bench_build.build.status import build_status
+    from bench_build.storage.base import Store
+
+    looked_up: list[str] = []
+    exists = Store.exists
+    monkeypatch.setattr(Store, "exists", lambda self, key: looked_up.append(key) or exists(self, key))
 
     out = tmp_path / "out"
 
@@ -564,6 +570,7 @@ def test_a_done_and_a_failed_entry_of_one_task_read_as_failed_in_status_and_run(
     status = build_status(str(small_recipe), out)
     assert (status["done"], status["failed"], status["pending"]) == (2, {}, 0) and status["complete"]
     assert _data_files(version) == files  # built again: the same bytes
+    assert not [k for k in looked_up if k.endswith(".failed.json")], looked_up
 
 
 def test_a_file_where_the_ledgers_folder_goes_is_named_by_run_and_status(small_recipe, demo_kitti, tmp_path,
