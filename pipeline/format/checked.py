@@ -98,3 +98,9 @@ class CheckedParquetFile(pq.ParquetFile):
     def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[pa.RecordBatch]:
         with _named(self.where, self.version_url):
             yield from super().iter_batches(*args, **kwargs)
+
+    @classmethod
+    def local(cls, path: Any) -> CheckedParquetFile:
+        """A local file opened with its pages' checksums verified, errors naming its path: a damaged page is an
+        `IntegrityError`, never values decoded from other bytes."""
+        return cls(path, str(path), page_checksum_verification=True)

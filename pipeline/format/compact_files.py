@@ -24,13 +24,11 @@ def materialize_file(path: str | Path, clean_path: str | Path) -> tuple[int, str
 
     path = Path(path)
     # page checksums on: a damaged page must fail here, not be written out as a "full" file with a new sha256
-    pf = CheckedParquetFile(path, str(path), page_checksum_verification=True)
+    pf = CheckedParquetFile.local(path)
     meta = file_metadata(pf.schema_arrow)
     if "point_ref" not in pf.schema_arrow.names:
-
         return path.stat().st_size, sha256_file(path)
-    clean_table = CheckedParquetFile(clean_path, str(clean_path), page_checksum_verification=True).read(
-        columns=["frame_id", "points"])
+    clean_table = CheckedParquetFile.local(clean_path).read(columns=["frame_id", "points"])
     clean = dict(zip(clean_table["frame_id"].to_pylist(), decode_points(clean_table["points"], writable=False),
                      strict=True))
     # the partition fingerprint stood for the compact bytes: a rewritten file claims none (never reused as one)
