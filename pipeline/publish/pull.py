@@ -44,7 +44,7 @@ from bench_build.publish.common import (
     selected,
 )
 from bench_build.publish.push import tally
-from bench_build.publish.versions import latest_version, not_a_dataset, nothing_here
+from bench_build.publish.versions import latest_version, not_a_dataset, nothing_here, started_publishes
 from bench_build.storage import (
     LocalStore,
     NotFound,
@@ -89,6 +89,7 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
             if (hint := not_a_dataset(root, "pull")) is not None:  # a version's URL, or a publication root
                 raise NotFound(hint)
             folders = [d for d in root.list_dirs() if not d.startswith(("_", "."))]  # not the publish leases
+            folders = folders or started_publishes(root)  # a publish killed before its first file
             if not folders:  # nothing published there at all: a typo in the URL is likelier than a missing pointer
                 raise NotFound(nothing_here(root.url))
             versions = [d for d in folders if root.child(d).exists(MANIFEST_NAME)]

@@ -87,6 +87,8 @@ def list_versions(dataset_url: str, *, endpoint_url: str | None = None,
     is_version = None if versions or unsafe or latest or datasets else version_here(root)
     if is_version:
         incomplete = []
+    elif not (versions or unsafe or latest or datasets or incomplete):
+        incomplete = started_publishes(root)  # killed before any file: only the lease says a publish began
     return {"url": root.url, "latest": latest, "versions": versions, "incomplete": incomplete, "unsafe": unsafe,
             "datasets": datasets, "is_version": is_version}
 
@@ -125,6 +127,15 @@ def nothing_here(url: str) -> str:
     parent = here.rsplit("/", 1)[0] if "/" in here.removeprefix("s3://") else None
     hint = f": `bench-build versions {parent}` lists the datasets published there" if parent else ""
     return f"{here}: nothing published here (nothing under this URL); check the dataset URL{hint}"
+
+
+def started_publishes(root: Store) -> list[str]:
+    """The versions of ``root`` (a dataset) whose publish took its lease (``_publishing/<version>/``) but has no
+    version folder: a publish interrupted before its first file (or running and not there yet). Without them,
+    such a dataset read as nothing at all ("check the dataset URL")."""
+    have = set(root.list_dirs())
+    return sorted((n for n in root.child(PUBLISHING).list_dirs() if not n.startswith(("_", ".")) and n not in have),
+                  key=version_key)
 
 
 def is_dataset(store: Store) -> bool:

@@ -1049,6 +1049,28 @@ def test_pull_without_a_version_says_whether_anything_is_published_there(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+def test_a_publish_killed_before_its_first_file_is_an_incomplete_version(tmp_path):
+    """A publish killed after taking its lease and before its first file leaves only the lease folder
+    (``_publishing/<version>/``, with the local lock file). `versions` and `pull` of the dataset said "nothing
+    published here … check the dataset URL", though the URL is right: they name the version as incomplete."""
+    dataset = tmp_path / "pub" / "mini-c"
+    (dataset / "_publishing" / "0.2.0").mkdir(parents=True)
+    (dataset / "_publishing" / "0.2.0" / ".bench-build.lock").write_text("")
+    out = runner.invoke(app, ["versions", str(dataset)])
+    assert out.exit_code == 0 and out.output.splitlines() == [
+        f"{dataset}: no complete version",
+        "0.2.0  (incomplete: no manifest yet — an interrupted or running publish; publish it again to finish it)"], \
+        out.output
+    out = runner.invoke(app, ["pull", str(dataset), "--out", str(tmp_path / "o"), "--no-progress"])
+    line = " ".join(out.output.split())
+    assert out.exit_code == 2 and f"{dataset}: no complete version; 0.2.0 is incomplete (no manifest" in line, line
+    assert "nothing published here" not in line and not (tmp_path / "o").exists()
+    # once the version has a folder of its own, the lease folder adds nothing (a finished local publish keeps it)
+    (dataset / "0.2.0" / "data").mkdir(parents=True)
+    info = json.loads(runner.invoke(app, ["versions", str(dataset), "--json"]).output)
+    assert info["incomplete"] == ["0.2.0"], info
+
+
 def test_a_publication_root_whose_datasets_have_only_unfinished_publishes_is_a_root(tmp_path):
     """Every dataset under a root with only interrupted publishes (version folders with data/ and no manifest, or
     only the publish lease folder): `versions ROOT` listed the datasets as incomplete versions ("publish it again
