@@ -227,14 +227,24 @@ class LocalStore(Store):
         self._copy(src, Path(local), progress)
 
     def delete(self, key: str) -> None:
-        self.path(key).unlink(missing_ok=True)
+        """Delete ``key`` durably: the directory is fsynced after the unlink, so a power loss cannot bring back a
+        manifest or ledger entry the caller deleted before writing what contradicts it."""
+        path = self.path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
 
     def delete_prefix(self, prefix: str) -> None:
         p = self.path(prefix)
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
-        else:
+        elif p.exists() or p.is_symlink():
             p.unlink(missing_ok=True)
+        else:
+            return
+        fsync_dir(p.parent)
 
     @contextlib.contextmanager
     def staged_file(self, key: str) -> Iterator[StagedFile]:

@@ -65,6 +65,27 @@ def test_concurrent_create_if_absent_has_one_winner(store):
         assert store.read_bytes(key) == f"writer {wins[0]}".encode() * 100
 
 
+def test_a_local_delete_is_durable(tmp_path, monkeypatch):
+    """A deleted manifest or ledger entry must not come back after a power loss while what replaced it stays: the
+    directory is fsynced after each unlink (and after a removed prefix); nothing is fsynced when nothing was there."""
+    import bench_build.storage.local as local
+
+    synced: list[Path] = []
+    monkeypatch.setattr(local, "fsync_dir", lambda d: synced.append(Path(d)))
+    store = LocalStore(tmp_path / "root")
+    store.write_text("v/manifest.json", "{}")
+    store.write_text("v/data/a/part.parquet", "x")
+    synced.clear()
+    store.delete("v/manifest.json")
+    assert synced == [tmp_path / "root" / "v"] and not store.exists("v/manifest.json")
+    store.delete_prefix("v/data")
+    assert synced[1:] == [tmp_path / "root" / "v"] and not (tmp_path / "root" / "v" / "data").exists()
+    synced.clear()
+    store.delete("v/manifest.json")
+    store.delete_prefix("v/data")
+    assert synced == []
+
+
 def test_staged_file_appears_only_when_complete(store, tmp_path):
     with pytest.raises(RuntimeError), store.staged_file("x/part.parquet") as staged:
         staged.path.write_bytes(b"half")
