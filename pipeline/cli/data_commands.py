@@ -181,15 +181,22 @@ def render(
     from rich.markup import escape
 
     from bench_build.manifests.manifest import ManifestError
-    from bench_build.render import RenderError, render_version
+    from bench_build.render import RenderError, RenderWriteError, render_version
     from bench_build.storage import StorageError, refuse_non_directory
 
     try:
         if out is not None:
             refuse_non_directory(out, "--out")
+            if Path(out).resolve().is_relative_to(Path(version_dir).resolve()):
+                raise RenderError(f"--out {out} is inside the version {version_dir}, whose folders hold the files "
+                                  "its manifest lists (publish and verify read them): give a folder outside it")
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
                                color_by=color_by,
                                on_note=lambda n: console.print(f"[yellow]note:[/yellow] {escape(n)}", highlight=False))
+    except RenderWriteError as e:  # the pictures written before it stay: said, and exit 1 (something was written)
+        for p in e.written:
+            out_console.print(f"wrote {p}")
+        raise fail(e, code=1 if e.written else 2) from None
     except (RenderError, ManifestError, StorageError) as e:
         raise fail(e) from None
     for p in paths:

@@ -20,7 +20,7 @@ semantic class a segmentation benchmark scores (`views.semantic_classes`; grey u
 Boxes: cyan Car, olive Pedestrian, brown Cyclist, dark grey any other class (colours no point tag uses).
 """
 
-from bench_build.render.figure import render_version, view_figure
+from bench_build.render.figure import RenderWriteError, render_version, view_figure
 from bench_build.render.legend import SCENE_Z_RANGE, TAG_LABELS, LegendEntry, legend_entries, scale_bar_m
 from bench_build.render.panels import (
     OBJECT_VIEWS,
@@ -71,7 +71,8 @@ __all__ = [
     "OTHER_BOX", "PANEL_PX", "SCENE_Z_RANGE", "SHEET_GAP_PX", "SHEET_LEGEND_LINE_PX", "SHEET_NAME",
     "SHEET_ROW_GAP_PX", "SHEET_TITLE_PX", "TAG_COLORS", "TAG_LABELS", "ZOOM_CHANGED", "ZOOM_GONE", "ZOOM_MARGIN_M",
     "ZOOM_SAME",
-    "Focus", "LegendEntry", "Panel", "RenderError", "SheetKey", "View", "bev_raster", "box_outlines",
+    "Focus", "LegendEntry", "Panel", "RenderError", "RenderWriteError", "SheetKey", "View", "bev_raster",
+    "box_outlines",
     "contact_sheet", "corner_extent", "default_render_dir", "encode_png", "import_drawing", "inset_raster",
     "legend_entries", "make_panel", "object_extent", "object_raster", "paint", "panels_sheet", "present_tags",
     "read_views", "render_version", "save_png", "scale_bar_m", "scene_extent", "sheet_extent", "sheet_focus",

@@ -22,7 +22,7 @@ from bench_build.render.read import (
 from bench_build.render.sheet import contact_sheet
 from bench_build.render.views import COLOR_BY, RenderError, View, semantic_classes
 from bench_build.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
-from bench_build.storage import LocalStore
+from bench_build.storage import LocalStore, atomic_write_with
 
 
 def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,
@@ -114,6 +114,30 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
     return fig, entries
 
 
+class RenderWriteError(RenderError):
+    """A PNG could not be written (the folder cannot be made, the disk is full): ``written``, those written before
+    it, which stay."""
+
+    def __init__(self, message: str, written: list[Path]) -> None:
+        super().__init__(message)
+        self.written = written
+
+
+def write_png(path: Path, data: bytes, written: list[Path]) -> None:
+    """Write one PNG whole (a temp file beside it, renamed into place: a killed render leaves no cut-short
+    picture) and add it to ``written``; an OS error is `RenderWriteError`, one line naming the file."""
+    def put(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    try:
+        atomic_write_with(path, put)
+    except OSError as e:
+        where = getattr(e, "in_the_way", None) or e.filename or path
+        raise RenderWriteError(f"{where}: cannot write {path.name} there ({e.strerror or e})", written) from None
+    written.append(path)
+
+
 def render_version(version_dir: str | Path, out: str | Path | None = None, *, frame_id: str | None = None,
                    corruption: str | None = None, severity: int | None = None, color_by: str = "tag",
                    on_note: Callable[[str], None] | None = None) -> list[Path]:
@@ -156,10 +180,9 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
             say(long)
         data, _ = contact_sheet(views, frame_id=frame_id, color_by=color_by,
                                 severity_names=severity_names(manifest), note=None if has_clean else short)
-        path = out_dir / f"contact_sheet_{file_part(frame_id)}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        return [path]
+        written: list[Path] = []
+        write_png(out_dir / f"contact_sheet_{file_part(frame_id)}.png", data, written)
+        return written
     if corruption == "clean" or severity == 0:
         parts = [("clean", 0)]
     elif corruption is not None:
@@ -183,7 +206,5 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
             continue
         fig, _ = view_figure(v, frame_id=frame_id, extent=extent, radius=radius, focus=focus, color_by=color_by,
                              note=None if clean is not None or v.is_object else short)
-        path = out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png"
-        save_png(fig, path)
-        written.append(path)
+        write_png(out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png", save_png(fig), written)
     return written

@@ -421,6 +421,43 @@ def test_render_writes_beside_the_user_not_into_the_build(built, tmp_path, monke
     assert "./renders-<benchmark>-<version>" in res.output
 
 
+def test_render_refuses_an_out_inside_the_version_and_names_what_it_cannot_write(built, tmp_path, monkeypatch):
+    """`--out` inside the version (its renders/ or data/) put extra PNGs among the files its manifest lists; it is
+    refused, nothing written. A PNG that cannot be written (no space, a folder that cannot be made) was an OSError
+    traceback; it is one line naming the file, exit 2 when nothing was written, else 1 with what was written."""
+    import errno
+
+    import bench_build.render.figure as figure
+
+    before = sorted(p.relative_to(built) for p in built.rglob("*"))
+    for out in (built / "renders", built / "data" / "pngs", built):
+        res = runner.invoke(app, ["render", str(built), "--out", str(out), "--frame", "000001"])
+        assert res.exit_code == 2, res.output
+        assert f"--out {out} is inside the version {built}" in " ".join(res.output.split()), res.output
+    assert sorted(p.relative_to(built) for p in built.rglob("*")) == before
+    real, calls = figure.atomic_write_with, []
+
+    def disk_full_on(n):
+        def write(path, put):
+            calls.append(path)
+            if len(calls) == n:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real(path, put)
+        return write
+
+    for n, code in ((1, 2), (3, 1)):
+        calls.clear()
+        monkeypatch.setattr(figure, "atomic_write_with", disk_full_on(n))
+        out = tmp_path / f"full{n}"
+        res = runner.invoke(app, ["render", str(built), "--out", str(out), "--corruption", "translation"])
+        assert res.exit_code == code, res.output
+        lines = res.output.strip().splitlines()
+        assert lines[-1] == (f"error: {out / '000000_translation_1.png'}: cannot write 000000_translation_1.png "
+                             "there (No space left on device)").replace("_1.png", f"_{n}.png"), res.output
+        assert sorted(p.name for p in out.glob("*")) == [f"000000_translation_{s}.png" for s in range(1, n)]
+        assert lines[:-1] == [f"wrote {out / f'000000_translation_{s}.png'}" for s in range(1, n)], res.output
+
+
 def test_build_sheet_panels_carry_the_zoom(built):
     """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
     read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
