@@ -473,7 +473,11 @@ def _parse_variants(origin: str, data: dict[str, Any]) -> dict[str, VariantInfo]
                     changes[f"source_options.{k}"] = {k: (opts[k], val)}
                     tables[f"source_options.{k}"] = ({"notes": notes_a.get(k, "")},
                                                       {"notes": notes_b.get(k, "")})
-        out[vname] = VariantInfo(name=vname, base=base_name, benchmark=str(v.get("name", f"{base_name}-{vname}")),
+        benchmark = v.get("name", f"{base_name}-{vname}")
+        if not isinstance(benchmark, str) or not benchmark:  # str() made 5 a benchmark "5", true one "True"
+            raise RecipeError(f"{where}: name must be the variant's benchmark name in quotes (e.g. "
+                              f"\"{base_name}-{vname}\"), got {benchmark!r}")
+        out[vname] = VariantInfo(name=vname, base=base_name, benchmark=benchmark,
                                  description=_check_text(where, "description", v.get("description", "")),
                                  changes={c: ch for c, ch in changes.items() if ch},
                                  notes={c: _variant_notes(origin, vname, c, c in raw, *tables[c])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tomllib
 from importlib import resources
 
 import pytest
@@ -571,3 +572,18 @@ def test_non_string_variant_texts_are_refused(edit, where):
     with pytest.raises(RecipeError) as e:
         parse_recipe(VARIANT_RECIPE.replace(*edit), origin=ORIGIN)
     assert str(e.value).startswith(f"{ORIGIN}: {where} must be a string")
+
+
+@pytest.mark.parametrize("bad", ["5", "true", '["toy-x"]', "{ a = 1 }", '""'])
+def test_a_variant_name_that_is_not_a_string_is_refused_at_load(tmp_path, bad):
+    """str() made `name = 5` the benchmark "5" (a build into OUT/5/), `name = true` the benchmark "True"."""
+    path = tmp_path / "toy.toml"
+    path.write_text(VARIANT_RECIPE.replace('description = "the paper"', f'description = "the paper"\nname = {bad}'))
+    for spec in (path, f"{path}:text"):
+        with pytest.raises(RecipeError) as e:
+            load_recipe(spec)
+        assert str(e.value) == (f"{path}: [variants.text]: name must be the variant's benchmark name in quotes "
+                                f"(e.g. \"toy-text\"), got {tomllib.loads('v = ' + bad)['v']!r}")
+    path.write_text(VARIANT_RECIPE.replace('description = "the paper"', 'description = "the paper"\nname = "toy-t"'))
+    assert load_recipe(f"{path}:text").name == "toy-t"
+
