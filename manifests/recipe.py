@@ -53,7 +53,8 @@ disk: ``severities`` ≤ `MAX_SEVERITIES` (20; the built-ins have at most 5), an
 entries and every string ≤ `MAX_PARAM_CHARS` (256; built-ins ≤ 22) characters (``notes`` is free text
 and not bounded). The ``seed`` is an integer in 0 … 2**63 − 1 (`MAX_SEED`): TOML 1.0's integer range, which other
 TOML readers enforce (Python's does not); NumPy's ``SeedSequence``, which takes it with each example's key hash, takes
-any non-negative integer, so TOML is the bound. Free text (``description``, ``paper``, a table's ``notes``) must be
+any non-negative integer, so TOML is the bound. A stage's own seed (``seed`` or ``*_seed``: snow's ``pool_seed``)
+has the same bound, checked per severity. Free text (``description``, ``paper``, a table's ``notes``) must be
 a TOML string: a number or table there is refused rather than printed through ``str()``. Each violation is a
 `RecipeError` naming the recipe and the field, raised at load.
 
@@ -627,6 +628,7 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
         for s, v in enumerate(values):
             per_severity[s][fname] = v
     for s, kw in enumerate(per_severity, 1):
+        _check_seeds(where, stage_name, s, kw)
         _check_values(where, s, kw)
         # every stage with a `rule` switch takes RULES; the stage checks it only when it runs, in a worker
         if "rule" in fields and kw.get("rule", fields["rule"].default) not in RULES:
@@ -683,6 +685,16 @@ def _numbers(value: Any) -> list[float]:
     if isinstance(value, tuple | list):
         return [x for v in value for x in _numbers(v)]
     return []
+
+
+def _check_seeds(where: str, stage: str, severity: int, kw: dict[str, Any]) -> None:
+    """A stage's own seed (a parameter named ``seed`` or ``*_seed``: snow's ``pool_seed``) is bounded like the
+    recipe's: an integer in 0 … `MAX_SEED`, TOML's integer range, which Python's TOML reader does not enforce."""
+    for name, value in kw.items():
+        seed = name == "seed" or name.endswith("_seed")
+        if seed and isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= MAX_SEED:
+            raise RecipeError(f"{where}: parameter {name!r} of stage {stage} (severity {severity}) must be an "
+                              f"integer in 0 … 2**63 - 1 ({MAX_SEED}, TOML's largest integer), got {value!r}")
 
 
 def _check_values(where: str, severity: int, kw: dict[str, Any]) -> None:

@@ -587,3 +587,31 @@ def test_a_variant_name_that_is_not_a_string_is_refused_at_load(tmp_path, bad):
     path.write_text(VARIANT_RECIPE.replace('description = "the paper"', 'description = "the paper"\nname = "toy-t"'))
     assert load_recipe(f"{path}:text").name == "toy-t"
 
+
+SNOW = BENCH.replace("severities = 5", "severities = 2") + (
+    '[corruptions.snowy]\nstage = "snow"\nrate = [0.5, 1.0]\nterminal_velocity = 1.2\n')
+
+
+@pytest.mark.parametrize(("value", "severity"), [
+    ("9223372036854775808", 1), ("18446744073709551616", 1), ("[42, 9223372036854775808]", 2), ("-1", 1)])
+def test_a_stage_seed_outside_tomls_integer_range_is_refused_at_load(value, severity):
+    """pool_seed had no upper bound: 2**64 loaded (Python's TOML reader takes any integer) and seeded the pool."""
+    got = tomllib.loads(f"v = {value}")["v"]
+    got = got[severity - 1] if isinstance(got, list) else got
+    with pytest.raises(RecipeError) as e:
+        parse_recipe(SNOW + f"pool_seed = {value}\n", origin=ORIGIN)
+    assert str(e.value) == (f"{ORIGIN}: corruption 'snowy': parameter 'pool_seed' of stage snow (severity {severity}) "
+                            f"must be an integer in 0 … 2**63 - 1 (9223372036854775807, TOML's largest integer), "
+                            f"got {got!r}")
+
+
+def test_the_largest_stage_seed_loads_and_one_more_is_refused_in_preprocess_too():
+    from bench_build.manifests.recipe import MAX_SEED
+
+    r = parse_recipe(SNOW + f"pool_seed = [0, {MAX_SEED}]\n", origin=ORIGIN)
+    assert [p.pool_seed for p in r.corruption("snowy").params] == [0, MAX_SEED]
+    pre = GOOD + '[preprocess]\nstage = "snow"\nrate = 1.0\nterminal_velocity = 1.2\npool_seed = {}\n'
+    assert parse_recipe(pre.format(MAX_SEED), origin=ORIGIN).preprocess.params[0].pool_seed == MAX_SEED
+    with pytest.raises(RecipeError, match=r"^my.toml: \[preprocess\]: parameter 'pool_seed' of stage snow \(severity "
+                                          r"1\) must be an integer in 0 … 2\*\*63 - 1 .*, got 9223372036854775808$"):
+        parse_recipe(pre.format(MAX_SEED + 1), origin=ORIGIN)
