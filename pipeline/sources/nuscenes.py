@@ -107,6 +107,22 @@ def _parse_split(root: Path, split: str | None, default: str = "val") -> tuple[s
     return version, name
 
 
+def split_problem(root: Path | None, split: str) -> str | None:
+    """Why ``split`` (``SPLIT`` or ``VERSION:SPLIT``) names none of the devkit's splits (``create_splits_scenes``), or
+    None: the registry's check of a recipe's split (or ``--split``), run before the tables are read, so the error
+    names where the split came from. The splits are the devkit's whatever the data; the table folder is checked
+    when the reader opens it. None without the devkit too: the reader then says how to install it."""
+    name = split.rpartition(":")[2]
+    try:
+        from nuscenes.utils.splits import create_splits_scenes
+    except ImportError:
+        return None
+    splits = sorted(create_splits_scenes())
+    if not name or name in splits:  # an empty name is the default, val
+        return None
+    return f"is not a nuScenes split (it takes VERSION:SPLIT or a devkit split: {', '.join(splits)})"
+
+
 def read_points(path: Path, *, allow_empty: bool = False) -> np.ndarray:
     """N×5 float32 (x, y, z, intensity, ring) of a ``.pcd.bin`` (the devkit's format, ring kept); not empty unless
     ``allow_empty`` (a 0-byte sweep is a damaged download: a real LIDAR_TOP sweep always has returns)."""

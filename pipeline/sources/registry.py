@@ -26,6 +26,7 @@ from bench_build.sources.kitti import KittiSource
 from bench_build.sources.modelnet import SPLITS as MODELNET_SPLITS
 from bench_build.sources.modelnet import ModelNet40H5Source
 from bench_build.sources.nuscenes import NuScenesSource
+from bench_build.sources.nuscenes import split_problem as nuscenes_split_problem
 from bench_build.sources.scanobjectnn import SPLITS as SCANOBJECTNN_SPLITS
 from bench_build.sources.scanobjectnn import ScanObjectNNSource
 from bench_build.sources.semantickitti import SemanticKittiSource, parse_split
@@ -153,7 +154,8 @@ READERS: dict[str, ReaderInfo] = {info.kind: info for info in (
                split_problem=_parsed("SemanticKITTI", parse_split, "val, train, test or sequence "
                                      "numbers like 08,09")),
     ReaderInfo("nuscenes", NuScenesSource, "nuScenes", "a devkit split (val) or VERSION:SPLIT",
-               _nuscenes_fixture, write_demo=demo_nuscenes.write_demo, allow_empty=True),
+               _nuscenes_fixture, write_demo=demo_nuscenes.write_demo, allow_empty=True,
+               split_problem=nuscenes_split_problem),
     ReaderInfo("waymo", WaymoSource, "Waymo", "the split folder", _waymo_fixture,
                write_demo=demo_waymo.write_demo),
     ReaderInfo("wads", WadsSource, "WADS", "all (default) or sequence numbers (11,36)",

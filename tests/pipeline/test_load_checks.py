@@ -128,6 +128,8 @@ def test_unreadable_ledger_entries_are_rebuilt_and_a_bad_run_json_is_refused(sma
 @pytest.mark.parametrize(("source", "name", "takes"), [
     ("semantickitti", "SemanticKITTI", "val, train, test or sequence numbers like 08,09"),
     ("wads", "WADS", "all or sequence numbers like 11,36"),
+    ("nuscenes", "nuScenes",
+     "VERSION:SPLIT or a devkit split: mini_train, mini_val, test, train, train_detect, train_track, val"),
     ("modelnet40", "ModelNet40", "train, test or all"),
     ("scanobjectnn", "ScanObjectNN", "training, test or all"),
     ("shapenet", "ShapeNetCore", "train, val, test or all"),

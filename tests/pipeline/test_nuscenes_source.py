@@ -225,3 +225,30 @@ def test_a_recipe_that_reads_labels_refuses_key_frames_without_lidarseg(nu_root,
     assert (f"robo3d-nuscenes-c's wet_ground reads per-point semantic labels, but {root / 'v1.0-mini'} has no "
             "lidarseg.json (the nuScenes-lidarseg expansion)") in " ".join(res.output.split())
     assert not out.exists()
+
+
+def test_a_split_the_devkit_has_not_is_refused_naming_the_recipe_or_the_flag(nu_root, tmp_path):
+    """An unknown split failed when the devkit's tables were read, naming the data root but not the recipe file (or
+    --split) that chose it. `plan` and `run` now refuse it before any work, naming where it came from."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+    from bench_build.manifests.recipe import builtin_recipes
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(builtin_recipes()["robo3d-nuscenes-c"].read_text().replace('split = "val"', 'split = "vall"'))
+    said = ("is not a nuScenes split (it takes VERSION:SPLIT or a devkit split: mini_train, mini_val, test, train, "
+            "train_detect, train_track, val)")
+    out = tmp_path / "out"
+    for command, error in (
+            (["plan", str(recipe), "--source", str(nu_root)], f"{recipe}: [benchmark] split 'vall' {said}"),
+            (["run", str(recipe), "--source", str(nu_root), "--out", str(out), "--no-progress"],
+             f"{recipe}: [benchmark] split 'vall' {said}"),
+            (["plan", "robo3d-nuscenes-c", "--source", str(nu_root), "--split", "v1.0-mini:vall"],
+             f"--split 'v1.0-mini:vall' {said}")):
+        res = CliRunner().invoke(app, command)
+        assert res.exit_code == 2, res.output
+        assert f"error: {error}" in " ".join(res.output.split()), res.output
+    assert not out.exists()
+    with pytest.raises(SourceError, match=r"unknown split 'vall' \(devkit splits: mini_train, "):
+        NuScenesSource(nu_root, "vall")  # the reader on its own still refuses it, naming the data
