@@ -1,6 +1,7 @@
 """Waymo Open Dataset v2 (Parquet per component), TOP LiDAR, read with pyarrow.
 
-Layout (``ROOT`` is the dataset folder holding the split folders, or one split folder itself)::
+Layout (``ROOT`` is the dataset folder holding the split folders, or one split folder itself: the split named, by
+its folder name, or any when no split is named; `split_folder`)::
 
     ROOT/validation/lidar/<context>.parquet               range images, one row per (frame, laser)
     ROOT/validation/lidar_calibration/<context>.parquet   extrinsic + beam inclinations, one row per laser
@@ -189,6 +190,27 @@ def _image(path: Path, table, values: str, shape: str, channels: int) -> np.ndar
     return flat.reshape(shp)
 
 
+def split_folder(root: Path, split: str | None) -> Path:
+    """The folder of the split's components: ``root/<split>`` (split default: validation), or ``root`` itself when
+    it is a split folder (holds ``lidar/``) and either its name is the split or no split was named. A split named
+    that is neither is an error naming it and the root: ``root`` is then another split's folder (read as the split
+    named, a wrong split built other frames under its name) or holds other splits."""
+    name = split or "validation"
+    if (root / name / "lidar").is_dir():
+        return root / name
+    if (root / "lidar").is_dir():
+        if split is None or root.name == split:
+            return root
+        raise SourceError(root, f"split {split!r} not found: no {root / split / 'lidar'}, and {root} is the split "
+                                f"folder {root.name!r} (pass the folder that holds {split}/, or split "
+                                f"{root.name!r} to build this one)")
+    others = sorted(p.parent.name for p in root.glob("*/lidar") if p.is_dir())
+    if others:
+        raise SourceError(root, f"split {name!r}{' (the default)' if split is None else ''} not found: no "
+                                f"{root / name / 'lidar'} (the split folders there: {', '.join(others)})")
+    raise SourceError(root, f"no Waymo v2 'lidar' component folder (looked in {root / name} and {root})")
+
+
 class WaymoSource:
     """Reads TOP-laser first returns of Waymo v2 frames (with semantic labels and boxes when present)."""
 
@@ -200,12 +222,7 @@ class WaymoSource:
     def __init__(self, root: str | Path, split: str | None = None) -> None:
         root = Path(root)
         self.split = split or "validation"
-        if (root / self.split / "lidar").is_dir():
-            self.data = root / self.split
-        elif (root / "lidar").is_dir():
-            self.data = root
-        else:
-            raise SourceError(root, f"no Waymo v2 'lidar' component folder (looked in {root / self.split} and {root})")
+        self.data = split_folder(root, split)
         self.root = root
         self._calib: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._directions: dict[tuple[str, int], np.ndarray] = {}

@@ -235,3 +235,37 @@ def test_small_row_groups_read_the_same_frames(wo_root, tmp_path):
         np.testing.assert_array_equal(fa.points, fb.points)
         np.testing.assert_array_equal(fa.labels["semantic"], fb.labels["semantic"])
         np.testing.assert_array_equal(fa.boxes.center, fb.boxes.center)
+
+
+def test_a_split_folder_is_read_only_as_its_own_split(wo_root, tmp_path):
+    """A root that is itself a split folder was read whatever split was named: `--source …/validation` with
+    `split = "training"` built the validation frames under the training split's name. The root is now taken as the
+    split named only when it is that split's folder (or when no split is named), else an error naming both."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    folder = wo_root / "validation"
+    ids = WaymoSource(wo_root).list_frames()
+    assert WaymoSource(folder).list_frames() == WaymoSource(folder, "validation").list_frames() == ids
+    with pytest.raises(SourceError) as e:
+        WaymoSource(folder, "training")
+    assert str(e.value) == (f"{folder}: split 'training' not found: no {folder / 'training' / 'lidar'}, and {folder} "
+                            "is the split folder 'validation' (pass the folder that holds training/, or split "
+                            "'validation' to build this one)")
+    with pytest.raises(SourceError) as e:
+        WaymoSource(wo_root, "training")
+    assert str(e.value) == (f"{wo_root}: split 'training' not found: no {wo_root / 'training' / 'lidar'} (the split "
+                            "folders there: validation)")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SourceError, match=r"no Waymo v2 'lidar' component folder \(looked in "):
+        WaymoSource(empty, "training")
+    out = tmp_path / "out"
+    for command in (["plan", "robo3d-wod-c", "--source", str(folder), "--split", "training"],
+                    ["run", "robo3d-wod-c", "--source", str(folder), "--split", "training", "--out", str(out),
+                     "--no-progress"]):
+        res = CliRunner().invoke(app, command)
+        assert res.exit_code == 2, res.output
+        assert f"error: {folder}: split 'training' not found: no" in " ".join(res.output.split()), res.output
+    assert not out.exists()
