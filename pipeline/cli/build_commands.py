@@ -85,15 +85,18 @@ def run(
     from bench_build.build.run import run_build
     from bench_build.manifests.recipe import RecipeError, load_recipe
 
-    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; an empty split means the recipe's
+    if version is not None:  # the nuScenes reader takes VERSION:SPLIT; without --split, the recipe's split
         try:
-            kind = load_recipe(benchmark).source
+            recipe = load_recipe(benchmark)
+            kind, recipe_split = recipe.source, recipe.split
         except RecipeError:
-            kind = None  # said by run_build below, as without --version
+            kind, recipe_split = None, None  # said by run_build below, as without --version
         if kind is not None and kind != "nuscenes":
             raise fail(f"--version {version}: only nuScenes sources have table versions; {benchmark} reads {kind} "
                        "(leave out --version)")
-        split = f"{version}:{split or ''}"
+        # "VERSION:" alone read as the reader's default (val) whatever the recipe's split, and was said to be
+        # another split than the benchmark's
+        split = f"{version}:{split if split is not None else recipe_split or ''}"
     from bench_build.build.shard import os_error_message
     from bench_build.errors import BenchBuildError, wrote_before
 

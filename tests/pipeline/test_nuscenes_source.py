@@ -172,6 +172,32 @@ def test_table_version_from_split_or_cli(nu_root):
     assert "v1.0-trainval" in out.output and "nuScenes table missing" in " ".join(out.output.split())
 
 
+def test_version_without_split_keeps_the_recipes_split(nu_root, tmp_path, monkeypatch):
+    """`run --version V` without --split passed ``V:`` to the reader, which read it as its default split (val), so a
+    recipe whose split is train built the val frames, and the run said it built split 'V:', not the benchmark's."""
+    from typer.testing import CliRunner
+
+    import bench_build.build.run as build_run
+    from bench_build.cli import app
+    from bench_build.manifests.recipe import builtin_recipes
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(builtin_recipes()["robo3d-nuscenes-c"].read_text().replace('split = "val"', 'split = "train"'))
+    asked: list = []
+
+    def run_build(*args, **kwargs):  # the split the build would read, then stop: exit 3
+        asked.append(kwargs["split"])
+        raise SystemExit(3)
+
+    monkeypatch.setattr(build_run, "run_build", run_build)
+    for extra, split in (([], "v1.0-mini:train"), (["--split", "val"], "v1.0-mini:val")):
+        res = CliRunner().invoke(app, ["run", str(recipe), "--source", str(nu_root), "--version", "v1.0-mini",
+                                       "--out", str(tmp_path / "o"), "--no-progress", *extra])
+        assert res.exit_code == 3 and asked[-1] == split, (res.output, asked)
+    assert NuScenesSource(nu_root, asked[0]).split == "mini_train"
+    assert len(NuScenesSource(nu_root, asked[0]).list_frames()) == 1  # the train scene's frame, not val's 3
+
+
 def test_an_empty_or_folder_sweep_is_refused_unless_empty_frames_are_allowed(nu_root, tmp_path):
     """A 0-byte .pcd.bin read as a sweep of 0 points (0 is a multiple of 20 bytes), and a folder in its place was an
     IsADirectoryError (told as a full disk); both are bad input naming the file. --allow-empty-frames reads the
