@@ -13,10 +13,11 @@ The run's command is built here from options, never typed into the YAML by hand,
 runs is always a command the CLI accepts: more `bench-build run` options after `--` are parsed by the
 CLI's own `run` command (bench_build must be importable for them) and refused in one line if it would
 not accept them, or if they set what this tool sets itself (tests/deploy checks every rendered command with
-typer's test runner). Refused too: a run without --source (the demo data it would generate on the head is
-not on the other nodes), a --source the cluster's containers do not mount, a config that still holds the
-shipped placeholders (YOUR-ORG, fs-EDIT: `ray up --execute`; a RayJob without --image), and --execute without
-the `ray` command.
+typer's test runner). Refused too: a --benchmark that is neither a built-in (or one of its variants) nor a
+recipe file (it would fail only once the cluster is up), a run without --source (the demo data it would generate
+on the head is not on the other nodes), a --source the cluster's containers do not mount, a config that still
+holds the shipped placeholders (YOUR-ORG, fs-EDIT: `ray up --execute`; a RayJob without --image), and --execute
+without the `ray` command.
 Credentials are never options: a `ray up` cluster uses its nodes' IAM role, KubeRay the Secret the
 RayJob names (`bench-build-s3`). Needs the standard library and PyYAML (plus bench_build for extra options).
 """
@@ -197,17 +198,42 @@ def job_name(benchmark: str) -> str:
     return f"bench-build-{slug}"[:MAX_JOB_NAME].rstrip("-")
 
 
-def recipe_source(benchmark: str) -> str | None:
-    """The dataset (``[benchmark] source``) a benchmark reads: a built-in's (``kitti-c``, ``kitti-c:text``) or a
-    recipe file's, found as `bench-build run` finds them; None when it is neither (or cannot be read here)."""
+def read_benchmark(benchmark: str) -> dict:
+    """The recipe `bench-build run BENCHMARK` loads, as parsed TOML: a built-in's (``kitti-c``, or ``kitti-c:text``
+    for one of its variants) or a recipe file's, found as the CLI finds them (`load_recipe`,
+    manifests/recipe.py). Refused when it is none of these: the cluster would fail only once its nodes are up.
+    Read from this checkout's recipes (manifests/recipes/) with tomllib, importing neither bench_build nor Ray."""
     builtins = {p.name[: -len(".toml")]: p for p in RECIPES.glob("*.toml")}
-    spec = benchmark
+    spec, variant = benchmark, None
     if spec not in builtins and not Path(spec).exists() and ":" in spec:
-        spec = spec.rsplit(":", 1)[0]  # a variant: the same source
+        spec, variant = spec.rsplit(":", 1)
+    if spec in builtins:
+        path, what = builtins[spec], f"the built-in benchmark {spec}"
+    elif spec.endswith(".toml") or Path(spec).exists():
+        path, what = Path(spec), f"the recipe file {spec}"
+        if not path.is_file():
+            raise Refused(f"--benchmark {benchmark}: recipe file {spec} "
+                          f"{'is a directory' if path.is_dir() else 'does not exist'}")
+    else:
+        raise Refused(f"--benchmark {benchmark}: unknown benchmark: not a built-in ({', '.join(sorted(builtins))}) "
+                      "nor a recipe .toml file")
     try:
-        source = tomllib.loads((builtins.get(spec) or Path(spec)).read_text()).get("benchmark", {}).get("source")
-    except (OSError, ValueError):  # no such file, or not TOML (tomllib.TOMLDecodeError is a ValueError)
-        return None
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, or not TOML (TOMLDecodeError is a ValueError)
+        raise Refused(f"--benchmark {benchmark}: cannot read {what} as a recipe ({' '.join(str(e).split())})"
+                      ) from None
+    variants = data.get("variants")
+    variants = variants if isinstance(variants, dict) else {}
+    if variant is not None and variant not in variants:
+        raise Refused(f"--benchmark {benchmark}: {what} has no variant {variant!r} "
+                      f"(it has {', '.join(sorted(variants)) or 'none'})")
+    return data
+
+
+def recipe_source(benchmark: str) -> str | None:
+    """The dataset (``[benchmark] source``) a benchmark reads (`read_benchmark`); None when its recipe names none."""
+    table = read_benchmark(benchmark).get("benchmark")
+    source = table.get("source") if isinstance(table, dict) else None
     return source if isinstance(source, str) else None
 
 
@@ -226,9 +252,9 @@ def source_claim(benchmark: str, claim: str | None, template: Path = RAYJOB) -> 
     if source == TEMPLATE_SOURCE:
         return default
     if source is None:
-        raise Refused(f"--benchmark {benchmark}: not a built-in benchmark nor a recipe file readable here, so not "
-                      f"known to read the {TEMPLATE_SOURCE} data of the template's source PVC {default}: name the PVC "
-                      "holding its source with --source-claim")
+        raise Refused(f"--benchmark {benchmark}: its recipe names no [benchmark] source, so it is not known to read "
+                      f"the {TEMPLATE_SOURCE} data of the template's source PVC {default}: name the PVC holding its "
+                      "source with --source-claim")
     raise Refused(f"--benchmark {benchmark} reads {source} data, and the template's source PVC {default} holds "
                   f"{TEMPLATE_SOURCE} data: name the PVC holding its source with --source-claim (e.g. --source-claim "
                   f"{source}-source)")
@@ -335,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "--source must be in it)")
     args = p.parse_args(argv)
     try:
+        read_benchmark(args.benchmark)  # an unknown benchmark fails here, not once the cluster's nodes are up
         command = run_command(args.benchmark, args.source, args.out, args.extra)
         if args.target == "ray-up":
             cluster = read_cluster(args.cluster)

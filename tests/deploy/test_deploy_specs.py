@@ -457,7 +457,8 @@ def test_a_benchmark_that_reads_kitti_mounts_the_templates_claim_by_default(benc
                                "--source-claim (e.g. --source-claim semantickitti-source)"),
     ("modelnet-c", "--benchmark modelnet-c reads modelnet40 data"),
     ("nuscenes-recipe-file", "reads nuscenes data"),
-    ("no-such-benchmark", "--benchmark no-such-benchmark: not a built-in benchmark nor a recipe file readable here"),
+    ("no-such-benchmark", "--benchmark no-such-benchmark: unknown benchmark: not a built-in (3dos, kitti-c, "),
+    ("sourceless-recipe-file", "its recipe names no [benchmark] source"),
 ])
 def test_a_benchmark_that_reads_other_data_needs_its_source_claim(benchmark, says, tmp_path, capsys):
     """Defaulting to the template's claim mounted KITTI's scans at /data/semantickitti for a SemanticKITTI build:
@@ -465,10 +466,79 @@ def test_a_benchmark_that_reads_other_data_needs_its_source_claim(benchmark, say
     if benchmark == "nuscenes-recipe-file":
         benchmark = str(tmp_path / "my-nus.toml")
         Path(benchmark).write_text('[benchmark]\nname = "my-nus"\nsource = "nuscenes"\n')
+    elif benchmark == "sourceless-recipe-file":
+        benchmark = str(tmp_path / "my-none.toml")
+        Path(benchmark).write_text('[benchmark]\nname = "my-none"\n')
     assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", "/data/other", "--out",
                                   "s3://bench/work"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and says in out.err and len(out.err.splitlines()) == 1, out.err
+
+
+def _benchmark_arg(benchmark: str, tmp_path: Path) -> str:
+    """A --benchmark value: the parameter itself, or a file of ``tmp_path`` for the cases that need one."""
+    if benchmark == "a directory.toml":
+        (tmp_path / benchmark).mkdir()
+    elif benchmark == "not-utf8.toml":
+        (tmp_path / benchmark).write_bytes(b"[benchmark]\nname = \"\xff\"\n")
+    elif benchmark == "not-toml.toml":
+        (tmp_path / benchmark).write_text("[benchmark\n")
+    elif benchmark.startswith("mine.toml"):
+        (tmp_path / "mine.toml").write_text('[benchmark]\nname = "mine"\nsource = "kitti"\n[variants.fast]\n')
+    else:
+        return benchmark
+    return str(tmp_path / benchmark)
+
+
+@pytest.mark.parametrize("target", ["ray-up", "ray-up --execute", "kuberay"])
+@pytest.mark.parametrize(("benchmark", "says"), [
+    ("kitti-cc", "unknown benchmark: not a built-in (3dos, kitti-c, modelnet-c, "),
+    ("kitti-c:nope", "the built-in benchmark kitti-c has no variant 'nope' (it has text)"),
+    ("robo3d-wod-c:text", "has no variant 'text' (it has none)"),
+    ("missing.toml", "recipe file missing.toml does not exist"),
+    ("a directory.toml", "is a directory"),
+    ("not-utf8.toml", "as a recipe ("),
+    ("not-toml.toml", "as a recipe ("),
+    ("mine.toml:slow", "mine.toml has no variant 'slow' (it has fast)"),
+])
+def test_submit_refuses_an_unknown_benchmark_before_anything_runs(target, benchmark, says, monkeypatch, tmp_path,
+                                                                  capsys):
+    """`bench-build run` refuses an unknown benchmark only on the head, once `ray up` has launched the cluster (or
+    KubeRay has started its pods): refused here in one line, exit 2, nothing printed and nothing run, for `ray up`
+    and for a RayJob whose --source-claim skips the check of the data the benchmark reads."""
+    from bench_build.manifests.recipe import RecipeError, load_recipe
+
+    fake_ray = tmp_path / "bin" / "ray"
+    fake_ray.parent.mkdir()
+    fake_ray.write_text("#!/bin/sh\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    submit = _submit_module()
+    monkeypatch.setattr(submit.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    args = {"ray-up": ["ray-up", "--cluster", str(_no_placeholders(tmp_path))],
+            "ray-up --execute": ["ray-up", "--cluster", str(_no_placeholders(tmp_path)), "--execute"],
+            "kuberay": ["kuberay", "--source-claim", "kitti-source", "--image", "reg.example/bench-build:9"]}[target]
+    benchmark = _benchmark_arg(benchmark, tmp_path)
+    with pytest.raises(RecipeError):  # the CLI refuses it too
+        load_recipe(benchmark)
+    assert submit.main([*args, "--benchmark", benchmark, "--source", "/data/kitti", "--out", "s3://b/p"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"error: --benchmark {benchmark}: ") and says in captured.err, captured.err
+
+
+@pytest.mark.parametrize("benchmark", ["kitti-c", "kitti-c:text", "3dos:r2r-train-all", "mine.toml", "mine.toml:fast"])
+def test_submit_takes_every_benchmark_the_cli_knows(benchmark, tmp_path, capsys):
+    """Built-ins (the package's own list, its variants) and recipe files pass the check; so does every built-in."""
+    from bench_build.manifests.recipe import builtin_recipes
+
+    submit = _submit_module()
+    assert set(builtin_recipes()) == {p.stem for p in submit.RECIPES.glob("*.toml")}
+    for name in [_benchmark_arg(benchmark, tmp_path), *builtin_recipes()]:
+        assert isinstance(submit.read_benchmark(name), dict)
+    assert submit.main(["ray-up", "--benchmark", _benchmark_arg(benchmark, tmp_path), "--source", "/data/kitti",
+                        "--out", "s3://b/p"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("ray exec ")
 
 
 @pytest.mark.parametrize(("benchmark", "name"), [
