@@ -160,7 +160,65 @@ def test_docker_run_examples_give_the_output_folder_to_the_images_user():
         assert "mkdir -p bench-out" in before and f"chown {uid}:{uid} bench-out" in before, path
 
 
+def _docker_runs(text: str) -> list[list[str]]:
+    """Every `docker run` command of ``text`` (a shell block, or a Dockerfile's comments), continuation lines joined,
+    as argv (shlex: a quoted `$(…)` stays one word, unexpanded)."""
+    lines = [line.strip().lstrip("#").strip() for line in text.splitlines()]
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("docker run "):
+            cmd = [line]
+            while cmd[-1].endswith("\\"):
+                cmd[-1] = cmd[-1][:-1]
+                i += 1
+                cmd.append(lines[i])
+            out.append(shlex.split(" ".join(cmd)))
+    return out
+
+
+def test_docker_run_examples_give_rays_object_store_a_dev_shm_that_holds_it():
+    """Ray keeps its object store (30 % of the free memory) in /dev/shm; Docker's 64 MB made it fall back to /tmp,
+    on disk, with a warning. Every `docker run` example sizes /dev/shm: expanded here, at least 30 % of this
+    machine's memory and no more than all of it."""
+    mem_total = int(re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M).group(1)) * 1024
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "README.md"):
+        runs = _docker_runs(path.read_text())
+        assert runs, path
+        for argv in runs:
+            sizes = [a.split("=", 1)[1] for a in argv if a.startswith("--shm-size=")]
+            assert len(sizes) == 1, f"{path}: `docker run` without --shm-size: {shlex.join(argv)}"
+            value = subprocess.run(["bash", "-c", f'printf %s "{sizes[0]}"'], capture_output=True, text=True,
+                                   check=True).stdout
+            number, unit = re.fullmatch(r"(\d+)([bkmg])", value).groups()
+            assert 0.3 * mem_total <= int(number) * units[unit] <= mem_total, (path, value, mem_total)
+
+
 # --- ray up -------------------------------------------------------------------------------------------
+
+
+def test_ray_up_sizes_every_nodes_dev_shm_itself():
+    """`ray up` adds --shm-size to each node's `docker run` from that node's available memory (Ray's
+    DockerCommandRunner, ≈ 33 %), unless the config gives one or disables the detection: the shipped config does
+    neither, so every instance type gets a /dev/shm that holds its object store (deploy/README.md)."""
+    import inspect
+
+    from ray.autoscaler._private.command_runner import DockerCommandRunner
+
+    docker = yaml.safe_load((DEPLOY / "ray-cluster.yaml").read_text())["docker"]
+    assert "_auto_configure_shm(" in inspect.getsource(DockerCommandRunner.run_init)
+
+    class Host:
+        def run(self, cmd, with_output=False):
+            return b"MemTotal:       65000000 kB\nMemAvailable:   60000000 kB\n"
+
+    runner = DockerCommandRunner.__new__(DockerCommandRunner)
+    runner.docker_config, runner.ssh_command_runner = docker, Host()
+    options = runner._auto_configure_shm(list(docker["run_options"]))
+    added = options[len(docker["run_options"]):]
+    assert len(added) == 1 and added[0].startswith("--shm-size="), options
+    assert float(added[0].split("=", 1)[1].strip("'b")) == pytest.approx(60000000 * 1024 * 0.33)
+
 
 def test_ray_cluster_yaml_validates_against_rays_launcher_schema():
     import jsonschema
@@ -359,6 +417,25 @@ def test_rayjob_is_well_formed_and_takes_credentials_only_from_a_secret(monkeypa
     assert got["endpoint_url"] is None and got["profile"] is None  # the endpoint comes from the Secret's env too
     assert _source_mounts(job) == {got["source"]}
     assert job["metadata"]["name"] == _submit_module().job_name("kitti-c")  # what submit.py renders for it
+
+
+def test_kuberay_mounts_dev_shm_in_every_ray_pod_itself(capsys):
+    """KubeRay (≥ 1.2, ray-operator/controllers/ray/common/pod.go) mounts an in-memory emptyDir at /dev/shm, limited
+    to the container's memory request, in every Ray pod, unless the pod mounts /dev/shm itself or its
+    rayStartParams set plasma-directory. The template and a rendered job do neither, and every Ray container has
+    the memory request that sizes it."""
+    assert _submit_module().main(["kuberay", "--source", "/data/kitti", "--out", "s3://b/p", "--image",
+                                  "reg.example/bench-build:9"]) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)
+    for job in (yaml.safe_load((DEPLOY / "kuberay" / "rayjob.yaml").read_text()), rendered):
+        cluster = job["spec"]["rayClusterSpec"]
+        groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+        assert not [g for g in groups if "plasma-directory" in g["rayStartParams"]]
+        for pod in _pods(job):
+            ray_container = pod["containers"][0]  # KubeRay's Ray container: the first
+            assert ray_container["resources"]["requests"]["memory"]
+            assert not [m for c in pod["containers"] for m in c.get("volumeMounts", [])
+                        if m["mountPath"].rstrip("/") == "/dev/shm"]
 
 
 def test_a_literal_secret_in_a_rayjob_is_caught():
