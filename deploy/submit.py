@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Submit a bench-build run to a Ray cluster: `ray up` clusters or KubeRay.
 
-    python deploy/submit.py ray-up --source /data/kitti --out s3://bucket/bench [--execute]
-        prints (or with --execute runs) `ray up` then `ray exec … 'bench-build run … --address auto'`
+    python deploy/submit.py ray-up --source /data/kitti --out s3://bucket/bench [--execute] [--detach]
+        prints (or with --execute runs) `ray up` then `ray exec … 'bench-build run … --address auto'`; with
+        --detach the build runs in tmux on the head (`ray exec --tmux`), and a dropped SSH connection does not end it
     python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \\
         --max-workers 16 | kubectl apply -f -
         prints deploy/kuberay/rayjob.yaml with this run's entrypoint, job name, image, worker-group size and the
@@ -260,8 +261,32 @@ def source_claim(benchmark: str, claim: str | None, template: Path = RAYJOB) -> 
                   f"{source}-source)")
 
 
-def ray_up_commands(cluster_yaml: Path, command: list[str]) -> list[list[str]]:
-    return [["ray", "up", "-y", str(cluster_yaml)], ["ray", "exec", str(cluster_yaml), shlex.join(command)]]
+def ray_up_commands(cluster_yaml: Path, command: list[str], detach: bool = False) -> list[list[str]]:
+    """`ray up`, then `ray exec` of the build on the head: in the foreground, where a dropped SSH connection ends
+    the build, or with ``detach`` in a tmux session inside the head's container (`ray exec --tmux`), where it goes on
+    and `ray exec` returns at once."""
+    return [["ray", "up", "-y", str(cluster_yaml)],
+            ["ray", "exec", str(cluster_yaml), shlex.join(command), *(["--tmux"] if detach else [])]]
+
+
+def status_command(command: list[str]) -> list[str]:
+    """The `bench-build status` of the build ``command`` runs (`run_command`): its benchmark, its --out and, if it
+    has one, its --endpoint-url."""
+    status = ["bench-build", "status", command[2], "--out", command[command.index("--out") + 1]]
+    for i, arg in enumerate(command):
+        if arg == "--endpoint-url" and i + 1 < len(command):
+            status += [arg, command[i + 1]]
+        elif arg.startswith("--endpoint-url="):
+            status.append(arg)
+    return status
+
+
+def detached_notes(cluster_yaml: Path, command: list[str]) -> list[str]:
+    """What to run once a detached build has started (shell comments: printed commands stay safe to pipe to sh)."""
+    return ["# detached: the build runs in tmux in the head's container and goes on if this connection drops",
+            f"#   its output (Ctrl-b d detaches again):  {shlex.join(['ray', 'attach', str(cluster_yaml), '--tmux'])}",
+            "#   its progress (done, failed, pending):  "
+            f"{shlex.join(['ray', 'exec', str(cluster_yaml), shlex.join(status_command(command))])}"]
 
 
 def launcher_missing() -> str:
@@ -351,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.choices["ray-up"]
     up.add_argument("--cluster", type=Path, default=RAY_CLUSTER)
     up.add_argument("--execute", action="store_true", help="run the commands instead of printing them")
+    up.add_argument("--detach", action="store_true",
+                    help="run the build in tmux on the head (`ray exec --tmux`): it goes on if your SSH connection "
+                         "drops, and `ray exec` returns once it has started; `ray attach CLUSTER --tmux` shows it")
     kr = sub.choices["kuberay"]
     kr.add_argument("--image")
     kr.add_argument("--max-workers", type=int, help="worker pods at most (16 CPUs each)")
@@ -392,12 +420,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.target == "ray-up":
-        commands = ray_up_commands(args.cluster, command)
+        commands = ray_up_commands(args.cluster, command, detach=args.detach)
         if args.execute:
-            return execute(commands)
-        for cmd in commands:
-            print(shlex.join(cmd))
-        return 0
+            code = execute(commands)
+        else:
+            code = 0
+            for cmd in commands:
+                print(shlex.join(cmd))
+        if args.detach and not code:
+            print("\n".join(detached_notes(args.cluster, command)))
+        return code
     import yaml
 
     sys.stdout.write(yaml.safe_dump(job, sort_keys=False))

@@ -130,15 +130,28 @@ def test_dockerfile_installs_the_checkout_on_a_slim_python_as_a_non_root_user():
 def test_the_image_has_what_ray_up_and_kuberay_run_inside_its_containers():
     """`ray up` copies its bootstrap config into the head's container with `rsync -e 'docker exec -i' …` (Ray's
     DockerCommandRunner.run_init), which runs rsync inside the container: without it the head never starts.
-    KubeRay's default probes call wget."""
+    KubeRay's default probes call wget. `ray exec --tmux` (`submit.py ray-up --detach`) wraps the build in
+    `tmux new -d …`, which Ray runs inside the container too (a command not starting with `docker`)."""
     import inspect
 
+    from ray.autoscaler._private import commands
     from ray.autoscaler._private.command_runner import DockerCommandRunner
 
     assert "rsync -e '{cmd} exec -i'" in inspect.getsource(DockerCommandRunner.run_init)
+    ran = []
+
+    class Host:
+        def run(self, cmd, **kwargs):
+            ran.append(cmd)
+
+    runner = DockerCommandRunner.__new__(DockerCommandRunner)
+    runner.docker_cmd, runner.container_name, runner.ssh_command_runner = "docker", "bench_build", Host()
+    updater = type("Updater", (), {"cmd_runner": runner})()
+    commands._exec(updater, "bench-build run kitti-c", tmux=True)
+    assert len(ran) == 1 and re.match(r"docker exec \S* *bench_build .*tmux new -d bash -c", ran[0]), ran
     runs = " ".join(arg for op, arg in _dockerfile_instructions() if op == "RUN")
     apt = re.search(r"apt-get install -y --no-install-recommends ([^&]*)", runs).group(1).split()
-    assert {"rsync", "wget"} <= set(apt), apt
+    assert {"rsync", "wget", "tmux"} <= set(apt), apt
 
 
 def test_docker_run_command_in_the_dockerfile_is_accepted_by_the_cli(monkeypatch):
@@ -295,6 +308,66 @@ def test_ray_up_execute_ends_a_failed_command_in_one_line_with_its_status(fails,
     assert submit.main(["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--cluster",
                         str(_no_placeholders(tmp_path)), "--execute"]) == 0
     assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()] == [["ray", "up"], ["ray", "exec"]]
+
+
+def _parses(command, argv: list[str]) -> None:
+    """``argv`` is one the click ``command`` accepts (parsed, not run)."""
+    command.make_context(command.name, list(argv))
+
+
+def test_ray_up_detached_runs_the_build_in_tmux_and_says_how_to_follow_it(monkeypatch, tmp_path, capsys):
+    """In the foreground, a dropped SSH connection ended `ray exec` and the build with it. --detach runs it in tmux
+    on the head (`ray exec --tmux`) and prints, as shell comments, how to see its output and its progress: commands
+    Ray's CLI and bench-build's accept, with the run's --endpoint-url. Printed and executed alike; a failed `ray
+    exec` prints no notes."""
+    import ray.scripts.scripts as ray_cli
+    import typer.main
+
+    group = typer.main.get_command(app)
+    status = group.get_command(typer.Context(group), "status")
+    args = ["ray-up", "--source", "/data/kitti", "--out", "s3://b/p", "--detach", "--", "--endpoint-url",
+            "http://s3.local:9000", "--max-frames", "4"]
+    submit = _submit_module()
+    assert submit.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    up, run = (shlex.split(line) for line in lines[:2])
+    assert up[:2] == ["ray", "up"]
+    assert run[:2] == ["ray", "exec"] and run[-1] == "--tmux"
+    _parses(ray_cli.exec, run[2:])
+    got = cli_accepts(shlex.split(run[3]), monkeypatch)
+    assert (got["max_frames"], got["endpoint_url"]) == (4, "http://s3.local:9000")
+    notes = lines[2:]
+    assert len(notes) == 3 and all(line.startswith("#") for line in notes), notes
+    attach = shlex.split(notes[1].split(":  ", 1)[1])
+    assert attach[:2] == ["ray", "attach"] and "--tmux" in attach
+    _parses(ray_cli.attach, attach[2:])
+    exec_status = shlex.split(notes[2].split(":  ", 1)[1])
+    assert exec_status[:3] == ["ray", "exec", str(submit.RAY_CLUSTER)]
+    _parses(ray_cli.exec, exec_status[2:])
+    status_argv = shlex.split(exec_status[3])
+    assert status_argv == ["bench-build", "status", "kitti-c", "--out", "s3://b/p", "--endpoint-url",
+                           "http://s3.local:9000"]
+    _parses(status, status_argv[2:])
+    # without --detach: the foreground `ray exec`, no notes
+    assert submit.main([*args[:5], *args[6:]]) == 0
+    assert [shlex.split(line)[-1] for line in capsys.readouterr().out.splitlines()] == [
+        str(submit.RAY_CLUSTER), run[3]]
+    # executed: the same commands run, then the notes; a failed `ray exec` ends it without them
+    fake_ray = tmp_path / "bin" / "ray"
+    fake_ray.parent.mkdir()
+    fake_ray.write_text("#!/bin/sh\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    cluster = str(_no_placeholders(tmp_path))
+    for code in (0, 1):
+        ran = []
+        monkeypatch.setattr(submit.subprocess, "run",
+                            lambda cmd, code=code, ran=ran, **k: ran.append(cmd) or subprocess.CompletedProcess(
+                                cmd, code if cmd[1] == "exec" else 0))
+        assert submit.main([*args[:6], "--cluster", cluster, "--execute", *args[6:]]) == code
+        captured = capsys.readouterr()
+        assert ran[-1][:3] == ["ray", "exec", cluster] and ran[-1][-1] == "--tmux"
+        assert ("# detached: " in captured.out) == (code == 0), captured
 
 
 def _no_placeholders(tmp_path: Path) -> Path:
