@@ -42,6 +42,59 @@ def test_every_requirement_of_pyproject_is_locked_at_a_version_it_allows():
     assert not problems, "manifests/lock.txt and pyproject.toml disagree (regenerate the lock):\n" + "\n".join(problems)
 
 
+#: what `pip freeze` leaves out of the lock: the installer's own packages, which every environment already has
+NOT_FROZEN = {"pip", "setuptools", "wheel"}
+
+
+def test_every_package_installed_with_the_lock_is_in_it():
+    """Constraints pin only what they list: a package pip installs that the lock lacks takes whatever version is
+    newest that day. So every requirement is locked, from pyproject.toml's (every extra: `cluster` is the image's
+    ray[default]) down through each one's own requirements, with the extras asked of it; followed as far as the
+    packages are installed here (the image's own, such as ray[default]'s aiohttp, only need to be in the lock)."""
+    from importlib import metadata
+
+    lock = read_lock(LOCK.read_text())
+    todo = _requirements()
+    seen: set[tuple[str, frozenset[str]]] = set()
+    missing = []
+    while todo:
+        where, req = todo.pop()
+        name, extras = _canonical(req.name), frozenset(req.extras)
+        if (name, extras) in seen or name in NOT_FROZEN:
+            continue
+        seen.add((name, extras))
+        if name not in lock:
+            missing.append(f"{req.name} (from {where})")
+            continue
+        try:
+            requires = metadata.requires(req.name) or []
+        except metadata.PackageNotFoundError:
+            continue  # not installed here: its own requirements cannot be read
+        for text in requires:
+            dep = Requirement(text)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                todo.append((f"{req.name}{'[' + ','.join(sorted(extras)) + ']' if extras else ''}", dep))
+    assert not missing, "not in manifests/lock.txt (regenerate it as its header says): " + ", ".join(sorted(missing))
+
+
+def test_the_lock_decides_no_shard_byte():
+    """The lock's sha256 is recorded in the manifest and the card, never in a shard: not in the numeric identity
+    that each file's footer fingerprint hashes, nor among what a resumed build compares. A lock that pins more
+    packages (the image's) changes a build's manifest and card, and no shard byte."""
+    from bench_build.build.shard import numeric_identity, partition_fingerprint
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.runtime.numeric import build_profile, profile_differences
+
+    profile = build_profile()
+    other = {**profile, "lock": {**profile["lock"], "sha256": "0" * 64}}
+    assert profile["lock"]["sha256"] == hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    assert numeric_identity(profile) == numeric_identity(other) and not profile_differences(profile, other)
+    recipe = load_recipe("modelnet-c")
+    a, b = (partition_fingerprint(recipe, "clean", 0, "part-00000-of-00001", ["f0"], [None], columns=["points"],
+                                  encoding="full", numeric=numeric_identity(p)) for p in (profile, other))
+    assert a == b
+
+
 def test_every_package_that_decides_shard_bytes_is_locked():
     lock = read_lock(LOCK.read_text())
     assert not [n for n in LOCKED_FOR_BYTES if _canonical(n) not in lock]
