@@ -9,7 +9,8 @@
 
 Both are filterable by corruption, severity, split (the ``split`` column of object benchmarks) and frame; a
 value the version does not have, or a split none of the selected frames is in, is a `NotInVersion` naming what
-there is, never an empty dataset. They yield one dict per example with writable NumPy arrays
+there is, never an empty dataset; so is a partition a partial pull (``bench-build pull --corruption …``) does not
+hold, naming what it holds and the pull that adds it. They yield one dict per example with writable NumPy arrays
 (``torch.from_numpy`` shares them, no warning):
 
 | key | value |

@@ -65,6 +65,7 @@ from bench_build.manifests.manifest import (
     no_manifest_message,
     parse_manifest,
 )
+from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.stages.frame import Boxes, Calib, Frame
 from bench_build.storage import LocalStore, open_store
 
@@ -184,6 +185,8 @@ class Version:
                                    f"1…{self.severities}")
             if corruptions == {CLEAN} and severities != {0}:  # else "clean, 3" quietly reads the clean rows
                 raise NotInVersion(f"{self.url}: clean has only severity 0, not {sorted(severities - {0})}")
+        if "partial" in self.manifest and (corruptions is not None or severities is not None):
+            self._check_held(corruptions, severities)
         ids = _names(frames, "frame id")
         if ids is not None and (known_ids := self.frame_set()) is not None and (missing := sorted(ids - known_ids)):
             some = sorted(known_ids)
@@ -191,6 +194,31 @@ class Version:
                                f"{' …' if len(missing) > 3 else ''}; it has {len(some)} frames: "
                                f"{', '.join(some[:3])}{', …' if len(some) > 3 else ''}")
         return corruptions, severities, ids
+
+    def _wanted_partitions(self, corruptions: set[str] | None, severities: set[int] | None) -> list[tuple[str, int]]:
+        """The (corruption, severity) partitions a checked selection (`selection`) names, as the loaders read it:
+        severity 0 and corruption ``clean`` both name the clean copy; a corruption alone is its severities 1…S."""
+        clean = ((corruptions is None or CLEAN in corruptions or (severities is not None and 0 in severities))
+                 and (severities is None or 0 in severities or (corruptions is not None and CLEAN in corruptions)))
+        names = [c for c in self.corruptions if corruptions is None or c in corruptions]
+        levels = [s for s in range(1, self.severities + 1) if severities is None or s in severities]
+        return [(CLEAN, 0)] * clean + [(c, s) for c in names for s in levels]
+
+    def _check_held(self, corruptions: set[str] | None, severities: set[int] | None) -> None:
+        """A partial pull holds some of its version's partitions: a selection naming one it lacks is a
+        `NotInVersion` naming them, what it holds and the pull that adds them, never a selection that is silently
+        empty (``corruption="fog"`` of a folder holding only ``beam_del``) or short (fog 3 alone for "fog")."""
+        held = held_partitions(self.manifest)
+        have = set(held)
+        missing = [p for p in self._wanted_partitions(corruptions, severities) if p not in have]
+        if not missing:
+            return
+        names, levels = {c for c, _ in missing}, {s for _, s in missing}
+        add = pull_command(self.url, self.manifest, names.pop() if len(names) == 1 else None,
+                           levels.pop() if len(levels) == 1 else None)
+        verb, them = ("is", "it") if len(missing) == 1 else ("are", "them")
+        raise NotInVersion(f"{self.url}: {parts_text(missing)} {verb} not in this folder ({partial_of(self.manifest)}"
+                           f"); it holds {parts_text(held)} (`{add}` adds {them}, or select what it holds)")
 
     def path(self, rel: str) -> str:
         return f"{self.base}/{rel}"
@@ -389,7 +417,7 @@ class Version:
                  frames: Iterable[str] | str | None = None) -> Iterator[Example]:
         """Examples in manifest order; ``severity=0`` gives the clean frames (labelled ``clean``). One corruption
         and one severity (the loaders take several); ``frames`` one id or several. What the version does not have
-        is a `NotInVersion` at the call, not an empty iterator."""
+        (or a partial pull does not hold) is a `NotInVersion` at the call, not an empty iterator."""
         if not (corruption is None or isinstance(corruption, str)) or not (severity is None or _is_int(severity)):
             raise NotInVersion(f"{self.url}: examples() takes one corruption and one severity, got "
                                f"{corruption!r}, {severity!r} (bench_build.loaders take several)")

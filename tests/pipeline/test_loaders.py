@@ -246,6 +246,52 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
             PointCloudIterableDataset(mini_build, rank=rank, world_size=world)
 
 
+@pytest.fixture(scope="module")
+def partial_pull(mini_build, tmp_path_factory) -> Path:
+    """The mini build published to a folder and pulled in part: beam_del 3 and translation 1…5 (two pulls into one
+    OUT), without clean. Tests must not modify it."""
+    from bench_build.publish import publish_version, pull_version
+
+    tmp = tmp_path_factory.mktemp("partial")
+    assert publish_version(str(mini_build), str(tmp / "pub"), progress=False).ok
+    for c, s in (("beam_del", 3), ("translation", None)):
+        assert pull_version(str(tmp / "pub" / "mini-c"), tmp / "out", corruption=c, severity=s, progress=False).ok
+    return tmp / "out" / "mini-c" / "0.1.0"
+
+
+def test_a_selection_of_partitions_a_partial_pull_lacks_names_them_and_the_pull_that_adds_them(partial_pull):
+    """A partial pull's manifest lists only what it holds, but its recipe all the version's partitions: a corruption
+    or severity it lacks gave an empty dataset (or, for a corruption held in part, only the severities held)."""
+    from bench_build.format.checked import NotInVersion
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
+
+    add = f"bench-build pull <publication root>/mini-c --version 0.1.0 --out {partial_pull.parent.parent}"
+    held = "it holds beam_del/3, translation/1–5"
+    for kwargs, says in (({"corruption": "gaussian_rad"}, f"gaussian_rad/1–5 are not in this folder (a partial pull "
+                                                          f"of mini-c 0.1.0); {held} (`{add} --corruption "
+                                                          "gaussian_rad` adds them, or select what it holds)"),
+                         ({"corruption": "beam_del"}, "beam_del/1–2, 4–5 are not in this folder"),
+                         ({"severity": 0}, f"clean/0 is not in this folder (a partial pull of mini-c 0.1.0); {held} "
+                                           f"(`{add} --corruption clean` adds it"),
+                         ({"corruption": "translation", "severity": [0, 2]}, "clean/0 is not in this folder"),
+                         ({"severity": 3}, f"gaussian_rad/3, background/3 are not in this folder (a partial pull of "
+                                           f"mini-c 0.1.0); {held} (`{add} --severity 3` adds them")):
+        for make in (PointCloudDataset, PointCloudIterableDataset):
+            with pytest.raises(NotInVersion, match=re.escape(says)):
+                make(partial_pull, **kwargs)
+    v = open_version(partial_pull)
+    with pytest.raises(NotInVersion, match=re.escape(f"gaussian_rad/2 is not in this folder (a partial pull of "
+                                                     f"mini-c 0.1.0); {held} (`{add} --corruption gaussian_rad "
+                                                     "--severity 2` adds it")):
+        v.examples("gaussian_rad", 2)
+    # what it holds reads as before: all of it, or a selection within it
+    assert len(PointCloudDataset(partial_pull)) == 4 * 6
+    assert len(PointCloudDataset(partial_pull, corruption=["beam_del", "translation"], severity=3)) == 8
+    assert len(list(PointCloudIterableDataset(partial_pull, corruption="translation"))) == 20
+    assert [e.key for e in v.examples("beam_del", 3, frames="000001")] == ["mini-c/000001/beam_del/3"]
+
+
 def test_open_version_expands_the_home_directory(mini_build, monkeypatch):
     from bench_build.format.reader import open_version
 
