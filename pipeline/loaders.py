@@ -206,6 +206,10 @@ class PointCloudIterableDataset(_Base, IterableDataset):
             raise ValueError(f"rank and world_size go together, 0 ≤ rank < world_size; got rank={rank!r}, "
                              f"world_size={world_size!r}")
         self.rank, self.world_size = rank, world_size
+        # examples over all ranks and workers, counted like the map-style index: from the manifest (the frame of
+        # each row from ``shard_frames``), so a frame or split filter is counted too
+        self._len = sum(e["rows"] if self.frames is None else
+                        sum(fid in self.frames for fid in self._version.frame_ids(e)) for e in self.entries)
         self._version = None
 
     @property
@@ -258,8 +262,8 @@ class PointCloudIterableDataset(_Base, IterableDataset):
         while buf:
             yield example_dict(buf.pop(int(rng.integers(len(buf)))))  # type: ignore[union-attr]
 
-    def __len__(self) -> int:  # examples over all ranks and workers (exact without frame/split filters)
-        return sum(e["rows"] for e in self.entries)
+    def __len__(self) -> int:  # examples over all ranks and workers, what one pass of them all yields
+        return self._len
 
 
 def collate_point_clouds(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:

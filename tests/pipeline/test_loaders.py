@@ -323,8 +323,10 @@ def test_a_split_the_selection_lacks_names_the_splits_it_has(object_build):
     from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
 
     for make in (PointCloudDataset, PointCloudIterableDataset):
-        train = [x["key"] for x in make(object_build, severity=[0, 2], split="train")]
+        ds = make(object_build, severity=[0, 2], split="train")
+        train = [x["key"] for x in ds]
         assert len(train) == 80 and all(k.split("/")[1] == "train" for k in train), make
+        assert len(ds) == 80, make  # the iterable dataset counted the test split's 80 too
         both = make(object_build, severity=0, split=["train", "test"], frames=["test/00003", "train/00007"])
         assert sorted(x["split"] for x in both) == ["test", "train"], make
         for kwargs, says in (({"split": "validation"}, "no split 'validation'; it has test, train"),
@@ -387,6 +389,23 @@ def test_dataloader_with_two_workers_sees_each_example_exactly_once(mini_build, 
                       if k.split("/")[2] in ("beam_del", "background", "clean") and k.split("/")[3] in ("0", "2", "5"))
     assert len(expected) == 4 * (1 + 2 * 2)
     assert sorted(keys) == expected  # no duplicates, nothing missing
+
+
+def test_the_iterable_dataset_s_length_counts_a_frame_filter(mini_build):
+    """``len()`` of the iterable dataset is what a pass yields, with a frame filter too: it counted every row of the
+    selected files (84 for one frame's 21), so a DataLoader's ``len()``, a progress bar's total and a scheduler's
+    steps per epoch were 4 times too many."""
+    from torch.utils.data import DataLoader
+
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset, collate_point_clouds
+
+    for kwargs, n in (({"frames": ["000001"]}, 21), ({"frames": ["000001", "000002"], "corruption": "beam_del"}, 10),
+                      ({"severity": 0}, 4)):
+        it = PointCloudIterableDataset(mini_build, **kwargs)
+        assert len(it) == len(list(it)) == len(PointCloudDataset(mini_build, **kwargs)) == n, kwargs
+    loader = DataLoader(PointCloudIterableDataset(mini_build, frames=["000001"]), batch_size=8,
+                        collate_fn=collate_point_clouds)
+    assert len(loader) == len(list(loader)) == 3
 
 
 def test_iterable_dataset_splits_over_ranks_and_workers(mini_build):
