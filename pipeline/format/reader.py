@@ -176,7 +176,10 @@ class Version:
                                    f"{', '.join(known)}")
         severities = None
         if severity is not None:
-            values = [severity] if _is_int(severity) or isinstance(severity, str) else list(severity)
+            values = _values(severity)
+            if not values:
+                raise NotInVersion(f"{self.url}: an empty list of severities selects nothing; pass None for every "
+                                   "severity")
             if bad := [v for v in values if not _is_int(v)]:
                 raise NotInVersion(f"{self.url}: severity must be an integer or integers, got {bad[0]!r}")
             severities = {int(v) for v in values}
@@ -439,11 +442,25 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
+def _values(value: Any) -> list[Any]:
+    """One value or an iterable of them as a list: a string, a number (``3.0``, ``True``) or a 0-d array or tensor
+    is one value, for the caller to check (before, ``list()`` of it was a TypeError naming no argument)."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:  # iteration over a 0-d array / tensor
+        return [value]
+
+
 def _names(value: Any, what: str) -> set[str] | None:
-    """One name or an iterable of names as a set (None stays None); anything else names the bad value."""
+    """One name or an iterable of names as a set (None stays None); anything else names the bad value, and an empty
+    list, which would select nothing, says so."""
     if value is None:
         return None
-    values = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else [value]
+    values = _values(value)
+    if not values:
+        raise NotInVersion(f"an empty list of {what}s selects nothing; pass None for every {what}")
     if bad := [v for v in values if not isinstance(v, str)]:
         raise NotInVersion(f"a {what} is a string (or give several in a list), got {bad[0]!r}")
     return set(values)

@@ -228,7 +228,17 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
                          ({"frames": ["999999"]}, "no frame '999999'; it has 4 frames: 000000, 000001, 000002, …"),
                          ({"frames": [1]}, "a frame id is a string (or give several in a list), got 1"),
                          ({"corruption": ["beam_del", "fog"]}, "no corruption 'fog'; it has clean, gaussian_rad"),
-                         ({"corruption": "clean", "severity": 3}, "clean has only severity 0, not [3]")):
+                         ({"corruption": "clean", "severity": 3}, "clean has only severity 0, not [3]"),
+                         # one value that is not an integer: list() of it was a TypeError naming no argument
+                         ({"severity": 3.0}, "severity must be an integer or integers, got 3.0"),
+                         ({"severity": True}, "severity must be an integer or integers, got True"),
+                         # an empty list was a dataset that is silently empty
+                         ({"severity": []}, "an empty list of severities selects nothing; pass None for every "
+                                            "severity"),
+                         ({"corruption": []}, "an empty list of corruptions selects nothing; pass None for every "
+                                              "corruption"),
+                         ({"frames": ()}, "an empty list of frame ids selects nothing"),
+                         ({"split": []}, "an empty list of splits selects nothing")):
         for make in (PointCloudDataset, PointCloudIterableDataset):
             with pytest.raises(NotInVersion, match=re.escape(says)):
                 make(mini_build, **kwargs)
@@ -238,6 +248,8 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
         v.examples(["beam_del", "background"], 3)
     with pytest.raises(NotInVersion, match="a frame id is a string"):
         v.example(1, "beam_del", 3)
+    with pytest.raises(NotInVersion, match="an empty list of frame ids selects nothing"):
+        v.examples("beam_del", 3, frames=[])
     for bad in (None, ""):
         with pytest.raises(NotInVersion, match="open_version takes a version's directory or URL"):
             open_version(bad)  # type: ignore[arg-type]
