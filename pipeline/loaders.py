@@ -134,8 +134,11 @@ class _Base:
                  severity: int | Iterable[int] | None = None, split: str | Iterable[str] | None = None,
                  frames: Iterable[str] | None = None, endpoint_url: str | None = None,
                  profile: str | None = None, verify: bool = True) -> None:
-        self.url, self.endpoint_url, self.profile, self.verify = str(root), endpoint_url, profile, verify
+        self.endpoint_url, self.profile, self.verify = endpoint_url, profile, verify
         version = open_version(root, endpoint_url=endpoint_url, profile=profile, verify=verify)
+        # what a reader opens again, in this process or another (DataLoader and Ray workers, which may run in
+        # another working directory): a local version by its absolute path, never relative to a later one
+        self.url = str(root) if version.root is None else str(version.root.absolute())
         self.manifest = version.manifest
         self.fields: tuple[str, ...] = version.fields
         self.entries = select_rows(version, corruption, severity)

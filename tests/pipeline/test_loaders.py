@@ -258,6 +258,25 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
             PointCloudIterableDataset(mini_build, rank=rank, world_size=world)
 
 
+def test_a_dataset_opened_by_a_relative_path_reads_the_same_version_from_another_working_directory(
+        mini_build, tmp_path, monkeypatch):
+    """A worker process that unpickles the dataset (a spawned DataLoader worker, a Ray Train worker, which runs in
+    its own directory) or a later ``os.chdir`` opened the version again relative to the new working directory:
+    "no such directory", or another folder of the same relative name."""
+    import pickle
+
+    from bench_build.loaders import PointCloudDataset, PointCloudIterableDataset
+
+    monkeypatch.chdir(mini_build.parent.parent)
+    rel = f"{mini_build.parent.name}/{mini_build.name}"
+    made = [PointCloudDataset(rel, corruption="beam_del", severity=2),
+            PointCloudIterableDataset(rel, corruption="beam_del", severity=2)]
+    monkeypatch.chdir(tmp_path)
+    for ds in made:
+        for copy in (ds, pickle.loads(pickle.dumps(ds))):
+            assert sorted(x["key"] for x in copy) == [f"mini-c/00000{i}/beam_del/2" for i in range(4)], type(ds)
+
+
 @pytest.fixture(scope="module")
 def partial_pull(mini_build, tmp_path_factory) -> Path:
     """The mini build published to a folder and pulled in part: beam_del 3 and translation 1…5 (two pulls into one
