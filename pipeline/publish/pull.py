@@ -114,10 +114,12 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     if manifest["version"] != version:
         raise ManifestError(f"{src.key_url(MANIFEST_NAME)}: says version {manifest['version']!r}, "
                             f"but it is published as {version!r}")
-    if not selected(manifest["shards"], corruption, severity):
+    if not _matches(manifest["shards"], corruption, severity):
         asked = " ".join(f"{k} {v}" for k, v in (("--corruption", corruption), ("--severity", severity))
                          if v is not None)
-        raise ManifestError(f"{src.url}: no partition matches {asked}; it has {held_partitions(manifest['shards'])}")
+        why = " (clean is severity 0 only)" if corruption == CLEAN else ""
+        raise ManifestError(f"{src.url}: no partition matches {asked}{why}; it has "
+                            f"{held_partitions(manifest['shards'])}")
     out = Path(out)
     dest = out / manifest["dataset"] / version
     _refuse_a_file_on_the_way(out, dest)
@@ -127,6 +129,18 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
         report = _pull_locked(src, raw, manifest, dest, corruption, severity, jobs, progress, materialize)
     report.seconds = time.time() - t0
     return report
+
+
+def _matches(shards: list[dict[str, Any]], corruption: str | None, severity: int | None) -> bool:
+    """Whether ``--corruption``/``--severity`` name partitions the version has. Each is checked on its own as
+    well: ``--severity 0`` selects the clean copy whatever the corruption, so a corruption the version lacks
+    (``--corruption fgo --severity 0``) pulled clean as if it were fine, and so did ``--corruption clean
+    --severity 3``, a partition no version has."""
+    if corruption is not None and corruption not in {s["corruption"] for s in shards}:
+        return False
+    if corruption == CLEAN and severity not in (None, 0):
+        return False
+    return bool(selected(shards, corruption, severity))
 
 
 def _names(names: list[str]) -> str:

@@ -248,6 +248,28 @@ def test_materialize_of_a_version_stored_in_full_says_so(built, tmp_path):
     assert (pulled / "manifest.json").read_bytes() == (built / "manifest.json").read_bytes()
 
 
+def test_a_partial_pull_checks_corruption_and_severity_each_on_its_own(built, tmp_path):
+    """``--severity 0`` selects the clean copy whatever the corruption: a corruption the version lacks was not
+    refused with it (``--corruption beam_dle --severity 0`` pulled clean, exit 0), nor was ``--corruption clean``
+    with a severity no clean partition has. Both are refused naming the partitions there are, nothing written."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dataset, out = str(tmp_path / "pub" / "mini-c"), tmp_path / "o"
+    has = "it has clean; gaussian_rad 1–5; beam_del 1–5; background 1–5; translation 1–5"
+    for args, says in ((["--corruption", "beam_dle", "--severity", "0"],
+                        "no partition matches --corruption beam_dle --severity 0; "),
+                       (["--corruption", "clean", "--severity", "3"],
+                        "no partition matches --corruption clean --severity 3 (clean is severity 0 only); ")):
+        res = runner.invoke(app, ["pull", dataset, "--out", str(out), "--no-progress", *args])
+        text = " ".join(res.output.split())
+        assert res.exit_code == 2 and says + has in text, text
+        assert not out.exists(), args
+    # severity 0 of a corruption the version has is its clean copy, as the loaders read it
+    res = runner.invoke(app, ["pull", dataset, "--out", str(out), "--no-progress", "--corruption", "beam_del",
+                              "--severity", "0"])
+    assert res.exit_code == 0, res.output
+    assert {s["corruption"] for s in read_manifest(out / "mini-c" / "0.1.0")["shards"]} == {"clean"}
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
