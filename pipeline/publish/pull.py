@@ -67,7 +67,8 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     every file's size and sha256; a partial pull (corruption / severity) writes a manifest of what it holds,
     and composes with earlier pulls of the same version into ``out``: the union, every file verified.
     ``materialize`` rewrites compact-encoded files in full encoding after they are verified (the clean files
-    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes.
+    of their shards are pulled too); the local manifest then lists the rewritten files' sizes and hashes. A pull
+    into such a copy keeps its rewritten files (checked against that manifest) and materialises too.
 
     Everything written comes from the checked manifest (shards, the ``renders`` it lists, the card, the
     manifest), each path through `local_path`; nothing is taken from a listing of the store. The pull holds
@@ -223,12 +224,21 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
         wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
         shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
         selections = earlier.get("partial", {}).get("selections", []) + selections
+    # an earlier --materialize pull: its rewritten files are verified against its own manifest and kept, and this
+    # pull materialises too (before, they no longer matched the published sha256, so every pull downloaded them
+    # again, and one without --materialize put compact files back under the names plain readers had read in full)
+    rewritten = {e["path"]: e for e in earlier["shards"]} if earlier is not None and "materialized" in earlier else {}
+    inherited = bool(rewritten) and not materialize
+    materialize = materialize or bool(rewritten)
     if materialize and manifest.get("encoding") == "compact":  # compact rows refer to their shard's clean file
         need = {e.get("shard") for e in shards}
         have = {e["path"] for e in shards}
         shards += [e for e in manifest["shards"] if e["corruption"] == CLEAN and e.get("shard") in need
                    and e["path"] not in have]
     report = TransferReport(str(dest), manifest["dataset"], version, files=len(shards))
+    if inherited and manifest.get("encoding") == "compact":
+        report.notes.append(f"{dest}: holds files pulled with --materialize; this pull materialises too, so that the "
+                            "folder holds one encoding (pull into another --out for the published compact files)")
     if materialize and manifest.get("encoding") != "compact":  # nothing to rewrite: say so, not nothing
         report.notes.append(f"{src.url}: stored in full encoding already; --materialize has nothing to rewrite "
                             "(the pulled files are the published ones)")
@@ -250,7 +260,7 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
         rel, size, sha = entry["path"], entry["bytes"], entry["sha256"]
         final, staged = targets[rel]
         try:
-            if final.is_file() and final.stat().st_size == size and sha256_file(final) == sha:
+            if final.is_file() and _holds(final, [(size, sha), *_kept(rewritten.get(rel))]):
                 bar.skip(size)
                 return "skipped"
             if staged.is_file() and staged.stat().st_size == size and sha256_file(staged) == sha:
@@ -309,6 +319,20 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
         raise _local_failure(e, dest) from None
     shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _kept(entry: dict[str, Any] | None) -> list[tuple[int, str]]:
+    """(bytes, sha256) of a file as an earlier --materialize pull rewrote it (its local manifest's entry), if any."""
+    return [] if entry is None else [(entry["bytes"], entry["sha256"])]
+
+
+def _holds(path: Path, wanted: list[tuple[int, str]]) -> bool:
+    """Whether the file at ``path`` has one of the (bytes, sha256) pairs ``wanted`` (hashed once, if a size fits)."""
+    size = path.stat().st_size
+    if not any(n == size for n, _ in wanted):
+        return False
+    got = sha256_file(path)
+    return any(n == size and h == got for n, h in wanted)
 
 
 def _install(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, shards: list[dict],

@@ -146,6 +146,39 @@ def test_pull_materialize_gives_full_files_plain_readers_can_use(compact_build, 
     assert got.keys() == want.keys() and all(got[k].tobytes() == want[k].tobytes() for k in want)
 
 
+def test_pulls_into_a_materialized_copy_keep_its_files_and_its_encoding(compact_build, tmp_path):
+    """A pull composing with an earlier --materialize pull: its rewritten files no longer had the published sha256,
+    so every later pull downloaded them again, and one without --materialize put compact files (``point_ref``
+    rows, which plain readers take for points) back where pandas had read full ones. They are now verified
+    against the copy's own manifest and kept, and the pull materialises too, saying so."""
+    import pandas as pd
+
+    from bench_build.manifests.manifest import read_manifest, verify_version
+    from bench_build.publish import publish_version, pull_version
+
+    assert publish_version(compact_build, str(tmp_path / "pub"), progress=False).ok
+    dataset, local = str(tmp_path / "pub" / "mini-c"), tmp_path / "p" / "mini-c" / "0.1.0"
+    first = pull_version(dataset, tmp_path / "p", corruption="beam_del", severity=5, materialize=True, progress=False)
+    assert first.ok and len(first.transferred) == 4  # beam_del 5 and the clean files its rows refer to
+    for again in (False, True):
+        r = pull_version(dataset, tmp_path / "p", corruption="translation", severity=2, materialize=again,
+                         progress=False)
+        assert r.ok
+        # translation 2 comes down once; beam_del 5 (rewritten) and clean are the copy's, kept
+        assert len(r.transferred) == (0 if again else 2) and len(r.skipped) == (6 if again else 4), r
+        said = [n for n in r.notes if "holds files pulled with --materialize; this pull materialises too" in n]
+        assert len(said) == (0 if again else 1), r.notes
+        m = read_manifest(local)
+        assert m["encoding"] == "full" and m["materialized"]["from_encoding"] == "compact"
+        assert verify_version(local).ok
+        df = pd.read_parquet(local / "data")
+        assert "point_ref" not in df.columns and len(df) == 12  # clean, beam_del 5, translation 2: 4 frames each
+    whole = pull_version(dataset, tmp_path / "p", progress=False)  # the rest, materialised like the rest
+    assert whole.ok and len(whole.skipped) == 6 and len(whole.transferred) == 36
+    m = read_manifest(local)
+    assert "partial" not in m and m["encoding"] == "full" and verify_version(local).ok
+
+
 def test_materialize_names_what_does_not_fit():
     clean = np.arange(12, dtype=np.float32).reshape(3, 4)
     with pytest.raises(ValueError, match="point 1 refers to clean point 100000000, but the clean scan has 3 points"):
