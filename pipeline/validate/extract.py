@@ -89,6 +89,8 @@ def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: 
             clouds.append(prep.apply(pts, spec["fields"], spec["scale"], f"real-{role}/{rel}", seed))
         except (SourceError, EmptyScanError) as e:
             return {"error": str(e) if isinstance(e, SourceError) else f"{path}: {e}"}
+        except OSError as e:  # unreadable (permissions, an I/O error): bad input as much as a malformed scan
+            return {"error": f"{path}: cannot read it: {e.strerror or e}"}
         q.append(np.percentile(pts[:, 3], [50, 99, 100]))
     return {"clouds": np.stack(clouds), "intensity_q": np.array(q)}
 

@@ -123,7 +123,7 @@ def _load_real(pre: dict[str, Any], cfg: ValidateConfig, log: Callable[[str], No
         refs = [task.remote(info["format"], str(info["dir"]), rels[i:i + chunk], role, prep, cfg.seed,
                             cfg.real_duplicates)
                 for i in range(0, len(rels), chunk)]
-        res = _ray_results(refs, f"real {role} data")
+        res = _ray_results(refs, f"real {role} data for {cfg.corruption}")
         q = np.concatenate([r["intensity_q"] for r in res])
         out[role] = {"clouds": np.concatenate([r["clouds"] for r in res]), "ids": rels,
                      "intensity_observed": {"median_p50": float(np.median(q[:, 0])),

@@ -391,3 +391,24 @@ def test_a_damaged_page_fails_its_extraction_naming_the_file(validated, tmp_path
         got = list_partition_frames(str(bad)) if column == "frame_id" else \
             extract_partition_file(str(bad), None, prep, 0, {}, None, 2)
         assert set(got) == {"error"} and got["error"].startswith(f"{bad}: "), got
+
+
+def _real_copy(validated: dict, dest: Path) -> tuple[Path, Path]:
+    """A copy of the fixture's real fog folder and one of its scans, to damage without touching the original."""
+    import shutil
+
+    shutil.copytree(validated["fog_dir"], dest)
+    return dest, sorted(dest.glob("*.bin"))[0]
+
+
+def test_a_real_scan_refused_in_its_task_names_the_corruption_and_the_file(validated, tmp_path):
+    """The tasks that read the real scans said `real weather data: FILE: …`: with several corruptions validated in
+    one command, which one's data was bad was left to guess. The line names the corruption too."""
+    fog, bad = _real_copy(validated, tmp_path / "fog")
+    np.full((40, 5), np.nan, np.float32).tofile(bad)  # passes preflight (size, count); the task reads the values
+    res = CliRunner().invoke(app, ["validate", str(validated["version"]), "--corruption", "fog", "--real",
+                                   f"fog={fog}", "--real-clean", str(validated["clear_dir"]), "--workers", "1"])
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"real weather data for fog: {bad}: 40 point(s) with NaN/inf values" in line, line
+    assert "Traceback" not in res.output

@@ -165,6 +165,22 @@ def test_detect_format_from_name_then_record_size(tmp_path):
         detect_format(d, files[:1], "auto")
 
 
+def test_an_unreadable_real_scan_is_an_error_naming_the_file(tmp_path, monkeypatch):
+    """An OSError while a task read a real scan (permissions, an I/O error) escaped the task: a Ray traceback
+    instead of the one line the driver turns into the corruption's error."""
+    from bench_build.validate import extract
+
+    scan = tmp_path / "a.bin"
+    np.ones((40, 5), np.float32).tofile(scan)
+
+    def unreadable(fmt, path, duplicates="keep"):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(extract, "read_real", unreadable)
+    got = extract.load_real_chunk("stf", str(tmp_path), ["a.bin"], "weather", Preprocess(points=8), 0)
+    assert got == {"error": f"{scan}: cannot read it: Permission denied"}
+
+
 def test_parse_real_options():
     out = parse_real_options(["snow", "fog"], ["snow=/d/boreas", "fog=/d/stf/fog"], ["/d/clear"])
     assert {k: tuple(map(str, v)) for k, v in out.items()} == {"snow": ("/d/boreas", "/d/clear"),
