@@ -22,6 +22,7 @@ from bench_build.cli import app
 from tests.conftest import FIXTURE_AZIMUTH_STEP
 
 TINY = {"points": 512, "width": 0.125, "epochs": 30, "batch_size": 16, "max_embed": 200, "permutations": 200}
+TINY_ARGS = [a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 def _rotate(points: np.ndarray, angle: float) -> np.ndarray:
@@ -92,7 +93,7 @@ def validated(tmp_path_factory, shared_ray):
     version = Path(build.version_dir)
     cli = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--real",
                                    f"nofog={fog_dir}", "--real-clean", str(clear_dir), "--workers", "1",
-                                   *[a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+                                   *TINY_ARGS])
     seconds = time.time() - t0
     return {"tmp": tmp, "build": build, "version": version, "cli": cli, "seconds": seconds,
             "fog_dir": fog_dir, "clear_dir": clear_dir, "kitti": kitti, "recipe": recipe}
@@ -407,8 +408,26 @@ def test_a_real_scan_refused_in_its_task_names_the_corruption_and_the_file(valid
     fog, bad = _real_copy(validated, tmp_path / "fog")
     np.full((40, 5), np.nan, np.float32).tofile(bad)  # passes preflight (size, count); the task reads the values
     res = CliRunner().invoke(app, ["validate", str(validated["version"]), "--corruption", "fog", "--real",
-                                   f"fog={fog}", "--real-clean", str(validated["clear_dir"]), "--workers", "1"])
+                                   f"fog={fog}", "--real-clean", str(validated["clear_dir"]), "--workers", "1",
+                                   *TINY_ARGS])
     line = " ".join(res.output.split())
     assert res.exit_code == 2, res.output
     assert f"real weather data for fog: {bad}: 40 point(s) with NaN/inf values" in line, line
     assert "Traceback" not in res.output
+
+
+def test_a_real_scan_of_float64_records_is_refused_before_a_verdict(validated, tmp_path):
+    """A real fog scan saved as float64 (N × 5 float64 = 2N × 5 float32) passed the size check, and the halves of
+    its values, decoded as float32 points, went into a verdict. One line naming the corruption and the file."""
+    fog, bad = _real_copy(validated, tmp_path / "fog")
+    np.fromfile(bad, "<f4").astype("<f8").tofile(bad)
+    report = validated["version"] / "validation" / "fog" / "report.json"
+    before = report.read_bytes()
+    res = CliRunner().invoke(app, ["validate", str(validated["version"]), "--corruption", "fog", "--real",
+                                   f"fog={fog}", "--real-clean", str(validated["clear_dir"]), "--workers", "1",
+                                   *TINY_ARGS])
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"real weather data for fog: {bad}: not a LiDAR scan of stf float32 records: " in line, line
+    assert "its bytes read as plausible float64 records: stf scans are 5 float32 per point" in line, line
+    assert report.read_bytes() == before and "Traceback" not in res.output

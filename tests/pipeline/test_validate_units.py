@@ -165,6 +165,56 @@ def test_detect_format_from_name_then_record_size(tmp_path):
         detect_format(d, files[:1], "auto")
 
 
+def _scan(n: int = 400, width: int = 5, seed: int = 0) -> np.ndarray:
+    """Points as a LiDAR records them: x, y within 60 m, z near the ground, intensity 0..255, then ring / time."""
+    rng = np.random.default_rng(seed)
+    pts = np.column_stack([rng.uniform(-60, 60, (n, 2)), rng.uniform(-2, 1, n), rng.uniform(0, 255, n),
+                           rng.integers(0, 64, (n, width - 4))])
+    return pts.astype(np.float32)
+
+
+@pytest.mark.parametrize(("fmt", "width"), [("stf", 5), ("boreas", 6), ("kitti", 4)])
+@pytest.mark.parametrize("values", ["float32 values", "full float64 values"])
+def test_a_real_scan_of_float64_records_is_refused_naming_the_file(tmp_path, fmt, width, values):
+    """N float64 records are 2N float32 ones, so the size check passed them and the halves of every value went
+    into the verdict as points (a coordinate's low half up to 1e19). Refused, naming the file, saying float64.
+    Values computed in float64 also decode to NaN somewhere: that error says float64 too."""
+    from bench_build.sources.base import SourceError
+    from bench_build.validate.extract import read_real
+
+    pts = _scan(width=width).astype(np.float64)
+    if values == "full float64 values":
+        pts[:, :3] += np.random.default_rng(1).uniform(0, 1e-3, (len(pts), 3))  # every mantissa bit used
+    good, bad = tmp_path / "good.bin", tmp_path / "bad.bin"
+    pts.astype(np.float32).tofile(good)
+    pts.tofile(bad)
+    assert read_real(fmt, good).shape == (len(pts), width)
+    with pytest.raises(SourceError) as e:
+        read_real(fmt, bad)
+    msg = str(e.value)
+    assert msg.startswith(f"{bad}: ") and "\n" not in msg, msg
+    assert f"its bytes read as plausible float64 records: {fmt} scans are {width} float32 per point" in msg, msg
+
+
+def test_a_real_scan_no_lidar_records_is_refused_naming_what_is_wrong(tmp_path):
+    """Values no LiDAR returns — a coordinate beyond 10 km, a negative intensity — are refused with the point; no
+    float64 hint when the bytes are not float64 records either."""
+    from bench_build.sources.base import SourceError
+    from bench_build.validate.extract import read_real
+
+    far, dark = _scan(), _scan()
+    far[7, 1] = 2e4
+    dark[3, 3] = -1.0
+    for name, pts, why in (("far", far, "1 point(s) beyond 10000 m (first at point 7: "),
+                           ("dark", dark, "1 point(s) with a negative intensity (first at point 3: -1)")):
+        path = tmp_path / f"{name}.bin"
+        pts.tofile(path)
+        with pytest.raises(SourceError) as e:
+            read_real("stf", path)
+        assert str(e.value).startswith(f"{path}: not a LiDAR scan of stf float32 records: {why}"), str(e.value)
+        assert "float64" not in str(e.value)
+
+
 def test_an_unreadable_real_scan_is_an_error_naming_the_file(tmp_path, monkeypatch):
     """An OSError while a task read a real scan (permissions, an I/O error) escaped the task: a Ray traceback
     instead of the one line the driver turns into the corruption's error."""
