@@ -12,6 +12,8 @@ hold on both backends:
   removes it once its owner process is dead (a live process's temp file of this host is never touched),
   and a holder of the writer lock also once it has been idle for `TEMP_IDLE` seconds, whatever host wrote
   it (`LocalStore.remove_dead_temps`): no other host's process can be checked from here.
+  A local folder whose files belong together (a validation report) is written into a temp folder of that
+  pattern beside it and put in its place whole (`staged_dir`, `replace_dir`, `remove_dead_temp_dirs`).
 - **Durable names.** Locally every rename or link that publishes a name is followed by an fsync of the
   directory holding it (`replace_durably`, `fsync_dir`; `make_dirs` for new directories), so a power loss
   cannot take back a file a ledger entry or manifest written after it records.
@@ -72,8 +74,11 @@ from bench_build.storage.files import (
     make_dirs,
     mkstemp_in,
     refuse_non_directory,
+    remove_dead_temp_dirs,
+    replace_dir,
     replace_durably,
     sha256_file,
+    staged_dir,
 )
 from bench_build.storage.local import LocalStore
 from bench_build.storage.open import is_remote, open_store
@@ -108,6 +113,6 @@ __all__ = [
     "fsync_replace_named", "glob_escape", "host_name", "in_the_way", "is_remote", "make_dirs", "mkstemp_in",
     "open_store",
     "overlap_uploads", "owner_dead", "owner_info", "owner_tag", "pid_alive", "redact", "refuse_non_directory",
-    "register_secret", "remove_dead_temps", "replace_durably", "s3_client", "sha256_file", "temp_owner_dead",
-    "upload_checksum_mode",
+    "register_secret", "remove_dead_temp_dirs", "remove_dead_temps", "replace_dir", "replace_durably", "s3_client",
+    "sha256_file", "staged_dir", "temp_owner_dead", "upload_checksum_mode",
 ]

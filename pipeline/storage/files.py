@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import os
+import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 from bench_build.storage.errors import StorageError
-from bench_build.storage.owners import owner_tag
+from bench_build.storage.owners import glob_escape, owner_tag, temp_owner_dead
 
 HASH_CHUNK = 8 << 20
 
@@ -162,6 +165,68 @@ def atomic_write_with(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- whole folders -----------------------------------------------------------------------------------
+# A folder of files that belong together (a validation report) is written into a temp folder beside it and put in
+# its place whole, so a reader never sees some files of the old one beside some of the new.
+AT_FDCWD = -100  # Linux: paths relative to the working directory
+RENAME_EXCHANGE = 2  # renameat2: swap the two names atomically
+
+
+def staged_dir(path: Path) -> Path:
+    """A new empty folder ``.<name>.<host>~<pid>.<random>.tmp`` beside ``path`` (its owner in its name, as
+    `mkstemp_in` names temp files; mode as ``mkdir`` gives) to write ``path``'s files into, then `replace_dir`.
+    The temp folders of ``path`` left by a killed writer are removed first (`remove_dead_temp_dirs`)."""
+    make_dirs(path.parent)
+    remove_dead_temp_dirs(path)
+    staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp", dir=path.parent))
+    os.chmod(staged, 0o777 & ~current_umask())
+    return staged
+
+
+def remove_dead_temp_dirs(path: Path) -> int:
+    """Delete the temp folders of ``path`` (`staged_dir`, `replace_dir`'s aside) whose owner process is dead;
+    how many."""
+    n = 0
+    for p in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        if p.is_dir() and not p.is_symlink() and temp_owner_dead(p.name):
+            shutil.rmtree(p, ignore_errors=True)
+            n += 1
+    return n
+
+
+def replace_dir(staged: Path, path: Path) -> None:
+    """Put the finished folder ``staged`` (`staged_dir`) in place of ``path``, whole: a reader sees the old folder
+    or the new one, never a mix. Where the system swaps two names atomically (Linux ``renameat2``), no moment is
+    without ``path``; elsewhere the old folder is renamed aside first, and a writer killed between the two renames
+    leaves no ``path`` until the next run, with both folders as temps `remove_dead_temp_dirs` removes."""
+    if not os.path.lexists(path):
+        os.rename(staged, path)
+    elif _exchange(staged, path):
+        shutil.rmtree(staged)  # the old folder, under the staged name
+    else:
+        aside = path.with_name(f".{path.name}.{owner_tag()}.{uuid.uuid4().hex[:8]}.tmp")
+        os.rename(path, aside)
+        os.rename(staged, path)
+        shutil.rmtree(aside)
+    fsync_dir(path.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the C
+    library or the file system has no such call (macOS, NFS), so the caller renames in two steps."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def sha256_file(path: str | Path) -> str:

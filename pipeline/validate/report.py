@@ -1,17 +1,20 @@
 """Validation outputs: report.json, summary.md, tsne.png, training.png, pointnet.pt, features.npz,
 the ``validation/summary.md`` index of every validated corruption, and the dataset card's link to it.
-Every file is written to a temporary name and renamed, so a reader never sees half a report."""
+A corruption's report folder is written whole into a temp folder beside it and put in its place (`staged_dir`,
+`replace_dir`), so a reader sees the old report or the new one, never a mix of their files; the index and the
+card are each written to a temporary name and renamed."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench_build.manifests.card import card_with_validation
-from bench_build.storage import atomic_write_with, remove_dead_temps
+from bench_build.storage import atomic_write_with, remove_dead_temps, replace_dir, staged_dir
 from bench_build.validate.realism_report import plot_realism, render_realism
 
 #: Plot colours of the three groups (exact RGB, so a test can find them in the PNG).
@@ -182,6 +185,8 @@ def render_index(version_dir: Path) -> str:
              "| corruption | verdict | accuracy on simulated | MMD² real–sim | MMD² sim–clean | report |",
              "| --- | --- | --- | --- | --- | --- |"]
     for rp in sorted((version_dir / "validation").glob("*/report.json")):
+        if rp.parent.name.startswith("."):  # a report still being written (`staged_dir`), or a killed run's
+            continue
         r = json.loads(rp.read_text())
         pairs = r["mmd"]["raw"]["pairs"]
         # the accuracy means nothing when the classifier failed its gates: said in its cell
@@ -197,12 +202,29 @@ def render_index(version_dir: Path) -> str:
 def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], train_res: Any,
                   groups: dict[str, np.ndarray], emb_groups: dict[str, np.ndarray],
                   realism_arrays: dict[str, Any] | None = None) -> None:
+    """Write the report folder ``out_dir`` whole (a temp folder beside it, then `replace_dir`; a killed earlier
+    run's temp folder is removed first), then the index and the card."""
+    staged = staged_dir(out_dir)
+    try:
+        _write_report(staged, report, train_res, groups, emb_groups, realism_arrays)
+        replace_dir(staged, out_dir)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    for d in (version_dir, out_dir.parent):  # temps of an earlier validate (or run) killed on this host
+        remove_dead_temps(d)
+    _write_text(version_dir / "validation" / INDEX_NAME, render_index(version_dir))
+    card = version_dir / "README.md"
+    if card.is_file():
+        _write_text(card, card_with_validation(card.read_text(), f"validation/{INDEX_NAME}"))
+
+
+def _write_report(out_dir: Path, report: dict[str, Any], train_res: Any, groups: dict[str, np.ndarray],
+                  emb_groups: dict[str, np.ndarray], realism_arrays: dict[str, Any] | None) -> None:
+    """Every file of one corruption's report, into ``out_dir`` (the staged folder)."""
     import torch
 
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for d in (version_dir, out_dir):  # temps of an earlier validate (or run) killed on this host
-        remove_dead_temps(d)
     ckpt = {"state_dict": train_res.state_dict, "model": report["model"], "preprocessing": report["preprocessing"],
             "best_epoch": train_res.best_epoch, "val_accuracy": train_res.best_val_accuracy,
             "seed": report["config"]["seed"], "labels": {"0": "clean", "1": report["corruption"]}}
@@ -229,10 +251,6 @@ def write_outputs(version_dir: Path, out_dir: Path, report: dict[str, Any], trai
             report["files"][f"realism_plot_{c}"] = f"realism_{c}.png"
     _write_text(out_dir / "report.json", json.dumps(report, indent=1, sort_keys=True, default=_json_default))
     _write_text(out_dir / "summary.md", render_summary(report))
-    _write_text(version_dir / "validation" / INDEX_NAME, render_index(version_dir))
-    card = version_dir / "README.md"
-    if card.is_file():
-        _write_text(card, card_with_validation(card.read_text(), f"validation/{INDEX_NAME}"))
 
 
 def _json_default(o: Any) -> Any:

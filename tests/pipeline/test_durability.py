@@ -101,3 +101,40 @@ def test_a_killed_writers_figure_or_checkpoint_temp_is_found_and_removed(tmp_pat
     assert left.name.startswith(".tsne.png.") and left.name.endswith(".tmp") and not target.exists()
     assert remove_dead_temps(target.parent) == 1
     assert not list(target.parent.iterdir())
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_a_folder_is_replaced_whole_and_a_killed_writers_folder_is_removed(tmp_path, monkeypatch, exchange):
+    """`staged_dir` + `replace_dir`: the new folder's files replace the old folder's together (none of the old
+    left beside the new), by an atomic swap or, where the system has none, two renames; the temp folders of a
+    dead writer are removed by the next `staged_dir`, a live writer's are kept."""
+    import subprocess
+    import sys
+
+    from bench_build.storage import files, host_name, replace_dir, staged_dir
+
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    final = tmp_path / "validation" / "fog"
+    final.mkdir(parents=True)
+    (final / "old.txt").write_text("old")
+    (final / "report.json").write_text("old report")
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    dead = final.parent / f".fog.{host_name()}~{dead_pid}.abcd1234.tmp"
+    live = final.parent / f".fog.{host_name()}~{os.getpid()}.live0000.tmp"
+    for d in (dead, live):
+        d.mkdir()
+        (d / "report.json").write_text("half")
+    staged = staged_dir(final)
+    assert not dead.exists() and live.is_dir()
+    assert staged.parent == final.parent and staged.name.startswith(".fog.") and not list(staged.iterdir())
+    (staged / "report.json").write_text("new report")
+    replace_dir(staged, final)
+    assert {p.name: p.read_text() for p in final.iterdir()} == {"report.json": "new report"}
+    assert sorted(p.name for p in final.parent.iterdir()) == sorted(["fog", live.name])
+    brand_new = tmp_path / "validation" / "snow"  # nothing to replace: renamed into place
+    staged = staged_dir(brand_new)
+    (staged / "report.json").write_text("snow")
+    replace_dir(staged, brand_new)
+    assert (brand_new / "report.json").read_text() == "snow" and not staged.exists()

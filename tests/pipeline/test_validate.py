@@ -431,3 +431,65 @@ def test_a_real_scan_of_float64_records_is_refused_before_a_verdict(validated, t
     assert f"real weather data for fog: {bad}: not a LiDAR scan of stf float32 records: " in line, line
     assert "its bytes read as plausible float64 records: stf scans are 5 float32 per point" in line, line
     assert report.read_bytes() == before and "Traceback" not in res.output
+
+
+def _rewrite_inputs(version: Path) -> tuple[dict, object, dict, dict]:
+    """What `write_outputs` takes, rebuilt from a written fog report (another checkpoint and loss curve, one example
+    fewer), so every file a new report writes differs from the old one's."""
+    from types import SimpleNamespace
+
+    report = json.loads((version / "validation" / "fog" / "report.json").read_text())
+    report["created"] = "2000-01-01T00:00:00+00:00"
+    report["training"]["history"][0]["train_loss"] += 1.0
+    arrays = np.load(version / "validation" / "fog" / "features.npz")
+    groups = {g: arrays[f"features_{g}"][1:] for g in ("real", "simulated", "clean")}
+    emb = {g: arrays[f"tsne_{g}"][1:] for g in ("real", "simulated", "clean")}
+    res = SimpleNamespace(state_dict={"w": np.zeros(3)}, best_epoch=report["training"]["best_epoch"],
+                          best_val_accuracy=report["accuracy"]["val"])
+    return report, res, groups, emb
+
+
+def test_a_report_replaced_by_a_run_that_fails_midway_stays_the_old_one(validated, tmp_path, monkeypatch):
+    """The report's files were written one by one into validation/<corruption>/: a run killed between two of them
+    left the new checkpoint and features beside the old report.json. The report is written into a temp folder
+    and swapped in whole: a failure between files leaves the old report as it was, and no temp folder; a killed
+    run's temp folder is removed by the next run, whose report replaces the old one whole."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from bench_build.storage import host_name
+    from bench_build.validate import report as report_module
+
+    version = tmp_path / "v"
+    shutil.copytree(validated["version"], version)
+    out_dir = version / "validation" / "fog"
+    before = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+
+    def broken(*a, **k):
+        raise RuntimeError("killed between two files")
+
+    monkeypatch.setattr(report_module, "plot_training", broken)  # after pointnet.pt, features.npz and tsne.png
+    with pytest.raises(RuntimeError, match="killed between two files"):
+        report_module.write_outputs(version, out_dir, *_rewrite_inputs(version))
+    assert {p.name: p.read_bytes() for p in out_dir.iterdir()} == before
+    assert sorted(p.name for p in out_dir.parent.iterdir()) == ["fog", "nofog", "summary.md"]
+    monkeypatch.undo()
+
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    dead = out_dir.parent / f".fog.{host_name()}~{dead_pid}.abcd1234.tmp"  # a run killed while writing
+    dead.mkdir()
+    (dead / "report.json").write_text(json.dumps({"corruption": "half"}))
+    live = out_dir.parent / f".snow.{host_name()}~{os.getpid()}.live0000.tmp"  # another validate, still writing
+    live.mkdir()
+    (live / "report.json").write_text(json.dumps({"corruption": "half"}))
+    report_module.write_outputs(version, out_dir, *_rewrite_inputs(version))
+    assert "half" not in (out_dir.parent / "summary.md").read_text()  # the index lists finished reports only
+    shutil.rmtree(live)
+    after = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+    assert set(after) == set(before) and all(after[n] != before[n] for n in after), \
+        [n for n in after if after[n] == before[n]]
+    assert json.loads(after["report.json"])["created"] == "2000-01-01T00:00:00+00:00"
+    assert sorted(p.name for p in out_dir.parent.iterdir()) == ["fog", "nofog", "summary.md"]
