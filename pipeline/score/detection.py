@@ -78,32 +78,53 @@ def partition_candidates(root: Path, part: Partition, severity_names: list[str])
     return out
 
 
+@dataclass(frozen=True)
+class Unread:
+    """What `unread_folders` finds no partition reading, relative to the prediction root, sorted: folders, and
+    files lying in a folder that is only above partitions (``fog/000001.txt`` beside ``fog/1/``)."""
+
+    folders: list[str]
+    files: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.folders or self.files)
+
+
 def unread_folders(root: Path, parts: Iterable[Partition], severity_names: list[str], *,
-                   data: bool = True) -> list[str]:
+                   data: bool = True) -> Unread:
     """The folders under ``root`` that no partition of ``parts`` reads: neither one of its `partition_candidates`
     (nor, with ``data``, their ``data/``) nor a folder above one. A typo'd corruption (``fgo``), a severity the
     version lacks (``fog/6``), a partition nested one level too deep (``fog/3/3``): each would go unscored
-    without a word. Topmost only, relative to ``root``, sorted."""
+    without a word. Topmost only, relative to ``root``, sorted. Also the files in ``root`` and in the folders
+    above a partition (``fog/000001.txt`` beside ``fog/1/``), which no partition reads either."""
     places = {c for p in parts for c in partition_candidates(root, p, severity_names)}
     places |= {c / "data" for c in places} if data else set()
     above = {a for c in places for a in c.relative_to(root).parents}
-    out: list[str] = []
+    folders: list[str] = []
+    files: list[str] = []
 
     def walk(folder: Path) -> None:
+        if folder not in places:  # only above partitions: its files are read by none
+            files.extend(f.relative_to(root).as_posix() for f in sorted(folder.iterdir()) if f.is_file())
         for sub in sorted(d for d in folder.iterdir() if d.is_dir()):
             if sub in places or sub.relative_to(root) in above:
                 walk(sub)
             else:
-                out.append(sub.relative_to(root).as_posix())
+                folders.append(sub.relative_to(root).as_posix())
 
     walk(root)
-    return out
+    return Unread(folders, files)
 
 
-def unread_note(root: Path, unread: list[str]) -> str:
+def unread_note(root: Path, unread: Unread) -> str:
     """What `score` says of `unread_folders` (printed and in the JSON's notes)."""
-    return (f"{root}: prediction folder(s) {', '.join(unread)} name no partition of this version and were not "
-            "scored")
+    said = []
+    if unread.folders:
+        said.append(f"prediction folder(s) {', '.join(unread.folders)} name no partition of this version and were "
+                    "not scored")
+    if unread.files:
+        said.append(f"file(s) {', '.join(unread.files)} lie outside every partition's folder and were not read")
+    return f"{root}: " + "; ".join(said)
 
 
 def one_place(root: Path, part: Partition, places: list[Path], what: str) -> Path:

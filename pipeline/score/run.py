@@ -296,8 +296,9 @@ def _coverage(report: ScoreReport, version_dir, scored: dict[Any, Any], pred_roo
 
 
 def _unread(report: ScoreReport, pred_root: Path, scored: Iterable[Partition], severity_names) -> None:
-    """Name the prediction folders no partition reads (`unread_folders`): a typo'd corruption, a severity the
-    version lacks or a partition nested too deep would otherwise be silently unscored."""
+    """Name the prediction folders and files no partition reads (`unread_folders`): a typo'd corruption, a severity
+    the version lacks, a partition nested too deep or a result file beside a corruption's severity folders would
+    otherwise be silently unscored."""
     if unread := unread_folders(pred_root, scored, severity_names):
         report.notes.append(unread_note(pred_root, unread))
 

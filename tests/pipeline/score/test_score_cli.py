@@ -147,13 +147,17 @@ def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_ve
     shutil.copytree(preds / "beam_del" / "1", preds / "beam_del" / "1" / "1")
     (preds / "clean" / "0").mkdir()  # accepted places, empty: nothing unread there
     (preds / "gaussian_rad" / "1" / "data").mkdir()
+    # a result file in a corruption's folder, beside its severities: read by no partition, was not named either
+    stray = next((preds / "gaussian_rad" / "1").glob("*.txt"))
+    shutil.copyfile(stray, preds / "gaussian_rad" / stray.name)
     res = runner.invoke(app, ["score", str(version), str(preds)], terminal_width=400)
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
     assert ("2 of the benchmark's 3 corruptions are in this version (beam_del, gaussian_rad): the m-metrics average "
             "those only") in out
     assert (f"{preds}: prediction folder(s) beam_del/1/1, fgo, gaussian_rad/6 name no partition of this version and "
-            "were not scored") in out
+            f"were not scored; file(s) gaussian_rad/{stray.name} lie outside every partition's folder and were not "
+            "read") in out
     assert "Car: no detections in 1 partition(s) (beam_del/1): a bug rate is per detection" in out
 
 
