@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from bench_build.errors import BenchBuildError
-from bench_build.manifests import names
+from bench_build.manifests import jsontext, names
 from bench_build.storage.files import sha256_file
 
 MANIFEST_VERSION = 2
@@ -78,8 +78,8 @@ def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
     def no_constant(name: str) -> Any:  # NaN / Infinity are not JSON: a manifest holding them is refused
         raise ManifestError(f"{where}: not valid JSON: {name} is not a JSON number")
 
-    try:
-        data = json.loads(text, parse_constant=no_constant)
+    try:  # an integer past int()'s digits or nesting past the parser's recursion: one line too (`jsontext`)
+        data = jsontext.loads(where, text, error=ManifestError, parse_constant=no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # bytes that are not UTF-8 text, too
         raise ManifestError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:

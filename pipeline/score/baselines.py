@@ -7,14 +7,20 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from bench_build.manifests import jsontext
 from bench_build.score.validate import ScoreError
 
 
 @cache
 def load_baseline(name: str) -> dict[str, Any]:
-    """``modelnet_c_dgcnn`` or ``robo3d``: the parsed data file (values, citation, bibtex)."""
-    text = resources.files("bench_build.score").joinpath("baselines", f"{name}.json").read_text()
-    return json.loads(text)
+    """``modelnet_c_dgcnn`` or ``robo3d``: the parsed data file (values, citation, bibtex); a damaged one is a
+    `ScoreError` naming the file (the guarded parser the prediction files go through, `jsontext`)."""
+    path = resources.files("bench_build.score").joinpath("baselines", f"{name}.json")
+    try:
+        return jsontext.loads(path, path.read_bytes(), error=ScoreError)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ScoreError(f"{path}: not valid JSON: {e}; the baseline tables ship with bench-build: reinstall "
+                         "it") from None
 
 
 def dgcnn_oa() -> dict[str, float]:

@@ -21,8 +21,6 @@ ranges) in `bench_build.score.validate`.
 from __future__ import annotations
 
 import json
-import re
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench_build.manifests import jsontext
 from bench_build.score.validate import PredictionError, class_ids, numbers, probabilities
 
 FIRST = 5  # how many offending keys an error lists
@@ -124,45 +123,9 @@ def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 def loads(path: str | Path, text: str, lineno: int | None = None) -> Any:
     """``json.loads(text)``: line ``lineno`` of ``path``, or (None) the whole file. Text that is not JSON raises
     its ``JSONDecodeError`` (each reader says what it expected); what ``json.loads`` raises on valid JSON is a
-    `PredictionError` naming the file and the line: an integer of more digits than Python's int() converts (a
-    plain ``ValueError``) and arrays or objects nested deeper than its parser recurses (a ``RecursionError``)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except ValueError:  # an integer past Python's digit limit for int(), which json.loads calls
-        limit = sys.get_int_max_str_digits()
-        # the integer's line: the first run of more digits outside a string that is no fraction or exponent
-        long = re.compile(rf'"(?:[^"\\]|\\.)*"|(?<![\d.eE+])(?<![eE]-)(\d{{{limit + 1},}})(?![\d.eE])')
-        at = lineno or next((_line_at(text, m.start()) for m in long.finditer(text) if m.group(1)), 1)
-        raise PredictionError(f"{path}: line {at}: an integer of more than {limit} digits, not a finite "
-                              "number") from None
-    except RecursionError:
-        depth, pos = _deepest(text)
-        raise PredictionError(f"{path}: line {lineno or _line_at(text, pos)}: JSON nested {depth} levels deep, "
-                              "deeper than Python's JSON parser reads") from None
-
-
-#: the tokens that nest JSON, strings skipped whole (a bracket inside one nests nothing)
-_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]')
-
-
-def _deepest(text: str) -> tuple[int, int]:
-    """(the deepest nesting of arrays and objects in ``text``, the offset where it is first reached)."""
-    depth = deepest = at = 0
-    for m in _NESTING.finditer(text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest, at = depth, m.start()
-        elif c in "]}":
-            depth -= 1
-    return deepest, at
-
-
-def _line_at(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
+    `PredictionError` naming the file and the line: an integer of more digits than Python's int() converts and
+    arrays or objects nested deeper than its parser recurses (`bench_build.manifests.jsontext`)."""
+    return jsontext.loads(path, text, lineno, error=PredictionError)
 
 
 def _json_kind(value: Any) -> str:

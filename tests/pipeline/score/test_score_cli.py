@@ -523,6 +523,49 @@ def test_bad_prediction_files_are_named(small_mnc, tmp_path, rows, message):
     assert res.exit_code == 2 and "bad.jsonl" in res.output
 
 
+@pytest.mark.parametrize(("inserted", "says"), [
+    # past int()'s digit limit json.loads raises a plain ValueError: score ended in a traceback
+    ('"note": 1' + "0" * 5000, f"line 2: an integer of more than {sys.get_int_max_str_digits()} digits, not a "
+                                "finite number"),
+    # nested deeper than json.loads recurses: a RecursionError traceback
+    ('"note": ' + "[" * 100_000 + "]" * 100_000, "line 2: JSON nested 100001 levels deep, deeper than Python's "
+                                                 "JSON parser reads"),
+])
+def test_a_damaged_manifest_is_one_line_naming_it(small_mnc, tmp_path, inserted, says):
+    """The manifest score reads goes through the parser prediction files go through: valid JSON that Python's
+    parser refuses is one line naming the manifest and the line, exit 2."""
+    manifest = small_mnc / "manifest.json"
+    manifest.write_text("{\n" + inserted + ",\n" + manifest.read_text().lstrip()[1:])
+    p = _jsonl(tmp_path / "p.jsonl", [{"key": f"modelnet-c/{i:04d}/clean/0", "pred": 0} for i in range(8)])
+    res = runner.invoke(app, ["score", str(small_mnc), str(p)], terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert " ".join(res.output.split()) == f"error: {manifest}: {says}"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"tables": {', "not valid JSON: Expecting property name enclosed in double quotes"),
+    ('{"tables": 1' + "0" * 5000 + "}", f"line 1: an integer of more than {sys.get_int_max_str_digits()} digits"),
+])
+def test_a_damaged_baseline_file_is_an_error_naming_it(tmp_path, monkeypatch, text, says):
+    """The papers' baseline tables ship as JSON files; a damaged one (a botched install) was a JSONDecodeError or
+    ValueError traceback. It is a ScoreError naming the file."""
+    from types import SimpleNamespace
+
+    from bench_build.score import baselines
+    from bench_build.score.validate import ScoreError
+
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "robo3d.json").write_text(text)
+    monkeypatch.setattr(baselines, "resources", SimpleNamespace(files=lambda package: tmp_path))
+    baselines.load_baseline.cache_clear()
+    try:
+        with pytest.raises(ScoreError) as e:
+            baselines.robo3d_baseline("kitti-c")
+    finally:
+        baselines.load_baseline.cache_clear()
+    assert str(e.value).startswith(f"{tmp_path / 'baselines' / 'robo3d.json'}: {says}"), str(e.value)
+
+
 @pytest.mark.parametrize(("dataset", "text", "says"), [
     ("modelnet-c", json.dumps({"key": "modelnet-c/0000/clean/0", "probs": [1, 0]}, indent=2),
      "line 1: not JSON: Expecting property name enclosed in double quotes"),
