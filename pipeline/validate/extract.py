@@ -143,16 +143,10 @@ def load_real_chunk(fmt: str, root: str, rel_paths: list[str], role: str, prep: 
     return {"clouds": np.stack(clouds), "intensity_q": np.array(q)}
 
 
-def _checked(path: str | Path) -> CheckedParquetFile:
-    """A build file opened with its pages' checksums verified: a damaged page is an `IntegrityError` naming the
-    file, never scans decoded from other bytes into the verdict."""
-    return CheckedParquetFile(path, str(path), page_checksum_verification=True)
-
-
 def list_partition_frames(path: str) -> dict[str, Any]:
     """The frame ids of one build file (a Ray task body): ``{"frames": [...]}``, or ``{"error": ...}``."""
     try:
-        return {"frames": _checked(path).read(columns=["frame_id"])["frame_id"].to_pylist()}
+        return {"frames": CheckedParquetFile.local(path).read(columns=["frame_id"])["frame_id"].to_pylist()}
     except (IntegrityError, OSError) as e:  # each names the file (`CheckedParquetFile`)
         return {"error": str(e)}
 
@@ -173,7 +167,7 @@ def _extract_partition_file(path: str, frames: list[str] | None, prep: Preproces
 
 
     torch.set_num_threads(1)  # one Ray CPU per task
-    pf = _checked(path)
+    pf = CheckedParquetFile.local(path)
     meta = file_metadata(pf.schema_arrow)
     fields, scale = tuple(meta["fields"]), meta["intensity_scale"]
     wanted = None if frames is None else pa.array(sorted(set(frames)))
@@ -185,7 +179,7 @@ def _extract_partition_file(path: str, frames: list[str] | None, prep: Preproces
     if compact:  # compact encoding: rows refer to the clean file of the same block (same name, clean partition)
 
         cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
-        ct = _checked(cpath).read(columns=["frame_id", "points"])
+        ct = CheckedParquetFile.local(cpath).read(columns=["frame_id", "points"])
         clean = dict(zip(ct["frame_id"].to_pylist(), decode_points(ct["points"], writable=False), strict=True))
     for rg in range(pf.num_row_groups):
         table = pf.read_row_group(rg, columns=["key", "frame_id", "points", *(["point_ref"] if compact else [])])
