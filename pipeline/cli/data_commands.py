@@ -269,19 +269,27 @@ def validate(
                                   threads=workers)
                    for c, (w, cl) in dirs.items()]
         reports = validate_version(version_dir, configs, workers=workers, address=address)
-    except ValidationError as e:
-        raise fail(e) from None
+    except ValidationError as e:  # the reports of the corruptions validated before it are written: exit 1
+        done = getattr(e, "done", [])
+        for r in done:
+            _validation_line(r, version_dir)
+        raise fail(e, code=1 if done else 2) from None
     for r in reports:
-        acc = r["accuracy"]
-        out_console.print(f"{r['corruption']}: [bold]{r['verdict']['verdict']}[/bold] — accuracy on simulated "
-                          f"{acc['test']['simulated']:.1%} (val {acc['val']:.1%}, clean {acc['test']['clean']:.1%}); "
-                          f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
-                          f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
-                          f"{version_dir}/validation/{r['corruption']}/summary.md")
-        if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
-            from bench_build.validate.realism_report import console_line
+        _validation_line(r, version_dir)
 
-            out_console.print(console_line(r["realism"]))
+
+def _validation_line(r: dict, version_dir: object) -> None:
+    """One corruption's verdict and numbers, and where its report is (`validate`)."""
+    acc = r["accuracy"]
+    out_console.print(f"{r['corruption']}: [bold]{r['verdict']['verdict']}[/bold] — accuracy on simulated "
+                      f"{acc['test']['simulated']:.1%} (val {acc['val']:.1%}, clean {acc['test']['clean']:.1%}); "
+                      f"MMD² real–sim {r['mmd']['raw']['pairs']['real|simulated']['mmd2']:.4g}, sim–clean "
+                      f"{r['mmd']['raw']['pairs']['simulated|clean']['mmd2']:.4g}; "
+                      f"{version_dir}/validation/{r['corruption']}/summary.md")
+    if "corruptions" in (r.get("realism") or {}):  # per-point snow realism against WADS
+        from bench_build.validate.realism_report import console_line
+
+        out_console.print(console_line(r["realism"]))
 
 
 # --- diff: kept to one delimited block ---

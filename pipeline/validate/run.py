@@ -370,7 +370,16 @@ def run_validation(version_dir: str | Path, cfg: ValidateConfig, *, workers: int
 
 def validate_version(version_dir: str | Path, configs: list[ValidateConfig], *, workers: int | None = None,
                      address: str | None = None, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Preflight every config first (so no training starts if any input is bad), then validate each."""
+    """Preflight every config first (so no training starts if any input is bad), then validate each. A
+    `ValidationError` of a later corruption carries the reports written before it as ``done`` (their folders
+    stay): the caller says so, and does not claim that nothing was written."""
     for cfg in configs:
         preflight(version_dir, cfg)
-    return [run_validation(version_dir, cfg, workers=workers, address=address, log=log) for cfg in configs]
+    reports: list[dict[str, Any]] = []
+    for cfg in configs:
+        try:
+            reports.append(run_validation(version_dir, cfg, workers=workers, address=address, log=log))
+        except ValidationError as e:
+            e.done = reports  # type: ignore[attr-defined]
+            raise
+    return reports

@@ -219,6 +219,33 @@ def no_training(monkeypatch):
     monkeypatch.setattr(bench_build.validate.train, "train_classifier", boom)
 
 
+def test_a_later_corruption_that_fails_keeps_exit_2_for_nothing_written(validated, monkeypatch):
+    """`validate --corruption fog --corruption nofog` whose nofog fails after fog's report was written exited 2,
+    which says nothing was written, and did not print fog's verdict. It now prints it and exits 1; a first one that
+    fails still exits 2."""
+    import bench_build.validate.run as validate_run
+    from bench_build.validate.config import ValidationError
+
+    version = validated["version"]
+    fog = _report(version, "fog")
+
+    def run_validation(version_dir, cfg, **kwargs):
+        if cfg.corruption == "fog":
+            return fog
+        raise ValidationError(f"{cfg.corruption}: training failed")
+
+    monkeypatch.setattr(validate_run, "preflight", lambda version_dir, cfg: None)
+    monkeypatch.setattr(validate_run, "run_validation", run_validation)
+    args = ["--real", str(validated["fog_dir"]), "--real-clean", str(validated["clear_dir"])]
+    res = CliRunner().invoke(app, ["validate", str(version), "--corruption", "fog", "--corruption", "nofog", *args])
+    lines = [" ".join(line.split()) for line in res.output.strip().splitlines()]
+    assert res.exit_code == 1, res.output
+    assert lines[0].startswith(f"fog: {fog['verdict']['verdict']} — accuracy on simulated"), res.output
+    assert lines[-1] == "error: nofog: training failed", res.output
+    res = CliRunner().invoke(app, ["validate", str(version), "--corruption", "nofog", "--corruption", "fog", *args])
+    assert res.exit_code == 2 and res.output.strip() == "error: nofog: training failed", res.output
+
+
 def test_missing_or_empty_real_data_fails_before_training(validated, tmp_path, no_training):
     version = validated["version"]
     runner = CliRunner()
