@@ -25,7 +25,7 @@ BOREAS_INTENSITY_SCALE = "byte"  # assumed 0..255, see the module docstring
 
 def read_boreas_bin(path: str | Path) -> np.ndarray:
     """N×6 float32 points of a Boreas ``.bin``; SourceError naming the file on malformed input."""
-    return read_records(Path(path), len(BOREAS_FIELDS), "x, y, z, intensity, ring, time")
+    return read_records(Path(path), len(BOREAS_FIELDS), "x, y, z, intensity, ring, time", "boreas")
 
 
 def write_boreas_bin(path: str | Path, points: np.ndarray) -> None:

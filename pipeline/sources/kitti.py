@@ -22,6 +22,7 @@ import numpy as np
 
 from bench_build.manifests.names import frame_id_message, name_problem
 from bench_build.sources.base import SourceError, read_text, regular_file
+from bench_build.sources.records import check_points, float64_hint
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, rot_y_to_lidar_heading
 from bench_build.stages.sensor import HDL64E
@@ -35,9 +36,11 @@ REQUIRED_CALIB = ("P0", "P1", "P2", "P3", "R0_rect", "Tr_velo_to_cam")
 EMPTY_ADVICE = "if the dataset really has empty frames, pass --allow-empty-frames"
 
 
-def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = EMPTY_ADVICE) -> np.ndarray:
-    """N×4 float32 points of a KITTI ``.bin``, validated (size, finiteness; not empty unless ``allow_empty``, else an
-    error ending in ``empty_advice``)."""
+def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = EMPTY_ADVICE,
+                  name: str = "kitti") -> np.ndarray:
+    """N×4 float32 points of a KITTI ``.bin`` (``name``: the dataset whose scan it is, for the errors), validated
+    (size, finiteness, values a LiDAR returns: `check_points`; not empty unless ``allow_empty``, else an error
+    ending in ``empty_advice``)."""
     size = regular_file(path, "scan file", missing="file not found").st_size
     if size == 0 and not allow_empty:
         raise SourceError(path, f"empty scan (0 bytes, no points); {empty_advice}")
@@ -47,8 +50,9 @@ def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = 
     bad = ~np.isfinite(pts).all(axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})")
-    return pts
+        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})"
+                                f"{float64_hint(path, 4, name)}")
+    return check_points(path, pts, 4, name)
 
 
 def read_calib(path: Path) -> Calib:

@@ -14,9 +14,58 @@ from bench_build.sources.base import SourceError
 from bench_build.stages.frame import Frame
 from bench_build.stages.sensor import Sensor
 
+#: the farthest a return of any automotive LiDAR lies is a few hundred metres: a coordinate past this is no return
+MAX_COORDINATE = 1e4  # m
 
-def read_records(path: Path, width: int, layout: str) -> np.ndarray:
-    """N×``width`` float32 records of ``path``; SourceError naming the file on a bad size or NaN/inf."""
+
+def implausible(pts: np.ndarray) -> str | None:
+    """Why records read as x, y, z, intensity, … are no LiDAR scan, or None: a coordinate beyond `MAX_COORDINATE`
+    or a negative intensity (every format read here records intensity as 0..1 or 0..255). Float64 records read as
+    float32 give both: each value's two halves become two numbers, the low half of a coordinate up to 1e19."""
+    far = np.flatnonzero((np.abs(pts[:, :3]) > MAX_COORDINATE).any(axis=1))
+    if far.size:
+        return (f"{far.size} point(s) beyond {MAX_COORDINATE:g} m (first at point {far[0]}: "
+                f"{', '.join(f'{v:.3g}' for v in pts[far[0], :3])})")
+    dark = np.flatnonzero(pts[:, 3] < 0)
+    if dark.size:
+        return f"{dark.size} point(s) with a negative intensity (first at point {dark[0]}: {pts[dark[0], 3]:.3g})"
+    return None
+
+
+def reads_as_float64(path: Path, width: int) -> bool:
+    """Whether ``path`` holds plausible records of ``width`` float64 values (finite, not `implausible`)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if size == 0 or size % (8 * width):
+        return False
+    pts = np.fromfile(path, dtype="<f8").reshape(-1, width)
+    return bool(np.isfinite(pts).all()) and implausible(pts) is None
+
+
+def float64_hint(path: Path, width: int, name: str) -> str:
+    """``"; its bytes read as plausible float64 records: …"`` when they do (`reads_as_float64`), else ``""``: the
+    end of a reader's error for a scan saved from a float64 array, whose size passes the float32 size check (N
+    float64 records are 2N float32 ones). Computed on the error path only."""
+    if not reads_as_float64(path, width):
+        return ""
+    return (f"; its bytes read as plausible float64 records: {name} scans are {width} float32 per point, convert "
+            "it (numpy: np.fromfile(f, '<f8').astype('<f4').tofile(f))")
+
+
+def check_points(path: Path, pts: np.ndarray, width: int, name: str) -> np.ndarray:
+    """``pts`` (a scan's float32 records, NaN-free), or a SourceError naming the file when they are no LiDAR scan
+    (`implausible`), saying float64 when the bytes read as such (`float64_hint`)."""
+    why = implausible(pts)
+    if why is not None:
+        raise SourceError(path, f"not a LiDAR scan of {name} float32 records: {why}{float64_hint(path, width, name)}")
+    return pts
+
+
+def read_records(path: Path, width: int, layout: str, name: str) -> np.ndarray:
+    """N×``width`` float32 records of ``path`` (a ``name`` scan); SourceError naming the file on a bad size, NaN/inf
+    or values no LiDAR returns (`check_points`)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -31,8 +80,9 @@ def read_records(path: Path, width: int, layout: str) -> np.ndarray:
     bad = ~np.isfinite(pts).all(axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})")
-    return pts
+        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})"
+                                f"{float64_hint(path, width, name)}")
+    return check_points(path, pts, width, name)
 
 
 def write_records(path: Path, points: np.ndarray, width: int) -> None:
@@ -88,7 +138,7 @@ class RecordSource:
         return self.root / f"{frame_id}.bin"
 
     def read_points(self, frame_id: str) -> np.ndarray:
-        return read_records(self.path(frame_id), len(self.fields), ", ".join(self.fields))
+        return read_records(self.path(frame_id), len(self.fields), ", ".join(self.fields), self.kind)
 
     def read(self, frame_id: str):
         return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,

@@ -177,7 +177,7 @@ class SemanticKittiSource:
     def read(self, frame_id: str) -> Frame:
         seq = frame_id.partition("_")[0]
         p = self.paths(frame_id)
-        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
+        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty, name="semantickitti")
         labels = {}
         if p["label"].is_file():
             raw = read_label_file(p["label"], len(points), p["velodyne"])

@@ -25,7 +25,7 @@ STF_INTENSITY_SCALE = "byte"  # 0..255
 
 def read_stf_bin(path: str | Path) -> np.ndarray:
     """N×5 float32 points of an STF ``.bin``; SourceError naming the file on malformed input."""
-    return read_records(Path(path), len(STF_FIELDS), "x, y, z, intensity, ring")
+    return read_records(Path(path), len(STF_FIELDS), "x, y, z, intensity, ring", "stf")
 
 
 def write_stf_bin(path: str | Path, points: np.ndarray) -> None:

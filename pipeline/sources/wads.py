@@ -135,7 +135,7 @@ class WadsSource:
         p = self.paths(frame_id)
         if not p["velodyne"].is_file():
             raise SourceError(p["velodyne"], "scan file not found")
-        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty)
+        points = read_velodyne(p["velodyne"], allow_empty=self.allow_empty, name="wads")
         if not p["label"].is_file():
             raise SourceError(p["label"], f"label file missing for scan {p['velodyne'].name} (WADS scans are "
                                           "labelled; the realism report needs the snow labels)")

@@ -12,7 +12,6 @@ the driver turns into one clear error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,61 +46,11 @@ SIZE_FORMATS = ("stf", "boreas", "kitti")
 EMPTY_REAL = "a real scan needs points: remove it from the folder"
 
 
-#: the farthest a return of any automotive LiDAR lies is a few hundred metres: a coordinate past this is no return
-MAX_COORDINATE = 1e4  # m
-
-
-def implausible(pts: np.ndarray) -> str | None:
-    """Why records read as x, y, z, intensity, … are no LiDAR scan, or None: a coordinate beyond `MAX_COORDINATE`
-    or a negative intensity (every format here records intensity as 0..1 or 0..255). Float64 records read as
-    float32 give both: each value's two halves become two numbers, the low half of a coordinate up to 1e19."""
-    far = np.flatnonzero((np.abs(pts[:, :3]) > MAX_COORDINATE).any(axis=1))
-    if far.size:
-        return (f"{far.size} point(s) beyond {MAX_COORDINATE:g} m (first at point {far[0]}: "
-                f"{', '.join(f'{v:.3g}' for v in pts[far[0], :3])})")
-    dark = np.flatnonzero(pts[:, 3] < 0)
-    if dark.size:
-        return f"{dark.size} point(s) with a negative intensity (first at point {dark[0]}: {pts[dark[0], 3]:.3g})"
-    return None
-
-
-def reads_as_float64(path: Path, width: int) -> bool:
-    """Whether ``path`` holds plausible records of ``width`` float64 values (finite, not `implausible`)."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    if size == 0 or size % (8 * width):
-        return False
-    pts = np.fromfile(path, dtype="<f8").reshape(-1, width)
-    return bool(np.isfinite(pts).all()) and implausible(pts) is None
-
-
-def checked_scan(fmt: str, path: Path, read: Callable[[Path], np.ndarray]) -> np.ndarray:
-    """``read(path)``: the scan's float32 records, refused (`SourceError` naming the file) when they are no LiDAR
-    scan (`implausible`); said as float64 records when the file reads as plausible float64 (`reads_as_float64`),
-    whose float32 decode the size check cannot catch (N float64 records are 2N float32 ones)."""
-    width = FORMATS[fmt]["width"]
-    as64 = (f"its bytes read as plausible float64 records: {fmt} scans are {width} float32 per point, convert "
-            "it (numpy: np.fromfile(f, '<f8').astype('<f4').tofile(f))")
-    try:
-        pts = read(path)
-    except SourceError as e:
-        if e.path == str(path) and reads_as_float64(path, width):
-            raise SourceError(path, f"{e.problem}; {as64}") from None
-        raise
-    why = implausible(pts)
-    if why is not None:
-        raise SourceError(path, f"not a LiDAR scan of {fmt} float32 records: {why}"
-                                + (f"; {as64}" if reads_as_float64(path, width) else ""))
-    return pts
-
-
 def read_wads(path: Path, duplicates: str = "keep") -> tuple[np.ndarray, np.ndarray]:
     """Points and raw uint32 labels of a WADS scan (``sequences/NN/velodyne/F.bin`` + ``../labels/F.label``);
     ``duplicates = "drop"`` keeps the first of each exact (row, label) repeat."""
 
-    pts = checked_scan("wads", path, lambda p: read_velodyne(p, empty_advice=EMPTY_REAL))
+    pts = read_velodyne(path, empty_advice=EMPTY_REAL, name="wads")
     label = path.parent.parent / "labels" / f"{path.stem}.label"
     if not label.is_file():
         raise SourceError(label, f"label file missing for WADS scan {path.name} (expected beside velodyne/ in "
@@ -117,11 +66,11 @@ def read_real(fmt: str, path: Path, duplicates: str = "keep") -> np.ndarray:
     if fmt == "wads":
         return read_wads(path, duplicates)[0]
     if fmt == "stf":
-        return checked_scan(fmt, path, read_stf_bin)
+        return read_stf_bin(path)
     if fmt == "boreas":
-        return checked_scan(fmt, path, read_boreas_bin)
+        return read_boreas_bin(path)
     if fmt == "kitti":
-        return checked_scan(fmt, path, lambda p: read_velodyne(p, empty_advice=EMPTY_REAL))
+        return read_velodyne(path, empty_advice=EMPTY_REAL)
     raise ValueError(f"unknown real-data format {fmt!r}")
 
 

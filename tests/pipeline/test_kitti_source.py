@@ -190,6 +190,33 @@ def test_non_finite_points(tmp_path, bad):
     assert str(path) in str(e.value) and "7" in str(e.value)
 
 
+def test_a_scan_saved_as_float64_fails_its_frame_naming_the_file(tmp_path):
+    """A scan written from a float64 array (``points.tofile`` without ``astype(np.float32)``) has a size that is a
+    whole number of float32 records, so it read as twice as many garbage points (coordinates up to 1e19) and was
+    built into every corruption. The reader refuses it, naming the file and saying float64, and refuses any scan
+    with values no LiDAR returns."""
+    data = _dataset(tmp_path, 2)
+    src = KittiSource(tmp_path)
+    scan = data / "velodyne" / "000001.bin"
+    pts = np.fromfile(scan, dtype="<f4").reshape(-1, 4)
+    pts.astype(np.float64).tofile(scan)
+    assert src.read("000000").points.shape[1] == 4
+    with pytest.raises(SourceError) as e:
+        src.read("000001")
+    msg = str(e.value)
+    assert msg.startswith(f"{scan}: not a LiDAR scan of kitti float32 records: ") and "\n" not in msg, msg
+    assert "its bytes read as plausible float64 records: kitti scans are 4 float32 per point" in msg, msg
+    far = pts.copy()
+    far[5, 0] = 2e4
+    _write_scan(scan, far)
+    with pytest.raises(SourceError, match=r"not a LiDAR scan of kitti float32 records: 1 point\(s\) beyond 10000 m "
+                                          r"\(first at point 5: 2e\+04"):
+        src.read("000001")
+    with pytest.raises(SourceError) as e:
+        src.read("000001")
+    assert "float64 records" not in str(e.value)
+
+
 def test_label_line_with_wrong_field_count(tmp_path):
     data = _dataset(tmp_path, 1)
     label = data / "label_2" / "000000.txt"
