@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from scipy.spatial import cKDTree
 from scipy.stats import ks_2samp, wasserstein_distance
 
+from bench_build.format.checked import CheckedParquetFile
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_points, file_metadata
 from bench_build.sources.wads import VLS128, duplicate_first
@@ -210,22 +210,21 @@ def simulated_scans(files: list[Path | str], frames: list[str] | None, seed: int
 
 
     by_sev: dict[int, list[dict[str, Any]]] = {}
-    for path in files:
-        pf = pq.ParquetFile(path)
+    for path in files:  # page checksums on: a damaged page is an IntegrityError naming the file, not snow numbers
+        pf = CheckedParquetFile.local(path)
         meta = file_metadata(pf.schema_arrow)
         fields, scale = list(meta["fields"]), meta["intensity_scale"]
         cols = ["frame_id", "points", "point_tag"]
         compact = "point_ref" in pf.schema_arrow.names
-        table = pq.read_table(path, columns=cols + (["point_ref"] if compact else []))
+        table = pf.read(columns=cols + (["point_ref"] if compact else []))
         if frames is not None:
             table = table.filter(pc.is_in(table["frame_id"], value_set=pa.array(sorted(frames))))
         if table.num_rows == 0:
             continue
         points = decode_points(table["points"].combine_chunks(), writable=False)
         if compact:
-
             cpath = Path(path).parents[2] / "corruption=clean" / "severity=0" / Path(path).name
-            ct = pq.read_table(cpath, columns=["frame_id", "points"])
+            ct = CheckedParquetFile.local(cpath).read(columns=["frame_id", "points"])
             clean = dict(zip(ct["frame_id"].to_pylist(), decode_points(ct["points"], writable=False), strict=True))
             points = [p if r is None else materialize(np.asarray(r, np.int32), p, clean[f])
                       for p, r, f in zip(points, table["point_ref"].to_pylist(), table["frame_id"].to_pylist(),

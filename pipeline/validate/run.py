@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from bench_build import __version__
+from bench_build.format.checked import IntegrityError
 from bench_build.runtime.ray import init_ray, stop_ray
+from bench_build.sources.base import SourceError
 from bench_build.validate.config import ValidateConfig, ValidationError
 from bench_build.validate.extract import (
     FORMATS,
@@ -202,8 +204,11 @@ def _realism(pre: dict[str, Any], cfg: ValidateConfig, frames: list[str] | None,
     files = {c: [p for s in range(1, int(version.manifest["recipe"]["severities"]) + 1) for p in version.files(c, s)
                  if holds(p)] for c in names}
     log(f"snow realism: {', '.join(names)} vs WADS falling snow (label 110), {len(picked)} frames per severity")
-    return realism_report(version.manifest, files, picked, pre["real"]["weather"]["dir"],
-                          pre["real"]["weather"]["files"], cfg.real_duplicates, cfg.seed)
+    try:  # read here, not in tasks: a bad WADS scan or build file is one line naming it and what it was read for
+        return realism_report(version.manifest, files, picked, pre["real"]["weather"]["dir"],
+                              pre["real"]["weather"]["files"], cfg.real_duplicates, cfg.seed)
+    except (SourceError, IntegrityError, OSError) as e:
+        raise ValidationError(f"snow realism for {cfg.corruption}: {e}") from None
 
 
 def verdict(acc_sim: float, acc_clean: float, val_acc: float, mmd: dict[str, dict[str, Any]],

@@ -290,6 +290,24 @@ def test_preflight_refuses_wads_without_labels_or_as_clean_data(snow_build, tmp_
         ValidateConfig(corruption="snow", real_weather=wads, real_clean=clear, real_duplicates="some")
 
 
+def test_a_damaged_page_fails_the_snow_realism_naming_the_file(snow_build, tmp_path):
+    """The realism section read the snow partitions with plain pyarrow, so a flipped byte inside a data page (which
+    the preflight's size, row and footer checks pass) went into its snow statistics. It reads with page checksums:
+    the damage is an error naming the file."""
+    import shutil
+
+    from bench_build.format.checked import IntegrityError
+    from tests.pipeline.tamper import POINTS, flip_file
+
+    snow = next((snow_build / "data" / "corruption=snow" / "severity=1").glob("*.parquet"))
+    assert realism.simulated_scans([snow], None, 0)[1]  # the intact file reads
+    bad = tmp_path / snow.name
+    shutil.copyfile(snow, bad)
+    flip_file(bad, POINTS)
+    with pytest.raises(IntegrityError, match=rf"{bad}: a data page does not match its checksum"):
+        realism.simulated_scans([bad], None, 0)
+
+
 def test_snow_like_corruptions_are_both_snow_simulators():
     manifest = {"recipe": {"corruptions": [{"name": "snow", "stage": "snow_lisa"}, {"name": "fog", "stage": "fog"},
                                            {"name": "robo3d_snow", "stage": "snow"}]}}
