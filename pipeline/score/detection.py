@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.bug_rates import bug_rates
@@ -37,7 +35,7 @@ from bench_build.score.kitti_boxes import (
 )
 from bench_build.score.kitti_eval import evaluate
 from bench_build.score.predictions import FIRST, PredictionError
-from bench_build.score.truth import Partition, iter_columns
+from bench_build.score.truth import Partition, iter_columns, read_truth
 from bench_build.sources.kitti import format_labels
 
 
@@ -62,7 +60,7 @@ def _partition_truth(version_dir: str | Path, shard_paths: list[str]) -> dict[st
 
     frames: dict[str, KittiObjects] = {}
     for rel in shard_paths:
-        table = pq.read_table(Path(version_dir) / rel, columns=["frame_id", "boxes", "calib"])
+        table = read_truth(version_dir, rel, ["frame_id", "boxes", "calib"])
         frames.update(_truth_objects(version_dir, {c: table[c].to_pylist() for c in table.column_names}))
     return frames
 

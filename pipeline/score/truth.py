@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
+from bench_build.format.checked import CheckedParquetFile
 from bench_build.format.schema import decode_points
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.validate import ScoreError
@@ -29,14 +30,25 @@ class Partition:
     severity: int
 
 
+def read_truth(root: str | Path, rel: str, columns: list[str], *, present_only: bool = False) -> pa.Table:
+    """``columns`` of the version file ``root/rel`` (with ``present_only``, those of them it has), read with page
+    checksums verified: a damaged page is an `IntegrityError` naming the file, never ground truth decoded from
+    other bytes into the scores; a file that cannot be read is a `ScoreError` naming it."""
+    try:
+        pf = CheckedParquetFile.local(Path(root) / rel)
+        return pf.read(columns=[c for c in columns if c in pf.schema_arrow.names] if present_only else columns)
+    except OSError as e:  # missing, unreadable (each names the file)
+        raise ScoreError(f"{e}: the version's file cannot be read; `bench-build verify {root}` checks them all"
+                         ) from None
+
+
 def iter_columns(version_dir: str | Path, columns: list[str]) -> Iterator[tuple[Partition, dict[str, list[Any]]]]:
     """For every shard in manifest order: its partition and the requested columns that exist in it."""
     root = Path(version_dir)
     manifest = read_manifest(root)
     for s in manifest["shards"]:
-        pf = pq.ParquetFile(root / s["path"])
-        present = [c for c in columns if c in pf.schema_arrow.names]
-        table = pf.read(columns=present)
+        table = read_truth(root, s["path"], columns, present_only=True)
+        present = table.column_names
         yield Partition(s["corruption"], int(s["severity"])), {c: table[c].to_pylist() for c in present}
 
 
@@ -119,7 +131,7 @@ def read_build(version_dir: str | Path, *, count_points: bool = True) -> tuple[
     for s in shards:
         part = Partition(s["corruption"], int(s["severity"]))
         with_points = count_points and (part.corruption == "clean" or not has_clean)
-        table = pq.read_table(root / s["path"], columns=["key", "frame_id", "boxes"] + (["points"] * with_points))
+        table = read_truth(root, s["path"], ["key", "frame_id", "boxes"] + (["points"] * with_points))
         fids, keys, boxes = table["frame_id"].to_pylist(), table["key"].to_pylist(), table["boxes"].to_pylist()
         parts.setdefault(part, {}).update(zip(fids, zip(boxes, keys, strict=True), strict=True))
         if with_points:

@@ -130,6 +130,37 @@ def test_detection_score_end_to_end(det_version, demo_kitti_master, tmp_path):
     assert f"Car moderate ({n_mod}: at most {100 * (n_mod - 1) / 40:.1f})" in out
 
 
+def test_damaged_or_missing_ground_truth_is_one_line_naming_the_file(det_version, demo_kitti_master, tmp_path):
+    """Score read the version's ground truth with plain pyarrow: a flipped byte inside a data page of the boxes went
+    into the scores as other boxes, and a missing file was a FileNotFoundError traceback. Both are one line naming
+    the file (exit 2)."""
+    import shutil
+
+    from tests.pipeline.tamper import chunk_span, flip_file
+
+    version = tmp_path / "kitti-c" / "0.1.0"
+    shutil.copytree(det_version, version)
+    preds = write_results(tmp_path / "pred", demo_kitti_master, version)
+    rel = "data/corruption=gaussian_rad/severity=1/part-00000-of-00001.parquet"
+    path = version / rel
+    table = pq.read_table(path)
+    pq.write_table(table, path, write_page_checksum=True)  # as builds write them
+    md = pq.ParquetFile(path).metadata.row_group(0)
+    boxes = next(md.column(j).path_in_schema for j in range(md.num_columns)
+                 if md.column(j).path_in_schema.startswith("boxes") and chunk_span(path, md.column(j).path_in_schema))
+    assert runner.invoke(app, ["score", str(version), str(preds)]).exit_code == 0
+    flip_file(path, boxes)
+    res = runner.invoke(app, ["score", str(version), str(preds)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) <= 3, res.output
+    assert out.startswith(f"error: {path}: a data page does not match its checksum"), out
+    path.unlink()
+    res = runner.invoke(app, ["score", str(version), str(preds)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and out.startswith(f"error: {path}: ") and "Traceback" not in res.output, out
+    assert "cannot be read" in out, out
+
+
 def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_version, demo_kitti_master, tmp_path):
     """A version pulled in part averages fewer corruptions than the paper's m-metrics; a prediction folder that
     names no partition is not scored; a class with no detections has no bug rate. Each is said, not silent."""
