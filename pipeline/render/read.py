@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench_build.format.checked import CheckedParquetFile
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
@@ -62,6 +63,12 @@ def _rg_may_hold(pf: pq.ParquetFile, rg: int, frame_id: str) -> bool:
     return st.min <= frame_id <= st.max
 
 
+def _checked(store, f: Any, rel: str) -> CheckedParquetFile:
+    """The version file ``rel`` (open as ``f``) with its pages' checksums verified: a damaged page is an
+    `IntegrityError` naming it, never a picture of other points."""
+    return CheckedParquetFile(f, store.key_url(rel), page_checksum_verification=True)
+
+
 def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id: str, width: int) -> np.ndarray:
     """xyz of ``frame_id`` in the clean file of ``entry``'s shard (what a compact-encoded row refers to)."""
     clean = next((s for s in manifest["shards"] if s["corruption"] == "clean" and s.get("shard") == entry.get("shard")),
@@ -69,7 +76,7 @@ def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id:
     if clean is None:
         raise RenderError(f"{entry['path']} is compact-encoded but its shard's clean file is not in the manifest")
     with store.open_input(clean["path"]) as f:
-        t = pq.ParquetFile(f).read(columns=["frame_id", "points"])
+        t = _checked(store, f, clean["path"]).read(columns=["frame_id", "points"])
     t = t.filter(pc.equal(t["frame_id"], frame_id))
     return _points_xyz(t["points"], width)[0]
 
@@ -129,7 +136,7 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
     when None; the view is None if the file does not hold that frame."""
     part = (s["corruption"], int(s["severity"]))
     with store.open_input(s["path"]) as f:
-        pf = pq.ParquetFile(f)
+        pf = _checked(store, f, s["path"])
         meta = file_metadata(pf.schema_arrow)
         w = len(meta.get("fields") or []) or width
         wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic",) if semantic else ())

@@ -458,6 +458,25 @@ def test_render_refuses_an_out_inside_the_version_and_names_what_it_cannot_write
         assert lines[:-1] == [f"wrote {out / f'000000_translation_{s}.png'}" for s in range(1, n)], res.output
 
 
+def test_render_of_a_damaged_page_is_one_line_naming_the_file(built, tmp_path):
+    """render read the version's files with plain pyarrow: a flipped byte inside a data page drew other points.
+    It reads with page checksums: the damage is one line naming the file, exit 2, no PNG."""
+    import shutil
+
+    from tests.pipeline.tamper import POINTS, flip_file
+
+    version = tmp_path / "v"
+    shutil.copytree(built, version)
+    part = version / "data" / "corruption=translation" / "severity=1"
+    path = next(part.glob("*.parquet"))
+    flip_file(path, POINTS)
+    res = runner.invoke(app, ["render", str(version), "--out", str(tmp_path / "png"), "--corruption", "translation",
+                              "--severity", "1"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and out.startswith(f"error: {path}: a data page does not match its checksum"), out
+    assert not (tmp_path / "png").exists()
+
+
 def test_build_sheet_panels_carry_the_zoom(built):
     """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
     read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
