@@ -205,8 +205,9 @@ class PointCloudIterableDataset(_Base, IterableDataset):
         # persistent_workers=True, but a tensor's shared storage is the same in every copy (fork or spawn), so
         # set_epoch reaches workers that already run
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        if (rank is None) != (world_size is None) or (world_size is not None and not 0 <= rank < world_size):
-            raise ValueError(f"rank and world_size go together, 0 ≤ rank < world_size; got rank={rank!r}, "
+        if (rank is None) != (world_size is None) or (world_size is not None and not (  # 0.5 or True: not at iteration
+                _is_index(rank) and _is_index(world_size) and 0 <= rank < world_size)):
+            raise ValueError(f"rank and world_size go together, integers 0 ≤ rank < world_size; got rank={rank!r}, "
                              f"world_size={world_size!r}")
         self.rank, self.world_size = rank, world_size
         # examples over all ranks and workers, counted like the map-style index: from the manifest (the frame of
@@ -226,6 +227,8 @@ class PointCloudIterableDataset(_Base, IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """The shuffle's epoch (file permutation and buffer), read when an iteration starts: call it before
         ``iter(loader)``. It reaches the workers of ``persistent_workers=True`` too."""
+        if not (_is_index(epoch) and 0 <= epoch < 2**63):  # held in an int64 tensor; int("a") named no argument
+            raise ValueError(f"set_epoch: epoch must be an integer 0 ≤ epoch < 2**63, got {epoch!r}")
         self._epoch.fill_(int(epoch))
 
     def _rank(self) -> tuple[int, int]:

@@ -258,6 +258,28 @@ def test_an_example_is_the_callers_to_change_and_a_selection_names_what_the_vers
             PointCloudIterableDataset(mini_build, rank=rank, world_size=world)
 
 
+def test_iterable_dataset_refuses_a_rank_or_epoch_that_is_not_an_integer_at_the_call(mini_build):
+    """``rank=0.5`` (or True, or a NumPy float) passed the range check and failed only at iteration, in a DataLoader
+    worker, with a bare TypeError; ``set_epoch("a")`` was a bare ValueError from int(), and ``set_epoch(1.5)`` was
+    epoch 1. Each is refused where it is given, in one line naming the argument."""
+    from bench_build.loaders import PointCloudIterableDataset
+
+    for rank, world in ((0.5, 2), (True, 2), (np.float64(1), 2), (0, 2.0), (0, True), ("0", 2)):
+        with pytest.raises(ValueError, match=re.escape(f"rank and world_size go together, integers 0 ≤ rank < "
+                                                       f"world_size; got rank={rank!r}, world_size={world!r}")):
+            PointCloudIterableDataset(mini_build, severity=[0, 1], rank=rank, world_size=world)
+    it = PointCloudIterableDataset(mini_build, severity=[0, 1], shuffle=True, rank=np.int64(1), world_size=np.int32(2))
+    for epoch in ("a", 1.5, True, np.float32(2), -1, 2**63):
+        for call in (it.set_epoch, lambda e: setattr(it, "epoch", e)):
+            with pytest.raises(ValueError, match=re.escape(f"set_epoch: epoch must be an integer 0 ≤ epoch < 2**63, "
+                                                           f"got {epoch!r}")):
+                call(epoch)
+    assert it.epoch == 0  # unchanged by the refused ones
+    it.set_epoch(np.int64(2))
+    keys = [x["key"] for x in it]
+    assert it.epoch == 2 and len(keys) == len(set(keys)) == len(it) // 2  # rank 1 of 2: half the files
+
+
 def test_a_dataset_opened_by_a_relative_path_reads_the_same_version_from_another_working_directory(
         mini_build, tmp_path, monkeypatch):
     """A worker process that unpickles the dataset (a spawned DataLoader worker, a Ray Train worker, which runs in
