@@ -23,7 +23,7 @@ from bench_build.export.plan import (
     plan,
     split_name,
 )
-from bench_build.format.reader import Version, open_version
+from bench_build.format.reader import Version, check_read_keys, open_version
 from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
 from bench_build.storage.owners import owner_tag, temp_owner_dead
 
@@ -215,6 +215,7 @@ def export_version(version_dir: str | Path, out: str | Path, *, corruption: str 
         if not isinstance(manifest.get("recipe"), dict):
             raise ExportError(f"{where}: no recipe table, which names the partitions export writes (a damaged "
                               "manifest: re-pull the version, or rebuild it)")
+        check_read_keys(manifest, where)  # as open_version will: the partitions' names and severities, the fields
         check_source(manifest)
         if all_partitions and (corruption is not None or severity is not None):
             raise ExportError("--all exports every partition: leave out --corruption and --severity")

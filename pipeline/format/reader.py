@@ -73,6 +73,48 @@ from bench_build.storage import LocalStore, open_store
 FOOTER_KEYS = ("fields", "intensity_scale")
 
 
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_names(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _is_corruptions(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in v)
+
+
+#: what `Version` takes from the manifest by key, beyond its shard entries (`check_manifest`): each key (dotted:
+#: within ``recipe``), what its value must be, and what that is in words
+READ_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("fields", _is_names, "a list of point field names"),
+    ("recipe", lambda v: isinstance(v, dict), "an object"),
+    ("recipe.corruptions", _is_corruptions, "a list of objects with a name"),
+    ("recipe.severities", _is_count, "an integer ≥ 0"),
+)
+
+
+def check_read_keys(manifest: dict[str, Any], where: str) -> None:
+    """Refuse (`ManifestError`, one line naming ``where`` and every key) a manifest that lacks a `READ_KEYS` key or
+    holds another kind of value there: a manifest edited by hand or cut short was a bare KeyError (or TypeError)
+    from the first selection or read."""
+    bad = []
+    for key, ok, what in READ_KEYS:
+        table: Any = manifest
+        *parents, name = key.split(".")
+        if any(not isinstance(table := table.get(p), dict) for p in parents):
+            continue  # said of the parent
+        if name not in table:
+            bad.append(f"no {key}")
+        elif not ok(table[name]):
+            said = repr(table[name])
+            bad.append(f"{key} {said if len(said) <= 60 else said[:57] + '…'} is not {what}")
+    if bad:
+        raise ManifestError(f"{where}: {'; '.join(bad)}, which reading the version needs (the manifest was edited or "
+                            "cut short: pull or build that version again)")
+
+
 @dataclass(frozen=True)
 class Example:
     key: str
@@ -106,7 +148,9 @@ class Version:
     ``verify`` (default True): check each file against its manifest entry when it is opened (size and rows;
     on ``s3://`` also the sha256 recorded at upload) and every data page against its checksum; a mismatch
     raises `IntegrityError`. ``verify=False`` is for trusted fast paths (a local copy `bench-build verify`
-    just checked): changed bytes then decode silently, as with plain pyarrow."""
+    just checked): changed bytes then decode silently, as with plain pyarrow. A manifest without a key the reads
+    take from it (`READ_KEYS`: ``fields``, ``recipe.corruptions``, ``recipe.severities``) is refused on open,
+    `ManifestError` naming the manifest and the key."""
 
     def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,
                  verify: bool = True) -> None:
@@ -135,6 +179,7 @@ class Version:
             raise ManifestError(f"{where}: column(s) {', '.join(map(str, unknown))} unknown to this bench-build: "
                                 "the version was written by a newer one; upgrade bench-build to read it")
         check_manifest(self.manifest, where)  # its paths are data: they must stay inside the version
+        check_read_keys(self.manifest, where)
         self._entries = {s["path"]: s for s in self.manifest["shards"]}
         self._headed: set[str] = set()  # s3 files whose recorded sha256 was compared (one HEAD per file)
         self._clean_cache: tuple[tuple[str, int], dict[str, np.ndarray]] | None = None

@@ -120,7 +120,7 @@ def _version(root: Path, dataset: str = "modelnet-c") -> Path:
     (root / "manifest.json").write_text(json.dumps({
         "manifest_version": manifest.MANIFEST_VERSION, "dataset": dataset, "version": "0.1.0",
         "source": {"kind": "modelnet40"}, "recipe": {"name": dataset, "corruptions": [], "severities": 0},
-        "shards": []}))
+        "fields": ["x", "y", "z", "intensity"], "shards": []}))
     return root
 
 

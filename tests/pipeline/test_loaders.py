@@ -816,6 +816,59 @@ def test_open_version_with_rejected_credentials_says_so_in_one_line(mini_build, 
         assert s3env.secret_key not in msg and "ACCESS_DENIED" not in msg and "HeadObject" not in msg
 
 
+def _edited(manifest: dict, key: str, value: object) -> dict:
+    """A copy of ``manifest`` with the dotted ``key`` set to ``value`` (`DROP`: removed)."""
+    out = json.loads(json.dumps(manifest))
+    *parents, name = key.split(".")
+    table = out
+    for p in parents:
+        table = table[p]
+    if value is DROP:
+        del table[name]
+    else:
+        table[name] = value
+    return out
+
+
+DROP = object()
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("recipe.severities", DROP, "no recipe.severities"),
+    ("recipe.corruptions", DROP, "no recipe.corruptions"),
+    ("fields", DROP, "no fields"),
+    ("recipe", DROP, "no recipe"),
+    ("recipe.severities", "5", "recipe.severities '5' is not an integer ≥ 0"),
+    ("recipe.corruptions", [{"stage": "fog"}], "recipe.corruptions [{'stage': 'fog'}] is not a list of objects with a "
+                                               "name"),
+    ("fields", "xyzi", "fields 'xyzi' is not a list of point field names"),
+    ("recipe", [], "recipe [] is not an object"),
+])
+def test_a_manifest_without_a_key_the_reader_needs_is_refused_in_one_line(mini_build, tmp_path, key, value, said):
+    """A hand-edited local manifest without ``recipe.severities``, ``fields`` or another key the reader indexes
+    opened, and the first selection or read stopped on a bare KeyError (TypeError for another kind of value).
+    `open_version` now refuses it, one line naming the manifest file and the key; the loaders and export too."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudDataset
+    from bench_build.manifests.manifest import ManifestError
+
+    root = tmp_path / "v"
+    root.mkdir()
+    manifest = json.loads((mini_build / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps(_edited(manifest, key, value)))
+    says = f"{root / 'manifest.json'}: {said}, which reading the version needs"
+    for read in (open_version, lambda r: PointCloudDataset(r, severity=2)):
+        with pytest.raises(ManifestError, match=re.escape(says)):
+            read(root)
+    res = CliRunner().invoke(app, ["export", str(root), str(tmp_path / "x"), "--corruption", "beam_del",
+                                   "--severity", "2"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and not (tmp_path / "x").exists(), res.output
+    assert ("no recipe table" if key == "recipe" else said) in " ".join(res.output.split()), res.output
+
+
 @pytest.mark.parametrize(("change", "said"), [({"schema_version": 99}, "schema_version 99 was written by a newer"),
                                               ({"manifest_version": 3}, "manifest_version 3 was written by a newer"),
                                               ({"columns": ["weather_rate"]}, "weather_rate unknown to this")])

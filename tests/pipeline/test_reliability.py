@@ -768,7 +768,7 @@ def test_export_of_a_partition_the_version_lacks_exits_2(tmp_path):
     version.mkdir(parents=True)
     (version / "manifest.json").write_text(json.dumps({
         "manifest_version": MANIFEST_VERSION, "dataset": "mini-c", "version": "0.1.0", "shards": [],
-        "recipe": {"corruptions": [{"name": "fog"}], "severities": 5}}))
+        "fields": ["x", "y", "z", "intensity"], "recipe": {"corruptions": [{"name": "fog"}], "severities": 5}}))
     for args, bad in ((["--corruption", "fog", "--severity", "9"], "severity 9 is outside 0…5"),
                       (["--corruption", "smoke", "--severity", "1"], "no corruption 'smoke'"),
                       (["--corruption", "clean", "--severity", "2"], "clean has only severity 0")):
