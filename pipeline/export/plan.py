@@ -13,6 +13,7 @@ from bench_build.export.errors import ExportError
 from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
 from bench_build.format.reader import Version
 from bench_build.format.schema import decode_boxes, decode_calib
+from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
 
@@ -71,6 +72,25 @@ def check_partition(manifest: dict[str, Any], corruption: str | None, severity: 
     if corruption == "clean" and severity != 0:
         raise ExportError(f"clean has only severity 0, not {severity}")
     return ("clean", 0) if severity == 0 else (corruption, severity)
+
+
+def check_held(url: str, manifest: dict[str, Any], parts: list[tuple[str, int]], all_partitions: bool) -> None:
+    """Refuse (ExportError) partitions ``parts`` a partial pull (``bench-build pull --corruption …``) does not hold,
+    naming them, what the folder holds and the pull that adds them: its recipe names every partition of the version,
+    its manifest lists only the files it pulled, and export said only "no frames to export"."""
+    if "partial" not in manifest:
+        return
+    held = held_partitions(manifest)
+    missing = [p for p in parts if p not in set(held)]
+    if not missing:
+        return
+    names, levels = {c for c, _ in missing}, {s for _, s in missing}
+    add = pull_command(url, manifest, names.pop() if len(names) == 1 else None,
+                       levels.pop() if len(levels) == 1 else None)
+    verb, them = ("is", "it") if len(missing) == 1 else ("are", "them")
+    instead = "export one partition it holds" if all_partitions else "export one it holds"
+    raise ExportError(f"{url}: {parts_text(missing)} {verb} not in this folder ({partial_of(manifest)}); it holds "
+                      f"{parts_text(held)} (`{add}` adds {them}, or {instead}); nothing was written")
 
 
 def severity_dir(manifest: dict[str, Any], severity: int) -> str:
@@ -308,9 +328,13 @@ def plan(ds: Version, manifest: dict[str, Any], out: Path, *, corruption: str | 
                           f"{', '.join(fields)}")
     if not all_partitions:
         c, s = check_partition(manifest, corruption, severity)
+        check_held(ds.url, manifest, [(c, s)], all_partitions)
         first, _, empty = _part(ds, c, s, out, full=True, wanted=wanted)
         parts = [first]
     else:
+        check_held(ds.url, manifest, [("clean", 0)] + [(c["name"], s) for c in manifest["recipe"]["corruptions"]
+                                                       for s in range(1, manifest["recipe"]["severities"] + 1)],
+                   all_partitions)
         bench = out / manifest["dataset"]
         first, clean, empty = _part(ds, "clean", 0, bench / "clean", full=True, wanted=wanted)
         parts = [first]

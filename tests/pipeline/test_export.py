@@ -180,6 +180,39 @@ def test_bad_partition_is_refused(built, tmp_path, args, message):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_partition_a_partial_pull_lacks_names_the_pull_that_adds_it(built, tmp_path):
+    """A partial pull's recipe names every partition of the version, its manifest only the files it pulled: export
+    of one it lacks said only "gaussian_rad/2: no frames to export" (and --all the same of the first one). Both now
+    name what is missing, what the folder holds and the `bench-build pull` that adds it; exit 2, nothing written."""
+    from bench_build.publish import publish_version, pull_version
+
+    assert publish_version(str(built), str(tmp_path / "pub"), progress=False).ok
+    assert pull_version(str(tmp_path / "pub" / "mini-c"), tmp_path / "out", corruption="beam_del", severity=3,
+                        progress=False).ok
+    part = tmp_path / "out" / "mini-c" / "0.1.0"
+    add = f"bench-build pull <publication root>/mini-c --version 0.1.0 --out {tmp_path / 'out'}"
+    before = tree_state(tmp_path)
+    for args, says in (
+            (["--corruption", "gaussian_rad", "--severity", "2"],
+             f"{part}: gaussian_rad/2 is not in this folder (a partial pull of mini-c 0.1.0); it holds beam_del/3 "
+             f"(`{add} --corruption gaussian_rad --severity 2` adds it, or export one it holds); nothing was written"),
+            (["--corruption", "beam_del", "--severity", "0"],
+             f"clean/0 is not in this folder (a partial pull of mini-c 0.1.0); it holds beam_del/3 (`{add} "
+             "--corruption clean` adds it"),
+            (["--all"], f"{part}: clean/0, gaussian_rad/1–5, beam_del/1–2, 4–5, background/1–5, translation/1–5 are "
+                        f"not in this folder (a partial pull of mini-c 0.1.0); it holds beam_del/3 (`{add}` adds them, "
+                        "or export one partition it holds)")):
+        res = runner.invoke(app, ["export", str(part), str(tmp_path / "x"), *args], terminal_width=400)
+        flat = " ".join(res.output.split())
+        assert res.exit_code == 2 and says in flat and len(res.output.strip().splitlines()) == 1, res.output
+        assert tree_state(tmp_path) == before and not (tmp_path / "x").exists(), args
+    # what it holds exports as from the whole version
+    res = runner.invoke(app, ["export", str(part), str(tmp_path / "x"), "--corruption", "beam_del", "--severity", "3"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "x" / "training" / "velodyne").iterdir()) == [
+        f"00000{i}.bin" for i in range(4)]
+
+
 @pytest.mark.parametrize(("dataset", "kind"), [("robo3d-semantickitti-c", "semantickitti"),
                                               ("robo3d-nuscenes-c", "nuscenes"), ("modelnet-c", "modelnet40"),
                                               ("robo3d-wod-c", "waymo")])
