@@ -223,7 +223,7 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
     if earlier is not None:  # compose with an earlier pull of the same published version: pull the union
         wanted = {e["path"] for e in shards} | {e["path"] for e in earlier["shards"]}
         shards = [e for e in manifest["shards"] if e["path"] in wanted]  # earlier files are re-verified below
-        selections = earlier.get("partial", {}).get("selections", []) + selections
+        selections = _once(earlier.get("partial", {}).get("selections", []) + selections)
     # an earlier --materialize pull: its rewritten files are verified against its own manifest and kept, and this
     # pull materialises too (before, they no longer matched the published sha256, so every pull downloaded them
     # again, and one without --materialize put compact files back under the names plain readers had read in full)
@@ -319,6 +319,16 @@ def _pull_locked(src: Store, raw: bytes, manifest: dict[str, Any], dest: Path, c
         raise _local_failure(e, dest) from None
     shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _once(selections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each selection once, in the order of its first pull: repeating a pull (or one an earlier bench-build recorded
+    twice) listed it again on every run."""
+    out: list[dict[str, Any]] = []
+    for sel in selections:
+        if sel not in out:
+            out.append(sel)
+    return out
 
 
 def _kept(entry: dict[str, Any] | None) -> list[tuple[int, str]]:

@@ -270,6 +270,31 @@ def test_a_partial_pull_checks_corruption_and_severity_each_on_its_own(built, tm
     assert {s["corruption"] for s in read_manifest(out / "mini-c" / "0.1.0")["shards"]} == {"clean"}
 
 
+def test_repeating_a_partial_pull_records_its_selection_once(built, tmp_path):
+    """Each pull into a partial copy appended its selection to ``partial.selections``: the same pull run again
+    listed it twice (and `diff`'s note of the copy with it). Each selection is kept once, in the order of its first
+    pull, also where an earlier pull recorded one twice; `verify` and the card read the copy as before."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dataset, pdir = str(tmp_path / "pub" / "mini-c"), tmp_path / "o" / "mini-c" / "0.1.0"
+    beam, clean = {"corruption": "beam_del", "severity": 3}, {"corruption": "clean", "severity": None}
+    for c, s in (("beam_del", 3), ("beam_del", 3), ("clean", None), ("beam_del", 3)):
+        assert pull_version(dataset, tmp_path / "o", corruption=c, severity=s, progress=False).ok
+    manifest = read_manifest(pdir)
+    assert manifest["partial"]["selections"] == [beam, clean]
+    # a copy whose manifest lists one twice (an earlier bench-build's pulls): the next pull lists it once
+    manifest["partial"]["selections"] = [beam, clean, beam]
+    (pdir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    again = pull_version(dataset, tmp_path / "o", corruption="clean", progress=False)
+    assert again.ok and not again.transferred
+    assert read_manifest(pdir)["partial"]["selections"] == [beam, clean]
+    said = runner.invoke(app, ["verify", str(pdir)])
+    assert said.exit_code == 0 and f"OK: {2 * FRAMES} files verified (a partial pull: {2 * FRAMES} of the version's " \
+        "84)" in said.output, said.output
+    body = (pdir / "README.md").read_text().split("\n---\n", 1)[1]
+    assert body.count("> **A partial pull.** This folder holds 8 of the version's 84 files (2 partitions: "
+                      "beam_del/3, clean/0)") == 1, body[:600]
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
