@@ -3,12 +3,14 @@
 
     python deploy/submit.py ray-up --source /data/kitti --out s3://bucket/bench [--execute] [--detach]
         prints (or with --execute runs) `ray up` then `ray exec … 'bench-build run … --address auto'`; with
-        --detach the build runs in tmux on the head (`ray exec --tmux`), and a dropped SSH connection does not end it
+        --detach the build runs in tmux on the head (`ray exec --tmux`), and a dropped SSH connection does not end it;
+        a --benchmark recipe file is copied to the head between them (`ray rsync-up`, to ~/bench-build-recipes/)
     python deploy/submit.py kuberay --source /data/kitti --out s3://bucket/bench --image REG/bench-build:0.1.0 \\
         --max-workers 16 | kubectl apply -f -
         prints deploy/kuberay/rayjob.yaml with this run's entrypoint, job name, image, worker-group size and the
         source volume mounted at --source: the template's PVC (kitti-source) for a benchmark that reads KITTI,
-        for any other the PVC --source-claim names (required there)
+        for any other the PVC --source-claim names (required there); a --benchmark recipe file only from that
+        volume (the pods get nothing else of this machine)
 
 The run's command is built here from options, never typed into the YAML by hand, so what the cluster
 runs is always a command the CLI accepts: more `bench-build run` options after `--` are parsed by the
@@ -42,6 +44,9 @@ RAY_CLUSTER = DEPLOY / "ray-cluster.yaml"
 RAYJOB = DEPLOY / "kuberay" / "rayjob.yaml"
 RECIPES = DEPLOY.parent / "manifests" / "recipes"
 LOCK = DEPLOY.parent / "manifests" / "lock.txt"
+#: where `ray-up` copies a recipe file on the head before the build (`ray rsync-up`): `~` is the home folder in the
+#: head's container (Ray's rsync into a docker cluster expands it there; the build's shell expands it too)
+HEAD_RECIPES = "~/bench-build-recipes"
 #: the RayJob's volume holding the source scans (a read-only PVC), mounted in every pod
 SOURCE_VOLUME = "source"
 #: the dataset the template's source PVC holds: its claim is the default only for a benchmark that reads it
@@ -199,15 +204,27 @@ def job_name(benchmark: str) -> str:
     return f"bench-build-{slug}"[:MAX_JOB_NAME].rstrip("-")
 
 
+def _builtins() -> dict[str, Path]:
+    """This checkout's built-in recipes (manifests/recipes/), which the image installs: name → file."""
+    return {p.name[: -len(".toml")]: p for p in RECIPES.glob("*.toml")}
+
+
+def _split_variant(benchmark: str, builtins: dict[str, Path]) -> tuple[str, str | None]:
+    """(recipe, variant) of a --benchmark as `load_recipe` splits it: ``kitti-c:text`` → (kitti-c, text); a name
+    that is a built-in or an existing file as a whole keeps its ':'."""
+    if benchmark not in builtins and not Path(benchmark).exists() and ":" in benchmark:
+        spec, variant = benchmark.rsplit(":", 1)
+        return spec, variant
+    return benchmark, None
+
+
 def read_benchmark(benchmark: str) -> dict:
     """The recipe `bench-build run BENCHMARK` loads, as parsed TOML: a built-in's (``kitti-c``, or ``kitti-c:text``
     for one of its variants) or a recipe file's, found as the CLI finds them (`load_recipe`,
     manifests/recipe.py). Refused when it is none of these: the cluster would fail only once its nodes are up.
     Read from this checkout's recipes (manifests/recipes/) with tomllib, importing neither bench_build nor Ray."""
-    builtins = {p.name[: -len(".toml")]: p for p in RECIPES.glob("*.toml")}
-    spec, variant = benchmark, None
-    if spec not in builtins and not Path(spec).exists() and ":" in spec:
-        spec, variant = spec.rsplit(":", 1)
+    builtins = _builtins()
+    spec, variant = _split_variant(benchmark, builtins)
     if spec in builtins:
         path, what = builtins[spec], f"the built-in benchmark {spec}"
     elif spec.endswith(".toml") or Path(spec).exists():
@@ -229,6 +246,41 @@ def read_benchmark(benchmark: str) -> dict:
         raise Refused(f"--benchmark {benchmark}: {what} has no variant {variant!r} "
                       f"(it has {', '.join(sorted(variants)) or 'none'})")
     return data
+
+
+def recipe_file(benchmark: str) -> tuple[Path, str] | None:
+    """The recipe file on this machine a --benchmark names (`read_benchmark` has read it) and its variant suffix
+    (``":fast"``, or ``""``); None for a built-in, which every node's image has."""
+    builtins = _builtins()
+    spec, variant = _split_variant(benchmark, builtins)
+    return None if spec in builtins else (Path(spec), f":{variant}" if variant is not None else "")
+
+
+def head_recipe(path: Path) -> str:
+    """Where `ray-up` copies the recipe file ``path`` on the head (`ray rsync-up`): under `HEAD_RECIPES`, by its file
+    name with other characters than letters, digits, '.', '_' and '-' as '-' (Ray's rsync passes the target through
+    a shell unquoted)."""
+    stem = path.name[: -len(".toml")] if path.name.endswith(".toml") else path.name
+    return f"{HEAD_RECIPES}/{re.sub(r'[^A-Za-z0-9._-]+', '-', stem).strip('-.') or 'recipe'}.toml"
+
+
+def pod_recipe(benchmark: str, path: Path, variant: str, mount: str) -> str:
+    """The path in the RayJob's pods of the recipe file ``path``: its absolute path here, when that is inside the
+    source PVC's mount ``mount`` (the volume is mounted at the same path on this machine); else refused, since
+    the pods get only the image and the PVC, and the build would fail once they are up."""
+    where = posixpath.normpath(os.path.abspath(path))
+    if not _under(where, mount):
+        raise Refused(f"--benchmark {benchmark}: a recipe file on this machine, which the RayJob's pods never see "
+                      f"(they get the image and the source PVC, mounted at {mount}): add it to manifests/recipes/ "
+                      "and rebuild the image to run it as a built-in, or put it on the source volume and give its "
+                      f"path under {mount}")
+    return where + variant
+
+
+def shell_join(argv: list[str]) -> str:
+    """``shlex.join(argv)``, but an argument starting with ``~/`` keeps that prefix unquoted: the shell that runs
+    the command on the head expands it to the home folder there (a quoted ``~`` stays a folder named '~')."""
+    return " ".join("~/" + shlex.quote(a[2:]) if a.startswith("~/") and a[2:] else shlex.quote(a) for a in argv)
 
 
 def recipe_source(benchmark: str) -> str | None:
@@ -261,12 +313,15 @@ def source_claim(benchmark: str, claim: str | None, template: Path = RAYJOB) -> 
                   f"{source}-source)")
 
 
-def ray_up_commands(cluster_yaml: Path, command: list[str], detach: bool = False) -> list[list[str]]:
-    """`ray up`, then `ray exec` of the build on the head: in the foreground, where a dropped SSH connection ends
-    the build, or with ``detach`` in a tmux session inside the head's container (`ray exec --tmux`), where it goes on
-    and `ray exec` returns at once."""
+def ray_up_commands(cluster_yaml: Path, command: list[str], detach: bool = False,
+                    upload: tuple[str, str] | None = None) -> list[list[str]]:
+    """`ray up`, then, with ``upload`` (a recipe file here, its path on the head), `ray rsync-up` of it into the
+    head's container, then `ray exec` of the build on the head: in the foreground, where a dropped SSH connection
+    ends the build, or with ``detach`` in a tmux session inside the head's container (`ray exec --tmux`), where it
+    goes on and `ray exec` returns at once."""
     return [["ray", "up", "-y", str(cluster_yaml)],
-            ["ray", "exec", str(cluster_yaml), shlex.join(command), *(["--tmux"] if detach else [])]]
+            *([["ray", "rsync-up", str(cluster_yaml), *upload]] if upload else []),
+            ["ray", "exec", str(cluster_yaml), shell_join(command), *(["--tmux"] if detach else [])]]
 
 
 def status_command(command: list[str]) -> list[str]:
@@ -286,7 +341,7 @@ def detached_notes(cluster_yaml: Path, command: list[str]) -> list[str]:
     return ["# detached: the build runs in tmux in the head's container and goes on if this connection drops",
             f"#   its output (Ctrl-b d detaches again):  {shlex.join(['ray', 'attach', str(cluster_yaml), '--tmux'])}",
             "#   its progress (done, failed, pending):  "
-            f"{shlex.join(['ray', 'exec', str(cluster_yaml), shlex.join(status_command(command))])}"]
+            f"{shlex.join(['ray', 'exec', str(cluster_yaml), shell_join(status_command(command))])}"]
 
 
 def launcher_missing() -> str:
@@ -391,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         read_benchmark(args.benchmark)  # an unknown benchmark fails here, not once the cluster's nodes are up
         command = run_command(args.benchmark, args.source, args.out, args.extra)
+        local = recipe_file(args.benchmark)  # a recipe file here: the cluster's nodes have only the built-ins
+        upload = None
         if args.target == "ray-up":
             cluster = read_cluster(args.cluster)
             check_ray_up_source(args.source, cluster, args.cluster)
@@ -399,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                               "edit the lines marked EDIT before `ray up` launches instances for it")
             if args.execute and shutil.which("ray") is None:
                 raise Refused(launcher_missing())
+            if local:  # copied to the head (`ray rsync-up`), and the build names it there
+                upload = (str(local[0]), head_recipe(local[0]))
+                command[2] = upload[1] + local[1]
         else:
             mount = args.source_mount or args.source
             if not posixpath.isabs(mount):
@@ -407,9 +467,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise Refused(f"--source {args.source} is not in the folder the source PVC is mounted at "
                               f"(--source-mount {mount}): give a --source in it, or leave --source-mount out to mount "
                               "the PVC at --source")
+            claim = source_claim(args.benchmark, args.source_claim)
+            if local:  # the pods see it only on the source volume
+                command[2] = pod_recipe(args.benchmark, *local, posixpath.normpath(mount))
             job = render_rayjob(command, image=args.image, max_workers=args.max_workers,
-                                name=args.name or job_name(args.benchmark), source_mount=mount,
-                                source_claim=source_claim(args.benchmark, args.source_claim))
+                                name=args.name or job_name(args.benchmark), source_mount=mount, source_claim=claim)
             if images := sorted({c["image"] for pod in pod_specs(job) for c in pod["containers"]
                                  if any(p in c["image"] for p in PLACEHOLDERS)}):
                 said = (f"--image {args.image} is" if args.image else
@@ -420,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.target == "ray-up":
-        commands = ray_up_commands(args.cluster, command, detach=args.detach)
+        commands = ray_up_commands(args.cluster, command, detach=args.detach, upload=upload)
         if args.execute:
             code = execute(commands)
         else:

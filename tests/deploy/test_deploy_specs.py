@@ -370,6 +370,60 @@ def test_ray_up_detached_runs_the_build_in_tmux_and_says_how_to_follow_it(monkey
         assert ("# detached: " in captured.out) == (code == 0), captured
 
 
+def test_ray_up_copies_a_recipe_file_to_the_head_and_builds_it_there(monkeypatch, tmp_path, capsys):
+    """A recipe file is on the submitting machine only: the build named its path here, which the head does not have,
+    and failed once the cluster was up. `ray rsync-up` now copies it into the head's container between `ray up` and
+    `ray exec`, and the build names the copy: `~/bench-build-recipes/<name>.toml`, where Ray's rsync into a docker
+    cluster puts it (`~` as the container's home) and where the head's shell looks (the `~` unquoted). A built-in
+    is in the image: nothing copied. A failed copy ends it before the build."""
+    import ray.scripts.scripts as ray_cli
+    from ray.autoscaler._private.command_runner import DockerCommandRunner
+
+    recipe = tmp_path / "my recipe.toml"
+    recipe.write_text('[benchmark]\nname = "mine"\nsource = "kitti"\n[variants.fast]\n')
+    submit = _submit_module()
+    args = ["ray-up", "--benchmark", f"{recipe}:fast", "--source", "/data/kitti", "--out", "s3://b/p", "--detach"]
+    assert submit.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    up, rsync, run = (shlex.split(line) for line in lines[:3])
+    assert up[:2] == ["ray", "up"]
+    assert rsync[:4] == ["ray", "rsync-up", str(submit.RAY_CLUSTER), str(recipe)]
+    _parses(ray_cli.rsync_up, rsync[2:])
+    target = rsync[4]
+    assert target == "~/bench-build-recipes/my-recipe.toml"
+    assert run[:3] == ["ray", "exec", str(submit.RAY_CLUSTER)] and run[-1] == "--tmux"
+    _parses(ray_cli.exec, run[2:])
+    assert cli_accepts(shlex.split(run[3]), monkeypatch)["benchmark"] == f"{target}:fast"
+    status = shlex.split(shlex.split(lines[-1].split(":  ", 1)[1])[3])
+    assert status[:3] == ["bench-build", "status", f"{target}:fast"]
+    # where the copy lands in the head's container (Ray expands `~` to its home) is where the build's shell looks
+    runner = object.__new__(DockerCommandRunner)
+    runner.home_dir = "/home/bench"
+    copied = runner._docker_expand_user(target)
+    for command in (run[3], shlex.split(lines[-1].split(":  ", 1)[1])[3]):
+        words = subprocess.run(["bash", "-c", f"printf '%s\\n' {command}"], env={"HOME": "/home/bench"},
+                               capture_output=True, text=True, check=True).stdout.splitlines()
+        assert words[2] == f"{copied}:fast" == "/home/bench/bench-build-recipes/my-recipe.toml:fast", words
+    # a built-in: no copy
+    assert submit.main(["ray-up", "--benchmark", "kitti-c:text", "--source", "/data/kitti", "--out", "s3://b/p"]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["up", "exec"]
+    # executed: up, rsync-up, exec in turn; a failed rsync-up runs no build
+    fake_ray = tmp_path / "bin" / "ray"
+    fake_ray.parent.mkdir()
+    fake_ray.write_text("#!/bin/sh\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    for fails in (None, "rsync-up"):
+        ran = []
+        monkeypatch.setattr(submit.subprocess, "run",
+                            lambda cmd, fails=fails, ran=ran, **k: ran.append(cmd[1]) or subprocess.CompletedProcess(
+                                cmd, int(cmd[1] == fails)))
+        assert submit.main([*args[:-1], "--cluster", str(_no_placeholders(tmp_path)), "--execute"]) == int(bool(fails))
+        captured = capsys.readouterr()
+        assert ran == (["up", "rsync-up", "exec"] if fails is None else ["up", "rsync-up"])
+        assert captured.err == ("error: `ray rsync-up …` exited with status 1\n" if fails else ""), captured.err
+
+
 def _no_placeholders(tmp_path: Path) -> Path:
     """deploy/ray-cluster.yaml as a user has edited it: no placeholder left."""
     text = (DEPLOY / "ray-cluster.yaml").read_text()
@@ -591,14 +645,16 @@ def test_a_rayjob_for_another_benchmark_is_named_after_it_and_mounts_its_source(
 @pytest.mark.parametrize("benchmark", ["kitti-c", "kitti-c:text", "robo3d-kitti-c", "kitti-recipe-file"])
 def test_a_benchmark_that_reads_kitti_mounts_the_templates_claim_by_default(benchmark, tmp_path, capsys):
     """The template's source PVC, kitti-source, holds KITTI: the default for every benchmark that reads KITTI."""
-    if benchmark == "kitti-recipe-file":
+    source = "/data/kitti"
+    if benchmark == "kitti-recipe-file":  # on the source volume: the pods see it
+        source = str(tmp_path)
         benchmark = str(tmp_path / "my-kitti.toml")
         Path(benchmark).write_text('[benchmark]\nname = "my-kitti"\nsource = "kitti"\n')
-    assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", "/data/kitti", "--out",
+    assert _submit_module().main(["kuberay", "--benchmark", benchmark, "--source", source, "--out",
                                   "s3://bench/work", "--image", "reg.example/bench-build:9"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     check_rayjob(job)
-    assert _claims(job) == {"kitti-source"} and _source_mounts(job) == {"/data/kitti"}
+    assert _claims(job) == {"kitti-source"} and _source_mounts(job) == {source}
 
 
 @pytest.mark.parametrize("benchmark, says", [
@@ -623,6 +679,36 @@ def test_a_benchmark_that_reads_other_data_needs_its_source_claim(benchmark, say
                                   "s3://bench/work"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and says in out.err and len(out.err.splitlines()) == 1, out.err
+
+
+def test_a_rayjob_runs_a_recipe_file_only_from_the_source_volume(monkeypatch, tmp_path, capsys):
+    """The pods get the image and the mounted source PVC, never a file of the submitting machine: the entrypoint
+    named a recipe file here and the build failed once the pods were up. A recipe file is now refused (one line,
+    exit 2, nothing rendered) unless it lies in the source PVC's mount, then named by its absolute path there."""
+    submit = _submit_module()
+    volume = tmp_path / "volume"
+    (volume / "kitti").mkdir(parents=True)
+    mine = volume / "recipes" / "mine.toml"
+    mine.parent.mkdir()
+    mine.write_text('[benchmark]\nname = "mine"\nsource = "kitti"\n[variants.fast]\n')
+    elsewhere = tmp_path / "mine.toml"
+    elsewhere.write_text(mine.read_text())
+    base = ["kuberay", "--out", "s3://b/p", "--image", "reg.example/bench-build:9"]
+    for where in ([], ["--source-mount", str(volume)]):  # the PVC at /data/kitti, or at a folder not holding it
+        assert submit.main([*base, "--benchmark", str(elsewhere), "--source", "/data/kitti" if not where else str(
+            volume / "kitti"), *where]) == 2
+        captured = capsys.readouterr()
+        assert not captured.out and captured.err.count("\n") == 1, captured.err
+        assert captured.err.startswith(f"error: --benchmark {elsewhere}: a recipe file on this machine, which the "
+                                       "RayJob's pods never see") and "manifests/recipes/" in captured.err
+    monkeypatch.chdir(volume)
+    for benchmark in (f"{mine}:fast", "recipes/mine.toml:fast"):  # absolute or relative here: absolute in the pods
+        assert submit.main([*base, "--benchmark", benchmark, "--source", str(volume / "kitti"), "--source-mount",
+                            str(volume)]) == 0
+        job = yaml.safe_load(capsys.readouterr().out)
+        check_rayjob(job)
+        assert _source_mounts(job) == {str(volume)}
+        assert cli_accepts(shlex.split(job["spec"]["entrypoint"]), monkeypatch)["benchmark"] == f"{mine}:fast"
 
 
 def _benchmark_arg(benchmark: str, tmp_path: Path) -> str:
@@ -688,7 +774,7 @@ def test_submit_takes_every_benchmark_the_cli_knows(benchmark, tmp_path, capsys)
         assert isinstance(submit.read_benchmark(name), dict)
     assert submit.main(["ray-up", "--benchmark", _benchmark_arg(benchmark, tmp_path), "--source", "/data/kitti",
                         "--out", "s3://b/p"]) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith("ray exec ")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("ray exec ")
 
 
 @pytest.mark.parametrize(("benchmark", "name"), [
