@@ -220,7 +220,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         recipe.description or "",
         "",
         f"- Specification: {recipe.paper}" if recipe.paper else "",
-        f"- Source: `{src.get('kind')}` ({src.get('split') or 'all frames'}), {manifest['frames']} frames, "
+        f"- Source: `{src.get('kind')}` ({src.get('split') or src.get('split_note') or 'all frames'}), "
+        f"{manifest['frames']} frames, "
         f"point fields {', '.join(manifest['fields'])}, intensity scale `{manifest['intensity_scale']}`",
         f"- **Not the benchmark's split:** built from split `{src.get('split')}` (`--split`); the benchmark is "
         f"defined on `{src['benchmark_split']}`, so its numbers are not comparable with the paper's"

@@ -1,7 +1,7 @@
 """Waymo Open Dataset v2 (Parquet per component), TOP LiDAR, read with pyarrow.
 
 Layout (``ROOT`` is the dataset folder holding the split folders, or one split folder itself: the split named, by
-its folder name, or any when no split is named; `split_folder`)::
+its folder name, or any when no split is named; `split_folder`; `describe` records the split read, `split_read`)::
 
     ROOT/validation/lidar/<context>.parquet               range images, one row per (frame, laser)
     ROOT/validation/lidar_calibration/<context>.parquet   extrinsic + beam inclinations, one row per laser
@@ -76,6 +76,8 @@ SEG_CLASSES = ("undefined", "car", "truck", "bus", "other_vehicle", "motorcyclis
 SYNTHETIC_TO_SEG = {"unlabelled": 0, "road": 18, "sidewalk": 22, "building": 14, "pole": 10, "car": 1,
                     "car_moving": 1, "truck": 2, "bus": 3, "pedestrian": 7, "bicyclist": 6}
 MAX_RANGE = 75.0  # m, the TOP laser's range
+#: the split folders of the v2 release: a split folder given as ``ROOT`` with no split named is recorded as its name
+SPLITS = ("training", "validation", "testing")
 
 
 def beam_inclinations(values: np.ndarray | None, lo: float, hi: float, height: int) -> np.ndarray:
@@ -190,6 +192,20 @@ def _image(path: Path, table, values: str, shape: str, channels: int) -> np.ndar
     return flat.reshape(shp)
 
 
+def split_read(root: Path, data: Path, split: str | None) -> tuple[str | None, str | None]:
+    """(split, note) that `describe` records for the folder ``data`` that `split_folder` chose: the split named;
+    else ``validation`` for ``root/validation``; else, ``root`` being a split folder itself, its name when it is
+    one of `SPLITS`, or no split and a note that the folder was read as given (its name says nothing Waymo
+    defines)."""
+    if split is not None:
+        return split, None
+    if data != root:
+        return data.name, None
+    if root.name in SPLITS:
+        return root.name, None
+    return None, f"folder {root.name} read as given, not a Waymo split ({', '.join(SPLITS)})"
+
+
 def split_folder(root: Path, split: str | None) -> Path:
     """The folder of the split's components: ``root/<split>`` (split default: validation), or ``root`` itself when
     it is a split folder (holds ``lidar/``) and either its name is the split or no split was named. A split named
@@ -221,8 +237,9 @@ class WaymoSource:
 
     def __init__(self, root: str | Path, split: str | None = None) -> None:
         root = Path(root)
-        self.split = split or "validation"
         self.data = split_folder(root, split)
+        #: the split actually read (None: a split folder of another name, read as given; ``split_note`` says so)
+        self.split, self.split_note = split_read(root, self.data, split)
         self.root = root
         self._calib: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._directions: dict[tuple[str, int], np.ndarray] = {}
@@ -360,7 +377,8 @@ class WaymoSource:
                      truncated=np.zeros(m), occluded=np.zeros(m, np.int64), alpha=np.zeros(m), bbox2d=np.zeros((m, 4)))
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "root": str(self.root), "split": self.split, "fields": list(self.fields),
+        return {"kind": self.kind, "root": str(self.root), "split": self.split,
+                **({"split_note": self.split_note} if self.split_note else {}), "fields": list(self.fields),
                 "intensity_scale": self.intensity_scale, "laser": "TOP", "returns": [1],
                 "frame": "vehicle", "labelled_only": self.labelled,
                 "semantic": "Waymo Segmentation.Type" if self.labelled else None,

@@ -269,3 +269,49 @@ def test_a_split_folder_is_read_only_as_its_own_split(wo_root, tmp_path):
         assert res.exit_code == 2, res.output
         assert f"error: {folder}: split 'training' not found: no" in " ".join(res.output.split()), res.output
     assert not out.exists()
+
+
+def test_a_split_folder_read_with_no_split_named_records_the_split_it_is(wo_root, tmp_path):
+    """With no split named, a split folder given as the root is read whatever its name, and `describe()` (the
+    manifest's source, the card) said ``split: validation`` even for `--source …/training`. It now records the
+    folder's name when that is a Waymo split, else no split and a note that the folder was read as given; the
+    folder holding the splits and a split named are recorded as before."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+    from bench_build.manifests.card import render_card
+    from bench_build.manifests.manifest import read_manifest
+    from bench_build.manifests.recipe import load_recipe
+
+    ids = WaymoSource(wo_root).list_frames()
+    assert WaymoSource(wo_root).describe()["split"] == "validation"
+    assert WaymoSource(wo_root / "validation", "validation").describe()["split"] == "validation"
+    for name in ("training", "testing", "validation", "my_wod"):
+        folder = tmp_path / name
+        shutil.copytree(wo_root / "validation", folder)
+        src = WaymoSource(folder)
+        assert src.list_frames() == ids
+        described = src.describe()
+        if name == "my_wod":
+            assert described["split"] is None and described["split_note"] == (
+                "folder my_wod read as given, not a Waymo split (training, validation, testing)")
+        else:
+            assert described["split"] == name and "split_note" not in described
+    # a build of a recipe that names no split, from the training folder: its manifest and card say training
+    recipe = tmp_path / "wod-folder.toml"
+    recipe.write_text('[benchmark]\nname = "wod-folder"\nversion = "0.1.0"\nseed = 1\nsource = "waymo"\n'
+                      'severities = 1\n[corruptions.motion_blur]\nstage = "motion_blur"\nsigma = [0.06]\n')
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", str(recipe), "--source", str(tmp_path / "training"), "--out", str(out),
+                                   "--max-frames", "1", "--workers", "1", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    version = out / "wod-folder" / "0.1.0"
+    manifest = read_manifest(version)
+    assert manifest["source"]["split"] == "training" and "split_note" not in manifest["source"]
+    card = (version / "README.md").read_text()
+    assert "- Source: `waymo` (training), 1 frames" in card and '  - split: "train"' in card
+    # the card of a folder read as given says so
+    note = "folder my_wod read as given, not a Waymo split (training, validation, testing)"
+    card = render_card({**manifest, "source": {**manifest["source"], "split": None, "split_note": note}},
+                       load_recipe(str(recipe)))
+    assert f"- Source: `waymo` ({note}), 1 frames" in card
