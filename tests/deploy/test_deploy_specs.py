@@ -780,6 +780,8 @@ def test_submit_takes_every_benchmark_the_cli_knows(benchmark, tmp_path, capsys)
 @pytest.mark.parametrize(("benchmark", "name"), [
     ("kitti-c", "bench-build-kitti-c"),
     ("recipes/My_Recipe.v2.toml", "bench-build-my-recipe-v2"),
+    ("mine.toml:fast", "bench-build-mine-fast"),  # a recipe file's variant: not "mine-toml-fast"
+    ("kitti-c:text", "bench-build-kitti-c-text"),
     ("a" * 60, "bench-build-" + "a" * 35),
     ("--", "bench-build-run"),
 ])
