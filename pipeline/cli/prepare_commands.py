@@ -98,11 +98,10 @@ def demo_data(
     seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
 ) -> None:
     """Write the deterministic demo dataset (ray-cast HDL-64E-like scans) in KITTI layout."""
-    from bench_build.sources.demo.cache import refuse_foreign_target
+    from bench_build.sources.demo.cache import write_demo_root
     from bench_build.sources.demo.kitti import write_demo_dataset
 
-    refuse_foreign_target(out, "demo-data")
-    write_demo_dataset(out, frames, seed=seed)
+    write_demo_root(out, "demo-data", lambda folder: write_demo_dataset(folder, frames, seed=seed))
     out_console.print(f"wrote {counted(frames, 'frame')} to {out}")
 
 
@@ -113,13 +112,13 @@ def demo_objects(
     per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
     """Write the demo objects in the real formats: ModelNet40 h5 + OFF, ScanObjectNN h5, ShapeNetCore v2 OBJ."""
-    from bench_build.sources.demo.cache import refuse_foreign_target
+    from bench_build.sources.demo.cache import write_demo_root
     from bench_build.sources.demo.objects import write_demo_objects
 
-    refuse_foreign_target(out, "demo-objects")
     n = per_class
-    write_demo_objects(out, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
-                       shapenet={"train": n, "test": n})
+    write_demo_root(out, "demo-objects", lambda folder: write_demo_objects(
+        folder, modelnet={"train": n, "test": n}, scanobjectnn={"training": n + 1, "test": n},
+        shapenet={"train": n, "test": n}))
     out_console.print(f"wrote modelnet40_ply_hdf5_2048/, ModelNet40/, ScanObjectNN/ and ShapeNetCore.v2/ to {out}")
 
 

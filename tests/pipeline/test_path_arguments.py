@@ -146,3 +146,73 @@ def test_a_url_where_a_local_version_goes_says_to_pull_it(command):
     line = " ".join(res.output.split())
     assert f"reads a version from a local folder, not {url}" in line
     assert "bench-build pull s3://b/root/kitti-c --version 1.0.0 --out DIR" in line and "DIR/kitti-c/1.0.0" in line
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_demo_data_written_again_holds_only_the_new_frames(tmp_path):
+    """A second `demo-data` into the same folder with fewer frames or another seed rewrote frame 0 and left
+    frames 1… of the first run beside it: "wrote 1 frame", and a build from it read 3 frames of two seeds. Files
+    the demo writer does not make are kept."""
+    from bench_build.sources.demo.kitti import write_demo_dataset
+    from bench_build.sources.kitti import KittiSource
+
+    out = tmp_path / "demo"
+    assert runner.invoke(app, ["demo-data", str(out), "--frames", "2"]).exit_code == 0
+    (out / "notes.txt").write_text("mine\n")
+    res = runner.invoke(app, ["demo-data", str(out), "--frames", "1", "--seed", "5"])
+    assert res.exit_code == 0 and "wrote 1 frame to" in res.output, res.output
+    assert KittiSource(out).list_frames() == ["000000"]
+    expected = _files(write_demo_dataset(tmp_path / "ref", 1, seed=5))
+    assert _files(out) == {**expected, "notes.txt": b"mine\n"}  # no staging folder left either
+
+
+@pytest.mark.parametrize("command", ["demo-data", "demo-objects"])
+def test_an_interrupted_demo_write_leaves_the_folder_as_it_was(command, tmp_path, monkeypatch):
+    """Ctrl-C halfway left half a dataset: in a new folder, frames without the marker (a build from it read
+    them, and the next `demo-data` refused the folder as foreign); over demo data, some frames of the new seed
+    among the old ones, marker and all."""
+    import bench_build.sources.demo.kitti as kitti
+    import bench_build.sources.demo.objects as objects
+
+    def interrupted(real, after: int):
+        calls = []
+
+        def write(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > after:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        return write
+
+    args = {"demo-data": ["--frames", "2", "--seed", "5"], "demo-objects": ["--per-class", "1"]}[command]
+    new = tmp_path / "new" / "demo"
+    old = tmp_path / "old"
+    assert runner.invoke(app, [command, str(old), *args[:1], "1"]).exit_code == 0
+    before = _files(old)
+    if command == "demo-data":
+        monkeypatch.setattr(kitti, "write_frame", interrupted(kitti.write_frame, 1))
+    else:
+        monkeypatch.setattr(objects, "write_scanobjectnn", interrupted(objects.write_scanobjectnn, 0))
+    for target in (new, old):
+        res = runner.invoke(app, [command, str(target), *args])
+        assert res.exit_code == 130 and isinstance(res.exception, SystemExit), res.output  # "Aborted!"
+    assert not (tmp_path / "new").exists()  # a folder the run made is gone, its parent too
+    assert _files(old) == before
+    monkeypatch.undo()
+    assert runner.invoke(app, [command, str(old), *args]).exit_code == 0  # and the next run takes it
+
+
+def test_demo_data_takes_a_folder_holding_only_a_killed_runs_staging_and_removes_it(tmp_path):
+    """A run killed outright (no Ctrl-C handling) leaves its staging folder in OUT; that is no foreign data."""
+    from bench_build.storage import host_name
+
+    out = tmp_path / "demo"
+    left = out / f".demo.{host_name()}~{2**22 + 12345}.x1y2.tmp"  # above Linux's pid limit: a dead process
+    (left / "training").mkdir(parents=True)
+    res = runner.invoke(app, ["demo-data", str(out), "--frames", "1"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["BENCH_BUILD_DEMO", "ImageSets", "training"]
+

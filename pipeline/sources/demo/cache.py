@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_build.errors import UsageError
-from bench_build.storage import refuse_non_directory
+from bench_build.storage import glob_escape, refuse_non_directory, replace_dir, staged_dir
 
 DEMO_SEED = 1729
 #: a file every demo-data writer leaves in its root, so a build from it says it is a demo (card title, licence)
 DEMO_MARKER = "BENCH_BUILD_DEMO"
+#: `write_demo_root` writes into ``OUT/.demo.<host>~<pid>.<random>.tmp`` (`staged_dir` of ``OUT/demo``)
+STAGE_NAME = "demo"
 
 
 def mark_demo(root: str | Path) -> None:
@@ -29,9 +31,41 @@ def refuse_foreign_target(out: str | Path, command: str) -> None:
     ``training/velodyne/000000.bin`` and ``ImageSets/val.txt``, so a mistyped real dataset root would lose them."""
     out = Path(out)
     refuse_non_directory(out, f"{command}: OUT")
-    if out.is_dir() and not (out / DEMO_MARKER).is_file() and any(out.iterdir()):
+    staging = set(out.glob(f".{glob_escape(STAGE_NAME)}.*.tmp")) if out.is_dir() else set()  # a killed run's
+    if out.is_dir() and not (out / DEMO_MARKER).is_file() and any(p not in staging for p in out.iterdir()):
         raise UsageError(f"{command}: {out} is not empty and holds no demo data (no {DEMO_MARKER} file): demo data "
                          "would replace its files; give a new or empty directory")
+
+
+def write_demo_root(out: str | Path, command: str, write: Callable[[Path], object]) -> Path:
+    """Demo data in ``out`` as ``write(folder)`` writes it into an empty folder, with no half-written or mixed
+    dataset left behind: ``write`` fills a temporary folder inside ``out`` (`staged_dir`); then each top-level
+    entry it made replaces its namesake in ``out`` whole (`replace_dir`), the demo marker last (removed first, so a
+    folder caught between two entries is not taken for demo data). So a second run with fewer frames or another
+    seed leaves none of the first run's frames, and an interrupted one leaves ``out`` as it was (a folder it
+    created removed); other files of ``out`` are kept. Refused first, writing nothing: `refuse_foreign_target`."""
+    out = Path(out)
+    refuse_foreign_target(out, command)
+    created = next((p for p in reversed([out, *out.absolute().parents]) if not os.path.lexists(p)), None)
+    staged = None
+    try:
+        staged = staged_dir(out / STAGE_NAME)  # makes ``out``; removes the temp folders of killed runs
+        write(staged)
+        (out / DEMO_MARKER).unlink(missing_ok=True)
+        for name in sorted(os.listdir(staged)):
+            if (staged / name).is_dir():
+                replace_dir(staged / name, out / name)
+            elif name != DEMO_MARKER:
+                os.replace(staged / name, out / name)
+        os.replace(staged / DEMO_MARKER, out / DEMO_MARKER)
+    except BaseException:
+        if created is not None:  # nothing of it was there before this run
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+    return out
 
 
 def demo_cache_dir() -> Path:
