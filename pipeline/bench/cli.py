@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -50,8 +51,11 @@ def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False, re
     if not parent.is_dir():
         raise refuse(f"{flag} {path}: the folder {parent} does not exist" if not parent.exists() else
                      f"{flag} {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise refuse(f"{flag} {path}: cannot write in {parent}")
+    try:  # by writing, not `os.access`: root may "write" in /proc by its mode bits, and no file is made there
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise refuse(f"{flag} {path}: cannot write in {parent} ({e.strerror})") from None
     if cost_table and path.is_file():
         try:
             data = json.loads(path.read_text())

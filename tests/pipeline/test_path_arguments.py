@@ -216,3 +216,21 @@ def test_demo_data_takes_a_folder_holding_only_a_killed_runs_staging_and_removes
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == ["BENCH_BUILD_DEMO", "ImageSets", "training"]
 
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where nobody can make a file")
+@pytest.mark.parametrize("args", [["demo-data", "/proc/self/demo", "--frames", "1"], ["demo-objects", "/proc/demo"],
+                                  ["bench", "stages", "--no-objects", "--costs-out", "/proc/c.json"],
+                                  ["bench", "scale", "--json-out", "/proc/r.json"]])
+def test_an_output_nobody_can_write_is_refused_before_any_work(args, monkeypatch):
+    """`demo-data /proc/x` ended in a FileNotFoundError traceback; `bench … --costs-out /proc/c.json` passed its
+    `os.access` check as root (mode bits) and failed only after the minutes of measuring."""
+    import bench_build.bench.scale as scale
+    import bench_build.bench.stages as stages
+
+    def measured(*a, **k):
+        raise AssertionError("measured before refusing the output")
+
+    monkeypatch.setattr(stages, "run_bench", measured)
+    monkeypatch.setattr(scale, "run_scale", measured)
+    line = _refused(args, args[-1] if args[0] == "bench" else args[1])
+    assert "cannot " in line

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_build.errors import UsageError
-from bench_build.storage import glob_escape, refuse_non_directory, replace_dir, staged_dir
+from bench_build.storage import StorageError, glob_escape, refuse_non_directory, replace_dir, staged_dir
 
 DEMO_SEED = 1729
 #: a file every demo-data writer leaves in its root, so a build from it says it is a demo (card title, licence)
@@ -43,13 +43,17 @@ def write_demo_root(out: str | Path, command: str, write: Callable[[Path], objec
     entry it made replaces its namesake in ``out`` whole (`replace_dir`), the demo marker last (removed first, so a
     folder caught between two entries is not taken for demo data). So a second run with fewer frames or another
     seed leaves none of the first run's frames, and an interrupted one leaves ``out`` as it was (a folder it
-    created removed); other files of ``out`` are kept. Refused first, writing nothing: `refuse_foreign_target`."""
+    created removed); other files of ``out`` are kept. Refused first, writing nothing: `refuse_foreign_target`,
+    and (`StorageError`) a folder that cannot be made or written in."""
     out = Path(out)
     refuse_foreign_target(out, command)
     created = next((p for p in reversed([out, *out.absolute().parents]) if not os.path.lexists(p)), None)
     staged = None
     try:
-        staged = staged_dir(out / STAGE_NAME)  # makes ``out``; removes the temp folders of killed runs
+        try:  # makes ``out``; removes the temp folders of killed runs
+            staged = staged_dir(out / STAGE_NAME)
+        except OSError as e:  # under /proc, a read-only disk, no permission: before any data, so exit 2
+            raise StorageError(f"{command}: OUT {out}: cannot create a folder there ({e.strerror})") from None
         write(staged)
         (out / DEMO_MARKER).unlink(missing_ok=True)
         for name in sorted(os.listdir(staged)):
