@@ -41,8 +41,10 @@ def refuse(message: str) -> typer.Exit:
 
 def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False, recipe: str | None = None) -> None:
     """Refuse, before minutes of measuring, an output file that cannot be written: its folder missing, not a
-    folder or not writable, the path itself a folder; with ``cost_table``, an existing file that is not JSON (the
-    runtime is merged into it), or, with ``recipe``, that holds another benchmark's table (it would be replaced)."""
+    folder or not writable, the path itself a folder; with ``cost_table``, an existing file that is not a cost
+    table, or the ``runtime`` part of one, of some recipe (JSON of another kind included: it would be replaced,
+    or the runtime merged into it), or, with ``recipe``, that holds another benchmark's table (it would be
+    replaced)."""
     if path is None:
         return
     parent = path.parent if str(path.parent) else Path(".")
@@ -62,7 +64,12 @@ def check_out_file(path: Path | None, flag: str, *, cost_table: bool = False, re
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise refuse(f"{flag} {path}: exists and is not a cost table (not JSON: {e})") from None
         held = data.get("recipe") if isinstance(data, dict) else None
-        if recipe is not None and held is not None and held != recipe:
+        if not isinstance(held, str):  # any other JSON (settings, results) would be replaced or merged into
+            what = ("object without a \"recipe\" name" if isinstance(data, dict) else
+                    {list: "array", str: "string", bool: "boolean"}.get(type(data), "number" if data is not None
+                                                                        else "null"))
+            raise refuse(f"{flag} {path}: exists and is not a cost table (a JSON {what}); give another file")
+        if recipe is not None and held != recipe:
             raise refuse(f"{flag} {path}: holds the cost table of {held}, not {recipe}; give another file")
 
 

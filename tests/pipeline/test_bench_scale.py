@@ -200,3 +200,39 @@ def test_re_measuring_the_stages_keeps_the_runtime_bench_scale_measured(tmp_path
     table.write_text(json.dumps({"recipe": "kitti-c", "runtime": {"driver_start_s": 2.0, "measured": "x"}}))
     assert kept_runtime(table) == {"runtime": {"driver_start_s": 2.0, "measured": "x"}}
     assert "keeping the runtime" in capsys.readouterr().out
+
+
+def test_bench_refuses_json_that_is_not_a_cost_table_before_measuring(tmp_path, monkeypatch):
+    """Only text that was not JSON was refused: `--costs-out settings.json` measured, then `stages` replaced the
+    user's file with a cost table and `scale` merged a `runtime` into it (into `[]`: a TypeError traceback after
+    the builds). A cost table, the shipped ones included, is still taken (and the `runtime` part of one, which
+    `stages` completes)."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import bench_build.bench.scale as scale
+    import bench_build.bench.stages as stages
+    from bench_build.cli import app
+    from bench_build.plan.costs import TABLES
+
+    measured = []
+    monkeypatch.setattr(stages, "run_bench", lambda **k: measured.append(k["costs_out"]))
+    monkeypatch.setattr(scale, "run_scale", lambda *a, **k: measured.append(k["costs_out"]))
+    runner = CliRunner()
+    path = tmp_path / "settings.json"
+    for text in ('{"name": "my settings", "port": 8080}', "[]", '"kitti-c"', '{"recipe": 1}'):
+        path.write_text(text)
+        for command in (["stages", "--no-objects"], ["scale"]):
+            res = runner.invoke(app, ["bench", *command, "--costs-out", str(path)])
+            line = " ".join(res.output.split())
+            assert res.exit_code == 2 and f"--costs-out {path}: exists and is not a cost table (a JSON " in line, (
+                command, text, res.output)
+            assert path.read_text() == text and not measured
+    table = tmp_path / "kitti-c.json"
+    shutil.copyfile(TABLES / "kitti-c.json", table)
+    for command in (["stages", "--no-objects"], ["scale"]):
+        res = runner.invoke(app, ["bench", *command, "--costs-out", str(table)])
+        assert res.exit_code == 0, res.output
+    assert measured == [table, table] and json.loads(table.read_text())["recipe"] == "kitti-c"
