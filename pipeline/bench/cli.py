@@ -183,7 +183,8 @@ def scale_cmd(
     control: Annotated[bool, typer.Option(help="First the control: two NumPy loops with no bench-build code "
                                                "(streaming + zstd, in-cache), 1 copy then N at once; their CPU "
                                                "inflation is the hardware's, and which one inflates says why")] = False,
-    control_only: Annotated[bool, typer.Option(help="Only the control (no builds)")] = False,
+    control_only: Annotated[bool, typer.Option(help="Only the control (no builds; --json-out gets it, as "
+                                                    "\"control\")")] = False,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the results as JSON")] = None,
     costs_out: Annotated[Path | None, typer.Option(help="Merge the measured runtime (Ray start, worker start, "
                                                         "finish, CPU inflation at full occupancy) into this cost "
@@ -200,6 +201,9 @@ def scale_cmd(
 
     cores = os.cpu_count() or 1
     counts = sorted(set(workers or [n for n in (1, 2, 4, 8, 16, 32, 64) if n < cores] + [cores]))
+    if control_only and costs_out is not None:  # it was dropped without a word
+        raise refuse("--costs-out with --control-only: the control measures no runtime for a cost table; drop "
+                     "--control-only to build and measure it")
     check_out_file(json_out, "--json-out")
     check_out_file(costs_out, "--costs-out", cost_table=True)
     check_dir(out, "--out")
@@ -208,6 +212,9 @@ def scale_cmd(
         control = run_control(max(counts))
         typer.echo(json.dumps(control, indent=1))
         typer.echo(describe(control))
+        if json_out is not None:  # under the key a run with --control stores it
+            json_out.write_text(json.dumps({"control": control}, indent=1) + "\n")
+            typer.echo(f"results written to {json_out}")
         return
     run_scale(counts, frames=frames or max(8, 2 * max(counts)), frames_per_shard=frames_per_shard, source=source,
               out=out, control=control, json_out=json_out, costs_out=costs_out, rounds=rounds)

@@ -236,3 +236,28 @@ def test_bench_refuses_json_that_is_not_a_cost_table_before_measuring(tmp_path, 
         res = runner.invoke(app, ["bench", *command, "--costs-out", str(table)])
         assert res.exit_code == 0, res.output
     assert measured == [table, table] and json.loads(table.read_text())["recipe"] == "kitti-c"
+
+
+def test_control_only_writes_json_out_and_refuses_costs_out(tmp_path, monkeypatch):
+    """`bench scale --control-only --json-out r.json` printed the control and wrote nothing, exit 0; with
+    `--costs-out` it measured no runtime and said nothing of it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import bench_build.bench.control as control
+    from bench_build.cli import app
+
+    fake = {"copies": 1, "inflation": 1.0}
+    runs = []
+    monkeypatch.setattr(control, "run_control", lambda n: runs.append(n) or fake)
+    monkeypatch.setattr(control, "describe", lambda c: "control: fake")
+    runner = CliRunner()
+    table = tmp_path / "c.json"
+    res = runner.invoke(app, ["bench", "scale", "--control-only", "--workers", "1", "--costs-out", str(table)])
+    assert res.exit_code == 2 and "--costs-out with --control-only" in res.output, res.output
+    assert not table.exists() and not runs
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["bench", "scale", "--control-only", "--workers", "1", "--json-out", str(out)])
+    assert res.exit_code == 0 and f"results written to {out}" in res.output, res.output
+    assert json.loads(out.read_text()) == {"control": fake} and runs == [1]
