@@ -285,6 +285,9 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     (``kitti-c:text``, ``my.toml:text``) loads that variant of it."""
     builtins = builtin_recipes()
     spec, variant = str(name_or_path), None
+    if not spec.strip():  # Path("") is ".", which was "recipe file . is a directory"
+        raise RecipeError(f"an empty benchmark name: give a built-in ({', '.join(sorted(builtins))}) or a recipe "
+                          ".toml file")
     if spec not in builtins and not Path(spec).exists() and ":" in spec:
         spec, variant = spec.rsplit(":", 1)
     text_path = Path(spec)
@@ -302,6 +305,8 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
             line = e.object[:e.start].count(b"\n") + 1
             raise RecipeError(f"{text_path}: not UTF-8 text (line {line}, byte {e.object[e.start:e.start + 1]!r}); "
                               "a TOML recipe must be UTF-8") from None
+        except OSError as e:  # no permission, an I/O error, a special file (/proc/self/mem)
+            raise RecipeError(f"recipe file {text_path}: cannot read it ({e.strerror or e})") from None
         return parse_recipe(text, origin=str(text_path), variant=variant)
     raise RecipeError(
         f"unknown benchmark {name_or_path!r}: not a built-in ({', '.join(sorted(builtins))}) nor a .toml file"

@@ -52,8 +52,8 @@ def warm(benchmarks: Sequence[str], on_done=None) -> list[dict]:
     seconds and examples. A kernel already in the cache for this CPU is loaded, not compiled."""
 
     out = []
-    for name in benchmarks:
-        recipe = load_recipe(name)
+    recipes = [load_recipe(name) for name in benchmarks]  # every name checked before minutes of compiling
+    for name, recipe in zip(benchmarks, recipes, strict=True):
         source = open_source(recipe, None, demo_frames=DEMO_FRAMES)  # generated once, as `run` without --source
         spec = plan_shards(source.list_frames()[:1], 1)[0]
         cpu = time.process_time()

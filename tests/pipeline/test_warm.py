@@ -121,6 +121,27 @@ def test_warm_cli_names_an_unknown_benchmark():
     assert "no-such-benchmark" in res.output
 
 
+def test_warm_checks_every_name_before_compiling_and_names_an_unreadable_recipe(monkeypatch):
+    """`warm kitti-c nosuch` compiled kitti-c's kernels for a minute before refusing nosuch; `warm ''` said
+    "recipe file . is a directory"; a recipe path that cannot be read (/proc/self/mem) was an OSError traceback.
+    Each is one line, exit 2, before any build."""
+    from typer.testing import CliRunner
+
+    import bench_build.build.warm as warm_module
+    from bench_build.cli import app
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a demo frame was built before every name was checked")
+
+    monkeypatch.setattr(warm_module, "build_shard", no_build)
+    for names, says in ((["kitti-c", "nosuch"], "unknown benchmark 'nosuch'"),
+                        ([""], "an empty benchmark name: give a built-in (3dos, kitti-c,"),
+                        (["/proc/self/mem"], "recipe file /proc/self/mem: cannot read it (")):
+        res = CliRunner().invoke(app, ["warm", *names])
+        out = " ".join(res.output.split())
+        assert res.exit_code == 2 and out.startswith(f"error: {says}") and "Traceback" not in out, (names, out)
+
+
 def test_the_kernels_warm_compiled_load_on_a_node_with_another_cpu(warmed):
     """numba keys its cache by the CPU it compiles for; the numeric pin makes that the generic CPU on every node,
     so kernels compiled on one machine (the image's builder) load on a node with another CPU. Without the pin
