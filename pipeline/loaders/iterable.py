@@ -18,13 +18,21 @@ from bench_build.loaders.common import VersionSelection, example_dict, is_index
 class PointCloudIterableDataset(VersionSelection, IterableDataset):
     """Streams the selected files, split over ranks and DataLoader workers: every example exactly once.
 
-    ``verify=False`` reads without checking files against the manifest and pages against their checksums
-    (trusted fast paths only; see `bench_build.loaders`)."""
+    ``seed`` is an integer ≥ 0 and ``shuffle_buffer`` a number of examples ≥ 1; they, ``rank`` and ``world_size``
+    are checked here, not first at iteration in a DataLoader worker. ``verify=False`` reads without checking files
+    against the manifest and pages against their checksums (trusted fast paths only; see `bench_build.loaders`)."""
 
     def __init__(self, root: str | Path, *, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 32,
                  rank: int | None = None, world_size: int | None = None, **filters: Any) -> None:
+        # an RNG seed of 1.5 or -1 failed only at iteration, and True was seed 1; a buffer of 0 or -5 was 1, of 2.5
+        # a float limit: each is refused here, one line naming it, before the version is opened
+        if not (is_index(seed) and seed >= 0):
+            raise ValueError(f"seed must be an integer ≥ 0 (the shuffle's random seed), got {seed!r}")
+        if not (is_index(shuffle_buffer) and shuffle_buffer >= 1):
+            raise ValueError(f"shuffle_buffer must be an integer ≥ 1 (examples held to shuffle), got "
+                             f"{shuffle_buffer!r}")
         super().__init__(root, **filters)
-        self.shuffle, self.seed, self.shuffle_buffer = shuffle, seed, max(1, shuffle_buffer)
+        self.shuffle, self.seed, self.shuffle_buffer = shuffle, int(seed), int(shuffle_buffer)
         # the epoch in shared memory: DataLoader workers hold a copy of the dataset, kept across epochs with
         # persistent_workers=True, but a tensor's shared storage is the same in every copy (fork or spawn), so
         # set_epoch reaches workers that already run

@@ -280,6 +280,29 @@ def test_iterable_dataset_refuses_a_rank_or_epoch_that_is_not_an_integer_at_the_
     assert it.epoch == 2 and len(keys) == len(set(keys)) == len(it) // 2  # rank 1 of 2: half the files
 
 
+def test_iterable_dataset_refuses_a_seed_or_shuffle_buffer_that_is_not_a_count_at_the_call(mini_build, tmp_path):
+    """``seed=1.5`` or ``-1`` was accepted and failed only at iteration, inside a DataLoader worker (NumPy's TypeError
+    or ValueError naming no argument), and ``seed=True`` was seed 1; ``shuffle_buffer=0`` or ``-5`` quietly became 1
+    and ``2.5`` a float limit. Each is refused at the call, one line naming the argument, before the version is
+    opened; NumPy integers are integers."""
+    from bench_build.loaders import PointCloudIterableDataset
+
+    for seed in (1.5, -1, True, np.float64(2), "3", None, np.int64(-2)):
+        with pytest.raises(ValueError, match=re.escape(f"seed must be an integer ≥ 0 (the shuffle's random seed), "
+                                                       f"got {seed!r}")):
+            PointCloudIterableDataset(mini_build, severity=[0, 1], shuffle=True, seed=seed)
+    for size in (0, -5, 2.5, False, "8", np.float32(4)):
+        with pytest.raises(ValueError, match=re.escape(f"shuffle_buffer must be an integer ≥ 1 (examples held to "
+                                                       f"shuffle), got {size!r}")):
+            PointCloudIterableDataset(mini_build, severity=[0, 1], shuffle=True, shuffle_buffer=size)
+    with pytest.raises(ValueError, match=r"^seed must be"):  # the argument first: no version is opened for it
+        PointCloudIterableDataset(tmp_path / "nothing-here", seed=-1)
+    kw = {"severity": [0, 1], "shuffle": True, "shuffle_buffer": 3}
+    it = PointCloudIterableDataset(mini_build, seed=np.int64(7), **kw)
+    assert [x["key"] for x in it] == [x["key"] for x in PointCloudIterableDataset(mini_build, seed=7, **kw)]
+    assert len({x["key"] for x in it}) == len(it)
+
+
 def test_a_dataset_opened_by_a_relative_path_reads_the_same_version_from_another_working_directory(
         mini_build, tmp_path, monkeypatch):
     """A worker process that unpickles the dataset (a spawned DataLoader worker, a Ray Train worker, which runs in
