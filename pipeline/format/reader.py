@@ -95,21 +95,49 @@ READ_KEYS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def check_read_keys(manifest: dict[str, Any], where: str) -> None:
-    """Refuse (`ManifestError`, one line naming ``where`` and every key) a manifest that lacks a `READ_KEYS` key or
-    holds another kind of value there: a manifest edited by hand or cut short was a bare KeyError (or TypeError)
-    from the first selection or read."""
+def _is_frame_lists(v: Any) -> bool:
+    return isinstance(v, dict) and all(_is_names(ids) for ids in v.values())
+
+
+def _is_objects(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, dict) for x in v)
+
+
+#: what `Version` takes from the manifest when it has the key (a build writes ``shard_frames`` and ``columns``, a
+#: partial pull ``partial``), in the form of `READ_KEYS`: absent is fine, another kind of value is refused with them
+OPTIONAL_READ_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("shard_frames", _is_frame_lists, "an object of file stem → list of frame ids"),
+    ("columns", _is_names, "a list of column names"),
+    ("partial", lambda v: isinstance(v, dict), "an object"),
+    ("partial.selections", _is_objects, "a list of objects"),
+)
+
+
+def key_problems(manifest: dict[str, Any], keys: tuple[tuple[str, Any, str], ...], *,
+                 required: bool = True) -> list[str]:
+    """What is wrong with ``keys`` (in the form of `READ_KEYS`) in ``manifest``, in words: a key it lacks (when
+    ``required``) or one holding another kind of value. A key below a missing or wrong parent is said of the
+    parent."""
     bad = []
-    for key, ok, what in READ_KEYS:
+    for key, ok, what in keys:
         table: Any = manifest
         *parents, name = key.split(".")
         if any(not isinstance(table := table.get(p), dict) for p in parents):
             continue  # said of the parent
         if name not in table:
-            bad.append(f"no {key}")
+            if required:
+                bad.append(f"no {key}")
         elif not ok(table[name]):
             said = repr(table[name])
             bad.append(f"{key} {said if len(said) <= 60 else said[:57] + '…'} is not {what}")
+    return bad
+
+
+def check_read_keys(manifest: dict[str, Any], where: str) -> None:
+    """Refuse (`ManifestError`, one line naming ``where`` and every key) a manifest that lacks a `READ_KEYS` key or
+    holds another kind of value there or at an `OPTIONAL_READ_KEYS` key it has: a manifest edited by hand or cut
+    short was a bare KeyError (or TypeError, AttributeError) from the first selection or read."""
+    bad = key_problems(manifest, READ_KEYS) + key_problems(manifest, OPTIONAL_READ_KEYS, required=False)
     if bad:
         raise ManifestError(f"{where}: {'; '.join(bad)}, which reading the version needs (the manifest was edited or "
                             "cut short: pull or build that version again)")
@@ -149,8 +177,9 @@ class Version:
     on ``s3://`` also the sha256 recorded at upload) and every data page against its checksum; a mismatch
     raises `IntegrityError`. ``verify=False`` is for trusted fast paths (a local copy `bench-build verify`
     just checked): changed bytes then decode silently, as with plain pyarrow. A manifest without a key the reads
-    take from it (`READ_KEYS`: ``fields``, ``recipe.corruptions``, ``recipe.severities``) is refused on open,
-    `ManifestError` naming the manifest and the key."""
+    take from it (`READ_KEYS`: ``fields``, ``recipe.corruptions``, ``recipe.severities``), or with another kind of
+    value there or at an optional key they use (`OPTIONAL_READ_KEYS`: ``shard_frames``, ``columns``,
+    ``partial.selections``), is refused on open, `ManifestError` naming the manifest and the key."""
 
     def __init__(self, root: str | Path, *, endpoint_url: str | None = None, profile: str | None = None,
                  verify: bool = True) -> None:
@@ -174,7 +203,8 @@ class Version:
                                     "a published version: `bench-build versions` lists them)")
             text = got[0]
         self.manifest = parse_manifest(text, where)
-        unknown = sorted(set(self.manifest.get("columns") or []) - set(OPTIONAL_COLUMNS))
+        columns = self.manifest.get("columns") or []  # of another kind: refused below (`check_read_keys`)
+        unknown = sorted(set(columns) - set(OPTIONAL_COLUMNS)) if _is_names(columns) else []
         if unknown:  # a column this bench-build does not know: written by a newer one (or a damaged manifest)
             raise ManifestError(f"{where}: column(s) {', '.join(map(str, unknown))} unknown to this bench-build: "
                                 "the version was written by a newer one; upgrade bench-build to read it")

@@ -892,6 +892,51 @@ def test_a_manifest_without_a_key_the_reader_needs_is_refused_in_one_line(mini_b
     assert ("no recipe table" if key == "recipe" else said) in " ".join(res.output.split()), res.output
 
 
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("shard_frames", [["000000"]], "shard_frames [['000000']] is not an object of file stem → list of frame ids"),
+    ("shard_frames", {"part-00000": "000000"}, "shard_frames {'part-00000': '000000'} is not an object of file stem → "
+                                               "list of frame ids"),
+    ("shard_frames", {"part-00000": [0, 1]}, "shard_frames {'part-00000': [0, 1]} is not an object of file stem → "
+                                             "list of frame ids"),
+    ("columns", "split", "columns 'split' is not a list of column names"),
+    ("columns", 5, "columns 5 is not a list of column names"),
+    ("partial", ["beam_del"], "partial ['beam_del'] is not an object"),
+    ("partial", {"selections": "beam_del"}, "partial.selections 'beam_del' is not a list of objects"),
+    ("partial", {"selections": ["beam_del"]}, "partial.selections ['beam_del'] is not a list of objects"),
+])
+def test_an_optional_manifest_key_of_another_kind_is_refused_in_one_line(mini_build, tmp_path, key, value, said):
+    """Keys the reader uses when a manifest has them (``shard_frames``, ``columns``, a partial pull's
+    ``partial.selections``) were not checked: a hand-edited one opened, and a frame selection or a split filter
+    stopped on a bare TypeError or AttributeError (``columns: "split"`` was refused as the unknown columns s, p, l,
+    i, t). Present with another kind of value, each is refused on open like a missing required key: one line
+    naming the manifest file and the key; the loaders and export too. Absent, they are not needed."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+    from bench_build.format.reader import open_version
+    from bench_build.loaders import PointCloudDataset
+    from bench_build.manifests.manifest import ManifestError
+
+    root = tmp_path / "v"
+    shutil.copytree(mini_build, root)
+    manifest = json.loads((mini_build / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps(_edited(manifest, key, value)))
+    says = f"{root / 'manifest.json'}: {said}, which reading the version needs"
+    for read in (open_version, lambda r: PointCloudDataset(r, severity=2, frames=["000001"])):
+        with pytest.raises(ManifestError, match=re.escape(says)):
+            read(root)
+    res = CliRunner().invoke(app, ["export", str(root), str(tmp_path / "x"), "--corruption", "beam_del",
+                                   "--severity", "2"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and not (tmp_path / "x").exists(), res.output
+    assert said in " ".join(res.output.split()), res.output
+    if key in manifest:  # absent, the version reads: a frame's rows found from the files' own frame_id column
+        (root / "manifest.json").write_text(json.dumps(_edited(manifest, key, DROP)))
+        got = [x["key"] for x in PointCloudDataset(root, corruption="beam_del", severity=2, frames=["000001"])]
+        assert got == ["mini-c/000001/beam_del/2"]
+
+
 @pytest.mark.parametrize(("change", "said"), [({"schema_version": 99}, "schema_version 99 was written by a newer"),
                                               ({"manifest_version": 3}, "manifest_version 3 was written by a newer"),
                                               ({"columns": ["weather_rate"]}, "weather_rate unknown to this")])
