@@ -18,6 +18,7 @@ from bench_build.build.ledger import LEDGER_DIR
 from bench_build.build.progress import TransferProgress
 from bench_build.build.shard import os_error_message
 from bench_build.format.compact_files import materialize_file
+from bench_build.format.reader import OPTIONAL_READ_KEYS, key_problems
 from bench_build.manifests.card import card_with_header
 from bench_build.manifests.manifest import (
     CLEAN,
@@ -57,6 +58,11 @@ from bench_build.storage import (
     replace_durably,
 )
 
+#: what a pull takes from the manifest of an earlier pull into the same folder when it has the key (in the form of
+#: `READ_KEYS`): the partial pull's ``partial`` and its ``selections``, as the reader checks them, and ``materialized``
+EARLIER_PULL_KEYS = (*(k for k in OPTIONAL_READ_KEYS if k[0].split(".")[0] == "partial"),
+                     ("materialized", lambda v: isinstance(v, dict), "an object"))
+
 
 def pull_version(dataset_url: str, out: str | Path, *, version: str | None = None, corruption: str | None = None,
                  severity: int | None = None, endpoint_url: str | None = None, profile: str | None = None,
@@ -79,8 +85,9 @@ def pull_version(dataset_url: str, out: str | Path, *, version: str | None = Non
     leaves the directory's files and manifest as they were (its verified downloads wait in ``_pull/``, and the
     next pull reuses them). A directory holding other content of the same name (a local build, another
     publication's copy) is refused, `PullError` code 2, nothing written, and so is a file where the version
-    directory or one of its parents must go, naming it. A local OS error (disk full, permission denied)
-    raises `PullError`, one line naming the file."""
+    directory or one of its parents must go, naming it; a copy whose manifest has an `EARLIER_PULL_KEYS` entry of
+    another kind than a pull writes is a `ManifestError` naming it and the key, nothing written. A local OS error
+    (disk full, permission denied) raises `PullError`, one line naming the file."""
     t0 = time.time()
     root = open_store(dataset_url, endpoint_url=endpoint_url, profile=profile)
     if version is None:
@@ -411,6 +418,9 @@ def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | Non
         local = parse_manifest(data, str(path))
     except ManifestError:
         return None
+    if bad := key_problems(local, EARLIER_PULL_KEYS, required=False):  # hand-edited: was a bare AttributeError
+        raise ManifestError(f"{path}: {'; '.join(bad)}, which a pull into this folder composes with (the manifest was "
+                            f"edited: remove {dest} or pull into another --out); nothing was written")
     of = local.get("partial", {}).get("of_manifest_sha256") or local.get("materialized", {}).get("of_manifest_sha256")
     return local if of == full_sha else None
 

@@ -295,6 +295,41 @@ def test_repeating_a_partial_pull_records_its_selection_once(built, tmp_path):
                       "beam_del/3, clean/0)") == 1, body[:600]
 
 
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("selections", "beam_del", "partial.selections 'beam_del' is not a list of objects"),
+    ("selections", [["beam_del", 3]], "partial.selections [['beam_del', 3]] is not a list of objects"),
+    ("partial", ["beam_del"], "partial ['beam_del'] is not an object"),
+    ("materialized", "yes", "materialized 'yes' is not an object"),
+])
+def test_a_pull_into_a_copy_whose_partial_entry_was_edited_is_refused_in_one_line(built, tmp_path, key, value, said):
+    """A pull into a partial copy composes with its manifest's ``partial.selections``: a hand-edited one that is not
+    a list was a bare TypeError (``"beam_del" + [...]``), a ``partial`` or ``materialized`` that is not an object a
+    bare AttributeError, and a list of other values was written into the new manifest, which readers then refuse.
+    Each is refused before the pull starts, one line naming the manifest and the key, exit 2, nothing written."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dataset, out = str(tmp_path / "pub" / "mini-c"), tmp_path / "o"
+    assert pull_version(dataset, out, corruption="beam_del", severity=3, progress=False).ok
+    pdir = out / "mini-c" / "0.1.0"
+    manifest = read_manifest(pdir)
+    if key == "selections":
+        manifest["partial"]["selections"] = value
+    else:
+        manifest[key] = value
+    (pdir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+
+    def files() -> dict[str, bytes]:
+        return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+                if p.is_file() and p.name != ".bench-build.lock"}
+
+    before = files()
+    res = runner.invoke(app, ["pull", dataset, "--out", str(out), "--no-progress", "--corruption", "clean"])
+    said_all = " ".join(res.output.split())
+    assert res.exit_code == 2 and not isinstance(res.exception, (TypeError, AttributeError)), res.output
+    assert f"{pdir / 'manifest.json'}: {said}, which a pull into this folder composes with" in said_all, res.output
+    assert said_all.endswith("nothing was written") and files() == before
+
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
