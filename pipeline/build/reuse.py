@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from bench_build.build.ledger import frame_identity, identity_digest
 from bench_build.build.shard import build_columns, numeric_identity, partition_fingerprint
 from bench_build.errors import BenchBuildError
+from bench_build.format.reader import OPTIONAL_READ_KEYS, key_problems
 from bench_build.format.schema import file_metadata
 from bench_build.manifests.manifest import (
     MANIFEST_NAME,
@@ -206,6 +207,9 @@ def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
                             "(OUT/<benchmark>/<version>) or its URL")
     manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
     check_shard_entries(manifest, store.key_url(MANIFEST_NAME))  # `diff_versions` reads every entry's fields
+    if bad := key_problems(manifest, OPTIONAL_READ_KEYS, required=False):  # `diff_notes` reads a partial pull's
+        raise ManifestError(f"{store.key_url(MANIFEST_NAME)}: {'; '.join(bad)} (the manifest was edited or cut "
+                            "short: pull or build that version again)")
     return manifest
 
 

@@ -264,6 +264,21 @@ def test_an_earlier_manifest_with_a_malformed_entry_is_refused_in_one_line(v2, t
     assert not (tmp_path / "o").exists()
 
 
+def test_diff_of_a_manifest_whose_partial_entry_was_edited_is_one_line(v2, tmp_path):
+    """`diff` reads a partial pull's selections for its note: a hand-edited ``partial`` (selections not a list of
+    objects) was an AttributeError traceback. It is one line naming the manifest and the key."""
+    for partial, key in (({"selections": ["fog"]}, "partial.selections"), ("fog", "partial")):
+        version = tmp_path / key / "mini-c" / "0.1.0"
+        shutil.copytree(v2["v1"], version)
+        manifest = json.loads((version / "manifest.json").read_text())
+        manifest["partial"] = partial
+        (version / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        out = runner.invoke(app, ["diff", str(version), str(v2["fresh"])])
+        text = " ".join(out.output.split())
+        assert out.exit_code == 2 and text.startswith(f"error: {version / 'manifest.json'}: {key} "), out.output
+        assert "Traceback" not in text
+
+
 def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path,
                                                                                  demo_kitti_master):
     first = publish_version(v2["v1"], s3prefix, progress=False)
