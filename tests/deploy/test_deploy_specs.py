@@ -282,11 +282,7 @@ def test_ray_up_execute_ends_a_failed_command_in_one_line_with_its_status(fails,
                                                                           capsys):
     """A failed `ray up` or build (`ray exec`) ends submit.py with one line and the command's status, not a
     CalledProcessError traceback; a failed `ray up` runs no build."""
-    fake_ray = tmp_path / "bin" / "ray"
-    fake_ray.parent.mkdir()
-    fake_ray.write_text("#!/bin/sh\n")
-    fake_ray.chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    _fake_ray_on_path(tmp_path, monkeypatch)
     submit = _submit_module()
     ran = []
 
@@ -353,11 +349,7 @@ def test_ray_up_detached_runs_the_build_in_tmux_and_says_how_to_follow_it(monkey
     assert [shlex.split(line)[-1] for line in capsys.readouterr().out.splitlines()] == [
         str(submit.RAY_CLUSTER), run[3]]
     # executed: the same commands run, then the notes; a failed `ray exec` ends it without them
-    fake_ray = tmp_path / "bin" / "ray"
-    fake_ray.parent.mkdir()
-    fake_ray.write_text("#!/bin/sh\n")
-    fake_ray.chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    _fake_ray_on_path(tmp_path, monkeypatch)
     cluster = str(_no_placeholders(tmp_path))
     for code in (0, 1):
         ran = []
@@ -408,11 +400,7 @@ def test_ray_up_copies_a_recipe_file_to_the_head_and_builds_it_there(monkeypatch
     assert submit.main(["ray-up", "--benchmark", "kitti-c:text", "--source", "/data/kitti", "--out", "s3://b/p"]) == 0
     assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["up", "exec"]
     # executed: up, rsync-up, exec in turn; a failed rsync-up runs no build
-    fake_ray = tmp_path / "bin" / "ray"
-    fake_ray.parent.mkdir()
-    fake_ray.write_text("#!/bin/sh\n")
-    fake_ray.chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    _fake_ray_on_path(tmp_path, monkeypatch)
     for fails in (None, "rsync-up"):
         ran = []
         monkeypatch.setattr(submit.subprocess, "run",
@@ -422,6 +410,15 @@ def test_ray_up_copies_a_recipe_file_to_the_head_and_builds_it_there(monkeypatch
         captured = capsys.readouterr()
         assert ran == (["up", "rsync-up", "exec"] if fails is None else ["up", "rsync-up"])
         assert captured.err == ("error: `ray rsync-up …` exited with status 1\n" if fails else ""), captured.err
+
+
+def _fake_ray_on_path(tmp_path: Path, monkeypatch) -> None:
+    """A `ray` that does nothing, alone on PATH: submit.py finds its launcher, and no real command can run."""
+    fake_ray = tmp_path / "bin" / "ray"
+    fake_ray.parent.mkdir()
+    fake_ray.write_text("#!/bin/sh\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_ray.parent))
 
 
 def _no_placeholders(tmp_path: Path) -> Path:
@@ -744,11 +741,7 @@ def test_submit_refuses_an_unknown_benchmark_before_anything_runs(target, benchm
     and for a RayJob whose --source-claim skips the check of the data the benchmark reads."""
     from bench_build.manifests.recipe import RecipeError, load_recipe
 
-    fake_ray = tmp_path / "bin" / "ray"
-    fake_ray.parent.mkdir()
-    fake_ray.write_text("#!/bin/sh\n")
-    fake_ray.chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake_ray.parent))
+    _fake_ray_on_path(tmp_path, monkeypatch)
     submit = _submit_module()
     monkeypatch.setattr(submit.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
     args = {"ray-up": ["ray-up", "--cluster", str(_no_placeholders(tmp_path))],
