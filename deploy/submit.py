@@ -198,9 +198,9 @@ def check_ray_up_source(source: str, cluster: dict, cluster_yaml: Path) -> None:
 def job_name(benchmark: str) -> str:
     """`bench-build-<benchmark>` as a RayJob name KubeRay accepts: a recipe file's stem (and its ``:variant``),
     lower case, other characters as '-', at most 47 characters."""
-    stem = posixpath.basename(benchmark.rstrip("/"))
-    stem, sep, variant = stem.rpartition(":") if ".toml:" in stem else (stem, "", "")
-    stem = (stem[: -len(".toml")] if stem.endswith(".toml") else stem) + sep + variant
+    spec, variant = _split_variant(benchmark, _builtins())
+    stem = posixpath.basename(spec.rstrip("/"))
+    stem = (stem[: -len(".toml")] if stem.endswith(".toml") else stem) + (f"-{variant}" if variant else "")
     slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "run"
     return f"bench-build-{slug}"[:MAX_JOB_NAME].rstrip("-")
 
