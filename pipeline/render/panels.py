@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -23,14 +22,11 @@ def box_color(cls: str) -> str:
     return BOX_COLORS.get(cls, OTHER_BOX)
 
 
-def save_png(fig, path: str | Path | None = None) -> bytes:
+def save_png(fig) -> bytes:
+    """``fig`` as PNG bytes (the caller writes them: `bench_build.render.figure.write_png`)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    data = buf.getvalue()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(data)
-    return data
+    return buf.getvalue()
 
 
 @dataclass(frozen=True)
