@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench_build.build.ledger import Ledger
+from bench_build.build.ledger import Ledger, entry_key
 from bench_build.build.run import build_fingerprint
 from bench_build.errors import UsageError
 from bench_build.format.writer import ENCODINGS
@@ -47,9 +47,11 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
              for g, parts in enumerate(cut)]
     done, failed, kinds, pending = [], {}, {}, []
     seconds, examples = 0.0, 0
+    failed_keys = ledger.failed_keys()  # one listing: a failed entry is read only where there is one
     for s in specs:
         e = ledger.done_entry(s.name)
-        if (fe := ledger.failed_entry(s.name)) is not None:  # a failed entry wins over a done one, as in `run`
+        has_failed = entry_key(s.name, failed=True) in failed_keys
+        if has_failed and (fe := ledger.failed_entry(s.name)) is not None:  # a failed entry wins, as in `run`
             failed[s.name] = fe["error"]
             kinds[s.name] = fe.get("kind", "input")
         elif e and e.get("fingerprint") == info["fingerprint"]:
