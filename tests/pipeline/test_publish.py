@@ -584,6 +584,27 @@ def test_seaweed_restarts_on_its_existing_data_dir(tmp_path):
         assert again.client().get_object(Bucket="keep", Key="k")["Body"].read() == b"v"
 
 
+
+def test_seaweed_refuses_a_disk_it_would_not_write_to(tmp_path, monkeypatch):
+    """Below 1 % free, weed answers every PUT with a bare InternalError (seen with a full CI disk). The server and
+    `s3-local` say so before starting, naming the folder, and make nothing."""
+    from collections import namedtuple
+
+    from bench_build.storage import seaweed
+    from bench_build.storage.errors import StorageError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(seaweed.shutil, "disk_usage", lambda p: usage(100 << 30, (100 << 30) - (500 << 20), 500 << 20))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("started weed on a full disk"))
+    with pytest.raises(StorageError, match=r"weed: its disk has 500 MiB free of 100\.0 GiB; .* below 1 % free"):
+        seaweed.SeaweedServer(tmp_path / "weed", "k", "secret").start()
+    assert not (tmp_path / "weed").exists()
+    res = CliRunner().invoke(app, ["s3-local", "--dir", str(tmp_path / "s3")])
+    assert res.exit_code == 1 and "1,088 MiB there: free some space" in " ".join(res.output.split())
+    assert not (tmp_path / "s3").exists()
+    monkeypatch.setattr(seaweed.shutil, "disk_usage", lambda p: usage(100 << 30, 0, 2 << 30))
+    seaweed.check_free_space(tmp_path / "not" / "made" / "yet")  # enough: checked on the nearest folder that exists
+
 # -- issue 29: pull writes only what the manifest lists, under the version lock, staged ---------------------
 EVIL_KEY = "renders/../../../../x"
 
