@@ -25,6 +25,7 @@ from bench_build.manifests.manifest import (
     MANIFEST_NAME,
     SAFE_NAME,
     ManifestError,
+    check_shard_entries,
     local_path,
     parse_manifest,
     sha256_file,
@@ -422,7 +423,14 @@ def _earlier_pull(dest: Path, raw: bytes, full_sha: str) -> dict[str, Any] | Non
         raise ManifestError(f"{path}: {'; '.join(bad)}, which a pull into this folder composes with (the manifest was "
                             f"edited: remove {dest} or pull into another --out); nothing was written")
     of = local.get("partial", {}).get("of_manifest_sha256") or local.get("materialized", {}).get("of_manifest_sha256")
-    return local if of == full_sha else None
+    if of != full_sha:
+        return None
+    try:  # its entries' paths and hashes are read for the union: a hand-edited entry was a bare KeyError there
+        check_shard_entries(local, str(path))
+    except ManifestError as e:
+        raise ManifestError(f"{e}; a pull into this folder composes with it: remove {dest} or pull into another "
+                            "--out; nothing was written") from None
+    return local
 
 
 def _refuse_other_content(dest: Path, src: Store) -> None:

@@ -329,6 +329,34 @@ def test_a_pull_into_a_copy_whose_partial_entry_was_edited_is_refused_in_one_lin
     assert said_all.endswith("nothing was written") and files() == before
 
 
+@pytest.mark.parametrize("edit", ["drop_path", "sha_number", "not_object"])
+def test_a_pull_into_a_copy_whose_shard_entry_was_edited_is_refused_in_one_line(built, tmp_path, edit):
+    """The union with an earlier pull reads each of its manifest's entries: one without a path was a bare KeyError
+    there. Such a copy is refused before anything is downloaded, one line naming its manifest and the entry."""
+    assert publish_version(built, str(tmp_path / "pub"), progress=False).ok
+    dataset, out = str(tmp_path / "pub" / "mini-c"), tmp_path / "o"
+    assert pull_version(dataset, out, corruption="beam_del", severity=3, progress=False).ok
+    pdir = out / "mini-c" / "0.1.0"
+    manifest = read_manifest(pdir)
+    entry = manifest["shards"][0]
+    if edit == "drop_path":
+        del entry["path"]
+    elif edit == "sha_number":
+        entry["sha256"] = 7
+    else:
+        manifest["shards"][0] = entry["path"]
+    (pdir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+              if p.is_file() and p.name != ".bench-build.lock"}
+    res = runner.invoke(app, ["pull", dataset, "--out", str(out), "--no-progress", "--corruption", "clean"])
+    said_all = " ".join(res.output.split())
+    assert res.exit_code == 2 and not isinstance(res.exception, (KeyError, TypeError)), res.output
+    assert f"{pdir / 'manifest.json'}: malformed shards entry 0" in said_all, res.output
+    assert "a pull into this folder composes with it" in said_all and said_all.endswith("nothing was written")
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != ".bench-build.lock"} == before
+
+
 
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
