@@ -101,3 +101,22 @@ def pytest_terminal_summary(terminalreporter):
         for key, text in getattr(report, "user_properties", ()):
             if key == "summary" and report.when == "call":
                 terminalreporter.write_line(text)
+    if terminalreporter.stats.get("failed") or terminalreporter.stats.get("error"):
+        if note := low_disk_note(terminalreporter.config):
+            terminalreporter.write_line(note)
+
+
+#: below this much free space on the disk of the tests' temporary folders, a failing run says so
+LOW_DISK = 4 << 30
+
+
+def low_disk_note(config) -> str | None:
+    """A line for a failing run on a nearly full disk: the S3 tests' SeaweedFS refuses writes below 1 % free and
+    answers a bare InternalError, and builds, Ray and pip need room too (a CI run failed that way)."""
+    where = Path(config.option.basetemp or os.environ.get("TMPDIR") or "/tmp")
+    where = next((p for p in (where, *where.parents) if p.exists()), Path("/"))
+    usage = shutil.disk_usage(where)
+    if usage.free >= LOW_DISK:
+        return None
+    return (f"note: the disk holding {where} has {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.0f} "
+            "GiB: tests that write (the S3 store, builds, Ray) may have failed for want of room")

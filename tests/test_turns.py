@@ -56,3 +56,20 @@ def test_b{i}():
     others = [f"b{i}" for i in range(10)]
     assert any(overlaps("a-shared", b) for b in others), spans  # the processes do run side by side
     assert not any(overlaps("a-alone", b) for b in others), spans  # … but never beside an alone test
+
+
+def test_a_failing_run_on_a_nearly_full_disk_says_so(tmp_path, monkeypatch):
+    """The last lines of a red run name a nearly full disk (a CI run's S3 tests failed with bare InternalErrors)."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from tests import conftest
+
+    usage = namedtuple("usage", "total used free")
+    config = SimpleNamespace(option=SimpleNamespace(basetemp=str(tmp_path / "not-yet")))
+    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(250 << 30, 248 << 30, 2 << 30))
+    note = conftest.low_disk_note(config)
+    assert note == f"note: the disk holding {tmp_path} has 2.0 GiB free of 250 GiB: tests that write (the S3 " \
+        "store, builds, Ray) may have failed for want of room"
+    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(250 << 30, 200 << 30, 50 << 30))
+    assert conftest.low_disk_note(config) is None
