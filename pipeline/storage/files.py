@@ -185,12 +185,22 @@ def staged_dir(path: Path) -> Path:
     return staged
 
 
+#: how `replace_dir`'s two-rename fallback ends the name of the old folder it renames aside (`mkdtemp`'s random
+#: part has no hyphen, so a staged folder never ends so)
+ASIDE = "-aside.tmp"
+
+
 def remove_dead_temp_dirs(path: Path) -> int:
     """Delete the temp folders of ``path`` (`staged_dir`, `replace_dir`'s aside) whose owner process is dead;
-    how many."""
+    how many. A dead writer's aside with no ``path`` (killed between `replace_dir`'s two renames) is the old
+    folder, whole: it is put back as ``path``, not deleted."""
     n = 0
-    for p in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+    for p in sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp")):
         if p.is_dir() and not p.is_symlink() and temp_owner_dead(p.name):
+            if p.name.endswith(ASIDE) and not os.path.lexists(path):
+                os.rename(p, path)
+                fsync_dir(path.parent)
+                continue
             shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n
@@ -200,13 +210,13 @@ def replace_dir(staged: Path, path: Path) -> None:
     """Put the finished folder ``staged`` (`staged_dir`) in place of ``path``, whole: a reader sees the old folder
     or the new one, never a mix. Where the system swaps two names atomically (Linux ``renameat2``), no moment is
     without ``path``; elsewhere the old folder is renamed aside first, and a writer killed between the two renames
-    leaves no ``path`` until the next run, with both folders as temps `remove_dead_temp_dirs` removes."""
+    leaves no ``path`` until the next `staged_dir` of it, whose `remove_dead_temp_dirs` puts the old folder back."""
     if not os.path.lexists(path):
         os.rename(staged, path)
     elif _exchange(staged, path):
         shutil.rmtree(staged)  # the old folder, under the staged name
     else:
-        aside = path.with_name(f".{path.name}.{owner_tag()}.{uuid.uuid4().hex[:8]}.tmp")
+        aside = path.with_name(f".{path.name}.{owner_tag()}.{uuid.uuid4().hex[:8]}{ASIDE}")
         os.rename(path, aside)
         os.rename(staged, path)
         shutil.rmtree(aside)

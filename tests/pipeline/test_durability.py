@@ -138,3 +138,49 @@ def test_a_folder_is_replaced_whole_and_a_killed_writers_folder_is_removed(tmp_p
     (staged / "report.json").write_text("snow")
     replace_dir(staged, brand_new)
     assert (brand_new / "report.json").read_text() == "snow" and not staged.exists()
+
+
+def test_a_writer_killed_between_the_two_renames_leaves_the_old_folder_to_the_next_one(tmp_path, monkeypatch):
+    """Without an atomic swap, `replace_dir` renames the old folder aside, then the new one in. A writer killed
+    between the two left no folder, and the next `staged_dir` deleted the aside with the other dead temps: the
+    old report was lost too. The next writer now puts a dead writer's aside back first; a live writer's stays."""
+    import subprocess
+    import sys
+
+    from bench_build.storage import files, host_name, replace_dir, staged_dir
+
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    final = tmp_path / "validation" / "fog"
+    final.mkdir(parents=True)
+    (final / "report.json").write_text("old report")
+    renames, rename = [], os.rename
+
+    def killed_after_first(src, dst):  # the writer dies after its first rename
+        if renames:
+            raise KeyboardInterrupt
+        renames.append((src, dst))
+        rename(src, dst)
+
+    staged = staged_dir(final)
+    (staged / "report.json").write_text("new report")
+    monkeypatch.setattr(files.os, "rename", killed_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        replace_dir(staged, final)
+    monkeypatch.undo()
+    [(_, aside)] = renames
+    assert not final.exists() and (aside / "report.json").read_text() == "old report"
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    dead_aside = aside.with_name(aside.name.replace(f"~{os.getpid()}.", f"~{dead_pid}."))
+    dead_staged = staged.with_name(staged.name.replace(f"~{os.getpid()}.", f"~{dead_pid}."))
+    os.rename(aside, dead_aside)
+    os.rename(staged, dead_staged)
+    assert dead_aside.name.endswith(files.ASIDE) and host_name() in dead_aside.name
+    again = staged_dir(final)  # the next writer of the folder
+    assert (final / "report.json").read_text() == "old report"
+    assert sorted(p.name for p in final.parent.iterdir()) == sorted(["fog", again.name])
+    live_aside = final.parent / f".fog.{host_name()}~{os.getpid()}.live0000{files.ASIDE}"
+    live_aside.mkdir()
+    os.rename(final, final.parent / "moved")  # no folder, but its aside's writer is alive: left to it
+    staged_dir(final)
+    assert live_aside.is_dir() and not final.exists()
