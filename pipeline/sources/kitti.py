@@ -22,7 +22,7 @@ import numpy as np
 
 from bench_build.manifests.names import frame_id_message, name_problem
 from bench_build.sources.base import SourceError, read_text, regular_file
-from bench_build.sources.records import check_points, float64_hint
+from bench_build.sources.records import check_points
 from bench_build.stages.frame import DONT_CARE, Boxes, Calib, Frame
 from bench_build.stages.geometry import IMAGE_SIZE, lidar_heading_to_rot_y, rot_y_to_lidar_heading
 from bench_build.stages.sensor import HDL64E
@@ -46,13 +46,7 @@ def read_velodyne(path: Path, *, allow_empty: bool = False, empty_advice: str = 
         raise SourceError(path, f"empty scan (0 bytes, no points); {empty_advice}")
     if size % 16:
         raise SourceError(path, f"size {size} bytes is not a multiple of 16 (4 float32 per point)")
-    pts = np.fromfile(path, dtype="<f4").reshape(-1, 4)
-    bad = ~np.isfinite(pts).all(axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})"
-                                f"{float64_hint(path, 4, name)}")
-    return check_points(path, pts, 4, name)
+    return check_points(path, np.fromfile(path, dtype="<f4").reshape(-1, 4), 4, name)
 
 
 def read_calib(path: Path) -> Calib:

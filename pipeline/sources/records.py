@@ -55,8 +55,13 @@ def float64_hint(path: Path, width: int, name: str) -> str:
 
 
 def check_points(path: Path, pts: np.ndarray, width: int, name: str) -> np.ndarray:
-    """``pts`` (a scan's float32 records, NaN-free), or a SourceError naming the file when they are no LiDAR scan
-    (`implausible`), saying float64 when the bytes read as such (`float64_hint`)."""
+    """``pts`` (a scan's float32 records), or a SourceError naming the file when a point holds NaN/inf or they are
+    no LiDAR scan (`implausible`), saying float64 when the bytes read as such (`float64_hint`)."""
+    bad = ~np.isfinite(pts).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})"
+                                f"{float64_hint(path, width, name)}")
     why = implausible(pts)
     if why is not None:
         raise SourceError(path, f"not a LiDAR scan of {name} float32 records: {why}{float64_hint(path, width, name)}")
@@ -65,7 +70,7 @@ def check_points(path: Path, pts: np.ndarray, width: int, name: str) -> np.ndarr
 
 def read_records(path: Path, width: int, layout: str, name: str) -> np.ndarray:
     """N×``width`` float32 records of ``path`` (a ``name`` scan); SourceError naming the file on a bad size, NaN/inf
-    or values no LiDAR returns (`check_points`)."""
+    or values no LiDAR returns (the last two: `check_points`)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -76,13 +81,7 @@ def read_records(path: Path, width: int, layout: str, name: str) -> np.ndarray:
     if size % record:
         raise SourceError(path, f"size {size} bytes is not a multiple of {record} "
                                 f"({width} float32 per point: {layout})")
-    pts = np.fromfile(path, dtype="<f4").reshape(-1, width)
-    bad = ~np.isfinite(pts).all(axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise SourceError(path, f"{int(bad.sum())} point(s) with NaN/inf values (first at point {first})"
-                                f"{float64_hint(path, width, name)}")
-    return check_points(path, pts, width, name)
+    return check_points(path, np.fromfile(path, dtype="<f4").reshape(-1, width), width, name)
 
 
 def write_records(path: Path, points: np.ndarray, width: int) -> None:
