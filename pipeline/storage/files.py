@@ -206,21 +206,29 @@ def remove_dead_temp_dirs(path: Path) -> int:
     return n
 
 
-def replace_dir(staged: Path, path: Path) -> None:
+def replace_dir(staged: Path, path: Path, *, remove_old: bool = True) -> Path | None:
     """Put the finished folder ``staged`` (`staged_dir`) in place of ``path``, whole: a reader sees the old folder
     or the new one, never a mix. Where the system swaps two names atomically (Linux ``renameat2``), no moment is
     without ``path``; elsewhere the old folder is renamed aside first, and a writer killed between the two renames
-    leaves no ``path`` until the next `staged_dir` of it, whose `remove_dead_temp_dirs` puts the old folder back."""
+    leaves no ``path`` until the next `staged_dir` of it, whose `remove_dead_temp_dirs` puts the old folder back.
+
+    The old folder is deleted, or with ``remove_old=False`` left where it went (under the name ``staged``, or
+    the aside) and that place returned, for a caller swapping several folders to delete once all are in place.
+    None when there was no old folder."""
+    old: Path | None = None
     if not os.path.lexists(path):
         os.rename(staged, path)
     elif _exchange(staged, path):
-        shutil.rmtree(staged)  # the old folder, under the staged name
+        old = staged  # the old folder, under the staged name
     else:
-        aside = path.with_name(f".{path.name}.{owner_tag()}.{uuid.uuid4().hex[:8]}{ASIDE}")
-        os.rename(path, aside)
+        old = path.with_name(f".{path.name}.{owner_tag()}.{uuid.uuid4().hex[:8]}{ASIDE}")
+        os.rename(path, old)
         os.rename(staged, path)
-        shutil.rmtree(aside)
     fsync_dir(path.parent)
+    if old is not None and remove_old:
+        shutil.rmtree(old)
+        return None
+    return old
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -205,6 +205,39 @@ def test_an_interrupted_demo_write_leaves_the_folder_as_it_was(command, tmp_path
     assert runner.invoke(app, [command, str(old), *args]).exit_code == 0  # and the next run takes it
 
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_demo_data_swaps_its_folders_back_to_back_and_deletes_the_old_ones_after(tmp_path, monkeypatch, exchange):
+    """Written again, the folders were swapped one by one, each old one deleted before the next swap (hundreds of
+    MB): a kill in that window left a folder of two seeds' frames with no marker. Every swap now comes before any
+    deletion, and the marker is back before the old folders go."""
+    from bench_build.sources.demo import cache
+    from bench_build.storage import files
+
+    out = tmp_path / "demo"
+    assert runner.invoke(app, ["demo-data", str(out), "--frames", "1"]).exit_code == 0
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    events, swap, rmtree = [], files.replace_dir, cache.shutil.rmtree
+
+    def replace_dir(staged, path, **kw):
+        events.append(("swap", path.name))
+        return swap(staged, path, **kw)
+
+    def removed(path, *a, **kw):
+        events.append(("delete", (out / cache.DEMO_MARKER).is_file()))
+        return rmtree(path, *a, **kw)
+
+    monkeypatch.setattr(cache, "replace_dir", replace_dir)
+    monkeypatch.setattr(cache.shutil, "rmtree", removed)
+    assert runner.invoke(app, ["demo-data", str(out), "--frames", "1", "--seed", "5"]).exit_code == 0
+    monkeypatch.undo()
+    assert [e for e in events if e[0] == "swap"] == [("swap", "ImageSets"), ("swap", "training")]
+    first_delete = next(i for i, e in enumerate(events) if e[0] == "delete")
+    assert first_delete == 2 and all(marker for kind, marker in events[2:] if kind == "delete"), events
+    assert sorted(p.name for p in out.iterdir()) == ["BENCH_BUILD_DEMO", "ImageSets", "training"]
+    from bench_build.sources.demo.kitti import write_demo_dataset
+    assert _files(out) == _files(write_demo_dataset(tmp_path / "ref", 1, seed=5))
+
 def test_demo_data_takes_a_folder_holding_only_a_killed_runs_staging_and_removes_it(tmp_path):
     """A run killed outright (no Ctrl-C handling) leaves its staging folder in OUT; that is no foreign data."""
     from bench_build.storage import host_name

@@ -41,7 +41,8 @@ def write_demo_root(out: str | Path, command: str, write: Callable[[Path], objec
     """Demo data in ``out`` as ``write(folder)`` writes it into an empty folder, with no half-written or mixed
     dataset left behind: ``write`` fills a temporary folder inside ``out`` (`staged_dir`); then each top-level
     entry it made replaces its namesake in ``out`` whole (`replace_dir`), the demo marker last (removed first, so a
-    folder caught between two entries is not taken for demo data). So a second run with fewer frames or another
+    folder caught between two entries is not taken for demo data); the replaced folders are deleted only after
+    that, so the swaps follow one another with no deletion between them. So a second run with fewer frames or another
     seed leaves none of the first run's frames, and an interrupted one leaves ``out`` as it was (a folder it
     created removed); other files of ``out`` are kept. Refused first, writing nothing: `refuse_foreign_target`,
     and (`StorageError`) a folder that cannot be made or written in."""
@@ -56,12 +57,16 @@ def write_demo_root(out: str | Path, command: str, write: Callable[[Path], objec
             raise StorageError(f"{command}: OUT {out}: cannot create a folder there ({e.strerror})") from None
         write(staged)
         (out / DEMO_MARKER).unlink(missing_ok=True)
+        olds = []  # the replaced folders, deleted once every new one is in place: the swaps follow one another
         for name in sorted(os.listdir(staged)):
             if (staged / name).is_dir():
-                replace_dir(staged / name, out / name)
+                olds.append(replace_dir(staged / name, out / name, remove_old=False))
             elif name != DEMO_MARKER:
                 os.replace(staged / name, out / name)
         os.replace(staged / DEMO_MARKER, out / DEMO_MARKER)
+        for old in olds:
+            if old is not None and not old.is_relative_to(staged):  # an aside (no atomic swap); the rest goes below
+                shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         if created is not None:  # nothing of it was there before this run
             shutil.rmtree(created, ignore_errors=True)
