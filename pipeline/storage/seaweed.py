@@ -127,7 +127,7 @@ class SeaweedServer:
 
 
 MIN_FREE_FRACTION = 0.01  # weed's volume server refuses writes below 1 % free on its disk (`-minFreeSpace`)
-FREE_MARGIN = 64 << 20  # and this much over it, so the first writes do not cross the line
+FREE_MARGIN = 64 << 20  # and this much over it (5 % of a small disk), so the first writes do not cross it
 
 
 def check_free_space(data_dir: Path) -> None:
@@ -135,7 +135,7 @@ def check_free_space(data_dir: Path) -> None:
     answers each PUT with a bare ``InternalError``; saying so up front names the folder and the numbers."""
     existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())  # the folder may be made later
     usage = shutil.disk_usage(existing)
-    need = int(usage.total * MIN_FREE_FRACTION) + FREE_MARGIN
+    need = int(usage.total * MIN_FREE_FRACTION) + min(FREE_MARGIN, usage.total // 20)  # a small tmpfs works too
     if usage.free < need:
         raise StorageError(f"{data_dir}: its disk has {usage.free / 2**20:,.0f} MiB free of "
                            f"{usage.total / 2**30:,.1f} GiB; SeaweedFS refuses writes below 1 % free, so the local "

@@ -632,6 +632,8 @@ def test_seaweed_refuses_a_disk_it_would_not_write_to(tmp_path, monkeypatch):
     assert not (tmp_path / "s3").exists()
     monkeypatch.setattr(seaweed.shutil, "disk_usage", lambda p: usage(100 << 30, 0, 2 << 30))
     seaweed.check_free_space(tmp_path / "not" / "made" / "yet")  # enough: checked on the nearest folder that exists
+    monkeypatch.setattr(seaweed.shutil, "disk_usage", lambda p: usage(40 << 20, 10 << 20, 30 << 20))
+    seaweed.check_free_space(tmp_path)  # a small tmpfs mostly free: weed writes there (the margin is 5 % of it)
 
 # -- issue 29: pull writes only what the manifest lists, under the version lock, staged ---------------------
 EVIL_KEY = "renders/../../../../x"
