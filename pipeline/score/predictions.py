@@ -185,9 +185,10 @@ def _first(keys: Sequence[str]) -> str:
 
 
 def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequence[str], num_classes: int,
-                *, allow_pred: bool = False, distribution: bool = False) -> np.ndarray:
+                *, allow_pred: bool = False, distribution: bool = False, k_from: str | None = None) -> np.ndarray:
     """(len(keys), num_classes) probabilities in ``keys`` order, every value checked (`validate.probabilities`;
-    ``distribution``: rows sum to 1); with ``allow_pred`` a ``pred`` class id stands for a one-hot row."""
+    ``distribution``: rows sum to 1); with ``allow_pred`` a ``pred`` class id stands for a one-hot row.
+    ``k_from`` names the option that set num_classes (``--num-classes``), said in the errors it causes."""
     has_probs = np.array([preds[k].get("probs") is not None for k in keys], bool)
     has_pred = np.array([allow_pred and not h and "pred" in preds[k] for k, h in zip(keys, has_probs, strict=True)],
                         bool)
@@ -198,11 +199,12 @@ def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequen
         raise PredictionError(f"{path}: {where + ': ' if where else ''}key {k!r}: no {want} field")
     out = np.zeros((len(keys), num_classes))
     idx = np.nonzero(has_probs)[0]
-    out[idx] = probabilities(path, preds, [keys[i] for i in idx], num_classes, distribution=distribution)
+    out[idx] = probabilities(path, preds, [keys[i] for i in idx], num_classes, distribution=distribution,
+                             k_from=k_from)
     # a row with both: the class it names must be the probabilities' argmax, else which one was meant is a guess
     both = [i for i in idx if preds[keys[i]].get("pred") is not None]
     if both:
-        said = class_ids(path, preds, [keys[i] for i in both], num_classes)
+        said = class_ids(path, preds, [keys[i] for i in both], num_classes, k_from)
         if (wrong := np.flatnonzero(said != out[both].argmax(axis=1))).size:
             k = keys[both[int(wrong[0])]]
             where = getattr(preds, "where", {}).get(k)
@@ -210,7 +212,7 @@ def class_probs(path: str | Path, preds: dict[str, dict[str, Any]], keys: Sequen
                                   f"not the argmax of its 'probs' ({int(out[both[int(wrong[0])]].argmax())}); give one "
                                   "of them, or both agreeing")
     idx = np.nonzero(has_pred)[0]
-    out[idx, class_ids(path, preds, [keys[i] for i in idx], num_classes)] = 1.0
+    out[idx, class_ids(path, preds, [keys[i] for i in idx], num_classes, k_from)] = 1.0
     return out
 
 

@@ -420,6 +420,17 @@ def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other
                         f"(only the test split is scored), e.g. {ignored[0]}")
 
 
+def _check_class_count(version_dir, class_id: np.ndarray, k: int, num_classes: int | None, kind: str | None) -> None:
+    """Refuse a class count below the ground truth's: probabilities of k classes can never name a class id ≥ k, so
+    every such example would count as an error and the accuracy, ECE and OA would be wrong without a word."""
+    top = int(class_id.max(initial=-1))
+    if top < k:
+        return
+    said = f"--num-classes {num_classes}" if num_classes else f"the default class count {k} (source {kind!r})"
+    raise ScoreError(f"{said}: the ground truth of {version_dir} has class ids up to {top}, so it has at least "
+                     f"{top + 1} classes; give --num-classes the benchmark's class count")
+
+
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
 
     truth = object_truth(version_dir)
@@ -428,6 +439,10 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         holds = f"holds only the {', '.join(splits)} split{'s' * (len(splits) > 1)}" if splits else "has no examples"
         raise ScoreError(f"{version_dir}: no test examples to score: the version {holds}; score a build that holds "
                          "the test split")
+    kind = (manifest.get("source") or {}).get("kind")
+    k = num_classes or CLASS_COUNTS.get(kind, 40)
+    if report.metric != "3dos":  # the option against the ground truth, before a (large) prediction file is read
+        _check_class_count(version_dir, truth.class_id, k, num_classes, kind)
     preds = read_predictions(predictions)
     _ignore_other_splits(report, predictions, preds, truth.other_split)
     check_keys(predictions, preds, truth.keys, dataset)
@@ -456,9 +471,8 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                 summary[sc] = res
         report.summary = summary
         return
-    k = num_classes or CLASS_COUNTS.get((manifest.get("source") or {}).get("kind"), 40)
     probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
-                        distribution=report.metric == "modelnet40-e")
+                        distribution=report.metric == "modelnet40-e", k_from="--num-classes" if num_classes else None)
     parts = [(p.corruption, p.severity) for p in truth.partition]
     groups: dict[tuple[str, int], list[int]] = {}
     for i, p in enumerate(parts):

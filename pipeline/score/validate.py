@@ -73,9 +73,11 @@ def _kind(v: Any) -> str:
 
 
 def number_lists(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], field: str,
-                 allowed: frozenset[type] = NUMBER, length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 allowed: frozenset[type] = NUMBER, length: int | None = None,
+                 k_from: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(values, offsets)``: the ``field`` list of every key, flattened and checked for element types
-    (``allowed``), finiteness and (with ``length``) the length of each list."""
+    (``allowed``), finiteness and (with ``length``) the length of each list; ``k_from`` names the option that set
+    ``length`` (``--num-classes``), said instead of "the benchmark" in the error."""
     lists = [preds[k].get(field) for k in keys]
     for k, v in zip(keys, lists, strict=True):
         if not isinstance(v, list):
@@ -83,7 +85,8 @@ def number_lists(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str]
     lens = np.fromiter(map(len, lists), np.int64, len(lists))
     if length is not None and (lens != length).any():
         i = int(np.nonzero(lens != length)[0][0])
-        raise fail(path, preds, keys[i], f"{field} has {lens[i]} classes, the benchmark has {length}")
+        has = f"the benchmark has {length}" if k_from is None else f"{k_from} is {length}"
+        raise fail(path, preds, keys[i], f"{field} has {lens[i]} classes, {has}")
     off = np.r_[0, np.cumsum(lens)]
     flat = list(chain.from_iterable(lists))
     if not set(map(type, flat)) <= allowed:
@@ -115,10 +118,10 @@ def _in_range(path, preds, keys, field, values, off, bad: np.ndarray, what: str)
 
 
 def probabilities(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], num_classes: int, *,
-                  distribution: bool) -> np.ndarray:
+                  distribution: bool, k_from: str | None = None) -> np.ndarray:
     """``(len(keys), num_classes)`` probabilities, every one a finite number in [0, 1]; with
-    ``distribution`` every row sums to 1 within `SUM_TOLERANCE`."""
-    values, off = number_lists(path, preds, keys, "probs", NUMBER, num_classes)
+    ``distribution`` every row sums to 1 within `SUM_TOLERANCE`; ``k_from`` as in `number_lists`."""
+    values, off = number_lists(path, preds, keys, "probs", NUMBER, num_classes, k_from)
     _in_range(path, preds, keys, "probs", values, off, (values < 0) | (values > 1),
               "outside [0, 1]: write probabilities (softmax), not logits")
     probs = values.reshape(len(keys), num_classes)
@@ -131,8 +134,10 @@ def probabilities(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str
     return probs
 
 
-def class_ids(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], num_classes: int) -> np.ndarray:
-    """The integer ``pred`` of every key, a class id 0 … num_classes − 1."""
+def class_ids(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], num_classes: int,
+              k_from: str | None = None) -> np.ndarray:
+    """The integer ``pred`` of every key, a class id 0 … num_classes − 1 (``k_from``: the option that set
+    num_classes, named in the error)."""
     vals = [preds[k].get("pred") for k in keys]
     if not set(map(type, vals)) <= INTEGER:
         i = next(i for i, v in enumerate(vals) if type(v) is not int)
@@ -141,7 +146,8 @@ def class_ids(path: str | Path, preds: Mapping[str, Any], keys: Sequence[str], n
     bad = np.array([not 0 <= v < num_classes for v in vals], bool) if len(vals) else np.zeros(0, bool)
     if bad.any():
         i = int(np.argmax(bad))
-        raise fail(path, preds, keys[i], f"pred {vals[i]} is not a class id in 0…{num_classes - 1}")
+        said = f" ({k_from} {num_classes})" if k_from else ""
+        raise fail(path, preds, keys[i], f"pred {vals[i]} is not a class id in 0…{num_classes - 1}{said}")
     return ids.astype(np.int64)
 
 

@@ -22,6 +22,8 @@ from bench_build.score import PredictionError, score_version
 from bench_build.score.kitti_boxes import parse_kitti_objects
 from bench_build.score.kitti_c import overall_accuracy
 from bench_build.score.kitti_eval import evaluate
+from bench_build.score.predictions import class_probs, read_predictions
+from bench_build.score.validate import ScoreError
 from bench_build.sources.kitti import KittiSource, format_labels
 from tests.pipeline.score.units import assert_units
 
@@ -528,7 +530,7 @@ def _jsonl(path: Path, rows: list) -> Path:
      + ['{"key": "modelnet-c/0007/clean/0", "probs": [NaN, 1.0]}'],
      r"line 8: key 'modelnet-c/0007/clean/0': probs\[0\] is nan \(NaN/inf\)"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [0.2, 0.3, 0.5]} for i in range(8)],
-     r"key 'modelnet-c/0000/clean/0': probs has 3 classes, the benchmark has 2"),
+     r"key 'modelnet-c/0000/clean/0': probs has 3 classes, --num-classes is 2"),
     ([{"key": f"kitti-c/{i:06d}/fog/1", "probs": [1, 0]} for i in range(8)],
      r"8 keys are from another benchmark \(kitti-c\), this version is 'modelnet-c': kitti-c/000000/fog/1"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(9)],
@@ -787,6 +789,36 @@ def test_the_class_count_defaults_to_the_sources(tmp_path):
     assert CLASS_COUNTS["scanobjectnn"] == 15 and rep.summary["clean/0"]["accuracy"] == 100.0
     with pytest.raises(PredictionError, match="15"):
         score_version(v, p, num_classes=40)
+
+
+@pytest.mark.parametrize("dataset", ["modelnet-c", "modelnet40-e"])
+def test_a_class_count_below_the_ground_truths_is_refused_naming_the_option(tmp_path, dataset):
+    """--num-classes 15 on a 40-class version with probabilities of 15 classes scored: no prediction could name a
+    class id ≥ 15, so those examples all counted as errors, an accuracy too low without a word. And a count that
+    disagrees with the probabilities blamed "the benchmark", not the option that set it."""
+    rows = [{"key": f"{dataset}/test/{i:05d}/clean/0", "corruption": "clean", "severity": 0, "class_id": i,
+             "sigma": [0.0]} for i in range(40)]
+    v = write_object_version(tmp_path / dataset / "1", dataset, rows)
+    p = _jsonl(tmp_path / "p.jsonl", [{"key": r["key"], "probs": list(np.eye(15)[r["class_id"] % 15])} for r in rows])
+    res = runner.invoke(app, ["score", str(v), str(p), "--num-classes", "15", "--out", str(tmp_path / "res" / "s")],
+                        terminal_width=400)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: --num-classes 15: the ground truth of {v} has class ids up to 39, so it "
+                                  "has at least 40 classes; give --num-classes the benchmark's class count")
+    assert not (tmp_path / "res").exists()
+    # the default (40 for an unknown source) is said as such when the ground truth goes past it
+    rows41 = [*rows, {**rows[0], "key": f"{dataset}/test/00040/clean/0", "class_id": 40}]
+    v41 = write_object_version(tmp_path / "41" / dataset / "1", dataset, rows41)
+    with pytest.raises(ScoreError, match=r"^the default class count 40 \(source 'test'\): the ground truth of .* "
+                                         r"has class ids up to 40"):
+        score_version(v41, p)
+    # probabilities of 40 classes with --num-classes 41 (or pred ids past it): the option is named, not the benchmark
+    p40 = _jsonl(tmp_path / "p40.jsonl", [{"key": r["key"], "probs": list(np.eye(40)[r["class_id"]])} for r in rows])
+    with pytest.raises(PredictionError, match=r"line 1: key .*: probs has 40 classes, --num-classes is 41$"):
+        score_version(v, p40, num_classes=41)
+    with pytest.raises(PredictionError, match=r"line 1: key .*: probs has 40 classes, the benchmark has 41$"):
+        class_probs(p40, read_predictions(p40), [r["key"] for r in rows], 41)
+    assert score_version(v, p40, num_classes=40).rows[0]["value"] == 100.0
 
 
 def partial_copy(version: Path, dest: Path, keep: set[tuple[str, int]]) -> Path:
