@@ -162,21 +162,34 @@ def _check_not_bool(path: Path, at: str, key: str, row: dict[str, Any]) -> None:
 
 
 def check_keys(path: str | Path, predicted: Iterable[str], expected: Sequence[str], benchmark: str) -> None:
-    """Every expected key predicted once, none from another benchmark, none unknown."""
+    """Every expected key predicted once, none from another benchmark, none unknown.
+
+    A file holding nothing, or keys of another version of the benchmark (none of them an example here), is said as
+    such, with a key of this version to compare; where examples lack a prediction and the file has keys this version
+    lacks, both are said: either alone would send the user looking for predictions the model never wrote."""
     predicted = set(predicted)
     expected_set = set(expected)
+    if not predicted:
+        raise PredictionError(f"{path}: the file holds no predictions; this version has {len(expected)} "
+                              f"example{'s' * (len(expected) != 1)} to score, e.g. {expected[0]}")
     foreign = sorted(k for k in predicted if k.split("/", 1)[0] != benchmark)
     if foreign:
         other = sorted({k.split("/", 1)[0] for k in foreign})
-        raise PredictionError(f"{path}: {len(foreign)} keys are from another benchmark ({', '.join(other)}), "
+        are = "keys are" if len(foreign) != 1 else "key is"
+        raise PredictionError(f"{path}: {len(foreign)} {are} from another benchmark ({', '.join(other)}), "
                               f"this version is {benchmark!r}: {_first(foreign)}")
-    missing = [k for k in expected if k not in predicted]
-    if missing:
-        raise PredictionError(f"{path}: {len(missing)} of {len(expected)} examples have no prediction, "
-                              f"e.g. {_first(missing)}")
     unknown = sorted(predicted - expected_set)
+    if len(unknown) == len(predicted):
+        like = f"; this version's keys are like {expected[0]}" if expected else ""
+        raise PredictionError(f"{path}: none of its {len(unknown)} keys is an example of this version (predictions "
+                              f"for another version or build?): {unknown[0]}{like}")
+    missing = [k for k in expected if k not in predicted]
+    are = "keys are not examples" if len(unknown) != 1 else "key is not an example"
+    if missing:
+        also = f"; and {len(unknown)} {are} of this version: {_first(unknown)}" if unknown else ""
+        raise PredictionError(f"{path}: {len(missing)} of {len(expected)} examples have no prediction, "
+                              f"e.g. {_first(missing)}{also}")
     if unknown:
-        are = "keys are not examples" if len(unknown) != 1 else "key is not an example"
         raise PredictionError(f"{path}: {len(unknown)} {are} of this version: {_first(unknown)}")
 
 

@@ -408,14 +408,20 @@ def _segmentation(report: ScoreReport, version_dir, predictions, dataset: str, i
     report.summary = _robo3d_summary(acc, table, version_dir)
 
 
-def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other_split: dict[str, str]) -> None:
-    """Predictions for the build's train / val examples are dropped with one note: only test is scored."""
+def _ignore_other_splits(report: ScoreReport, path, preds: dict[str, Any], other_split: dict[str, str],
+                         test_keys: list[str]) -> None:
+    """Predictions for the build's train / val examples are dropped with one note: only test is scored. A file of
+    nothing else is refused as such (not as a file holding no predictions)."""
     ignored = [k for k in preds if k in other_split]
     if not ignored:
         return
+    splits = sorted({other_split[k] for k in ignored})
+    if len(ignored) == len(preds):
+        raise PredictionError(f"{path}: all {len(ignored)} predictions are for {'/'.join(splits)} examples; only the "
+                              f"test split is scored, and none of its {len(test_keys)} examples has one, e.g. "
+                              f"{test_keys[0]}")
     for k in ignored:
         del preds[k]
-    splits = sorted({other_split[k] for k in ignored})
     report.notes.append(f"{path}: {len(ignored)} predictions for {'/'.join(splits)} examples were ignored "
                         f"(only the test split is scored), e.g. {ignored[0]}")
 
@@ -444,7 +450,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
     if report.metric != "3dos":  # the option against the ground truth, before a (large) prediction file is read
         _check_class_count(version_dir, truth.class_id, k, num_classes, kind)
     preds = read_predictions(predictions)
-    _ignore_other_splits(report, predictions, preds, truth.other_split)
+    _ignore_other_splits(report, predictions, preds, truth.other_split, truth.keys)
     check_keys(predictions, preds, truth.keys, dataset)
     if report.metric == "3dos":
         if truth.known is None:

@@ -402,6 +402,12 @@ def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
         f.write(json.dumps({"key": "3dos/SN1/test/k9/clean/0", "score": 0.5}) + "\n")
     with pytest.raises(PredictionError, match="1 key is not an example of this version: 3dos/SN1/test/k9/clean/0"):
         score_version(v, p)
+    # a file of train/val predictions only: said as such, not as a file holding no predictions
+    _jsonl(p, [{"key": r["key"], "score": 0.5} for r in rows if r["split"] != "test"])
+    with pytest.raises(PredictionError, match=r"o.jsonl: all 3 predictions are for train/val examples; only the test "
+                                              r"split is scored, and none of its 3 examples has one, e.g. "
+                                              r"3dos/SN1/test/k0/clean/0$"):
+        score_version(v, p)
 
 
 @pytest.mark.parametrize(("dataset", "splits"), [("modelnet40-e", ("train",)), ("3dos", ("train", "val"))])
@@ -535,6 +541,20 @@ def _jsonl(path: Path, rows: list) -> Path:
      r"8 keys are from another benchmark \(kitti-c\), this version is 'modelnet-c': kitti-c/000000/fog/1"),
     ([{"key": f"modelnet-c/{i:04d}/clean/0", "probs": [1, 0]} for i in range(9)],
      r"1 key is not an example of this version: modelnet-c/0008/clean/0"),
+    # an empty file, or keys of another version: said as such, not as "8 of 8 examples have no prediction"
+    ([], r"bad.jsonl: the file holds no predictions; this version has 8 examples to score, "
+         r"e.g. modelnet-c/0000/clean/0$"),
+    (["", "  "], r"bad.jsonl: the file holds no predictions"),
+    ([{"key": f"modelnet-c/test/{i:05d}/clean/0", "pred": 0} for i in range(8)],
+     r"bad.jsonl: none of its 8 keys is an example of this version \(predictions for another version or build\?\): "
+     r"modelnet-c/test/00000/clean/0; this version's keys are like modelnet-c/0000/clean/0$"),
+    # a typo'd key: the example it should name lacks a prediction, and the file has a key this version lacks
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "pred": 0} for i in range(7)] + [{"key": "modelnet-c/007/clean/0",
+                                                                                "pred": 0}],
+     r"1 of 8 examples have no prediction, e.g. modelnet-c/0007/clean/0; and 1 key is not an example of this "
+     r"version: modelnet-c/007/clean/0$"),
+    ([{"key": f"modelnet-c/{i:04d}/clean/0", "pred": 0} for i in range(8)] + [{"key": "kitti-c/000000/fog/1"}],
+     r"1 key is from another benchmark \(kitti-c\), this version is 'modelnet-c': kitti-c/000000/fog/1$"),
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1, 0]', "x"], r"line 1: not JSON"),
     # past int()'s digit limit json.loads raises a plain ValueError: it was a traceback
     (['{"key": "modelnet-c/0000/clean/0", "probs": [1' + "0" * 5000 + ", 0]}"],
@@ -709,6 +729,9 @@ def test_bad_parquet_predictions(small_mnc, tmp_path):
     pq.write_table(pa.table({"key": [f"modelnet-c/{i:04d}/clean/0" for i in range(8)],
                              "probs": [[1.0, float("inf")]] * 8}), p)
     with pytest.raises(PredictionError, match=r"row 0: key 'modelnet-c/0000/clean/0': probs\[1\] is inf"):
+        score_version(small_mnc, p, num_classes=2)
+    pq.write_table(pa.table({"key": pa.array([], pa.string()), "pred": pa.array([], pa.int64())}), p)
+    with pytest.raises(PredictionError, match=r"p.parquet: the file holds no predictions; this version has 8 examples"):
         score_version(small_mnc, p, num_classes=2)
     (tmp_path / "p.txt").write_text("x")
     with pytest.raises(PredictionError, match="unknown prediction format"):
