@@ -437,6 +437,17 @@ def _check_class_count(version_dir, class_id: np.ndarray, k: int, num_classes: i
                      f"{top + 1} classes; give --num-classes the benchmark's class count")
 
 
+def _inverted_score_note(report: ScoreReport, scenarios: list[dict[str, Any]]) -> None:
+    """Say when every scenario ranks the unknown shapes above the known ones (AUROC < 50 against the union, or the one
+    unknown set): the sign of an anomaly score (energy, a distance: higher = unknown), written where 3DOS reads a
+    normality score, turns AUROC into 100 − AUROC, and no model is that consistently worse than chance."""
+    aurocs = [(res.get("union") or next(iter(res.values())))["AUROC"] for res in scenarios if res]
+    if aurocs and all(a < 50 for a in aurocs):
+        report.notes.append(f"AUROC is below 50 in every scenario ({len(aurocs)}): 3DOS reads 'score' as a normality "
+                            "score, higher = known (MSP, max logit, negative energy); an anomaly score (higher = "
+                            "unknown: energy, a distance) must be negated, which turns each AUROC into 100 − AUROC")
+
+
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
 
     truth = object_truth(version_dir)
@@ -458,6 +469,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         s = scalar(predictions, preds, truth.keys, "score")
         scenarios = truth.scenario or [None] * len(truth.keys)
         summary: dict[str, Any] = {}
+        scored: list[dict[str, Any]] = []
         for sc in dict.fromkeys(scenarios):
             idx = [i for i, x in enumerate(scenarios) if x == sc]
             unknown: dict[str, list[float]] = {}
@@ -467,6 +479,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                     unknown.setdefault(name, []).append(s[i])
             known_scores = [s[i] for i in idx if truth.known[i]]
             res = _scaled(open_set_metrics(known_scores, unknown), COUNTS)
+            scored.append(res)
             for name, v in res.items():
                 label = name if sc is None else f"{sc}/{name}"
                 report.add("clean", 0, f"{label}/AUROC", v["AUROC"])
@@ -476,6 +489,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
             else:
                 summary[sc] = res
         report.summary = summary
+        _inverted_score_note(report, scored)
         return
     probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
                         distribution=report.metric == "modelnet40-e", k_from="--num-classes" if num_classes else None)

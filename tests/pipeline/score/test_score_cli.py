@@ -410,6 +410,32 @@ def test_predictions_for_train_examples_are_ignored_with_a_note(tmp_path):
         score_version(v, p)
 
 
+def test_3dos_says_when_every_scenario_ranks_unknown_above_known(tmp_path):
+    """An anomaly score (energy, a distance: higher = unknown) written as 3DOS's normality score scored AUROC
+    100 − AUROC in every scenario with no word: a sign the user can fix, said once; one scenario below 50 is not."""
+    base = {"corruption": "clean", "severity": 0, "class_id": 0, "split": "test"}
+    rows = [{"key": f"3dos/{sc}/test/{n}{i}/clean/0", **base, "scenario": sc, "known": n == "k",
+             "unknown_set": None if n == "k" else u} for sc, u in (("SN1", "SN2"), ("SR1", "SR2"))
+            for n in ("k", "u") for i in range(3)]
+    v = write_object_version(tmp_path / "3dos" / "1", "3dos", rows)
+    anomaly = [0.1, 0.2, 0.3, 0.7, 0.8, 0.9] * 2  # known first: an anomaly score ranks them low
+    p = _jsonl(tmp_path / "o.jsonl", [{"key": r["key"], "score": a} for r, a in zip(rows, anomaly, strict=True)])
+    rep = score_version(v, p)
+    assert rep.summary["SN1"]["SN2"]["AUROC"] == 0.0 and rep.summary["SR1"]["SR2"]["AUROC"] == 0.0
+    said = ("AUROC is below 50 in every scenario (2): 3DOS reads 'score' as a normality score, higher = known (MSP, "
+            "max logit, negative energy); an anomaly score (higher = unknown: energy, a distance) must be negated, "
+            "which turns each AUROC into 100 − AUROC")
+    assert rep.notes == [said]
+    res = runner.invoke(app, ["score", str(v), str(p)], terminal_width=400)
+    assert res.exit_code == 0 and said in " ".join(res.output.split()), res.output
+    negated = _jsonl(tmp_path / "n.jsonl", [{"key": r["key"], "score": -a} for r, a in zip(rows, anomaly, strict=True)])
+    rep = score_version(v, negated)
+    assert rep.summary["SN1"]["SN2"]["AUROC"] == 100.0 and rep.notes == []
+    mixed = _jsonl(tmp_path / "m.jsonl", [{"key": r["key"], "score": a if r["scenario"] == "SN1" else -a}
+                                          for r, a in zip(rows, anomaly, strict=True)])
+    assert score_version(v, mixed).notes == []  # one scenario below chance is a model's, not a sign's
+
+
 @pytest.mark.parametrize(("dataset", "splits"), [("modelnet40-e", ("train",)), ("3dos", ("train", "val"))])
 def test_a_version_without_its_test_split_is_refused(tmp_path, dataset, splits):
     """Only test examples are scored: a build of the train split alone (``run modelnet40-e --split train``) scored
