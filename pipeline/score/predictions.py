@@ -20,6 +20,7 @@ ranges) in `bench_build.score.validate`.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -98,9 +99,17 @@ def _check_folder(path: Path) -> None:
 
 
 def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON objects of a JSON Lines file. A UTF-8 byte-order mark opening it (Windows PowerShell's ``Out-File
+    -Encoding utf8`` writes one) is skipped, as RFC 8259 lets a parser do; a UTF-16 one (PowerShell's ``>``) names
+    the encoding, where its bytes would be read as "not UTF-8" at an unexplained 0xff."""
     rows, where = [], []
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
+            if lineno == 1:
+                if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                    raise PredictionError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); "
+                                          "predictions are UTF-8 JSON Lines: save the file as UTF-8")
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -821,6 +821,24 @@ def test_non_utf8_predictions_are_named(small_mnc, det_version, demo_kitti_maste
     assert res.exit_code == 2 and f"{bad}: not UTF-8 text" in " ".join(res.output.split()), res.output
 
 
+def test_a_byte_order_mark_is_read_or_named(small_mnc, tmp_path):
+    """Windows PowerShell writes UTF-8 with a byte-order mark (``Out-File -Encoding utf8``) and UTF-16 with ``>``: the
+    first was refused as "not JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)", the second as a stray 0xff."""
+    text = "".join(json.dumps({"key": f"modelnet-c/{i:04d}/clean/0", "pred": i % 2}) + "\n" for i in range(8))
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert score_version(small_mnc, p, num_classes=2).summary["OA_clean"] == 50.0
+    p.write_bytes(text.encode("utf-16"))
+    res = runner.invoke(app, ["score", str(small_mnc), str(p), "--num-classes", "2"], terminal_width=400)
+    assert res.exit_code == 2 and res.output.strip() == (f"error: {p}: UTF-16 text (it starts with a UTF-16 byte-order "
+                                                         "mark); predictions are UTF-8 JSON Lines: save the file as "
+                                                         "UTF-8"), res.output
+    second = text.index("\n") + 1  # a mark opens the file, not a line: one opening line 2 is not JSON there
+    p.write_bytes(text[:second].encode() + b"\xef\xbb\xbf" + text[second:].encode())
+    with pytest.raises(PredictionError, match=r"bom.jsonl: line 2: not JSON"):
+        score_version(small_mnc, p, num_classes=2)
+
+
 def test_the_class_count_defaults_to_the_sources(tmp_path):
     """--num-classes said "default: the manifest's", which no manifest records: it was always 40, and a
     ScanObjectNN build (15 classes) needed the option. The default now follows the source kind."""
