@@ -6,7 +6,7 @@ by the example key ``benchmark/frame_id/corruption/severity`` of the version bei
 | field    | type            | benchmarks                                | meaning                                   |
 |----------|-----------------|-------------------------------------------|-------------------------------------------|
 | key      | string          | all                                       | example key (required)                    |
-| probs    | list<float>[K]  | ModelNet-C, ModelNet40-E, 3DOS            | class probabilities (softmax), K classes  |
+| probs    | list<float>[K]  | ModelNet-C, ModelNet40-E                  | class probabilities (softmax), K classes  |
 | pred     | int             | ModelNet-C (instead of probs)             | predicted class id                        |
 | score    | float           | 3DOS                                      | normality score, higher = more likely known |
 | labels   | list<int>[N]    | Robo3D segmentation                       | predicted label of each of the N points   |
