@@ -52,7 +52,9 @@ class Writer:
     directory it belongs in, so renaming it is atomic) and moves them all into place, links made and ImageSets
     lists last, only once every one is written (`commit`). A damaged page of the version, a full disk or an
     interrupt before that leaves OUT as it was: `abort` removes the temporary files and the directories the
-    export created (OUT itself if it was new)."""
+    export created (OUT itself if it was new). `commit` takes the old lists out before it moves the first file,
+    so a root it leaves half-way (a refused rename, Ctrl-C) has no lists: no converter reads its mix of old and
+    new files as one partition."""
 
     def __init__(self, parts: list[Part], replace: list[Path]) -> None:
         self.files = {p for part in parts for p in part.files()}
@@ -63,6 +65,7 @@ class Writer:
         self.links: list[tuple[Path, Path]] = []  # (link, target)
         self.created: list[Path] = []  # directories the export made, parents first
         self.swept: set[Path] = set()
+        self.withdrawn: set[Path] = set()  # old ImageSets lists `commit` removed before moving the first file
         self.written = self.replaced = self.stale = 0
 
     def _mkdir(self, d: Path) -> None:
@@ -115,12 +118,19 @@ class Writer:
                 d.rmdir()
 
     def commit(self) -> None:
-        """Rename the staged files into place (the ImageSets lists last) and make the links."""
+        """Remove the old ImageSets lists, rename the staged files into place, make the links, and move the new
+        lists into place last. With --force the old lists name an earlier export's frames: left in place while
+        its files are replaced one by one, they would make a root stopped half-way (a refused rename, Ctrl-C)
+        look finished, each frame from one export or the other."""
         def move(tmp: Path, path: Path) -> None:
-            if os.path.lexists(path):
-                self.replaced += 1
+            replacing = os.path.lexists(path) or path in self.withdrawn
             os.replace(tmp, path)
             self.written += 1
+            self.replaced += replacing  # counted once it is done: the message of a refused rename says how far
+        for path in sorted(self.lists):
+            if os.path.lexists(path):
+                os.unlink(path)
+                self.withdrawn.add(path)
         for tmp, path in self.staged:
             if path not in self.lists:
                 move(tmp, path)
@@ -172,14 +182,17 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
             "same command again") from None
     try:
         w.commit()
-    except (OSError, BenchBuildError) as e:  # a rename or link refused: rare, all were checked and written
+    except BaseException as e:  # a rename or link refused (rare: all were checked and written), or an interrupt
+        w.abort()  # the temporary files not yet moved
+        if not isinstance(e, OSError | BenchBuildError):  # an interrupt or a bug keeps its own exit
+            raise
         cause = os_error_message(e) if isinstance(e, OSError) else str(e).splitlines()[0]
-        w.abort()
+        lists = ("its ImageSets lists are removed" if w.withdrawn else "its ImageSets lists are not written")
         raise ExportIncomplete(
             f"{cause}; export stopped after moving {w.written} of {w.total} files into place under {out} "
-            f"({w.replaced} of them replacing earlier ones; nothing else there was touched; the ImageSets lists are "
-            "written last); fix the cause and run the same command again with --force, which rewrites only the "
-            "export's own files") from None
+            f"({w.replaced} of them replacing earlier ones; nothing else there was touched); {lists}, so that no "
+            "converter reads a root half-way between two exports; fix the cause and run the same command again "
+            "with --force, which rewrites only the export's own files") from None
     result.written, result.replaced = w.written, w.replaced
     if w.stale:
         result.notes.append(f"removed {w.stale} temporary files an earlier export left when it was killed")

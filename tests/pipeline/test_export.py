@@ -585,6 +585,48 @@ def test_os_error_while_moving_into_place_says_how_far(built, tmp_path, monkeypa
     assert not [p for p in (tmp_path / "o").rglob("*") if p.name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "refused rename"])
+def test_stopped_while_moving_into_place_leaves_no_root_a_converter_trusts(built, tmp_path, monkeypatch, stop):
+    """--force over an earlier export of another partition, stopped while moving files into place: the old
+    ImageSets lists stayed, naming every frame of a root whose scans were now half snow/5, half fog/3, and (Ctrl-C)
+    the files not yet moved stayed under their temporary names. The old lists now go before the first file moves,
+    the new ones come last: a root stopped between the two has none, and no temporary file is left."""
+    import bench_build.export.write as export_mod
+
+    out = tmp_path / "o"
+    export_version(built, out, corruption="beam_del", severity=1)
+    real, calls = os.replace, []
+
+    def stopping(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            raise OSError(5, os.strerror(5), str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(export_mod.os, "replace", stopping)
+    res = runner.invoke(app, ["export", str(built), str(out), "--corruption", "beam_del", "--severity", "5",
+                              "--force"])
+    assert res.exit_code == (130 if stop == "ctrl-c" else 1), res.output  # Ctrl-C: click's "Aborted!"
+    if stop != "ctrl-c":
+        line = " ".join(res.output.split())
+        assert "export stopped after moving 2 of 16 files into place" in line, line
+        assert "(2 of them replacing earlier ones;" in line, line  # not the third, whose rename was refused
+        assert "its ImageSets lists are removed, so that no converter reads a root half-way" in line, line
+    assert not (out / "ImageSets").exists() or not list((out / "ImageSets").iterdir())
+    assert not [p for p in out.rglob("*") if p.name.endswith(".export.tmp")]
+    # the same command again finishes the root: every scan is beam_del/5's, and the lists name them
+    monkeypatch.setattr(export_mod.os, "replace", real)
+    res = runner.invoke(app, ["export", str(built), str(out), "--corruption", "beam_del", "--severity", "5",
+                              "--force"])
+    assert res.exit_code == 0, res.output
+    ds = open_version(built)
+    for fid in image_sets(out)["val"]:
+        back = np.fromfile(out / "training" / "velodyne" / f"{fid}.bin", np.float32).reshape(-1, 4)
+        np.testing.assert_array_equal(back, ds.example(fid, "beam_del", 5).points[:, :4])
+
+
 def test_a_bug_while_writing_keeps_its_traceback(built, tmp_path, monkeypatch):
     """Writing turned any ValueError or KeyError into "export stopped after writing …": a bug in the export's own
     code read as a problem of the user's files, and its traceback was lost. Only I/O and domain errors are."""
