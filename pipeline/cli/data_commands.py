@@ -61,7 +61,7 @@ def verify(
 @app.command(rich_help_panel=PANEL_USE)
 def export(
     version: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version> (a local folder)")],
-    out: Annotated[Path, typer.Argument(help="Directory for the KITTI data root(s)")],
+    out: Annotated[str, typer.Argument(help="Directory for the KITTI data root(s)")],
     *,
     corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
     severity: Annotated[int | None, typer.Option(min=0, help="Severity (0 = clean)")] = None,
@@ -70,7 +70,7 @@ def export(
     layout: Annotated[str | None, typer.Option(help="Only with --all: robo3d (default: velodyne, and label_2 "
                                                     "where boxes moved, per corrupted partition, reusing the clean "
                                                     "infos) or kitti (a full data root per partition)")] = None,
-    source: Annotated[Path | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
+    source: Annotated[str | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
                                                      "from; OpenPCDet and mmdetection3d read the images")] = None,
     split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train or val (default: the "
                                                    "build's split if one of these, else val; test is read from "
@@ -85,6 +85,10 @@ def export(
     of KITTI scans only: kitti-c, robo3d-kitti-c or a recipe with source = "kitti"; other benchmarks are refused.
     Every check runs before the first file is written: exit 2 means nothing was written. OUT must be new or empty
     (or --force) and never is, or lies inside, --source."""
+    for flag, value in (("OUT", out), ("--source", source)):
+        if value == "":  # a path would read it as ".": an unset variable ("$OUT") exported into the working directory
+            raise fail(f"export: {flag} is an empty string, which would mean the working directory ({Path.cwd()}); "
+                       "give a directory (. for the working directory)")
     version_dir = local_version(version, "export")
     from bench_build.export import ExportError, ExportIncomplete, export_version
     from bench_build.manifests.manifest import ManifestError

@@ -494,6 +494,21 @@ def test_frame_id_that_is_not_a_plain_name_is_refused():
         _rows(Listing(), "clean", 0, None)
 
 
+@pytest.mark.parametrize("args", [["", *PART, "--force"], ["o", *PART, "--source", ""]])
+def test_an_empty_path_is_not_the_working_directory(built, kitti_root, monkeypatch, args):
+    """OUT "" (an unset variable in `bench-build export V "$OUT" --force`) read as ".": run from a KITTI root, the
+    export replaced its raw scans, labels and calibrations with the corrupted ones; --source "" linked the working
+    directory's images. Both are refused in one line, exit 2, nothing written."""
+    monkeypatch.chdir(kitti_root)
+    before = tree_state(kitti_root)
+    res = runner.invoke(app, ["export", str(built), *args])
+    flag = "OUT" if args[0] == "" else "--source"
+    line = res.output.strip()
+    assert res.exit_code == 2 and len(line.splitlines()) == 1, res.output
+    assert f"export: {flag} is an empty string, which would mean the working directory" in line, line
+    assert tree_state(kitti_root) == before
+
+
 def test_out_inside_the_version_is_refused(mini_build, tmp_path):
     import shutil
 
