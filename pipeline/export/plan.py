@@ -11,7 +11,8 @@ from typing import Any
 
 from bench_build.export.errors import ExportError
 from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
-from bench_build.format.reader import Version
+from bench_build.format.checked import IntegrityError, remedy
+from bench_build.format.reader import Version, calib_problem
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
@@ -184,13 +185,19 @@ class Part:
 
 def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) -> \
         list[tuple[str, str, Boxes | None, Calib | None]]:
-    """(key, frame id, boxes, calib) of a partition's examples, from those columns only (no points are read)."""
+    """(key, frame id, boxes, calib) of a partition's examples, from those columns only (no points are read).
+    A calibration matrix of another length (a page header, which no page checksum covers, damaged so that its
+    list lengths decode otherwise) is refused as the reader refuses it (`calib_problem`), naming file and row."""
 
     rows = []
     for entry in ds.shards(corruption, severity):
-        t = ds.open_file(entry["path"]).read(columns=["key", "frame_id", "boxes", "calib"])
-        for key, fid, boxes, calib in zip(t["key"].to_pylist(), t["frame_id"].to_pylist(), t["boxes"].to_pylist(),
-                                          t["calib"].to_pylist(), strict=True):
+        f = ds.open_file(entry["path"])
+        t = f.read(columns=["key", "frame_id", "boxes", "calib"])
+        for i, (key, fid, boxes, calib) in enumerate(zip(t["key"].to_pylist(), t["frame_id"].to_pylist(),
+                                                         t["boxes"].to_pylist(), t["calib"].to_pylist(),
+                                                         strict=True)):
+            if (why := calib_problem(calib)) is not None:
+                raise IntegrityError(f"{f.where}: row {i} ({key}): its {why}; {remedy(ds.url)}")
             if wanted is None or fid in wanted:
                 if fid in ("", ".", "..") or any(ch in fid for ch in "/\\\0"):
                     raise ExportError(f"{key}: frame id {fid!r} is not a plain file name; it cannot name a KITTI "

@@ -588,7 +588,7 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
             said = ", ".join(f"{c} has {n}" for c, n in odd.items())
             raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}) has num_points "
                                  f"{counts[i]} but {said}; {remedy(version)}")
-        if (why := _calib_problem(calib[i])) is not None:  # the same damage in a matrix's list
+        if (why := calib_problem(calib[i])) is not None:  # the same damage in a matrix's list
             raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}): its {why}; "
                                  f"{remedy(version)}")
         yield Example(
@@ -605,7 +605,7 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
 CALIB_SIZES = {k: 9 if k == "R0_rect" else 12 for k in CALIB_KEYS}
 
 
-def _calib_problem(row: dict[str, Any] | None) -> str | None:
+def calib_problem(row: dict[str, Any] | None) -> str | None:
     """What makes a stored calibration undecodable (a missing matrix, one of another length), or None."""
     if row is None:
         return None

@@ -720,6 +720,39 @@ def test_damaged_points_page_leaves_out_as_it_was(built, tmp_path, kitti_images)
     assert not (good / "training" / "image_2").exists()  # nor a link made
 
 
+def test_calibration_of_another_length_is_refused_in_one_line(built, tmp_path):
+    """A flipped bit in the page header of a calib chunk (no page checksum covers it) decodes a matrix's list with
+    another length: the pre-flight, which reads boxes and calibrations without the reader's row checks, ended in
+    a traceback, "ValueError: cannot reshape array of size 8 into shape (3,4)". It is refused as the reader
+    refuses it, naming the file, row and matrix: exit 2, nothing written."""
+    import hashlib
+    import json
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    v = tmp_path / "v"
+    shutil.copytree(built, v, ignore=shutil.ignore_patterns("_ledger"))
+    manifest = json.loads((v / "manifest.json").read_text())
+    entry = next(s for s in manifest["shards"] if (s["corruption"], s["severity"]) == ("translation", 3))
+    table = pq.read_table(v / entry["path"])
+    calib = table["calib"].to_pylist()
+    calib[1]["P2"] = calib[1]["P2"][:8]
+    i = table.schema.get_field_index("calib")
+    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(calib, table.schema.field(i).type)),
+                   v / entry["path"], row_group_size=2)
+    entry["bytes"] = (v / entry["path"]).stat().st_size  # the manifest matches: the damage is in the file itself
+    entry["sha256"] = hashlib.sha256((v / entry["path"]).read_bytes()).hexdigest()
+    (v / "manifest.json").write_text(json.dumps(manifest))
+    res = runner.invoke(app, ["export", str(v), str(tmp_path / "o"), *PART], terminal_width=400)
+    line = res.output.strip()
+    assert res.exit_code == 2 and len(line.splitlines()) == 1, res.output
+    assert f"{v / entry['path']}: row 1 (mini-c/{table['frame_id'][1]}/translation/3): its calibration P2 has 8 " \
+           "values, not 12; the file changed since the build" in line, line
+    assert not (tmp_path / "o").exists()
+
+
 def test_link_inside_out_to_a_directory_inside_out_is_followed(built, tmp_path):
     """A link that stays inside OUT is the user's layout, not an escape: the export writes through it."""
     out = tmp_path / "o"
