@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench_build.format.checked import IntegrityError, remedy
+from bench_build.format.reader import calib_problem
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.bug_rates import bug_rates
@@ -35,21 +37,18 @@ from bench_build.score.kitti_boxes import (
 )
 from bench_build.score.kitti_eval import evaluate
 from bench_build.score.predictions import FIRST, PredictionError
-from bench_build.score.truth import Partition, iter_columns, read_truth
+from bench_build.score.truth import Partition, read_truth
 from bench_build.sources.kitti import format_labels
 
 
-def truth_by_partition(version_dir: str | Path) -> dict[Partition, dict[str, KittiObjects]]:
-    out: dict[Partition, dict[str, KittiObjects]] = {}
-    for part, cols in iter_columns(version_dir, ["frame_id", "boxes", "calib"]):
-        out.setdefault(part, {}).update(_truth_objects(version_dir, cols))
-    return out
-
-
-def _truth_objects(version_dir: str | Path, cols: dict[str, list[Any]]) -> dict[str, KittiObjects]:
-
+def _truth_objects(version_dir: str | Path, rel: str, cols: dict[str, list[Any]]) -> dict[str, KittiObjects]:
+    """The ground-truth objects of each frame of the version file ``rel``. A calibration matrix of another length (a
+    page header, which no page checksum covers, damaged) is refused as the reader refuses it, naming file and row."""
     frames = {}
-    for fid, boxes, calib in zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True):
+    for i, (fid, boxes, calib) in enumerate(zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True)):
+        if (why := calib_problem(calib)) is not None:
+            raise IntegrityError(f"{Path(version_dir) / rel}: row {i} (frame {fid}): its {why}; "
+                                 f"{remedy(str(version_dir))}")
         b, c = decode_boxes(boxes), decode_calib(calib)
         text = "" if b is None or c is None else format_labels(b, c)
         frames[fid] = parse_kitti_objects(text, f"{version_dir}: {fid}", need_score=False)
@@ -61,7 +60,7 @@ def _partition_truth(version_dir: str | Path, shard_paths: list[str]) -> dict[st
     frames: dict[str, KittiObjects] = {}
     for rel in shard_paths:
         table = read_truth(version_dir, rel, ["frame_id", "boxes", "calib"])
-        frames.update(_truth_objects(version_dir, {c: table[c].to_pylist() for c in table.column_names}))
+        frames.update(_truth_objects(version_dir, rel, {c: table[c].to_pylist() for c in table.column_names}))
     return frames
 
 

@@ -163,6 +163,28 @@ def test_damaged_or_missing_ground_truth_is_one_line_naming_the_file(det_version
     assert "cannot be read" in out, out
 
 
+def test_a_calibration_of_another_length_is_one_line_naming_the_file(det_version, demo_kitti_master, tmp_path):
+    """A page header of a calib chunk (no page checksum covers it) damaged so that a matrix's list decodes with
+    another length: scoring detections ended in "ValueError: cannot reshape array". It is refused as the reader
+    refuses it, naming the file, row and matrix (exit 2)."""
+    import shutil
+
+    version = tmp_path / "kitti-c" / "0.1.0"
+    shutil.copytree(det_version, version)
+    preds = write_results(tmp_path / "pred", demo_kitti_master, version)
+    path = version / "data/corruption=gaussian_rad/severity=1/part-00000-of-00001.parquet"
+    table = pq.read_table(path)
+    calib = table["calib"].to_pylist()
+    calib[1]["P2"] = calib[1]["P2"][:8]
+    i = table.schema.get_field_index("calib")
+    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(calib, table.schema.field(i).type)), path,
+                   write_page_checksum=True)
+    res = runner.invoke(app, ["score", str(version), str(preds)], terminal_width=400)
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "Traceback" not in out, res.output
+    assert out.startswith(f"error: {path}: row 1 (frame {table['frame_id'][1]}): its calibration P2 has 8 values, "
+                          "not 12; the file changed since the build"), out
+
 def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_version, demo_kitti_master, tmp_path):
     """A version pulled in part averages fewer corruptions than the paper's m-metrics; a prediction folder that
     names no partition is not scored; a class with no detections has no bug rate. Each is said, not silent."""
