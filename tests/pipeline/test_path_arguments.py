@@ -238,6 +238,34 @@ def test_demo_data_swaps_its_folders_back_to_back_and_deletes_the_old_ones_after
     from bench_build.sources.demo.kitti import write_demo_dataset
     assert _files(out) == _files(write_demo_dataset(tmp_path / "ref", 1, seed=5))
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+@pytest.mark.parametrize("swaps", [0, 1])
+def test_demo_data_stopped_among_its_swaps_puts_the_old_folders_back(tmp_path, monkeypatch, exchange, swaps):
+    """Ctrl-C after the marker went and some folders were swapped in left one seed's training/ beside the other's
+    ImageSets/, with no marker. The swaps made are undone, the marker put back: the folder is as it was."""
+    from bench_build.sources.demo import cache
+    from bench_build.storage import files
+
+    out = tmp_path / "demo"
+    assert runner.invoke(app, ["demo-data", str(out), "--frames", "2"]).exit_code == 0
+    before = _files(out)
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    swap, calls = files.replace_dir, []
+
+    def stopped(staged, path, **kw):
+        calls.append(path.name)
+        if len(calls) == swaps + 1:  # once: the undo swaps through it too
+            raise KeyboardInterrupt
+        return swap(staged, path, **kw)
+
+    monkeypatch.setattr(cache, "replace_dir", stopped)
+    res = runner.invoke(app, ["demo-data", str(out), "--frames", "1", "--seed", "5"])
+    assert res.exit_code == 130, res.output
+    monkeypatch.setattr(cache, "replace_dir", swap)
+    assert _files(out) == before and sorted(p.name for p in out.iterdir()) == ["BENCH_BUILD_DEMO", "ImageSets",
+                                                                               "training"]
+
 def test_demo_data_takes_a_folder_holding_only_a_killed_runs_staging_and_removes_it(tmp_path):
     """A run killed outright (no Ctrl-C handling) leaves its staging folder in OUT; that is no foreign data."""
     from bench_build.storage import host_name

@@ -42,39 +42,63 @@ def write_demo_root(out: str | Path, command: str, write: Callable[[Path], objec
     dataset left behind: ``write`` fills a temporary folder inside ``out`` (`staged_dir`); then each top-level
     entry it made replaces its namesake in ``out`` whole (`replace_dir`), the demo marker last (removed first, so a
     folder caught between two entries is not taken for demo data); the replaced folders are deleted only after
-    that, so the swaps follow one another with no deletion between them. So a second run with fewer frames or another
-    seed leaves none of the first run's frames, and an interrupted one leaves ``out`` as it was (a folder it
-    created removed); other files of ``out`` are kept. Refused first, writing nothing: `refuse_foreign_target`,
-    and (`StorageError`) a folder that cannot be made or written in."""
+    that, so the swaps follow one another with no deletion between them, and a run stopped among them swaps them
+    back (`_swap_back`). So a second run with fewer frames or another seed leaves none of the first run's frames,
+    and an interrupted one leaves ``out`` as it was (a folder it created removed); other files of ``out`` are kept.
+    Refused first, writing nothing: `refuse_foreign_target`, and (`StorageError`) a folder that cannot be made or
+    written in."""
     out = Path(out)
     refuse_foreign_target(out, command)
     created = next((p for p in reversed([out, *out.absolute().parents]) if not os.path.lexists(p)), None)
     staged = None
+    swapped: list[tuple[str, Path | None]] = []  # (name, where its old folder went) of each swap made
+    was_demo = False
     try:
         try:  # makes ``out``; removes the temp folders of killed runs
             staged = staged_dir(out / STAGE_NAME)
         except OSError as e:  # under /proc, a read-only disk, no permission: before any data, so exit 2
             raise StorageError(f"{command}: OUT {out}: cannot create a folder there ({e.strerror})") from None
         write(staged)
+        was_demo = (out / DEMO_MARKER).is_file()
         (out / DEMO_MARKER).unlink(missing_ok=True)
-        olds = []  # the replaced folders, deleted once every new one is in place: the swaps follow one another
+        # the replaced folders are deleted once every new one is in place (the swaps follow one another), or
+        # swapped back if this run stops before
         for name in sorted(os.listdir(staged)):
             if (staged / name).is_dir():
-                olds.append(replace_dir(staged / name, out / name, remove_old=False))
+                swapped.append((name, replace_dir(staged / name, out / name, remove_old=False)))
             elif name != DEMO_MARKER:
                 os.replace(staged / name, out / name)
         os.replace(staged / DEMO_MARKER, out / DEMO_MARKER)
-        for old in olds:
+        swapped, done = [], swapped
+        for _, old in done:
             if old is not None and not old.is_relative_to(staged):  # an aside (no atomic swap); the rest goes below
                 shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         if created is not None:  # nothing of it was there before this run
             shutil.rmtree(created, ignore_errors=True)
+        elif swapped or was_demo:  # the marker is gone from here on
+            _swap_back(out, swapped, was_demo)
         raise
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
     return out
+
+
+def _swap_back(out: Path, swapped: list[tuple[str, Path | None]], was_demo: bool) -> None:
+    """Undo a stopped run's folder swaps, last first: each old folder back in place (the new one deleted), a folder
+    that was not there removed, and the marker back if ``out`` had it. Best effort: a folder that cannot be put
+    back is left as it is (without the marker, the next run refuses the folder rather than trusting it)."""
+    for name, old in reversed(swapped):
+        try:
+            if old is None:
+                shutil.rmtree(out / name)
+            else:
+                replace_dir(old, out / name)
+        except OSError:
+            return
+    if was_demo:
+        mark_demo(out)
 
 
 def demo_cache_dir() -> Path:
