@@ -196,6 +196,10 @@ def _strict(v: Any) -> Any:
     return v
 
 
+#: the metrics that read class probabilities, and so ``num_classes``
+CLASSIFICATION_METRICS = ("modelnet-c", "modelnet40-e")
+
+
 def score_version(version_dir: str | Path, predictions: str | Path, *, metric: str | None = None,
                   classes: tuple[str, ...] = ("Car", "Pedestrian", "Cyclist"), num_classes: int | None = None,
                   ignore_label: int | None = 0, source_root: str | Path | None = None,
@@ -215,6 +219,10 @@ def score_version(version_dir: str | Path, predictions: str | Path, *, metric: s
     if not manifest.get("shards"):  # else an empty report would read as a score
         raise ScoreError(f"{version_dir}: the version has no partitions: nothing to score")
     report = ScoreReport(dataset, manifest["version"], metric)
+    if num_classes is not None and metric not in CLASSIFICATION_METRICS:  # said, not dropped without a word
+        report.notes.append(f"--num-classes {num_classes} is not used: {metric} reads "
+                            + ("one normality score per example" if metric == "3dos" else "labels or boxes")
+                            + ", not class probabilities")
 
     severity_names = names_of(manifest)
     try:

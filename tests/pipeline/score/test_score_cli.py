@@ -185,6 +185,13 @@ def test_a_calibration_of_another_length_is_one_line_naming_the_file(det_version
     assert out.startswith(f"error: {path}: row 1 (frame {table['frame_id'][1]}): its calibration P2 has 8 values, "
                           "not 12; the file changed since the build"), out
 
+def test_num_classes_where_no_class_probabilities_are_read_is_said_unused(det_version, demo_kitti_master, tmp_path):
+    """--num-classes on a detection or 3DOS version was dropped without a word: the user believed it applied."""
+    preds = write_results(tmp_path / "pred", demo_kitti_master, det_version)
+    res = runner.invoke(app, ["score", str(det_version), str(preds), "--num-classes", "3"], terminal_width=400)
+    assert res.exit_code == 0 and "note: --num-classes 3 is not used: kitti-c reads labels or boxes, not class " \
+        "probabilities" in " ".join(res.output.split()), res.output
+
 def test_detection_says_what_a_partial_version_or_stray_folder_leaves_out(det_version, demo_kitti_master, tmp_path):
     """A version pulled in part averages fewer corruptions than the paper's m-metrics; a prediction folder that
     names no partition is not scored; a class with no detections has no bug rate. Each is said, not silent."""
@@ -456,6 +463,9 @@ def test_3dos_says_when_every_scenario_ranks_unknown_above_known(tmp_path):
     mixed = _jsonl(tmp_path / "m.jsonl", [{"key": r["key"], "score": a if r["scenario"] == "SN1" else -a}
                                           for r, a in zip(rows, anomaly, strict=True)])
     assert score_version(v, mixed).notes == []  # one scenario below chance is a model's, not a sign's
+    res = runner.invoke(app, ["score", str(v), str(mixed), "--num-classes", "5"], terminal_width=400)
+    assert res.exit_code == 0 and "--num-classes 5 is not used: 3dos reads one normality score per example" in \
+        " ".join(res.output.split()), res.output
 
 
 @pytest.mark.parametrize(("dataset", "splits"), [("modelnet40-e", ("train",)), ("3dos", ("train", "val"))])
