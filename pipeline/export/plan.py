@@ -11,8 +11,7 @@ from typing import Any
 
 from bench_build.export.errors import ExportError
 from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
-from bench_build.format.checked import IntegrityError, remedy
-from bench_build.format.reader import Version, calib_problem
+from bench_build.format.reader import Version, check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
@@ -187,7 +186,7 @@ def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) 
         list[tuple[str, str, Boxes | None, Calib | None]]:
     """(key, frame id, boxes, calib) of a partition's examples, from those columns only (no points are read).
     A calibration matrix of another length (a page header, which no page checksum covers, damaged so that its
-    list lengths decode otherwise) is refused as the reader refuses it (`calib_problem`), naming file and row."""
+    list lengths decode otherwise) is refused as the reader refuses it (`check_calib`), naming file and row."""
 
     rows = []
     for entry in ds.shards(corruption, severity):
@@ -196,8 +195,7 @@ def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) 
         for i, (key, fid, boxes, calib) in enumerate(zip(t["key"].to_pylist(), t["frame_id"].to_pylist(),
                                                          t["boxes"].to_pylist(), t["calib"].to_pylist(),
                                                          strict=True)):
-            if (why := calib_problem(calib)) is not None:
-                raise IntegrityError(f"{f.where}: row {i} ({key}): its {why}; {remedy(ds.url)}")
+            check_calib(calib, f.where, i, key, ds.url)
             if wanted is None or fid in wanted:
                 if fid in ("", ".", "..") or any(ch in fid for ch in "/\\\0"):
                     raise ExportError(f"{key}: frame id {fid!r} is not a plain file name; it cannot name a KITTI "

@@ -588,9 +588,7 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
             said = ", ".join(f"{c} has {n}" for c, n in odd.items())
             raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}) has num_points "
                                  f"{counts[i]} but {said}; {remedy(version)}")
-        if (why := calib_problem(calib[i])) is not None:  # the same damage in a matrix's list
-            raise IntegrityError(f"{where}: row {rows[i] if rows is not None else i} ({keys[i]}): its {why}; "
-                                 f"{remedy(version)}")
+        check_calib(calib[i], where, rows[i] if rows is not None else i, keys[i], version)  # the same damage
         yield Example(
             key=keys[i], frame_id=frame_ids[i], corruption=corruption, severity=severity, points=points[i],
             fields=fields, point_tag=tags[i],
@@ -603,6 +601,14 @@ def rows_of(table: pa.Table, meta: dict[str, Any], corruption: str, severity: in
 
 #: values of each calibration matrix of the row schema (row-major 3×4, R0_rect 3×3), as `Calib.from_dict` reshapes them
 CALIB_SIZES = {k: 9 if k == "R0_rect" else 12 for k in CALIB_KEYS}
+
+
+def check_calib(row: dict[str, Any] | None, where: str, index: int, label: str, version: str | None) -> None:
+    """Refuse (`IntegrityError`: ``where``, row ``index`` and ``label``, the matrix) a stored calibration
+    `calib_problem` finds undecodable: a page header, which no page checksum covers, damaged so that a matrix's
+    list decodes with another length. Every reader of the column calls it before `decode_calib`."""
+    if (why := calib_problem(row)) is not None:
+        raise IntegrityError(f"{where}: row {index} ({label}): its {why}; {remedy(version)}")
 
 
 def calib_problem(row: dict[str, Any] | None) -> str | None:

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_build.format.checked import IntegrityError, remedy
-from bench_build.format.reader import calib_problem
+from bench_build.format.reader import check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.bug_rates import bug_rates
@@ -46,9 +45,7 @@ def _truth_objects(version_dir: str | Path, rel: str, cols: dict[str, list[Any]]
     page header, which no page checksum covers, damaged) is refused as the reader refuses it, naming file and row."""
     frames = {}
     for i, (fid, boxes, calib) in enumerate(zip(cols["frame_id"], cols["boxes"], cols["calib"], strict=True)):
-        if (why := calib_problem(calib)) is not None:
-            raise IntegrityError(f"{Path(version_dir) / rel}: row {i} (frame {fid}): its {why}; "
-                                 f"{remedy(str(version_dir))}")
+        check_calib(calib, str(Path(version_dir) / rel), i, f"frame {fid}", str(version_dir))
         b, c = decode_boxes(boxes), decode_calib(calib)
         text = "" if b is None or c is None else format_labels(b, c)
         frames[fid] = parse_kitti_objects(text, f"{version_dir}: {fid}", need_score=False)

@@ -478,8 +478,8 @@ def test_frame_id_that_is_not_a_plain_name_is_refused():
 
     from bench_build.export.plan import _rows
 
-    class Listing:  # the two calls _rows makes on a Version, over a table with a hostile frame id
-        url = "v"
+    class Listing:  # the two calls _rows makes on a Version (and the file's name), over a hostile frame id
+        url = where = "v"
 
         def shards(self, corruption, severity):
             return [{"path": "part.parquet"}]
