@@ -48,3 +48,18 @@ def fpr_at_tpr(scores: np.ndarray, positive: np.ndarray, tpr_level: float = 0.95
     if np.all(tpr >= tpr_level):
         return float(fpr[tpr >= tpr_level].min())
     return float(np.interp(tpr_level, tpr, fpr))
+
+
+def fpr_span_at_tpr(scores: np.ndarray, positive: np.ndarray, tpr_level: float = 0.95) -> tuple[float, float] | None:
+    """``(lowest, highest)`` FPR of the ROC points whose TPR is exactly ``tpr_level``, when they differ: the ROC runs
+    flat there, so "the FPR at that TPR" is a range. `fpr_at_tpr` gives its high end (``np.interp`` on a run of equal
+    x values takes the last), as 3D_OS does; the first threshold that reaches the TPR gives the low end. ``None``
+    when the ROC is not flat at that TPR (then the two readings agree)."""
+    positive = np.asarray(positive, bool)
+    if positive.all() or not positive.any():
+        return None
+    fpr, tpr = roc_curve(scores, positive)
+    at = fpr[tpr == tpr_level]
+    if len(at) < 2 or at.min() == at.max():
+        return None
+    return float(at.min()), float(at.max())

@@ -456,6 +456,17 @@ def _inverted_score_note(report: ScoreReport, scenarios: list[dict[str, Any]]) -
                             "unknown: energy, a distance) must be negated, which turns each AUROC into 100 − AUROC")
 
 
+def _flat_fpr95_note(report: ScoreReport, flats: list[tuple[str, float, float]]) -> None:
+    """Say where FPR95 is a range: the ROC runs flat at exactly 95 % TPR, and 3D_OS's form (kept) takes its far end."""
+    if flats:
+        shown = "; ".join(f"{label} {100 * lo:.1f}–{100 * hi:.1f} %" for label, lo, hi in flats[:4])
+        more = f" and {len(flats) - 4} more" if len(flats) > 4 else ""
+        report.notes.append(f"FPR95 is a range where the ROC runs flat at exactly 95 % TPR ({shown}{more}): FPR95 is "
+                            "its high end, as 3D_OS's evaluator computes it (np.interp on the ROC), kept for parity "
+                            "with published numbers; the first threshold that accepts 95 % of the known shapes gives "
+                            "the low end")
+
+
 def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manifest, num_classes) -> None:
 
     truth = object_truth(version_dir)
@@ -478,6 +489,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
         scenarios = truth.scenario or [None] * len(truth.keys)
         summary: dict[str, Any] = {}
         scored: list[dict[str, Any]] = []
+        flats: list[tuple[str, float, float]] = []
         for sc in dict.fromkeys(scenarios):
             idx = [i for i, x in enumerate(scenarios) if x == sc]
             unknown: dict[str, list[float]] = {}
@@ -486,8 +498,10 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                     name = (truth.unknown_set[i] if truth.unknown_set else None) or "unknown"
                     unknown.setdefault(name, []).append(s[i])
             known_scores = [s[i] for i in idx if truth.known[i]]
-            res = _scaled(open_set_metrics(known_scores, unknown), COUNTS)
+            flat: dict[str, tuple[float, float]] = {}
+            res = _scaled(open_set_metrics(known_scores, unknown, flat), COUNTS)
             scored.append(res)
+            flats += [(name if sc is None else f"{sc}/{name}", lo, hi) for name, (lo, hi) in flat.items()]
             for name, v in res.items():
                 label = name if sc is None else f"{sc}/{name}"
                 report.add("clean", 0, f"{label}/AUROC", v["AUROC"])
@@ -498,6 +512,7 @@ def _objects(report: ScoreReport, version_dir, predictions, dataset: str, manife
                 summary[sc] = res
         report.summary = summary
         _inverted_score_note(report, scored)
+        _flat_fpr95_note(report, flats)
         return
     probs = class_probs(predictions, preds, truth.keys, k, allow_pred=report.metric == "modelnet-c",
                         distribution=report.metric == "modelnet40-e", k_from="--num-classes" if num_classes else None)

@@ -13,7 +13,7 @@ from bench_build.score.kitti_c import kitti_c_metrics
 from bench_build.score.modelnet40_e import ece, error_auroc, modelnet40_e_metrics, pearson
 from bench_build.score.modelnet_c import CORRUPTIONS, modelnet_c_metrics
 from bench_build.score.open_set import open_set_metrics
-from bench_build.score.rank import auroc, fpr_at_tpr
+from bench_build.score.rank import auroc, fpr_at_tpr, fpr_span_at_tpr
 from bench_build.score.robo3d import confusion, miou, robo3d_metrics
 from bench_build.score.run import ScoreReport
 from bench_build.score.validate import ScoreError
@@ -225,3 +225,23 @@ def test_rank_metrics_equal_sklearn():
         assert auroc(s, y) == pytest.approx(roc_auc_score(y, s))
         fpr, tpr, _ = roc_curve(y, s)
         assert fpr_at_tpr(s, y) == pytest.approx(np.interp(0.95, tpr, fpr))
+
+
+def test_fpr95_on_a_flat_stretch_is_the_high_end_and_the_span_is_returned():
+    from sklearn.metrics import roc_curve
+
+    # 19 of 20 known shapes score 10: 95 % TPR is reached with no unknown accepted; the unknowns at 5…1 keep the ROC
+    # flat at 95 % TPR up to FPR 5/6 before the last known shape (0) is accepted
+    known = np.r_[np.full(19, 10.0), 0.0]
+    unknown = np.array([5.0, 4.0, 3.0, 2.0, 1.0, -1.0])
+    s, y = np.r_[known, unknown], np.r_[np.ones(20, bool), np.zeros(6, bool)]
+    fpr, tpr, _ = roc_curve(y, s)
+    assert fpr_at_tpr(s, y) == pytest.approx(np.interp(0.95, tpr, fpr)) == pytest.approx(5 / 6)  # parity kept
+    assert fpr_span_at_tpr(s, y) == pytest.approx((0.0, 5 / 6))
+    flat: dict = {}
+    m = open_set_metrics(known, {"A": unknown, "B": np.array([20.0])}, flat)
+    assert m["A"]["FPR95"] == pytest.approx(5 / 6) and flat["A"] == pytest.approx((0.0, 5 / 6))
+    assert "B" not in flat  # B's ROC passes 95 % TPR on a slope: one value
+    # not flat where the TPR steps over 95 % (10 known), nor where no unknown lies in the gap
+    assert fpr_span_at_tpr(np.r_[known[:10], unknown], np.r_[np.ones(10, bool), np.zeros(6, bool)]) is None
+    assert fpr_span_at_tpr(np.r_[known, -5.0], np.r_[np.ones(20, bool), False]) is None

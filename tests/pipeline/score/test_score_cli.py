@@ -468,6 +468,29 @@ def test_3dos_says_when_every_scenario_ranks_unknown_above_known(tmp_path):
         " ".join(res.output.split()), res.output
 
 
+def test_3dos_says_where_fpr95_lies_on_a_flat_stretch_of_the_roc(tmp_path):
+    """19 of 20 known shapes score high, unknowns lie between them and the last one: the ROC is flat at exactly 95 %
+    TPR from FPR 0 to 83.3 %. FPR95 stays 3D_OS's 83.3 (parity), and a note gives the range, so 0 is not a surprise."""
+    base = {"corruption": "clean", "severity": 0, "class_id": 0, "split": "test", "scenario": "SN1"}
+    rows = [{"key": f"3dos/SN1/test/{n}{i}/clean/0", **base, "known": n == "k", "unknown_set": None if n == "k"
+             else "SN2"} for n, count in (("k", 20), ("u", 6)) for i in range(count)]
+    v = write_object_version(tmp_path / "3dos" / "1", "3dos", rows)
+    scores = [10.0] * 19 + [0.0] + [5.0, 4.0, 3.0, 2.0, 1.0, -1.0]
+    p = _jsonl(tmp_path / "o.jsonl", [{"key": r["key"], "score": x} for r, x in zip(rows, scores, strict=True)])
+    rep = score_version(v, p)
+    assert rep.summary["SN1"]["SN2"]["FPR95"] == pytest.approx(100 * 5 / 6)
+    said = ("FPR95 is a range where the ROC runs flat at exactly 95 % TPR (SN1/SN2 0.0–83.3 %): FPR95 is its high "
+            "end, as 3D_OS's evaluator computes it (np.interp on the ROC), kept for parity with published numbers; "
+            "the first threshold that accepts 95 % of the known shapes gives the low end")
+    assert rep.notes == [said]
+    res = runner.invoke(app, ["score", str(v), str(p)], terminal_width=400)
+    assert res.exit_code == 0 and said in " ".join(res.output.split()), res.output
+    moved = _jsonl(tmp_path / "m.jsonl", [{"key": r["key"], "score": 6.0 if x == 0.0 else x}
+                                          for r, x in zip(rows, scores, strict=True)])
+    assert score_version(v, moved).notes == []  # no unknown between the 19th and 20th known: one value
+
+
+
 @pytest.mark.parametrize(("dataset", "splits"), [("modelnet40-e", ("train",)), ("3dos", ("train", "val"))])
 def test_a_version_without_its_test_split_is_refused(tmp_path, dataset, splits):
     """Only test examples are scored: a build of the train split alone (``run modelnet40-e --split train``) scored
