@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_build.errors import BenchBuildError
 from bench_build.export.errors import ExportError
 from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_text, label_text
+from bench_build.format.checked import unreadable
 from bench_build.format.reader import Version, check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
@@ -182,6 +185,19 @@ class Part:
         yield from self.image_sets
 
 
+@contextmanager
+def shard_read(ds: Version) -> Iterator[None]:
+    """A shard's read error that names only the file and pyarrow's words ("Unknown encoding type for levels", a
+    damaged page header, which no page checksum covers) as an `ExportError` that also says how to check the
+    version; the reader's own errors (`IntegrityError`, `MissingFile`) already say it."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, BenchBuildError):
+            raise
+        raise ExportError(unreadable(e, ds.url)) from None
+
+
 def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) -> \
         list[tuple[str, str, Boxes | None, Calib | None]]:
     """(key, frame id, boxes, calib) of a partition's examples, from those columns only (no points are read).
@@ -190,8 +206,9 @@ def _rows(ds: Version, corruption: str, severity: int, wanted: set[str] | None) 
 
     rows = []
     for entry in ds.shards(corruption, severity):
-        f = ds.open_file(entry["path"])
-        t = f.read(columns=["key", "frame_id", "boxes", "calib"])
+        with shard_read(ds):
+            f = ds.open_file(entry["path"])
+            t = f.read(columns=["key", "frame_id", "boxes", "calib"])
         for i, (key, fid, boxes, calib) in enumerate(zip(t["key"].to_pylist(), t["frame_id"].to_pylist(),
                                                          t["boxes"].to_pylist(), t["calib"].to_pylist(),
                                                          strict=True)):

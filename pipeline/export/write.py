@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bench_build.build.shard import os_error_message
@@ -21,9 +21,10 @@ from bench_build.export.plan import (
     check_targets,
     out_dir_or_ancestor,
     plan,
+    shard_read,
     split_name,
 )
-from bench_build.format.reader import Version, check_read_keys, open_version
+from bench_build.format.reader import Example, Version, check_read_keys, open_version
 from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
 from bench_build.storage.owners import owner_tag, temp_owner_dead
 
@@ -150,6 +151,17 @@ class Writer:
                 move(tmp, path)
 
 
+def _examples(ds: Version, part: Part, frames: Iterable[str] | None) -> Iterator[Example]:
+    """The partition's examples, a shard's read error saying how to check the version (`shard_read`)."""
+    it = iter(ds.examples(part.corruption, part.severity, frames))
+    while True:
+        with shard_read(ds):
+            ex = next(it, None)
+        if ex is None:
+            return
+        yield ex
+
+
 def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable[str] | None, out: Path,
            result: ExportResult) -> None:
 
@@ -158,7 +170,7 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
         for part in parts:
             ids = set(part.ids)
             base = part.root / "training" if part.full else part.root
-            for ex in ds.examples(part.corruption, part.severity, frames):
+            for ex in _examples(ds, part, frames):
                 if ex.frame_id not in ids:
                     continue
                 w.file(base / "velodyne" / f"{ex.frame_id}.bin", velodyne_bytes(ex))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +37,12 @@ class NotInVersion(BenchBuildError, KeyError):
 def remedy(version: str | None) -> str:
     verify = f"`bench-build verify {version}`" if version else "`bench-build verify`"
     return f"the file changed since the build: re-pull it or run {verify}"
+
+
+def unreadable(e: BaseException, version: str | Path) -> str:
+    """The one line for a file of ``version`` that cannot be read, ``e`` naming it (a damaged page header, which
+    no page checksum covers, in pyarrow's own words; a file the OS refuses): what to run to check them all."""
+    return f"{str(e).rstrip('.')}: the version's file cannot be read; `bench-build verify {version}` checks them all"
 
 
 #: pyarrow's S3 error names (``AWS Error ACCESS_DENIED during HeadObject``) that mean "credentials rejected"

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench_build.format.checked import CheckedParquetFile
+from bench_build.format.checked import CheckedParquetFile, unreadable
 from bench_build.format.schema import decode_points
 from bench_build.manifests.manifest import read_manifest
 from bench_build.score.validate import ScoreError
@@ -38,8 +38,7 @@ def read_truth(root: str | Path, rel: str, columns: list[str], *, present_only: 
         pf = CheckedParquetFile.local(Path(root) / rel)
         return pf.read(columns=[c for c in columns if c in pf.schema_arrow.names] if present_only else columns)
     except OSError as e:  # missing, unreadable (each names the file)
-        raise ScoreError(f"{e}: the version's file cannot be read; `bench-build verify {root}` checks them all"
-                         ) from None
+        raise ScoreError(unreadable(e, root)) from None
 
 
 def iter_columns(version_dir: str | Path, columns: list[str]) -> Iterator[tuple[Partition, dict[str, list[Any]]]]:

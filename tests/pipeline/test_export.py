@@ -786,3 +786,51 @@ def test_temporary_files_of_a_killed_export_are_removed(built, tmp_path):
     assert res.exit_code == 0, res.output
     assert "removed 1 temporary files an earlier export left when it was killed" in res.output
     assert not stale.exists() and alive.exists() and other_host.exists() and mine.exists()
+
+
+def _header_damaged(data: bytes, column: str) -> bytes:
+    """``data`` with one bit of ``column``'s first page header flipped so that pyarrow refuses the page in words of
+    its own ("Unknown encoding type for levels", "Invalid page header", ...): no page checksum covers a header, and
+    the reader's checks recognise none of these as damage."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.pipeline.tamper import chunk_span
+
+    start, length = chunk_span(data, column)
+    top = column.split(".")[0]
+    for off in range(min(48, length)):
+        for bit in (0x01, 0x10, 0x80):
+            b = bytearray(data)
+            b[start + off] ^= bit
+            try:
+                pq.ParquetFile(pa.BufferReader(bytes(b)), page_checksum_verification=True).read(columns=[top])
+            except OSError as e:
+                if not any(w in str(e) for w in ("CRC", "integrity", "thrift", "magic bytes")):
+                    return bytes(b)
+            except Exception:  # decoded otherwise (ArrowInvalid, ...): not the damage looked for
+                continue
+    raise AssertionError(f"no header bit of {column} gives one of pyarrow's own read errors")
+
+
+@pytest.mark.parametrize(("column", "shard", "code"), [("calib.P2.list.element", 0, 2),
+                                                       ("points.list.element.list.element", 1, 1)])
+def test_damaged_page_header_names_the_file_and_how_to_check_the_version(built, tmp_path, column, shard, code):
+    """A damaged page header read as pyarrow's own words: "…part-00000.parquet: Unknown encoding type for levels.",
+    with no hint, while every other damaged file names `bench-build verify`. The boxes and calibrations are read
+    before writing (exit 2), the points while writing (exit 1); either way OUT is not created."""
+    import json
+    import shutil
+
+    v = tmp_path / "v"
+    shutil.copytree(built, v, ignore=shutil.ignore_patterns("_ledger"))
+    shards = [s for s in json.loads((v / "manifest.json").read_text())["shards"]
+              if (s["corruption"], s["severity"]) == ("translation", 3)]
+    path = v / shards[shard]["path"]
+    path.write_bytes(_header_damaged(path.read_bytes(), column))
+    res = runner.invoke(app, ["export", str(v), str(tmp_path / "o"), *PART], terminal_width=400)
+    line = " ".join(res.output.split())
+    assert res.exit_code == code and len(res.output.strip().splitlines()) == 1, res.output
+    assert line.startswith(f"error: {path}: ") and "Traceback" not in line, line
+    assert f"the version's file cannot be read; `bench-build verify {v}` checks them all" in line, line
+    assert not (tmp_path / "o").exists()
