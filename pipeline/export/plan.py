@@ -16,6 +16,7 @@ from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_t
 from bench_build.format.checked import unreadable
 from bench_build.format.reader import Version, check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
+from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
@@ -226,9 +227,15 @@ def _part(ds: Version, corruption: str, severity: int, root: Path, *, full: bool
     """The part, its boxes by frame id, and its frames with no labelled object; every label and calib file it
     writes is formatted once here so that a frame that cannot be exported stops the export before it starts."""
     rows = _rows(ds, corruption, severity, wanted)
-    if full and not rows:
-        raise ExportError(f"{corruption}/{severity}: no frames to export"
-                          + (" (none of the requested frames is in this partition)" if wanted is not None else ""))
+    if not rows:  # a velodyne-only partition too: --all wrote it empty, "0 frames", and exited 0
+        where, files = ds.where(MANIFEST_NAME), len(ds.shards(corruption, severity))
+        if not files:
+            why = f"{where} lists no file of it (an edited or damaged manifest: re-pull the version, or rebuild it)"
+        elif wanted is not None:
+            why = f"none of the requested frames is in its {files} files listed in {where}"
+        else:
+            why = f"its {files} files listed in {where} hold no rows"
+        raise ExportError(f"partition {corruption}/{severity} has no frames to export: {why}; nothing was written")
     boxes = {fid: b for _, fid, b, _ in rows}
     labels = full or (clean is not None and any(not boxes_equal(b, clean.get(fid)) for fid, b in boxes.items()))
     empty = []

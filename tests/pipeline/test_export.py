@@ -834,3 +834,25 @@ def test_damaged_page_header_names_the_file_and_how_to_check_the_version(built, 
     assert line.startswith(f"error: {path}: ") and "Traceback" not in line, line
     assert f"the version's file cannot be read; `bench-build verify {v}` checks them all" in line, line
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["partition", "all"])
+def test_a_partition_the_manifest_lists_no_file_of_is_refused(built, tmp_path, whole):
+    """A manifest edited (or cut short) so that it lists no shard of a partition, and not a partial pull's (that one
+    names the pull that adds it): --all wrote that velodyne-only partition as an empty folder, "0 frames", exit 0,
+    and a partition asked for by name said "no frames to export" without saying where to look."""
+    import json
+    import shutil
+
+    v = tmp_path / "v"
+    shutil.copytree(built, v, ignore=shutil.ignore_patterns("_ledger"))
+    manifest = json.loads((v / "manifest.json").read_text())
+    name = next(c["name"] for c in manifest["recipe"]["corruptions"] if c["name"] != "translation")
+    manifest["shards"] = [s for s in manifest["shards"] if (s["corruption"], s["severity"]) != (name, 2)]
+    (v / "manifest.json").write_text(json.dumps(manifest))
+    args = ["--all"] if whole else ["--corruption", name, "--severity", "2"]
+    res = runner.invoke(app, ["export", str(v), str(tmp_path / "o"), *args], terminal_width=400)
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert f"partition {name}/2 has no frames to export: {v / 'manifest.json'} lists no file of it" in line, line
+    assert not (tmp_path / "o").exists()
