@@ -28,7 +28,8 @@ benchmark is refused first (`check_source`).
 
 Nothing is written until every file and link is decided and every precondition checked (`export_version`): OUT
 must be new or empty (``--force``: replace only the export's own files and links), and is never --source, the
-version, or inside either; no path the export writes may resolve into them. A refusal writes nothing.
+version, any other version folder or output root of built versions, or inside one; no path the export writes may
+resolve into --source or the version. A refusal writes nothing.
 """
 
 from bench_build.export.errors import ExportError, ExportIncomplete

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 from collections.abc import Iterable, Iterator
@@ -16,7 +18,7 @@ from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_t
 from bench_build.format.checked import unreadable
 from bench_build.format.reader import Version, check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
-from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.manifest import MANIFEST_NAME, is_version_dir
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
@@ -302,6 +304,50 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
 
+def _built_here(v: Path) -> bool:
+    """Whether ``v`` is a built version in its output root's layout (``<benchmark>/<version>``, named as its
+    manifest says, as `bench-build run --out` and `bench-build pull --out` make them): a copy of a version
+    elsewhere (``backup/v``) does not make its folder's parent a store."""
+    try:
+        manifest = json.loads((v / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):  # none, unreadable or not JSON: not a version export could tell apart
+        return False
+    return isinstance(manifest, dict) and manifest.get("dataset") == v.parent.name \
+        and manifest.get("version") == v.name
+
+
+def _versions_below(root: Path) -> list[str]:
+    """The built versions of an output root ``root`` (``<benchmark>/<version>`` below it), as those paths."""
+    found = []
+    with contextlib.suppress(OSError):
+        for bench in sorted(os.scandir(root), key=lambda e: e.name):
+            if not bench.is_dir() or bench.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                found += [f"{bench.name}/{v.name}" for v in sorted(os.scandir(bench.path), key=lambda e: e.name)
+                          if v.is_dir() and _built_here(Path(v.path))]
+    return found
+
+
+def check_not_in_store(out: Path) -> None:
+    """Refuse (ExportError) an OUT that is, or lies inside, a version folder or an output root of built versions
+    (``<benchmark>/<version>/manifest.json`` below it): ``--all`` wrote ``<benchmark>/clean`` and
+    ``<benchmark>/<corruption>/…`` beside the version folders, and one partition its ``training/`` and
+    ``ImageSets/`` among them, where every command reads versions."""
+    real = Path(os.path.realpath(out))
+    for d in (real, *real.parents):
+        if is_version_dir(d):
+            what = "a version folder" if d == real else f"inside the version folder {d}"
+            raise ExportError(f"{out} is {what}: export would write its KITTI files among the version's own "
+                              "(--force does not change this); export to a directory outside it")
+        versions = _versions_below(d)
+        if versions:
+            what = "an output root" if d == real else f"inside {d}, an output root"
+            more = f" and {len(versions) - 1} more" if len(versions) > 1 else ""
+            raise ExportError(f"{out} is {what} of built versions ({versions[0]}{more}): export would write its data "
+                              "roots beside them (--force does not change this); export to a directory outside it")
+
+
 def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]], force: bool) -> list[Path]:
     """Refuse (ExportError) anything writing could destroy or trip over; the existing files and links that
     --force would replace."""
@@ -313,6 +359,7 @@ def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]
             raise ExportError(f"{out} {rel} {what} {p}: export would write its velodyne, calib, label_2 and "
                               "ImageSets files there, over the ones it reads from (--force does not change this); "
                               "export to a directory outside it")
+    check_not_in_store(out)
     ancestor = out_dir_or_ancestor(out)
     files = [p for part in parts for p in part.files()]
     links = {link: target for part in parts for link, target in part.links.items()}

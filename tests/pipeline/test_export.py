@@ -856,3 +856,35 @@ def test_a_partition_the_manifest_lists_no_file_of_is_refused(built, tmp_path, w
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
     assert f"partition {name}/2 has no frames to export: {v / 'manifest.json'} lists no file of it" in line, line
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("where", "said"), [
+    ("store", "{o} is an output root of built versions ({v})"),
+    ("store/mini-c", "{o} is inside {t}/store, an output root of built versions ({v})"),
+    ("store/exports/kitti", "{o} is inside {t}/store, an output root of built versions ({v})"),
+    ("copy", "{o} is a version folder"),
+    ("copy/kitti", "{o} is inside the version folder {t}/copy"),
+])
+def test_out_in_a_store_of_built_versions_is_refused(built, tmp_path, where, said):
+    """`--all --force` into the output root itself wrote mini-c/clean and mini-c/<corruption>/… beside the version
+    folders (mini-c/<version>), where every command reads versions; any version folder or output root, or a folder
+    inside one, is refused, exit 2, nothing written. A copy of a version elsewhere (``backup/v``, not named as its
+    manifest says) does not make its folder's parent an output root."""
+    import shutil
+
+    store, name = tmp_path / "store", f"{built.parent.name}/{built.name}"  # mini-c/<version>, as the build made it
+    shutil.copytree(built, store / name, ignore=shutil.ignore_patterns("_ledger"))
+    shutil.copytree(built, tmp_path / "copy", ignore=shutil.ignore_patterns("_ledger"))
+    (tmp_path / "store" / "exports").mkdir()
+    out = tmp_path / where
+    before = tree_state(tmp_path)
+    res = runner.invoke(app, ["export", str(store / name), str(out), "--all", "--force"],
+                        terminal_width=400)
+    line = " ".join(res.output.split())
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert said.format(o=out, t=tmp_path, v=name) in line and "export to a directory outside it" in line, line
+    assert tree_state(tmp_path) == before
+    backup = tmp_path / "backup"
+    shutil.copytree(built, backup / "v", ignore=shutil.ignore_patterns("_ledger"))
+    res = runner.invoke(app, ["export", str(backup / "v"), str(backup / "kitti"), *PART])
+    assert res.exit_code == 0, res.output
