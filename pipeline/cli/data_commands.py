@@ -77,7 +77,8 @@ def export(
                                                    "testing/, unlabelled); they leave the other lists, and "
                                                    "trainval.txt is train ∪ val")] = None,
     force: Annotated[bool, typer.Option(help="Export into a non-empty OUT: replace the files and links the export "
-                                             "writes, keep everything else")] = False,
+                                             "writes, keep everything else (a root that holds KITTI files needs "
+                                             "an export's BENCH_BUILD_EXPORT file)")] = False,
 ) -> None:
     """Write a built version as KITTI data roots that OpenPCDet and mmdetection3d convert.
 

@@ -51,6 +51,14 @@ def check_source(manifest: dict[str, Any]) -> None:
 LINKED = ("image_2", "planes")  # what the converters read besides what a build stores
 
 
+#: the file export leaves in every data root it writes (as `bench-build demo-data` leaves ``BENCH_BUILD_DEMO``):
+#: a root that holds KITTI files without it, here or in a folder above it up to OUT, is none export wrote, and is
+#: refused (`check_marked`), --force or not
+EXPORT_MARKER = "BENCH_BUILD_EXPORT"
+MARKER_TEXT = ("written by `bench-build export`: with --force it replaces the velodyne, calib and label_2 files and "
+               "the ImageSets lists it writes here, and keeps everything else\n")
+
+
 @dataclass
 class ExportResult:
     out: Path
@@ -176,6 +184,12 @@ class Part:
     labels: bool  # writes label_2: always in a data root; in Robo3D's layout only where the corruption moved boxes
     image_sets: dict[Path, str] = field(default_factory=dict)
     links: dict[Path, Path] = field(default_factory=dict)  # link → target
+
+    def kitti_dirs(self) -> list[Path]:
+        """The directories of KITTI files this part writes in: a dataset's own where no export wrote them."""
+        if self.full:
+            return [self.root / "ImageSets", *(self.root / "training" / d for d in ("velodyne", "calib", "label_2"))]
+        return [self.root / "velodyne", self.root / "label_2"]
 
     def files(self) -> Iterator[Path]:
         base = self.root / "training" if self.full else self.root
@@ -348,6 +362,32 @@ def check_not_in_store(out: Path) -> None:
                               "roots beside them (--force does not change this); export to a directory outside it")
 
 
+def _marked(root: Path, out: Path) -> bool:
+    """Whether export's marker is in ``root`` or a folder above it up to ``out``."""
+    d = root
+    while True:
+        if (d / EXPORT_MARKER).is_file():
+            return True
+        if d == out or d == d.parent:
+            return False
+        d = d.parent
+
+
+def check_marked(out: Path, parts: list[Part]) -> None:
+    """Refuse (ExportError) a data root that holds KITTI files no export wrote (no `EXPORT_MARKER`): a dataset's
+    own root (``/data/kitti``) given as OUT, whose raw scans, labels and calibrations --force would replace."""
+    for part in parts:
+        found = [d for d in part.kitti_dirs() if os.path.lexists(d)]
+        if not found or _marked(part.root, out):
+            continue
+        where = f"{out}" if part.root == out else f"{out}: {part.root}"
+        raise ExportError(f"{where} holds KITTI files ({found[0].relative_to(part.root)}/) but no {EXPORT_MARKER} "
+                          "file, so no export wrote them: it may be a dataset's own root, whose scans, labels and "
+                          "calibrations export would replace (--force too); export into a new or empty directory "
+                          f"(an export made before export marked its roots: create {out / EXPORT_MARKER}, then run "
+                          "again)")
+
+
 def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]], force: bool) -> list[Path]:
     """Refuse (ExportError) anything writing could destroy or trip over; the existing files and links that
     --force would replace."""
@@ -406,6 +446,7 @@ def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]
                                   "export elsewhere (--force replaces only links and the files export writes)")
             if Path(os.readlink(link)) != target:
                 replace.append(link)
+    check_marked(out, parts)
     if not force and out.is_dir():
         entries = sorted(os.listdir(out))
         if entries:

@@ -13,7 +13,9 @@ from bench_build.errors import BenchBuildError
 from bench_build.export.errors import ExportError, ExportIncomplete
 from bench_build.export.kitti_files import calib_text, label_text, velodyne_bytes
 from bench_build.export.plan import (
+    EXPORT_MARKER,
     LAYOUTS,
+    MARKER_TEXT,
     ExportResult,
     Part,
     check_partition,
@@ -67,6 +69,8 @@ class Writer:
         self.created: list[Path] = []  # directories the export made, parents first
         self.swept: set[Path] = set()
         self.withdrawn: set[Path] = set()  # old ImageSets lists `commit` removed before moving the first file
+        self.roots = [part.root for part in parts]  # each gets export's marker (`mark`)
+        self.marked: list[Path] = []  # the markers this export created
         self.written = self.replaced = self.stale = 0
 
     def _mkdir(self, d: Path) -> None:
@@ -107,6 +111,15 @@ class Writer:
                         os.unlink(d / name)
                         self.stale += 1
 
+    def mark(self) -> None:
+        """Leave `EXPORT_MARKER` in every data root, once all files are staged and before the first moves into place:
+        a root `commit` stops half-way is one the same command with --force may finish (`check_marked`)."""
+        for root in self.roots:
+            marker = root / EXPORT_MARKER
+            if not os.path.lexists(marker):
+                _write_file(marker, MARKER_TEXT.encode())
+                self.marked.append(marker)
+
     def link(self, link: Path, target: Path) -> None:
         self.links.append((link, target))
 
@@ -114,6 +127,10 @@ class Writer:
         for tmp, _ in self.staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if not self.written and not self.withdrawn:  # OUT as it was: without the markers this export made
+            for marker in self.marked:
+                with contextlib.suppress(OSError):
+                    os.unlink(marker)
         for d in reversed(self.created):
             with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
                 d.rmdir()
@@ -183,6 +200,7 @@ def _write(ds: Version, parts: list[Part], replace: list[Path], frames: Iterable
                 w.file(path, text.encode())
             for link, target in part.links.items():
                 w.link(link, target)
+        w.mark()
     except BaseException as e:  # an interrupt or a bug too: no temporary file is left behind
         w.abort()
         if not isinstance(e, OSError | BenchBuildError):  # a bug keeps its traceback

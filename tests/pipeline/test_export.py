@@ -443,9 +443,18 @@ def _out_where_no_file_can_be_made(t: Path, k: Path):
     return ["/proc/export", *PART], "cannot create files in /proc"  # as root too: not "No such file or directory"
 
 
-REFUSALS = [_own_source, _own_source_force, _own_source_dot, _link_to_source, _inside_source,
-            _new_dir_inside_source, _source_inside_out, _non_empty, _image_2_is_a_directory, _missing_partition,
-            _out_is_a_file, _out_below_a_file, _file_where_export_needs_a_directory,
+def _dataset_root_force(t: Path, k: Path):
+    # a KITTI root export never wrote, not given as --source: --force replaced its raw scans, labels and calibs
+    return [str(k), *PART, "--force"], f"{k} holds KITTI files (ImageSets/) but no BENCH_BUILD_EXPORT file"
+
+
+def _dataset_root(t: Path, k: Path):
+    return [str(k), *PART], f"{k} holds KITTI files (ImageSets/) but no BENCH_BUILD_EXPORT file"
+
+
+REFUSALS = [_dataset_root_force, _dataset_root, _own_source, _own_source_force, _own_source_dot, _link_to_source,
+            _inside_source, _new_dir_inside_source, _source_inside_out, _non_empty, _image_2_is_a_directory,
+            _missing_partition, _out_is_a_file, _out_below_a_file, _file_where_export_needs_a_directory,
             _directory_where_export_writes_a_file, _directory_linked_outside_out, _source_without_images,
             _source_missing_an_image, _version_is_a_file, _out_where_no_file_can_be_made]
 
@@ -606,6 +615,10 @@ def test_os_error_while_moving_into_place_says_how_far(built, tmp_path, monkeypa
     assert "export stopped after moving 2 of 16 files into place" in line and "--force" in line, line
     assert not (tmp_path / "o" / "ImageSets").exists()  # the lists go last: no root that looks finished
     assert not [p for p in (tmp_path / "o").rglob("*") if p.name.endswith(".tmp")]
+    # the marker goes first: the same command with --force, as the message says, finishes the root
+    monkeypatch.setattr(export_mod.os, "replace", real)
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), *PART, "--force"])
+    assert res.exit_code == 0 and (tmp_path / "o" / "BENCH_BUILD_EXPORT").is_file(), res.output
 
 
 @pytest.mark.parametrize("stop", ["ctrl-c", "refused rename"])
@@ -888,3 +901,58 @@ def test_out_in_a_store_of_built_versions_is_refused(built, tmp_path, where, sai
     shutil.copytree(built, backup / "v", ignore=shutil.ignore_patterns("_ledger"))
     res = runner.invoke(app, ["export", str(backup / "v"), str(backup / "kitti"), *PART])
     assert res.exit_code == 0, res.output
+
+
+def test_export_marks_its_roots_and_force_takes_only_a_marked_one(built, tmp_path):
+    """Every data root export writes holds its marker; --force replaces files only in a root that has it (here or
+    in a folder above, up to OUT), so an export made before roots were marked is refused too, by a message that
+    names the marker file to create, after which the same command works. An empty OUT takes --force as before."""
+    from bench_build.export.plan import EXPORT_MARKER
+
+    one, every = tmp_path / "one", tmp_path / "every"
+    export_version(built, one, corruption="translation", severity=3)
+    export_version(built, every, all_partitions=True)
+    clean = every / "mini-c" / "clean"
+    roots = [clean, *sorted(p.parent for p in every.glob("mini-c/*/*/velodyne") if p.parent.parent != clean)]
+    assert (one / EXPORT_MARKER).is_file() and len(roots) == 21
+    assert all((r / EXPORT_MARKER).is_file() for r in roots)
+    assert runner.invoke(app, ["export", str(built), str(one), *PART, "--force"]).exit_code == 0
+    (tmp_path / "empty").mkdir()
+    assert runner.invoke(app, ["export", str(built), str(tmp_path / "empty"), *PART, "--force"]).exit_code == 0
+
+    for out, args, root in ((one, PART, one), (every, ["--all"], clean)):
+        for r in [root] + (roots[1:] if out == every else []):
+            (r / EXPORT_MARKER).unlink()  # as the previous release left them
+        before = tree_state(out)
+        res = runner.invoke(app, ["export", str(built), str(out), *args, "--force"], terminal_width=400)
+        line = " ".join(res.output.split())
+        assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+        where = f"{out}" if root == out else f"{out}: {root}"
+        assert f"{where} holds KITTI files (ImageSets/) but no {EXPORT_MARKER} file" in line, line
+        assert f"export into a new or empty directory (an export made before export marked its roots: create " \
+               f"{out / EXPORT_MARKER}, then run again)" in line, line
+        assert tree_state(out) == before
+        (out / EXPORT_MARKER).touch()
+        res = runner.invoke(app, ["export", str(built), str(out), *args, "--force"])
+        assert res.exit_code == 0, res.output
+
+
+def test_a_failure_while_marking_leaves_out_as_it_was(built, tmp_path, monkeypatch):
+    """The markers are written once every file is staged, before the first moves into place: one that cannot be
+    written stops the export with OUT as it was, the markers already made removed with the rest."""
+    import bench_build.export.write as export_mod
+
+    real, markers = export_mod._write_file, []
+
+    def failing(path: Path, data: bytes) -> None:
+        if path.name == "BENCH_BUILD_EXPORT":
+            markers.append(path)
+            if len(markers) == 2:
+                raise OSError(28, os.strerror(28), str(path))
+        real(path, data)
+
+    monkeypatch.setattr(export_mod, "_write_file", failing)
+    res = runner.invoke(app, ["export", str(built), str(tmp_path / "o"), "--all"], terminal_width=400)
+    line = " ".join(res.output.split())
+    assert res.exit_code == 1 and f"{tmp_path / 'o'} is as it was" in line, res.output
+    assert len(markers) == 2 and not (tmp_path / "o").exists()
