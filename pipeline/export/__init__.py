@@ -28,9 +28,10 @@ benchmark is refused first (`check_source`).
 
 Nothing is written until every file and link is decided and every precondition checked (`export_version`): OUT
 must be new or empty (``--force``: replace only the export's own files and links), and is never --source, the
-version, any other version folder or output root of built versions, or inside one; no path the export writes may
-resolve into --source or the version. Every data root written holds ``BENCH_BUILD_EXPORT`` (`EXPORT_MARKER`); one
-that holds KITTI files without it is no export's, and is refused (`check_marked`). A refusal writes nothing.
+version, inside any version folder, or an output root of built versions or one of its benchmark folders; no path
+the export writes may resolve into --source or the version. Every data root written holds ``BENCH_BUILD_EXPORT``
+(`EXPORT_MARKER`); one that holds KITTI files without it is no export's, and is refused (`check_marked`). A refusal
+writes nothing.
 """
 
 from bench_build.export.errors import ExportError, ExportIncomplete

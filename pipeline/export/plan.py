@@ -18,7 +18,7 @@ from bench_build.export.kitti_files import VELODYNE_FIELDS, boxes_equal, calib_t
 from bench_build.format.checked import unreadable
 from bench_build.format.reader import Version, check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
-from bench_build.manifests.manifest import MANIFEST_NAME, is_version_dir
+from bench_build.manifests.manifest import LEDGER_DIR, MANIFEST_NAME
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
@@ -343,20 +343,35 @@ def _versions_below(root: Path) -> list[str]:
     return found
 
 
+def _is_version(d: Path) -> bool:
+    """Whether ``d`` is a bench-build version folder: an unfinished build's ledger, or a manifest naming a dataset
+    and a version (an unrelated ``manifest.json`` above OUT, a web app's, is none)."""
+    if (d / LEDGER_DIR).is_dir():
+        return True
+    try:
+        manifest = json.loads((d / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and isinstance(manifest.get("dataset"), str) \
+        and isinstance(manifest.get("version"), str)
+
+
 def check_not_in_store(out: Path) -> None:
-    """Refuse (ExportError) an OUT that is, or lies inside, a version folder or an output root of built versions
-    (``<benchmark>/<version>/manifest.json`` below it): ``--all`` wrote ``<benchmark>/clean`` and
-    ``<benchmark>/<corruption>/…`` beside the version folders, and one partition its ``training/`` and
-    ``ImageSets/`` among them, where every command reads versions."""
+    """Refuse (ExportError) an OUT that is, or lies inside, a version folder, or is an output root of built versions
+    (``<benchmark>/<version>/manifest.json`` below it) or one of its benchmark folders: ``--all`` wrote
+    ``<benchmark>/clean`` and ``<benchmark>/<corruption>/…`` beside the version folders, and one partition its
+    ``training/`` and ``ImageSets/`` among them, where every command reads versions. A folder of its own inside an
+    output root (``bench-out/exports``) is not refused."""
     real = Path(os.path.realpath(out))
     for d in (real, *real.parents):
-        if is_version_dir(d):
+        if _is_version(d):
             what = "a version folder" if d == real else f"inside the version folder {d}"
             raise ExportError(f"{out} is {what}: export would write its KITTI files among the version's own "
                               "(--force does not change this); export to a directory outside it")
-        versions = _versions_below(d)
+    for d in (real, real.parent):
+        versions = [v for v in _versions_below(d) if d == real or v.partition("/")[0] == real.name]
         if versions:
-            what = "an output root" if d == real else f"inside {d}, an output root"
+            what = "an output root" if d == real else f"a benchmark folder of {d}, an output root"
             more = f" and {len(versions) - 1} more" if len(versions) > 1 else ""
             raise ExportError(f"{out} is {what} of built versions ({versions[0]}{more}): export would write its data "
                               "roots beside them (--force does not change this); export to a directory outside it")

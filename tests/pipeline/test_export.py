@@ -873,8 +873,7 @@ def test_a_partition_the_manifest_lists_no_file_of_is_refused(built, tmp_path, w
 
 @pytest.mark.parametrize(("where", "said"), [
     ("store", "{o} is an output root of built versions ({v})"),
-    ("store/mini-c", "{o} is inside {t}/store, an output root of built versions ({v})"),
-    ("store/exports/kitti", "{o} is inside {t}/store, an output root of built versions ({v})"),
+    ("store/mini-c", "{o} is a benchmark folder of {t}/store, an output root of built versions ({v})"),
     ("copy", "{o} is a version folder"),
     ("copy/kitti", "{o} is inside the version folder {t}/copy"),
 ])
@@ -901,6 +900,22 @@ def test_out_in_a_store_of_built_versions_is_refused(built, tmp_path, where, sai
     shutil.copytree(built, backup / "v", ignore=shutil.ignore_patterns("_ledger"))
     res = runner.invoke(app, ["export", str(backup / "v"), str(backup / "kitti"), *PART])
     assert res.exit_code == 0, res.output
+
+
+def test_out_beside_built_versions_or_under_another_manifest_is_exported_into(built, tmp_path):
+    """A folder of its own inside an output root (``bench-out/exports``) writes nothing beside the version folders,
+    and a ``manifest.json`` that is no version's (a web app's) above OUT makes no version folder: both export."""
+    import shutil
+
+    store, name = tmp_path / "store", f"{built.parent.name}/{built.name}"
+    shutil.copytree(built, store / name, ignore=shutil.ignore_patterns("_ledger"))
+    res = runner.invoke(app, ["export", str(store / name), str(store / "exports" / "kitti"), "--all"])
+    assert res.exit_code == 0 and (store / "exports" / "kitti" / "mini-c" / "clean").is_dir(), res.output
+    app_dir = tmp_path / "web"
+    app_dir.mkdir()
+    (app_dir / "manifest.json").write_text('{"name": "my app", "version": "1.0"}')
+    res = runner.invoke(app, ["export", str(store / name), str(app_dir / "kitti"), *PART])
+    assert res.exit_code == 0 and (app_dir / "kitti" / "training" / "velodyne").is_dir(), res.output
 
 
 def test_export_marks_its_roots_and_force_takes_only_a_marked_one(built, tmp_path):
