@@ -81,6 +81,20 @@ def test_import_bench_build_stays_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_loading_every_stage_imports_no_pyarrow_ray_or_module_above_the_stages():
+    """stages/README.md: a stage is pure, with no `pipeline`, Ray or pyarrow import. `import bench_build.stages`
+    loads no stage module (the registry imports them on first use), so the test above cannot see one that does:
+    here every stage is loaded. A project module above the stages is also refused by tests/test_structure.py's
+    layers; a third-party import only here."""
+    code = ("import sys\nfrom bench_build.stages import all_stages\nassert all_stages()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('pyarrow', 'ray', 'torch', "
+            "'boto3')} | {m for m in sys.modules if m.split('.')[:2][-1] not in ('bench_build', 'stages', 'errors') "
+            "and m.startswith('bench_build.')}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"loading the stages imported {out.stdout.strip()}"
+
+
 def test_a_worker_imports_the_readers_without_the_heavy_packages_few_of_them_use():
     """Every build's workers import `bench_build.build.task` and with it every reader: what only some readers or
     pictures need is imported when used (trimesh ≈ 0.4 s, pyarrow.dataset with pandas ≈ 0.13 s, h5py
