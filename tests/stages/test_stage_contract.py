@@ -22,6 +22,7 @@ import dataclasses
 import zlib
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -218,6 +219,15 @@ def test_every_registered_stage_is_covered_by_a_builtin_recipe() -> None:
     checked by nothing here, so it must be added to a recipe (or a variant) first."""
     used = {c.stage for c in CASES}
     assert set(all_stages()) <= used, f"stages no built-in recipe uses: {sorted(set(all_stages()) - used)}"
+
+
+def test_every_registered_stage_has_its_own_test_file() -> None:
+    """The contract checks what every stage keeps; what is specific to a stage (the paper's numbers and rule, its
+    identity and refusal cases) is in ``tests/stages/test_<name>.py``, which stages/README.md's first step
+    creates: a stage without that file has only the contract's checks."""
+    here = Path(__file__).parent
+    missing = sorted(name for name in all_stages() if not (here / f"test_{name}.py").is_file())
+    assert not missing, f"stages without tests/stages/test_<name>.py: {missing}"
 
 
 def test_unused_params_names_fields_only() -> None:
