@@ -212,6 +212,17 @@ def test_function_level_imports_only_where_there_is_a_reason():
                      "pipeline/README.md):\n" + "\n".join(sorted(set(bad))))
 
 
+def test_the_kernels_import_nothing_else_from_the_stages():
+    """stages/README.md: `stages/kernels/` is pure-array code below the frame model, importing nothing else from
+    `stages/`, so a kernel never depends on a `Frame` or on another stage's file."""
+    kernels = "bench_build.stages.kernels"
+    bad = [f"{MODULES[mod].relative_to(ROOT)}:{line}: imports {target}" for mod in MODULES
+           if mod == kernels or mod.startswith(kernels + ".") for target, _, _, line in project_edges(mod)
+           if (target == "bench_build.stages" or target.startswith("bench_build.stages."))
+           and target != kernels and not target.startswith(kernels + ".")]
+    assert not bad, "kernels importing the rest of the stages:\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("folder", ["pipeline", "stages", "manifests", "tests", "deploy"])
 def test_code_imports_bench_build_never_the_folder_names(folder):
     """Installed, the package is ``bench_build`` only: ``import pipeline`` would find a user's own folder."""
