@@ -20,6 +20,7 @@ from bench_build.errors import WROTE, UsageError
 from bench_build.format.writer import ENCODINGS, parquet_format
 from bench_build.manifests.manifest import MANIFEST_NAME
 from bench_build.manifests.recipe import Recipe, load_recipe, refuse_output_folder
+from bench_build.plan.costs import load_costs
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import (
@@ -133,6 +134,7 @@ def run_build(
         root.refuse_non_directory("--out")
     refuse_output_folder(Path(benchmark), "run")
     recipe = load_recipe(benchmark)
+    load_costs(recipe)  # a table that does not price the recipe: refused (exit 2) before the version's lock is made
     earlier = None
     if reuse is not None:  # refused (exit 2) before the source is read or anything is written
 

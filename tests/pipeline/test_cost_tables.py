@@ -184,3 +184,20 @@ def test_every_built_in_recipe_and_variant_plans_with_a_measured_table():
     assert "(the table of 3dos: 3dos-cellphone has none of its own)" in cellphone.measured
     said = " ".join(CliRunner().invoke(app, ["plan", "3dos:cellphone", "--frames", "100"]).output.split())
     assert "the table of 3dos" in said and "placeholders" not in said
+
+
+def test_run_refuses_a_table_that_does_not_price_the_recipe_before_writing(tmp_path, monkeypatch):
+    """A built-in recipe whose shipped table lacks a corruption (a stage just added) is refused, exit 2; the refusal
+    came after the version's writer lock, so ``OUT/kitti-c/1.0.0/.bench-build.lock`` and its folders stayed."""
+    import bench_build.plan.costs as costs
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    data = json.loads((costs.TABLES / "kitti-c.json").read_text())
+    del data["stage_ms"]["snow"]
+    (tables / "kitti-c.json").write_text(json.dumps(data))
+    monkeypatch.setattr(costs, "TABLES", tables)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "kitti-c", "--max-frames", "1", "--workers", "1", "--out", str(out)])
+    assert res.exit_code == 2 and "has no cost for kitti-c's snow" in " ".join(res.output.split()), res.output
+    assert not out.exists()
