@@ -406,24 +406,30 @@ def differences_section(recipe: Recipe) -> list[str]:
     if not recipe.variants:
         return []
     built = recipe.variant or "default"
-    lines = ["", "## Differences from the paper", ""]
+    shipped = recipe.origin.startswith("built-in")  # a paper's recipe: its default follows the released generator
+    lines = ["", "## Differences from the paper" if shipped else "## Variants of this recipe", ""]
     for v in recipe.variants.values():
         lines += [
             f"This build is the **{built}** {'variant' if recipe.variant else 'recipe'}. "
             f"Variant `{v.name}` ({v.description}; build it with `bench-build run "
-            f"{v.base if recipe.origin.startswith('built-in') else '<recipe.toml>'}:{v.name}`, "
+            f"{v.base if shipped else '<recipe.toml>'}:{v.name}`, "
             f"benchmark `{v.benchmark}`) differs from the default in {_changed(v.changes)}:",
             "",
-            f"| corruption | default (released generator) | `{v.name}` |",
+            f"| corruption | {'default (released generator)' if shipped else 'default'} | `{v.name}` |",
             "| --- | --- | --- |",
         ]
         for corruption, changes in v.changes.items():
             default = "; ".join(f"{k} = {_fmt_value(a)}" for k, (a, _) in changes.items())
             variant = "; ".join(f"{k} = {_fmt_value(b)}" for k, (_, b) in changes.items())
             n_default, n_variant = v.notes.get(corruption, ("", ""))
-            lines.append(f"| {corruption} | {default}. {n_default} | {variant}. {n_variant} |")
+            lines.append(f"| {corruption} | {_cell(default, n_default)} | {_cell(variant, n_variant)} |")
         lines.append("")
     return lines
+
+
+def _cell(values: str, note: str) -> str:
+    """A table cell of the variants table: the values, then the note when there is one."""
+    return f"{values}. {note}" if note else f"{values}."
 
 
 def _changed(changes: dict[str, Any]) -> str:

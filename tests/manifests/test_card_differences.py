@@ -46,3 +46,18 @@ def test_3dos_lists_both_membership_choices_with_both_values(spec):
     membership = "\n".join(object_sections(recipe, {"kind": "3dos"}))
     chosen = "telephone" if spec.endswith("cellphone") else "exclude"
     assert f"- `cellphone` = {chosen}:" in membership and "- `r2r_val` = authors:" in membership
+
+
+def test_a_user_recipe_names_its_variants_without_claiming_a_paper():
+    """A recipe of one's own with a variant: its default is no released generator and its variant no paper's text,
+    so the section and column say "variants" and "default"; a corruption without notes gets no dangling ". "."""
+    from bench_build.manifests.recipe import parse_recipe
+
+    text = ('[benchmark]\nname = "mine"\nversion = "1"\nseed = 1\nsource = "kitti"\nseverities = 2\n'
+            '[corruptions.g]\nstage = "gaussian_rad"\nsigma = [0.1, 0.2]\n'
+            '[variants.far]\ndescription = "twice the noise"\n[variants.far.corruptions.g]\nsigma = [0.2, 0.4]\n')
+    lines = differences_section(parse_recipe(text))
+    joined = "\n".join(lines)
+    assert "## Variants of this recipe" in lines and "paper" not in joined and "released generator" not in joined
+    assert "| corruption | default | `far` |" in lines and "bench-build run <recipe.toml>:far" in joined
+    assert "| g | sigma = [0.1, 0.2]. | sigma = [0.2, 0.4]. |" in lines, joined
