@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench_build.format.checked import CheckedParquetFile
+from bench_build.format.checked import CheckedParquetFile, IntegrityError, MissingFile, remedy
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
@@ -22,6 +23,7 @@ from bench_build.render.panels import Panel
 from bench_build.render.sheet import contact_sheet, panels_sheet
 from bench_build.render.views import SHEET_NAME, RenderError, View
 from bench_build.sources.labels import map_labels
+from bench_build.storage import NotFound
 
 
 def _points_xyz(column: pa.ChunkedArray | pa.Array, width: int) -> list[np.ndarray]:
@@ -63,10 +65,27 @@ def _rg_may_hold(pf: pq.ParquetFile, rg: int, frame_id: str) -> bool:
     return st.min <= frame_id <= st.max
 
 
-def _checked(store, f: Any, rel: str) -> CheckedParquetFile:
-    """The version file ``rel`` (open as ``f``) with its pages' checksums verified: a damaged page is an
-    `IntegrityError` naming it, never a picture of other points."""
-    return CheckedParquetFile(f, store.key_url(rel), page_checksum_verification=True)
+@contextmanager
+def _checked(store, entry: dict[str, Any]) -> Iterator[CheckedParquetFile]:
+    """The version file of the manifest ``entry``, checked against it (its size and row count where it gives them,
+    as every built manifest does: another file put in its place) and with its pages' checksums verified: a missing,
+    replaced or damaged file is an `IntegrityError` naming it, never a traceback or a picture of other points."""
+    rel, where = entry["path"], store.key_url(entry["path"])
+    try:
+        f = store.open_input(rel)
+    except (FileNotFoundError, NotFound):
+        raise MissingFile(f"{where}: listed in the manifest but missing; re-pull the version or run "
+                          f"`bench-build verify {store.url}`") from None
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        if "bytes" in entry and size != entry["bytes"]:
+            raise IntegrityError(f"{where}: {size} bytes, manifest says {entry['bytes']}; {remedy(store.url)}")
+        pf = CheckedParquetFile(f, where, version=store.url, page_checksum_verification=True)
+        if "rows" in entry and pf.metadata.num_rows != entry["rows"]:
+            raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
+                                 f"{remedy(store.url)}")
+        yield pf
 
 
 def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id: str, width: int) -> np.ndarray:
@@ -75,8 +94,8 @@ def _clean_xyz(store, manifest: dict[str, Any], entry: dict[str, Any], frame_id:
                  None)
     if clean is None:
         raise RenderError(f"{entry['path']} is compact-encoded but its shard's clean file is not in the manifest")
-    with store.open_input(clean["path"]) as f:
-        t = _checked(store, f, clean["path"]).read(columns=["frame_id", "points"])
+    with _checked(store, clean) as pf:
+        t = pf.read(columns=["frame_id", "points"])
     t = t.filter(pc.equal(t["frame_id"], frame_id))
     return _points_xyz(t["points"], width)[0]
 
@@ -135,8 +154,7 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
     """(frame id, its view) from the manifest entry ``s``'s file: ``frame_id``, or the file's first row's frame
     when None; the view is None if the file does not hold that frame."""
     part = (s["corruption"], int(s["severity"]))
-    with store.open_input(s["path"]) as f:
-        pf = _checked(store, f, s["path"])
+    with _checked(store, s) as pf:
         meta = file_metadata(pf.schema_arrow)
         w = len(meta.get("fields") or []) or width
         wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic",) if semantic else ())

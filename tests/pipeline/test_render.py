@@ -477,6 +477,35 @@ def test_render_of_a_damaged_page_is_one_line_naming_the_file(built, tmp_path):
     assert not (tmp_path / "png").exists()
 
 
+def test_render_of_a_missing_or_replaced_file_is_one_line_naming_it(built, tmp_path):
+    """A file the manifest lists that is gone was a FileNotFoundError traceback, and another partition's file put
+    in its place (every page matching its own checksum) was drawn under this partition's name. Each file is
+    checked against its manifest entry first: one line naming it, exit 2, no PNG."""
+    import shutil
+
+    version = tmp_path / "v"
+    shutil.copytree(built, version)
+    part = version / "data" / "corruption=translation"
+    one, five = (next((part / f"severity={s}").glob("*.parquet")) for s in (1, 5))
+    size = one.stat().st_size
+    shutil.copyfile(five, one)
+    assert one.stat().st_size != size
+    cases = ((["--corruption", "translation", "--severity", "1"], f"{one}: {one.stat().st_size} bytes, manifest "
+                                                                  f"says {size}; the file changed since the build"),
+             ([], f"{one}: {one.stat().st_size} bytes, manifest says {size}"))
+    for args, msg in cases:
+        res = runner.invoke(app, ["render", str(version), "--out", str(tmp_path / "png"), *args])
+        out = " ".join(res.output.split())
+        assert res.exit_code == 2 and out.startswith(f"error: {msg}"), (args, out)
+    five.unlink()
+    res = runner.invoke(app, ["render", str(version), "--out", str(tmp_path / "png"), "--corruption", "translation",
+                              "--severity", "5"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and out == (f"error: {five}: listed in the manifest but missing; re-pull the version "
+                                          f"or run `bench-build verify {version}`"), out
+    assert not (tmp_path / "png").exists()
+
+
 def test_build_sheet_panels_carry_the_zoom(built):
     """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
     read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
