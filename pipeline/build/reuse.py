@@ -195,6 +195,22 @@ def placed_mismatch(store: Store, f: dict[str, Any], where: str) -> str | None:
     return None
 
 
+#: what `diff` reads from each manifest besides its shard entries, in the form of `READ_KEYS`: the title and notes
+#: name the benchmark and version, the rows the partitions' stages and parameters and what else the builds were given
+DIFF_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("dataset", lambda v: isinstance(v, str), "a string"),
+    ("version", lambda v: isinstance(v, str), "a string"),
+)
+DIFF_OPTIONAL_KEYS: tuple[tuple[str, Any, str], ...] = (
+    *OPTIONAL_READ_KEYS,
+    ("partitions", lambda v: isinstance(v, dict), "an object"),
+    ("recipe", lambda v: isinstance(v, dict), "an object"),
+    ("source_identity", lambda v: isinstance(v, dict), "an object"),
+    ("source_identity.frames", lambda v: isinstance(v, dict), "an object"),
+    ("numeric_profile", lambda v: isinstance(v, dict), "an object"),
+)
+
+
 def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
                           profile: str | None = None) -> dict[str, Any]:
     """The manifest of the version at ``where`` (a directory or URL); a `ManifestError` naming it if none."""
@@ -207,7 +223,13 @@ def read_version_manifest(where: str | Path, *, endpoint_url: str | None = None,
                             "(OUT/<benchmark>/<version>) or its URL")
     manifest = parse_manifest(got[0], store.key_url(MANIFEST_NAME))
     check_shard_entries(manifest, store.key_url(MANIFEST_NAME))  # `diff_versions` reads every entry's fields
-    if bad := key_problems(manifest, OPTIONAL_READ_KEYS, required=False):  # `diff_notes` reads a partial pull's
+    bad = key_problems(manifest, DIFF_KEYS) + key_problems(manifest, DIFF_OPTIONAL_KEYS, required=False)
+    parts = manifest.get("partitions")
+    if odd := [k for k, v in (parts.items() if isinstance(parts, dict) else ()) if not isinstance(v, dict)]:
+        said = repr(parts[odd[0]])
+        bad.append(f"partitions[{odd[0]!r}] {said if len(said) <= 60 else said[:57] + '…'} is not an object"
+                   + (f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""))
+    if bad:
         raise ManifestError(f"{store.key_url(MANIFEST_NAME)}: {'; '.join(bad)} (the manifest was edited or cut "
                             "short: pull or build that version again)")
     return manifest

@@ -264,18 +264,33 @@ def test_an_earlier_manifest_with_a_malformed_entry_is_refused_in_one_line(v2, t
     assert not (tmp_path / "o").exists()
 
 
-def test_diff_of_a_manifest_whose_partial_entry_was_edited_is_one_line(v2, tmp_path):
-    """`diff` reads a partial pull's selections for its note: a hand-edited ``partial`` (selections not a list of
-    objects) was an AttributeError traceback. It is one line naming the manifest and the key."""
-    for partial, key in (({"selections": ["fog"]}, "partial.selections"), ("fog", "partial")):
-        version = tmp_path / key / "mini-c" / "0.1.0"
-        shutil.copytree(v2["v1"], version)
-        manifest = json.loads((version / "manifest.json").read_text())
-        manifest["partial"] = partial
-        (version / "manifest.json").write_text(json.dumps(manifest, indent=1))
-        out = runner.invoke(app, ["diff", str(version), str(v2["fresh"])])
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("partial", {"selections": ["fog"]}, "partial.selections ['fog'] is not a list of objects"),
+    ("partial", "fog", "partial 'fog' is not an object"),
+    ("dataset", None, "no dataset"),
+    ("version", None, "no version"),
+    ("dataset", ["mini-c"], "dataset ['mini-c'] is not a string"),
+    ("version", 2, "version 2 is not a string"),
+    ("partitions", [], "partitions [] is not an object"),
+    ("partitions", {"beam_del/1": "changed"}, "partitions['beam_del/1'] 'changed' is not an object"),
+    ("recipe", ["seed"], "recipe ['seed'] is not an object"),
+    ("source_identity", ["frames"], "source_identity ['frames'] is not an object"),
+])
+def test_diff_of_a_manifest_edited_by_hand_is_one_line(v2, tmp_path, key, value, says):
+    """`diff` reads a partial pull's selections for its note, the benchmark and version for its title and notes,
+    the partitions' parameters and what the builds were given for its rows: a hand-edited ``partial`` (selections not
+    a list of objects), a manifest without its ``dataset`` or ``version``, or a partition entry that is not an object
+    was a KeyError or AttributeError traceback; a ``dataset`` or ``version`` of another type was printed as if it
+    were one. Each is one line naming the manifest and the key, exit 2."""
+    version = tmp_path / "v" / "mini-c" / "0.1.0"  # diff reads the manifest only
+    version.mkdir(parents=True)
+    manifest = json.loads((v2["v1"] / "manifest.json").read_text())
+    manifest.pop(key) if value is None else manifest.__setitem__(key, value)
+    (version / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    for args in (["diff", str(version), str(v2["fresh"])], ["diff", str(v2["fresh"]), str(version)]):
+        out = runner.invoke(app, args)
         text = " ".join(out.output.split())
-        assert out.exit_code == 2 and text.startswith(f"error: {version / 'manifest.json'}: {key} "), out.output
+        assert out.exit_code == 2 and text.startswith(f"error: {version / 'manifest.json'}: {says} "), out.output
         assert "Traceback" not in text
 
 
