@@ -6,7 +6,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_build.manifests.manifest import read_manifest
+from bench_build.format.reader import check_read_keys
+from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
 from bench_build.manifests.partial import held_partitions
 from bench_build.manifests.recipe import severity_names
 from bench_build.render.legend import SCENE_Z_RANGE, legend_entries, metres, scale_bar_m
@@ -146,10 +147,13 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
 
     A partial pull holds some partitions: one it lacks is refused naming what it holds and the pull that adds
     it (or, when it holds others of those asked for, left out with a note); without the clean partition no
-    zoom compares with clean, and the pictures and a note (``on_note``) say so."""
+    zoom compares with clean, and the pictures and a note (``on_note``) say so. A manifest the reader refuses
+    (`check_manifest`, `check_read_keys`: edited by hand or cut short) is refused here too, `ManifestError`."""
 
     root = Path(version_dir)
     manifest = read_manifest(root)
+    check_manifest(manifest, str(root / MANIFEST_NAME))  # what the reader refuses: its names and paths are data,
+    check_read_keys(manifest, str(root / MANIFEST_NAME))  # and the keys the pictures take from it
     out_dir = Path(out) if out is not None else default_render_dir(manifest)
     store = LocalStore(root)
     if color_by not in COLOR_BY:

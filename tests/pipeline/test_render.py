@@ -506,6 +506,31 @@ def test_render_of_a_missing_or_replaced_file_is_one_line_naming_it(built, tmp_p
     assert not (tmp_path / "png").exists()
 
 
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda m: m.pop("recipe"), "no recipe, which reading the version needs"),
+    (lambda m: m["recipe"].__setitem__("corruptions", ["translation"]),
+     "recipe.corruptions ['translation'] is not a list of objects with a name"),
+    (lambda m: m["shards"][0].__setitem__("severity", "0"), "malformed shards entry 0"),
+    (lambda m: m.__setitem__("version", "../../elsewhere"), "version '../../elsewhere' is not a safe name"),
+])
+def test_render_of_a_manifest_edited_by_hand_is_one_line(built, tmp_path, edit, says):
+    """render read the manifest unchecked: without its recipe, or with a corruption that is not an object, it
+    stopped on a KeyError or TypeError traceback; a shards entry with its severity as a string was drawn. It refuses
+    what the reader refuses, in one line naming the manifest, exit 2, no PNG."""
+    import json
+    import shutil
+
+    version = tmp_path / "v"
+    shutil.copytree(built, version)
+    manifest = json.loads((version / "manifest.json").read_text())
+    edit(manifest)
+    (version / "manifest.json").write_text(json.dumps(manifest))
+    res = runner.invoke(app, ["render", str(version), "--out", str(tmp_path / "png")])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and out.startswith(f"error: {version / 'manifest.json'}: {says}"), out
+    assert not (tmp_path / "png").exists()
+
+
 def test_build_sheet_panels_carry_the_zoom(built):
     """The demo's first frame has cars: every panel of the build's sheet (painted by the tasks, equal to the
     read-back one byte for byte) has the zoom inset, and translation 1 differs from clean inside it."""
