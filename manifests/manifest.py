@@ -304,31 +304,50 @@ def check_file_set(manifest: dict[str, Any], present: list[str]) -> tuple[list[s
 
 def check_counts(manifest: dict[str, Any]) -> list[str]:
     """The manifest's totals against its own shard list: examples_stored, counts.by_partition (examples,
-    bytes) and ``frames`` (every partition present holds every frame once)."""
+    bytes) and ``frames`` (every partition present holds every frame once); ``counts``, ``by_partition`` or
+    ``frames`` of another kind (a manifest edited by hand or cut short) is one problem, said once."""
+    def shown(value: Any) -> str:
+        said = repr(value)
+        return said if len(said) <= 60 else said[:57] + "…"
+
     problems = []
     shards = manifest.get("shards", [])
     counts = manifest.get("counts", {})
-    totals = sum(e["rows"] for e in shards)
-    if totals != counts.get("examples_stored"):
-        problems.append(f"manifest lists {totals} rows but counts say {counts.get('examples_stored')}")
+    by_part: dict[str, Any] | None = None  # None: not an object, compared with nothing
+    if not isinstance(counts, dict):
+        problems.append(f"counts {shown(counts)} is not an object")
+    else:
+        totals = sum(e["rows"] for e in shards)
+        if totals != counts.get("examples_stored"):
+            problems.append(f"manifest lists {totals} rows but counts say {counts.get('examples_stored')}")
+        by_part = counts.get("by_partition", {})
+        if not isinstance(by_part, dict):
+            problems.append(f"counts.by_partition {shown(by_part)} is not an object")
+            by_part = None
+    frames = manifest.get("frames")
+    if frames is not None and (not isinstance(frames, int) or isinstance(frames, bool)):
+        problems.append(f"frames {shown(frames)} is not an integer")
+        frames = None
     parts: dict[str, dict[str, int]] = {}
     for e in shards:
         p = parts.setdefault(f"{e['corruption']}/{e['severity']}", {"examples": 0, "bytes": 0})
         p["examples"] += e["rows"]
         p["bytes"] += e["bytes"]
-    by_part = counts.get("by_partition", {})
-    for key in sorted(set(parts) | set(by_part)):
-        got, said = parts.get(key), by_part.get(key)
-        if got is None:
-            problems.append(f"counts.by_partition has {key} but no shard of it is listed")
-        elif said is None:
-            problems.append(f"shards of {key} are listed but counts.by_partition has no {key}")
-        elif (said.get("examples"), said.get("bytes")) != (got["examples"], got["bytes"]):
-            problems.append(f"counts.by_partition[{key}] says {said.get('examples')} examples / {said.get('bytes')} "
-                            f"bytes, its shards hold {got['examples']} / {got['bytes']}")
-        if got is not None and isinstance(manifest.get("frames"), int) and got["examples"] != manifest["frames"]:
-            problems.append(f"partition {key} holds {got['examples']} examples, the manifest says "
-                            f"{manifest['frames']} frames")
+    for key in sorted(set(parts) | set(by_part or ())):
+        got = parts.get(key)
+        if by_part is not None:
+            said = by_part.get(key)
+            if got is None:
+                problems.append(f"counts.by_partition has {key} but no shard of it is listed")
+            elif said is None:
+                problems.append(f"shards of {key} are listed but counts.by_partition has no {key}")
+            elif not isinstance(said, dict):
+                problems.append(f"counts.by_partition[{key}] {shown(said)} is not an object")
+            elif (said.get("examples"), said.get("bytes")) != (got["examples"], got["bytes"]):
+                problems.append(f"counts.by_partition[{key}] says {said.get('examples')} examples / "
+                                f"{said.get('bytes')} bytes, its shards hold {got['examples']} / {got['bytes']}")
+        if got is not None and frames is not None and got["examples"] != frames:
+            problems.append(f"partition {key} holds {got['examples']} examples, the manifest says {frames} frames")
     return problems
 
 
@@ -341,6 +360,11 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
     manifest = read_manifest(root)
     check_shard_entries(manifest, str(root / MANIFEST_NAME))
     report = VerifyReport()
+    for key in ("dataset", "version"):  # every reader refuses the version without them (`check_manifest`)
+        value = manifest.get(key)
+        if not isinstance(value, str) or not SAFE_NAME.match(value):
+            report.problems.append(f"no {key}" if key not in manifest else f"{key} {value!r} is not a safe name "
+                                   f"({names.RULE})")
     if isinstance(manifest.get("partial"), dict):
         report.of_files = manifest["partial"].get("files_in_version")
 

@@ -832,6 +832,35 @@ def test_verify_is_the_exact_file_set_and_cross_checks_counts(small_recipe, demo
     assert code == 1 and f"counts.by_partition[{key}] says" in text and "the manifest says 3 frames" in text
 
 
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda m: m.__setitem__("counts", []), "counts [] is not an object"),
+    (lambda m: m["counts"].__setitem__("by_partition", []), "counts.by_partition [] is not an object"),
+    (lambda m: m["counts"]["by_partition"].__setitem__("clean/0", 4),
+     "counts.by_partition[clean/0] 4 is not an object"),
+    (lambda m: m.__setitem__("frames", "4"), "frames '4' is not an integer"),
+    (lambda m: m.pop("dataset"), "no dataset"),
+    (lambda m: m.__setitem__("version", "../0.1.0"), "version '../0.1.0' is not a safe name"),
+])
+def test_verify_of_a_manifest_edited_by_hand_says_what_is_wrong(mini_build, tmp_path, edit, says):
+    """`verify` cross-checks the manifest's counts: ``counts`` or ``by_partition`` (or one of its entries) that is
+    not an object stopped it on an AttributeError traceback; ``frames`` that is not an integer, or a manifest without
+    its ``dataset`` (or with a ``version`` that no reader opens), passed as OK. Each is one problem line, exit 1,
+    and the rest of the version is still checked."""
+    from typer.testing import CliRunner
+
+    from bench_build.cli import app
+
+    version = tmp_path / "mini-c" / "0.1.0"
+    shutil.copytree(mini_build, version)
+    manifest = json.loads((version / "manifest.json").read_text())
+    edit(manifest)
+    (version / "manifest.json").write_text(json.dumps(manifest))
+    out = CliRunner().invoke(app, ["verify", str(version)])
+    lines = out.output.strip().splitlines()
+    assert out.exit_code == 1 and len(lines) == 2 and lines[0].startswith(f"BAD {says}"), out.output
+    assert lines[1] == f"1 problem; {len(manifest['shards'])} listed files checked", out.output
+
+
 def test_every_ray_init_in_the_suite_starts_its_own_local_instance():
     """A test must never join a `ray start` cluster it did not start (it would fail, or run on it)."""
     import ast
