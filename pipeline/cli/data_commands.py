@@ -50,10 +50,11 @@ def verify(
     for w in report.warnings:
         out_console.print(f"[yellow]WARN[/yellow] {escape(w)}", highlight=False)
     if not report.ok:
-        out_console.print(f"{counted(len(report.problems), 'problem')}; {report.checked} listed files checked")
+        checked = counted(report.checked, "listed file")
+        out_console.print(f"{counted(len(report.problems), 'problem')}; {checked} checked")
         raise typer.Exit(code=1)
     part = f" (a partial pull: {report.checked} of the version's {report.of_files})" if report.of_files else ""
-    out_console.print(f"OK: {report.checked} files verified{part}, no unlisted data file"
+    out_console.print(f"OK: {counted(report.checked, 'file')} verified{part}, no unlisted data file"
                       + (f"; {counted(report.renders, 'render')} verified" if report.renders else "")
                       + (f" ({counted(len(report.warnings), 'warning')})" if report.warnings else ""))
 

@@ -97,6 +97,18 @@ def test_list_status_verify_and_demo_data(built, tmp_path):
     assert out.exit_code == 2 and "unknown benchmark" in out.output
 
 
+def test_verify_counts_one_file_in_words(tmp_path, monkeypatch):
+    """A version of one file (a partial pull of one clean shard) said "1 files verified"."""
+    from bench_build.manifests import manifest
+
+    monkeypatch.setattr(manifest, "verify_version", lambda root: manifest.VerifyReport(checked=1))
+    out = runner.invoke(app, ["verify", str(tmp_path)])
+    assert out.exit_code == 0 and "OK: 1 file verified, no unlisted data file" in out.output, out.output
+    monkeypatch.setattr(manifest, "verify_version", lambda root: manifest.VerifyReport(checked=1, problems=["x"]))
+    out = runner.invoke(app, ["verify", str(tmp_path)])
+    assert out.exit_code == 1 and "1 problem; 1 listed file checked" in out.output, out.output
+
+
 def test_layout_v1_is_refused_with_a_clear_message(built, tmp_path):
     import shutil
 
