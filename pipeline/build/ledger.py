@@ -24,7 +24,13 @@ copy that stopped can leave it) is only a lost cache of what its task's files pr
 treated as not done and rebuilt (byte-identical, from the recipe and seed), and the run says so on
 stderr, naming the entry. An unreadable ``run.json`` cannot be recovered that way (it records the
 frame list and task split the done entries refer to): it is a `LedgerUnreadable` (exit 2) naming the
-file and the remedy, ``--overwrite``.
+file and the remedy, ``--overwrite``. So is one edited by hand or cut short to a JSON object without a key
+`run` reads (``fingerprint``; ``task_groups`` and ``numeric_profile`` where present) or with one of another
+type (`run_problem`). The keys only `status` reads (``frames``, ``frames_per_shard``, ``recipe``) are checked
+when `status` asks (``run_info(full=True)``): `run` writes them again from its own options when the
+fingerprint is the build's. An entry of a task with a key its readers need missing or of another type
+(``seconds`` a string, a file without ``rows``: `entry_problem`) is unreadable like a cut-short one: its task is
+rebuilt.
 
 A task has one entry, done or failed: `record_done` deletes the task's failed entry before it writes the done one
 (a kill between the two leaves the task pending, never both). Ledgers of older bench-builds can hold both, left by
@@ -57,6 +63,108 @@ __all__ = ["HASH_CHUNK", "LEDGER_DIR", "Ledger", "LedgerMismatch", "LedgerUnread
 def entry_key(shard: str, failed: bool = False) -> str:
     """A shard's ledger entry, relative to its version directory: done, or failed (error, kind, a bug's traceback)."""
     return f"{LEDGER_DIR}/shards/{shard}.failed.json" if failed else f"{LEDGER_DIR}/shards/{shard}.json"
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type in words, for a message naming a ledger key."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "a list of other values" if value else "an empty list"
+    return {str: "a string", dict: "an object"}.get(type(value), "null")
+
+
+def _count(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _groups(value: Any) -> bool:
+    """``task_groups``: a list of groups, each a list of [corruption, severity] pairs."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(g, list) and g and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                          and _count(p[1]) for p in g) for g in value)
+
+
+def _identity(value: Any) -> bool:
+    """A frame's recorded source identity (`frame_identity`): null, or {file: {size, mtime_ns, sha256}}."""
+    return value is None or (isinstance(value, dict) and all(
+        isinstance(f, dict) and _count(f.get("size")) and _count(f.get("mtime_ns")) and isinstance(f.get("sha256"), str)
+        for f in value.values()))
+
+
+#: run.json's keys `run` reads (name, required, check, what it must be): a ledger from before task groups or
+#: numeric profiles has no ``task_groups`` / ``numeric_profile`` (one task per block; no profile to compare)
+RUN_KEYS = (("fingerprint", True, lambda v: isinstance(v, str), "a string"),
+            ("task_groups", False, _groups, "a list of task groups, each a list of [corruption, severity] pairs"),
+            ("numeric_profile", False, lambda v: isinstance(v, dict), "an object"))
+#: and those only `status` reads (`run` writes them again from its own options)
+STATUS_KEYS = (("frames", True, lambda v: _strings(v) and bool(v), "a list of frame ids"),
+               ("frames_per_shard", True, lambda v: _count(v, 1), "a whole number ≥ 1"),
+               ("recipe", True, lambda v: isinstance(v, dict), "an object"),
+               ("recipe.corruptions", True, lambda v: isinstance(v, list), "a list"),
+               ("recipe.severities", True, _count, "a whole number ≥ 0"))
+
+
+def _problem(data: dict[str, Any], keys: tuple) -> str | None:
+    """The first key of ``keys`` (dotted: a key of an object) that ``data`` lacks or holds with another type."""
+    for name, required, check, wanted in keys:
+        *parents, key = name.split(".")
+        where = data
+        for part in parents:
+            where = where[part]  # checked before its keys (RUN_KEYS, STATUS_KEYS list an object first)
+        if where.get(key) is None:  # an optional key may be absent or null
+            if required:
+                return f"no '{name}'" if key not in where else f"'{name}' is null, not {wanted}"
+            continue
+        if not check(where[key]):
+            return f"'{name}' is {_kind(where[key])}, not {wanted}"
+    return None
+
+
+def run_problem(info: dict[str, Any], *, full: bool = False) -> str | None:
+    """What makes a run.json unusable: a key `run` reads (with ``full``, also one `status` reads) missing or of
+    another type; None when there is none."""
+    return _problem(info, RUN_KEYS + (STATUS_KEYS if full else ()))
+
+
+#: a done entry's keys its readers need (`status`, `check_done`, the manifest), and each file's
+_DONE_KEYS = (("files", True, lambda v: isinstance(v, list) and all(isinstance(f, dict) for f in v),
+               "a list of file objects"),
+              ("seconds", True, _number, "a number"),
+              ("frames", False, _strings, "a list of frame ids"),
+              ("sources", False, lambda v: isinstance(v, dict) and all(map(_identity, v.values())),
+               "an object of frames' source files (size, mtime_ns, sha256)"))
+_FILE_KEYS = (("path", True, lambda v: isinstance(v, str) and bool(v), "a path"),
+              ("corruption", True, lambda v: isinstance(v, str), "a string"),
+              ("severity", True, _count, "a whole number"),
+              ("rows", True, _count, "a whole number"),
+              ("bytes", True, _count, "a whole number"),
+              ("sha256", True, lambda v: isinstance(v, str), "a string"),
+              ("seconds", True, _number, "a number"))
+_FAILED_KEYS = (("error", True, lambda v: isinstance(v, str), "a string"),
+                ("kind", False, lambda v: isinstance(v, str), "a string"))
+
+
+def entry_problem(entry: dict[str, Any], failed: bool = False) -> str | None:
+    """What makes a task's entry unusable (a key missing or of another type), None when there is none."""
+    if failed:
+        return _problem(entry, _FAILED_KEYS)
+    if problem := _problem(entry, _DONE_KEYS):
+        return problem
+    for i, f in enumerate(entry["files"]):
+        if problem := _problem(f, _FILE_KEYS):
+            return problem.replace("'", f"'files[{i}].", 1)
+    return None
 
 
 class LedgerUnreadable(LedgerMismatch, ValueError):
@@ -161,8 +269,8 @@ class Ledger:
         """A shard's entry; an unreadable one counts as absent (its shard is rebuilt), said once on stderr."""
         try:
             entry = self._read(key)
-            if entry is not None and not key.endswith(".failed.json") and not isinstance(entry.get("files"), list):
-                raise LedgerUnreadable(self.store.key_url(key), "no 'files' list")
+            if entry is not None and (problem := entry_problem(entry, failed=key.endswith(".failed.json"))):
+                raise LedgerUnreadable(self.store.key_url(key), problem)
             return entry
         except LedgerUnreadable as e:
             if e.url not in self.unreadable:
@@ -172,14 +280,26 @@ class Ledger:
             return None
 
     # -- run ---------------------------------------------------------------------------------
-    def run_info(self) -> dict[str, Any] | None:
-        """The build's run.json; LedgerUnreadable (a one-line error naming it and the remedy) if it is damaged."""
+    def run_info(self, *, full: bool = False) -> dict[str, Any] | None:
+        """The build's run.json; LedgerUnreadable (a one-line error naming it, the key and the remedy) if it is
+        damaged or a key `run` reads (``full``: or `status`) is missing or of another type (`run_problem`)."""
+        key = f"{LEDGER_DIR}/run.json"
         try:
-            return self._read(f"{LEDGER_DIR}/run.json")
+            info = self._read(key)
         except LedgerUnreadable as e:
             raise LedgerUnreadable(e.url, e.problem, "it records the build's recipe, frames and task split, so the "
                                    "build cannot resume: start this version over with `bench-build run … --overwrite`, "
                                    "or build into another --out") from None
+        if info is not None and (problem := run_problem(info)):
+            raise LedgerUnreadable(self.store.key_url(key), problem,
+                                   "it records the build's fingerprint and task split, so the build cannot resume: "
+                                   "start this version over with `bench-build run … --overwrite`, or build into "
+                                   "another --out")
+        if info is not None and full and (problem := run_problem(info, full=True)):
+            raise LedgerUnreadable(self.store.key_url(key), problem,
+                                   "`bench-build run` with this build's own options writes it again (its fingerprint "
+                                   "names the build); or start the version over with `bench-build run … --overwrite`")
+        return info
 
     def begin(self, info: dict[str, Any], *, overwrite: bool = False) -> None:
         """Record the build's identity; refuse to mix with a different build unless ``overwrite``."""

@@ -37,7 +37,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
         store.refuse_non_directory("the version directory under --out,")
     ledger = Ledger(store)
     ledger.refuse_blocked()  # else every task would read as pending: no entry can be there
-    info = ledger.run_info()
+    info = ledger.run_info(full=True)  # a damaged or hand-edited run.json: LedgerUnreadable naming the key
     if info is None:
         raise UsageError(f"{version_dir}: no build here (no _ledger/run.json)")
     mine = recipe_fingerprints(recipe, info)
@@ -50,10 +50,12 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     failed_keys = ledger.failed_keys()  # one listing: a failed entry is read only where there is one
     for s in specs:
         e = ledger.done_entry(s.name)
-        has_failed = entry_key(s.name, failed=True) in failed_keys
-        if has_failed and (fe := ledger.failed_entry(s.name)) is not None:  # a failed entry wins, as in `run`
-            failed[s.name] = fe["error"]
-            kinds[s.name] = fe.get("kind", "input")
+        if entry_key(s.name, failed=True) in failed_keys:  # a failed entry wins, as in `run`
+            if (fe := ledger.failed_entry(s.name)) is not None:
+                failed[s.name] = fe["error"]
+                kinds[s.name] = fe.get("kind", "input")
+            else:  # unreadable (said on stderr): `run` builds the task again
+                pending.append(s.name)
         elif e and e.get("fingerprint") == info["fingerprint"]:
             done.append(s.name)
             seconds += e["seconds"]

@@ -138,8 +138,9 @@ def test_check_done_from_one_listing_sees_missing_and_resized_files(tmp_path):
     ledger = Ledger(store)
     for name, data in (("data/a.parquet", b"aaaa"), ("data/b.parquet", b"bb")):
         store.put_bytes(name, data)
-    files = [{"path": "data/a.parquet", "bytes": 4, "sha256": ""}, {"path": "data/b.parquet", "bytes": 2, "sha256": ""}]
-    ledger.record_done("s", {"fingerprint": "f", "files": files})
+    files = [{"path": f"data/{n}.parquet", "bytes": size, "sha256": "", "corruption": "clean", "severity": 0,
+              "rows": 1, "seconds": 0.1} for n, size in (("a", 4), ("b", 2))]
+    ledger.record_done("s", {"fingerprint": "f", "files": files, "seconds": 0.2})
     sizes = ledger.object_sizes()
     assert sizes["data/a.parquet"] == 4 and ledger.check_done("s", "f", "size", sizes=sizes) == (True, "")
     store.put_bytes("data/b.parquet", b"b")

@@ -185,3 +185,113 @@ def test_a_kitti_split_is_one_of_the_datas_imagesets_lists(small_recipe, demo_ki
     assert open_source(recipe, None).describe()["split"] == "training"  # the demo: every frame, as before
     listed = sorted((demo_kitti / "ImageSets" / "val.txt").read_text().split())
     assert open_source(recipe, demo_kitti).list_frames() == listed
+
+
+# -- a run.json or task entry edited by hand, shard files deleted by hand ----------------------------------------------
+
+
+def _copied_build(mini_build: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished 2-shard mini build: OUT (its version is OUT/mini-c/0.1.0)."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_build, out / "mini-c" / "0.1.0")
+    return out
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda info: {}, "no 'fingerprint'"),
+    (lambda info: {**info, "fingerprint": None}, "'fingerprint' is null, not a string"),
+    (lambda info: {**info, "frames": 4}, "'frames' is 4, not a list of frame ids"),
+    (lambda info: {**info, "frames": "000000"}, "'frames' is a string, not a list of frame ids"),
+    (lambda info: {k: v for k, v in info.items() if k != "frames_per_shard"}, "no 'frames_per_shard'"),
+    (lambda info: {**info, "frames_per_shard": "2"}, "'frames_per_shard' is a string, not a whole number ≥ 1"),
+    (lambda info: {**info, "frames_per_shard": 0}, "'frames_per_shard' is 0, not a whole number ≥ 1"),
+    (lambda info: {k: v for k, v in info.items() if k != "recipe"}, "no 'recipe'"),
+    (lambda info: {**info, "recipe": {**info["recipe"], "severities": "5"}},
+     "'recipe.severities' is a string, not a whole number ≥ 0"),
+    (lambda info: {**info, "task_groups": [["clean", 0]]},
+     "'task_groups' is a list of other values, not a list of task groups, each a list of [corruption, severity] "
+     "pairs"),
+    (lambda info: {**info, "task_groups": {"0": []}}, "'task_groups' is an object, not a list of task groups"),
+    (lambda info: {**info, "numeric_profile": "pinned"}, "'numeric_profile' is a string, not an object"),
+])
+def test_status_names_the_key_of_a_hand_edited_run_json(mini_build, small_recipe, tmp_path, edit, problem):
+    """A run.json edited by hand or cut short to another JSON object (`{}`, `frames` a number or a string, no
+    `recipe`, `task_groups` of another shape) gave a KeyError or TypeError traceback: one line naming the file
+    and the key, exit 2, nothing written."""
+    out = _copied_build(mini_build, tmp_path)
+    run_json = out / "mini-c" / "0.1.0" / "_ledger" / "run.json"
+    run_json.write_text(json.dumps(edit(json.loads(run_json.read_text()))))
+    before = _tree(out)
+    for args in (["status", str(small_recipe), "--out", str(out)], ["status", str(small_recipe), "--out", str(out),
+                                                                     "--json"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and _flat(lines[0]).startswith(f"error: ledger file {run_json} is unreadable "
+                                                              f"({problem}"), res.output
+        assert "--overwrite" in lines[0]
+    assert _tree(out) == before
+
+
+@pytest.mark.parametrize(("edit", "written_again"), [
+    (lambda info: {**info, "frames": 4}, True),  # only `status` reads it: `run` writes it from its own options
+    (lambda info: {k: v for k, v in info.items() if k != "recipe"}, True),
+    (lambda info: {k: v for k, v in info.items() if k != "fingerprint"}, False),  # what `run` reads: refused
+    (lambda info: {**info, "task_groups": 7}, False),
+    (lambda info: {**info, "numeric_profile": []}, False),
+])
+def test_run_on_a_hand_edited_run_json_resumes_or_refuses_naming_the_key(mini_build, small_recipe,
+                                                                         demo_kitti_master, tmp_path, edit,
+                                                                         written_again):
+    """`run` crashed on a run.json whose fingerprint, task groups or numeric profile was missing or of another
+    type (KeyError, TypeError, AttributeError). Those are refused in one line naming the key (exit 2, nothing
+    written); a key only `status` reads is written again by `run`, whose fingerprint names the same build."""
+    out = _copied_build(mini_build, tmp_path)
+    run_json = out / "mini-c" / "0.1.0" / "_ledger" / "run.json"
+    good = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps(edit(good)))
+    before = _tree(out)
+    res = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti_master), "--out", str(out),
+                                   "--max-frames", "4", "--frames-per-shard", "2", "--no-progress"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception  # no traceback
+    if written_again:
+        assert res.exit_code == 0 and "nothing to build" in res.output, res.output
+        assert json.loads(run_json.read_text()) == good
+        assert CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out)]).exit_code == 0
+    else:
+        assert res.exit_code == 2, res.output
+        assert f"error: ledger file {run_json} is unreadable (" in _flat(res.output), res.output
+        assert _tree(out) == before
+
+
+@pytest.mark.parametrize(("entry", "edit", "problem"), [
+    ("part-00001-of-00002.json", lambda e: {**e, "seconds": "3.2"}, "'seconds' is a string, not a number"),
+    ("part-00001-of-00002.json", lambda e: {k: v for k, v in e.items() if k != "seconds"}, "no 'seconds'"),
+    ("part-00001-of-00002.json", lambda e: {**e, "files": [{k: v for k, v in f.items() if k != "rows"}
+                                                           for f in e["files"]]}, "no 'files[0].rows'"),
+    ("part-00001-of-00002.json", lambda e: {**e, "sources": {"000002": {"velodyne/000002.bin": 7}}},
+     "'sources' is an object, not an object of frames' source files (size, mtime_ns, sha256)"),
+    ("part-00001-of-00002.failed.json", lambda e: {"status": "failed", "kind": "input"}, "no 'error'"),
+])
+def test_a_hand_edited_task_entry_is_named_and_its_task_counted_pending(mini_build, small_recipe, tmp_path, entry,
+                                                                        edit, problem):
+    """A done entry whose `seconds` was a string (or a file without `rows`, a failed entry without `error`) gave a
+    TypeError or KeyError traceback in `status`. Such an entry is unreadable like a cut-short one: `status` names
+    it and the key on stderr and counts its task pending, as `run` builds it again."""
+    out = _copied_build(mini_build, tmp_path)
+    shards = out / "mini-c" / "0.1.0" / "_ledger" / "shards"
+    done = json.loads((shards / "part-00001-of-00002.json").read_text())
+    (shards / entry).write_text(json.dumps(edit(done)))
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    flat = _flat(res.output)
+    assert (f"[bench-build] ledger entry {shards / entry} is unreadable ({problem}); its shard will be rebuilt"
+            in flat), res.output
+    assert "1/2 shards done, 0 failed, 1 pending" in flat, res.output
+

@@ -282,6 +282,12 @@ def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(
         run_build(str(small_recipe), out=tmp_path / "split", groups=2, **common)
 
 
+def _ledger_file(corruption: str, severity: int, rows: int) -> dict:
+    """A file of a done ledger entry, with every key its readers need (`bench_build.build.ledger.entry_problem`)."""
+    return {"path": f"data/corruption={corruption}/severity={severity}/part.parquet", "corruption": corruption,
+            "severity": severity, "rows": rows, "bytes": 1, "sha256": "", "seconds": 0.1}
+
+
 def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     """`bench` extrapolates full-build CPU from a demo build's ledger: per-example CPU from the tasks that ran in an
     already warm process, and the warm-up (imports, numba's cached code) as what each process's first task cost
@@ -294,7 +300,7 @@ def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     rate, warmup = 0.02, 1.5  # s per example, s per process
 
     def entry(pid, start, rows, sheet=0.0, first=False):
-        return {"pid": pid, "process_cpu_start": start, "files": [{"rows": rows}],
+        return {"pid": pid, "process_cpu_start": start, "files": [_ledger_file("clean", 0, rows)], "seconds": 1.0,
                 "cpu_seconds": rate * rows + sheet + (warmup if first else 0.0), "sheet_cpu_seconds": sheet}
 
     tasks = {"t0": entry(11, 0.4, 100, sheet=2.0, first=True), "t1": entry(11, 5.0, 200), "t2": entry(11, 9.0, 50),
@@ -365,8 +371,8 @@ def test_model_prediction_for_a_finished_build_reads_its_tasks_from_the_ledger(k
     b = [("snow", 3)]
     ledger = Ledger(tmp_path)
     for name, parts, frames in (("t0", a, ["0", "1"]), ("t1", b, ["2", "3", "4"])):
-        ledger.record_done(name, {"frames": frames, "files": [{"corruption": c, "severity": s, "rows": len(frames)}
-                                                              for c, s in parts]})
+        ledger.record_done(name, {"frames": frames, "files": [_ledger_file(c, s, len(frames)) for c, s in parts],
+                                  "seconds": 1.0})
     want = (2 * group_cost_ms(a, table) + 3 * group_cost_ms(b, table)) / (2 * 3 + 3 * 1)
     assert model_ms_per_example(tmp_path, ["t0", "t1", "missing"], table) == pytest.approx(want)
 
