@@ -397,6 +397,24 @@ class Ledger:
         to see the failed entries of a whole build without a stat (or an S3 HEAD) per task."""
         return {o.key for o in self.store.list(f"{LEDGER_DIR}/shards/") if o.key.endswith(".failed.json")}
 
+    def files_problem(self, entry: dict[str, Any], sizes: dict[str, int] | None = None,
+                      recheck: str = "size") -> str | None:
+        """Why the files a done ``entry`` lists are not as it recorded them: one missing, of another size or (with
+        ``recheck="sha256"``) other bytes; None when they are. ``sizes`` (`object_sizes`) replaces a HEAD per file."""
+        for f in entry["files"]:
+            if sizes is not None:
+                size = sizes.get(f["path"])
+            else:
+                info = self.store.head(f["path"])
+                size = None if info is None else info.size
+            if size is None:
+                return f"{f['path']} is missing"
+            if size != f["bytes"]:
+                return f"{f['path']} has {size} bytes, the ledger recorded {f['bytes']}"
+            if recheck == "sha256" and self.store.sha256(f["path"]) != f["sha256"]:
+                return f"{f['path']} does not match its recorded sha256"
+        return None
+
     def check_done(self, shard: str, fingerprint: str, recheck: str = "sha256",
                    source: Any = None, sizes: dict[str, int] | None = None,
                    refresh_times: bool = False, failed_keys: set[str] | None = None) -> tuple[bool, str]:
@@ -423,18 +441,8 @@ class Ledger:
                 reason = source_changed(source, fid, recorded.get(fid), recheck)
                 if reason:
                     return False, reason
-        for f in entry["files"]:
-            if sizes is not None:
-                size = sizes.get(f["path"])
-            else:
-                info = self.store.head(f["path"])
-                size = None if info is None else info.size
-            if size is None:
-                return False, f"{f['path']} is missing"
-            if size != f["bytes"]:
-                return False, f"{f['path']} has {size} bytes, the ledger recorded {f['bytes']}"
-            if recheck == "sha256" and self.store.sha256(f["path"]) != f["sha256"]:
-                return False, f"{f['path']} does not match its recorded sha256"
+        if why := self.files_problem(entry, sizes, recheck):
+            return False, why
         if refresh_times and recheck == "sha256" and source is not None:
             self.refresh_source_times(shard, source, entry)
         return True, ""

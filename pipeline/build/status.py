@@ -28,7 +28,11 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
 
     ``matches_recipe`` says whether the build there is this recipe's (its fingerprint is the one `run` computes for
     the recipe over the ledger's frames and shard size, in either encoding); when it is not, `run` with this recipe
-    refuses the folder, and ``recipe_fingerprint`` is the fingerprint `run` would have (full encoding)."""
+    refuses the folder, and ``recipe_fingerprint`` is the fingerprint `run` would have (full encoding).
+
+    A task whose entry says done but whose files are not as it recorded them (one deleted, or of another size:
+    checked against one listing of the version, never a read or a HEAD per file) is not counted done but
+    ``rebuild`` ({task: why}): `run` checks every done task's files and builds such a task again."""
     refuse_output_folder(Path(benchmark), "status")
     recipe = load_recipe(benchmark)
     store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
@@ -45,18 +49,22 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     cut = task_groups(recipe, info["frames_per_shard"], None, info, info["fingerprint"], False)
     specs = [TaskSpec(s, g, len(cut), parts) for s in plan_shards(info["frames"], info["frames_per_shard"])
              for g, parts in enumerate(cut)]
-    done, failed, kinds, pending = [], {}, {}, []
+    done, failed, kinds, pending, rebuild = [], {}, {}, [], {}
     seconds, examples = 0.0, 0
-    failed_keys = ledger.failed_keys()  # one listing: a failed entry is read only where there is one
+    sizes = ledger.object_sizes()  # one listing: the failed entries, and the size of every file a done task lists
     for s in specs:
         e = ledger.done_entry(s.name)
-        if entry_key(s.name, failed=True) in failed_keys:  # a failed entry wins, as in `run`
+        if entry_key(s.name, failed=True) in sizes:  # a failed entry wins, as in `run`
             if (fe := ledger.failed_entry(s.name)) is not None:
                 failed[s.name] = fe["error"]
                 kinds[s.name] = fe.get("kind", "input")
             else:  # unreadable (said on stderr): `run` builds the task again
                 pending.append(s.name)
         elif e and e.get("fingerprint") == info["fingerprint"]:
+            if why := ledger.files_problem(e, sizes):
+                rebuild[s.name] = why
+                pending.append(s.name)
+                continue
             done.append(s.name)
             seconds += e["seconds"]
             examples += sum(f["rows"] for f in e["files"])
@@ -69,8 +77,8 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
             "recipe_fingerprint": info["fingerprint"] if matches else mine["full"],
             "shards": len(specs),
             "task_groups": len(cut),
-            "done": len(done), "failed": failed, "failed_kinds": kinds, "pending": len(pending),
+            "done": len(done), "failed": failed, "failed_kinds": kinds, "pending": len(pending), "rebuild": rebuild,
             "examples_written": examples,
             "examples_total": len(info["frames"]) * (1 + len(info["recipe"]["corruptions"])
                                                       * info["recipe"]["severities"]),
-            "eta_cpu_seconds": eta, "complete": store.exists(MANIFEST_NAME)}
+            "eta_cpu_seconds": eta, "complete": MANIFEST_NAME in sizes}

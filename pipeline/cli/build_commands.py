@@ -313,3 +313,6 @@ def status(
         out_console.print(f"  failed {shard}: {err.splitlines()[0]}" + (
             f" (a bug in bench-build; the worker's traceback is in {st['version_dir']}/"
             f"{entry_key(shard, failed=True)})" if bug else ""), highlight=False, soft_wrap=True)
+    for shard, why in sorted(st["rebuild"].items()):  # counted pending: `run` checks the files and builds it again
+        out_console.print(f"  to rebuild {shard}: recorded done, but {why}; `run` builds it again", highlight=False,
+                          soft_wrap=True)

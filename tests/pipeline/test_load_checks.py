@@ -295,3 +295,38 @@ def test_a_hand_edited_task_entry_is_named_and_its_task_counted_pending(mini_bui
             in flat), res.output
     assert "1/2 shards done, 0 failed, 1 pending" in flat, res.output
 
+
+def test_status_says_which_done_tasks_lost_their_files_from_one_listing(mini_build, small_recipe, tmp_path,
+                                                                          monkeypatch):
+    """`status` counted a task done from its ledger entry alone: with its shard files deleted by hand it still said
+    "2/2 done", while `run` checks them and builds the task again. A file missing or of another size is now said,
+    task by task, from one listing of the version (no HEAD, no read per file: on s3:// one LIST request per 1,000
+    objects)."""
+    from bench_build.storage.local import LocalStore
+
+    out = _copied_build(mini_build, tmp_path)
+    version = out / "mini-c" / "0.1.0"
+    gone = "data/corruption=beam_del/severity=2/part-00001-of-00002.parquet"
+    (version / gone).unlink()
+    calls: list[str] = []
+    for name in ("list", "head", "sha256", "get"):
+        real = getattr(LocalStore, name)
+        monkeypatch.setattr(LocalStore, name, lambda self, *a, _n=name, _r=real, **k: calls.append(_n) or
+                            _r(self, *a, **k))
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = [_flat(line) for line in res.output.strip().splitlines()]
+    assert "1/2 shards done, 0 failed, 1 pending; 42/84 examples" in lines[0], res.output
+    assert lines[1:] == [f"to rebuild part-00001-of-00002: recorded done, but {gone} is missing; `run` builds it "
+                         "again"], res.output
+    assert calls.count("list") == 1 and "head" not in calls and "sha256" not in calls, calls
+    monkeypatch.undo()
+    data = version / "data" / "corruption=clean" / "severity=0" / "part-00000-of-00002.parquet"
+    data.write_bytes(data.read_bytes()[:-1])
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out), "--json"])
+    st = json.loads(res.output)
+    assert (st["done"], st["pending"]) == (0, 2), st
+    assert st["rebuild"] == {"part-00000-of-00002": f"{data.relative_to(version).as_posix()} has "
+                                                    f"{data.stat().st_size} bytes, the ledger recorded "
+                                                    f"{data.stat().st_size + 1}",
+                             "part-00001-of-00002": f"{gone} is missing"}
