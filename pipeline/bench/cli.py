@@ -21,6 +21,8 @@ from typing import Annotated
 
 import typer
 
+from bench_build.errors import as_path, refuse_empty_path
+
 bench_app = typer.Typer(add_completion=False, help="Benchmarks: stage costs, scaling over workers, readers, "
                                                    "loaders, layouts, object storage, scoring.")
 
@@ -30,7 +32,8 @@ RecipeOpt = Annotated[str, typer.Option(help="The benchmark whose corruptions ar
                                              "recipe .toml (object benchmarks: --frames blocks of 16 shapes)")]
 CostsOut = Annotated[Path | None, typer.Option(help="Also write the measured costs as a cost table (JSON) for `plan` "
                                                     "and task sizing (pipeline/plan/cost_tables/); scaled to real task "
-                                                    "seconds by the demo build unless --no-builds")]
+                                                    "seconds by the demo build unless --no-builds",
+                                                    parser=as_path, callback=refuse_empty_path)]
 
 
 def refuse(message: str) -> typer.Exit:
@@ -111,7 +114,8 @@ def bench(
     build_rounds: Annotated[int, typer.Option(min=1, help="(no subcommand) as `bench stages --build-rounds`")] = 1,
     objects: Annotated[bool, typer.Option(help="(no subcommand) as `bench stages --objects`")] = True,
     only_objects: Annotated[bool, typer.Option(help="(no subcommand) as `bench stages --only-objects`")] = False,
-    costs_out: Annotated[Path | None, typer.Option(help="(no subcommand) as `bench stages --costs-out`")] = None,
+    costs_out: Annotated[Path | None, typer.Option(help="(no subcommand) as `bench stages --costs-out`",
+                                                   parser=as_path, callback=refuse_empty_path)] = None,
     recipe: Annotated[str, typer.Option(help="(no subcommand) as `bench stages --recipe`")] = "kitti-c",
     publish: Annotated[bool, typer.Option(hidden=True)] = False,
     s3_build: Annotated[bool, typer.Option(hidden=True)] = False,
@@ -121,7 +125,7 @@ def bench(
     workers: Annotated[int, typer.Option(min=1, hidden=True)] = 2,
     repeat: Annotated[int, typer.Option(min=1, hidden=True)] = 3,
     isolate_server: Annotated[bool, typer.Option(hidden=True)] = False,
-    version_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
+    version_dir: Annotated[str | None, typer.Option(hidden=True, callback=refuse_empty_path)] = None,
     score_partitions: Annotated[int, typer.Option(min=1, hidden=True)] = 4,
 ) -> None:
     """Benchmarks; with no subcommand, `bench stages` (the old `bench`)."""
@@ -179,18 +183,21 @@ def scale_cmd(
                                                            "ids when more are needed)")] = None,
     frames_per_shard: Annotated[int, typer.Option(min=1, help="Frames per block")] = 2,
     source: Annotated[str | None, typer.Option(help="A KITTI-layout root to copy frames from (default: the demo "
-                                                    "frames, generated on first use)")] = None,
+                                                    "frames, generated on first use)",
+                                                    callback=refuse_empty_path)] = None,
     control: Annotated[bool, typer.Option(help="First the control: two NumPy loops with no bench-build code "
                                                "(streaming + zstd, in-cache), 1 copy then N at once; their CPU "
                                                "inflation is the hardware's, and which one inflates says why")] = False,
     control_only: Annotated[bool, typer.Option(help="Only the control (no builds; --json-out gets it, as "
                                                     "\"control\")")] = False,
-    json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the results as JSON")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the results as JSON",
+                                                  parser=as_path, callback=refuse_empty_path)] = None,
     costs_out: Annotated[Path | None, typer.Option(help="Merge the measured runtime (Ray start, worker start, "
                                                         "finish, CPU inflation at full occupancy) into this cost "
-                                                        "table for `plan`")] = None,
+                                                        "table for `plan`",
+                                                        parser=as_path, callback=refuse_empty_path)] = None,
     out: Annotated[str | None, typer.Option(help="Directory for the builds (default: the system's temp; "
-                                                 "/dev/shm takes the disk out)")] = None,
+                                                 "/dev/shm takes the disk out)", callback=refuse_empty_path)] = None,
     rounds: Annotated[int, typer.Option(min=1, help="Build every worker count this many times, in turn, and "
                                                     "report (and store with --costs-out) the medians")] = 1,
 ) -> None:
@@ -232,7 +239,7 @@ def sources_cmd(repeat: Annotated[int, typer.Option(min=1, help="Timing repeats"
 def loaders_cmd(
     *,
     version_dir: Annotated[str | None, typer.Option(help="The version to read (default: build the kitti-c demo "
-                                                         "of --frames frames)")] = None,
+                                                         "of --frames frames)", callback=refuse_empty_path)] = None,
     frames: Frames = 4,
 ) -> None:
     """Read examples/s of a version: raw Parquet vs PyTorch DataLoader with 0 and 2 workers."""

@@ -24,6 +24,7 @@ from bench_build.cli.app import (
     fail,
     out_console,
 )
+from bench_build.errors import refuse_empty_path
 
 
 def validate_after_build(*args, **kwargs):
@@ -38,9 +39,11 @@ def validate_after_build(*args, **kwargs):
 def run(
     benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name (see `list`) or a recipe .toml file")],
     *,
-    source: Annotated[str | None, typer.Option(help="Source dataset root; omitted: generated demo data")] = None,
+    source: Annotated[str | None, typer.Option(help="Source dataset root; omitted: generated demo data",
+                                               callback=refuse_empty_path)] = None,
     out: Annotated[str, typer.Option(
-        help="Output root (path, file:// or s3://bucket/prefix); the build goes to OUT/<benchmark>/<version>")
+        help="Output root (path, file:// or s3://bucket/prefix); the build goes to OUT/<benchmark>/<version>",
+        callback=refuse_empty_path)
     ] = "bench-out",
     workers: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all)")] = None,
     address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. auto, ray://host:10001)")]
@@ -62,11 +65,13 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
-    source_shapenet: Annotated[str | None, typer.Option(help="3dos: ShapeNetCore.v2 root (default: --source)")]
+    source_shapenet: Annotated[str | None, typer.Option(help="3dos: ShapeNetCore.v2 root (default: --source)",
+                                                        callback=refuse_empty_path)]
     = None,
     source_modelnet40: Annotated[str | None, typer.Option(
-        help="3dos: modelnet40_ply_hdf5_2048 root (default: --source)")] = None,
-    source_scanobjectnn: Annotated[str | None, typer.Option(help="3dos: ScanObjectNN root (default: --source)")]
+        help="3dos: modelnet40_ply_hdf5_2048 root (default: --source)", callback=refuse_empty_path)] = None,
+    source_scanobjectnn: Annotated[str | None, typer.Option(help="3dos: ScanObjectNN root (default: --source)",
+                                                            callback=refuse_empty_path)]
     = None,
     version: Annotated[str | None, typer.Option(
         help="nuScenes table version (v1.0-trainval, v1.0-mini; default: trainval if present); same as "
@@ -78,7 +83,8 @@ def run(
              "bench-build's reader, loaders and export materialise them)")] = Encoding.full,
     reuse: Annotated[str | None, typer.Option(
         help="An earlier version of this benchmark (its directory or URL): partitions whose fingerprint is "
-             "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built")
+             "unchanged are taken from it (hard link / server-side copy, sha256-checked), only the rest is built",
+             callback=refuse_empty_path)
     ] = None,
 ) -> None:
     """Build (or resume) a benchmark: shards as Parquet, then manifest.json and a dataset card."""
@@ -279,7 +285,8 @@ def _summary_table(manifest: dict) -> None:
 def status(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name or recipe file")],
     *,
-    out: Annotated[str, typer.Option(help="Output root given to `run` (path or URL)")] = "bench-out",
+    out: Annotated[str, typer.Option(help="Output root given to `run` (path or URL)",
+                                     callback=refuse_empty_path)] = "bench-out",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,

@@ -20,11 +20,13 @@ from bench_build.cli.app import (
     local_version,
     out_console,
 )
+from bench_build.errors import as_path, refuse_empty_path
 
 
 @app.command(rich_help_panel=PANEL_USE)
 def verify(
-    version_dir: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version>, or its s3:// URL (checked in place)")],
+    version_dir: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version>, or its s3:// URL (checked in place)",
+                                               callback=refuse_empty_path)],
     *,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
@@ -61,8 +63,9 @@ def verify(
 
 @app.command(rich_help_panel=PANEL_USE)
 def export(
-    version: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version> (a local folder)")],
-    out: Annotated[str, typer.Argument(help="Directory for the KITTI data root(s)")],
+    version: Annotated[str, typer.Argument(help="OUT/<benchmark>/<version> (a local folder)",
+                                           callback=refuse_empty_path)],
+    out: Annotated[str, typer.Argument(help="Directory for the KITTI data root(s)", callback=refuse_empty_path)],
     *,
     corruption: Annotated[str | None, typer.Option(help="Corruption name, or clean")] = None,
     severity: Annotated[int | None, typer.Option(min=0, help="Severity (0 = clean)")] = None,
@@ -72,7 +75,8 @@ def export(
                                                     "where boxes moved, per corrupted partition, reusing the clean "
                                                     "infos) or kitti (a full data root per partition)")] = None,
     source: Annotated[str | None, typer.Option(help="KITTI object root to link training/image_2 (and planes) "
-                                                     "from; OpenPCDet and mmdetection3d read the images")] = None,
+                                                     "from; OpenPCDet and mmdetection3d read the images",
+                                                     callback=refuse_empty_path)] = None,
     split: Annotated[str | None, typer.Option(help="ImageSets list the frames go in: train or val (default: the "
                                                    "build's split if one of these, else val; test is read from "
                                                    "testing/, unlabelled); they leave the other lists, and "
@@ -87,10 +91,6 @@ def export(
     of KITTI scans only: kitti-c, robo3d-kitti-c or a recipe with source = "kitti"; other benchmarks are refused.
     Every check runs before the first file is written: exit 2 means nothing was written. OUT must be new or empty
     (or --force) and never is, or lies inside, --source."""
-    for flag, value in (("OUT", out), ("--source", source)):
-        if value == "":  # a path would read it as ".": an unset variable ("$OUT") exported into the working directory
-            raise fail(f"export: {flag} is an empty string, which would mean the working directory ({Path.cwd()}); "
-                       "give a directory (. for the working directory)")
     version_dir = local_version(version, "export")
     from bench_build.export import ExportError, ExportIncomplete, export_version
     from bench_build.manifests.manifest import ManifestError
@@ -119,13 +119,16 @@ def export(
 
 @app.command(rich_help_panel=PANEL_USE)
 def score(
-    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)")],
+    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)",
+                                           callback=refuse_empty_path)],
     predictions: Annotated[Path, typer.Argument(
         help="Predictions: .jsonl or .parquet keyed by example key; for detection a directory of KITTI "
              "result files <corruption>/<severity>/<frame>.txt (nuScenes-C: of results JSON "
-             "<corruption>/<severity>/results_nusc.json; WOD-C: rows with boxes per key)")],
+             "<corruption>/<severity>/results_nusc.json; WOD-C: rows with boxes per key)",
+             parser=as_path, callback=refuse_empty_path)],
     *,
-    out: Annotated[Path | None, typer.Option(help="Write OUT.csv and OUT.json (default: print only)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write OUT.csv and OUT.json (default: print only)",
+                                             parser=as_path, callback=refuse_empty_path)] = None,
     metric: Annotated[str | None, typer.Option(help="kitti-c, robo3d-det, robo3d-seg, modelnet-c, modelnet40-e, "
                                                     "3dos, nuscenes-det or wod-det (default: from the dataset "
                                                     "name and, on nuScenes-C/WOD-C, the predictions)")] = None,
@@ -134,7 +137,8 @@ def score(
                                                          "else 40)")] = None,
     source_root: Annotated[Path | None, typer.Option(help="nuScenes-C detection: the nuScenes dataroot the build "
                                                           "was made from (poses, velocities, attributes; default: "
-                                                          "the manifest's source root)")] = None,
+                                                          "the manifest's source root)",
+                                                          parser=as_path, callback=refuse_empty_path)] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="Processes scoring KITTI detection partitions "
                                                             "(default: every CPU for versions of ≥ 5,000 frames, "
                                                             "else 1)")] = None,
@@ -167,11 +171,13 @@ def score(
 
 @app.command(rich_help_panel=PANEL_USE)
 def render(
-    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)")],
+    version: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (a local folder)",
+                                           callback=refuse_empty_path)],
     *,
     out: Annotated[Path | None, typer.Option(help="Directory for the PNGs (default: ./renders-<benchmark>-<version> "
                                                   "in the current directory; never VERSION/renders, which "
-                                                  "publish uploads)")] = None,
+                                                  "publish uploads)",
+                                                  parser=as_path, callback=refuse_empty_path)] = None,
     frame: Annotated[str | None, typer.Option(help="Frame id (default: the first frame of the first shard)")]
     = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean): one PNG per severity "
@@ -226,13 +232,15 @@ class Duplicates(StrEnum):  # a typer choice, as bench_build.validate.config.DUP
 
 @app.command(rich_help_panel=PANEL_USE)
 def validate(
-    version: Annotated[str, typer.Argument(help="A built version, OUT/<benchmark>/<version> (a local folder)")],
+    version: Annotated[str, typer.Argument(help="A built version, OUT/<benchmark>/<version> (a local folder)",
+                                           callback=refuse_empty_path)],
     *,
     corruption: Annotated[list[str], typer.Option(help="Corruption to validate (repeatable), e.g. snow, fog")],
     real: Annotated[list[str], typer.Option(
-        help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR")],
+        help="Real adverse-weather scans: CORRUPTION=DIR (e.g. snow=/data/boreas, fog=/data/stf/fog), or DIR",
+        callback=refuse_empty_path)],
     real_clean: Annotated[list[str], typer.Option(
-        help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR")],
+        help="Real clear-weather scans of the same sensor: DIR, or CORRUPTION=DIR", callback=refuse_empty_path)],
     real_format: Annotated[RealFormat, typer.Option(help="Format of the real scans; auto: from the path name, "
                                                          "else the record size")]
     = RealFormat.auto,
@@ -301,8 +309,10 @@ def _validation_line(r: dict, version_dir: object) -> None:
 # --- diff: kept to one delimited block ---
 @app.command(rich_help_panel=PANEL_USE)
 def diff(
-    version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL")],
-    version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL")],
+    version_a: Annotated[str, typer.Argument(help="The earlier version: its directory or URL",
+                                             callback=refuse_empty_path)],
+    version_b: Annotated[str, typer.Argument(help="The later version: its directory or URL",
+                                             callback=refuse_empty_path)],
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
 ) -> None:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bench_build.cli.app import PANEL_BUILD, PANEL_MACHINE, app, counted, fail, out_console
+from bench_build.errors import as_path, refuse_empty_path
 
 
 def _threedos_classes(sc) -> str:
@@ -92,7 +93,8 @@ def warm(
 
 @app.command("demo-data", rich_help_panel=PANEL_MACHINE)
 def demo_data(
-    out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to")],
+    out: Annotated[Path, typer.Argument(help="Directory to write the KITTI-layout demo dataset to",
+                                        parser=as_path, callback=refuse_empty_path)],
     *,
     frames: Annotated[int, typer.Option(min=1, help="Number of frames")] = 8,
     seed: Annotated[int, typer.Option(min=0, help="Generator seed")] = 1729,
@@ -107,7 +109,8 @@ def demo_data(
 
 @app.command("demo-objects", rich_help_panel=PANEL_MACHINE)
 def demo_objects(
-    out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to")],
+    out: Annotated[Path, typer.Argument(help="Directory to write the demo object datasets to",
+                                        parser=as_path, callback=refuse_empty_path)],
     *,
     per_class: Annotated[int, typer.Option(min=1, help="Shapes per class and split")] = 2,
 ) -> None:
@@ -126,7 +129,8 @@ def demo_objects(
 def plan(
     benchmark: Annotated[str, typer.Argument(help="Built-in benchmark name or a recipe .toml file")],
     *,
-    source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)")]
+    source: Annotated[str | None, typer.Option(help="Source dataset root (its frames are listed, not read)",
+                                               callback=refuse_empty_path)]
     = None,
     frames: Annotated[int | None, typer.Option(min=1, help="Plan for N frames without a source (e.g. 7481 = KITTI)")]
     = None,
@@ -136,7 +140,8 @@ def plan(
         = None,
     groups: Annotated[int | None, typer.Option(min=1, help="Task groups per block (default: sized from the costs)")]
     = None,
-    costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)")] = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)",
+                                               parser=as_path, callback=refuse_empty_path)] = None,
     worker_start: Annotated[float | None, typer.Option(min=0,
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
              "loaded from the cache; default: the cost table's measurement, else 1.4; add ≈ 11 where workers "
@@ -255,10 +260,12 @@ def cpu_hours(h: float) -> str:
 @app.command("repro-check", rich_help_panel=PANEL_MACHINE)
 def repro_check(
     *,
-    out: Annotated[Path | None, typer.Option(help="Write this machine's battery (hashes, numeric profile) here")]
+    out: Annotated[Path | None, typer.Option(help="Write this machine's battery (hashes, numeric profile) here",
+                                             parser=as_path, callback=refuse_empty_path)]
     = None,
     compare: Annotated[Path | None, typer.Option(help="Another machine's battery JSON: list what differs "
-                                                     "(exit 1 if any partition's bytes or probe differ)")] = None,
+                                                     "(exit 1 if any partition's bytes or probe differ)",
+                                                     parser=as_path, callback=refuse_empty_path)] = None,
     recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (default: every built-in and "
                                                      "variant)")] = None,
     probe: Annotated[bool, typer.Option(help="Also hash the float64 results of NumPy's CPU-dependent functions "

@@ -16,6 +16,7 @@ import typer
 
 from bench_build.cli.app import PANEL_PUBLISH, EndpointOpt, ProfileOpt, app, console, counted, fail, out_console
 from bench_build.cli.build_commands import raise_interrupt
+from bench_build.errors import as_path, refuse_empty_path
 
 
 @contextmanager
@@ -36,9 +37,11 @@ def resumable(kept: str | Callable[[], str]) -> Iterator[None]:
 
 @app.command(rich_help_panel=PANEL_PUBLISH)
 def publish(
-    version_dir: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (or its URL)")],
+    version_dir: Annotated[str, typer.Argument(help="A built version: OUT/<benchmark>/<version> (or its URL)",
+                                               callback=refuse_empty_path)],
     *,
-    to: Annotated[str, typer.Option(help="Publication root, e.g. s3://bench/datasets → <to>/<dataset>/<version>/")],
+    to: Annotated[str, typer.Option(help="Publication root, e.g. s3://bench/datasets → <to>/<dataset>/<version>/",
+                                    callback=refuse_empty_path)],
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
     jobs: Annotated[int, typer.Option(min=1, help="Files transferred in parallel")] = 8,
@@ -81,7 +84,8 @@ def publish(
 
 @app.command(rich_help_panel=PANEL_PUBLISH)
 def versions(
-    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c",
+                                               callback=refuse_empty_path)],
     *,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
@@ -131,9 +135,11 @@ def versions(
 
 @app.command(rich_help_panel=PANEL_PUBLISH)
 def pull(
-    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c")],
+    dataset_url: Annotated[str, typer.Argument(help="<publication root>/<dataset>, e.g. s3://bench/datasets/kitti-c",
+                                               callback=refuse_empty_path)],
     *,
-    out: Annotated[Path, typer.Option(help="Local root; the version goes to OUT/<dataset>/<version>")],
+    out: Annotated[Path, typer.Option(help="Local root; the version goes to OUT/<dataset>/<version>",
+                                      parser=as_path, callback=refuse_empty_path)],
     version: Annotated[str | None, typer.Option(help="Version to pull (default: latest)")] = None,
     corruption: Annotated[str | None, typer.Option(help="Only this corruption (or clean)")] = None,
     severity: Annotated[int | None, typer.Option(min=0, help="Only this severity (0 = clean)")] = None,
@@ -205,7 +211,8 @@ def pull(
 @app.command(name="s3-local", rich_help_panel=PANEL_PUBLISH)
 def s3_local(
     *,
-    data_dir: Annotated[Path, typer.Option("--dir", help="Where the store keeps its objects (kept after it stops)")]
+    data_dir: Annotated[Path, typer.Option("--dir", help="Where the store keeps its objects (kept after it stops)",
+                                           parser=as_path, callback=refuse_empty_path)]
     = Path("bench-s3"),
     bucket: Annotated[str, typer.Option(help="Bucket to create")] = "bench",
 ) -> None:

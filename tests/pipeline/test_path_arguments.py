@@ -295,3 +295,83 @@ def test_an_output_nobody_can_write_is_refused_before_any_work(args, monkeypatch
     monkeypatch.setattr(scale, "run_scale", measured)
     line = _refused(args, args[-1] if args[0] == "bench" else args[1])
     assert "cannot " in line
+
+
+#: arguments and options of type str that name no path: names, choices, addresses and URLs of services
+NOT_PATHS = {"run benchmark", "status benchmark", "plan benchmark", "warm benchmarks",  # "": "an empty benchmark name"
+             "bench recipe", "bench stages recipe", "run address", "validate address", "run split", "plan split",
+             "export split", "run version", "pull version", "export corruption", "render corruption",
+             "pull corruption", "validate corruption", "export layout", "render frame", "render color_by",
+             "score metric", "s3-local bucket", "repro-check recipes"}
+
+
+def _path_parameters() -> list[tuple[list[str], str, str, list[str]]]:
+    """(command words, parameter name, option or argument, the command's other required arguments) of every str
+    or Path parameter of every command, `bench`'s included, but those in `NOT_PATHS` and the AWS options."""
+    import typer
+
+    found = []
+
+    def walk(cmd, words):
+        for p in cmd.params:
+            annotation = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            names = {str, Path, str | None, Path | None, list[str], list[str] | None}
+            if annotation not in names or p.name in ("endpoint_url", "profile") or \
+                    " ".join([*words, p.name]) in NOT_PATHS:
+                continue
+            required = [q.name for q in cmd.params if q.param_type_name == "argument" and q.required]
+            found.append((words, p.name, p.param_type_name, required))
+        if hasattr(cmd, "list_commands"):
+            ctx = typer.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), [*words, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def _empty_args(words, name, kind, required) -> tuple[list[str], str]:
+    import typer
+
+    cmd = typer.main.get_command(app)
+    for w in words:
+        cmd = cmd.get_command(typer.Context(cmd), w)
+    param = next(p for p in cmd.params if p.name == name)
+    if kind == "argument":
+        return [*words, *("" if a == name else "x" for a in required)], name.upper()
+    flag = next(o for o in param.opts if o.startswith("--"))
+    return [*words, flag, "", *("x" for _ in required)], flag
+
+
+PATH_PARAMETERS = _path_parameters()
+
+
+@pytest.mark.parametrize(("words", "name", "kind", "required"), PATH_PARAMETERS,
+                         ids=[" ".join([*w, n]) for w, n, _, _ in PATH_PARAMETERS])
+def test_an_empty_string_where_a_path_goes_is_refused_naming_the_option(words, name, kind, required, tmp_path,
+                                                                        monkeypatch):
+    """An empty string (an unset shell variable: `--out "$OUT"`) was read as the working directory: `render
+    --out ''` wrote its PNGs there, `demo-data ''` its dataset, `publish --to ''` a copy of the version, `run
+    --source ''` built from it and `status --out ''` looked for builds there. Every argument and option naming a
+    path or URL refuses it, in one line naming the command and the option, exit 2, before the command runs."""
+    monkeypatch.chdir(tmp_path)
+    args, flag = _empty_args(words, name, kind, required)
+    line = _refused(args, f"{' '.join(words)}: {flag} is an empty string, which would mean the working directory "
+                          f"({tmp_path}); give a path (. for the working directory)")
+    assert line.startswith("error: ")
+    assert _tree(tmp_path) == []  # nothing written
+
+
+def test_every_command_that_takes_a_path_is_checked_for_an_empty_one():
+    """The table above is found from the commands themselves: a new path option is checked without a new case."""
+    commands = {" ".join(w) for w, _, _, _ in PATH_PARAMETERS}
+    assert {"run", "status", "plan", "verify", "export", "score", "render", "validate", "diff", "publish",
+            "versions", "pull", "s3-local", "demo-data", "demo-objects", "repro-check", "bench", "bench stages",
+            "bench scale", "bench loaders"} == commands
+
+
+def test_a_dot_still_means_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["demo-data", ".", "--frames", "1"])
+    assert res.exit_code == 0 and "wrote 1 frame to ." in res.output, res.output
+    assert (tmp_path / DEMO_MARKER).is_file()
