@@ -22,8 +22,19 @@ from bench_build.render.read import (
 )
 from bench_build.render.sheet import contact_sheet
 from bench_build.render.views import COLOR_BY, RenderError, View, semantic_classes
-from bench_build.render.zoom import INSET_FRAC, Focus, inset_raster, sheet_focus
+from bench_build.render.zoom import Focus, inset_raster, sheet_focus
 from bench_build.storage import LocalStore, atomic_write_with
+
+SCENE_FIG_IN = (10.0, 7.6)  # a scene's figure (inches): the scene, then the legend in the right 2.8 in
+
+
+ZOOM_COLUMN_IN = 3.0  # added between the two when there is a zoom: the inset and its title
+
+
+ZOOM_LEFT_IN, ZOOM_SIDE_IN, ZOOM_BOTTOM_IN = 7.35, 2.7, 3.95  # the inset (inches from the figure's left, bottom)
+
+
+ZOOM_COLORBAR_IN = 2.9  # a colour bar (by height) under the inset: its bottom (inches)
 
 
 def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,
@@ -34,7 +45,7 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
     has no zoom."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import ConnectionPatch, Patch, Rectangle
 
     tags = present_tags(view.tags)
     classes = [cls for cls, _ in box_outlines(view.boxes)]
@@ -58,8 +69,9 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
         fig.suptitle(title if note is None else f"{title}\n{note}", fontsize=11)
         main = axes
     else:
-        fig = Figure(figsize=(10.0, 7.6), dpi=100)
-        ax = fig.add_axes((0.08, 0.08, 0.62, 0.84))
+        width = SCENE_FIG_IN[0] + (ZOOM_COLUMN_IN if focus is not None else 0.0)
+        fig = Figure(figsize=(width, SCENE_FIG_IN[1]), dpi=100)
+        ax = fig.add_axes((0.8 / width, 0.08, 6.2 / width, 0.84))
         x0, x1, y0, y1 = extent
         ax.imshow(bev_raster(view, extent, color_by, px), extent=(x0, x1, y0, y1), interpolation="nearest")
         for cls, outline in box_outlines(view.boxes):
@@ -70,9 +82,10 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
         ax.set_ylabel("y (m)")
         ax.set_title(title, fontsize=11)
         if focus is not None:
-            w = INSET_FRAC
-            left, top = focus.corner in (0, 2), focus.corner in (0, 1)
-            ins = ax.inset_axes((0.01 if left else 0.99 - w, 0.99 - w if top else 0.01, w, w))
+            # in a column of its own right of the scene (it hides none of it), its title on white above it;
+            # the connectors join its left corners, below its title, left of the legend
+            ins = ax.inset_axes((ZOOM_LEFT_IN / width, ZOOM_BOTTOM_IN / SCENE_FIG_IN[1], ZOOM_SIDE_IN / width,
+                                 ZOOM_SIDE_IN / SCENE_FIG_IN[1]), transform=fig.transFigure)
             zx0, zx1, zy0, zy1 = focus.extent
             ins.imshow(inset_raster(view, focus, 300), extent=focus.extent, interpolation="nearest")
             ins.plot(focus.outline[1][:, 0], focus.outline[1][:, 1], color=(0.3, 0.3, 0.3), ls="--", lw=1.0)
@@ -91,11 +104,16 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
                      color="black", lw=1.5, zorder=2.6)
             ins.text(zx0 + 0.04 * (zx1 - zx0) + bar / 2, zy0 + 0.07 * (zy1 - zy0), metres(bar), fontsize=8,
                      ha="center", va="bottom")
-            ins.set_title(f"zoom: {zx1 - zx0:.1f} m × {zy1 - zy0:.1f} m", fontsize=8, pad=2)
-            ax.indicate_inset((zx0, zy0, zx1 - zx0, zy1 - zy0), ins, edgecolor="0.2", alpha=0.9)
+            ins.set_title(f"zoom: {zx1 - zx0:.1f} m × {zy1 - zy0:.1f} m", fontsize=9, pad=4)
+            ax.add_patch(Rectangle((zx0, zy0), zx1 - zx0, zy1 - zy0, fill=False, edgecolor="0.2", alpha=0.9))
+            # the window's right side (within the scene) to the inset's left: both lines stay left of the zoom's
+            # column, so they cross neither its title, the colour bar under it nor the legend
+            for wy, iy in ((min(max(zy1, y0), y1), 1.0), (min(max(zy0, y0), y1), 0.0)):
+                ax.add_artist(ConnectionPatch((min(max(zx1, x0), x1), wy), (0.0, iy), coordsA=ax.transData,
+                                              coordsB=ins.transAxes, color="0.2", alpha=0.9, clip_on=False))
         if note is not None:
-            fig.text(0.72, 0.1, textwrap.fill(note, 40), fontsize=9, style="italic", color=(0.55, 0.1, 0.1),
-                     ha="left", va="bottom")
+            fig.text(7.2 / width, 0.1, textwrap.fill(note, 40), fontsize=9, style="italic",
+                     color=(0.55, 0.1, 0.1), ha="left", va="bottom")
         main = [ax]
     if color_by == "height":
         from matplotlib import colormaps
@@ -103,14 +121,22 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
         from matplotlib.colors import Normalize
 
         lo, hi = (-radius, radius) if view.is_object else SCENE_Z_RANGE
-        fig.colorbar(ScalarMappable(Normalize(lo, hi), colormaps["viridis"]), ax=main, shrink=0.6,
-                     label="height z (shape units)" if view.is_object else "height z (m)")
+        mappable = ScalarMappable(Normalize(lo, hi), colormaps["viridis"])
+        label = "height z (shape units)" if view.is_object else "height z (m)"
+        if focus is None or view.is_object:
+            fig.colorbar(mappable, ax=main, shrink=0.6, label=label)
+        else:  # under the zoom, in its column: beside the scene it would stand between the two
+            width = fig.get_figwidth()
+            cax = fig.add_axes((ZOOM_LEFT_IN / width, ZOOM_COLORBAR_IN / SCENE_FIG_IN[1], ZOOM_SIDE_IN / width,
+                                0.18 / SCENE_FIG_IN[1]))
+            fig.colorbar(mappable, cax=cax, orientation="horizontal", label=label)
     if handles:
         if view.is_object:
             fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=9,
                        frameon=False)
         else:
-            fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.72, 0.5), fontsize=9,
+            right = 7.2 + (ZOOM_COLUMN_IN if focus is not None else 0.0)  # inches: right of the zoom's column
+            fig.legend(handles=handles, loc="center left", bbox_to_anchor=(right / fig.get_figwidth(), 0.5), fontsize=9,
                        title="points" + (" and boxes" if classes else ""), frameon=False)
     return fig, entries
 

@@ -369,7 +369,7 @@ def test_scene_figure_has_metric_axes_legend_and_colour_bar():
                                color_by="height")
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("x (m)", "y (m)")
-    assert any(a.get_ylabel() == "height z (m)" for a in fig.axes)  # the colour bar
+    assert any("height z (m)" in (a.get_xlabel(), a.get_ylabel()) for a in fig.axes)  # the colour bar
     assert [a.get_title()[:6] for a in ax.child_axes] == ["zoom: "]  # the inset
     assert [e.label for e in entries if e.kind == "box"] == ["Car", "Pedestrian"]
     # the inset's scale bar and label lie on a white backing, above the raster (moved points are black)
@@ -383,6 +383,63 @@ def test_scene_figure_has_metric_axes_legend_and_colour_bar():
     for xy in (*np.c_[bar.get_xdata(), bar.get_ydata()], label.get_position()):
         x, y = to_axes.transform(xy)
         assert box.x0 < x < box.x1 and box.y0 < y < box.y1, (xy, box)
+
+
+@pytest.mark.parametrize("color_by", ["tag", "height"])
+@pytest.mark.parametrize("shift", [(0.0, 0.0), (-24.0, -26.0), (14.0, 26.0), (-40.0, 24.0)])
+def test_the_zoom_of_a_single_png_hides_none_of_the_scene_and_nothing_crosses_a_label(shift, color_by):
+    """The inset sat in a corner of the scene, over a fifth of its points, and its title ("zoom: 6.5 m × 6.5 m")
+    stood above it on the scene, drawn over by points and by the connector. Now it has a column of its own: the
+    inset, its title, the legend, the colour bar and the scene (with its title, ticks and labels), as the
+    renderer lays them out, overlap nothing and stay in the figure, and the connectors cross no text, wherever
+    the zoomed object lies. The PNG is the same bytes each time."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import ConnectionPatch
+
+    from bench_build.render import save_png, sheet_focus, view_figure
+
+    rng = np.random.default_rng(6)
+    pts, boxes, car = _car_scene(rng)
+    pts[car, :2] += shift
+    boxes.center[0, :2] += shift
+    view = View("translation", 1, pts, np.zeros(len(pts), np.uint8), boxes, False)
+    extent = scene_extent(pts)
+    fig, _ = view_figure(view, frame_id="000000", extent=extent, focus=sheet_focus(view, extent), color_by=color_by)
+    FigureCanvasAgg(fig).draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    (ins,) = ax.child_axes
+    parts = {"scene": ax.get_tightbbox(r, bbox_extra_artists=[]), "zoom": ins.get_window_extent(r),
+             "zoom title": ins.title.get_window_extent(r), "legend": fig.legends[0].get_window_extent(r)}
+    if color_by == "height":
+        (cax,) = [a for a in fig.axes if a.get_xlabel() == "height z (m)"]
+        parts["colour bar"] = cax.get_tightbbox(r)
+    names = list(parts)
+    for i, a in enumerate(names):
+        box = parts[a]
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, a
+        for b in names[i + 1:]:
+            assert not box.overlaps(parts[b]), (a, b)
+    def shown(axis, labels):  # the tick labels drawn: those within the axis' limits
+        lo, hi = sorted(axis.get_view_interval())
+        return [t for t in labels if t.get_text() and lo <= t.get_position()[axis is axis.axes.yaxis] <= hi]
+
+    texts = [ax.title, ax.xaxis.label, ax.yaxis.label, ins.title, *ins.texts, *fig.legends[0].get_texts(),
+             fig.legends[0].get_title(), *shown(ax.xaxis, ax.get_xticklabels()),
+             *shown(ax.yaxis, ax.get_yticklabels())]
+    if color_by == "height":
+        texts += [cax.xaxis.label, *shown(cax.xaxis, cax.get_xticklabels())]
+    connectors = [a for a in ax.get_children() if isinstance(a, ConnectionPatch)]
+    assert len(connectors) == 2
+    for c in connectors:
+        path = c.get_transform().transform_path(c.get_path())
+        for t in texts:
+            assert not path.intersects_bbox(t.get_window_extent(r)), t.get_text()
+        for name in set(parts) - {"scene", "zoom"}:
+            assert not path.intersects_bbox(parts[name]), name
+    again, _ = view_figure(view, frame_id="000000", extent=extent, focus=sheet_focus(view, extent),
+                           color_by=color_by)
+    assert save_png(fig) == save_png(again)
 
 
 def test_the_zoom_scale_label_of_the_sheet_stays_readable_over_black_points():
