@@ -26,14 +26,8 @@ from bench_build.render.zoom import Focus, inset_raster, sheet_focus
 from bench_build.storage import LocalStore, atomic_write_with
 
 SCENE_FIG_IN = (10.0, 7.6)  # a scene's figure (inches): the scene, then the legend in the right 2.8 in
-
-
 ZOOM_COLUMN_IN = 3.0  # added between the two when there is a zoom: the inset and its title
-
-
 ZOOM_LEFT_IN, ZOOM_SIDE_IN, ZOOM_BOTTOM_IN = 7.35, 2.7, 3.95  # the inset (inches from the figure's left, bottom)
-
-
 ZOOM_COLORBAR_IN = 2.9  # a colour bar (by height) under the inset: its bottom (inches)
 
 
