@@ -39,6 +39,24 @@ def remedy(version: str | None) -> str:
     return f"the file changed since the build: re-pull it or run {verify}"
 
 
+def missing_file(where: str, version: str) -> MissingFile:
+    """The error for a file the manifest lists that is not there."""
+    return MissingFile(f"{where}: listed in the manifest but missing; re-pull the version or run "
+                       f"`bench-build verify {version}`")
+
+
+def check_entry(entry: dict[str, Any] | None, where: str, version: str, *, size: int | None = None,
+                rows: int | None = None) -> None:
+    """Refuse (`IntegrityError`) a file whose ``size`` or ``rows`` is not what its manifest ``entry`` says, where the
+    entry gives it: another file put in its place, or one cut short."""
+    if entry is None:
+        return
+    if size is not None and "bytes" in entry and size != entry["bytes"]:
+        raise IntegrityError(f"{where}: {size} bytes, manifest says {entry['bytes']}; {remedy(version)}")
+    if rows is not None and "rows" in entry and rows != entry["rows"]:
+        raise IntegrityError(f"{where}: {rows} rows, manifest says {entry['rows']}; {remedy(version)}")
+
+
 def unreadable(e: BaseException, version: str | Path) -> str:
     """The one line for a file of ``version`` that cannot be read, ``e`` naming it (a damaged page header, which
     no page checksum covers, in pyarrow's own words; a file the OS refuses): what to run to check them all."""

@@ -41,6 +41,8 @@ from bench_build.format.checked import (
     IntegrityError,
     MissingFile,
     NotInVersion,
+    check_entry,
+    missing_file,
     read_error,
     remedy,
 )
@@ -375,17 +377,14 @@ class Version:
         try:
             f = self.fs.open_input_file(self.path(rel))
         except FileNotFoundError:
-            raise MissingFile(f"{where}: listed in the manifest but missing; re-pull the version or run "
-                                    f"`bench-build verify {self.url}`") from None
+            raise missing_file(where, self.url) from None
         except OSError as e:
             raise read_error(e, where, self.url, "open") from None
-        if self.verify and entry is not None and "bytes" in entry and f.size() != entry["bytes"]:
-            raise IntegrityError(f"{where}: {f.size()} bytes, manifest says {entry['bytes']}; {remedy(self.url)}")
-        pf = CheckedParquetFile(f, where, version=self.url, page_checksum_verification=self.verify)
-        if self.verify and entry is not None and "rows" in entry and pf.metadata.num_rows != entry["rows"]:
-            raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
-                                 f"{remedy(self.url)}")
         if self.verify:
+            check_entry(entry, where, self.url, size=f.size())
+        pf = CheckedParquetFile(f, where, version=self.url, page_checksum_verification=self.verify)
+        if self.verify:
+            check_entry(entry, where, self.url, rows=pf.metadata.num_rows)
             self._check_columns(pf)
         return pf
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench_build.format.checked import CheckedParquetFile, IntegrityError, MissingFile, remedy
+from bench_build.format.checked import CheckedParquetFile, check_entry, missing_file
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
@@ -74,17 +74,13 @@ def _checked(store, entry: dict[str, Any]) -> Iterator[CheckedParquetFile]:
     try:
         f = store.open_input(rel)
     except (FileNotFoundError, NotFound):
-        raise MissingFile(f"{where}: listed in the manifest but missing; re-pull the version or run "
-                          f"`bench-build verify {store.url}`") from None
+        raise missing_file(where, store.url) from None
     with f:
         size = f.seek(0, os.SEEK_END)
         f.seek(0)
-        if "bytes" in entry and size != entry["bytes"]:
-            raise IntegrityError(f"{where}: {size} bytes, manifest says {entry['bytes']}; {remedy(store.url)}")
+        check_entry(entry, where, store.url, size=size)
         pf = CheckedParquetFile(f, where, version=store.url, page_checksum_verification=True)
-        if "rows" in entry and pf.metadata.num_rows != entry["rows"]:
-            raise IntegrityError(f"{where}: {pf.metadata.num_rows} rows, manifest says {entry['rows']}; "
-                                 f"{remedy(store.url)}")
+        check_entry(entry, where, store.url, rows=pf.metadata.num_rows)
         yield pf
 
 
