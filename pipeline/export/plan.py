@@ -318,16 +318,24 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
 
+def _manifest_names(d: Path) -> tuple[str, str] | None:
+    """The dataset and version the ``manifest.json`` in ``d`` names, or None when it has none that does (none,
+    unreadable, not JSON, or another tool's: a web app's ``manifest.json``)."""
+    try:
+        manifest = json.loads((d / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    dataset, version = manifest.get("dataset"), manifest.get("version")
+    return (dataset, version) if isinstance(dataset, str) and isinstance(version, str) else None
+
+
 def _built_here(v: Path) -> bool:
     """Whether ``v`` is a built version in its output root's layout (``<benchmark>/<version>``, named as its
     manifest says, as `bench-build run --out` and `bench-build pull --out` make them): a copy of a version
     elsewhere (``backup/v``) does not make its folder's parent a store."""
-    try:
-        manifest = json.loads((v / MANIFEST_NAME).read_bytes())
-    except (OSError, ValueError):  # none, unreadable or not JSON: not a version export could tell apart
-        return False
-    return isinstance(manifest, dict) and manifest.get("dataset") == v.parent.name \
-        and manifest.get("version") == v.name
+    return _manifest_names(v) == (v.parent.name, v.name)
 
 
 def _versions_below(root: Path) -> list[str]:
@@ -346,14 +354,7 @@ def _versions_below(root: Path) -> list[str]:
 def _is_version(d: Path) -> bool:
     """Whether ``d`` is a bench-build version folder: an unfinished build's ledger, or a manifest naming a dataset
     and a version (an unrelated ``manifest.json`` above OUT, a web app's, is none)."""
-    if (d / LEDGER_DIR).is_dir():
-        return True
-    try:
-        manifest = json.loads((d / MANIFEST_NAME).read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and isinstance(manifest.get("dataset"), str) \
-        and isinstance(manifest.get("version"), str)
+    return (d / LEDGER_DIR).is_dir() or _manifest_names(d) is not None
 
 
 def check_not_in_store(out: Path) -> None:
