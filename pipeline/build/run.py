@@ -123,6 +123,10 @@ def run_build(
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    for name, value in (("out", out), ("source", source), ("reuse", reuse)):
+        if value == "":  # an unset variable: read as a path, "" is the working directory (the CLI refuses it too)
+            raise UsageError(f"{name} is an empty string, which would mean the working directory ({os.getcwd()}); "
+                             "give a path (. for the working directory)")
     if recheck not in ("sha256", "size"):
         raise UsageError(f"recheck must be 'sha256' or 'size', got {recheck!r}")
     if encoding not in ENCODINGS:  # refused before anything is written: a ledger of a build that cannot run

@@ -5,12 +5,14 @@ written over a folder that holds something else."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from bench_build.cli import app
+from bench_build.errors import UsageError
 from bench_build.sources.demo.cache import DEMO_MARKER
 
 runner = CliRunner()
@@ -76,6 +78,20 @@ def test_run_build_refuses_an_unknown_encoding_before_the_ledger(tmp_path):
     with pytest.raises(ValueError, match="encoding must be one of full, compact, got 'zip'"):
         run_build("kitti-c", out=tmp_path / "out", encoding="zip", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["out", "source", "reuse"])
+def test_run_build_refuses_an_empty_string_as_a_path(name, tmp_path, monkeypatch):
+    """The command line refuses '' for a path; the Python API took ``out=""`` as ``bench-out`` (a build into the
+    working directory's bench-out), ``source=""`` and ``reuse=""`` as the working directory."""
+    from bench_build.build.run import run_build
+
+    monkeypatch.chdir(tmp_path)
+    kwargs = {"out": tmp_path / "out", name: ""}
+    with pytest.raises(UsageError, match=rf"^{name} is an empty string, which would mean the working directory "
+                                         rf"\({re.escape(str(tmp_path))}\); give a path"):
+        run_build("kitti-c", progress=False, max_frames=1, **kwargs)
+    assert _tree(tmp_path) == []  # nothing written
 
 
 def test_a_recipe_that_is_a_folder_or_names_an_unknown_source_names_the_file(tmp_path, small_recipe):
