@@ -36,7 +36,7 @@ class Panel:
     sheet's frame in memory paints its panels and hands them to the driver instead of the driver reading
     every partition file back. ``extent``: the x/y window (m) of a scene panel (its scale bar); ``tags``: the
     point tags present (its legend); ``inset``: the zoom on the sheet's `Focus`, its outlines in the inset's
-    pixels (the clean box as class `CLEAN_BOX`), the window (m) and the corner it sits in; ``classes``: the
+    pixels (the clean box as class `CLEAN_BOX`) and the window (m); ``classes``: the
     semantic classes present, when coloured by them (its legend)."""
 
     corruption: str
@@ -48,7 +48,6 @@ class Panel:
     inset: np.ndarray | None = None
     inset_outlines: tuple[tuple[str, np.ndarray], ...] = ()
     zoom: tuple[float, float, float, float] | None = None
-    corner: int = 0
     classes: tuple[tuple[int, str], ...] = ()  # (class, name) of the points' semantic classes (colour by semantic)
 
 
@@ -94,7 +93,7 @@ def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = 
                               [(CLEAN_BOX, focus.outline[1]), *box_outlines(view.boxes)])
     return Panel(view.corruption, view.severity, bev_raster(view, extent, color_by, px), outlines,
                  tuple(float(e) for e in extent), tags, inset, zoom_outlines or (),  # type: ignore[arg-type]
-                 None if focus is None else focus.extent, 0 if focus is None else focus.corner, classes)
+                 None if focus is None else focus.extent, classes)
 
 
 def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]:

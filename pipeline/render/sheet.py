@@ -21,6 +21,7 @@ SHEET_ROW_GAP_PX = 10
 
 
 ZOOM_SCALE_PT = 5  # the zoom inset's scale label
+INSET_GAP_PX = 4  # between a scene panel and its zoom inset, which has a column of its own right of the panel
 COLORBAR_PX = (160, 9)  # the sheet's colour bar: width, height
 
 
@@ -113,20 +114,17 @@ def _wrap(text: str, width: int, size: float = 7) -> list[str]:
     return lines
 
 
-def _corner_xy(corner: int, x: int, y: int, pw: int, ph: int, side: int, pad: int = 2) -> tuple[int, int]:
-    return (x + pad if corner in (0, 2) else x + pw - side - pad, y + pad if corner in (0, 1) else y + ph - side - pad)
-
-
 def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag",
                 severity_names: Sequence[str] = (), note: str | None = None) -> np.ndarray:
     """The contact sheet as an (H, W, 3) uint8 image: clean first, then one row per corruption, one column
     per severity, a title above each panel, a metre scale bar in each scene panel, the zoom inset where
-    there is one, and the legend (and colour bar) on top, then ``note`` (e.g. why there is no zoom). Only the
-    rows and columns of the panels given (`sheet_layout`); a grid narrower than the legend's minimum width
-    is centred.
+    there is one (in a column of its own right of its panel, its scale bar under it: it hides none of the
+    scene), and the legend (and colour bar) on top, then ``note`` (e.g. why there is no zoom). Only the rows
+    and columns of the panels given (`sheet_layout`); a grid narrower than the legend's minimum width is
+    centred.
 
     The panels are tiled with NumPy; matplotlib (Agg) draws only the text, the box outlines (clipped to
-    their panel, around the inset) and the bars on a transparent layer, blended over the tiles. A figure
+    their panel and inset) and the bars on a transparent layer, blended over the tiles. A figure
     with one Axes per panel cost ≈ 10 s for KITTI-C's 126 panels — serial time at the end of every build."""
     if not panels:
         raise RenderError(f"frame {frame_id}: nothing to render")
@@ -141,7 +139,9 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     ph, pw = panels[0].image.shape[:2]
     is_object = pw != ph
     key = sheet_key(panels, color_by=color_by)
-    cell_w, cell_h = pw + SHEET_GAP_PX, ph + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
+    side = round(pw * INSET_FRAC)
+    zoom_col = side + INSET_GAP_PX if any(p.inset is not None for p in panels) else 0
+    cell_w, cell_h = pw + zoom_col + SHEET_GAP_PX, ph + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
     grid = cols * cell_w + SHEET_GAP_PX
     width = max(grid, 420)
     left = (width - grid) // 2  # a grid narrower than the legend's minimum width is centred
@@ -166,7 +166,6 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     ax.set_axis_off()
     ax.set_xlim(0, width)
     ax.set_ylim(height, 0)
-    side = round(pw * INSET_FRAC)
     segments: list = []
     colors: list = []
     frames: list = []  # the panels' light frames
@@ -174,19 +173,15 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
         r, k = cells[(p.corruption, p.severity)]
         x, y = left + SHEET_GAP_PX + k * cell_w, top + r * cell_h + SHEET_ROW_GAP_PX + SHEET_TITLE_PX
         canvas[y:y + ph, x:x + pw] = p.image
-        ix = iy = 0
+        ix, iy = x + pw + INSET_GAP_PX, y
         if p.inset is not None:
-            ix, iy = _corner_xy(p.corner, x, y, pw, ph, side)
             canvas[iy:iy + side, ix:ix + side] = p.inset
-        if p.outlines:  # clipped to their panel, outside the inset
+        if p.outlines:  # clipped to their panel
             lines_ = LineCollection([o + np.array([x, y]) for _, o in p.outlines], linewidths=0.6,
                                     colors=[box_color(cls) for cls, _ in p.outlines])
             ax.add_collection(lines_)
             clip = [(x, y), (x + pw, y), (x + pw, y + ph), (x, y + ph), (x, y)]
             codes = [MPath.MOVETO, MPath.LINETO, MPath.LINETO, MPath.LINETO, MPath.CLOSEPOLY]
-            if p.inset is not None:  # the inset as a hole (opposite winding)
-                clip += [(ix, iy), (ix, iy + side), (ix + side, iy + side), (ix + side, iy), (ix, iy)]
-                codes += codes[:5]
             lines_.set_clip_path(MPath(clip, codes), ax.transData)
         if p.inset is not None:
             zl = LineCollection([o + np.array([ix, iy]) for _, o in p.inset_outlines], linewidths=0.8,
@@ -202,20 +197,15 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
                 (a0, b1), (a1, b0) = o + np.array([x, y])
                 segments.append([(a0, b0), (a1, b0), (a1, b1), (a0, b1), (a0, b0)])
                 colors.append((0.2, 0.2, 0.2))
-            if key.zoom_scale_m:  # on a white backing: black moved points may lie under the bar and its label
+            if key.zoom_scale_m:  # under the inset, on the sheet's white
                 zpx = key.zoom_scale_m * side / (p.zoom[1] - p.zoom[0])  # type: ignore[index]
-                label, mid = metres(key.zoom_scale_m), ix + 4 + zpx / 2
-                half = max(zpx, _text_px(label, ZOOM_SCALE_PT)) / 2 + 2
-                text_h = ZOOM_SCALE_PT * LEGEND_DPI / 72
-                ax.add_patch(Rectangle((max(ix + 1, mid - half), iy + side - 8 - text_h), 2 * half, text_h + 5,
-                                       facecolor="white", edgecolor="none"))
-                segments.append([(ix + 4, iy + side - 5), (ix + 4 + zpx, iy + side - 5)])
+                segments.append([(ix + 1, iy + side + 5), (ix + 1 + zpx, iy + side + 5)])
                 colors.append("black")
-                ax.text(mid, iy + side - 7, label, fontsize=ZOOM_SCALE_PT, ha="center", va="bottom")
-        if p.extent is not None and key.scale_m:  # the metre scale: bottom right (left if the inset is there)
+                ax.text(ix + 1 + zpx / 2, iy + side + 7, metres(key.zoom_scale_m), fontsize=ZOOM_SCALE_PT,
+                        ha="center", va="top")
+        if p.extent is not None and key.scale_m:  # the metre scale: bottom right
             spx = key.scale_m * pw / (p.extent[1] - p.extent[0])
-            right = p.inset is None or p.corner != 3
-            x1 = x + pw - 5 if right else x + 5 + spx
+            x1 = x + pw - 5
             segments.append([(x1 - spx, y + ph - 5), (x1, y + ph - 5)])
             colors.append("black")
             ax.text(x1 - spx / 2, y + ph - 7, metres(key.scale_m), fontsize=5, ha="center", va="bottom")

@@ -31,13 +31,11 @@ CLEAN_BOX = "clean"  # the class name under which the clean box's outline travel
 @dataclass(frozen=True)
 class Focus:
     """What a sheet's insets show: a square x/y window (m) around one object of the clean scan, the clean
-    points inside it, the clean box's outline and the panel corner (0 top-left, 1 top-right, 2 bottom-left,
-    3 bottom-right) holding the inset, the one that hides the fewest clean points."""
+    points inside it and the clean box's outline."""
 
     extent: tuple[float, float, float, float]
     clean: np.ndarray  # (K, 3) float64
     outline: tuple[str, np.ndarray]
-    corner: int
 
 
 def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
@@ -52,14 +50,6 @@ def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
         lu, lv = d[:, 0] * c + d[:, 1] * s, -d[:, 0] * s + d[:, 1] * c
         out.append((j, int(((np.abs(lu) <= length / 2) & (np.abs(lv) <= width / 2)).sum())))
     return out
-
-
-def corner_extent(extent, corner: int, frac: float = INSET_FRAC) -> tuple[float, float, float, float]:
-    """The part of ``extent`` an inset in ``corner`` covers (world coordinates)."""
-    x0, x1, y0, y1 = extent
-    w, h = (x1 - x0) * frac, (y1 - y0) * frac
-    left, top = corner in (0, 2), corner in (0, 1)
-    return (x0 if left else x1 - w, x0 + w if left else x1, y1 - h if top else y0, y1 if top else y0 + h)
 
 
 def sheet_focus(clean: View, extent) -> Focus | None:
@@ -77,18 +67,7 @@ def sheet_focus(clean: View, extent) -> Focus | None:
     window = (cx - half, cx + half, cy - half, cy + half)
     p = np.asarray(clean.points, dtype=np.float64)
     inside = (p[:, 0] >= window[0]) & (p[:, 0] <= window[1]) & (p[:, 1] >= window[2]) & (p[:, 1] <= window[3])
-    outline = (str(b.cls[j]), box_outline(b, j))
-
-    centres = f32(b.center[[j for j in range(len(b)) if str(b.cls[j]) != "DontCare"], :2])
-
-    def cost(corner: int) -> float:  # clean points hidden; boxes weigh more, the zoomed object most
-        a0, a1, b0, b1 = corner_extent(extent, corner)
-        hidden = ((p[:, 0] >= a0) & (p[:, 0] <= a1) & (p[:, 1] >= b0) & (p[:, 1] <= b1)).sum()
-        boxes = ((centres[:, 0] >= a0) & (centres[:, 0] <= a1) & (centres[:, 1] >= b0) & (centres[:, 1] <= b1)).sum()
-        overlap = window[0] < a1 and window[1] > a0 and window[2] < b1 and window[3] > b0
-        return float(hidden) + 1e6 * float(boxes) + (1e12 if overlap else 0.0)
-
-    return Focus(window, p[inside, :3].copy(), outline, min(range(4), key=cost))
+    return Focus(window, p[inside, :3].copy(), (str(b.cls[j]), box_outline(b, j)))
 
 
 def _rows_in(a: np.ndarray, b: np.ndarray) -> np.ndarray:

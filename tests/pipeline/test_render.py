@@ -287,13 +287,13 @@ def test_zoom_inset_shows_object_level_changes_the_scene_view_cannot():
     assert _colour_px(deleted.inset, ZOOM_GONE) >= 36 and _colour_px(deleted.inset, ZOOM_CHANGED) == 0
     # the zoom enlarges: at the panel's scale the same change touches far fewer pixels than in the inset
     assert (clean.image != jittered.image).any(axis=2).sum() < (clean.inset != jittered.inset).any(axis=2).sum()
-    # on the sheet: the inset sits in the panel's corner, with the clean box dashed and the moved one in colour
+    # on the sheet: the inset beside its panel, with the clean box dashed and the moved one in colour
     image = sheet_image([clean, jittered], frame_id="f")
     assert _colour_px(image, ZOOM_CHANGED) >= _colour_px(jittered.inset, ZOOM_CHANGED)
 
 
 def test_scale_bars_and_legend_of_a_scene_sheet():
-    from bench_build.render import ZOOM_CHANGED, legend_entries, scale_bar_m, sheet_key
+    from bench_build.render import INSET_FRAC, INSET_GAP_PX, ZOOM_CHANGED, legend_entries, scale_bar_m, sheet_key
 
     assert [scale_bar_m(w) for w in (80, 60, 10, 3)] == [20, 10, 2, 0.5]
     rng = np.random.default_rng(2)
@@ -314,7 +314,8 @@ def test_scale_bars_and_legend_of_a_scene_sheet():
     spx = key.scale_m * PANEL_PX / (x1 - x0)
     # of the clean panel (row 0; fog is row 1): the bottom margin, then one row of gap, title and panel above
     bottom = image.shape[0] - SHEET_GAP_PX - (PANEL_PX + SHEET_ROW_GAP_PX + 16)
-    x = (image.shape[1] - PANEL_PX - 2 * SHEET_GAP_PX) // 2 + SHEET_GAP_PX  # one column: centred in the 420 px
+    cell = PANEL_PX + INSET_GAP_PX + round(PANEL_PX * INSET_FRAC)  # the panel and its zoom's column
+    x = (image.shape[1] - cell - 2 * SHEET_GAP_PX) // 2 + SHEET_GAP_PX  # one column: centred in the 420 px
     strip = image[bottom - 8:bottom - 2, x:x + PANEL_PX].min(axis=0)  # antialiased line
     black = np.flatnonzero(np.all(strip < 110, axis=1))
     assert abs(len(black) - spx) <= 3 and abs(black.max() - (PANEL_PX - 5)) <= 2
@@ -442,25 +443,49 @@ def test_the_zoom_of_a_single_png_hides_none_of_the_scene_and_nothing_crosses_a_
     assert save_png(fig) == save_png(again)
 
 
-def test_the_zoom_scale_label_of_the_sheet_stays_readable_over_black_points():
-    """The zoom inset's scale bar and its "2 m" label are black, as are moved points: in an inset full of them
-    both vanished. They sit on a white backing now, with the label and bar drawn dark on it."""
+@pytest.mark.parametrize("shift", [(0.0, 0.0), (-24.0, -26.0), (14.0, 26.0), (-40.0, 24.0)])
+def test_the_zoom_of_the_sheet_hides_none_of_its_panel(shift):
+    """The sheet's inset was pasted over a corner of each scene panel, a fifth of its points (on the demo frame,
+    the bottom left of all 126 panels). It now has a column of its own right of its panel: wherever the zoomed
+    object lies, the panel's pixels are those of its painted raster but for the frame, the box outlines, the
+    zoom's window frame and the metre scale bar, and the inset, its scale bar and label lie beside the panel,
+    between it and the next column."""
     from dataclasses import replace
+
+    from bench_build.render import INSET_FRAC, INSET_GAP_PX
 
     rng = np.random.default_rng(5)
     pts, boxes, _ = _car_scene(rng)
-    (clean,) = sheet_panels([View("clean", 0, pts, np.zeros(len(pts), np.uint8), boxes, False)])
+    pts[:, :2] += shift
+    boxes.center[:, :2] += shift
+    clean, moved = sheet_panels([View("clean", 0, pts, np.zeros(len(pts), np.uint8), boxes, False),
+                                 View("translation", 1, pts, np.zeros(len(pts), np.uint8), boxes, False)])
     assert clean.inset is not None
-    black, white = (sheet_image([replace(clean, inset=np.full_like(clean.inset, v), inset_outlines=())],
-                                frame_id="f") for v in (0, 255))
-    rows, cols = np.nonzero((black != white).any(axis=2))  # the inset where nothing is drawn over it
-    inset = black[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
-    light = np.all(inset > 200, axis=2)
-    assert light.sum() >= 100, "no backing under the zoom's scale label"
-    r, c = np.nonzero(light)
-    assert r.min() > inset.shape[0] * 0.8 and c.max() < inset.shape[1] * 0.5  # the bottom-left corner
-    backing = inset[r.min():r.max() + 1, c.min():c.max() + 1]
-    assert np.all(backing < 80, axis=2).sum() >= 20  # the label and the bar, dark on it
+    bare = [replace(p, outlines=(), inset_outlines=()) for p in (clean, moved)]
+    black, white = (sheet_image([replace(p, inset=np.full_like(p.inset, v)) for p in bare], frame_id="f")
+                    for v in (0, 255))
+    assert black.shape == white.shape
+    side = round(PANEL_PX * INSET_FRAC)
+    top = black.shape[0] - SHEET_GAP_PX - PANEL_PX  # the translation panel: row 1, column 0, ending the image
+    grid = SHEET_GAP_PX + PANEL_PX + INSET_GAP_PX + side + SHEET_GAP_PX
+    assert black.shape[1] == 420  # one column is narrower than the legend's minimum width: centred
+    x = (420 - grid) // 2 + SHEET_GAP_PX
+    rows, cols = np.nonzero((black != white).any(axis=2)[top:])  # the inset: where the insets differ
+    ix = x + PANEL_PX + INSET_GAP_PX  # its column: right of the panel (its black frame drawn over its edge)
+    assert rows.min() >= 0 and rows.max() < side and cols.min() >= ix and cols.max() < ix + side
+    assert len(rows) > 0.9 * side * side
+    panel = black[top:top + PANEL_PX, x:x + PANEL_PX]
+    drawn = np.zeros((PANEL_PX, PANEL_PX), bool)  # what is drawn over the raster: frame, zoom window, scale bar
+    drawn[:3], drawn[-3:], drawn[:, :3], drawn[:, -3:] = True, True, True, True
+    drawn[-18:, PANEL_PX // 2:] = True
+    (x0, x1), (y0, y1) = (np.clip(np.array(clean.zoom[:2]) - clean.extent[0], 0, None) * PANEL_PX
+                          / (clean.extent[1] - clean.extent[0]),
+                          np.clip(clean.extent[3] - np.array(clean.zoom[2:][::-1]), 0, None) * PANEL_PX
+                          / (clean.extent[3] - clean.extent[2]))
+    drawn[max(int(y0) - 2, 0):int(y1) + 3, max(int(x0) - 2, 0):int(x1) + 3] = True
+    np.testing.assert_array_equal(panel[~drawn], moved.image[~drawn])
+    below = black[top + side:top + PANEL_PX, x + PANEL_PX + INSET_GAP_PX:x + PANEL_PX + INSET_GAP_PX + side]
+    assert np.all(below < 80, axis=2).sum() >= 20  # the zoom's scale bar and label, dark on the sheet's white
 
 
 def test_render_writes_beside_the_user_not_into_the_build(built, tmp_path, monkeypatch):
@@ -621,7 +646,7 @@ def test_panels_from_memory_equal_panels_from_the_files_float32_boxes():
     extent = scene_extent(pts)
     a, b = (make_panel(View("translation", 1, pts, tags, bx, False), extent=extent,
                        focus=sheet_focus(View("clean", 0, pts, tags, bx, False), extent)) for bx in (boxes, stored))
-    assert a.zoom == b.zoom and a.corner == b.corner
+    assert a.zoom == b.zoom
     for (ca, oa), (cb, ob) in zip(a.outlines + a.inset_outlines, b.outlines + b.inset_outlines, strict=True):
         assert ca == cb and np.array_equal(oa, ob)
 
