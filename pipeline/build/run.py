@@ -134,8 +134,8 @@ def run_build(
     if missing := missing_task_packages():  # the tasks would each fail on it: refused before anything is written
         raise UsageError(missing_packages_message(missing))
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
-    if isinstance(root, LocalStore):  # --out a file: refused (exit 2) before the source is read or Ray starts
-        root.refuse_non_directory("--out")
+    if isinstance(root, LocalStore):  # --out a file, or where nothing can be made: refused (exit 2) before the
+        root.refuse_unwritable("--out")  # source is read or Ray starts
     refuse_output_folder(Path(benchmark), "run")
     recipe = load_recipe(benchmark)
     load_costs(recipe)  # a table that does not price the recipe: refused (exit 2) before the version's lock is made

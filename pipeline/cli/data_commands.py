@@ -149,11 +149,11 @@ def score(
     from bench_build.score import PredictionError, score_version
     from bench_build.score.report import print_report
     from bench_build.score.validate import ScoreError
-    from bench_build.storage import StorageError, refuse_non_directory
+    from bench_build.storage import StorageError, refuse_unwritable
 
     try:
         if out is not None:  # where OUT.csv goes, checked before the scoring, not after it
-            refuse_non_directory(out.parent, "the folder of --out")
+            refuse_unwritable(out.parent, "the folder of --out")
             if out.is_dir():
                 raise StorageError(f"--out {out} is a folder; --out is a file prefix: it writes OUT.csv and OUT.json "
                                    f"(e.g. --out {out / 'scores'})")
@@ -194,7 +194,7 @@ def render(
 
     from bench_build.manifests.manifest import ManifestError
     from bench_build.render import RenderError, RenderWriteError, render_version
-    from bench_build.storage import StorageError, refuse_non_directory
+    from bench_build.storage import StorageError, refuse_non_directory, refuse_unwritable
 
     try:
         if out is not None:
@@ -202,6 +202,7 @@ def render(
             if Path(out).resolve().is_relative_to(Path(version_dir).resolve()):
                 raise RenderError(f"--out {out} is inside the version {version_dir}, whose folders hold the files "
                                   "its manifest lists (publish and verify read them): give a folder outside it")
+            refuse_unwritable(out, "--out")
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
                                color_by=color_by,
                                on_note=lambda n: console.print(f"[yellow]note:[/yellow] {escape(n)}", highlight=False))

@@ -277,14 +277,14 @@ def repro_check(
     from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError
     from bench_build.sources import SourceError
-    from bench_build.storage import StorageError, refuse_non_directory
+    from bench_build.storage import StorageError, refuse_unwritable
 
     try:  # the arguments first: the battery takes minutes
         other = load_battery(compare) if compare is not None else None
         if out is not None:
             if out.is_dir():
                 raise UsageError(f"--out {out}: is a folder; give a file name (e.g. {out / 'node-a.json'})")
-            refuse_non_directory(out.parent, "the folder of --out")
+            refuse_unwritable(out.parent, "the folder of --out")
         names = None
         if recipes is not None:  # "kitti-c," or "a, b": blanks around the commas are no recipe ("" read as ".")
             names = [r.strip() for r in recipes.split(",") if r.strip()]

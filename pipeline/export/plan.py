@@ -22,7 +22,7 @@ from bench_build.manifests.manifest import LEDGER_DIR, MANIFEST_NAME
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
-from bench_build.storage.owners import owner_tag
+from bench_build.storage.files import cannot_create
 
 SPLIT_LISTS = ("train", "val", "test", "trainval")  # the lists export writes in every data root's ImageSets/
 
@@ -296,24 +296,6 @@ def out_dir_or_ancestor(out: Path) -> Path:
     raise ExportError(f"{out}: no existing ancestor directory")  # unreachable: '/' exists
 
 
-def cannot_create(d: Path) -> str | None:
-    """Why no file can be created in the existing directory ``d`` (the OS's words), or None. Tried by creating
-    and removing an empty file under export's temporary name (swept like the others if the export is killed
-    meanwhile): `os.access` reads mode bits only, so root passes it in /proc, where mkdir then fails ("No such file
-    or directory") after the pre-flight, and nothing may fail there that the pre-flight could have refused."""
-    probe = d / f".probe.{owner_tag()}.export.tmp"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # left by a killed export of this same process id: it can be written, then
-        fd = None
-    except OSError as e:
-        return e.strerror or str(e)
-    if fd is not None:
-        os.close(fd)
-    os.unlink(probe)
-    return None
-
-
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
@@ -447,7 +429,7 @@ def check_targets(out: Path, parts: list[Part], protected: list[tuple[str, Path]
     for d in sorted({ancestor, *existing}):
         if not os.access(d, os.W_OK | os.X_OK):
             raise ExportError(f"Permission denied: cannot create files in {d}; make it writable or export elsewhere")
-        if (why := cannot_create(d)) is not None:
+        if (why := cannot_create(d, "export")) is not None:
             raise ExportError(f"{out}: cannot create files in {d} ({why}); export to a directory on a writable disk")
     replace = []
     for p in files:

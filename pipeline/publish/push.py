@@ -46,8 +46,8 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         refuse_symlinks(src.root)
     dataset, version = manifest["dataset"], manifest["version"]
     root = open_store(to, endpoint_url=endpoint_url, profile=profile).child(dataset)
-    if isinstance(root, LocalStore):  # --to a file (or under one): refused before the lease is written
-        root.refuse_non_directory("the dataset folder under --to,")
+    if isinstance(root, LocalStore):  # --to a file (or under one, or where nothing can be made): refused before
+        root.refuse_unwritable("the dataset folder under --to,")  # the lease is written
     dest = root.child(version)
     report = TransferReport(dest.url, dataset, version, files=len(manifest["shards"]))
     manifest_sha = hashlib.sha256(raw).hexdigest()

@@ -30,6 +30,36 @@ def refuse_non_directory(path: str | Path, what: str) -> None:
                            "path where one can be created)")
 
 
+def refuse_unwritable(path: str | Path, what: str) -> None:
+    """`refuse_non_directory`, then StorageError unless a file can be created in the nearest existing one of
+    ``path`` and its ancestors (where the first folder or file would go): under /proc or on a read-only disk the
+    mkdir deep inside a command failed after its work began, as a bare OSError (`run`: exit 1) or a traceback
+    (`publish`). For commands that write; ``what`` names the argument (``"--out"``)."""
+    refuse_non_directory(path, what)
+    path = Path(path)
+    d = next(p for p in (path, *path.absolute().parents) if os.path.lexists(p))
+    if (why := cannot_create(d, "out")) is not None:
+        where = "files in it" if d == path else f"a folder in {d}"
+        raise StorageError(f"{what} {path}: cannot create {where} ({why}); give a directory on a writable disk")
+
+
+def cannot_create(d: Path, purpose: str) -> str | None:
+    """Why no file can be created in the existing directory ``d`` (the OS's words), or None. Tried by creating
+    and removing an empty file ``.probe.<owner>.<purpose>.tmp``: `os.access` reads mode bits only, so root
+    passes it in /proc, where mkdir then fails ("No such file or directory")."""
+    probe = d / f".probe.{owner_tag()}.{purpose}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # left by a killed command of this same process id: it can be written, then
+        fd = None
+    except OSError as e:
+        return e.strerror or str(e)
+    if fd is not None:
+        os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 def in_the_way(path: str | Path) -> Path | None:
     """What stops ``path`` from being made a directory: the nearest existing one of it and its ancestors (a link
     counts, even a broken one) when that is not a directory; None when ``path`` is one or can be made one."""

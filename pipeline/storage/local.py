@@ -24,6 +24,7 @@ from bench_build.storage.files import (
     make_dirs,
     mkstemp_in,
     refuse_non_directory,
+    refuse_unwritable,
     replace_durably,
     sha256_file,
 )
@@ -78,6 +79,10 @@ class LocalStore(Store):
     def refuse_non_directory(self, what: str) -> None:
         """`refuse_non_directory` of the root."""
         refuse_non_directory(self.root, what)
+
+    def refuse_unwritable(self, what: str) -> None:
+        """`refuse_unwritable` of the root: for a command about to write under it."""
+        refuse_unwritable(self.root, what)
 
     @staticmethod
     def _etag(st: os.stat_result) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,25 @@ def test_a_file_where_a_folder_or_another_file_goes_is_refused_naming_it(args, a
     _refused(argv, str(folder) if "{d}" in args else str(a_file))
     assert _tree(tmp_path) == before  # nothing written
     assert a_file.read_text() == "not a folder\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: a folder where no file can be made")
+@pytest.mark.parametrize(("args", "said"), [
+    (["run", "kitti-c", "--max-frames", "1", "--out", "/proc/bench-build-x"], "--out /proc/bench-build-x"),
+    (["render", "{v}", "--out", "/proc/bench-build-x"], "--out /proc/bench-build-x"),
+    (["publish", "{v}", "--to", "/proc/bench-build-x"], "--to, /proc/bench-build-x/"),
+    (["score", "{v}", "{f}", "--out", "/proc/bench-build-x/s"], "the folder of --out /proc/bench-build-x"),
+    (["repro-check", "--recipes", "modelnet-c", "--out", "/proc/bench-build-x/b.json"],
+     "the folder of --out /proc/bench-build-x"),
+])
+def test_an_out_where_nothing_can_be_made_is_refused_before_the_work(args, said, a_file, mini_build):
+    """/proc is a folder, but mkdir in it fails (as root too: permission bits say nothing there), as on a read-only
+    disk: `run --out /proc/x` said "No such file or directory: /proc/x" with exit 1 once the source was read, and
+    `publish --to` and `repro-check --out` (after its minutes of battery) ended in a traceback. Each is refused
+    first, in one line naming the option and the folder, exit 2."""
+    argv = [a.format(f=a_file, v=mini_build) for a in args]
+    line = _refused(argv, said, "cannot create a folder in /proc (")
+    assert line.endswith("give a directory on a writable disk"), line
 
 
 def test_a_misspelt_encoding_is_a_usage_error_before_anything_is_written(tmp_path):
