@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -16,9 +17,10 @@ from bench_build.build.finish import EarlySheet, finish
 from bench_build.build.ledger import Ledger, LedgerMismatch, LedgerUnreadable
 from bench_build.build.progress import BuildProgress
 from bench_build.build.reuse import open_earlier, place_files, plan_reuse
+from bench_build.build.shard import os_error_message
 from bench_build.errors import WROTE, UsageError
 from bench_build.format.writer import ENCODINGS, parquet_format
-from bench_build.manifests.manifest import MANIFEST_NAME
+from bench_build.manifests.manifest import MANIFEST_NAME, is_version_dir, versions_in
 from bench_build.manifests.recipe import Recipe, load_recipe, refuse_output_folder
 from bench_build.plan.costs import load_costs
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
@@ -33,7 +35,7 @@ from bench_build.runtime.ray import (
 )
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.sources.base import point_labels_missing
-from bench_build.storage import LocalStore, Store, open_store, redact
+from bench_build.storage import LocalStore, StorageError, Store, open_store, redact
 
 DEMO_FRAMES = 8
 DEMO_FRAMES_PER_SHARD = 2  # so the 8-frame demo has 4 shards to spread over workers
@@ -134,8 +136,10 @@ def run_build(
     if missing := missing_task_packages():  # the tasks would each fail on it: refused before anything is written
         raise UsageError(missing_packages_message(missing))
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
-    if isinstance(root, LocalStore):  # --out a file, or where nothing can be made: refused (exit 2) before the
-        root.refuse_unwritable("--out")  # source is read or Ray starts
+    if isinstance(root, LocalStore):  # --out a file, in a version, or where nothing can be made: refused (exit 2)
+        root.refuse_non_directory("--out")  # before the source is read or Ray starts
+        refuse_out_in_a_version(root.root)
+        root.refuse_unwritable("--out")  # after: its probe file must not go into a version
     refuse_output_folder(Path(benchmark), "run")
     recipe = load_recipe(benchmark)
     load_costs(recipe)  # a table that does not price the recipe: refused (exit 2) before the version's lock is made
@@ -168,7 +172,12 @@ def run_build(
     version_dir: Path | str = store.root if isinstance(store, LocalStore) else store.url
     specs = plan_shards(frame_ids, fps)
     # one writer per version: a second run (or --overwrite) while this one runs is refused, naming it
-    with store.writer_lock("bench-build run") as owner:
+    with contextlib.ExitStack() as held:
+        try:
+            owner = held.enter_context(store.writer_lock("bench-build run"))
+        except OSError as e:  # under /proc, a read-only disk, no permission: before the ledger, so exit 2
+            raise StorageError(f"--out {out or 'bench-out'}: cannot write in the version directory {version_dir} "
+                               f"({os_error_message(e)}); nothing was written") from None
         # temp files of killed earlier runs: a dead process's of this host, and any unchanged for TEMP_IDLE (the
         # lock is ours, so no other run writes here: a temp of another host's writer that idle is a dead one's)
         if removed := store.remove_dead_temps(owner):
@@ -179,6 +188,23 @@ def run_build(
                              progress=progress, owner=owner, groups=groups, encoding=encoding,
                              benchmark_split=recipe.split if other_split else None, earlier=earlier,
                              after=after)
+
+
+def refuse_out_in_a_version(out: Path) -> None:
+    """`UsageError` for an --out that is a version folder, lies inside one, or is a benchmark's folder (it holds
+    versions): the build would go to OUT/<benchmark>/<version> inside it, where `verify` of that version finds the
+    files its manifest does not list and a glob reader (pandas, DuckDB) reads their rows with its own."""
+    full = Path(os.path.abspath(out))
+    for p in (full, *full.parents):
+        with contextlib.suppress(OSError):  # an unreadable folder: not known as a version, its mkdir says more
+            if is_version_dir(p):
+                raise UsageError(f"--out {out}: {p} is a version folder, and the build would go inside it; --out is "
+                                 f"the output root the build goes under (OUT/<benchmark>/<version>): --out "
+                                 f"{p.parent.parent}")
+    if versions := versions_in(full):
+        raise UsageError(f"--out {out} is a benchmark's folder (versions {', '.join(versions)}), and the build would "
+                         f"go inside it; --out is the output root the build goes under (OUT/<benchmark>/<version>): "
+                         f"--out {full.parent}")
 
 
 def build_locked(recipe: Recipe, src: Any, frame_ids: list[str], fps: int, fingerprint: str,

@@ -334,6 +334,40 @@ def test_an_output_nobody_can_write_is_refused_before_any_work(args, monkeypatch
     assert "cannot " in line
 
 
+def test_run_whose_version_directory_cannot_be_made_is_refused_before_the_ledger(small_recipe, demo_kitti, tmp_path,
+                                                                                 monkeypatch):
+    """The pre-flight's probe passes where the output root can be written, but making the version directory and its
+    lock can still fail (a disk that went read-only, a quota): that was `error: <OS words>` with exit 1, which says
+    work had begun; nothing had. One line naming --out and the version directory, exit 2."""
+    import errno
+
+    from bench_build.storage import LocalStore
+
+    def read_only(self, purpose, *, force=False):
+        raise OSError(errno.EROFS, "Read-only file system", str(self.root / ".bench-build.lock"))
+
+    monkeypatch.setattr(LocalStore, "writer_lock", read_only)
+    out = tmp_path / "out"
+    line = _refused(["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(out), "--max-frames", "1",
+                     "--workers", "1", "--no-progress"], f"--out {out}", "cannot write", "nothing was written",
+                    "Read-only file system")
+    assert "mini-c/" in line  # the version directory it could not make
+    assert not (out / "mini-c" / "0.1.0" / "_ledger").exists()
+
+
+@pytest.mark.parametrize("out", ["{v}", "{v}/data", "{v}/..", "{v}/renders/new"])
+def test_run_into_a_version_or_a_benchmarks_folder_is_refused(out, mini_build, small_recipe, demo_kitti):
+    """`run --out OUT/<benchmark>/<version>` (the version's path where its output root goes) built a second version
+    inside the first: `verify` of that one then failed on 100+ files its manifest does not list, and glob readers
+    read both versions' rows. Refused naming --out and the output root meant, before anything is written."""
+    before = _tree(Path(mini_build).parent)
+    given = out.format(v=mini_build)
+    line = _refused(["run", str(small_recipe), "--source", str(demo_kitti), "--out", given, "--max-frames", "1",
+                     "--workers", "1", "--no-progress"], f"--out {given}", "OUT/<benchmark>/<version>")
+    assert line.endswith(f"--out {Path(mini_build).parent.parent}"), line
+    assert _tree(Path(mini_build).parent) == before  # nothing written
+
+
 #: arguments and options of type str that name no path: names, choices, addresses and URLs of services
 NOT_PATHS = {"run benchmark", "status benchmark", "plan benchmark", "warm benchmarks",  # "": "an empty benchmark name"
              "bench recipe", "bench stages recipe", "run address", "validate address", "run split", "plan split",
