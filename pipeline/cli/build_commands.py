@@ -212,7 +212,8 @@ def _interrupted(benchmark: str, out: str, endpoint_url: str | None, profile: st
 
 def task_unit(tasks: int, groups: int) -> str:
     """What a count of ledger tasks is, in words: shards (one task per shard) or tasks of split shards."""
-    return f"shard{'s' * (tasks != 1)}" if groups == 1 else f"tasks ({tasks // groups} shards × {groups} task groups)"
+    return f"shard{'s' * (tasks != 1)}" if groups == 1 else \
+        f"tasks ({counted(tasks // groups, 'shard')} × {groups} task groups)"
 
 
 def _counts_line(result) -> str:

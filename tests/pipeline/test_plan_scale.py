@@ -288,6 +288,16 @@ def _ledger_file(corruption: str, severity: int, rows: int) -> dict:
             "severity": severity, "rows": rows, "bytes": 1, "sha256": "", "seconds": 0.1}
 
 
+def test_the_count_of_split_shards_reads_as_words():
+    """`run --max-frames 2 --groups 1000` ended with `49 tasks (1 shards × 49 task groups)`, and `status` said the
+    same: one shard is singular."""
+    from bench_build.cli.build_commands import task_unit
+
+    assert task_unit(49, 49) == "tasks (1 shard × 49 task groups)"
+    assert task_unit(8, 4) == "tasks (2 shards × 4 task groups)"
+    assert (task_unit(1, 1), task_unit(3, 1)) == ("shard", "shards")
+
+
 def test_task_cpu_per_example_separates_each_worker_process_warm_up(tmp_path):
     """`bench` extrapolates full-build CPU from a demo build's ledger: per-example CPU from the tasks that ran in an
     already warm process, and the warm-up (imports, numba's cached code) as what each process's first task cost
