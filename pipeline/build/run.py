@@ -26,6 +26,7 @@ from bench_build.plan.costs import load_costs
 from bench_build.plan.tasks import BlockSpec, TaskSpec, plan_shards, task_groups
 from bench_build.runtime.numeric import build_profile, profile_differences
 from bench_build.runtime.ray import (
+    MAX_LOCAL_CPUS,
     init_ray,
     local_raylet,
     missing_packages_message,
@@ -125,6 +126,9 @@ def run_build(
     for name, value in (("max_frames", max_frames), ("frames_per_shard", frames_per_shard), ("workers", workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    if workers is not None and workers > MAX_LOCAL_CPUS:
+        raise UsageError(f"--workers {workers}: a local Ray takes at most {MAX_LOCAL_CPUS:,} CPUs (Ray's limit); "
+                         f"it is the count of worker processes, best this machine's {os.cpu_count() or 1}")
     for name, value in (("out", out), ("source", source), ("reuse", reuse)):
         if value == "":  # an unset variable: read as a path, "" is the working directory (the CLI refuses it too)
             raise UsageError(f"{name} is an empty string, which would mean the working directory ({os.getcwd()}); "

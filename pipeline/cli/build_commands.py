@@ -105,9 +105,10 @@ def run(
         split = f"{version}:{split if split is not None else recipe_split or ''}"
     from bench_build.build.shard import os_error_message
     from bench_build.errors import BenchBuildError, wrote_before
+    from bench_build.runtime.ray import MAX_LOCAL_CPUS
 
     cpus = os.cpu_count() or 1
-    if address is None and workers is not None and workers > cpus:
+    if address is None and workers is not None and cpus < workers <= MAX_LOCAL_CPUS:  # more: refused, said once
         console.print(f"[yellow]note:[/yellow] --workers {workers} on this machine's {cpus} CPUs: the worker processes "
                       f"share them, so the build is no faster than with --workers {cpus} and holds more memory (the "
                       "bytes are the same); --address joins a cluster", highlight=False)

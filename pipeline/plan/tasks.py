@@ -261,8 +261,10 @@ def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TA
     its one-worker seconds: makespan (s), busy CPU-s (one-worker seconds), utilisation = busy / (N × makespan)
     (a worker's start and the inflation are not useful work), and occupancy = utilisation × inflation: the share
     of the workers' time a task runs, however slow the hardware makes it at that occupancy (how well the split
-    keeps workers busy, apart from what the machine costs)."""
-    free = [start_s] * workers
+    keeps workers busy, apart from what the machine costs). Workers beyond one per task never get one, so only
+    as many are simulated (``--workers 10**9`` allocated a list of that many)."""
+    task_seconds = list(task_seconds)
+    free = [start_s] * min(workers, max(len(task_seconds), 1))
     busy = 0.0
     for cost in task_seconds:
         start = heapq.heappop(free)

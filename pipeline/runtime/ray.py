@@ -26,6 +26,9 @@ import pyarrow as pa
 from bench_build.runtime import reaper
 from bench_build.runtime.numeric import worker_env
 
+#: the most CPUs a local Ray takes (Ray's bound on any resource quantity): `ray.init` refuses more with a
+#: ValueError, which came after the build had written its ledger
+MAX_LOCAL_CPUS = 10**14
 RAYLET_GONE_GRACE_S = 2.0  # after the local raylet died: time for its workers to exit before the ledger is read
 
 #: ``off``: leave the libraries' thread pools at their defaults in workers (to measure what the pin saves)

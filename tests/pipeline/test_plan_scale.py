@@ -85,6 +85,30 @@ def test_simulated_schedule_matches_list_scheduling_by_hand():
     assert r["busy_cpu_s"] == 30.0 and r["utilisation"] == pytest.approx(30 / (4 * r["makespan_s"]))
 
 
+def test_more_workers_than_tasks_are_simulated_without_a_list_of_them():
+    """`plan --workers 99999999999999999999` (and `run` with it, sizing its task groups) ended in an OverflowError
+    traceback, and 10**9 allocated 8 GB: the schedule held a slot per worker, when at most one per task is used."""
+    few = simulate([3.0, 1.0], 2, start_s=1.0)
+    many = simulate([3.0, 1.0], 10**20, start_s=1.0)
+    assert many["makespan_s"] == few["makespan_s"] == 1.0 + 3.0 + TASK_OVERHEAD_S
+    assert many["utilisation"] == pytest.approx(4.0 / (10**20 * many["makespan_s"]))
+    assert simulate([], 10**20, start_s=1.0)["makespan_s"] == simulate([], 3, start_s=1.0)["makespan_s"] == 1.0
+    res = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "4", "--workers", str(10**20), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["schedule"][0]["workers"] == 10**20
+
+
+def test_run_refuses_more_workers_than_a_local_ray_takes_before_writing(small_recipe, demo_kitti, tmp_path):
+    """Past Ray's bound on a resource (10**14), `ray.init` raised a ValueError after the ledger was written (exit 1,
+    a traceback), the note on more workers than CPUs printed first."""
+    res = CliRunner().invoke(app, ["run", str(small_recipe), "--source", str(demo_kitti), "--out", str(tmp_path / "o"),
+                                   "--max-frames", "1", "--workers", str(10**14 + 1), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --workers {10**14 + 1}: a local Ray takes at most"), lines
+    assert not (tmp_path / "o").exists()
+
+
 def test_full_kitti_c_plan_has_thousands_of_equal_tasks_and_keeps_256_workers_busy(kitti_c):
     r = plan_build(kitti_c, [f"{i:06d}" for i in range(KITTI_FRAMES)], frames_per_shard=64,
                    workers=(2, 16, 64, 256))
