@@ -142,7 +142,8 @@ def load_costs(recipe: Recipe, path: str | Path | None = None) -> CostTable:
         p = TABLES / f"{base}.json"
     if not p.is_file():
         if path:
-            raise CostTableError(f"cost table {p} does not exist")
+            raise CostTableError(f"cost table {p} is a folder, not a JSON file" if p.is_dir() else
+                                 f"cost table {p} does not exist")
         return default_costs(recipe)
     try:
         data = json.loads(p.read_text())

@@ -118,6 +118,13 @@ def test_a_table_of_another_recipe_with_the_same_corruptions_is_refused(tmp_path
     assert res.exit_code == 2 and "bench-build bench stages --recipe" in " ".join(res.output.split())
 
 
+def test_a_folder_given_as_the_cost_table_is_said_to_be_one(tmp_path):
+    """`plan --costs DIR` said `cost table DIR does not exist`, of a folder that does."""
+    res = CliRunner().invoke(app, ["plan", "kitti-c", "--frames", "2", "--costs", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip() == f"error: cost table {tmp_path} is a folder, not a JSON file", res.output
+
+
 def test_per_frame_data_a_stage_keeps_is_priced_once_per_frame_and_task(tmp_path):
     """Ring ids (Robo3D's beam_missing, cross_sensor, snow) and what a stage keeps in Frame.derived for its other
     severities (ModelNet40-E's normals, upsample's grid, background's z range) were in no table: the stage rows
