@@ -260,7 +260,8 @@ def validate(
     patience: Annotated[int | None, typer.Option(min=1, help="Early stopping: epochs without a better val accuracy")]
     = None,
     points: Annotated[int, typer.Option(min=1, help="Points sampled per scan")] = 16384,
-    width: Annotated[float, typer.Option(min=0.01, help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
+    width: Annotated[float, typer.Option(min=0.01, max=16,
+                                         help="PointNet width multiplier (1 = 64-64-64-128-1024)")] = 1.0,
     seed: Annotated[int, typer.Option(min=0, help="Seed of sampling, split, training, t-SNE and permutations")] = 0,
     permutations: Annotated[int, typer.Option(min=1, help="MMD permutation-test permutations")] = 500,
     max_embed: Annotated[int, typer.Option(min=1, help="Samples per group (real/simulated/clean) for t-SNE and "

@@ -142,7 +142,7 @@ def plan(
     = None,
     costs: Annotated[Path | None, typer.Option(help="Cost table JSON (default: the shipped one)",
                                                parser=as_path, callback=refuse_empty_path)] = None,
-    worker_start: Annotated[float | None, typer.Option(min=0,
+    worker_start: Annotated[float | None, typer.Option(min=0, max=3600,  # inf: "infh", and Infinity in --json
         help="Seconds from a worker's start to its first task at full speed (process, imports, numba kernels "
              "loaded from the cache; default: the cost table's measurement, else 1.4; add ≈ 11 where workers "
              "compile them)")] = None,

@@ -428,3 +428,14 @@ def test_bench_write_costs_commit_each_partitions_own_output(small_recipe):
     assert set(by) == {c.name for c in recipe.corruptions}
     assert all(len(r) == recipe.severities and all(x > 0 for x in r) for r in by.values())
     assert clean > 0 and 0.3 * demo[0].points.nbytes < size < demo[0].points.nbytes
+
+
+@pytest.mark.parametrize("args", [["plan", "kitti-c", "--frames", "8", "--worker-start", "inf", "--json"],
+                                  ["validate", "bench-out/kitti-c/1.0.0", "--width", "inf"]])
+def test_an_infinite_float_option_is_refused(args):
+    """`plan --worker-start inf` was taken: the table said "infh" and `--json` wrote `Infinity`, which is not the
+    strict JSON every file and output of bench-build is; `validate --width inf` would build an infinite PointNet.
+    Both options are bounded now (exit 2 before any work)."""
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "less than or equal to" in res.output, res.output
+    assert "Infinity" not in res.output
