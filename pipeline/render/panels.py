@@ -9,11 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench_build.render.raster import bev_raster, box_outlines, object_extent, object_raster, scene_extent
-from bench_build.render.views import BOX_COLORS, PANEL_PX, RenderError, View
+from bench_build.render.views import BOX_COLORS, OTHER_BOX, PANEL_PX, RenderError, View
 from bench_build.render.zoom import CLEAN_BOX, INSET_FRAC, Focus, inset_raster, sheet_focus
-
-OTHER_BOX = "#444444"
-
 
 OBJECT_VIEWS = (("top", "x", "y"), ("front", "x", "z"), ("side", "y", "z"))  # object_raster's order
 

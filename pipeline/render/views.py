@@ -42,20 +42,54 @@ class RenderError(BenchBuildError, ValueError):
 
 #: colour of class 0 (unlabelled / ignored) when colouring by semantic class
 UNLABELLED_COLOR = (0.8, 0.8, 0.8)
+OTHER_BOX = "#444444"  # the outline of a box of any other class
+
+
+ZOOM_SAME, ZOOM_CHANGED, ZOOM_GONE = (0.6, 0.6, 0.6), (0.0, 0.0, 0.0), (1.0, 0.55, 0.72)  # the zoom's points
+SEMANTIC_CANDIDATES = ("tab20", "tab20b", "tab20c", "Set1", "Set2", "Dark2", "Paired", "Accent", "Set3")
+SEMANTIC_MAX_L = 80.0  # CIELAB lightness: a paler class colour is lost on the white background as one-pixel points
 _PALETTE: np.ndarray | None = None
 
 
+def cielab(rgb) -> np.ndarray:
+    """(N, 3) sRGB colours in [0, 1] as CIELAB (D65): distances there are distances the eye sees (ΔE)."""
+    rgb = np.asarray(rgb, np.float64).reshape(-1, 3)
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = lin @ np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]).T
+    xyz /= (0.95047, 1.0, 1.08883)
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.c_[116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])]
+
+
+def reserved_colors() -> np.ndarray:
+    """(N, 3) the colours a semantic picture already uses for something else: the box outlines, the zoom's
+    points, unlabelled points and the white background."""
+    from matplotlib.colors import to_rgb
+
+    return np.array([*(to_rgb(c) for c in (*BOX_COLORS.values(), OTHER_BOX)), ZOOM_SAME, ZOOM_CHANGED, ZOOM_GONE,
+                     UNLABELLED_COLOR, (1.0, 1.0, 1.0)])
+
+
 def semantic_colors(n: int) -> np.ndarray:
-    """(n, 3) colours in [0, 1] of classes 0..n−1: class 0 light grey, the others matplotlib's tab20 without its
-    two greys, its dark shades first (so neighbouring classes differ in hue), then tab20b (38 distinct colours,
-    repeating beyond)."""
+    """(n, 3) colours in [0, 1] of classes 0..n−1: class 0 light grey, the others picked one by one from
+    matplotlib's qualitative maps (`SEMANTIC_CANDIDATES`; those dark enough to see on white, `SEMANTIC_MAX_L`),
+    each the one farthest (CIELAB) from those picked before and from `reserved_colors`: the first classes
+    differ most (Waymo's 22: ΔE ≥ 21), none looks like a box's outline or the zoom's colours (tab20's cyan,
+    olive and brown were the Car, Pedestrian and Cyclist boxes'). 81 colours, repeating beyond."""
     global _PALETTE
     if _PALETTE is None:
         from matplotlib import colormaps
 
-        order = [*range(0, 20, 2), *range(1, 20, 2)]
-        tab20 = [colormaps["tab20"].colors[i] for i in order if i not in (14, 15)]
-        _PALETTE = np.array([*tab20, *colormaps["tab20b"].colors], dtype=np.float64)[:, :3]
+        cands = np.array([c[:3] for m in SEMANTIC_CANDIDATES for c in colormaps[m].colors])
+        lab = cielab(cands)
+        far = np.linalg.norm(lab[:, None] - cielab(reserved_colors())[None], axis=2).min(axis=1)
+        far[lab[:, 0] > SEMANTIC_MAX_L] = -1.0
+        order = []
+        while far.max() > 0:  # a candidate already picked (or too pale) is −1, a duplicate of one 0
+            order.append(k := int(np.argmax(far)))  # on a tie the first: deterministic
+            far = np.minimum(far, np.linalg.norm(lab - lab[k], axis=1))
+            far[order] = -1.0
+        _PALETTE = cands[order]
     idx = (np.arange(max(n, 1)) - 1) % len(_PALETTE)
     out = _PALETTE[idx]
     out[0] = UNLABELLED_COLOR

@@ -7,22 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench_build.render.raster import box_outline, f32
-from bench_build.render.views import View
+from bench_build.render.views import ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME, View
 from bench_build.stages.frame import Boxes
 
 INSET_FRAC = 0.45  # inset side / panel side
 
 
 ZOOM_MARGIN_M = 1.25  # metres around the box in the zoom window (translation moves boxes by up to ≈ 1.3 m)
-
-
-ZOOM_SAME = (0.6, 0.6, 0.6)
-
-
-ZOOM_CHANGED = (0.0, 0.0, 0.0)
-
-
-ZOOM_GONE = (1.0, 0.55, 0.72)
 
 
 CLEAN_BOX = "clean"  # the class name under which the clean box's outline travels in a panel (drawn dashed)

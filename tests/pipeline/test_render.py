@@ -865,3 +865,23 @@ def test_colour_by_semantic_class_shows_the_labels_each_corruption_carries(seg_b
     said = " ".join(res.output.split())
     assert res.exit_code == 2 and "--color-by semantic needs per-point semantic labels" in said
     assert "robo3d-semantickitti-c" in said and not (tmp_path / "k").exists()
+
+
+def test_semantic_colours_differ_from_each_other_and_from_the_boxes_and_the_zoom():
+    """tab20's cyan, olive and brown were semantic classes' colours (SemanticKITTI's road, Waymo's traffic light
+    and bicyclist) and the Car, Pedestrian and Cyclist boxes' too, and tab20b's light reds sat beside tab20's: a
+    road drawn in the Car box's colour, a sidewalk like a pole. Every class of the largest set (Waymo's 22) now
+    differs from every other and from what else a semantic picture draws (box outlines, the zoom's points,
+    unlabelled grey, the white background) by a ΔE a reader sees at a glance, and the palette is the same
+    each time."""
+    from bench_build.render.views import cielab, reserved_colors, semantic_colors
+    from bench_build.sources.waymo import SEG_CLASSES
+
+    colors = semantic_colors(len(SEG_CLASSES))
+    lab = cielab(colors[1:])
+    apart = np.linalg.norm(lab[:, None] - lab[None], axis=2) + np.eye(len(lab)) * 1e9
+    assert apart.min() >= 20, apart.min()
+    assert np.linalg.norm(lab[:, None] - cielab(reserved_colors())[None], axis=2).min() >= 20
+    assert (cielab(colors[1:])[:, 0] <= 80).all()  # none too pale to see as one-pixel points on white
+    assert np.array_equal(colors, semantic_colors(len(SEG_CLASSES)))
+
