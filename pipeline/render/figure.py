@@ -29,6 +29,32 @@ SCENE_FIG_IN = (10.0, 7.6)  # a scene's figure (inches): the scene, then the leg
 ZOOM_COLUMN_IN = 3.0  # added between the two when there is a zoom: the inset and its title
 ZOOM_LEFT_IN, ZOOM_SIDE_IN, ZOOM_BOTTOM_IN = 7.35, 2.7, 3.95  # the inset (inches from the figure's left, bottom)
 ZOOM_COLORBAR_IN = 2.9  # a colour bar (by height) under the inset: its bottom (inches)
+LEGEND_PT, LEGEND_ROW_IN, LEGEND_TITLE_IN = 9, 0.21, 0.5  # the legend's font; one row of it, its title and padding
+LEGEND_BAND_IN = (0.3, 7.3)  # the legend column's heights (inches from the bottom) its rows may fill
+NOTE_BOTTOM, NOTE_LINE_IN = 0.1, 0.16  # a scene's note: its bottom (fraction of the height), a line (inches)
+
+
+def legend_layout(labels: list[str], note: str | None, zoom: bool) -> tuple[int, float, float]:
+    """(columns, inches the figure grows by, centre as a fraction of the figure's height) of a scene's legend:
+    as many rows as the column right of the scene holds (above the note, which without a zoom lies under the
+    legend), then further columns, the figure wider where they need it (their widest labels), so a long legend
+    (a segmentation set's classes, the boxes and the zoom's colours: ≈ 30 entries) stays in the figure."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    lo, hi = LEGEND_BAND_IN
+    if note is not None and not zoom:
+        lo = NOTE_BOTTOM * SCENE_FIG_IN[1] + NOTE_LINE_IN * len(textwrap.wrap(note, 40)) + 0.2
+    rows = max(int((hi - lo - LEGEND_TITLE_IN) / LEGEND_ROW_IN), 1)
+    cols = max(-(-len(labels) // rows), 1)
+    if cols == 1:
+        return 1, 0.0, (lo + hi) / 2 / SCENE_FIG_IN[1]
+    font, per = FontProperties(size=LEGEND_PT), -(-len(labels) // cols)  # matplotlib fills columns evenly
+    wide = [TextToPath().get_text_width_height_descent(t, font, ismath=False)[0] for t in labels]
+    # the columns: each its widest label and the handle with its gap, then the spacing between them (in em)
+    pt = sum(max(wide[k:k + per]) + (2.0 + 0.8) * LEGEND_PT for k in range(0, len(labels), per))
+    extra = max((pt + (cols - 1) * 2.0 * LEGEND_PT) / 72 + 0.4 - (SCENE_FIG_IN[0] - 7.2), 0.0)
+    return cols, extra, (lo + hi) / 2 / SCENE_FIG_IN[1]
 
 
 def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, focus: Focus | None = None,
@@ -44,7 +70,7 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
     tags = present_tags(view.tags)
     classes = [cls for cls, _ in box_outlines(view.boxes)]
     entries = legend_entries(tags, classes, color_by=color_by, zoom=focus is not None,
-                             semantic=present_classes(view, color_by))
+                             semantic=present_classes(view, color_by, None if view.is_object else extent))
     handles = [Patch(facecolor=e.color, label=e.label) if e.kind == "points" else
                Line2D([], [], color=e.color, ls="--" if e.kind == "clean box" else "-", label=e.label)
                for e in entries]
@@ -63,7 +89,8 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
         fig.suptitle(title if note is None else f"{title}\n{note}", fontsize=11)
         main = axes
     else:
-        width = SCENE_FIG_IN[0] + (ZOOM_COLUMN_IN if focus is not None else 0.0)
+        ncols, wider, legend_y = legend_layout([e.label for e in entries], note, focus is not None)
+        width = SCENE_FIG_IN[0] + (ZOOM_COLUMN_IN if focus is not None else 0.0) + wider
         fig = Figure(figsize=(width, SCENE_FIG_IN[1]), dpi=100)
         ax = fig.add_axes((0.8 / width, 0.08, 6.2 / width, 0.84))
         x0, x1, y0, y1 = extent
@@ -106,7 +133,7 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
                 ax.add_artist(ConnectionPatch((min(max(zx1, x0), x1), wy), (0.0, iy), coordsA=ax.transData,
                                               coordsB=ins.transAxes, color="0.2", alpha=0.9, clip_on=False))
         if note is not None:
-            fig.text(7.2 / width, 0.1, textwrap.fill(note, 40), fontsize=9, style="italic",
+            fig.text(7.2 / width, NOTE_BOTTOM, textwrap.fill(note, 40), fontsize=9, style="italic",
                      color=(0.55, 0.1, 0.1), ha="left", va="bottom")
         main = [ax]
     if color_by == "height":
@@ -130,8 +157,9 @@ def view_figure(view: View, *, frame_id: str, extent=None, radius: float = 1.0, 
                        frameon=False)
         else:
             right = 7.2 + (ZOOM_COLUMN_IN if focus is not None else 0.0)  # inches: right of the zoom's column
-            fig.legend(handles=handles, loc="center left", bbox_to_anchor=(right / fig.get_figwidth(), 0.5), fontsize=9,
-                       title="points" + (" and boxes" if classes else ""), frameon=False)
+            fig.legend(handles=handles, loc="center left", bbox_to_anchor=(right / fig.get_figwidth(), legend_y),
+                       fontsize=LEGEND_PT, ncols=ncols, title="points" + (" and boxes" if classes else ""),
+                       frameon=False)
     return fig, entries
 
 

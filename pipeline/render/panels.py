@@ -65,11 +65,18 @@ def present_tags(tags: np.ndarray) -> tuple[int, ...]:
     return tuple(int(t) for t in np.flatnonzero(np.bincount(np.asarray(tags, np.uint8), minlength=256)))
 
 
-def present_classes(view: View, color_by: str) -> tuple[tuple[int, str], ...]:
-    """(class, name) of the semantic classes among ``view``'s points, in class order; () unless coloured by them."""
+def present_classes(view: View, color_by: str, extent=None) -> tuple[tuple[int, str], ...]:
+    """(class, name) of the semantic classes among ``view``'s points, in class order; () unless coloured by them.
+    With a scene's ``extent``: only those of the points within it, those drawn, so a legend names no class
+    whose points all lie outside the picture."""
     if color_by != "semantic" or view.semantic is None:
         return ()
-    return tuple((int(c), view.class_names[int(c)]) for c in np.unique(view.semantic))
+    sem = np.asarray(view.semantic)
+    if extent is not None and len(sem):
+        x0, x1, y0, y1 = (float(e) for e in extent)
+        x, y = (np.asarray(view.points[:, k], np.float64) for k in (0, 1))
+        sem = sem[(x >= x0) & (x < x1) & (y > y0) & (y <= y1)]
+    return tuple((int(c), view.class_names[int(c)]) for c in np.unique(sem))
 
 
 def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
@@ -77,7 +84,7 @@ def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = 
     """Paint ``view`` with the sheet's shared ``extent`` (scenes) or ``radius`` (objects), and its zoom on
     ``focus`` (scenes with boxes)."""
     tags = present_tags(view.tags)
-    classes = present_classes(view, color_by)
+    classes = present_classes(view, color_by, None if view.is_object else extent)
     if view.is_object:
         return Panel(view.corruption, view.severity, object_raster(view, radius, color_by, px), tags=tags,
                      classes=classes)

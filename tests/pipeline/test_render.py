@@ -885,3 +885,52 @@ def test_semantic_colours_differ_from_each_other_and_from_the_boxes_and_the_zoom
     assert (cielab(colors[1:])[:, 0] <= 80).all()  # none too pale to see as one-pixel points on white
     assert np.array_equal(colors, semantic_colors(len(SEG_CLASSES)))
 
+
+@pytest.mark.parametrize("n_classes, zoom", [(23, False), (23, True), (40, True)])
+def test_a_long_semantic_legend_stays_in_the_figure_and_overlaps_nothing(n_classes, zoom):
+    """By semantic class a scene's legend lists its classes, its boxes and the zoom's colours: Waymo's 23 with
+    three box classes made ≈ 30 entries in one column, and without a zoom (a partial pull without clean) it ran
+    over the note under it; more made it taller than the figure. It now takes as many rows as its column holds
+    above the note, then further columns (the figure wider by what they need), and lists only the classes of
+    the points drawn: the scene, the inset, its title, the legend and the note overlap nothing and stay in the
+    figure, the same bytes each time."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from bench_build.render import save_png, sheet_focus, view_figure
+
+    rng = np.random.default_rng(7)
+    pts, boxes, _ = _car_scene(rng)
+    boxes = Boxes(center=np.r_[boxes.center, [[5.0, -12.0, -0.9], [-8.0, 6.0, -0.9]]],
+                  dims=np.r_[boxes.dims, [[1.8, 0.6, 1.7], [6.0, 2.5, 2.5]]], heading=np.zeros(4),
+                  cls=np.array(["Car", "Pedestrian", "Cyclist", "Vehicle"], dtype=object), truncated=np.zeros(4),
+                  occluded=np.zeros(4, np.int64), alpha=np.zeros(4), bbox2d=np.zeros((4, 4)))
+    names = (*(f"class_{i}" for i in range(n_classes)), "far_away")
+    semantic = np.arange(len(pts)) % n_classes
+    pts = np.r_[pts, [[500.0, 500.0, 0.0]]]  # the one point of "far_away" lies outside the picture
+    semantic = np.r_[semantic, n_classes]
+    view = View("fog", 3, pts, np.zeros(len(pts), np.uint8), boxes, False, semantic, names)
+    extent = scene_extent(pts[:-1])
+    focus = sheet_focus(view, extent) if zoom else None
+    note = None if zoom else "no clean partition here: the zoom compares with clean, so there is none (pull clean)"
+    fig, entries = view_figure(view, frame_id="000000", extent=extent, focus=focus, color_by="semantic", note=note)
+    labels = [e.label for e in entries]
+    assert labels[:n_classes] == list(names[:n_classes]) and "far_away" not in labels
+    assert n_classes not in dict(make_panel(view, extent=extent, color_by="semantic").classes)  # nor the sheet's
+    FigureCanvasAgg(fig).draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    parts = {"scene": ax.get_tightbbox(r, bbox_extra_artists=[]), "legend": fig.legends[0].get_window_extent(r)}
+    if zoom:
+        (ins,) = ax.child_axes
+        parts |= {"zoom": ins.get_window_extent(r), "zoom title": ins.title.get_window_extent(r)}
+    else:
+        (said,) = fig.texts
+        parts["note"] = said.get_window_extent(r)
+    order = list(parts)
+    for i, a in enumerate(order):
+        box = parts[a]
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, a
+        for b in order[i + 1:]:
+            assert not box.overlaps(parts[b]), (a, b)
+    again, _ = view_figure(view, frame_id="000000", extent=extent, focus=focus, color_by="semantic", note=note)
+    assert save_png(fig) == save_png(again)
