@@ -146,7 +146,7 @@ def sheet_image(panels: Sequence[Panel], *, frame_id: str, color_by: str = "tag"
     width = max(grid, 420)
     left = (width - grid) // 2  # a grid narrower than the legend's minimum width is centred
     head = {"tag": "colour: point tag · ", "semantic": "colour: semantic class · "}.get(color_by, "")
-    lines = _flow(key.legend, width, SHEET_GAP_PX + 7 * len(head))
+    lines = _flow(key.legend, width, SHEET_GAP_PX + (_text_px(head, 7) + 8 if head else 0))
     said = _wrap(note, width) if note else []
     bar_h = 24 if key.colorbar else 0
     top = SHEET_LEGEND_LINE_PX * (len(lines) + len(said)) + bar_h + 8
@@ -247,7 +247,8 @@ def _draw_legend(ax, lines, head: str, key: SheetKey, bar_y: float) -> None:
             if e.kind == "points":
                 ax.add_patch(Rectangle((x, yc - 4), 9, 9, facecolor=e.color, edgecolor="none"))
             else:
-                ax.plot([x - 1, x + 11], [yc, yc], color=e.color, lw=1.2, ls="--" if e.kind == "clean box" else "-")
+                ax.plot([x - 1, x + 11], [yc, yc], color=e.color, lw=1.2, ls=(0, (2.5, 1.5)) if e.kind == "clean box"
+                        else "-")  # dashes short enough for three in the sample
             ax.text(x + 14, yc, e.label, fontsize=7, ha="left", va="center")
     if key.colorbar:
         label, lo, hi = key.colorbar

@@ -934,3 +934,15 @@ def test_a_long_semantic_legend_stays_in_the_figure_and_overlaps_nothing(n_class
             assert not box.overlaps(parts[b]), (a, b)
     again, _ = view_figure(view, frame_id="000000", extent=extent, focus=focus, color_by="semantic", note=note)
     assert save_png(fig) == save_png(again)
+
+
+def test_the_sheet_legend_follows_its_heading_without_a_gap():
+    """The legend's first entry was placed 7 px per character of "colour: point tag · ", a guess that left a
+    gap of ≈ 40 px after the heading; it is placed from the heading's measured width now."""
+    rng = np.random.default_rng(2)
+    pts, boxes, _ = _car_scene(rng)
+    panels = sheet_panels([View("clean", 0, pts, np.zeros(len(pts), np.uint8), boxes, False)])
+    image = sheet_image(panels, frame_id="f")
+    ink = np.flatnonzero((image[2:16, :300] < 160).any(axis=(0, 2)))  # the legend's first line, its first 300 px
+    gaps = np.diff(ink) - 1
+    assert ink[0] < 12 and gaps.max() <= 14, gaps.max()  # letters, the heading's "·", then the first swatch
