@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench_build.render.panels import OTHER_BOX
-from bench_build.render.views import BOX_COLORS, TAG_COLORS, semantic_colors
+from bench_build.render.views import BOX_COLORS, TAG_COLORS, box_group, semantic_colors
 from bench_build.render.zoom import CLEAN_BOX, ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME
 from bench_build.stages.frame import PointTag
 
@@ -40,6 +40,19 @@ def _hex(color: str) -> tuple[float, float, float]:
     return tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]
 
 
+def _box_label(names: list[str]) -> str:
+    """The legend's name of the box classes one colour outlines: the class, or what they share
+    (``human.pedestrian.*``), else the names."""
+    if len(names) == 1:
+        return names[0]
+    common = []
+    for parts in zip(*(n.split(".") for n in names), strict=False):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return ".".join([*common, "*"]) if common else ", ".join(names)
+
+
 def legend_entries(tags: Iterable[int], classes: Iterable[str], *, color_by: str = "tag",
                    zoom: bool = False, semantic: Iterable[tuple[int, str]] = ()) -> list[LegendEntry]:
     """What a picture's legend lists: the point tags that occur (colour by tag only; by height a colour bar
@@ -59,8 +72,10 @@ def legend_entries(tags: Iterable[int], classes: Iterable[str], *, color_by: str
             seen.add(TAG_LABELS[PointTag(t)])
             out.append(LegendEntry(TAG_LABELS[PointTag(t)], TAG_COLORS[PointTag(t)]))
     classes = set(classes) - {CLEAN_BOX, "DontCare"}
-    out += [LegendEntry(c, _hex(col), "box") for c, col in BOX_COLORS.items() if c in classes]
-    if classes - set(BOX_COLORS):
+    for group, col in BOX_COLORS.items():  # named as the data names them: "Vehicle", "human.pedestrian.*"
+        if names := sorted(c for c in classes if box_group(c) == group):
+            out.append(LegendEntry(_box_label(names), _hex(col), "box"))
+    if any(box_group(c) is None for c in classes):
         out.append(LegendEntry("other classes", _hex(OTHER_BOX), "box"))
     if zoom:
         out += [LegendEntry("zoom: as in clean", ZOOM_SAME), LegendEntry("zoom: moved or added", ZOOM_CHANGED),

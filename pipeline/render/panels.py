@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench_build.render.raster import bev_raster, box_outlines, object_extent, object_raster, scene_extent
-from bench_build.render.views import BOX_COLORS, OTHER_BOX, PANEL_PX, RenderError, View
+from bench_build.render.views import BOX_COLORS, OTHER_BOX, PANEL_PX, RenderError, View, box_group
 from bench_build.render.zoom import CLEAN_BOX, INSET_FRAC, Focus, inset_raster, sheet_focus
 
 OBJECT_VIEWS = (("top", "x", "y"), ("front", "x", "z"), ("side", "y", "z"))  # object_raster's order
 
 
 def box_color(cls: str) -> str:
-    return BOX_COLORS.get(cls, OTHER_BOX)
+    return BOX_COLORS[group] if (group := box_group(cls)) is not None else OTHER_BOX
 
 
 def save_png(fig) -> bytes:

@@ -34,6 +34,16 @@ TAG_COLORS = {
 
 #: box outlines in colours no point tag uses (cyan, olive, brown): a red car box is lost among red synthetic points
 BOX_COLORS = {"Car": "#17becf", "Pedestrian": "#bcbd22", "Cyclist": "#8c564b"}
+#: other datasets' box classes drawn in the colour of the KITTI class they are: Waymo's types, nuScenes' categories
+#: (and any ``human.pedestrian.*``); every other class is `OTHER_BOX`
+BOX_GROUPS = {"Vehicle": "Car", "vehicle.car": "Car", "vehicle.bicycle": "Cyclist"}
+
+
+def box_group(cls: str) -> str | None:
+    """The `BOX_COLORS` class whose colour outlines a box of class ``cls``, or None (another class)."""
+    if cls in BOX_COLORS:
+        return cls
+    return "Pedestrian" if cls.startswith("human.pedestrian.") else BOX_GROUPS.get(cls)
 
 
 class RenderError(BenchBuildError, ValueError):

@@ -946,3 +946,24 @@ def test_the_sheet_legend_follows_its_heading_without_a_gap():
     ink = np.flatnonzero((image[2:16, :300] < 160).any(axis=(0, 2)))  # the legend's first line, its first 300 px
     gaps = np.diff(ink) - 1
     assert ink[0] < 12 and gaps.max() <= 14, gaps.max()  # letters, the heading's "·", then the first swatch
+
+
+def test_boxes_of_nuscenes_and_waymo_take_the_colours_of_the_kitti_classes_they_are():
+    """nuScenes' categories (`vehicle.car`, `human.pedestrian.adult`) and Waymo's `Vehicle` matched none of the
+    colour table's KITTI names: every box of robo3d-nuscenes-c and every vehicle of robo3d-wod-c was drawn dark grey
+    as "other classes". They take the colour of the class they are, and the legend names them as the data does."""
+    from bench_build.render import BOX_COLORS, OTHER_BOX, legend_entries
+    from bench_build.render.panels import box_color
+
+    assert box_color("vehicle.car") == box_color("Vehicle") == box_color("Car") == BOX_COLORS["Car"]
+    assert box_color("human.pedestrian.child") == box_color("Pedestrian") == BOX_COLORS["Pedestrian"]
+    assert box_color("vehicle.bicycle") == box_color("Cyclist") == BOX_COLORS["Cyclist"]
+    assert box_color("vehicle.truck") == box_color("Sign") == box_color("Van") == OTHER_BOX
+    boxes = [(e.label, e.color) for e in legend_entries([], ["vehicle.car", "human.pedestrian.adult", "vehicle.truck",
+                                                             "human.pedestrian.child", "movable_object.barrier"])]
+    rgb = {name: tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)) for name, c in BOX_COLORS.items()}
+    assert boxes == [("vehicle.car", rgb["Car"]), ("human.pedestrian.*", rgb["Pedestrian"]),
+                     ("other classes", tuple(int(OTHER_BOX[i:i + 2], 16) / 255 for i in (1, 3, 5)))]
+    assert [e.label for e in legend_entries([], ["Vehicle", "Pedestrian", "Sign"])] == [
+        "Vehicle", "Pedestrian", "other classes"]
+    assert [e.label for e in legend_entries([], ["Car", "Van", "DontCare"])] == ["Car", "other classes"]
