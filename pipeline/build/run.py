@@ -33,6 +33,7 @@ from bench_build.runtime.ray import (
     missing_task_packages,
     stop_ray,
     stop_ray_in_background,
+    unreachable,
 )
 from bench_build.sources import OBJECT_KINDS, checked_frame_ids, open_source
 from bench_build.sources.base import point_labels_missing
@@ -147,6 +148,9 @@ def run_build(
     refuse_output_folder(Path(benchmark), "run")
     recipe = load_recipe(benchmark)
     load_costs(recipe)  # a table that does not price the recipe: refused (exit 2) before the version's lock is made
+    if address and (why := unreachable(address)):  # Ray would retry it for ever, after the ledger was written
+        raise UsageError(f"--address {address}: no Ray cluster answers there ({why}); start one (`ray start --head`) "
+                         "or give the head's address (HEAD_IP:6379, ray://HEAD_IP:10001, or auto)")
     earlier = None
     if reuse is not None:  # refused (exit 2) before the source is read or anything is written
 

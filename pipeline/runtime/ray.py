@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -173,6 +174,21 @@ RAY_CONNECT_RETRY = {"RAY_raylet_client_connect_timeout_milliseconds": "20",
 def local_ray_environment() -> dict[str, str]:
     """What a local Ray's raylet (and so every worker) starts with: the pins and the connection retry."""
     return {**{k: os.environ.get(k, v) for k, v in RAY_CONNECT_RETRY.items()}, **worker_environment()}
+
+
+def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why no Ray cluster can answer at a ``host:port`` (or ``ray://host:port``) ``address``, in the OS's words
+    ("Connection refused", "timed out"), or None: something listens there, or the address is one Ray resolves
+    itself (``auto``). Ray retries an address nobody listens on every ≈ 36 s without end, after the build
+    wrote its ledger: tried once here first, so a mistyped address is refused before anything is written."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as e:  # refused, timed out, no such host
+        return e.strerror or str(e) or type(e).__name__
 
 
 def init_ray(workers: int | None, address: str | None) -> bool:

@@ -446,3 +446,19 @@ def test_a_dot_still_means_the_working_directory(tmp_path, monkeypatch):
     res = runner.invoke(app, ["demo-data", ".", "--frames", "1"])
     assert res.exit_code == 0 and "wrote 1 frame to ." in res.output, res.output
     assert (tmp_path / DEMO_MARKER).is_file()
+
+
+def test_run_with_an_address_nobody_answers_on_is_refused_before_the_ledger(tmp_path):
+    """`run --address 127.0.0.1:1` (a mistyped port, a head not started) wrote its ledger, then Ray retried the
+    address every ≈ 36 s without end. The address is tried once first: one line with the OS's words, exit 2,
+    nothing written."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    line = _refused(["run", "kitti-c", "--max-frames", "1", "--address", f"127.0.0.1:{port}", "--out", str(out)],
+                    f"--address 127.0.0.1:{port}: no Ray cluster answers there (", "ray start --head")
+    assert "refused" in line.lower(), line
+    assert not out.exists()
