@@ -271,6 +271,7 @@ def validate(
 ) -> None:
     """Naturalness of simulated weather: PointNet real-vs-clean classifier, t-SNE and MMD (report in validation/)."""
     version_dir = local_version(version, "validate")
+    from bench_build.runtime.ray import unreachable
     from bench_build.validate.config import ValidateConfig, ValidationError, parse_real_options
     from bench_build.validate.run import validate_version
 
@@ -284,6 +285,9 @@ def validate(
                                   seed=seed, permutations=permutations, max_embed=max_embed,
                                   threads=workers)
                    for c, (w, cl) in dirs.items()]
+        if address and (why := unreachable(address)):  # Ray would retry it for ever
+            raise ValidationError(f"--address {address}: no Ray cluster answers there ({why}); start one (`ray start "
+                                  "--head`) or give the head's address (HEAD_IP:6379, ray://HEAD_IP:10001, or auto)")
         reports = validate_version(version_dir, configs, workers=workers, address=address)
     except ValidationError as e:  # the reports of the corruptions validated before it are written: exit 1
         done = getattr(e, "done", [])

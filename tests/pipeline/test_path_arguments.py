@@ -448,17 +448,24 @@ def test_a_dot_still_means_the_working_directory(tmp_path, monkeypatch):
     assert (tmp_path / DEMO_MARKER).is_file()
 
 
-def test_run_with_an_address_nobody_answers_on_is_refused_before_the_ledger(tmp_path):
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_address_nobody_answers_on_is_refused_before_anything_is_written(command, tmp_path, mini_build):
     """`run --address 127.0.0.1:1` (a mistyped port, a head not started) wrote its ledger, then Ray retried the
-    address every ≈ 36 s without end. The address is tried once first: one line with the OS's words, exit 2,
-    nothing written."""
+    address every ≈ 36 s without end (`validate` the same, after its pre-flight). The address is tried once
+    first: one line with the OS's words, exit 2, nothing written."""
     import socket
 
     with socket.socket() as s:  # a port nobody listens on once this socket is closed
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "out"
-    line = _refused(["run", "kitti-c", "--max-frames", "1", "--address", f"127.0.0.1:{port}", "--out", str(out)],
+    (tmp_path / "real").mkdir()
+    (tmp_path / "clean").mkdir()
+    args = (["run", "kitti-c", "--max-frames", "1", "--out", str(out)] if command == "run" else
+            ["validate", str(mini_build), "--corruption", "background", "--real", str(tmp_path / "real"),
+             "--real-clean", str(tmp_path / "clean")])
+    before = _tree(Path(mini_build))
+    line = _refused([*args, "--address", f"127.0.0.1:{port}"],
                     f"--address 127.0.0.1:{port}: no Ray cluster answers there (", "ray start --head")
     assert "refused" in line.lower(), line
-    assert not out.exists()
+    assert not out.exists() and _tree(Path(mini_build)) == before
