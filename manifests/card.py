@@ -467,8 +467,9 @@ def renders_section(sheet: dict[str, Any]) -> str:
         f"same extent in every panel; points coloured by {colour}). "
         + ("Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
            if sheet.get("objects") else
-           "Scene panels have a metre scale and an inset zoomed on one object (grey unchanged, black moved or "
-           "added, pink removed; dashed: the clean box), so object-level corruptions show at every severity. ")
+           "Scene panels have a metre scale and, right of each, an inset zoomed on one object (grey unchanged, "
+           "black moved or added, pink removed; dashed: the clean box), so object-level corruptions show at every "
+           "severity. ")
         + "`bench-build render` draws any other frame or partition.",
         "",
         f"![contact sheet: every corruption × severity of frame {sheet['frame_id']}]({sheet['path']})",

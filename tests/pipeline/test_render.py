@@ -120,7 +120,7 @@ def test_build_card_embeds_the_contact_sheet(built):
     card = (built / "README.md").read_text()
     assert "## See the corruptions" in card and "](renders/contact_sheet.png)" in card
     assert "Frame `000000` under every corruption × severity (21 panels" in card  # clean + 4 × 5
-    assert "Scene panels have a metre scale and an inset" in card and "three sides" not in card
+    assert "Scene panels have a metre scale and, right of each, an inset" in card and "three sides" not in card
     # the rest of the card (issue 14 deliverable 3): a demo build says so and claims no KITTI licence
     assert card.splitlines()[0].startswith("# mini-c 0.1.0 — demo build") or "\n# mini-c 0.1.0 — demo build" in card
     assert "- Source: generated demo data" in card and "inherits the licence of the source dataset" not in card
