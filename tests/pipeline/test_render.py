@@ -386,6 +386,16 @@ def test_scene_figure_has_metric_axes_legend_and_colour_bar():
         assert box.x0 < x < box.x1 and box.y0 < y < box.y1, (xy, box)
 
 
+def _apart_and_inside(fig, parts: dict) -> None:
+    """Every bounding box of ``parts`` (name → renderer bbox) lies in the figure and overlaps no other."""
+    names = list(parts)
+    for i, a in enumerate(names):
+        box = parts[a]
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, a
+        for b in names[i + 1:]:
+            assert not box.overlaps(parts[b]), (a, b)
+
+
 @pytest.mark.parametrize("color_by", ["tag", "height"])
 @pytest.mark.parametrize("shift", [(0.0, 0.0), (-24.0, -26.0), (14.0, 26.0), (-40.0, 24.0)])
 def test_the_zoom_of_a_single_png_hides_none_of_the_scene_and_nothing_crosses_a_label(shift, color_by):
@@ -415,12 +425,7 @@ def test_the_zoom_of_a_single_png_hides_none_of_the_scene_and_nothing_crosses_a_
     if color_by == "height":
         (cax,) = [a for a in fig.axes if a.get_xlabel() == "height z (m)"]
         parts["colour bar"] = cax.get_tightbbox(r)
-    names = list(parts)
-    for i, a in enumerate(names):
-        box = parts[a]
-        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, a
-        for b in names[i + 1:]:
-            assert not box.overlaps(parts[b]), (a, b)
+    _apart_and_inside(fig, parts)
     def shown(axis, labels):  # the tick labels drawn: those within the axis' limits
         lo, hi = sorted(axis.get_view_interval())
         return [t for t in labels if t.get_text() and lo <= t.get_position()[axis is axis.axes.yaxis] <= hi]
@@ -926,12 +931,7 @@ def test_a_long_semantic_legend_stays_in_the_figure_and_overlaps_nothing(n_class
     else:
         (said,) = fig.texts
         parts["note"] = said.get_window_extent(r)
-    order = list(parts)
-    for i, a in enumerate(order):
-        box = parts[a]
-        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, a
-        for b in order[i + 1:]:
-            assert not box.overlaps(parts[b]), (a, b)
+    _apart_and_inside(fig, parts)
     again, _ = view_figure(view, frame_id="000000", extent=extent, focus=focus, color_by="semantic", note=note)
     assert save_png(fig) == save_png(again)
 
