@@ -141,16 +141,14 @@ def run_build(
     if missing := missing_task_packages():  # the tasks would each fail on it: refused before anything is written
         raise UsageError(missing_packages_message(missing))
     root = open_store(out or "bench-out", endpoint_url=endpoint_url, profile=profile)
-    if isinstance(root, LocalStore):  # --out a file, in a version, or where nothing can be made: refused (exit 2)
-        root.refuse_non_directory("--out")  # before the source is read or Ray starts
-        refuse_out_in_a_version(root.root)
-        root.refuse_unwritable("--out")  # after: its probe file must not go into a version
+    if isinstance(root, LocalStore):  # --out in a version, a file, or where nothing can be made: refused (exit 2)
+        refuse_out_in_a_version(root.root)  # before the source is read or Ray starts; first, so that the
+        root.refuse_unwritable("--out")  # probe file of this check never goes into a version
     refuse_output_folder(Path(benchmark), "run")
     recipe = load_recipe(benchmark)
     load_costs(recipe)  # a table that does not price the recipe: refused (exit 2) before the version's lock is made
     if address and (why := unreachable(address)):  # Ray would retry it for ever, after the ledger was written
-        raise UsageError(f"--address {address}: no Ray cluster answers there ({why}); start one (`ray start --head`) "
-                         "or give the head's address (HEAD_IP:6379, ray://HEAD_IP:10001, or auto)")
+        raise UsageError(why)
     earlier = None
     if reuse is not None:  # refused (exit 2) before the source is read or anything is written
 

@@ -194,15 +194,14 @@ def render(
 
     from bench_build.manifests.manifest import ManifestError
     from bench_build.render import RenderError, RenderWriteError, render_version
-    from bench_build.storage import StorageError, refuse_non_directory, refuse_unwritable
+    from bench_build.storage import StorageError, refuse_unwritable
 
     try:
         if out is not None:
-            refuse_non_directory(out, "--out")
             if Path(out).resolve().is_relative_to(Path(version_dir).resolve()):
                 raise RenderError(f"--out {out} is inside the version {version_dir}, whose folders hold the files "
                                   "its manifest lists (publish and verify read them): give a folder outside it")
-            refuse_unwritable(out, "--out")
+            refuse_unwritable(out, "--out")  # after: its probe file never goes into the version
         paths = render_version(version_dir, out, frame_id=frame, corruption=corruption, severity=severity,
                                color_by=color_by,
                                on_note=lambda n: console.print(f"[yellow]note:[/yellow] {escape(n)}", highlight=False))
@@ -286,8 +285,7 @@ def validate(
                                   threads=workers)
                    for c, (w, cl) in dirs.items()]
         if address and (why := unreachable(address)):  # Ray would retry it for ever
-            raise ValidationError(f"--address {address}: no Ray cluster answers there ({why}); start one (`ray start "
-                                  "--head`) or give the head's address (HEAD_IP:6379, ray://HEAD_IP:10001, or auto)")
+            raise ValidationError(why)
         reports = validate_version(version_dir, configs, workers=workers, address=address)
     except ValidationError as e:  # the reports of the corruptions validated before it are written: exit 1
         done = getattr(e, "done", [])

@@ -177,10 +177,10 @@ def local_ray_environment() -> dict[str, str]:
 
 
 def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
-    """Why no Ray cluster can answer at a ``host:port`` (or ``ray://host:port``) ``address``, in the OS's words
-    ("Connection refused", "timed out"), or None: something listens there, or the address is one Ray resolves
-    itself (``auto``). Ray retries an address nobody listens on every ≈ 36 s without end, after the build
-    wrote its ledger: tried once here first, so a mistyped address is refused before anything is written."""
+    """The line refusing a ``host:port`` (or ``ray://host:port``) ``address`` where no Ray cluster can answer,
+    with the OS's words ("Connection refused", "timed out"), or None: something listens there, or the address is
+    one Ray resolves itself (``auto``). Ray retries an address nobody listens on every ≈ 36 s without end, after
+    the build wrote its ledger: tried once here first, so a mistyped address is refused before anything is written."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
         return None
@@ -188,7 +188,9 @@ def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             return None
     except OSError as e:  # refused, timed out, no such host
-        return e.strerror or str(e) or type(e).__name__
+        why = e.strerror or str(e) or type(e).__name__
+    return (f"--address {address}: no Ray cluster answers there ({why}); start one (`ray start --head`) or give "
+            "the head's address (HEAD_IP:6379, ray://HEAD_IP:10001, or auto)")
 
 
 def init_ray(workers: int | None, address: str | None) -> bool:
