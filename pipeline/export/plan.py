@@ -22,7 +22,7 @@ from bench_build.manifests.manifest import LEDGER_DIR, MANIFEST_NAME
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
 from bench_build.stages.frame import Boxes, Calib
-from bench_build.storage.files import cannot_create
+from bench_build.storage.files import cannot_create, nearest_existing
 
 SPLIT_LISTS = ("train", "val", "test", "trainval")  # the lists export writes in every data root's ImageSets/
 
@@ -283,17 +283,14 @@ def _source_dirs(source: str | Path, ids: set[str]) -> tuple[Path, Path | None]:
 
 def out_dir_or_ancestor(out: Path) -> Path:
     """The nearest existing one of OUT and its ancestors; refused unless it is a directory."""
-    for p in (out, *out.absolute().parents):
-        if os.path.lexists(p):
-            if p.is_dir():
-                return p
-            what = "a broken link" if p.is_symlink() else "a file"
-            if p == out:
-                raise ExportError(f"{out} is {what}, not a directory: export writes a tree of KITTI files; give a "
-                                  "new or empty directory")
-            raise ExportError(f"{out}: {p} is {what}, not a directory, so {out} cannot be created; give a new or "
-                              "empty directory")
-    raise ExportError(f"{out}: no existing ancestor directory")  # unreachable: '/' exists
+    if (p := nearest_existing(out)).is_dir():
+        return p
+    what = "a broken link" if p.is_symlink() else "a file"
+    if p == out:
+        raise ExportError(f"{out} is {what}, not a directory: export writes a tree of KITTI files; give a "
+                          "new or empty directory")
+    raise ExportError(f"{out}: {p} is {what}, not a directory, so {out} cannot be created; give a new or "
+                      "empty directory")
 
 
 def _inside(path: str, root: str) -> bool:

@@ -37,7 +37,7 @@ def refuse_unwritable(path: str | Path, what: str) -> None:
     (`publish`). For commands that write; ``what`` names the argument (``"--out"``)."""
     refuse_non_directory(path, what)
     path = Path(path)
-    d = next(p for p in (path, *path.absolute().parents) if os.path.lexists(p))
+    d = nearest_existing(path)
     if (why := cannot_create(d, "out")) is not None:
         where = "files in it" if d == path else f"a folder in {d}"
         raise StorageError(f"{what} {path}: cannot create {where} ({why}); give a directory on a writable disk")
@@ -63,11 +63,13 @@ def cannot_create(d: Path, purpose: str) -> str | None:
 def in_the_way(path: str | Path) -> Path | None:
     """What stops ``path`` from being made a directory: the nearest existing one of it and its ancestors (a link
     counts, even a broken one) when that is not a directory; None when ``path`` is one or can be made one."""
-    path = Path(path)
-    for p in (path, *path.absolute().parents):
-        if os.path.lexists(p):
-            return None if p.is_dir() else p
-    return None
+    p = nearest_existing(Path(path))
+    return None if p.is_dir() else p
+
+
+def nearest_existing(path: Path) -> Path:
+    """The nearest of ``path`` and its ancestors that exists (a link counts, even a broken one); '/' at worst."""
+    return next(p for p in (path, *path.absolute().parents) if os.path.lexists(p))
 
 
 def current_umask() -> int:
