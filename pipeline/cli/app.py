@@ -37,6 +37,10 @@ COMMAND_ORDER = ("run", "status", "list", "plan", "verify", "export", "score", "
                  "publish", "versions", "pull", "s3-local", "demo-data", "demo-objects", "warm", "repro-check", "bench")
 
 
+#: click's usage errors as typer raises them (not `errors.UsageError`): typer 0.29 carries its own copy of click
+#: and exports only a subclass of its `UsageError`
+TyperUsageError = typer.BadParameter.__bases__[0]
+
 #: what a user's path of the wrong kind raises deep inside a command (see `Commands`)
 PATH_ERRORS = (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)
 
@@ -45,11 +49,21 @@ class Commands(TyperGroup):
     """Every command's `BenchBuildError` ends here, once: its message on one line and its exit code (2: refused,
     nothing written; 1: part of the work failed). So does a path of the wrong kind or without permission that a
     command's own checks did not refuse first (a file where a folder must be, a folder where a file must be): one
-    line naming the path, exit 1, as work may have begun. Any other exception is a bug and keeps its traceback."""
+    line naming the path, exit 1, as work may have begun. So does a usage error (an unknown command or option, a
+    missing argument, a value of the wrong type or out of range): one line and where the options are listed, exit
+    2, before any work (`usage_failure`). Any other exception is a bug and keeps its traceback."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except TyperUsageError as e:  # the top level's own options (`bench-build --bogus`)
+            raise usage_failure(e) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except TyperUsageError as e:  # a command's options and arguments, an unknown command
+            raise usage_failure(e) from None
         except BenchBuildError as e:
             raise fail(e, e.exit_code) from None
         except PATH_ERRORS as e:
@@ -116,6 +130,23 @@ def local_version(value: str, command: str) -> Path:
 def counted(n: int, noun: str) -> str:
     """``1 render``, ``2 renders``, ``0 files``: a count and its noun, plural unless one."""
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def usage_failure(e: TyperUsageError) -> TyperUsageError | typer.Exit:
+    """A usage error as one line, ``error: Invalid value for '--workers': Input should be greater than or equal to
+    1, got '0'. See `bench-build run --help`.``, exit 2 (typer's own print is a usage line, a hint and a framed
+    box). The value refused is named where typer's check leaves it out. A command called without arguments that
+    shows its help instead (``no_args_is_help``) is left as it is."""
+    if type(e).__name__ == "NoArgsIsHelpError":
+        return e
+    message = e.format_message().replace(": Value error, ", ": ")
+    inputs = [d.get("input") for d in getattr(e.__cause__, "errors", list)()]  # typer's pydantic check
+    if len(inputs) == 1 and isinstance(inputs[0], str | int | float) and f"'{inputs[0]}'" not in message:
+        message = f"{message.rstrip('.')}, got {inputs[0]!r}"
+    if not message.endswith((".", "?")):
+        message += "."
+    where = f" See `{e.ctx.command_path} --help`." if e.ctx is not None else ""
+    return fail(f"{message}{where}")
 
 
 def fail(e: BaseException | str, code: int = 2) -> typer.Exit:

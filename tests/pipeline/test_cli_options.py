@@ -51,7 +51,37 @@ def test_every_numeric_option_has_the_bound_its_name_means():
 def test_a_value_below_the_bound_is_refused_with_exit_2_at_once(args):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
-    assert "Invalid value" in res.output and "Traceback" not in res.output
+    assert res.output.startswith("error: Invalid value") and res.output.count("\n") == 1, res.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "kitti-c", "--workers", "0"],
+     "error: Invalid value for '--workers': Input should be greater than or equal to 1, got '0'. "
+     "See `bench-build run --help`."),
+    (["bench", "scale", "--workers", "x"], "Invalid value for '--workers': Input should be a valid integer, unable to "
+     "parse string as an integer, got 'x'. See `bench-build bench scale --help`."),
+    (["run", "kitti-c", "--recheck", "bogus"],
+     "error: Invalid value for '--recheck': 'bogus' is not one of 'sha256', 'size'. See `bench-build run --help`."),
+    (["score"], "error: Missing argument 'version'. See `bench-build score --help`."),
+    (["runn"], "error: No such command 'runn'. Did you mean 'run'? See `bench-build --help`."),
+    (["--bogus"], "error: No such option: --bogus. See `bench-build --help`."),
+    (["plan", "kitti-c", "--nosuch"], "error: No such option: --nosuch"),
+    (["run", "kitti-c", "extra"], "error: Got unexpected extra argument(s) (extra). See `bench-build run --help`."),
+])
+def test_a_usage_error_is_one_line_naming_what_is_wrong_and_where_the_options_are(args, says, tmp_path,
+                                                                                 monkeypatch):
+    """Like every other refusal: one line (not typer's usage line, hint and framed box), the option and the value
+    refused, where the options are listed; exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, args, prog_name="bench-build", terminal_width=80)
+    assert res.exit_code == 2, res.output
+    assert says in res.output and res.output.count("\n") == 1, res.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_command_called_bare_still_shows_its_help():
+    res = CliRunner().invoke(app, [], prog_name="bench-build")
+    assert res.exit_code == 2 and "Usage: bench-build" in res.output and "error:" not in res.output
 
 
 @pytest.mark.parametrize("option, value", [("--real-format", "xyz"), ("--real-clean-format", "kitty"),
