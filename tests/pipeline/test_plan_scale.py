@@ -190,6 +190,24 @@ def test_plan_cli(kitti_c):
     assert missing.exit_code == 2 and "nonexistent.json" in missing.output
 
 
+@pytest.mark.parametrize("ratio, noted", [(1.5, True), (0.6, True), (1.1, False), (0.9, False)])
+def test_plan_notes_a_machine_faster_or_slower_than_the_one_its_table_measured(kitti_c, monkeypatch, ratio, noted):
+    """The shipped table's times are its machine's: on one that runs the speed probe 1.36× as long, `plan`
+    predicted 16.8 s for a demo build that took 29 s, without a word. Beyond 15 % it says so, with the factor and
+    the commands that measure this machine's table."""
+    import bench_build.bench.costs as bench_costs
+
+    there = min(load_costs(kitti_c).extra["speed_probe_ms"])
+    monkeypatch.setattr(bench_costs, "speed_probe", lambda repeat=5: there * ratio)
+    args = ["plan", "kitti-c", "--frames", "100", "--workers", "3"]
+    out = " ".join(CliRunner().invoke(app, args).output.split())
+    said = (f"note: this machine runs the speed probe in {there * ratio:.0f} ms, the one that measured these costs "
+            f"in {there:.0f} ms: its tasks take ≈ ×{ratio:.2f} the times below")
+    assert (said in out) is noted, out
+    assert ("`bench-build bench stages --recipe kitti-c --costs-out FILE` and `bench-build bench scale --costs-out "
+            "FILE` measure this machine's table for --costs FILE" in out) is noted
+
+
 def test_plan_prose_wraps_at_words_and_keeps_a_long_path_whole():
     """`plan`'s prose is wrapped to the terminal at spaces; rich broke a path longer than a line with a newline
     inside it, so the command `plan` prints to measure a table could not be copied."""
