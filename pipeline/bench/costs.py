@@ -20,7 +20,7 @@ from bench_build.build.run import DEMO_FRAMES, DEMO_OBJECTS_PER_SHARD
 from bench_build.build.shard import build_columns, partition_meta
 from bench_build.format.schema import schema_with_metadata
 from bench_build.format.writer import record_batches, write_parquet_atomic
-from bench_build.plan.costs import CACHES, derived_cache
+from bench_build.plan.costs import CACHES, CostTable, derived_cache
 from bench_build.plan.tasks import CLEAN, example_key, example_rng, group_cost_ms, partition_order
 from bench_build.sources import OBJECT_KINDS, open_source
 from bench_build.sources.demo.kitti import generate_frame
@@ -155,6 +155,23 @@ def speed_probe(repeat: int = 5) -> float:
     return timeit(work, repeat, time.process_time) * 1e3
 
 
+
+
+def other_machine_note(table: CostTable, recipe: str) -> str | None:
+    """A note when this machine runs the speed probe more than 15 % slower or faster than the one that measured
+    ``table`` did (its `speed_probe_ms`, the best of start and end): times planned from it are that machine's.
+    None when they agree, or the table holds no probe. `plan` and `bench scale` print it; a plan stays a pure
+    function of its table."""
+    probes = table.extra.get("speed_probe_ms")
+    if not isinstance(probes, list) or not probes or not all(isinstance(p, int | float) and p > 0 for p in probes):
+        return None
+    there, here = min(probes), speed_probe(repeat=3)
+    if 1 / 1.15 <= here / there <= 1.15:
+        return None
+    return (f"this machine runs the speed probe in {here:.0f} ms, the one that measured these costs in {there:.0f} "
+            f"ms: its tasks take ≈ ×{here / there:.2f} the times planned (the probe leaves out the disk; a VM "
+            f"drifts ±25 %). `bench-build bench stages --recipe {recipe} --costs-out FILE` and `bench-build bench "
+            "scale --costs-out FILE` measure this machine's table for --costs FILE (pipeline/bench/README.md)")
 
 
 def write_costs(recipe, demo, repeat: int, clock=time.process_time, rows_per_file: int | None = None,

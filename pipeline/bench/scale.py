@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_build.bench.control import cpu_topology, describe, run_control
+from bench_build.bench.costs import other_machine_note
 from bench_build.build.run import DEMO_FRAMES, run_build
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
@@ -238,6 +239,8 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
                          f"between tasks, and {sched['drain_s']:.1f} s passed from the first worker's last task "
                          "ending to the last one's")
             print(line)
+    if note := other_machine_note(load_costs(load_recipe(recipe)), recipe):  # why the plan columns are off
+        print(f"plan: {note}")
     if len(results["runs"]) > 1:
         last = results["runs"][-1]
         ceiling = ceiling_speedup(base, last)

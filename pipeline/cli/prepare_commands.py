@@ -150,6 +150,7 @@ def plan(
 ) -> None:
     """Tasks, per-task cost, and expected makespan/utilisation on N workers, from measured stage costs; builds
     nothing."""
+    from bench_build.bench.costs import other_machine_note
     from bench_build.build.run import DEMO_FRAMES, default_frames_per_shard
     from bench_build.errors import UsageError
     from bench_build.manifests.recipe import RecipeError, load_recipe, refuse_output_folder
@@ -213,7 +214,7 @@ def plan(
     else:
         say(f"costs: {report['costs']}")
         if note := other_machine_note(table, benchmark):
-            say(note)
+            say(f"[yellow]note:[/yellow] {note}")
     cores = rt["cores_measured"]
     say(f"runtime: every worker starts {report['worker_start_s']:g} s before its first task (--worker-start) "
         f"and each task adds {report['overhead_s_per_task']:g} s of scheduling; the driver starts in "
@@ -237,25 +238,6 @@ def plan(
                       f"{row['cpu_hours']:.2f}", span(row["sized"]["makespan_s"]),
                       f"{row['sized']['wall_utilisation']:.1%}")
     out_console.print(table)
-
-
-def other_machine_note(table, benchmark: str) -> str | None:
-    """A note when this machine runs the speed probe more than 15 % slower or faster than the one that measured
-    ``table`` did (`speed_probe_ms`, best of its start and end): the times `plan` prints are that machine's. None
-    when they agree, or the table holds no probe. A note only: a plan stays a pure function of its table."""
-    from bench_build.bench.costs import speed_probe
-
-    probes = table.extra.get("speed_probe_ms")
-    if not isinstance(probes, list) or not probes or not all(isinstance(p, int | float) and p > 0 for p in probes):
-        return None
-    there, here = min(probes), speed_probe(repeat=3)
-    if 1 / 1.15 <= here / there <= 1.15:
-        return None
-    return (f"[yellow]note:[/yellow] this machine runs the speed probe in {here:.0f} ms, the one that measured these "
-            f"costs in {there:.0f} ms: its tasks take ≈ ×{here / there:.2f} the times below (the probe leaves out "
-            f"the disk; a VM drifts ±25 %). `bench-build bench stages --recipe {benchmark} --costs-out FILE` and "
-            "`bench-build bench scale --costs-out FILE` measure this machine's table for --costs FILE "
-            "(pipeline/bench/README.md)")
 
 
 def word_lines(text: Text, width: int) -> list[Text]:

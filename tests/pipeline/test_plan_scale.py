@@ -202,7 +202,7 @@ def test_plan_notes_a_machine_faster_or_slower_than_the_one_its_table_measured(k
     args = ["plan", "kitti-c", "--frames", "100", "--workers", "3"]
     out = " ".join(CliRunner().invoke(app, args).output.split())
     said = (f"note: this machine runs the speed probe in {there * ratio:.0f} ms, the one that measured these costs "
-            f"in {there:.0f} ms: its tasks take ≈ ×{ratio:.2f} the times below")
+            f"in {there:.0f} ms: its tasks take ≈ ×{ratio:.2f} the times planned")
     assert (said in out) is noted, out
     assert ("`bench-build bench stages --recipe kitti-c --costs-out FILE` and `bench-build bench scale --costs-out "
             "FILE` measure this machine's table for --costs FILE" in out) is noted
