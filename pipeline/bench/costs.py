@@ -155,8 +155,6 @@ def speed_probe(repeat: int = 5) -> float:
     return timeit(work, repeat, time.process_time) * 1e3
 
 
-
-
 def other_machine_note(table: CostTable, recipe: str) -> str | None:
     """A note when this machine runs the speed probe more than 15 % slower or faster than the one that measured
     ``table`` did (its `speed_probe_ms`, the best of start and end): times planned from it are that machine's.

@@ -140,7 +140,8 @@ def usage_failure(e: TyperUsageError) -> TyperUsageError | typer.Exit:
     if type(e).__name__ == "NoArgsIsHelpError":
         return e
     message = e.format_message().replace(": Value error, ", ": ")
-    inputs = [d.get("input") for d in getattr(e.__cause__, "errors", list)()]  # typer's pydantic check
+    errors = getattr(e.__cause__, "errors", None)  # typer's pydantic check: a ValidationError's errors()
+    inputs = [d.get("input") for d in errors()] if callable(errors) else []
     if len(inputs) == 1 and isinstance(inputs[0], str | int | float) and f"'{inputs[0]}'" not in message:
         message = f"{message.rstrip('.')}, got {inputs[0]!r}"
     if not message.endswith((".", "?")):
