@@ -26,6 +26,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,12 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
             print(line)
     if note := other_machine_note(load_costs(load_recipe(recipe)), recipe):  # why the plan columns are off
         print(f"plan: {note}")
+    if here := plan_here(recipe, frame_ids, frames_per_shard, results["runs"]):
+        results["plan_here"] = here
+        print(f"plan with this machine's task costs (the table's × {here['scale']:.2f}, from the "
+              f"{base['workers']}-worker build's tasks): " + ", ".join(
+                  f"N={r['workers']} {here['wall_s'][str(r['workers'])]:.1f} s (measured {r['wall_s']:.1f})"
+                  for r in results["runs"]))
     if len(results["runs"]) > 1:
         last = results["runs"][-1]
         ceiling = ceiling_speedup(base, last)
@@ -256,6 +263,27 @@ def run_scale(workers: list[int], *, frames: int = DEMO_FRAMES, frames_per_shard
         Path(json_out).write_text(json.dumps(results, indent=1) + "\n")
         print(f"results written to {json_out}")
     return results
+
+
+def plan_here(recipe: str, frame_ids: list[str], frames_per_shard: int,
+              runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """`plan` again for each count's build, its table's task costs scaled so that the first count's tasks sum to
+    the seconds they took (as `bench scale --costs-out` would measure on this machine), each with the groups its
+    build used: ``{"scale", "wall_s": {workers: predicted wall}}``. What is then left between the prediction and
+    the wall is the model's (schedule, start-up, finish), not the machine's speed. None without tasks to scale by."""
+    base, costs = runs[0], load_costs(load_recipe(recipe))
+
+    def row(r: dict[str, Any], table) -> dict[str, Any]:
+        return plan_build(recipe, frame_ids, frames_per_shard=frames_per_shard, workers=[r["workers"]],
+                          groups=r["plan"]["groups_per_block"], costs=table)["schedule"][0]
+
+    first = row(base, costs)
+    modelled, measured = first["task_seconds"]["mean"] * first["tasks"], base["ledger"].get("task_wall_s") or 0.0
+    if modelled <= 0 or measured <= 0:
+        return None
+    table = replace(costs, scale=costs.scale * measured / modelled)
+    return {"scale": round(measured / modelled, 3),
+            "wall_s": {str(r["workers"]): round(row(r, table)["wall_s"], 3) for r in runs}}
 
 
 def ceiling_speedup(base: dict[str, Any], run: dict[str, Any]) -> float:

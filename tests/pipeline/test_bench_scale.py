@@ -261,3 +261,22 @@ def test_control_only_writes_json_out_and_refuses_costs_out(tmp_path, monkeypatc
     res = runner.invoke(app, ["bench", "scale", "--control-only", "--workers", "1", "--json-out", str(out)])
     assert res.exit_code == 0 and f"results written to {out}" in res.output, res.output
     assert json.loads(out.read_text()) == {"control": fake} and runs == [1]
+
+
+def test_the_plan_here_scales_the_tables_task_costs_to_what_the_first_builds_tasks_took():
+    """On a machine slower than the table's, `bench scale`'s plan columns are off by the machine's speed; the plan
+    here takes the table's task costs × (the first count's measured task seconds ÷ the table's for the same tasks),
+    so at one worker its wall grows by exactly the extra task seconds, and the start-up and finish stay the table's."""
+    from bench_build.bench.scale import plan_here
+    from bench_build.plan.scale import plan_build
+
+    frame_ids = [f"{i:06d}" for i in range(8)]
+    plans = {n: plan_build("kitti-c", frame_ids, frames_per_shard=2, workers=[n])["schedule"][0] for n in (1, 2)}
+    total = plans[1]["task_seconds"]["mean"] * plans[1]["tasks"]
+    runs = [{"workers": n, "wall_s": 1.0, "plan": {"groups_per_block": plans[n]["groups_per_block"]},
+             "ledger": {"task_wall_s": 2 * total}} for n in (1, 2)]
+    here = plan_here("kitti-c", frame_ids, 2, runs)
+    assert here["scale"] == 2.0
+    assert here["wall_s"]["1"] == pytest.approx(plans[1]["wall_s"] + total, rel=1e-3)
+    assert plans[2]["wall_s"] < here["wall_s"]["2"] < here["wall_s"]["1"]
+    assert plan_here("kitti-c", frame_ids, 2, [{**runs[0], "ledger": {"task_wall_s": 0.0}}]) is None
