@@ -63,7 +63,7 @@ class Commands(TyperGroup):
         try:
             return super().invoke(ctx)
         except TyperUsageError as e:  # a command's options and arguments, an unknown command
-            raise usage_failure(e) from None
+            raise usage_failure(e, ctx) from None
         except BenchBuildError as e:
             raise fail(e, e.exit_code) from None
         except PATH_ERRORS as e:
@@ -132,11 +132,13 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
-def usage_failure(e: TyperUsageError) -> TyperUsageError | typer.Exit:
+def usage_failure(e: TyperUsageError, parent=None) -> TyperUsageError | typer.Exit:
     """A usage error as one line, ``error: Invalid value for '--workers': Input should be greater than or equal to
     1, got '0'. See `bench-build run --help`.``, exit 2 (typer's own print is a usage line, a hint and a framed
-    box). The value refused is named where typer's check leaves it out. A command called without arguments that
-    shows its help instead (``no_args_is_help``) is left as it is."""
+    box). The value refused is named where typer's check leaves it out; the command whose help it names is the
+    error's own, or (click leaves it out of "Option '--workers' requires an argument") the one ``parent``, the
+    group's context, was invoking. A command called without arguments that shows its help instead
+    (``no_args_is_help``) is left as it is."""
     if type(e).__name__ == "NoArgsIsHelpError":
         return e
     message = e.format_message().replace(": Value error, ", ": ")
@@ -146,7 +148,12 @@ def usage_failure(e: TyperUsageError) -> TyperUsageError | typer.Exit:
         message = f"{message.rstrip('.')}, got {inputs[0]!r}"
     if not message.endswith((".", "?")):
         message += "."
-    where = f" See `{e.ctx.command_path} --help`." if e.ctx is not None else ""
+    if e.ctx is not None:
+        where = f" See `{e.ctx.command_path} --help`."
+    elif parent is not None and parent.invoked_subcommand:
+        where = f" See `{parent.command_path} {parent.invoked_subcommand} --help`."
+    else:
+        where = ""
     return fail(f"{message}{where}")
 
 

@@ -67,6 +67,7 @@ def test_a_value_below_the_bound_is_refused_with_exit_2_at_once(args):
     (["--bogus"], "error: No such option: --bogus. See `bench-build --help`."),
     (["plan", "kitti-c", "--nosuch"], "error: No such option: --nosuch"),
     (["run", "kitti-c", "extra"], "error: Got unexpected extra argument(s) (extra). See `bench-build run --help`."),
+    (["run", "kitti-c", "--workers"], "error: Option '--workers' requires an argument. See `bench-build run --help`."),
 ])
 def test_a_usage_error_is_one_line_naming_what_is_wrong_and_where_the_options_are(args, says, tmp_path,
                                                                                  monkeypatch):
