@@ -9,7 +9,9 @@ Module names are those installed: ``pipeline/x/y.py`` is ``bench_build.x.y``; ``
 from __future__ import annotations
 
 import ast
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -288,3 +290,26 @@ def test_layers_import_only_downwards():
                 bad.append(f"{path.relative_to(ROOT)}:{line}: layer {mine} imports {target} (layer {theirs})"
                            + (" inside a function" if in_fn else ""))
     assert not bad, "imports upwards:\n" + "\n".join(bad)
+
+
+def test_every_module_level_name_is_used_somewhere():
+    """A module-level function, class or constant that nothing names — no code, test, recipe or document — is dead
+    code a reader would take for a live path. Decorated definitions (stages, typer commands, numba kernels) are
+    reached through their decorator and are not counted here."""
+    corpus = [p for folder in (*FOLDERS, "deploy", "tests") for p in (ROOT / folder).rglob("*")
+              if p.suffix in (".py", ".toml", ".md", ".json", ".yaml") and "__pycache__" not in p.parts]
+    corpus += [*ROOT.glob("*.md"), ROOT / "pyproject.toml"]
+    words = Counter(w for p in corpus for w in re.findall(r"[A-Za-z_]\w*", p.read_text()))
+    dead = []
+    for path in MODULES.values():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.decorator_list:
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                         if isinstance(t, ast.Name)]
+            else:
+                continue
+            dead += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                     if not n.startswith("__") and words[n] < 2]
+    assert not dead, "defined and never named anywhere else (remove them):\n" + "\n".join(dead)

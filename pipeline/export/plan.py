@@ -48,9 +48,6 @@ def check_source(manifest: dict[str, Any]) -> None:
                           f"robo3d-kitti-c); this benchmark's source is {kind}, which export does not support")
 
 
-LINKED = ("image_2", "planes")  # what the converters read besides what a build stores
-
-
 #: the file export leaves in every data root it writes (as `bench-build demo-data` leaves ``BENCH_BUILD_DEMO``):
 #: a root that holds KITTI files without it, here or in a folder above it up to OUT, is none export wrote, and is
 #: refused (`check_marked`), --force or not

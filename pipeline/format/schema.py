@@ -63,7 +63,6 @@ from bench_build.manifests.manifest import SCHEMA_VERSION
 from bench_build.stages.frame import Boxes, Calib, Frame
 
 METADATA_KEY = b"bench_build"
-PARTITION_KEYS = ("corruption", "severity")  # hive directory keys, never stored in-file
 
 BOX_TYPE = pa.struct(
     [
@@ -131,10 +130,6 @@ def row_schema(fields: Sequence[str] = ("x", "y", "z", "intensity"), columns: Se
             ("info", pa.string()),
         ]
     )
-
-
-#: The schema of a KITTI-like build (x, y, z, intensity; no optional column).
-ROW_SCHEMA = row_schema()
 
 
 def schema_with_metadata(meta: dict[str, Any], fields: Sequence[str] | None = None,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +39,6 @@ from bench_build.errors import LedgerMismatch
 from bench_build.manifests.manifest import CLEAN, partition_dir
 from bench_build.manifests.recipe import Recipe
 from bench_build.plan.costs import CostTable, load_costs
-
-SHARD_RE = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 
 
 def example_key(benchmark: str, frame_id: str, corruption: str, severity: int) -> str:
@@ -82,13 +79,6 @@ class BlockSpec:
         for c in recipe.corruptions:
             out += [(c.name, s, partition_path(c.name, s, self.name)) for s in range(1, recipe.severities + 1)]
         return out
-
-
-def parse_shard_name(name: str) -> tuple[int, int]:
-    m = SHARD_RE.match(name)
-    if not m:
-        raise ValueError(f"not a shard name: {name!r}")
-    return int(m.group(1)), int(m.group(2))
 
 
 def plan_shards(frame_ids: list[str], frames_per_shard: int) -> list[BlockSpec]:

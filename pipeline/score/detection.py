@@ -223,10 +223,3 @@ def score_partitions(version_dir: str | Path, pred_root: str | Path, *, severity
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(score_partition, *a) for a in args]
         return {p: f.result() for p, f in zip(parts, futures, strict=True)}
-
-
-def score_detection(version_dir: str | Path, pred_root: str | Path, *, severity_names: list[str],
-                    classes: tuple[str, ...]) -> dict[Partition, dict[str, Any]]:
-    """KITTI AP of every partition: ``{Partition: evaluate(...) result}``."""
-    return {p: r.ap for p, r in score_partitions(version_dir, pred_root, severity_names=severity_names,
-                                                   classes=classes).items()}

@@ -61,8 +61,6 @@ from bench_build.sources.scanobjectnn import SONN_CLASSES, ScanObjectNNSource
 from bench_build.sources.shapenet import ShapeNetCoreSource
 from bench_build.stages.frame import Frame
 
-DATASETS = ("shapenet", "modelnet40", "scanobjectnn")
-
 
 def authors_r2r_split(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, val) positions among ``n`` known-class training scans, as the released Real-to-Real trainer

@@ -15,11 +15,6 @@ def to_spherical(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return r, az, el
 
 
-def from_spherical(r: np.ndarray, az: np.ndarray, el: np.ndarray) -> np.ndarray:
-    cos_el = np.cos(el)
-    return np.stack([r * cos_el * np.cos(az), r * cos_el * np.sin(az), r * np.sin(el)], axis=1)
-
-
 def scale_range(xyz: np.ndarray, new_range: np.ndarray) -> np.ndarray:
     """Move each point along its own ray to ``new_range`` (points at the origin stay there).
 
