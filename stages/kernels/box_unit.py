@@ -7,8 +7,9 @@ corruptions in Li et al.'s released code:
 
 * `clamp_unit` ("normalize", after noise, upsampling and local increase): if any coordinate of the
   object's points exceeds 1 in magnitude, all of them are divided by the largest magnitude;
-* `clamp_box` ("normalize_gt", after shear and FFD): per axis, coordinates are divided by
-  max|p_i| / (dim_i / max(dim)) when that ratio exceeds 1, squeezing the object back into its box.
+* "normalize_gt" (after shear and FFD): per axis, coordinates are divided by max|p_i| / (dim_i / max(dim))
+  when that ratio exceeds 1, squeezing the object back into its box. The stages do it in metres, in the box
+  frame (`bench_build.stages.per_box.shear.squeeze_into_boxes`), which is the same ratio.
 """
 
 from __future__ import annotations
@@ -40,17 +41,6 @@ def clamp_unit(local: np.ndarray) -> np.ndarray:
         return local
     m = float(np.abs(local).max())
     return local / m if m > 1 else local
-
-
-def clamp_box(local: np.ndarray, dims: np.ndarray) -> np.ndarray:
-    """The released `normalize_gt`: per axis, squeeze into ±dim_i / max(dim) (the box, in units)."""
-    if len(local) == 0:
-        return local
-    top = float(np.max(dims))
-    bound = np.asarray(dims, dtype=np.float64) / (top if top > 0 else 1.0)
-    m = np.abs(local).max(axis=0)
-    ratio = np.divide(m, bound, out=np.zeros(3), where=bound > 0)
-    return local / np.where(ratio > 1, ratio, 1.0)
 
 
 def delete_sequentially(xyz: np.ndarray, ops: int, k: int, n_drop: int, rng: np.random.Generator) -> np.ndarray:
