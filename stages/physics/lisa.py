@@ -4,7 +4,7 @@ the per-return Monte Carlo and the constants of the two modes. The stages are ``
 
 Extinction
 -----------------
-    α = (π/4)·1e-6 ∫ D²·Q_ext(D)·N(D) dD   [m⁻¹]   (D in mm, N in m⁻³mm⁻¹), β the same with Q_back
+    α = (π/4)·1e-6 ∫ D²·Q_ext(D)·N(D) dD   [m⁻¹]   (D in mm, N in m⁻³mm⁻¹)
 
 integrated with the trapezoid rule over D = logspace(−5, 1, 2000) mm, size parameter x = πD/λ (the
 paper-era convention, not upstream pylisa's πD/(2λ)). Q_ext depends only on (m, x), so one table of
@@ -224,34 +224,19 @@ def mie_series(m: float, x: np.ndarray, back: bool = False) -> tuple[np.ndarray,
     return qext, qback
 
 
-def _efficiencies_on_grid(m: float, wavelength_nm: float, back: bool) -> tuple[np.ndarray, np.ndarray]:
-    import miepython  # lazy: slow to import, and needed only once per (index, wavelength): the tables are cached
-
-    lam_mm = wavelength_nm * 1e-6
-    x = np.pi * D_GRID_MM / lam_mm
-    small = x < _MIE_SMALL_X
-    qext = np.empty_like(x)
-    qback = np.zeros_like(x)
-    qe, _, qb, _ = miepython.efficiencies(m, D_GRID_MM[small], lam_mm, n_env=1.0)
-    qext[small], qback[small] = qe, qb
-    qext[~small], qb_big = mie_series(m, x[~small], back=back)
-    if back:
-        qback[~small] = qb_big
-    qext.setflags(write=False)
-    qback.setflags(write=False)
-    return qext, qback
-
-
 @cache  # = lru_cache(maxsize=None)
 def q_ext_table(m: float, wavelength_nm: float) -> np.ndarray:
     """Q_ext on D_GRID_MM for index m and wavelength λ (nm); read-only, cached per (m, λ)."""
-    return _efficiencies_on_grid(float(m), float(wavelength_nm), back=False)[0]
+    import miepython  # lazy: slow to import, and needed only once per (index, wavelength): the tables are cached
 
-
-@cache  # = lru_cache(maxsize=None)
-def q_back_table(m: float, wavelength_nm: float) -> np.ndarray:
-    """Q_back on D_GRID_MM (miepython's normalisation |Σ(2n+1)(−1)ⁿ(a_n − b_n)|²/x²); cached."""
-    return _efficiencies_on_grid(float(m), float(wavelength_nm), back=True)[1]
+    m, lam_mm = float(m), float(wavelength_nm) * 1e-6
+    x = np.pi * D_GRID_MM / lam_mm
+    small = x < _MIE_SMALL_X
+    qext = np.empty_like(x)
+    qext[small] = miepython.efficiencies(m, D_GRID_MM[small], lam_mm, n_env=1.0)[0]
+    qext[~small] = mie_series(m, x[~small])[0]
+    qext.setflags(write=False)
+    return qext
 
 
 def _trapezoid(y: np.ndarray, x: np.ndarray) -> float:
@@ -263,15 +248,6 @@ def extinction(rate: float, distribution: str, m: float, wavelength_nm: float) -
     """α [m⁻¹] = (π/4)·1e-6 ∫ D²·Q_ext·N(D) dD over D_GRID_MM (trapezoid), cached."""
     n0, lam = psd_parameters(rate, distribution)
     integrand = D_GRID_MM**2 * q_ext_table(m, wavelength_nm) * n0 * np.exp(-lam * D_GRID_MM)
-    return math.pi / 4.0 * 1e-6 * _trapezoid(integrand, D_GRID_MM)
-
-
-@cache  # = lru_cache(maxsize=None)
-def backscatter(rate: float, distribution: str, m: float, wavelength_nm: float) -> float:
-    """β [m⁻¹] = the same integral with Q_back (computed for completeness; the Monte Carlo does not
-    use it)."""
-    n0, lam = psd_parameters(rate, distribution)
-    integrand = D_GRID_MM**2 * q_back_table(m, wavelength_nm) * n0 * np.exp(-lam * D_GRID_MM)
     return math.pi / 4.0 * 1e-6 * _trapezoid(integrand, D_GRID_MM)
 
 
@@ -336,16 +312,6 @@ def _q32(x):
         return 0.0
     s = math.sqrt(x)
     return math.erfc(s) + _TWO_OVER_SQRT_PI * s * math.exp(-x)
-
-
-@numba.njit(cache=True)
-def q32(x):
-    """`_q32` of every element of a 1-D array (≈ 5× faster than scipy's general ``gammaincc(1.5, x)``, which
-    it matches to ~1e-13 relative)."""
-    out = np.empty(x.shape[0])
-    for i in range(x.shape[0]):
-        out[i] = _q32(x[i])
-    return out
 
 
 @numba.njit(cache=True, error_model="numpy")
