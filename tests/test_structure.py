@@ -292,10 +292,21 @@ def test_layers_import_only_downwards():
     assert not bad, "imports upwards:\n" + "\n".join(bad)
 
 
+def registers(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    """Whether a decorator makes the definition reachable without its name: ``@stage(...)`` (the stage registry),
+    ``@app.command(...)`` / ``@app.callback(...)`` (typer). ``@cache``, ``@numba.njit`` and the like do not."""
+    for d in node.decorator_list:
+        f = d.func if isinstance(d, ast.Call) else d
+        if (isinstance(f, ast.Name) and f.id == "stage") or (isinstance(f, ast.Attribute)
+                                                             and f.attr in ("command", "callback")):
+            return True
+    return False
+
+
 def test_every_module_level_name_is_used_somewhere():
     """A module-level function, class or constant that nothing names — no code, test, recipe or document — is dead
-    code a reader would take for a live path. Decorated definitions (stages, typer commands, numba kernels) are
-    reached through their decorator and are not counted here."""
+    code a reader would take for a live path. Definitions a decorator registers (stages, typer commands) are
+    reached through the registry and are not counted here."""
     corpus = [p for folder in (*FOLDERS, "deploy", "tests") for p in (ROOT / folder).rglob("*")
               if p.suffix in (".py", ".toml", ".md", ".json", ".yaml") and "__pycache__" not in p.parts]
     corpus += [*ROOT.glob("*.md"), ROOT / "pyproject.toml"]
@@ -303,7 +314,7 @@ def test_every_module_level_name_is_used_somewhere():
     dead = []
     for path in MODULES.values():
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.decorator_list:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not registers(node):
                 names = [node.name]
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
