@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_build.sources.records import RecordSource, read_records, write_records
+from bench_build.sources.records import read_records, write_records
 
 BOREAS_FIELDS = ("x", "y", "z", "intensity", "ring", "time")
 BOREAS_INTENSITY_SCALE = "byte"  # assumed 0..255, see the module docstring
@@ -31,10 +31,3 @@ def read_boreas_bin(path: str | Path) -> np.ndarray:
 def write_boreas_bin(path: str | Path, points: np.ndarray) -> None:
     write_records(Path(path), points, len(BOREAS_FIELDS))
 
-
-class BoreasSource(RecordSource):
-    """Scans of a Boreas directory, in a stable order (sorted relative paths)."""
-
-    kind = "boreas"
-    fields = BOREAS_FIELDS
-    intensity_scale = BOREAS_INTENSITY_SCALE

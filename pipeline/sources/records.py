@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from bench_build.sources.base import SourceError
-from bench_build.stages.frame import Frame
-from bench_build.stages.sensor import Sensor
 
 #: the farthest a return of any automotive LiDAR lies is a few hundred metres: a coordinate past this is no return
 MAX_COORDINATE = 1e4  # m
@@ -103,46 +101,3 @@ def list_scans(root: Path) -> list[Path]:
     if not files:
         raise SourceError(root, "no *.bin scans found (empty directory?)")
     return files
-
-
-def frame_id_of(root: Path, path: Path) -> str:
-    """A scan's id: its path relative to the source root, without ``.bin`` (stable, unique)."""
-    return path.relative_to(root).with_suffix("").as_posix()
-
-
-class RecordSource:
-    """A directory of raw ``.bin`` scans (searched recursively, stable sorted order).
-
-    Subclasses set ``kind``, ``fields`` (one per float32 of a record) and ``intensity_scale``.
-    """
-
-    kind = "records"
-    fields: tuple[str, ...] = ()
-    intensity_scale = "unit"
-    sensor: Sensor | None = None  # the recording LiDAR (bench_build.stages.sensor), None when unknown
-
-    def __init__(self, root: str | Path, split: str | None = None) -> None:
-        self.root = Path(root)
-        self._files: dict[str, Path] | None = None
-
-    def _index(self) -> dict[str, Path]:
-        if self._files is None:
-            self._files = {frame_id_of(self.root, p): p for p in list_scans(self.root)}
-        return self._files
-
-    def list_frames(self) -> list[str]:
-        return list(self._index())
-
-    def path(self, frame_id: str) -> Path:
-        return self.root / f"{frame_id}.bin"
-
-    def read_points(self, frame_id: str) -> np.ndarray:
-        return read_records(self.path(frame_id), len(self.fields), ", ".join(self.fields), self.kind)
-
-    def read(self, frame_id: str):
-        return Frame(frame_id=frame_id, points=self.read_points(frame_id), fields=self.fields,
-                     intensity_scale=self.intensity_scale, sensor=self.sensor)
-
-    def describe(self) -> dict:
-        return {"kind": self.kind, "root": str(self.root), "fields": list(self.fields),
-                "intensity_scale": self.intensity_scale}

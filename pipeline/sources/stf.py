@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_build.sources.records import RecordSource, read_records, write_records
-from bench_build.stages.physics.hdl64e_s3 import HDL64E_S3
+from bench_build.sources.records import read_records, write_records
 
 STF_FIELDS = ("x", "y", "z", "intensity", "ring")
 STF_INTENSITY_SCALE = "byte"  # 0..255
@@ -31,11 +30,3 @@ def read_stf_bin(path: str | Path) -> np.ndarray:
 def write_stf_bin(path: str | Path, points: np.ndarray) -> None:
     write_records(Path(path), points, len(STF_FIELDS))
 
-
-class StfSource(RecordSource):
-    """Scans of an STF directory, in a stable order (sorted relative paths)."""
-
-    kind = "stf"
-    fields = STF_FIELDS
-    intensity_scale = STF_INTENSITY_SCALE
-    sensor = HDL64E_S3  # the ring column is the S3's laser id

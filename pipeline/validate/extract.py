@@ -23,17 +23,17 @@ from bench_build.format.checked import CheckedParquetFile, IntegrityError
 from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_points, file_metadata
 from bench_build.sources.base import SourceError
-from bench_build.sources.boreas import read_boreas_bin
+from bench_build.sources.boreas import BOREAS_FIELDS, BOREAS_INTENSITY_SCALE, read_boreas_bin
 from bench_build.sources.kitti import read_velodyne
 from bench_build.sources.semantickitti import read_label_file
-from bench_build.sources.stf import read_stf_bin
+from bench_build.sources.stf import STF_FIELDS, STF_INTENSITY_SCALE, read_stf_bin
 from bench_build.sources.wads import duplicate_first
 from bench_build.validate.preprocess import EmptyScanError, Preprocess
 from bench_build.validate.train import evaluate, load_model
 
 FORMATS: dict[str, dict[str, Any]] = {
-    "stf": {"width": 5, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring")},
-    "boreas": {"width": 6, "scale": "byte", "fields": ("x", "y", "z", "intensity", "ring", "time")},
+    "stf": {"width": len(STF_FIELDS), "scale": STF_INTENSITY_SCALE, "fields": STF_FIELDS},
+    "boreas": {"width": len(BOREAS_FIELDS), "scale": BOREAS_INTENSITY_SCALE, "fields": BOREAS_FIELDS},
     "kitti": {"width": 4, "scale": "unit", "fields": ("x", "y", "z", "intensity")},
     # WADS (bench_build.sources.wads): KITTI's record, 0..255 intensities, a labels/ file beside velodyne/
     "wads": {"width": 4, "scale": "byte", "fields": ("x", "y", "z", "intensity")},

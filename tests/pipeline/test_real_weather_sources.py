@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from bench_build.sources.base import SourceError
-from bench_build.sources.boreas import BOREAS_FIELDS, BoreasSource, read_boreas_bin, write_boreas_bin
-from bench_build.sources.stf import STF_FIELDS, StfSource, read_stf_bin, write_stf_bin
+from bench_build.sources.boreas import BOREAS_FIELDS, read_boreas_bin, write_boreas_bin
+from bench_build.sources.records import list_scans
+from bench_build.sources.stf import STF_FIELDS, read_stf_bin, write_stf_bin
 
 
 def _cloud(n: int, width: int, seed: int = 0) -> np.ndarray:
@@ -19,34 +20,35 @@ def _cloud(n: int, width: int, seed: int = 0) -> np.ndarray:
 
 
 def test_stf_round_trip(tmp_path):
+    """What validate lists and reads (`list_scans`, `read_real`): every scan, sorted, its five columns as written."""
+    from bench_build.validate.extract import FORMATS, read_real
+
     root = tmp_path / "stf" / "lidar_hdl64_strongest"
     clouds = {f"2018-02-06_14-25-51_{i:05d}": _cloud(100 + i, 5, i) for i in range(3)}
     for name, pts in clouds.items():
         write_stf_bin(root / f"{name}.bin", pts)
-    src = StfSource(tmp_path / "stf")
-    assert src.list_frames() == [f"lidar_hdl64_strongest/{n}" for n in sorted(clouds)]
-    assert src.fields == STF_FIELDS and src.intensity_scale == "byte"
-    for fid in src.list_frames():
-        frame = src.read(fid)
-        np.testing.assert_array_equal(frame.points, clouds[fid.split("/")[-1]])
-        assert frame.fields == STF_FIELDS and frame.intensity_scale == "byte"
-    assert src.describe()["kind"] == "stf"
+    files = list_scans(tmp_path / "stf")
+    assert files == [root / f"{n}.bin" for n in sorted(clouds)]
+    for path in files:
+        np.testing.assert_array_equal(read_real("stf", path), clouds[path.stem])
+    assert FORMATS["stf"] == {"width": 5, "scale": "byte", "fields": STF_FIELDS}
 
 
 def test_boreas_round_trip_nested_sequences(tmp_path):
+    from bench_build.validate.extract import FORMATS, read_real
+
     clouds = {}
     for seq in ("boreas-2021-01-26-10-59", "boreas-2021-02-09-12-55"):
         for t in (1611676809855290, 1611676809955290):
             pts = _cloud(50, 6, t % 97)
             pts[:, 5] = np.linspace(-0.05, 0.05, 50)
-            clouds[f"{seq}/lidar/{t}"] = pts
+            clouds[f"{seq}/lidar/{t}.bin"] = pts
             write_boreas_bin(tmp_path / seq / "lidar" / f"{t}.bin", pts)
-    src = BoreasSource(tmp_path)
-    assert src.list_frames() == sorted(clouds)
-    for fid, pts in clouds.items():
-        np.testing.assert_array_equal(src.read(fid).points, pts)
-    assert src.read(fid).fields == BOREAS_FIELDS
-    np.testing.assert_array_equal(read_boreas_bin(tmp_path / f"{fid}.bin"), pts)
+    files = list_scans(tmp_path)
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == sorted(clouds)
+    for path in files:
+        np.testing.assert_array_equal(read_real("boreas", path), clouds[path.relative_to(tmp_path).as_posix()])
+    assert FORMATS["boreas"] == {"width": 6, "scale": "byte", "fields": BOREAS_FIELDS}
 
 
 @pytest.mark.parametrize(("reader", "width"), [(read_stf_bin, 5), (read_boreas_bin, 6)])
@@ -76,14 +78,13 @@ def test_stf_file_read_as_boreas_is_rejected(tmp_path):
         read_boreas_bin(path)
 
 
-@pytest.mark.parametrize("source", [StfSource, BoreasSource])
-def test_missing_or_empty_directory_is_loud(tmp_path, source):
+def test_missing_or_empty_directory_is_loud(tmp_path):
     with pytest.raises(SourceError, match="directory not found"):
-        source(tmp_path / "nope").list_frames()
+        list_scans(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("no scans here")
     with pytest.raises(SourceError, match=r"empty.*no \*\.bin scans"):
-        source(tmp_path / "empty").list_frames()
+        list_scans(tmp_path / "empty")
 
 
 def test_validation_loader_reads_both_formats_onto_one_scale(tmp_path):
