@@ -193,13 +193,20 @@ def local_path(root: str | Path, rel: Any) -> Path:
     return path
 
 
-def check_manifest(manifest: dict[str, Any], where: str) -> None:
-    """Refuse a manifest whose dataset/version names or shard / render paths could escape its directory, or whose
-    shard entries are malformed (`check_shard_entries`, which commands that need only the entries call alone)."""
-    for key in ("dataset", "version"):
-        value = manifest.get(key)
-        if not isinstance(value, str) or not SAFE_NAME.match(value):
-            raise ManifestError(f"{where}: {key} {value!r} is not a safe name ({names.RULE})")
+def name_problems(manifest: dict[str, Any]) -> list[str]:
+    """What is wrong with the manifest's ``dataset`` and ``version``, which every reader needs as safe names (a
+    version is opened, pulled and published under them): `verify` reports these and checks the rest."""
+    return [f"no {key}" if key not in manifest else f"{key} {value!r} is not a safe name ({names.RULE})"
+            for key in ("dataset", "version")
+            if not isinstance(value := manifest.get(key), str) or not SAFE_NAME.match(value)]
+
+
+def check_manifest(manifest: dict[str, Any], where: str, *, check_names: bool = True) -> None:
+    """Refuse a manifest whose dataset/version names (unless not ``check_names``: `name_problems`) or shard / render
+    paths could escape its directory, or whose shard entries are malformed (`check_shard_entries`, which commands
+    that need only the entries call alone)."""
+    if check_names and (bad := name_problems(manifest)):
+        raise ManifestError(f"{where}: {'; '.join(bad)}")
     check_shard_entries(manifest, where)
     shards = manifest["shards"]
     bad = [f"{e.get('path')!r} ({reason})" for e in shards
@@ -360,11 +367,7 @@ def verify_version(version_dir: str | Path, *, workers: int = 4) -> VerifyReport
     manifest = read_manifest(root)
     check_shard_entries(manifest, str(root / MANIFEST_NAME))
     report = VerifyReport()
-    for key in ("dataset", "version"):  # every reader refuses the version without them (`check_manifest`)
-        value = manifest.get(key)
-        if not isinstance(value, str) or not SAFE_NAME.match(value):
-            report.problems.append(f"no {key}" if key not in manifest else f"{key} {value!r} is not a safe name "
-                                   f"({names.RULE})")
+    report.problems += name_problems(manifest)  # every reader refuses the version without them (`check_manifest`)
     if isinstance(manifest.get("partial"), dict):
         report.of_files = manifest["partial"].get("files_in_version")
 

@@ -128,12 +128,12 @@ def parallel(fn: Callable[[Any], Any], items: list, jobs: int) -> list:
         return list(pool.map(fn, items))
 
 
-def read_stored_manifest(store: Store, hint: str) -> tuple[bytes, dict[str, Any]]:
+def read_stored_manifest(store: Store, hint: str, *, check_names: bool = True) -> tuple[bytes, dict[str, Any]]:
     raw = store.get(MANIFEST_NAME)
     if raw is None:
         raise ManifestError(f"{store.key_url(MANIFEST_NAME)}: no manifest ({hint})")
     manifest = parse_manifest(raw[0], store.key_url(MANIFEST_NAME))
-    check_manifest(manifest, store.key_url(MANIFEST_NAME))
+    check_manifest(manifest, store.key_url(MANIFEST_NAME), check_names=check_names)
     return raw[0], manifest
 
 

@@ -17,6 +17,7 @@ from bench_build.manifests.manifest import (
     check_counts,
     check_file_set,
     check_manifest,
+    name_problems,
     parse_manifest,
 )
 from bench_build.publish.common import (
@@ -158,8 +159,8 @@ def verify_remote(version_url: str, *, endpoint_url: str | None = None, profile:
     and every listed render's size and sha256."""
 
     store = open_store(version_url, endpoint_url=endpoint_url, profile=profile)
-    _, manifest = read_stored_manifest(store, "not a published or built version")
-    report = VerifyReport()
+    _, manifest = read_stored_manifest(store, "not a published or built version", check_names=False)
+    report = VerifyReport(problems=name_problems(manifest))  # reported as locally, and the rest checked
     bar = TransferProgress(sum(s["bytes"] for s in manifest["shards"]), "verify", enabled=progress)
 
     def check(entry: dict[str, Any], parquet: bool = True) -> str | None:

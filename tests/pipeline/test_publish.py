@@ -358,6 +358,26 @@ def test_a_pull_into_a_copy_whose_shard_entry_was_edited_is_refused_in_one_line(
 
 
 
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda m: m.pop("dataset"), "no dataset"),
+    (lambda m: m.__setitem__("version", "../0.1.0"), "version '../0.1.0' is not a safe name"),
+])
+def test_verify_in_place_of_a_manifest_without_its_names_checks_the_rest(built, s3prefix, s3env, edit, says):
+    """`verify` of a local version reports a manifest without its ``dataset`` (or with a ``version`` no reader
+    opens) as one problem, exit 1, and checks every shard; in place on S3 the same manifest stopped it before the
+    first shard with exit 2, the code for a version that could not be checked at all."""
+    assert publish_version(built, s3prefix, progress=False).ok
+    manifest = json.loads((built / "manifest.json").read_text())
+    edit(manifest)
+    bucket, _, prefix = s3prefix.removeprefix("s3://").partition("/")
+    s3env.client().put_object(Bucket=bucket, Key=f"{prefix}/mini-c/0.1.0/manifest.json",
+                              Body=json.dumps(manifest).encode())
+    out = runner.invoke(app, ["verify", f"{s3prefix}/mini-c/0.1.0", "--no-progress"])
+    lines = out.output.strip().splitlines()
+    assert out.exit_code == 1 and len(lines) == 2 and lines[0].startswith(f"BAD {says}"), out.output
+    assert lines[1] == f"1 problem; {len(manifest['shards'])} listed files checked", out.output
+
+
 @pytest.mark.parametrize("bad_path", ["../../escaped.parquet", "/tmp/escaped.parquet", "s3://other/x.parquet",
                                       "data/../../escaped.parquet"])
 def test_pull_refuses_manifest_paths_that_escape(built, s3prefix, s3env, tmp_path, bad_path):
