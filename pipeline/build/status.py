@@ -23,7 +23,7 @@ def recipe_fingerprints(recipe: Any, info: dict[str, Any]) -> dict[str, str]:
 
 
 def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = None,
-                 profile: str | None = None) -> dict[str, Any]:
+                 profile: str | None = None, recheck: str = "size") -> dict[str, Any]:
     """Shards done / failed / pending, examples written and an ETA, from the ledger alone.
 
     ``matches_recipe`` says whether the build there is this recipe's (its fingerprint is the one `run` computes for
@@ -31,8 +31,9 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
     refuses the folder, and ``recipe_fingerprint`` is the fingerprint `run` would have (full encoding).
 
     A task whose entry says done but whose files are not as it recorded them (one deleted, or of another size:
-    checked against one listing of the version, never a read or a HEAD per file) is not counted done but
-    ``rebuild`` ({task: why}): `run` checks every done task's files and builds such a task again."""
+    checked against one listing of the version, never a read or a HEAD per file; with ``recheck="sha256"`` also
+    one whose bytes changed, reading every file as `run` does) is not counted done but ``rebuild`` ({task: why}):
+    `run` checks every done task's files and builds such a task again."""
     refuse_output_folder(Path(benchmark), "status")
     recipe = load_recipe(benchmark)
     store = open_store(out, endpoint_url=endpoint_url, profile=profile).child(f"{recipe.name}/{recipe.version}")
@@ -61,7 +62,7 @@ def build_status(benchmark: str, out: str | Path, *, endpoint_url: str | None = 
             else:  # unreadable (said on stderr): `run` builds the task again
                 pending.append(s.name)
         elif e and e.get("fingerprint") == info["fingerprint"]:
-            if why := ledger.files_problem(e, sizes):
+            if why := ledger.files_problem(e, sizes, recheck):
                 rebuild[s.name] = why
                 pending.append(s.name)
                 continue

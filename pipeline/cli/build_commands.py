@@ -290,6 +290,9 @@ def status(
     out: Annotated[str, typer.Option(help="Output root given to `run` (path or URL)",
                                      callback=refuse_empty_path)] = "bench-out",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+    recheck: Annotated[Recheck, typer.Option(help=(
+        "How finished tasks' files are checked: size (one listing, no read) or sha256 (re-hash every file, as "
+        "`run` does)"))] = Recheck.size,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
@@ -301,7 +304,7 @@ def status(
     from bench_build.storage import StorageError
 
     try:
-        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile)
+        st = build_status(benchmark, out, endpoint_url=endpoint_url, profile=profile, recheck=recheck.value)
     except (RecipeError, UsageError, LedgerMismatch, StorageError) as e:
         raise fail(e) from None
     if as_json:

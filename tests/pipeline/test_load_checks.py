@@ -330,3 +330,26 @@ def test_status_says_which_done_tasks_lost_their_files_from_one_listing(mini_bui
                                                     f"{data.stat().st_size} bytes, the ledger recorded "
                                                     f"{data.stat().st_size + 1}",
                              "part-00001-of-00002": f"{gone} is missing"}
+
+
+def test_status_recheck_sha256_finds_a_same_size_change_that_the_listing_cannot(mini_build, small_recipe,
+                                                                               tmp_path):
+    """A shard whose bytes changed but not its size passed `status` as done (its one listing sees sizes only),
+    while `run` re-hashes it and builds the task again: `status --recheck sha256` re-hashes every done task's files
+    as `run` does and counts that task to rebuild; the default stays the cheap listing."""
+    out = _copied_build(mini_build, tmp_path)
+    version = out / "mini-c" / "0.1.0"
+    rel = "data/corruption=beam_del/severity=1/part-00001-of-00002.parquet"
+    body = bytearray((version / rel).read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    (version / rel).unlink()  # a new file: the build's may share its inode with the fixture's
+    (version / rel).write_bytes(bytes(body))
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out)])
+    assert res.exit_code == 0 and "2/2 shards done" in _flat(res.output), res.output
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out), "--recheck", "sha256"])
+    lines = [_flat(line) for line in res.output.strip().splitlines()]
+    assert res.exit_code == 0 and "1/2 shards done, 0 failed, 1 pending" in lines[0], res.output
+    assert lines[1:] == [f"to rebuild part-00001-of-00002: recorded done, but {rel} does not match its recorded "
+                         "sha256; `run` builds it again"], res.output
+    res = CliRunner().invoke(app, ["status", str(small_recipe), "--out", str(out), "--recheck", "md5"])
+    assert res.exit_code == 2 and "--recheck" in res.output, res.output
