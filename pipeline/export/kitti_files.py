@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
-
 import numpy as np
 
 from bench_build.export.errors import ExportError
-from bench_build.format.reader import Example, open_version
-from bench_build.sources.kitti import format_calib, format_labels, write_frame
+from bench_build.format.reader import Example
+from bench_build.sources.kitti import format_calib, format_labels
 from bench_build.stages.frame import Boxes, Calib
 
 
@@ -60,19 +57,3 @@ def boxes_equal(a: Boxes | None, b: Boxes | None) -> bool:
         return a is b
     return len(a) == len(b) and np.allclose(a.center, b.center, atol=1e-6) and np.allclose(a.dims, b.dims) \
         and np.allclose(a.heading, b.heading)
-
-
-def export_kitti(root: str | Path, out: str | Path, *, corruption: str, severity: int,
-                 frames: Iterable[str] | None = None) -> int:
-    """Write one partition of a built version in KITTI layout (velodyne .bin, label_2, calib).
-
-    Labels come from the example's boxes, so for object-level corruptions that move, rotate,
-    scale or deform objects the exported ``label_2`` describes the corrupted scene. Returns the
-    number of frames written to ``out/training``.
-    """
-
-    n = 0
-    for ex in open_version(root).examples(corruption, severity, frames):
-        write_frame(Path(out), ex.to_frame())
-        n += 1
-    return n

@@ -73,7 +73,7 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
 
     import pyarrow.parquet as pq
 
-    from bench_build.export.kitti_files import export_kitti
+    from bench_build.export import export_version
     from bench_build.format.reader import open_version
     from bench_build.loaders import PointCloudIterableDataset
 
@@ -91,8 +91,8 @@ def test_compact_build_reads_back_exactly_the_full_build(compact_build, mini_bui
     assert one.points.tobytes() == want["mini-c/000002/beam_del/5"].points.tobytes()
     loader = {x["key"]: x["points"] for x in PointCloudIterableDataset(compact_build, corruption="translation")}
     assert all(v.tobytes() == want[k].points.tobytes() for k, v in loader.items()) and len(loader) == 20
-    assert export_kitti(compact_build, tmp_path / "c", corruption="background", severity=5) == 4
-    assert export_kitti(mini_build, tmp_path / "f", corruption="background", severity=5) == 4
+    assert export_version(compact_build, tmp_path / "c", corruption="background", severity=5).frames == 4
+    assert export_version(mini_build, tmp_path / "f", corruption="background", severity=5).frames == 4
     for fid in ("000000", "000003"):
         rel = f"training/velodyne/{fid}.bin"
         assert (tmp_path / "c" / rel).read_bytes() == (tmp_path / "f" / rel).read_bytes()

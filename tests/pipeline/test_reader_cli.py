@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench_build.cli import app
-from bench_build.export.kitti_files import export_kitti
+from bench_build.export import export_version
 from bench_build.format.reader import open_version
 from bench_build.sources.kitti import KittiSource
 
@@ -68,8 +68,7 @@ def test_plain_pyarrow_and_duckdb(built):
 
 
 def test_export_writes_labels_of_the_corrupted_scene(built, tmp_path):
-    n = export_kitti(built, tmp_path / "exp", corruption="translation", severity=5)
-    assert n == 4
+    assert export_version(built, tmp_path / "exp", corruption="translation", severity=5).frames == 4
     src = KittiSource(tmp_path / "exp")
     ex = open_version(built).example("000001", "translation", 5)
     back = src.read("000001")
