@@ -319,17 +319,20 @@ def work_cpu(run: dict[str, Any], base: dict[str, Any]) -> float | None:
 
 def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
     """The cost table's ``runtime`` from a `run_scale` result: medians over its builds of the driver's start
-    (planning + Ray's start) and finish, the task CPU inflation at the largest worker count within the cores
-    (without the workers' warm-up, `work_cpu`, where it was measured), and a worker's start: when its first task
-    began after Ray was up (``phases["worker_start"]``) plus the one-off warm-up that task then paid inside
-    (`first_task_warmup`, from the builds where a worker ran two tasks or more; without one the model's constant
-    `WORKER_START_S` stays)."""
+    (planning + Ray's start), its finish without the contact sheet and the sheet's drawing, the task CPU inflation
+    at the largest worker count within the cores (without the workers' warm-up, `work_cpu`, where it was measured),
+    and a worker's start: when its first task began after Ray was up (``phases["worker_start"]``) plus the one-off
+    warm-up that task then paid inside (`first_task_warmup`, from the builds where a worker ran two tasks or more;
+    without one the model's constant `WORKER_START_S` stays)."""
 
     def inflation(run: dict[str, Any]) -> float:
         return run.get("task_inflation") or run["cpu_inflation"] or 1.0
 
     runs = results["runs"]
-    finish = [r["phases"].get("finish", 0.0) for r in runs]
+    # the finish without the contact sheet, whose drawing is a term of its own (`Runtime.sheet_s`): the model puts
+    # back what of it outlasts the last task
+    finish = [r["phases"].get("finish", 0.0) - r["phases"].get("contact_sheet", 0.0) for r in runs]
+    sheet = [r["phases"]["sheet_draw"] for r in runs if "sheet_draw" in r["phases"]]
     full = [r for r in runs if r["workers"] <= (results["cores"] or 1)]
     out = {"driver_start_s": round(statistics.median(r["phases"].get("plan", 0.0) + r["phases"].get("ray_start", 0.0)
                                                      for r in runs), 3),
@@ -344,6 +347,8 @@ def measured_runtime(results: dict[str, Any]) -> dict[str, Any]:
     warm = [r["ledger"]["warmup_s"] for r in runs if r["ledger"].get("warmup_s") is not None]
     if runs and runs[0]["ledger"].get("warmup_s") is not None:
         warm = [runs[0]["ledger"]["warmup_s"]]
+    if sheet:
+        out["sheet_s"] = round(statistics.median(sheet), 3)
     starts = [r["phases"]["worker_start"] for r in runs if "worker_start" in r["phases"]]
     if warm and starts:
         out["worker_start_s"] = round(statistics.median(starts) + statistics.median(warm), 3)

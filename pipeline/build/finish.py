@@ -147,10 +147,12 @@ def write_manifest(version_dir: str | Path | Store, recipe: Recipe, source: dict
         card = card.rstrip("\n") + "\n\n" + reuse_card_section(manifest) + "\n"
     t = time.time()
     sheet = early_sheet.take(store, manifest) if early_sheet is not None else None
+    drawn = early_sheet.seconds if sheet is not None else None  # type: ignore[union-attr]
     if sheet is None:
         sheet = contact_sheet(store, manifest, panels)
-    if phases is not None:
+    if phases is not None:  # the wait here (the part after the last task), and the drawing's own time
         phases["contact_sheet"] = round(time.time() - t, 3)
+        phases["sheet_draw"] = round(phases["contact_sheet"] if drawn is None else drawn, 3)
     # what the build drew for its card, with checksums: publish and pull move exactly these (never whatever a
     # listing of renders/ holds), verify checks them; an empty list says "none", unlike an old build's absent key
     write_version_files(store, manifest, card_with_renders(card, sheet) if sheet else card,

@@ -219,7 +219,8 @@ def plan(
     say(f"runtime: every worker starts {report['worker_start_s']:g} s before its first task (--worker-start) "
         f"and each task adds {report['overhead_s_per_task']:g} s of scheduling; the driver starts in "
         f"{rt['driver_start_s']:g} s (plan, Ray), finishes in {rt['finish_s']:g} s + {rt['finish_s_per_task']:g} s "
-        f"per task; " + (f"a task costs ×{rt['inflation_full']:g} CPU with all {cores} cores busy "
+        f"per task, plus what of the contact sheet's {rt['sheet_s']:g} s (drawn once block 0's tasks end) outlasts "
+        "the last task; " + (f"a task costs ×{rt['inflation_full']:g} CPU with all {cores} cores busy "
                          if cores > 1 else "tasks are taken to cost the same at any occupancy ")
         + f"({'measured by `bench scale`' if rt['measured'] else 'not measured: defaults'})")
     # fits an 80-column terminal: no vertical rules, one space between columns, nothing truncated

@@ -57,15 +57,15 @@ def plan_build(recipe: Recipe | str, frame_ids: Sequence[str], *, frames_per_sha
                 "task_seconds": {"min": min(seconds), "mean": sum(seconds) / len(seconds), "max": max(seconds)},
                 "cpu_hours": sum(seconds) / 3600, "_seconds": seconds}
 
-    def row(seconds: list[float], w: int) -> dict[str, Any]:
-        return {k: v for k, v in predict(seconds, w, runtime).items() if k != "workers"}
+    def row(p: dict[str, Any], w: int) -> dict[str, Any]:
+        return {k: v for k, v in predict(p["_seconds"], w, runtime, p["groups_per_block"]).items() if k != "workers"}
 
     sized = at(groups or groups_for(recipe, costs, frames_per_shard))
     rows = []
     for w in workers:
         p = at(groups or choose_groups(recipe, costs, shards, w, worker_start_s=runtime.worker_start_s))
-        rows.append({"workers": w, **{k: v for k, v in p.items() if k != "_seconds"}, **row(p["_seconds"], w),
-                     "sized": row(sized["_seconds"], w)})
+        rows.append({"workers": w, **{k: v for k, v in p.items() if k != "_seconds"}, **row(p, w),
+                     "sized": row(sized, w)})
     return {
         "recipe": recipe.name, "costs": costs.measured + (f"; scale {costs.scale:g} (real task CPU / the parts' "
                                                           "prediction)" if costs.scale != 1.0 else
@@ -76,7 +76,7 @@ def plan_build(recipe: Recipe | str, frame_ids: Sequence[str], *, frames_per_sha
         "examples_defined": recipe.examples_defined(len(frame_ids)),
         "cpu_hours_one_task_per_block": at(1)["cpu_hours"], "overhead_s_per_task": TASK_OVERHEAD_S,
         "worker_start_s": runtime.worker_start_s,
-        "runtime": {"driver_start_s": runtime.driver_start_s, "finish_s": runtime.finish_s,
+        "runtime": {"driver_start_s": runtime.driver_start_s, "finish_s": runtime.finish_s, "sheet_s": runtime.sheet_s,
                     "finish_s_per_task": runtime.finish_s_per_task, "inflation_full": runtime.inflation,
                     "cores_measured": runtime.cores,
                     "measured": bool(costs.extra.get("runtime")), "default_worker_start_s": WORKER_START_S},

@@ -26,6 +26,7 @@ itself (≈ 5 ms per frame, negligible next to the stages).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import math
@@ -209,6 +210,12 @@ TASK_OVERHEAD_S = 0.05  # Ray task scheduling + start + ledger write per task, m
 #: CPU numba compiles for) pays ≈ 11 s more for KITTI-C's stages. A cost table measured by `bench scale` replaces
 #: it with its own measurement (`Runtime`).
 WORKER_START_S = 1.4
+#: seconds the driver takes to draw the contact sheet (tiling the panels block 0's tasks painted, then the PNG),
+#: on a thread from the moment block 0's last task ends (`build.finish.EarlySheet`): what of it runs past the
+#: build's last task adds to the finish. 2.9–3.5 s on a 2-core VM whose speed probe reads 122 ms (2026-11-29:
+#: matplotlib's import 1.15 s, tiling 1.55 s, PNG 0.38 s; machines of 4 cores or more import while Ray starts); a
+#: table measured by `bench scale --costs-out` replaces it with its own (``sheet_s``)
+SHEET_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -220,7 +227,8 @@ class Runtime:
     caches, SMT siblings); a build on ``w`` workers pays ``1 + (inflation - 1) × (w - 1) / (cores - 1)`` per
     task, at most the full factor. ``driver_start_s``: the driver before the first task can start (planning, the
     ledger, `ray.init`); ``finish_s`` (+ ``finish_s_per_task``): the driver after the last task (ledger check,
-    manifest, card, contact sheet, Ray's stop)."""
+    manifest, card, Ray's stop) besides the contact sheet; ``sheet_s``: the sheet's drawing, which starts when
+    block 0's tasks have all ended, so only what of it outlasts the last task is serial (`predict`)."""
 
     worker_start_s: float = WORKER_START_S
     driver_start_s: float = 0.0
@@ -228,6 +236,7 @@ class Runtime:
     finish_s_per_task: float = 0.0
     inflation: float = 1.0
     cores: int = 1
+    sheet_s: float = SHEET_S
 
     def inflation_at(self, workers: int) -> float:
         if self.cores <= 1 or workers <= 1:
@@ -238,42 +247,51 @@ class Runtime:
     def of(cls, costs: CostTable, worker_start_s: float | None = None) -> Runtime:
         r = costs.extra.get("runtime") or {}
         known = {k: float(r[k]) for k in ("worker_start_s", "driver_start_s", "finish_s", "finish_s_per_task",
-                                          "inflation") if k in r}
+                                          "inflation", "sheet_s") if k in r}
         out = cls(**known, cores=int(r.get("cores", 1)))  # type: ignore[arg-type]
         if worker_start_s is not None:
-            out = cls(worker_start_s, out.driver_start_s, out.finish_s, out.finish_s_per_task, out.inflation, out.cores)
+            out = dataclasses.replace(out, worker_start_s=worker_start_s)
         return out
 
 
 def simulate(task_seconds: Iterable[float], workers: int, overhead_s: float = TASK_OVERHEAD_S,
-             start_s: float = 0.0, inflation: float = 1.0) -> dict[str, float]:
+             start_s: float = 0.0, inflation: float = 1.0, first: int = 0) -> dict[str, float]:
     """List scheduling in submission order, every worker free from ``start_s``, each task costing ``inflation`` ×
     its one-worker seconds: makespan (s), busy CPU-s (one-worker seconds), utilisation = busy / (N × makespan)
     (a worker's start and the inflation are not useful work), and occupancy = utilisation × inflation: the share
     of the workers' time a task runs, however slow the hardware makes it at that occupancy (how well the split
     keeps workers busy, apart from what the machine costs). Workers beyond one per task never get one, so only
-    as many are simulated (``--workers 10**9`` allocated a list of that many)."""
+    as many are simulated (``--workers 10**9`` allocated a list of that many). ``first_done_s``: when the first
+    ``first`` tasks (block 0's) have all ended."""
     task_seconds = list(task_seconds)
     free = [start_s] * min(workers, max(len(task_seconds), 1))
-    busy = 0.0
-    for cost in task_seconds:
+    busy, first_done = 0.0, 0.0
+    for i, cost in enumerate(task_seconds):
         start = heapq.heappop(free)
-        heapq.heappush(free, start + cost * inflation + overhead_s)
+        heapq.heappush(free, end := start + cost * inflation + overhead_s)
         busy += cost
+        if i < first:
+            first_done = max(first_done, end)
     makespan = max(free) if free else 0.0
     utilisation = busy / (workers * makespan) if makespan else 1.0
     return {"workers": workers, "makespan_s": makespan, "busy_cpu_s": busy, "utilisation": utilisation,
-            "occupancy": utilisation * inflation if makespan else 1.0}
+            "occupancy": utilisation * inflation if makespan else 1.0, "first_done_s": first_done}
 
 
-def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime) -> dict[str, float]:
+def predict(task_seconds: Sequence[float], workers: int, runtime: Runtime, first_block: int = 1) -> dict[str, float]:
     """`simulate` at ``workers`` with ``runtime``'s worker start and inflation, plus the driver's serial parts:
-    ``wall_s`` = the driver's start + makespan + finish, and ``wall_utilisation`` = one-worker task CPU / (N × wall)."""
-    m = simulate(task_seconds, workers, start_s=runtime.worker_start_s, inflation=runtime.inflation_at(workers))
-    finish = runtime.finish_s + runtime.finish_s_per_task * len(task_seconds)
+    ``wall_s`` = the driver's start + makespan + finish, and ``wall_utilisation`` = one-worker task CPU / (N × wall).
+    The finish includes ``sheet_tail_s``, what of the contact sheet's drawing outlasts the last task: it starts
+    when block 0's tasks (the first ``first_block`` submitted: its groups) have all ended, so where every task
+    ends at once (as many workers as tasks) all of it is serial."""
+    m = simulate(task_seconds, workers, start_s=runtime.worker_start_s, inflation=runtime.inflation_at(workers),
+                 first=first_block)
+    tail = max(0.0, m["first_done_s"] + runtime.sheet_s - m["makespan_s"]) if task_seconds else 0.0
+    finish = runtime.finish_s + runtime.finish_s_per_task * len(task_seconds) + tail
     wall = runtime.driver_start_s + m["makespan_s"] + finish
     return {**m, "inflation": runtime.inflation_at(workers), "driver_start_s": runtime.driver_start_s,
-            "finish_s": finish, "wall_s": wall, "wall_utilisation": m["busy_cpu_s"] / (workers * wall) if wall else 1.0}
+            "sheet_tail_s": tail, "finish_s": finish, "wall_s": wall,
+            "wall_utilisation": m["busy_cpu_s"] / (workers * wall) if wall else 1.0}
 
 
 def task_seconds(shards: Sequence[BlockSpec], cut, costs: CostTable) -> list[float]:
@@ -296,7 +314,7 @@ def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[BlockSpec],
         cut = group_partitions(recipe, costs, g)
         if len(cut) < g:  # no finer cut exists
             break
-        m = predict(task_seconds(shards, cut, costs), workers, runtime)["wall_s"]
+        m = predict(task_seconds(shards, cut, costs), workers, runtime, len(cut))["wall_s"]
         if m < best_s * 0.98:
             best_s, best_g = m, g
     return best_g

@@ -50,6 +50,25 @@ def test_a_workers_first_task_warm_up_is_told_from_its_later_tasks():
     assert "worker_start_s" not in measured_runtime(results)
 
 
+def test_the_measured_finish_leaves_the_contact_sheet_to_a_term_of_its_own():
+    """A build whose blocks ended together waited 2.8 s for the sheet in its finish (``contact_sheet``), one whose
+    block 0 ended early waited nothing: the table's ``finish_s`` is the finish without that wait, and ``sheet_s``
+    the drawing's own time, so that `plan` puts back only what of it outlasts the last task at each count."""
+    from bench_build.bench.scale import measured_runtime
+
+    def run(workers, finish, waited, drawn):
+        return {"workers": workers, "cpu_inflation": 1.0, "ledger": {},
+                "phases": {"plan": 0.1, "ray_start": 3.0, "finish": finish, "contact_sheet": waited,
+                           "sheet_draw": drawn}}
+
+    rt = measured_runtime({"frames": 8, "cores": 2, "runs": [run(1, 0.4, 0.0, 3.0), run(2, 3.2, 2.8, 3.2),
+                                                             run(2, 0.5, 0.0, 3.4)]})
+    assert rt["finish_s"] == pytest.approx(0.4) and rt["sheet_s"] == pytest.approx(3.2)
+    older = {"frames": 8, "cores": 2, "runs": [{"workers": 1, "cpu_inflation": 1.0, "ledger": {},
+                                                "phases": {"plan": 0.1, "ray_start": 3.0, "finish": 0.4}}]}
+    assert "sheet_s" not in measured_runtime(older)  # results from before the phase: the model's constant stays
+
+
 def _build(workers: int, wall: float, cpu: float, phases: dict, warm: float | None = None) -> dict:
     return {"workers": workers, "wall_s": wall, "build_s": wall - 1, "phases": phases,
             "ledger": {"tasks": 4, "task_cpu_s": cpu, "warmup_s": warm, "longest_task_s": cpu / 4, "split": {}}}

@@ -28,8 +28,10 @@ def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_pat
     Calibrated from the build itself, as `bench scale --costs-out` does on a machine: the cost table is scaled so
     its task seconds sum to what these tasks took (the machine's speed this hour at this occupancy: a loaded CI
     machine stays within the tolerance), and the runtime holds the build's measured driver start, worker start and
-    finish. What is tested is the model: the schedule of the tasks on the workers after each worker's start, plus
-    the serial parts, against the build's wall clock."""
+    finish without the contact sheet, and the sheet's drawing. What is tested is the model: the schedule of the
+    tasks on the workers after each worker's start, plus the serial parts (of the sheet, drawn once block 0's task
+    ends, what outlasts the last task: here, with tasks under a second, most of it), against the build's wall
+    clock."""
     from bench_build.build.run import run_build
 
     t = time.perf_counter()
@@ -47,7 +49,7 @@ def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_pat
             pytest.approx(e["seconds"], abs=0.05)
         assert split["cpu"] <= e["cpu_seconds"] + 0.01 and e["threads"] >= 1
     phases = res.phases
-    assert {"plan", "ray_start", "tasks", "worker_start", "finish"} <= set(phases)
+    assert {"plan", "ray_start", "tasks", "worker_start", "finish", "contact_sheet", "sheet_draw"} <= set(phases)
 
     recipe = load_recipe(str(small_recipe))
     costs = load_costs(recipe)
@@ -55,7 +57,8 @@ def test_plan_predicts_a_real_two_worker_build(small_recipe, demo_kitti, tmp_pat
     modelled = sum(task_seconds(plan_shards(frame_ids, 1), group_partitions(recipe, costs, 1), costs))
     measured = sum(e["seconds"] for e in entries)
     runtime = {"driver_start_s": phases["plan"] + phases["ray_start"], "worker_start_s": phases["worker_start"],
-               "finish_s": phases["finish"], "inflation": 1.0, "cores": 2}
+               "finish_s": phases["finish"] - phases["contact_sheet"], "sheet_s": phases["sheet_draw"],
+               "inflation": 1.0, "cores": 2}
     table = replace(costs, scale=costs.scale * measured / modelled, extra={**costs.extra, "runtime": runtime})
     row = plan_build(recipe, frame_ids, frames_per_shard=1, workers=[2], groups=1, costs=table)["schedule"][0]
     assert row["tasks"] == 4
@@ -71,15 +74,50 @@ def test_runtime_inflation_grows_with_occupancy_up_to_the_measured_cores():
 
 
 def test_predicted_wall_adds_the_serial_parts_and_inflates_tasks():
-    r = Runtime(worker_start_s=1.0, driver_start_s=2.0, finish_s=3.0, inflation=1.5, cores=2)
+    r = Runtime(worker_start_s=1.0, driver_start_s=2.0, finish_s=3.0, inflation=1.5, cores=2, sheet_s=0.5)
     p = predict([10.0, 10.0], 2, r)
-    # both tasks run at once, each 1.5 × longer with both cores busy
+    # both tasks run at once, each 1.5 × longer with both cores busy; the sheet, drawn once block 0's one task
+    # ended, ends after the other
     assert p["makespan_s"] == pytest.approx(1.0 + 15.0 + 0.05)
-    assert p["wall_s"] == pytest.approx(2.0 + p["makespan_s"] + 3.0)
+    assert p["sheet_tail_s"] == pytest.approx(0.5)
+    assert p["wall_s"] == pytest.approx(2.0 + p["makespan_s"] + 3.0 + 0.5)
     assert p["wall_utilisation"] == pytest.approx(20.0 / (2 * p["wall_s"]))
     # the inflated tasks fill the workers after their start: busy, though a third of it is the hardware's
     assert p["occupancy"] == pytest.approx(30.0 / (2 * p["makespan_s"]))
     assert p["utilisation"] == pytest.approx(p["occupancy"] / 1.5)
+
+
+def test_the_contact_sheet_is_serial_only_where_it_outlasts_the_last_task():
+    """The driver draws the sheet once block 0's tasks (its groups: the first submitted) have all ended: on fewer
+    workers than blocks it is drawn while later blocks run, and costs nothing; where every task ends at once it
+    follows the last one. The group choice weighs it: at as many workers as blocks, cutting each block in two lets
+    block 0 end halfway, at the price of the caches each group rebuilds."""
+    r = Runtime(worker_start_s=0.0, driver_start_s=0.0, finish_s=0.0, sheet_s=3.0)
+    later = predict([10.0] * 4, 2, r, first_block=1)  # block 0 ends at 10 s, the last block at 20 s
+    assert later["first_done_s"] == pytest.approx(10.05) and later["sheet_tail_s"] == 0.0
+    at_once = predict([10.0] * 4, 4, r, first_block=1)
+    assert at_once["sheet_tail_s"] == pytest.approx(3.0)
+    assert at_once["wall_s"] == pytest.approx(at_once["makespan_s"] + 3.0)
+    split = predict([5.0] * 8, 4, r, first_block=2)  # block 0's two groups run first: done at 5 s of 10
+    assert split["sheet_tail_s"] == 0.0
+    partly = predict([10.0, 2.0, 2.0], 3, r, first_block=2)  # block 0 ends at 10.05; the last task too
+    assert partly["sheet_tail_s"] == pytest.approx(3.0)
+
+    recipe = load_recipe("kitti-c")
+    costs = load_costs(recipe)
+    frames = [f"{i:06d}" for i in range(64)]
+    shards = plan_shards(frames, 4)
+
+    def table(sheet_s: float):
+        rt = {"worker_start_s": 1.0, "driver_start_s": 2.0, "finish_s": 0.3, "cores": 16, "sheet_s": sheet_s}
+        return replace(costs, extra={**costs.extra, "runtime": rt})
+
+    assert choose_groups(recipe, table(0.0), shards, 16) == 1  # 16 blocks, 16 workers: one task each
+    assert choose_groups(recipe, table(3.0), shards, 16) == 2
+    row = plan_build(recipe, frames, frames_per_shard=4, workers=[16], costs=table(3.0))["schedule"][0]
+    assert row["groups_per_block"] == 2 and row["sheet_tail_s"] == 0.0
+    one = plan_build(recipe, frames, frames_per_shard=4, workers=[16], groups=1, costs=table(3.0))["schedule"][0]
+    assert one["sheet_tail_s"] == pytest.approx(3.0) and one["finish_s"] == pytest.approx(3.3)
 
 
 def test_the_cost_tables_runtime_reaches_plan_and_the_group_choice():
