@@ -53,7 +53,7 @@ def publish(
 ) -> None:
     """Publish a built version (immutable): shards, then the manifest (only if absent), then `latest`."""
     from bench_build.manifests.manifest import ManifestError
-    from bench_build.publish import PublishError, publish_version
+    from bench_build.publish import PublishError, PublishIncomplete, publish_version
     from bench_build.storage import StorageError
 
     try:
@@ -61,6 +61,8 @@ def publish(
                        "`latest` unchanged; `versions` lists the version as incomplete)"):
             r = publish_version(version_dir, to, endpoint_url=endpoint_url, profile=profile, jobs=jobs,
                                 progress=progress, takeover=takeover, update_latest=latest)
+    except PublishIncomplete as e:  # files went up before the store failed: exit 1, not "nothing was written"
+        raise fail(e, code=1) from None
     except (ManifestError, PublishError, StorageError) as e:
         raise fail(e) from None
     from rich.markup import escape

@@ -46,6 +46,7 @@ from bench_build.publish.common import (
     LATEST,
     PublishConflict,
     PublishError,
+    PublishIncomplete,
     PullError,
     TransferReport,
     VersionExists,
@@ -57,6 +58,7 @@ from bench_build.publish.push import publish_version, refuse_symlinks
 from bench_build.publish.versions import list_versions, verify_remote
 
 __all__ = [
-    "LATEST", "PublishConflict", "PublishError", "PullError", "TransferReport", "VersionExists", "content_identity",
-    "list_versions", "publish_version", "pull_version", "refuse_symlinks", "verify_remote", "version_key",
+    "LATEST", "PublishConflict", "PublishError", "PublishIncomplete", "PullError", "TransferReport", "VersionExists",
+    "content_identity", "list_versions", "publish_version", "pull_version", "refuse_symlinks", "verify_remote",
+    "version_key",
 ]

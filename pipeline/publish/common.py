@@ -52,6 +52,10 @@ class PublishConflict(PublishError):
     pass
 
 
+class PublishIncomplete(PublishError):
+    """The store failed after files had gone up (the CLI's exit 1): they are kept, nothing was committed."""
+
+
 class PullError(BenchBuildError, RuntimeError):
     """A pull stopped on a local error (disk full, not a directory, permission denied), one line naming the file.
 

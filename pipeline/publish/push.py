@@ -21,6 +21,7 @@ from bench_build.publish.common import (
     PUBLISHING,
     PublishConflict,
     PublishError,
+    PublishIncomplete,
     TransferReport,
     VersionExists,
     listed_renders,
@@ -65,8 +66,19 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
                 raise VersionExists(f"{dest.url} is already published{' (same content)' if same else ''}: "
                                     "published versions are immutable; bump the recipe's version to publish a new "
                                     "one")
-            _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
-                               elsewhere=_published_files(root, version))
+            written: list[str] = []  # files put on the store by this run, whatever happens next
+            try:
+                _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
+                                   elsewhere=_published_files(root, version), written=written)
+            except StorageError as e:
+                if not written:
+                    raise
+                went = f"{len(written)} file" + (" it uploaded before is" if len(written) == 1 else
+                                                 "s it uploaded before are")
+                raise PublishIncomplete(
+                    f"{str(e).rstrip('.')}; the {went} kept on the store and nothing was committed (no manifest, "
+                    "`latest` unchanged; `versions` lists the version as incomplete): re-run the same command once "
+                    "the store takes writes again, and what is already there is not uploaded again") from None
             if not report.problems:
                 record_published(root, version, manifest_sha)
     except VersionLocked as e:
@@ -112,14 +124,17 @@ def refuse_symlinks(version_dir: Path) -> None:
 
 def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, Any], manifest_sha: str,
                        report: TransferReport, jobs: int, progress: bool,
-                       elsewhere: dict[tuple[str, int], tuple[Store, str]] | None = None) -> None:
+                       elsewhere: dict[tuple[str, int], tuple[Store, str]] | None = None,
+                       written: list[str] | None = None) -> None:
     """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest. ``elsewhere``:
-    `_published_files` of the dataset, copied store-side instead of uploaded.
+    `_published_files` of the dataset, copied store-side instead of uploaded. ``written`` gets each file's path
+    as soon as it is on the store (copied or uploaded), so a caller whose store failed midway knows what went up.
 
     Two passes, each with its own progress line: first what needs no upload (already there, or copied on the
     store), then the uploads. So the upload line's total, rate and ETA count only bytes that go up, and the
     report's upload rate (`TransferReport.upload_mb_per_s`) only the time they took."""
     elsewhere = elsewhere or {}
+    written = [] if written is None else written
     dataset, version = manifest["dataset"], manifest["version"]
     shards = sorted(manifest["shards"], key=lambda s: s["path"])
     renders = listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "published")
@@ -147,6 +162,7 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                                     "instead")
                 return None
             bar.advance(size)
+            written.append(rel)
             return "copied"
 
         done = parallel(place, files, jobs)
@@ -170,6 +186,7 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                     report.problems.append(f"{rel}: does not match its manifest (run `bench-build verify`)")
                     return None
                 dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
+                written.append(rel)
             else:  # from another store: through a local temporary copy, checked before it goes up
 
                 with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
@@ -179,6 +196,7 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
                         report.problems.append(f"{rel}: does not match its manifest at {src.url}")
                         return None
                     dest.upload_file(local, rel, sha256=sha, progress=bar.advance)
+                    written.append(rel)
             return "transferred"
 
         uploaded = iter(parallel(upload, uploads, jobs))

@@ -1270,3 +1270,36 @@ def test_pull_and_versions_of_a_version_url_or_a_publication_root_name_the_url_t
     info = json.loads(out.output)
     assert info["is_version"] == {"dataset": "mini-c", "version": "0.1.0"} and info["incomplete"] == []
     assert json.loads(runner.invoke(app, ["versions", dataset_url, "--json"]).output)["is_version"] is None
+
+
+def test_a_store_whose_disk_fills_during_publish_keeps_what_went_up_and_says_so(built, small_fs, monkeypatch):
+    """A real SeaweedFS store on a small disk (a tmpfs) fills up midway through a publish: weed answers each
+    later PUT with a bare InternalError. That was exit 2, the code for "nothing was written", with no word of the
+    files already up; it is exit 1, one line saying how many are kept, that nothing was committed, and to re-run.
+    Once the disk has room the same command uploads only the rest and commits."""
+    from bench_build.storage.seaweed import SeaweedServer
+
+    files = read_manifest(built)["shards"]
+    total = sum(e["bytes"] for e in files)
+    subprocess.run(["mount", "-o", f"remount,size={(total // 2 >> 20) + 8}m", str(small_fs)], check=True)
+    with SeaweedServer(small_fs / "s3", "fullkey", "fullsecret-" + "0" * 20, ("full",)) as weed:
+        for k in [k for k in os.environ if k.startswith("AWS_") and k != "AWS_CA_BUNDLE"]:
+            monkeypatch.delenv(k)
+        for k, v in {"AWS_ENDPOINT_URL": weed.endpoint, "AWS_ACCESS_KEY_ID": weed.access_key,
+                     "AWS_SECRET_ACCESS_KEY": weed.secret_key, "AWS_REGION": "us-east-1",
+                     "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(k, v)
+        args = ["publish", str(built), "--to", "s3://full/datasets", "--no-progress"]
+        out = runner.invoke(app, args)
+        said = " ".join(out.output.split())
+        assert out.exit_code == 1 and said.startswith("error: s3://full/datasets/mini-c/0.1.0/data/"), out.output
+        kept = int(said.split("; the ")[1].split(" file")[0])
+        there = remote_keys(weed, "s3://full/datasets/mini-c/0.1.0")
+        up = [k for k in there if k.startswith("data/")]
+        assert 0 < kept == len([k for k in there if k.startswith(("data/", "renders/"))]), (kept, there, said)
+        assert 0 < len(up) < len(files) and "manifest.json" not in there, there
+        assert "kept on the store and nothing was committed" in said and "re-run the same command" in said
+        subprocess.run(["mount", "-o", f"remount,size={(2 * total >> 20) + 32}m", str(small_fs)], check=True)
+        out = runner.invoke(app, args)
+        assert out.exit_code == 0 and f"{len(up)} already there" in " ".join(out.output.split()), out.output
+        assert verify_remote("s3://full/datasets/mini-c/0.1.0", progress=False).ok
