@@ -69,10 +69,11 @@ class BuildProgress:
                         f", {r:.1f} ex/s" if r > 0 else "")
                 print(f"[bench-build] {self.done}/{self.total} examples, {said}", file=sys.stderr, flush=True)
                 return
-            # no rate yet: say so rather than "ETA nan s" (nothing built in this run yet, or only its first examples)
-            eta = (f"ETA {(self.total - self.done) / r:.0f} s" if r > 0 else "ETA after the first task"
-                   if self._first is None else "ETA at the next update (start-up left out)")
-            print(f"[bench-build] {self.done}/{self.total} examples, {r:.1f} ex/s, {eta}", file=sys.stderr, flush=True)
+            # no rate yet: say so rather than "0.0 ex/s, ETA nan s" (nothing built in this run yet, or only the
+            # examples of its first update, from which no rate can be told)
+            eta = (f"{r:.1f} ex/s, ETA {(self.total - self.done) / r:.0f} s" if r > 0 else "ETA after the first task"
+                   if self._first is None else "rate and ETA at the next update (start-up left out)")
+            print(f"[bench-build] {self.done}/{self.total} examples, {eta}", file=sys.stderr, flush=True)
 
     def update_to(self, done: int) -> None:
         """Move the bar to ``done`` examples (never backwards)."""
