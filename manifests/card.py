@@ -130,7 +130,9 @@ def yaml_header(manifest: dict[str, Any]) -> str:
     lines = ["---", f"pretty_name: {q(manifest['dataset'] + ' ' + manifest['version'])}",
              f"license: {licence_id(kind)}",
              "size_categories:", f"- {q(size_category(manifest['counts']['examples_stored']))}",
-             "tags:", "- point-cloud", "- lidar", "- robustness", "- corruption", "configs:"]
+             # objects (no intensity: normalised CAD or scanned shapes, `points_units`) are not LiDAR scans
+             "tags:", "- point-cloud", "- lidar" if is_scan(manifest) else "- 3d-shapes", "- robustness",
+             "- corruption", "configs:"]
     parts = manifest.get("partitions", {})
     stored = manifest["counts"].get("by_partition", {})
     for key, p in parts.items():
@@ -222,7 +224,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         f"- Specification: {recipe.paper}" if recipe.paper else "",
         f"- Source: `{src.get('kind')}` ({src.get('split') or src.get('split_note') or 'all frames'}), "
         f"{manifest['frames']} frames, "
-        f"point fields {', '.join(manifest['fields'])}, intensity scale `{manifest['intensity_scale']}`",
+        f"point fields {', '.join(manifest['fields'])}"
+        + (f", intensity scale `{manifest['intensity_scale']}`" if is_scan(manifest) else ""),
         f"- **Not the benchmark's split:** built from split `{src.get('split')}` (`--split`); the benchmark is "
         f"defined on `{src['benchmark_split']}`, so its numbers are not comparable with the paper's"
         if src.get("benchmark_split") else "",
@@ -388,11 +391,15 @@ COLUMN_MEANINGS: dict[str, tuple[str, str]] = {
 }
 
 
+def is_scan(manifest: dict[str, Any]) -> bool:
+    """A build of LiDAR scans (points with intensity), not of an object benchmark's normalised shapes."""
+    return "intensity" in (manifest.get("fields") or [])
+
+
 def points_units(manifest: dict[str, Any]) -> str:
     """What a point's coordinates are: metres in the sensor frame (scans), or shape units (object benchmarks'
     normalised shapes, which have no intensity)."""
-    fields = manifest.get("fields") or []
-    if "intensity" not in fields:
+    if not is_scan(manifest):
         return "shape coordinates (normalised by the preprocessing above), no intensity"
     scale = manifest["intensity_scale"]
     what = {"unit": " (0…1)", "byte": " (0…255)"}.get(scale, "")

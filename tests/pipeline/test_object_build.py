@@ -75,6 +75,10 @@ def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch):
     assert "| `boxes` | list<struct> | null: this source has no boxes |" in card
     assert "| `class_id` | int32 | per example: class index" in card and "see bench-build's README" not in card
     assert "Each panel shows the shape from three sides" in card and "metre scale" not in card
+    # shapes, not LiDAR scans: the card tagged them `lidar` and gave their (absent) intensity a scale
+    header, source = card.split("\n---\n")[0], next(x for x in card.splitlines() if x.startswith("- Source:"))
+    assert "- 3d-shapes" in header and "lidar" not in header, header
+    assert source.endswith("point fields x, y, z") and "intensity" not in source, source
     rows = duckdb.sql(
         f"SELECT corruption, severity, count(*), min(num_points), max(num_points), min(class_id), max(class_id) "
         f"FROM read_parquet('{version}/data/**/*.parquet', hive_partitioning = true) GROUP BY ALL").fetchall()

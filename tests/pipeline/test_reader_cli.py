@@ -172,3 +172,11 @@ def test_a_file_of_another_size_fails_on_open_naming_the_manifests_value(built, 
     (v / shorter["path"]).unlink()
     with pytest.raises(FileNotFoundError, match=rf"{shorter['path']}: listed in the manifest but missing"):
         next(ds.read_file(shorter))
+
+
+def test_a_scan_builds_card_keeps_its_lidar_tag_and_intensity_scale(built):
+    """The other side of the object card's check (test_object_build.py): a KITTI build is LiDAR scans."""
+    card = (built / "README.md").read_text()
+    header, source = card.split("\n---\n")[0], next(x for x in card.splitlines() if x.startswith("- Source:"))
+    assert "- lidar" in header and "- 3d-shapes" not in header, header
+    assert "intensity scale `unit`" in source, source
