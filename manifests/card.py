@@ -234,8 +234,9 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         numeric_profile_line(manifest.get("numeric_profile")),
         lock_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
-        f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} severities, "
-        "severity 0 = clean)",
+        + (f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} "
+           "severities, severity 0 = clean)" if recipe.corruptions else
+           f"({manifest['frames']} frames, each once as it is: this benchmark has no corruptions)"),
         f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in "
         "`data/corruption=clean/severity=0/`), "
         f"{counts['bytes'] / 1e6:,.1f} MB in {len(manifest['shards'])} Parquet files",
@@ -245,8 +246,8 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "",
         "## Corruptions",
         "",
-        "| corruption | stage | severities 1…S | notes |",
-        "| --- | --- | --- | --- |",
+        *(["| corruption | stage | severities 1…S | notes |", "| --- | --- | --- | --- |"] if recipe.corruptions else
+          ["None: every example is a source frame as it is, after the preprocessing below."]),
     ]
     for c in recipe.corruptions:
         stage = get_stage(c.stage)
@@ -422,7 +423,8 @@ def differences_section(recipe: Recipe) -> list[str]:
             f"{v.base if shipped else '<recipe.toml>'}:{v.name}`, "
             f"benchmark `{v.benchmark}`) differs from the default in {_changed(v.changes)}:",
             "",
-            f"| corruption | {'default (released generator)' if shipped else 'default'} | `{v.name}` |",
+            f"| {'corruption' if _only_corruptions(v.changes) else 'what'} | "
+            f"{'default (released generator)' if shipped else 'default'} | `{v.name}` |",
             "| --- | --- | --- |",
         ]
         for corruption, changes in v.changes.items():
@@ -437,6 +439,12 @@ def differences_section(recipe: Recipe) -> list[str]:
 def _cell(values: str, note: str) -> str:
     """A table cell of the variants table: the values, then the note when there is one."""
     return f"{values}. {note}" if note else f"{values}."
+
+
+def _only_corruptions(changes: dict[str, Any]) -> bool:
+    """Does a variant change corruptions only (its table's first column then names them), not the preprocessing
+    or a source option?"""
+    return not any(c == "preprocess" or c.startswith("source_options.") for c in changes)
 
 
 def _changed(changes: dict[str, Any]) -> str:

@@ -166,6 +166,12 @@ def test_3dos_scenarios_read_back(objects, tmp_path, shared_ray):
     card = (Path(res.version_dir) / "README.md").read_text()
     assert "| SN1 | test |" in card and "FPS 4096" in card and "| SR12 | val |" in card
     assert "| source_options.cellphone |" in card and "| source_options.r2r_val |" in card
+    # no corruptions: said in words, not "× 0 corruptions × 1 severities" above an empty table, and the variants'
+    # tables head their first column "what" (source options and the preprocessing, not corruptions)
+    assert f"{len(t)} frames, each once as it is: this benchmark has no corruptions" in card
+    assert "× 0 corruptions" not in card and "| corruption | stage |" not in card
+    assert "None: every example is a source frame as it is" in card
+    assert "| what | default (released generator) | `cellphone` |" in card and "| corruption | default" not in card
 
 
 MINI_OBJECT_RECIPE = """
