@@ -234,8 +234,9 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         numeric_profile_line(manifest.get("numeric_profile")),
         lock_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
-        + (f"({manifest['frames']} frames × {len(recipe.corruptions)} corruptions × {recipe.severities + 1} "
-           "severities, severity 0 = clean)" if recipe.corruptions else
+        + (f"({manifest['frames']} frames × {len(recipe.corruptions)} "
+           f"corruption{'s' if len(recipe.corruptions) > 1 else ''} × {recipe.severities + 1} severities, "
+           "severity 0 = clean)" if recipe.corruptions else
            f"({manifest['frames']} frames, each once as it is: this benchmark has no corruptions)"),
         f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in "
         "`data/corruption=clean/severity=0/`), "

@@ -125,6 +125,8 @@ def test_modelnet40_e_sigma_mu_columns_and_worker_count(objects, tmp_path, share
         assert 0 <= mu.min() and mu.max() <= info["k"] * (1 + 1e-6)
     clean = t.filter(pads.field("corruption") == "clean").to_pylist()
     assert all(r["sigma"] is None or not any(r["sigma"]) for r in clean)
+    card = (Path(a.version_dir) / "README.md").read_text()  # one corruption, not "1 corruptions"
+    assert "(80 frames × 1 corruption × 4 severities, severity 0 = clean)" in card
     # the same build on one worker is byte-identical
     b = run_build("modelnet40-e", source=str(objects), out=tmp_path / "b", frames_per_shard=16, workers=1,
                   progress=False)
