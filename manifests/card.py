@@ -479,8 +479,10 @@ def renders_section(sheet: dict[str, Any]) -> str:
         RENDERS_BEGIN,
         "## See the corruptions",
         "",
-        f"Frame `{sheet['frame_id']}` under every corruption × severity ({sheet['panels']} panels, clean first; "
-        f"same extent in every panel; points coloured by {colour}). "
+        (f"Frame `{sheet['frame_id']}` under every corruption × severity ({sheet['panels']} panels, clean first; "
+         f"same extent in every panel; points coloured by {colour}). " if sheet["panels"] > 1 else
+         f"Frame `{sheet['frame_id']}` as stored (one panel: the build has no corruption; points coloured by "
+         f"{colour}). ")
         + ("Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
            if sheet.get("objects") else
            "Scene panels have a metre scale and, right of each, an inset zoomed on one object (grey unchanged, "

@@ -173,6 +173,7 @@ def test_3dos_scenarios_read_back(objects, tmp_path, shared_ray):
     assert f"{len(t)} frames, each once as it is: this benchmark has no corruptions" in card
     assert "× 0 corruptions" not in card and "| corruption | stage |" not in card
     assert "None: every example is a source frame as it is" in card
+    assert "as stored (one panel: the build has no corruption;" in card and "(1 panels" not in card
     assert "| what | default (released generator) | `cellphone` |" in card and "| corruption | default" not in card
 
 
