@@ -223,7 +223,7 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         "",
         f"- Specification: {recipe.paper}" if recipe.paper else "",
         f"- Source: `{src.get('kind')}` ({src.get('split') or src.get('split_note') or 'all frames'}), "
-        f"{manifest['frames']} frames, "
+        f"{_frames(manifest['frames'])}, "
         f"point fields {', '.join(manifest['fields'])}"
         + (f", intensity scale `{manifest['intensity_scale']}`" if is_scan(manifest) else ""),
         f"- **Not the benchmark's split:** built from split `{src.get('split')}` (`--split`); the benchmark is "
@@ -234,10 +234,10 @@ def render_card(manifest: dict[str, Any], recipe: Recipe, *, validation: str | N
         numeric_profile_line(manifest.get("numeric_profile")),
         lock_line(manifest.get("numeric_profile")),
         f"- Examples defined by the benchmark: {counts['examples_defined']:,} "
-        + (f"({manifest['frames']} frames × {len(recipe.corruptions)} "
+        + (f"({_frames(manifest['frames'])} × {len(recipe.corruptions)} "
            f"corruption{'s' if len(recipe.corruptions) > 1 else ''} × {recipe.severities + 1} severities, "
            "severity 0 = clean)" if recipe.corruptions else
-           f"({manifest['frames']} frames, each once as it is: this benchmark has no corruptions)"),
+           f"({_frames(manifest['frames'])}, each once as it is: this benchmark has no corruptions)"),
         f"- Examples stored: {counts['examples_stored']:,} (each clean frame once, in "
         "`data/corruption=clean/severity=0/`), "
         f"{counts['bytes'] / 1e6:,.1f} MB in {len(manifest['shards'])} Parquet files",
@@ -440,6 +440,10 @@ def differences_section(recipe: Recipe) -> list[str]:
 def _cell(values: str, note: str) -> str:
     """A table cell of the variants table: the values, then the note when there is one."""
     return f"{values}. {note}" if note else f"{values}."
+
+
+def _frames(n: int) -> str:
+    return f"{n:,} frame{'s' if n != 1 else ''}"
 
 
 def _only_corruptions(changes: dict[str, Any]) -> bool:

@@ -93,6 +93,8 @@ def test_a_local_run_prints_no_ray_token_notice_and_keeps_token_auth(demo_kitti,
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "Token authentication" not in res.stderr
+    card = next((tmp_path / "o").glob("*/*/README.md")).read_text()  # one frame, not "1 frames"
+    assert "(1 frame × 4 corruptions × 6 severities, severity 0 = clean)" in card and "1 frames" not in card
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the local cluster still required a token
 
 
