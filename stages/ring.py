@@ -42,7 +42,10 @@ HDL64E_ELEVATIONS_DEG.setflags(write=False)
 
 #: Small integer codes for the method names (e.g. to store the method in a per-point label column).
 RING_METHOD_CODES: dict[str, int] = {"column": 0, "azimuth_wrap": 1, "laser_table": 2, "elevation_bins": 3}
-METHODS = ("auto", *RING_METHOD_CODES)
+#: ``row`` is the ring column of a range-image source (Waymo: the row, so the laser, by construction), taken as it
+#: is: `ring_column_valid`'s elevation check needs points in the sensor's own frame, and Waymo's are in the vehicle
+#: frame, where it fails and ``column`` would fall back to a recovery. Recorded as ``column``.
+METHODS = ("auto", "row", *RING_METHOD_CODES)
 
 
 def _xyz64(xyz: np.ndarray) -> np.ndarray:
@@ -109,15 +112,22 @@ def _coherent(rings: np.ndarray, psi: np.ndarray, *, max_iqr_deg: float = 1.0) -
     return bool(np.median(iqr) < max_iqr_deg)
 
 
+def ring_column_in_range(frame: Frame, n: int = N_RINGS) -> bool:
+    """The frame has a ``ring`` column of integers in [0, n)."""
+    if "ring" not in frame.fields:
+        return False
+    col = frame.column("ring").astype(np.float64)
+    return len(col) == 0 or bool(np.all(np.isfinite(col)) and np.all(col == np.round(col)) and col.min() >= 0
+                                 and col.max() < n)
+
+
 def ring_column_valid(frame: Frame, n: int = N_RINGS) -> bool:
     """The frame has a ``ring`` column of integers in [0, n) whose rings are coherent in elevation."""
-    if "ring" not in frame.fields:
+    if not ring_column_in_range(frame, n):
         return False
     col = frame.column("ring").astype(np.float64)
     if len(col) == 0:
         return True
-    if not np.all(np.isfinite(col)) or np.any(col != np.round(col)) or col.min() < 0 or col.max() >= n:
-        return False
     # returns within 2 m (the ego vehicle's roof, no-return placeholders at the origin: 23 % of a real
     # nuScenes sweep) have elevations unrelated to their laser; judge coherence on the others
     far = np.linalg.norm(frame.xyz.astype(np.float64), axis=1) > 2.0
@@ -148,7 +158,8 @@ def frame_rings(frame: Frame, method: str = "auto", *, n: int | None = None) -> 
     """(ring index per point, method used).
 
     ``method``: ``auto`` (ring column if valid, else azimuth-wrap if plausible, else laser table),
-    ``column`` (the ring column; falls back like ``auto`` when it is missing or invalid), or one of the
+    ``column`` (the ring column; falls back like ``auto`` when it is missing or invalid), ``row`` (the ring column
+    as it is, a range-image source's row: ValueError when it is missing or out of [0, n)), or one of the
     recovery methods, applied as asked. The method used is one of `RING_METHOD_CODES`.
 
     The beam count ``n`` and the laser table come from the frame's `Sensor` (a 32-beam nuScenes scan has
@@ -176,6 +187,12 @@ def _frame_rings(frame: Frame, method: str, n: int | None) -> tuple[np.ndarray, 
         n = sensor.beams if sensor is not None else N_RINGS
     table = sensor.elevations if sensor is not None else HDL64E_ELEVATIONS_DEG
     xyz = frame.xyz
+    if method == "row":
+        if not ring_column_in_range(frame, n):
+            has = "has none" if "ring" not in frame.fields else "has other values"
+            raise ValueError(f"ring_method 'row' needs a ring column of integers in [0, {n}) (a range-image "
+                             f"source's row), and this frame {has}")
+        return frame.column("ring").astype(np.int64), "column"
     if method == "azimuth_wrap":
         return rings_from_azimuth_wrap(xyz, n), method
     if method == "elevation_bins":

@@ -309,9 +309,40 @@ def test_a_split_folder_read_with_no_split_named_records_the_split_it_is(wo_root
     manifest = read_manifest(version)
     assert manifest["source"]["split"] == "training" and "split_note" not in manifest["source"]
     card = (version / "README.md").read_text()
-    assert "- Source: `waymo` (training), 1 frames" in card and '  - split: "train"' in card
+    assert "- Source: `waymo` (training), 1 frame," in card and '  - split: "train"' in card
     # the card of a folder read as given says so
     note = "folder my_wod read as given, not a Waymo split (training, validation, testing)"
     card = render_card({**manifest, "source": {**manifest["source"], "split": None, "split_note": note}},
                        load_recipe(str(recipe)))
-    assert f"- Source: `waymo` ({note}), 1 frames" in card
+    assert f"- Source: `waymo` ({note}), 1 frame," in card
+
+
+def test_wod_c_ring_stages_use_the_range_image_rows(wo_root):
+    """Waymo's points are in the vehicle frame, whose origin lies 1.7–2.2 m below the LiDAR, so the ring column
+    (the range-image row) fails `ring_column_valid`'s elevation check there: ``ring_method = "column"`` fell back
+    to the HDL-64E laser table, and WOD-C's beam missing and cross-sensor deleted other rows than the rule's —
+    cross-sensor kept 27,458 / 25,630 / 41,821 of a demo scan's 95,881 points at light / moderate / heavy. The
+    recipe now takes the rows as they are (``row``): cross-sensor keeps every 2nd point of the rows it does not
+    delete, so its counts follow from the clean scan's rows exactly, and fall with the severity."""
+    from bench_build.manifests.recipe import load_recipe
+    from bench_build.stages.density.cross_sensor import deleted_rings
+    from bench_build.stages.frame import Frame
+    from bench_build.stages.registry import get_stage
+    from bench_build.stages.ring import frame_rings
+
+    frame = WaymoSource(wo_root).read(WaymoSource(wo_root).list_frames()[0])
+    assert frame_rings(frame, "column")[1] != "column"  # the check, seen from the vehicle origin, fails
+    rings, used = frame_rings(frame, "row")
+    assert used == "column" and np.array_equal(rings, frame.column("ring").astype(np.int64))
+    recipe = load_recipe("robo3d-wod-c")
+    cross = next(c for c in recipe.corruptions if c.name == "cross_sensor")
+    kept = []
+    for s, params in enumerate(cross.params, start=1):
+        assert params.ring_method == "row"
+        out = get_stage(cross.stage).fn(frame, params, np.random.default_rng(s))
+        rows = ~np.isin(rings, deleted_rings(params))
+        assert len(out) == (int(rows.sum()) + 1) // 2 and out.info["ring_method"] == "column", (s, params)
+        kept.append(len(out))
+    assert kept[0] > kept[1] > kept[2]
+    with pytest.raises(ValueError, match="ring_method 'row' needs a ring column"):
+        frame_rings(Frame(frame.frame_id, frame.points[:, :4], frame.fields[:4], frame.intensity_scale), "row")
