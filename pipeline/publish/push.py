@@ -124,8 +124,7 @@ def refuse_symlinks(version_dir: Path) -> None:
 
 def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, Any], manifest_sha: str,
                        report: TransferReport, jobs: int, progress: bool,
-                       elsewhere: dict[tuple[str, int], tuple[Store, str]] | None = None,
-                       written: list[str] | None = None) -> None:
+                       elsewhere: dict[tuple[str, int], tuple[Store, str]], written: list[str]) -> None:
     """Steps 3–5 of the protocol; the caller holds the publish lease and saw no manifest. ``elsewhere``:
     `_published_files` of the dataset, copied store-side instead of uploaded. ``written`` gets each file's path
     as soon as it is on the store (copied or uploaded), so a caller whose store failed midway knows what went up.
@@ -133,8 +132,6 @@ def _upload_and_commit(src: Store, dest: Store, raw: bytes, manifest: dict[str, 
     Two passes, each with its own progress line: first what needs no upload (already there, or copied on the
     store), then the uploads. So the upload line's total, rate and ETA count only bytes that go up, and the
     report's upload rate (`TransferReport.upload_mb_per_s`) only the time they took."""
-    elsewhere = elsewhere or {}
-    written = [] if written is None else written
     dataset, version = manifest["dataset"], manifest["version"]
     shards = sorted(manifest["shards"], key=lambda s: s["path"])
     renders = listed_renders(manifest, src.key_url(MANIFEST_NAME), report, "published")
