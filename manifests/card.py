@@ -487,16 +487,29 @@ def renders_section(sheet: dict[str, Any]) -> str:
          f"same extent in every panel; points coloured by {colour}). " if sheet["panels"] > 1 else
          f"Frame `{sheet['frame_id']}` as stored (one panel: the build has no corruption; points coloured by "
          f"{colour}). ")
-        + ("Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
-           if sheet.get("objects") else
-           "Scene panels have a metre scale and, right of each, an inset zoomed on one object (grey unchanged, "
-           "black moved or added, pink removed; dashed: the clean box), so object-level corruptions show at every "
-           "severity. ")
+        + _panels_text(sheet)
         + "`bench-build render` draws any other frame or partition.",
         "",
         f"![contact sheet: every corruption × severity of frame {sheet['frame_id']}]({sheet['path']})",
         RENDERS_END,
     ])
+
+
+def _panels_text(sheet: dict[str, Any]) -> str:
+    """What the sheet's panels show besides the points: views of a shape, or a scene's scale and zoom
+    (``sheet["zoom"]``: "box", the class whose largest cluster of points it shows, or None: no zoom; a sheet
+    recorded before it was told means "box")."""
+    if sheet.get("objects"):
+        return "Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
+    zoom = sheet.get("zoom", "box")
+    if zoom is None:
+        return "Scene panels have a metre scale (no inset: this frame has no boxed or labelled car to zoom on). "
+    what = ("one object" if zoom == "box" else
+            f"the largest cluster of `{zoom}` points, found by their semantic labels since the scans have no boxes")
+    dashed = "the clean box" if zoom == "box" else "the cluster's clean bounding box"
+    return (f"Scene panels have a metre scale and, right of each, an inset zoomed on {what} (grey unchanged, "
+            f"black moved or added, pink removed; dashed: {dashed}), so object-level corruptions show at every "
+            "severity. ")
 
 
 def card_with_renders(card: str, sheet: dict[str, Any]) -> str:

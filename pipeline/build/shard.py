@@ -14,7 +14,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,10 @@ from bench_build.manifests.manifest import config_name, partition_dir
 from bench_build.manifests.recipe import Recipe, jsonable
 from bench_build.plan.tasks import CLEAN, BlockSpec, TaskSpec, example_key, example_rng
 from bench_build.render import View, make_panel, sheet_extent, sheet_focus
+from bench_build.render.views import semantic_classes
 from bench_build.runtime.numeric import COMPARED
 from bench_build.sources.base import Source, SourceError
+from bench_build.sources.labels import map_labels
 from bench_build.stages.frame import Frame
 from bench_build.stages.registry import get_stage
 from bench_build.storage import AccessDenied, Store, StoreSpec, in_the_way, open_store
@@ -166,12 +168,15 @@ class _SheetPainter:
     picture never fails a shard: a panel that cannot be painted is left out (the driver then reads the
     files back, as `bench-build render` does)."""
 
-    def __init__(self, frame: Frame, panels: dict) -> None:
+    def __init__(self, frame: Frame, panels: dict, source: dict[str, Any] | None = None) -> None:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
-
             clean = self.view(CLEAN, 0, frame)
+            classes = semantic_classes(source) if frame.boxes is None else None
+            if classes is not None and "semantic" in frame.labels:  # a scan without boxes zooms on its labels
+                clean = replace(clean, semantic=map_labels(frame.labels["semantic"], classes[0]),
+                                class_names=classes[1])
             self.extent, self.radius = sheet_extent(clean)
             self.focus = sheet_focus(clean, self.extent)  # the object every panel's inset zooms on
         except Exception:
@@ -358,7 +363,8 @@ def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, 
                  split: TaskSplit | None = None) -> dict[str, Any]:
     split = split or TaskSplit()
     fields = frames[0].fields if frames else source.fields
-    paint = _SheetPainter(frames[0], panels) if panels is not None and frames and _block_index(spec) == 0 else None
+    paint = (_SheetPainter(frames[0], panels, source.describe()) if panels is not None and frames
+             and _block_index(spec) == 0 else None)
     columns = build_columns(recipe, source)
     # no version and no build fingerprint in the footer (format change of 0.x): a file's bytes depend only on its
     # partition, so a later version whose partition is unchanged has the identical file and can reuse it

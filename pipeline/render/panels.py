@@ -46,6 +46,7 @@ class Panel:
     inset_outlines: tuple[tuple[str, np.ndarray], ...] = ()
     zoom: tuple[float, float, float, float] | None = None
     classes: tuple[tuple[int, str], ...] = ()  # (class, name) of the points' semantic classes (colour by semantic)
+    zoom_of: str | None = None  # `Focus.of` of the inset: "box", or the class whose cluster of points it shows
 
 
 def sheet_extent(clean: View) -> tuple[tuple[float, float, float, float] | None, float]:
@@ -82,7 +83,7 @@ def present_classes(view: View, color_by: str, extent=None) -> tuple[tuple[int, 
 def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = "tag",
                px: int = PANEL_PX, focus: Focus | None = None) -> Panel:
     """Paint ``view`` with the sheet's shared ``extent`` (scenes) or ``radius`` (objects), and its zoom on
-    ``focus`` (scenes with boxes)."""
+    ``focus`` (scenes with boxes or labelled cars)."""
     tags = present_tags(view.tags)
     classes = present_classes(view, color_by, None if view.is_object else extent)
     if view.is_object:
@@ -97,7 +98,7 @@ def make_panel(view: View, *, extent=None, radius: float = 1.0, color_by: str = 
                               [(CLEAN_BOX, focus.outline[1]), *box_outlines(view.boxes)])
     return Panel(view.corruption, view.severity, bev_raster(view, extent, color_by, px), outlines,
                  tuple(float(e) for e in extent), tags, inset, zoom_outlines or (),  # type: ignore[arg-type]
-                 None if focus is None else focus.extent, classes)
+                 None if focus is None else focus.extent, classes, None if focus is None else focus.of)
 
 
 def sheet_panels(views: Sequence[View], *, color_by: str = "tag") -> list[Panel]:

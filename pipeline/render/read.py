@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,9 +20,9 @@ from bench_build.format.compact import materialize
 from bench_build.format.schema import decode_boxes, file_metadata
 from bench_build.manifests.partial import held_partitions, partial_of, parts_text, pull_command
 from bench_build.manifests.recipe import severity_names
-from bench_build.render.panels import Panel
-from bench_build.render.sheet import contact_sheet, panels_sheet
-from bench_build.render.views import SHEET_NAME, RenderError, View
+from bench_build.render.panels import Panel, sheet_panels
+from bench_build.render.sheet import panels_sheet
+from bench_build.render.views import SHEET_NAME, RenderError, View, semantic_classes
 from bench_build.sources.labels import map_labels
 from bench_build.storage import NotFound
 
@@ -106,8 +107,11 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
     """The views of one frame (default: the first frame of the first shard) in every (or the given)
     partition, reading only the row groups whose statistics can hold it. A local version's files are read on
     threads; the views are the same, in the same order, as read one by one. ``semantic``: (raw label → class
-    LUT, class names) of `semantic_classes`, to read each point's class too (colour by semantic)."""
+    LUT, class names) of `semantic_classes`, to read each point's class too (colour by semantic). The clean
+    view carries its points' classes whenever the build has them: a scan without boxes zooms on them
+    (`zoom.sheet_focus`)."""
     wanted = None if partitions is None else set(partitions)
+    labels = semantic_classes(manifest.get("source"))
     shards = manifest["shards"]
     if not shards:
         raise RenderError("the version has no shards")
@@ -125,12 +129,14 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
     views: list[View] = []
     if frame_id is None:  # the first file that has a row names the frame
         while todo and frame_id is None:
-            frame_id, view = _read_view(store, manifest, todo.pop(0), None, width, semantic)
+            s = todo.pop(0)
+            frame_id, view = _read_view(store, manifest, s, None, width, _labels_for(s, semantic, labels))
             views += [view] if view is not None else []
     if todo:
         threads = min(READ_THREADS, os.cpu_count() or 1, len(todo)) if store.is_local else 1
         with ThreadPoolExecutor(threads) as pool:
-            found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width, semantic)[1], todo))
+            found = list(pool.map(lambda s: _read_view(store, manifest, s, frame_id, width,
+                                                       _labels_for(s, semantic, labels))[1], todo))
         views += [v for v in found if v is not None]
     if not views:
         if not files:  # no file of the requested partitions is in the version (a partial pull)
@@ -143,6 +149,12 @@ def read_views(store, manifest: dict[str, Any], frame_id: str | None = None, *,
         what = "no frame" if frame_id is None else f"frame {frame_id!r}"
         raise RenderError(f"{what} is not in the requested partitions of {store.url}{hint}")
     return frame_id, sort_views(views, manifest)  # type: ignore[return-value]
+
+
+def _labels_for(s: dict[str, Any], semantic, labels):
+    """The classes to read with the manifest entry ``s``'s view: ``semantic`` (colour by them) if given, else
+    the build's ``labels`` for the clean partition (its zoom) and none for the others."""
+    return semantic if semantic is not None else (labels if s["corruption"] == "clean" else None)
 
 
 def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str | None, width: int,
@@ -255,18 +267,19 @@ def write_contact_sheet(store, manifest: dict[str, Any], *, frame_id: str | None
     parts = {(s["corruption"], int(s["severity"])) for s in manifest.get("shards", [])}
     if panels and frame_id in (None, default) and default is not None and set(panels) == parts:
         frame_id = default
-        data, per_panel = panels_sheet(sort_views(panels.values(), manifest), frame_id=frame_id,
-                                       color_by=color_by, severity_names=names)
-        n = len(panels)
-        objects = any(p.image.shape[1] != p.image.shape[0] for p in panels.values())  # three views side by side
+        painted = sort_views(panels.values(), manifest)
+        t0 = time.perf_counter()
     else:
         frame_id, views = read_views(store, manifest, frame_id)
-        data, per_panel = contact_sheet(views, frame_id=frame_id, color_by=color_by, severity_names=names)
-        n = len(views)
-        objects = any(v.is_object for v in views)
+        t0 = time.perf_counter()
+        painted = sheet_panels(views, color_by=color_by)
+    data, _ = panels_sheet(painted, frame_id=frame_id, color_by=color_by, severity_names=names)
+    per_panel = (time.perf_counter() - t0) / max(len(painted), 1)
     store.put_bytes(key, data)
-    return {"path": key, "frame_id": frame_id, "panels": n, "seconds_per_panel": round(per_panel, 3),
-            "color_by": color_by, "objects": objects}
+    objects = any(p.image.shape[1] != p.image.shape[0] for p in painted)  # three views side by side
+    zoom = next((p.zoom_of for p in painted if p.inset is not None), None)
+    return {"path": key, "frame_id": frame_id, "panels": len(painted), "seconds_per_panel": round(per_panel, 3),
+            "color_by": color_by, "objects": objects, "zoom": zoom}
 
 
 def file_part(frame_id: str) -> str:

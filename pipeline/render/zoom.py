@@ -1,10 +1,15 @@
-"""Zoom insets: the corrupted object's box, its points coloured unchanged / moved / removed."""
+"""Zoom insets: the corrupted object's box, its points coloured unchanged / moved / removed.
+
+A scan with boxes zooms on the cared-for box with the most clean points. A scan without boxes whose points carry
+semantic classes (SemanticKITTI) zooms on the largest cluster of clean points of a `FOCUS_CLASSES` class (car),
+its bounding rectangle drawn as the clean box: the objects `incomplete_echo` thins are found by label there."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from bench_build.render.raster import box_outline, f32
 from bench_build.render.views import ZOOM_CHANGED, ZOOM_GONE, ZOOM_SAME, View
@@ -19,6 +24,10 @@ ZOOM_MARGIN_M = 1.25  # metres around the box in the zoom window (translation mo
 CLEAN_BOX = "clean"  # the class name under which the clean box's outline travels in a panel (drawn dashed)
 
 
+FOCUS_CLASSES = ("car",)  # without boxes: the first of these semantic classes the build scores is zoomed on
+CLUSTER_CELL_M = 0.5  # bird's-eye cells (m) whose 8-connected runs of such points make one object
+
+
 @dataclass(frozen=True)
 class Focus:
     """What a sheet's insets show: a square x/y window (m) around one object of the clean scan, the clean
@@ -27,6 +36,7 @@ class Focus:
     extent: tuple[float, float, float, float]
     clean: np.ndarray  # (K, 3) float64
     outline: tuple[str, np.ndarray]
+    of: str = "box"  # what the window is around: "box", or the semantic class whose points' cluster it is
 
 
 def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
@@ -43,22 +53,63 @@ def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
     return out
 
 
-def sheet_focus(clean: View, extent) -> Focus | None:
-    """The zoom of a scene sheet: the cared-for box with the most clean points (None: objects, no boxes, or
-    every box empty)."""
-    if clean.is_object or clean.boxes is None or extent is None:
+def _label_object(clean: View, extent) -> tuple[str, np.ndarray] | None:
+    """(class, 5×2 closed outline of the bounding rectangle) of the largest cluster of clean points of the first
+    `FOCUS_CLASSES` class among ``clean``'s semantic classes, within ``extent``; None with fewer than 5 such
+    points. Clusters: 8-connected runs of `CLUSTER_CELL_M` cells that hold one; the first of equals wins."""
+    names = list(clean.class_names)
+    name = next((c for c in FOCUS_CLASSES if c in names), None)
+    if clean.semantic is None or name is None:
         return None
+    p = np.asarray(clean.points[:, :2], dtype=np.float64)
+    x0, x1, y0, y1 = (float(e) for e in extent)
+    m = ((np.asarray(clean.semantic) == names.index(name)) & (p[:, 0] >= x0) & (p[:, 0] <= x1)
+         & (p[:, 1] >= y0) & (p[:, 1] <= y1))
+    if m.sum() < 5:
+        return None
+    xy = p[m]
+    cell = np.floor((xy - xy.min(axis=0)) / CLUSTER_CELL_M).astype(np.int64)
+    grid = np.zeros(tuple(cell.max(axis=0) + 1), bool)
+    grid[cell[:, 0], cell[:, 1]] = True
+    runs, _ = ndimage.label(grid, structure=np.ones((3, 3), bool))
+    member = runs[cell[:, 0], cell[:, 1]]
+    counts = np.bincount(member)
+    counts[0] = 0
+    best = int(np.argmax(counts))
+    if counts[best] < 5:
+        return None
+    lo, hi = xy[member == best].min(axis=0), xy[member == best].max(axis=0)
+    return name, np.array([[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], lo[1]], [lo[0], hi[1]], [hi[0], hi[1]]])
+
+
+def sheet_focus(clean: View, extent) -> Focus | None:
+    """The zoom of a scene sheet: the cared-for box with the most clean points, or, for a scan without boxes, the
+    largest cluster of car points (`_label_object`). None: objects, no boxes and no such labels, or every box
+    empty."""
+    if clean.is_object or extent is None:
+        return None
+    if clean.boxes is None or len(clean.boxes) == 0:
+        found = _label_object(clean, extent)
+        if found is None:
+            return None
+        name, outline = found
+        lo, hi = outline.min(axis=0), outline.max(axis=0)
+        return _window(clean, (lo + hi) / 2, float((hi - lo).max()) / 2 + ZOOM_MARGIN_M, (name, outline), name)
     counts = _in_box_counts(clean.points, clean.boxes)
     if not counts or max(n for _, n in counts) < 5:
         return None
     j = max(counts, key=lambda t: t[1])[0]  # the first of equals
     b = clean.boxes
     half = float(f32(b.dims[j, :2]).max()) / 2 + ZOOM_MARGIN_M
-    cx, cy = (float(v) for v in f32(b.center[j, :2]))
+    return _window(clean, f32(b.center[j, :2]), half, (str(b.cls[j]), box_outline(b, j)), "box")
+
+
+def _window(clean: View, centre, half: float, outline: tuple[str, np.ndarray], of: str) -> Focus:
+    cx, cy = (float(v) for v in centre)
     window = (cx - half, cx + half, cy - half, cy + half)
     p = np.asarray(clean.points, dtype=np.float64)
     inside = (p[:, 0] >= window[0]) & (p[:, 0] <= window[1]) & (p[:, 1] >= window[2]) & (p[:, 1] <= window[3])
-    return Focus(window, p[inside, :3].copy(), (str(b.cls[j]), box_outline(b, j)))
+    return Focus(window, p[inside, :3].copy(), outline, of)
 
 
 def _rows_in(a: np.ndarray, b: np.ndarray) -> np.ndarray:

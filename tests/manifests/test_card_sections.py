@@ -162,3 +162,19 @@ def test_no_parameter_is_cut_off_or_hidden_as_a_count(name):
                 assert "values)" not in text.split(f"{key}=", 1)[1].split(";")[0].split("|")[0], (c.name, key)
     cells = [c.strip() for line in text.splitlines() if line.startswith("| ") for c in line.strip("|").split(" | ")]
     assert not [c for c in cells if c.endswith("…")]  # no cell cut (a long list is abbreviated inside its ( ))
+
+
+def test_the_sheet_section_says_what_the_inset_shows():
+    """The card describes the zoom the sheet has: a box, a labelled car cluster (scans without boxes), none, or
+    (a sheet recorded before it was told) a box; object sheets have views, no scale and no zoom."""
+    from bench_build.manifests.card import renders_section
+
+    base = {"path": "renders/contact_sheet.png", "frame_id": "f", "panels": 25, "color_by": "tag"}
+    text = {z: " ".join(renders_section({**base, "zoom": z}).split()) for z in ("box", "car", None)}
+    assert "an inset zoomed on one object (grey unchanged" in text["box"] and "dashed: the clean box)" in text["box"]
+    assert "an inset zoomed on the largest cluster of `car` points, found by their semantic labels" in text["car"]
+    assert "dashed: the cluster's clean bounding box" in text["car"]
+    assert "inset zoomed" not in text[None] and "no inset: this frame has no boxed or labelled car" in text[None]
+    assert " ".join(renders_section(base).split()) == text["box"]
+    objects = renders_section({**base, "objects": True, "zoom": None})
+    assert "three sides" in objects and "metre scale" not in objects and "inset" not in objects

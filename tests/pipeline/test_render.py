@@ -872,6 +872,64 @@ def test_colour_by_semantic_class_shows_the_labels_each_corruption_carries(seg_b
     assert "robo3d-semantickitti-c" in said and not (tmp_path / "k").exists()
 
 
+def test_a_scan_without_boxes_zooms_on_its_largest_cluster_of_car_points():
+    """SemanticKITTI has no boxes: the zoom is on the largest 8-connected cluster of car-labelled points (not a
+    smaller car, not a stray car point), its dashed box their bounding rectangle, so incomplete_echo's thinned car
+    shows pink. No labels, no car class or fewer than 5 car points: no zoom."""
+    from bench_build.render import ZOOM_GONE, sheet_focus
+
+    rng = np.random.default_rng(3)
+    ground = np.c_[rng.uniform(-30, 30, (3000, 2)), np.full(3000, -1.7)]
+    big = np.c_[rng.uniform(10.2, 13.8, 300), rng.uniform(-0.8, 0.8, 300), rng.uniform(-1.5, 0.0, 300)]
+    small = np.c_[rng.uniform(-21, -19, 60), rng.uniform(5, 6, 60), rng.uniform(-1.5, 0.0, 60)]
+    pts = np.r_[ground, big, small, [[25.0, 25.0, -1.0]]]
+    sem = np.r_[np.full(3000, 2), np.ones(361, np.int64)]
+    names = ("unlabeled", "car", "road")
+    tags = np.zeros(len(pts), np.uint8)
+    clean = View("clean", 0, pts, tags, None, False, sem, names)
+    extent = scene_extent(pts)
+    focus = sheet_focus(clean, extent)
+    assert focus is not None and focus.of == "car" and focus.outline[0] == "car"
+    lo, hi = big[:, :2].min(axis=0), big[:, :2].max(axis=0)
+    np.testing.assert_allclose(focus.outline[1].min(axis=0), lo)
+    np.testing.assert_allclose(focus.outline[1].max(axis=0), hi)
+    x0, x1, y0, y1 = focus.extent
+    assert x0 < lo[0] and x1 > hi[0] and y0 < lo[1] and y1 > hi[1] and x1 - x0 < 7
+    thinned = np.delete(pts, np.arange(3000, 3300)[::2], axis=0)  # half the big car's points gone
+    c, echo = sheet_panels([clean, View("incomplete_echo", 1, thinned, tags[:len(thinned)], None, False)])
+    assert c.zoom_of == echo.zoom_of == "car" and echo.zoom == focus.extent
+    assert _colour_px(c.inset, ZOOM_GONE) == 0 and _colour_px(echo.inset, ZOOM_GONE) > 100
+    assert sheet_focus(View("clean", 0, pts, tags, None, False), extent) is None  # no labels
+    assert sheet_focus(View("clean", 0, pts, tags, None, False, sem, ("unlabeled", "truck", "road")), extent) is None
+    few = np.where(np.arange(len(pts)) < 3004, sem, 2)  # 4 car points
+    assert sheet_focus(View("clean", 0, pts, tags, None, False, few, names), extent) is None
+
+
+def test_a_segmentation_build_zooms_on_a_labelled_car_and_its_card_says_so(seg_build, tmp_path):
+    """robo3d-semantickitti-c: the build's sheet (painted by its tasks from the frames' labels) has the car
+    zoom, equals the one `render` reads back from the files, and the card says what the inset shows."""
+    import json
+
+    from PIL import Image
+
+    from bench_build.render import ZOOM_GONE, read_views
+    from bench_build.storage import LocalStore
+
+    manifest = json.loads((seg_build / "manifest.json").read_text())
+    _, views = read_views(LocalStore(seg_build), manifest, partitions=[("clean", 0), ("incomplete_echo", 3)])
+    clean, echo = sheet_panels(views)
+    assert clean.zoom_of == "car" and _colour_px(echo.inset, ZOOM_GONE) > 20
+    res = runner.invoke(app, ["render", str(seg_build), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    sheet = seg_build / "renders" / "contact_sheet.png"
+    assert next(tmp_path.glob("contact_sheet_*.png")).read_bytes() == sheet.read_bytes()
+    assert _colour_px(np.asarray(Image.open(sheet).convert("RGB")), ZOOM_GONE) > 100
+    card = " ".join((seg_build / "README.md").read_text().split())
+    assert ("an inset zoomed on the largest cluster of `car` points, found by their semantic labels since the "
+            "scans have no boxes (grey unchanged, black moved or added, pink removed; dashed: the cluster's clean "
+            "bounding box)") in card
+
+
 def test_semantic_colours_differ_from_each_other_and_from_the_boxes_and_the_zoom():
     """tab20's cyan, olive and brown were semantic classes' colours (SemanticKITTI's road, Waymo's traffic light
     and bicyclist) and the Car, Pedestrian and Cyclist boxes' too, and tab20b's light reds sat beside tab20's: a
