@@ -115,7 +115,8 @@ def parameter_table(recipe: Recipe) -> list[str]:
         same = "; ".join(f"{k}={_short(per[0][k])}" for k in fixed).replace("|", "\\|")
         # a long list of fixed parameters goes below the table whole, rather than cut off in its cell
         long = len(same) > MAX_CELL
-        lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version} | " + " | ".join(cells)
+        where = " from the LiDAR" if c.origin == "lidar" else ""
+        lines.append(f"| {c.name} | `{c.stage}` v{c.stage_version}{where} | " + " | ".join(cells)
                      + f" | {'below the table' if long else same or '—'} |")
         text = c.notes.strip() or stage.summary
         if text or long:

@@ -20,6 +20,11 @@ severity, a flat list is shared. Example::
 The fingerprint hashes the canonical JSON of the recipe (stage names, stage versions, every
 parameter of every severity) plus the list of source frames.
 
+A corruption may say ``origin = "lidar"``: its stage then measures ranges and angles from the LiDAR's
+position (`Sensor.origin`) rather than from the origin of the points' frame (`bench_build.stages.origin`;
+Waymo's points are in the vehicle frame). The default, ``"points"``, is left out of the canonical JSON, so
+recipes without the key keep their fingerprint.
+
 An optional ``[validate]`` table asks `run` to validate the naturalness of some corruptions at the
 end of the build (``bench-build validate``; keys in `VALIDATE_KEYS`). It describes a check of the
 output, not the output, so it is not part of the canonical JSON and never changes the fingerprint::
@@ -91,6 +96,7 @@ from bench_build.manifests.manifest import is_version_dir, versions_in
 from bench_build.manifests.names import check_safe_name
 from bench_build.manifests.threedos import SOURCE_OPTIONS
 from bench_build.stages.geometry import RULES
+from bench_build.stages.origin import ORIGINS, in_lidar_frame
 from bench_build.stages.registry import Stage, get_stage
 
 VARIANT_KEYS = {"name", "description", "corruptions", "preprocess", "source_options"}
@@ -137,9 +143,19 @@ class Corruption:
     stage_version: int
     params: tuple[Any, ...]
     notes: str = ""
+    #: where the stage computes ranges and angles from: "points" (their frame's origin) or "lidar" (the sensor's
+    #: position, `bench_build.stages.origin`; for points given in another frame, e.g. Waymo's vehicle frame)
+    origin: str = "points"
 
     def params_for(self, severity: int) -> Any:
         return self.params[severity - 1]
+
+    def apply(self, frame: Any, severity: int, rng: Any) -> Any:
+        """The stage at ``severity`` on ``frame`` (a `Frame`), measured from the LiDAR when ``origin`` says so."""
+        stage, params = get_stage(self.stage), self.params_for(severity)
+        if self.origin == "lidar":
+            return in_lidar_frame(frame, lambda f: stage.apply(f, params, rng))
+        return stage.apply(frame, params, rng)
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,7 @@ class Recipe:
                     "stage": c.stage,
                     "stage_version": c.stage_version,
                     "params": [jsonable(dataclasses.asdict(p)) for p in c.params],
+                    **({"origin": c.origin} if c.origin != "points" else {}),
                 }
                 for c in self.corruptions
             ],
@@ -609,6 +626,10 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
     entry = dict(entry)
     stage_name = entry.pop("stage", None)
     notes = _check_text(f"{where}:", "notes", entry.pop("notes", ""))
+    origin = entry.pop("origin", "points")
+    if origin not in ORIGINS:
+        raise RecipeError(f"{where}: 'origin' must be one of {', '.join(map(repr, ORIGINS))} (where ranges and "
+                          f"angles are measured from), got {origin!r}")
     if not isinstance(stage_name, str):
         raise RecipeError(f"{where}: missing 'stage'")
     check_safe_name(stage_name, f"{where}: stage", RecipeError)
@@ -642,7 +663,8 @@ def _parse_corruption(origin: str, name: str, entry: Any, severities: int, what:
         params = tuple(stage.params(**kw) for kw in per_severity)
     except (TypeError, ValueError) as e:
         raise RecipeError(f"{where}: {e}") from None
-    return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes)
+    return Corruption(name=name, stage=stage_name, stage_version=stage.version, params=params, notes=notes,
+                      origin=origin)
 
 
 def _check_text(where: str, key: str, value: Any) -> str:

@@ -33,6 +33,9 @@ class Sensor:
     elevations_deg: tuple[float, ...]
     max_range: float  # m
     beam_divergence_mrad: float = 3.0
+    #: the LiDAR's position (m) in the frame its points are given in: (0, 0, 0) where they are in its own frame
+    #: (KITTI, nuScenes); Waymo's are in the vehicle frame, so its extrinsic's translation (`stages.origin`)
+    origin: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def __post_init__(self) -> None:
         if len(self.elevations_deg) < 1:
@@ -56,7 +59,8 @@ class Sensor:
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "beams": self.beams, "elevations_deg": [round(v, 4) for v in self.elevations_deg],
-                "max_range": self.max_range, "beam_divergence_mrad": self.beam_divergence_mrad}
+                "max_range": self.max_range, "beam_divergence_mrad": self.beam_divergence_mrad,
+                **({"origin": list(self.origin)} if any(self.origin) else {})}
 
 
 def _hdl64e() -> tuple[float, ...]:

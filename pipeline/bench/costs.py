@@ -202,10 +202,9 @@ def write_costs(recipe, demo, repeat: int, clock=time.process_time, rows_per_fil
         clean, size = commit(CLEAN, 0, demo)
         by = {}
         for c in recipe.corruptions:
-            stage, row = get_stage(c.stage), []
+            row = []
             for s in range(1, recipe.severities + 1):
-                outs = [stage.apply(f, c.params_for(s), example_rng(recipe.seed, example_key(recipe.name, f.frame_id,
-                                                                                              c.name, s)))
+                outs = [c.apply(f, s, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, s)))
                         for f in demo]
                 row.append(commit(c.name, s, outs)[0])
             by[c.name] = row
@@ -259,7 +258,6 @@ def derived_costs(recipe, demo, needs: dict[str, tuple[str, ...]], warm_ms: dict
         key = derived_cache(c.name)
         if key not in needs.get(c.name, ()):
             continue
-        stage, params = get_stage(c.stage), c.params_for(1)
         shared = [n for n in needs[c.name] if n in CACHES]
         best = float("inf")
         for _ in range(repeat):
@@ -269,7 +267,7 @@ def derived_costs(recipe, demo, needs: dict[str, tuple[str, ...]], warm_ms: dict
                     build_cache(f, n)
             t = clock()
             for f in fresh:
-                stage.apply(f, params, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, 1)))
+                c.apply(f, 1, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, 1)))
             best = min(best, clock() - t)
         out[key] = max(0.0, best / len(demo) * 1e3 - warm_ms[c.name][0])
     return out

@@ -28,7 +28,6 @@ from bench_build.format.writer import PARQUET_OPTIONS, ROW_GROUP_EXAMPLES
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.tasks import example_key, example_rng
 from bench_build.sources.demo.kitti import generate_frame
-from bench_build.stages.registry import get_stage
 
 BSS = "BYTE_STREAM_SPLIT"
 
@@ -182,8 +181,7 @@ def run_bench_layouts(frames: int = 4, repeat: int = 5) -> list[dict]:
     for name in ("fog", "snow", "gaussian_rad"):
         c = recipe.corruption(name)
         for f in demo:
-            out = get_stage(c.stage).apply(f, c.params_for(3), example_rng(recipe.seed, example_key(
-                recipe.name, f.frame_id, name, 3)))
+            out = c.apply(f, 3, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, name, 3)))
             points.append(out.points[:, :4])
     print(f"points layouts on {len(points)} examples (demo frames' clean scans and fog / snow / gaussian_rad at "
           f"severity 3, mean {np.mean([len(p) for p in points]):,.0f} points, fields {', '.join(fields)}); "

@@ -8,7 +8,6 @@ import time
 import numpy as np
 
 from bench_build.plan.tasks import example_key, example_rng
-from bench_build.stages.registry import get_stage
 
 
 def timeit(fn, repeat: int, clock=time.perf_counter) -> float:
@@ -65,14 +64,12 @@ def stage_table(recipe, demo, repeat: int, clock=time.perf_counter, *, only: tup
     for c in recipe.corruptions:
         if only is not None and c.stage not in only:
             continue
-        stage = get_stage(c.stage)
         row = []
         for s in sev:
-            params = c.params_for(s)
 
-            def once(params=params, s=s, stage=stage, c=c):
+            def once(s=s, c=c):
                 for f in demo:
-                    stage.apply(f, params, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, s)))
+                    c.apply(f, s, example_rng(recipe.seed, example_key(recipe.name, f.frame_id, c.name, s)))
 
             once()  # first call builds per-parameter caches (Mie tables, fog integrals, snow pools)
             row.append(timeit(once, repeat, clock) / len(demo) * 1e3)

@@ -243,6 +243,8 @@ def _param_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
         out.append(f"stage {a.get('stage')} → {b.get('stage')}")
     if a.get("stage_version") != b.get("stage_version"):
         out.append(f"stage_version {a.get('stage_version')} → {b.get('stage_version')}")
+    if a.get("origin", "points") != b.get("origin", "points"):  # where the stage measures from (recipe `origin`)
+        out.append(f"origin {a.get('origin', 'points')} → {b.get('origin', 'points')}")
     pa_, pb = a.get("params") or {}, b.get("params") or {}
     out += [f"{k} {pa_.get(k)} → {pb.get(k)}" for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
     return "; ".join(out)

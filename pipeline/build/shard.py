@@ -62,7 +62,8 @@ def partition_meta(recipe: Recipe, corruption: str, severity: int) -> dict[str, 
     entry = recipe.corruption(corruption)
     stage = get_stage(entry.stage)
     return {"corruption": corruption, "severity": severity, "stage": stage.name, "stage_version": stage.version,
-            "params": jsonable(asdict(entry.params_for(severity)))}
+            "params": jsonable(asdict(entry.params_for(severity))),
+            **({"origin": entry.origin} if entry.origin != "points" else {})}
 
 
 def partition_table(recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -297,7 +298,7 @@ def _preprocess(spec: BlockSpec | TaskSpec, recipe: Recipe, frame: Frame) -> Fra
     assert entry is not None
     key = example_key(recipe.name, frame.frame_id, CLEAN, 0)
     try:
-        return get_stage(entry.stage).apply(frame, entry.params[0], example_rng(recipe.seed, key))
+        return entry.apply(frame, 1, example_rng(recipe.seed, key))
     except Exception as e:
         raise ShardFailed(spec.name, f"preprocess {entry.stage} failed on {key}: {type(e).__name__}: {e}") from e
 
@@ -391,17 +392,16 @@ def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, 
                         split.add("paint")
                     yield example_key(recipe.name, f.frame_id, corruption, 0), corruption, 0, f
         else:
-            stage = get_stage(recipe.corruption(corruption).stage)
-            params = recipe.corruption(corruption).params_for(severity)
+            entry = recipe.corruption(corruption)
 
-            def examples(corruption=corruption, severity=severity, stage=stage, params=params):
+            def examples(corruption=corruption, severity=severity, entry=entry):
                 for f in frames:
                     key = example_key(recipe.name, f.frame_id, corruption, severity)
                     split.start()
                     try:
-                        out = stage.apply(f, params, example_rng(recipe.seed, key))
+                        out = entry.apply(f, severity, example_rng(recipe.seed, key))
                     except Exception as e:
-                        raise ShardFailed(spec.name, f"stage {stage.name} failed on {key}: "
+                        raise ShardFailed(spec.name, f"stage {entry.stage} failed on {key}: "
                                           f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}") from e
                     split.add("compute")
                     if paint is not None:

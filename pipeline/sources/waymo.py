@@ -21,13 +21,14 @@ azimuth ``(2·(W − j − 0.5)/W − 1)·π − atan2(E[1,0], E[0,0])``; ``x = 
 cos(incl)``, ``z = r sin(incl)`` in the LiDAR frame, then ``E`` (row-major 4×4, LiDAR → vehicle) takes them
 to the vehicle frame; pixels with range > 0 are kept, in row-major order.
 
-What is read: the TOP laser (``laser_name`` 1), first return. Points are in the vehicle frame without
-per-pixel motion compensation. Columns: x, y, z, intensity = tanh(raw intensity) (Waymo's raw
-intensity is unbounded; tanh is the usual normalisation, declared as the ``tanh`` scale), ring = range-image
-row (0 = top beam), elongation = tanh(raw elongation). Frame ids are ``<context>-<timestamp>``. With a
-``lidar_segmentation`` folder the frames are those whose TOP laser is labelled (WOD-C corrupts the
-5,976 labelled validation frames), and ``semantic`` holds the class of ``Segmentation.Type`` (0 undefined,
-1 car, … 22 sidewalk) and ``instance`` the label's instance id; each example records its ``sequence``
+What is read: the TOP laser (``laser_name`` 1), first return. Points are in the vehicle frame without per-pixel
+motion compensation; the frame's `Sensor.origin` is ``E``'s translation (where the laser is in that frame), which a
+recipe's ``origin = "lidar"`` measures ranges and angles from (WOD-C's weather). Columns: x, y, z, intensity =
+tanh(raw intensity) (Waymo's raw intensity is unbounded; tanh is the usual normalisation, declared as the ``tanh``
+scale), ring = range-image row (0 = top beam), elongation = tanh(raw elongation). Frame ids are
+``<context>-<timestamp>``. With a ``lidar_segmentation`` folder the frames are those whose TOP laser is labelled
+(WOD-C corrupts the 5,976 labelled validation frames), and ``semantic`` holds the class of ``Segmentation.Type`` (0
+undefined, 1 car, … 22 sidewalk) and ``instance`` the label's instance id; each example records its ``sequence``
 (context) and ``timestamp_us``; without it, every TOP frame of the ``lidar`` files.
 """
 
@@ -348,7 +349,9 @@ class WaymoSource:
                                                 f"{list(ri.shape[:2])} of {path.name}")
                 labels["semantic"] = seg[..., 1].reshape(-1)[idx].astype(np.uint32)
                 labels["instance"] = seg[..., 0].reshape(-1)[idx].astype(np.uint32)
-        sensor = Sensor("waymo-top", tuple(float(v) for v in np.degrees(incl)), max_range=MAX_RANGE)
+        origin = np.asarray(ext, dtype=np.float64).reshape(4, 4)[:3, 3]  # the TOP laser, in the vehicle frame
+        sensor = Sensor("waymo-top", tuple(float(v) for v in np.degrees(incl)), max_range=MAX_RANGE,
+                        origin=(float(origin[0]), float(origin[1]), float(origin[2])))
         return Frame(frame_id=frame_id, points=points, fields=self.fields, intensity_scale=self.intensity_scale,
                      labels=labels, boxes=self.boxes(ctx, ts), sensor=sensor,
                      attrs={"sequence": ctx, "timestamp_us": ts})

@@ -178,3 +178,12 @@ def test_the_sheet_section_says_what_the_inset_shows():
     assert " ".join(renders_section(base).split()) == text["box"]
     objects = renders_section({**base, "objects": True, "zoom": None})
     assert "three sides" in objects and "metre scale" not in objects and "inset" not in objects
+
+
+def test_the_parameter_table_says_which_stages_measure_from_the_lidar():
+    """WOD-C's fog, wet ground and snow run from the TOP laser (``origin = "lidar"``): their stage cell says so,
+    no other corruption's (nor any other benchmark's) does."""
+    rows = {r.split(" | ")[0][2:]: r for r in parameter_table(load_recipe("robo3d-wod-c")) if r.startswith("| ")}
+    assert {c for c, r in rows.items() if "from the LiDAR" in r} == {"fog", "wet_ground", "snow"}
+    assert "| fog | `fog` v1 from the LiDAR |" in rows["fog"]
+    assert not any("from the LiDAR" in line for line in parameter_table(load_recipe("robo3d-semantickitti-c")))

@@ -139,6 +139,21 @@ def test_unknown_parameter():
     assert "noisy" in msg and "sigmaa" in msg
 
 
+def test_origin_says_where_ranges_are_measured_from_and_only_lidar_enters_the_fingerprint():
+    """``origin = "lidar"`` is kept on the corruption and in its canonical JSON; the default ("points") is left out,
+    so a recipe without the key keeps its fingerprint; any other value is refused, naming the corruption."""
+    def with_origin(value: str):
+        return parse_recipe(GOOD.replace('stage = "gaussian_rad"\n', f'stage = "gaussian_rad"\norigin = "{value}"\n'),
+                            origin=ORIGIN)
+
+    plain, lidar, said = parse_recipe(GOOD, origin=ORIGIN), with_origin("lidar"), with_origin("points")
+    assert [c.origin for c in lidar.corruptions][:2] == ["lidar", "points"]
+    assert said.canonical() == plain.canonical() and "origin" not in str(plain.canonical())
+    assert lidar.canonical()["corruptions"][0]["origin"] == "lidar" and lidar.fingerprint([]) != plain.fingerprint([])
+    msg = _error(BENCH + '[corruptions.noisy]\nstage = "gaussian_rad"\nsigma = 0.1\norigin = "vehicle"\n')
+    assert "noisy" in msg and "'origin' must be one of 'points', 'lidar'" in msg and "'vehicle'" in msg
+
+
 def test_missing_parameter():
     msg = _error(BENCH + '[corruptions.moved]\nstage = "translation"\nmin_distance = 0.1\n')
     assert "moved" in msg and "max_distance" in msg

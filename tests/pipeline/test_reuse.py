@@ -318,3 +318,13 @@ def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(
 
     open_store(f"{s3prefix}/mini-c").delete_prefix("0.1.0")
     assert verify_remote(f"{s3prefix}/mini-c/0.2.0", progress=False).ok
+
+
+def test_diff_names_a_change_of_origin():
+    """A partition whose stage now measures from the LiDAR (recipe ``origin``) says so; an absent origin is the
+    default "points", so an older manifest compared with itself names nothing."""
+    from bench_build.build.reuse import _param_changes
+
+    old = {"stage": "fog", "stage_version": 1, "params": {"beta": 0.05}}
+    assert _param_changes(old, {**old, "origin": "lidar"}) == "origin points → lidar"
+    assert _param_changes(old, {**old, "origin": "points"}) == ""

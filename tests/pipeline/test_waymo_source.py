@@ -346,3 +346,35 @@ def test_wod_c_ring_stages_use_the_range_image_rows(wo_root):
     assert kept[0] > kept[1] > kept[2]
     with pytest.raises(ValueError, match="ring_method 'row' needs a ring column"):
         frame_rings(Frame(frame.frame_id, frame.points[:, :4], frame.fields[:4], frame.intensity_scale), "row")
+
+
+def test_wod_c_weather_is_measured_from_the_top_laser(tmp_path):
+    """Waymo's points are in the vehicle frame: from its origin (on the ground, behind the laser) every ground
+    return meets the ground at a grazing angle, so wet ground's reflectance fit went astray (a full-resolution
+    demo scan lost all its ground returns at heavy) and snow's ground fit failed, skipping its noise floor.
+    WOD-C's fog, wet ground and snow run with ``origin = "lidar"`` (the frame's `Sensor.origin`, the extrinsic's
+    translation): wet ground keeps most ground returns, darkened, and snow's noise floor runs. Nothing else of
+    the recipe measures from the laser."""
+    from dataclasses import replace
+
+    from bench_build.build.shard import partition_meta
+    from bench_build.manifests.recipe import load_recipe
+
+    src = WaymoSource(write_waymo(tmp_path, 4))  # full resolution: 2,650 columns
+    frame = src.read(src.list_frames()[0])
+    np.testing.assert_allclose(frame.sensor.origin, synthetic_extrinsic()[:3, 3])
+    recipe = load_recipe("robo3d-wod-c")
+    assert recipe.version == "1.2.0"
+    assert {c.name for c in recipe.corruptions if c.origin == "lidar"} == {"fog", "wet_ground", "snow"}
+    assert partition_meta(recipe, "fog", 1)["origin"] == "lidar"
+    assert "origin" not in partition_meta(recipe, "crosstalk", 1)
+    ground = np.isin(frame.labels["semantic"], [17, 18, 20, 21, 22])
+    wet = recipe.corruption("wet_ground")
+    kept = {o: len(replace(wet, origin=o).apply(frame, 3, np.random.default_rng(0))) - int((~ground).sum())
+            for o in ("lidar", "points")}
+    assert kept["points"] < 0.05 * ground.sum() and kept["lidar"] > 0.8 * ground.sum(), (kept, ground.sum())
+    snow = recipe.corruption("snow")
+    for origin, floor in (("lidar", True), ("points", False)):
+        out = replace(snow, origin=origin).apply(frame, 1, np.random.default_rng(0))
+        assert out.info["snow_noise_floor"] is floor and out.info["snow_focal"] == "hdl64e_s3/row", origin
+

@@ -560,8 +560,10 @@ def test_hdl64e_s3_table():
 
 
 def test_robo3d_recipes_choose_the_focal_calibration_explicitly_or_by_sensor():
-    """KITTI-C / SemanticKITTI-C: "auto" on HDL-64 frames → the S3 table by elevation row; nuScenes-C names
-    the table explicitly (Robo3D applied it to the HDL-32E's rings 0–31); WOD-C stays neutral under "auto"."""
-    for name in ("robo3d-kitti-c", "robo3d-semantickitti-c", "robo3d-wod-c"):
+    """KITTI-C / SemanticKITTI-C: "auto" on HDL-64 frames → the S3 table by elevation row; nuScenes-C and (from
+    1.2.0) WOD-C name the table explicitly (Robo3D's script has only that one and applied it to the HDL-32E's
+    rings 0–31 too; "auto" would leave a Waymo frame neutral)."""
+    for name in ("robo3d-kitti-c", "robo3d-semantickitti-c"):
         assert {p.focal_calibration for p in load_recipe(name).corruption("snow").params} == {"auto"}
-    assert {p.focal_calibration for p in load_recipe("robo3d-nuscenes-c").corruption("snow").params} == {"hdl64e_s3"}
+    for name in ("robo3d-nuscenes-c", "robo3d-wod-c"):
+        assert {p.focal_calibration for p in load_recipe(name).corruption("snow").params} == {"hdl64e_s3"}
