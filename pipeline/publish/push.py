@@ -71,14 +71,23 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
                 _upload_and_commit(src, dest, raw, manifest, manifest_sha, report, jobs, progress,
                                    elsewhere=_published_files(root, version), written=written)
             except StorageError as e:
-                if not written:
-                    raise
-                went = f"{len(written)} file" + (" it uploaded before is" if len(written) == 1 else
-                                                 "s it uploaded before are")
-                raise PublishIncomplete(
-                    f"{str(e).rstrip('.')}; the {went} kept on the store and nothing was committed (no manifest, "
-                    "`latest` unchanged; `versions` lists the version as incomplete): re-run the same command once "
-                    "the store takes writes again, and what is already there is not uploaded again") from None
+                committed = _committed(dest, raw)
+                if committed:  # the store failed to say so, but kept the manifest: the version is published
+                    report.notes.append(f"the store answered the manifest's upload with an error ({e}) but kept it, "
+                                        "byte for byte: the version is committed")
+                else:
+                    if not written:
+                        raise
+                    went = f"{len(written)} file" + (" it uploaded before is" if len(written) == 1 else
+                                                     "s it uploaded before are")
+                    state = ("nothing was committed (no manifest, `latest` unchanged; `versions` lists the version "
+                             "as incomplete)" if committed is False else
+                             "whether the manifest (the commit) went up cannot be told while the store fails "
+                             "(`versions` tells)")
+                    raise PublishIncomplete(
+                        f"{str(e).rstrip('.')}; the {went} kept on the store and {state}: re-run the same command "
+                        "once the store takes writes again, and what is already there is not uploaded again") \
+                        from None
             if not report.problems:
                 record_published(root, version, manifest_sha)
     except VersionLocked as e:
@@ -91,6 +100,16 @@ def publish_version(version_dir: str | Path, to: str, *, endpoint_url: str | Non
         report.latest = _advance_latest(root, version, manifest_sha)
     report.seconds = time.time() - t0
     return report
+
+
+def _committed(dest: Store, raw: bytes) -> bool | None:
+    """After a storage error in a publish: is ``raw`` the manifest at ``dest`` now (True: the store kept the
+    commit although it answered with an error), is there none (False), or can it not be read (None)?"""
+    try:
+        got = dest.get(MANIFEST_NAME)
+    except (StorageError, OSError):
+        return None
+    return got is not None and got[0] == raw
 
 
 def refuse_pulled_copy(where: str, manifest: dict[str, Any]) -> None:

@@ -1303,3 +1303,45 @@ def test_a_store_whose_disk_fills_during_publish_keeps_what_went_up_and_says_so(
         out = runner.invoke(app, args)
         assert out.exit_code == 0 and f"{len(up)} already there" in " ".join(out.output.split()), out.output
         assert verify_remote("s3://full/datasets/mini-c/0.1.0", progress=False).ok
+
+
+def test_a_manifest_the_store_kept_although_it_answered_an_error_is_a_committed_publish(built, tmp_path,
+                                                                                       monkeypatch):
+    """The commit is one PUT of the manifest; a store can fail to answer it and still keep it (a timeout after the
+    write). That read "nothing was committed (no manifest…)" while `versions` listed the version as complete.
+    publish now reads the manifest back: ours, byte for byte → the version is committed, `latest` moves and the
+    report says what the store answered; unreadable (the store still fails) → it says it cannot tell, not that
+    nothing was committed."""
+    from bench_build.storage import LocalStore, StorageError
+
+    real_put, real_get = LocalStore.put_bytes, LocalStore.get
+    state = {"unreadable": False, "card_sent": False}
+
+    def put_then_fail(self, key, data, **kw):
+        state["card_sent"] |= key == "README.md"  # the step before the commit
+        got = real_put(self, key, data, **kw)
+        if key == "manifest.json":
+            raise StorageError(f"{self.key_url(key)}: the store did not answer in time")
+        return got
+
+    def get(self, key):  # once the commit was tried, the manifest cannot be read while the store is "unreadable"
+        if key == "manifest.json" and state["unreadable"] and state["card_sent"]:
+            raise StorageError(f"{self.key_url(key)}: the store did not answer in time")
+        return real_get(self, key)
+
+    monkeypatch.setattr(LocalStore, "put_bytes", put_then_fail)
+    monkeypatch.setattr(LocalStore, "get", get)
+    out = runner.invoke(app, ["publish", str(built), "--to", str(tmp_path / "a"), "--no-progress"])
+    said = " ".join(out.output.split())
+    assert out.exit_code == 0 and "but kept it, byte for byte: the version is committed" in said, out.output
+    assert "nothing was committed" not in said
+    committed = tmp_path / "a" / "mini-c" / "0.1.0" / "manifest.json"
+    assert committed.read_bytes() == (built / "manifest.json").read_bytes()
+    info = json.loads(runner.invoke(app, ["versions", str(tmp_path / "a" / "mini-c"), "--json"]).output)
+    assert info["latest"] == "0.1.0" and info["incomplete"] == [], info
+
+    state.update(unreadable=True, card_sent=False)
+    out = runner.invoke(app, ["publish", str(built), "--to", str(tmp_path / "b"), "--no-progress"])
+    said = " ".join(out.output.split())
+    assert out.exit_code == 1 and "whether the manifest (the commit) went up cannot be told" in said, out.output
+    assert "nothing was committed" not in said and "re-run the same command" in said
