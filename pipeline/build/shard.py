@@ -169,12 +169,12 @@ class _SheetPainter:
     picture never fails a shard: a panel that cannot be painted is left out (the driver then reads the
     files back, as `bench-build render` does)."""
 
-    def __init__(self, frame: Frame, panels: dict, source: dict[str, Any] | None = None) -> None:
+    def __init__(self, frame: Frame, panels: dict, source: Source | None = None) -> None:
         self.frame, self.panels = frame, panels
         c = time.process_time()
         try:
             clean = self.view(CLEAN, 0, frame)
-            classes = semantic_classes(source) if frame.boxes is None else None
+            classes = semantic_classes(source.describe()) if frame.boxes is None and source is not None else None
             if classes is not None and "semantic" in frame.labels:  # a scan without boxes zooms on its labels
                 clean = replace(clean, semantic=map_labels(frame.labels["semantic"], classes[0]),
                                 class_names=classes[1])
@@ -364,8 +364,8 @@ def _write_shard(spec: BlockSpec, recipe: Recipe, source: Source, store: Store, 
                  split: TaskSplit | None = None) -> dict[str, Any]:
     split = split or TaskSplit()
     fields = frames[0].fields if frames else source.fields
-    paint = (_SheetPainter(frames[0], panels, source.describe()) if panels is not None and frames
-             and _block_index(spec) == 0 else None)
+    paint = _SheetPainter(frames[0], panels, source) if panels is not None and frames and _block_index(spec) == 0 \
+        else None
     columns = build_columns(recipe, source)
     # no version and no build fingerprint in the footer (format change of 0.x): a file's bytes depend only on its
     # partition, so a later version whose partition is unchanged has the identical file and can reuse it
