@@ -37,7 +37,8 @@ def _shifted(frame: Frame, origin: np.ndarray) -> Frame:
     pts = frame.points.copy()
     pts[:, :3] = (frame.points[:, :3].astype(np.float64) - origin).astype(np.float32)
     rows = np.arange(1, len(frame) + 1, dtype=np.int64)
-    return replace(frame, points=pts, labels={**frame.labels, ROW: rows}, boxes=_shift_boxes(frame.boxes, -origin))
+    return replace(frame, points=pts, labels={**frame.labels, ROW: rows}, boxes=_shift_boxes(frame.boxes, -origin),
+                   sensor=replace(frame.sensor, origin=(0.0, 0.0, 0.0)))  # the LiDAR is now at the origin
 
 
 def in_lidar_frame(frame: Frame, apply: Callable[[Frame], Frame]) -> Frame:
@@ -63,4 +64,4 @@ def in_lidar_frame(frame: Frame, apply: Callable[[Frame], Frame]) -> Frame:
     back[same, :3] = frame.points[src[same], :3]
     labels = {k: v for k, v in out.labels.items() if k != ROW}
     boxes = frame.boxes if out.boxes is shifted.boxes else _shift_boxes(out.boxes, origin)
-    return replace(out, points=back, labels=labels, boxes=boxes)
+    return replace(out, points=back, labels=labels, boxes=boxes, sensor=frame.sensor)

@@ -55,7 +55,10 @@ def test_a_stage_run_from_the_lidar_sees_the_scan_as_the_lidar_did(scene):
     assert np.array_equal(out.points[near], f.points[near])  # the very bytes of the input
     back = (((f.xyz[near].astype(np.float64) - ORIGIN).astype(np.float32)).astype(np.float64) + ORIGIN)
     assert (back.astype(np.float32) != f.xyz[near]).any()  # which a plain shift back would not give
-    assert out.boxes is f.boxes
+    assert out.boxes is f.boxes and out.sensor is f.sensor
+    seen = []
+    in_lidar_frame(f, lambda g: seen.append(g.sensor.origin) or g)  # inside, the LiDAR is at the origin
+    assert seen == [(0.0, 0.0, 0.0)]
     # from the vehicle origin the same stage moves other points: the 20 m sphere is elsewhere
     assert not np.array_equal(_far_to_fog(f).point_tag, out.point_tag)
 
