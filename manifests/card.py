@@ -497,16 +497,20 @@ def renders_section(sheet: dict[str, Any]) -> str:
 
 def _panels_text(sheet: dict[str, Any]) -> str:
     """What the sheet's panels show besides the points: views of a shape, or a scene's scale and zoom
-    (``sheet["zoom"]``: "box", the class whose largest cluster of points it shows, or None: no zoom; a sheet
-    recorded before it was told means "box")."""
+    (``sheet["zoom"]``: "box", "instance:<class>" / "cluster:<class>" for an object found by labels, or None: no
+    zoom; a sheet recorded before it was told means "box")."""
     if sheet.get("objects"):
         return "Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
     zoom = sheet.get("zoom", "box")
     if zoom is None:
         return "Scene panels have a metre scale (no inset: this frame has no boxed or labelled car to zoom on). "
-    what = ("one object" if zoom == "box" else
-            f"the largest cluster of `{zoom}` points, found by their semantic labels since the scans have no boxes")
-    dashed = "the clean box" if zoom == "box" else "the cluster's clean bounding box"
+    how, _, cls = zoom.partition(":")
+    what = {"box": "one object",
+            "instance": f"the `{cls}` with the most points, found by its semantic and instance labels since the scans "
+                        "have no boxes",
+            "cluster": f"the largest cluster of `{cls}` points, found by their semantic labels since the scans have "
+                       "no boxes"}.get(how, f"`{zoom}`")
+    dashed = "the clean box" if zoom == "box" else "its clean bounding box"
     return (f"Scene panels have a metre scale and, right of each, an inset zoomed on {what} (grey unchanged, "
             f"black moved or added, pink removed; dashed: {dashed}), so object-level corruptions show at every "
             "severity. ")

@@ -177,7 +177,7 @@ class _SheetPainter:
             classes = semantic_classes(source.describe()) if frame.boxes is None and source is not None else None
             if classes is not None and "semantic" in frame.labels:  # a scan without boxes zooms on its labels
                 clean = replace(clean, semantic=map_labels(frame.labels["semantic"], classes[0]),
-                                class_names=classes[1])
+                                class_names=classes[1], instance=frame.labels.get("instance"))
             self.extent, self.radius = sheet_extent(clean)
             self.focus = sheet_focus(clean, self.extent)  # the object every panel's inset zooms on
         except Exception:

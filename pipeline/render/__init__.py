@@ -12,7 +12,7 @@ What makes a picture readable without this file: every scene panel has a metre s
 per-partition PNGs have metric axes), a legend lists the point tags and box classes that occur (an
 object build never lists weather), colour by height comes with a colour bar, object views are
 labelled (top x–y, front x–z, side y–z), and every scene panel has, right of it, an inset zoomed on one
-object (`Focus`: a box, or in a scan without boxes a cluster of car-labelled points) that marks what differs from
+object (`Focus`: a box, or in a scan without boxes a car found by its labels) that marks what differs from
 the clean scan — the only way object-level corruptions show.
 
 Colours: by ``point_tag`` (grey unchanged, blue attenuated, orange fog/snow/rain scatter, purple

@@ -165,7 +165,8 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
     with _checked(store, s) as pf:
         meta = file_metadata(pf.schema_arrow)
         w = len(meta.get("fields") or []) or width
-        wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic",) if semantic else ())
+        wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic", "instance") if semantic
+                                                                                else ())
         cols = [c for c in wanted if c in pf.schema_arrow.names]
         for rg in range(pf.num_row_groups):
             if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
@@ -195,7 +196,11 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
                 if len(cls) != len(pts):
                     raise RenderError(f"{s['path']}: frame {frame_id} has {len(cls)} semantic labels for "
                                       f"{len(pts)} points")
-            return frame_id, View(part[0], part[1], pts, tags, boxes, is_object, cls, names)
+            ids = t["instance"][0] if "instance" in t.column_names else None
+            inst = ids.values.to_numpy(zero_copy_only=False) if ids is not None and ids.is_valid else None
+            if inst is not None and len(inst) != len(pts):
+                raise RenderError(f"{s['path']}: frame {frame_id} has {len(inst)} instance ids for {len(pts)} points")
+            return frame_id, View(part[0], part[1], pts, tags, boxes, is_object, cls, names, inst)
     return frame_id, None
 
 

@@ -127,3 +127,4 @@ class View:
     is_object: bool
     semantic: np.ndarray | None = None  # (N,) class index into class_names (0: unlabelled / ignored)
     class_names: tuple[str, ...] = ()
+    instance: np.ndarray | None = None  # (N,) instance id (0: none), where the build has them: the zoom's object

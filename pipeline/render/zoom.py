@@ -1,8 +1,9 @@
 """Zoom insets: the corrupted object's box, its points coloured unchanged / moved / removed.
 
 A scan with boxes zooms on the cared-for box with the most clean points. A scan without boxes whose points carry
-semantic classes (SemanticKITTI) zooms on the largest cluster of clean points of a `FOCUS_CLASSES` class (car),
-its bounding rectangle drawn as the clean box: the objects `incomplete_echo` thins are found by label there."""
+semantic classes (SemanticKITTI) zooms on the car (`FOCUS_CLASSES`) with the most clean points by its instance id,
+or without ids on the largest cluster of car points, its bounding rectangle drawn as the clean box: the objects
+`incomplete_echo` thins are found by label there."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Focus:
     extent: tuple[float, float, float, float]
     clean: np.ndarray  # (K, 3) float64
     outline: tuple[str, np.ndarray]
-    of: str = "box"  # what the window is around: "box", or the semantic class whose points' cluster it is
+    of: str = "box"  # what the window is around: "box", "instance:<class>" or "cluster:<class>" (`_label_object`)
 
 
 def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
@@ -54,9 +55,11 @@ def _in_box_counts(points: np.ndarray, boxes: Boxes) -> list[tuple[int, int]]:
 
 
 def _label_object(clean: View, extent) -> tuple[str, np.ndarray] | None:
-    """(class, 5×2 closed outline of the bounding rectangle) of the largest cluster of clean points of the first
-    `FOCUS_CLASSES` class among ``clean``'s semantic classes, within ``extent``; None with fewer than 5 such
-    points. Clusters: 8-connected runs of `CLUSTER_CELL_M` cells that hold one; the first of equals wins."""
+    """(how it was found, 5×2 closed outline of the bounding rectangle) of the object a scan without boxes zooms
+    on: among its clean points of the first `FOCUS_CLASSES` class within ``extent``, the instance with the most
+    points ("instance:<class>"; the smallest id of equals), or without instance ids the largest cluster
+    ("cluster:<class>": 8-connected runs of `CLUSTER_CELL_M` cells that hold one; the first of equals wins). None
+    with fewer than 5 such points."""
     names = list(clean.class_names)
     name = next((c for c in FOCUS_CLASSES if c in names), None)
     if clean.semantic is None or name is None:
@@ -65,36 +68,39 @@ def _label_object(clean: View, extent) -> tuple[str, np.ndarray] | None:
     x0, x1, y0, y1 = (float(e) for e in extent)
     m = ((np.asarray(clean.semantic) == names.index(name)) & (p[:, 0] >= x0) & (p[:, 0] <= x1)
          & (p[:, 1] >= y0) & (p[:, 1] <= y1))
-    if m.sum() < 5:
-        return None
+    ids = None if clean.instance is None else np.asarray(clean.instance, dtype=np.int64)[m]
     xy = p[m]
-    cell = np.floor((xy - xy.min(axis=0)) / CLUSTER_CELL_M).astype(np.int64)
-    grid = np.zeros(tuple(cell.max(axis=0) + 1), bool)
-    grid[cell[:, 0], cell[:, 1]] = True
-    runs, _ = ndimage.label(grid, structure=np.ones((3, 3), bool))
-    member = runs[cell[:, 0], cell[:, 1]]
-    counts = np.bincount(member)
-    counts[0] = 0
-    best = int(np.argmax(counts))
-    if counts[best] < 5:
+    if ids is not None and (ids > 0).any():
+        found, counts = np.unique(ids[ids > 0], return_counts=True)
+        how, member = f"instance:{name}", ids == found[int(np.argmax(counts))]
+    else:
+        if len(xy) == 0:
+            return None
+        cell = np.floor((xy - xy.min(axis=0)) / CLUSTER_CELL_M).astype(np.int64)
+        grid = np.zeros(tuple(cell.max(axis=0) + 1), bool)
+        grid[cell[:, 0], cell[:, 1]] = True
+        runs, _ = ndimage.label(grid, structure=np.ones((3, 3), bool))
+        label = runs[cell[:, 0], cell[:, 1]]
+        how, member = f"cluster:{name}", label == int(np.argmax(np.bincount(label)))
+    if member.sum() < 5:
         return None
-    lo, hi = xy[member == best].min(axis=0), xy[member == best].max(axis=0)
-    return name, np.array([[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], lo[1]], [lo[0], hi[1]], [hi[0], hi[1]]])
+    lo, hi = xy[member].min(axis=0), xy[member].max(axis=0)
+    return how, np.array([[hi[0], hi[1]], [hi[0], lo[1]], [lo[0], lo[1]], [lo[0], hi[1]], [hi[0], hi[1]]])
 
 
 def sheet_focus(clean: View, extent) -> Focus | None:
     """The zoom of a scene sheet: the cared-for box with the most clean points, or, for a scan without boxes, the
-    largest cluster of car points (`_label_object`). None: objects, no boxes and no such labels, or every box
-    empty."""
+    car found by its labels (`_label_object`). None: objects, no boxes and no such labels, or every box empty."""
     if clean.is_object or extent is None:
         return None
     if clean.boxes is None or len(clean.boxes) == 0:
         found = _label_object(clean, extent)
         if found is None:
             return None
-        name, outline = found
+        how, outline = found
         lo, hi = outline.min(axis=0), outline.max(axis=0)
-        return _window(clean, (lo + hi) / 2, float((hi - lo).max()) / 2 + ZOOM_MARGIN_M, (name, outline), name)
+        name = how.split(":", 1)[1]
+        return _window(clean, (lo + hi) / 2, float((hi - lo).max()) / 2 + ZOOM_MARGIN_M, (name, outline), how)
     counts = _in_box_counts(clean.points, clean.boxes)
     if not counts or max(n for _, n in counts) < 5:
         return None

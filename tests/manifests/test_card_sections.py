@@ -170,10 +170,14 @@ def test_the_sheet_section_says_what_the_inset_shows():
     from bench_build.manifests.card import renders_section
 
     base = {"path": "renders/contact_sheet.png", "frame_id": "f", "panels": 25, "color_by": "tag"}
-    text = {z: " ".join(renders_section({**base, "zoom": z}).split()) for z in ("box", "car", None)}
+    zooms = ("box", "instance:car", "cluster:car", None)
+    text = {z: " ".join(renders_section({**base, "zoom": z}).split()) for z in zooms}
     assert "an inset zoomed on one object (grey unchanged" in text["box"] and "dashed: the clean box)" in text["box"]
-    assert "an inset zoomed on the largest cluster of `car` points, found by their semantic labels" in text["car"]
-    assert "dashed: the cluster's clean bounding box" in text["car"]
+    assert "an inset zoomed on the `car` with the most points, found by its semantic and instance labels" \
+        in text["instance:car"]
+    assert "an inset zoomed on the largest cluster of `car` points, found by their semantic labels" \
+        in text["cluster:car"]
+    assert all("dashed: its clean bounding box" in text[z] for z in ("instance:car", "cluster:car"))
     assert "inset zoomed" not in text[None] and "no inset: this frame has no boxed or labelled car" in text[None]
     assert " ".join(renders_section(base).split()) == text["box"]
     objects = renders_section({**base, "objects": True, "zoom": None})

@@ -872,10 +872,12 @@ def test_colour_by_semantic_class_shows_the_labels_each_corruption_carries(seg_b
     assert "robo3d-semantickitti-c" in said and not (tmp_path / "k").exists()
 
 
-def test_a_scan_without_boxes_zooms_on_its_largest_cluster_of_car_points():
-    """SemanticKITTI has no boxes: the zoom is on the largest 8-connected cluster of car-labelled points (not a
-    smaller car, not a stray car point), its dashed box their bounding rectangle, so incomplete_echo's thinned car
-    shows pink. No labels, no car class or fewer than 5 car points: no zoom."""
+def test_a_scan_without_boxes_zooms_on_the_car_its_labels_find():
+    """SemanticKITTI has no boxes: the zoom is on the car with the most points by instance id, or without ids on
+    the largest 8-connected cluster of car-labelled points (not a smaller car, not a stray car point), its dashed
+    box their bounding rectangle, so incomplete_echo's thinned car shows pink. Instance ids keep two cars parked
+    nose to tail apart, where the cluster joins them. No labels, no car class or fewer than 5 car points: no
+    zoom."""
     from bench_build.render import ZOOM_GONE, sheet_focus
 
     rng = np.random.default_rng(3)
@@ -889,7 +891,7 @@ def test_a_scan_without_boxes_zooms_on_its_largest_cluster_of_car_points():
     clean = View("clean", 0, pts, tags, None, False, sem, names)
     extent = scene_extent(pts)
     focus = sheet_focus(clean, extent)
-    assert focus is not None and focus.of == "car" and focus.outline[0] == "car"
+    assert focus is not None and focus.of == "cluster:car" and focus.outline[0] == "car"
     lo, hi = big[:, :2].min(axis=0), big[:, :2].max(axis=0)
     np.testing.assert_allclose(focus.outline[1].min(axis=0), lo)
     np.testing.assert_allclose(focus.outline[1].max(axis=0), hi)
@@ -897,12 +899,23 @@ def test_a_scan_without_boxes_zooms_on_its_largest_cluster_of_car_points():
     assert x0 < lo[0] and x1 > hi[0] and y0 < lo[1] and y1 > hi[1] and x1 - x0 < 7
     thinned = np.delete(pts, np.arange(3000, 3300)[::2], axis=0)  # half the big car's points gone
     c, echo = sheet_panels([clean, View("incomplete_echo", 1, thinned, tags[:len(thinned)], None, False)])
-    assert c.zoom_of == echo.zoom_of == "car" and echo.zoom == focus.extent
+    assert c.zoom_of == echo.zoom_of == "cluster:car" and echo.zoom == focus.extent
     assert _colour_px(c.inset, ZOOM_GONE) == 0 and _colour_px(echo.inset, ZOOM_GONE) > 100
     assert sheet_focus(View("clean", 0, pts, tags, None, False), extent) is None  # no labels
     assert sheet_focus(View("clean", 0, pts, tags, None, False, sem, ("unlabeled", "truck", "road")), extent) is None
     few = np.where(np.arange(len(pts)) < 3004, sem, 2)  # 4 car points
     assert sheet_focus(View("clean", 0, pts, tags, None, False, few, names), extent) is None
+    # two cars 0.3 m apart (one cluster) with instance ids 7 (200 points, the rear) and 9 (100): the zoom is on car 7
+    rear = np.c_[rng.uniform(10.0, 14.0, 200), rng.uniform(-0.8, 0.8, 200), np.full(200, -1.0)]
+    front = np.c_[rng.uniform(14.3, 18.3, 100), rng.uniform(-0.8, 0.8, 100), np.full(100, -1.0)]
+    pts2 = np.r_[ground, rear, front]
+    sem2, ids = np.r_[np.full(3000, 2), np.ones(300, np.int64)], np.r_[np.zeros(3000), np.full(200, 7), np.full(100, 9)]
+    t2 = np.zeros(len(pts2), np.uint8)
+    joined = sheet_focus(View("clean", 0, pts2, t2, None, False, sem2, names), scene_extent(pts2))
+    by_id = sheet_focus(View("clean", 0, pts2, t2, None, False, sem2, names, ids.astype(np.uint32)), scene_extent(pts2))
+    assert joined.of == "cluster:car" and joined.outline[1][:, 0].max() > 18
+    assert by_id.of == "instance:car" and by_id.outline[1][:, 0].max() < 14.01
+    np.testing.assert_allclose(by_id.outline[1].min(axis=0), rear[:, :2].min(axis=0))
 
 
 def test_a_segmentation_build_zooms_on_a_labelled_car_and_its_card_says_so(seg_build, tmp_path):
@@ -918,15 +931,15 @@ def test_a_segmentation_build_zooms_on_a_labelled_car_and_its_card_says_so(seg_b
     manifest = json.loads((seg_build / "manifest.json").read_text())
     _, views = read_views(LocalStore(seg_build), manifest, partitions=[("clean", 0), ("incomplete_echo", 3)])
     clean, echo = sheet_panels(views)
-    assert clean.zoom_of == "car" and _colour_px(echo.inset, ZOOM_GONE) > 20
+    assert clean.zoom_of == "instance:car" and _colour_px(echo.inset, ZOOM_GONE) > 20
     res = runner.invoke(app, ["render", str(seg_build), "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     sheet = seg_build / "renders" / "contact_sheet.png"
     assert next(tmp_path.glob("contact_sheet_*.png")).read_bytes() == sheet.read_bytes()
     assert _colour_px(np.asarray(Image.open(sheet).convert("RGB")), ZOOM_GONE) > 100
     card = " ".join((seg_build / "README.md").read_text().split())
-    assert ("an inset zoomed on the largest cluster of `car` points, found by their semantic labels since the "
-            "scans have no boxes (grey unchanged, black moved or added, pink removed; dashed: the cluster's clean "
+    assert ("an inset zoomed on the `car` with the most points, found by its semantic and instance labels since "
+            "the scans have no boxes (grey unchanged, black moved or added, pink removed; dashed: its clean "
             "bounding box)") in card
 
 
