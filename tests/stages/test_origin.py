@@ -85,3 +85,27 @@ def test_a_stage_that_moves_the_boxes_gets_them_back_in_the_points_frame(scene):
 
     out = in_lidar_frame(f, lift)
     np.testing.assert_allclose(out.boxes.center, f.boxes.center + np.array([0.0, 0.0, 1.0]))
+
+
+@pytest.mark.parametrize("shape", ["same rows", "rows dropped and reordered"])
+def test_unmoved_points_keep_their_bytes_whatever_the_stage_does_to_the_rows(scene, shape):
+    """A stage that keeps every row in place (fog) and one that drops and reorders rows (snow's noise floor, a
+    ground-last writer): either way a point it did not move comes back with its input bytes, a moved one shifted
+    back, and every label follows its row."""
+    f = _frame(scene)
+    order = np.arange(len(f)) if shape == "same rows" else np.random.default_rng(1).permutation(len(f))[::2]
+
+    def stage(g: Frame) -> Frame:
+        g = g.take(order)
+        r = np.linalg.norm(g.xyz.astype(np.float64), axis=1)
+        pts = g.points.copy()
+        pts[r > 20.0, 2] += np.float32(0.5)
+        return g.with_points(pts)
+
+    out = in_lidar_frame(f, stage)
+    moved = np.linalg.norm(f.xyz[order].astype(np.float64) - ORIGIN, axis=1) > 20.0
+    assert 0 < moved.sum() < len(order)
+    assert np.array_equal(out.points[~moved], f.points[order][~moved])
+    np.testing.assert_allclose(out.xyz[moved], f.xyz[order][moved] + np.array([0.0, 0.0, 0.5]), atol=1e-5)
+    for name, col in f.labels.items():
+        assert np.array_equal(out.labels[name], col[order]), name
