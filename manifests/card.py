@@ -503,7 +503,7 @@ def _panels_text(sheet: dict[str, Any]) -> str:
         return "Each panel shows the shape from three sides (top, front, side), its axes named in the panel. "
     zoom = sheet.get("zoom", "box")
     if zoom is None:
-        return "Scene panels have a metre scale (no inset: this frame has no boxed or labelled car to zoom on). "
+        return "Scene panels have a metre scale (no inset: no object in this frame has the points to zoom on). "
     how, _, cls = zoom.partition(":")
     what = {"box": "one object",
             "instance": f"the `{cls}` with the most points, found by its semantic and instance labels since the scans "

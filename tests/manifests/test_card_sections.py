@@ -178,7 +178,7 @@ def test_the_sheet_section_says_what_the_inset_shows():
     assert "an inset zoomed on the largest cluster of `car` points, found by their semantic labels" \
         in text["cluster:car"]
     assert all("dashed: its clean bounding box" in text[z] for z in ("instance:car", "cluster:car"))
-    assert "inset zoomed" not in text[None] and "no inset: this frame has no boxed or labelled car" in text[None]
+    assert "inset zoomed" not in text[None] and "no inset: no object in this frame has the points" in text[None]
     assert " ".join(renders_section(base).split()) == text["box"]
     objects = renders_section({**base, "objects": True, "zoom": None})
     assert "three sides" in objects and "metre scale" not in objects and "inset" not in objects
