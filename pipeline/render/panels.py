@@ -46,7 +46,7 @@ class Panel:
     inset_outlines: tuple[tuple[str, np.ndarray], ...] = ()
     zoom: tuple[float, float, float, float] | None = None
     classes: tuple[tuple[int, str], ...] = ()  # (class, name) of the points' semantic classes (colour by semantic)
-    zoom_of: str | None = None  # `Focus.of` of the inset: "box", or the class whose cluster of points it shows
+    zoom_of: str | None = None  # `Focus.of` of the inset: "box", "instance:<class>" or "cluster:<class>"
 
 
 def sheet_extent(clean: View) -> tuple[tuple[float, float, float, float] | None, float]:

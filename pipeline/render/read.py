@@ -165,8 +165,8 @@ def _read_view(store, manifest: dict[str, Any], s: dict[str, Any], frame_id: str
     with _checked(store, s) as pf:
         meta = file_metadata(pf.schema_arrow)
         w = len(meta.get("fields") or []) or width
-        wanted = ("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic", "instance") if semantic
-                                                                                else ())
+        wanted = (("frame_id", "points", "point_ref", "point_tag", "boxes") + (("semantic",) if semantic else ())
+                  + (("instance",) if semantic and part[0] == "clean" else ()))  # the zoom's object: clean only
         cols = [c for c in wanted if c in pf.schema_arrow.names]
         for rg in range(pf.num_row_groups):
             if frame_id is not None and not _rg_may_hold(pf, rg, frame_id):
