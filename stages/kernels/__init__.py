@@ -8,5 +8,6 @@ can build on them without import cycles:
 * `column_knn` — exact k nearest neighbours of queries next to the data (upsampling's intensity);
 * `neighbours` — KD-tree queries in a cache-friendly order;
 * `boxes` — points in oriented boxes; `box_unit` — Li et al.'s box-normalised object frame;
-* `spherical` — range / azimuth / elevation and moves along a point's ray.
+* `spherical` — range / azimuth / elevation and moves along a point's ray;
+* `beams` — the snowfall simulator's loops over beams: flakes in each wedge, occlusion shares, waveform peaks.
 """

@@ -24,17 +24,19 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    φ_j ± asin(r_j/d_j); it is a candidate for a beam if d_j < R₀ (d_j read as slant range along the
    beam, compared with the 3-D R₀) and its interval meets the wedge [φ − δ/2, φ + δ/2] (wrap handled).
    Each elementary piece of the wedge goes to the nearest candidate covering it; q_j = its share of δ,
-   the rest q₀ belongs to the hard target. Candidates are found without a per-point loop: flakes are
-   binned by distance (√2-geometric bands) and sorted by azimuth per set, each beam searches only the
-   bands nearer than its R₀ with `searchsorted` over its wedge (the few very wide flakes right at the
-   sensor are checked against every beam); beams are then processed in groups of equal candidate count.
+   the rest q₀ belongs to the hard target. Candidates are found by a compiled loop over beams
+   (`bench_build.stages.kernels.beams`): flakes are binned by distance (√2-geometric bands) and sorted by
+   azimuth per set, each beam searches only the bands nearer than its R₀ over its wedge, galloping from
+   where its set's last search ended (the few very wide flakes right at the sensor are checked against
+   every beam); the occlusion shares are computed for groups of beams with equal candidate counts.
 4. Received power: each element (flakes, then the hard target) adds
    c_j·sin²(π(R_k − r_j)/cτ_H) to the range bins k ∈ [⌈10 r_j⌉, ⌊10(r_j + cτ_H)⌋] (cτ_H = 2.998 m,
    τ_H = 10 ns), c_j = A_j·q_j·ξ(r_j)/r_j², ξ the fog crossover (0 below 0.9 m, 1 above 1.0 m); flakes
    have A_j = 0.9·i_max,ch. The peak k* gives d_max = R(k*) − cτ_H/2 and i_max. |d_max − R₀| < 0.2 m:
    ATTENUATED (position kept, intensity i_new); else SCATTER_SNOW (moved to d_max along its ray). Beams
    without candidates (or whose candidates all get q = 0) are unchanged. The signal is evaluated only
-   at the bins of the elements' own windows (it is 0 elsewhere), so no 1230-bin array is built.
+   at the bins of the elements' own windows (it is 0 elsewhere), so no 1230-bin array is built, and
+   there only where bounds of sin² leave a bin a chance to hold the peak (the bins around it).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from bench_build.stages.kernels import beams
 
 C_LIGHT = 299_792_458.0
 TAU_H = 10e-9  # s, HDL-64 S1 half-power pulse width
@@ -63,7 +67,7 @@ DISTRIBUTIONS = {"gunn_marshall": (25.5, -0.48), "sekhon_srivastava": (22.9, -0.
 _WIDE = 1e-3  # rad: flakes subtending more than this half-angle are checked against every beam
 _BAND_EDGES = np.concatenate([[0.0], 2.0 ** (np.arange(14) / 2.0)])  # 0, 1, 1.41, …, 90.5 m
 _KEY_STRIDE = 8.0  # sets are laid out as key = 8·set + φ, φ ∈ [0, 2π)
-_CHUNK = 2_000_000  # elements per temporary block
+_GRID_STEP = (PAPER_MAX_RANGE + C_TAU) / (PAPER_BINS - 1)  # m per bin of the reference's range grid
 
 
 # ---- particle field --------------------------------------------------------------------------------
@@ -152,26 +156,22 @@ def sample_particle_set(
 
 
 @dataclass(frozen=True, eq=False)
-class _Band:
-    lo: float  # lower distance edge (query only for beams with R₀ > lo)
-    key: np.ndarray  # 8·set + φ, sorted
-    d: np.ndarray
-    r: np.ndarray
-    w: np.ndarray  # asin(r/d)
-    start: np.ndarray  # per set: first index in key
-    count: np.ndarray  # per set: number of flakes
-    wmax: float
-
-
-@dataclass(frozen=True, eq=False)
 class ParticleIndex:
-    """Pool of particle sets, indexed for wedge queries: distance bands of azimuth-sorted flakes plus
-    the few wide flakes (half-angle > 1 mrad) that every beam of the set checks."""
+    """Pool of particle sets, indexed for wedge queries: distance bands of azimuth-sorted flakes plus the few
+    wide flakes (half-angle > 1 mrad) that every beam of the set checks, the last band. Every flake's
+    ``key`` = 8·set + φ, ``dist`` and ``half_width`` = asin(r/d), band by band (band i from ``band_off[i]``), sorted
+    by key within a band; per band and set the first index (relative to the band) and the number of flakes."""
 
     n_sets: int
     n_particles: np.ndarray  # per set
-    bands: tuple[_Band, ...]
-    wide: _Band
+    key: np.ndarray
+    dist: np.ndarray
+    half_width: np.ndarray
+    band_lo: np.ndarray  # lower distance edge of each searched band (a beam searches it when R₀ > lo)
+    band_wmax: np.ndarray  # largest half-width in each searched band
+    band_off: np.ndarray  # (searched bands + 1,)
+    band_start: np.ndarray  # (searched bands + 1, n_sets)
+    band_count: np.ndarray  # (searched bands + 1, n_sets)
 
 
 def build_index(sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> ParticleIndex:
@@ -183,26 +183,28 @@ def build_index(sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Partic
     w = np.arcsin(np.clip(r / np.maximum(d, 1e-300), 0.0, 1.0))
     key = _KEY_STRIDE * sid + phi
 
-    def band(sel: np.ndarray, lo: float) -> _Band:
-        order = np.argsort(key[sel], kind="stable")
-        k = key[sel][order]
-        s = sid[sel][order]
-        start = np.searchsorted(s, np.arange(n_sets), side="left")
-        count = np.searchsorted(s, np.arange(n_sets), side="right") - start
-        ws = w[sel][order]
-        for a in (k, d[sel][order], r[sel][order], ws):
-            a.setflags(write=False)
-        return _Band(lo, k, d[sel][order], r[sel][order], ws, start, count, float(ws.max()) if len(ws) else 0.0)
-
     wide = w > _WIDE
-    bands = []
+    bands, lows = [], []
     for lo, hi in itertools.pairwise(_BAND_EDGES):
         sel = ~wide & (d >= lo) & (d < hi)
         if hi == _BAND_EDGES[-1]:
             sel |= ~wide & (d >= hi)
         if sel.any():
-            bands.append(band(sel, float(lo)))
-    return ParticleIndex(n_sets, np.array([len(s[0]) for s in sets]), tuple(bands), band(wide, 0.0))
+            bands.append(sel)
+            lows.append(float(lo))
+    order = [np.flatnonzero(sel)[np.argsort(key[sel], kind="stable")] for sel in (*bands, wide)]
+    idx = np.concatenate(order)
+    sizes = np.array([len(o) for o in order])
+    starts, counts = [], []
+    for o in order:
+        s = sid[o]
+        starts.append(np.searchsorted(s, np.arange(n_sets), side="left"))
+        counts.append(np.searchsorted(s, np.arange(n_sets), side="right") - starts[-1])
+    arrays = [key[idx], d[idx], w[idx], np.array(lows), np.array([w[o].max() for o in order[:-1]]),
+              np.cumsum(sizes) - sizes, np.array(starts), np.array(counts)]
+    for a in arrays:
+        a.setflags(write=False)
+    return ParticleIndex(n_sets, np.array([len(s[0]) for s in sets]), *arrays)
 
 
 @lru_cache(maxsize=8)
@@ -231,88 +233,12 @@ def assign_channels(rng: np.random.Generator, n_sets: int, n_channels: int) -> t
 # ---- occlusion -------------------------------------------------------------------------------------
 
 
-def _ragged(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(owner, offset) of every element when owner i holds counts[i] consecutive elements."""
-    counts = counts.astype(np.int64)
-    owner = np.repeat(np.arange(len(counts)), counts)
-    offs = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    return owner, offs
-
-
 def _candidates(index: ParticleIndex, set_id, phi, r0, half: float):
-    """All (beam, d, a, b) with the flake nearer than R₀ and its clipped interval [a, b] ⊂ [−δ/2, δ/2]
-    non-empty (angles relative to the beam's azimuth)."""
-    beams, ds, las, lbs = [], [], [], []
-    two_pi = 2 * np.pi
-
-    def emit(band: _Band, sel: np.ndarray, counts: np.ndarray, first: np.ndarray) -> None:
-        owner, offs = _ragged(counts)
-        b = sel[owner]
-        s = set_id[b]
-        local = (first[owner] + offs) % np.maximum(band.count[s], 1)
-        j = band.start[s] + local
-        d = band.d[j]
-        near = d < r0[b]
-        b, j, d, s = b[near], j[near], d[near], s[near]
-        delta = np.mod(band.key[j] - _KEY_STRIDE * s - phi[b] + np.pi, two_pi) - np.pi
-        lo = np.maximum(delta - band.w[j], -half)
-        hi = np.minimum(delta + band.w[j], half)
-        hit = hi > lo
-        beams.append(b[hit])
-        ds.append(d[hit])
-        las.append(lo[hit])
-        lbs.append(hi[hit])
-
-    for band in index.bands:
-        sel = np.flatnonzero(r0 > band.lo)
-        if len(sel) == 0:
-            continue
-        s = set_id[sel]
-        win = half + band.wmax
-        lo_a, hi_a = phi[sel] - win, phi[sel] + win
-        base = _KEY_STRIDE * s
-        i0 = np.searchsorted(band.key, base + np.mod(lo_a, two_pi), side="left") - band.start[s]
-        i1 = np.searchsorted(band.key, base + np.mod(hi_a, two_pi), side="right") - band.start[s]
-        i0 = np.minimum(i0, band.count[s])
-        i1 = np.minimum(i1, band.count[s])
-        wrapped = (lo_a < 0) | (hi_a >= two_pi)
-        counts = np.where(wrapped, band.count[s] - i0 + i1, i1 - i0)
-        counts = np.clip(counts, 0, band.count[s])
-        if counts.any():
-            emit(band, sel, counts, i0)
-    wide = index.wide
-    if len(wide.key):
-        sel = np.flatnonzero(wide.count[set_id] > 0)
-        if len(sel):
-            emit(wide, sel, wide.count[set_id[sel]], np.zeros(len(sel), dtype=np.int64))
-    if not beams:
-        z = np.zeros(0)
-        return np.zeros(0, dtype=np.int64), z, z, z
-    return np.concatenate(beams), np.concatenate(ds), np.concatenate(las), np.concatenate(lbs)
-
-
-def occlusion_ratios(a: np.ndarray, b: np.ndarray, half: float) -> np.ndarray:
-    """q (B, K) for B beams with K candidates each, sorted by distance: every elementary piece of the
-    wedge [−half, half] goes to the nearest candidate whose clipped interval [a, b] covers it."""
-    nb, k = a.shape
-    width = 2 * half
-    if k == 1:
-        return (b - a) / width
-    q = np.empty((nb, k))
-    step = max(1, _CHUNK // ((2 * k + 1) * k))
-    ar = np.arange(k)
-    for s0 in range(0, nb, step):
-        aa, bb = a[s0 : s0 + step], b[s0 : s0 + step]
-        n = len(aa)
-        bounds = np.sort(np.concatenate([aa, bb, np.full((n, 1), -half), np.full((n, 1), half)], axis=1), axis=1)
-        mids = 0.5 * (bounds[:, 1:] + bounds[:, :-1])
-        lens = np.diff(bounds, axis=1)
-        cover = (aa[:, None, :] <= mids[:, :, None]) & (mids[:, :, None] <= bb[:, None, :])
-        owner = np.argmax(cover, axis=2)
-        has = cover.any(axis=2)
-        onehot = (owner[:, :, None] == ar) & has[:, :, None]
-        q[s0 : s0 + step] = np.einsum("npk,np->nk", onehot, lens) / width
-    return q
+    """All (beam, d, a, b) with the flake nearer than R₀ and its clipped interval [a, b] ⊂ [−δ/2, δ/2] non-empty
+    (angles relative to the beam's azimuth), sorted by beam, then distance."""
+    return beams.wedge_candidates(index.key, index.dist, index.half_width, index.band_lo, index.band_wmax,
+                                  index.band_off, index.band_start, index.band_count, set_id.astype(np.int64),
+                                  phi.astype(np.float64), r0.astype(np.float64), half, _KEY_STRIDE)
 
 
 # ---- received power ----------------------------------------------------------------------------------
@@ -322,13 +248,6 @@ def _xi(r: np.ndarray) -> np.ndarray:
     return np.clip((r - XI_R1) / (XI_R2 - XI_R1), 0.0, 1.0)
 
 
-def _grid(k: np.ndarray, sampling: bool) -> np.ndarray:
-    """Range of bin k: the reference's rounded k·(120 + cτ_H)/1229, or k/10."""
-    if sampling:
-        return np.round(k * ((PAPER_MAX_RANGE + C_TAU) / (PAPER_BINS - 1)), 2)
-    return k / 10.0
-
-
 def _windows(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bins k ∈ [⌈10 r⌉, ⌊10(r + cτ_H)⌋] of each element (rounded to 1e-9 so 10·20.0 stays bin 200)."""
     klo = np.ceil(np.round(10.0 * r, 9)).astype(np.int64)
@@ -336,79 +255,22 @@ def _windows(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return klo, khi
 
 
-def _pulse(k: np.ndarray, r: np.ndarray, coef: np.ndarray, sampling: bool) -> np.ndarray:
-    return coef * np.sin(np.pi * (_grid(k, sampling) - r) / C_TAU) ** 2
-
-
-_BIG = np.iinfo(np.int64).max
-
-
 def _peak(owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int, sampling: bool):
     """Peak of the summed waveform per owner (beam). Elements are flat arrays sorted by (owner, r).
 
-    Returns (max value, bin of the first maximum) per owner (−inf, _BIG for owners without elements).
-    Elements are grouped into clusters of chained overlapping windows (the waveform of a cluster does
-    not depend on any other element). A lone element peaks at one of the 5 bins around r + cτ_H/2
-    (closed form); a cluster is evaluated on every bin of its span (scatter-add with bincount). The
-    first maximum (smallest bin) wins ties, as np.argmax over the reference's bin array does."""
-    klo, khi = _windows(r)
-    new_owner = np.r_[True, owner[1:] != owner[:-1]]
-    new_cluster = new_owner | np.r_[True, klo[1:] > khi[:-1]]
-    cid = np.cumsum(new_cluster) - 1
-    size = np.bincount(cid)
-    lone = size[cid] == 1
-    cand_o, cand_m, cand_k = [], [], []
-
-    e = np.flatnonzero(lone)
-    if len(e):
-        k = np.round(10.0 * (r[e] + C_TAU / 2)).astype(np.int64)[:, None] + np.arange(-2, 3)
-        inside = (k >= klo[e, None]) & (k <= khi[e, None])
-        sig = np.where(inside, _pulse(k, r[e, None], coef[e, None], sampling), -np.inf)
-        m = sig.max(axis=1)
-        cand_o.append(owner[e])
-        cand_m.append(m)
-        cand_k.append(np.where(sig >= m[:, None], k, _BIG).min(axis=1))
-
-    e = np.flatnonzero(~lone)
-    if len(e):
-        c = cid[e]
-        first = np.r_[True, c[1:] != c[:-1]]
-        c_lo = klo[e][first]
-        c_len = np.maximum.reduceat(khi[e], np.flatnonzero(first)) - c_lo + 1
-        c_off = np.cumsum(c_len) - c_len
-        ci = np.cumsum(first) - 1  # cluster of each element, 0..n_clusters-1
-        t = np.arange(32)
-        k = klo[e, None] + t
-        ok = k <= khi[e, None]
-        pos = c_off[ci, None] + (k - c_lo[ci, None])
-        val = _pulse(k, r[e, None], coef[e, None], sampling)
-        total = int(c_len.sum())
-        buf = np.bincount(pos[ok], weights=val[ok], minlength=total)
-        kbuf = np.repeat(c_lo - c_off, c_len) + np.arange(total)
-        m = np.maximum.reduceat(buf, c_off)
-        cand_o.append(owner[e][first])
-        cand_m.append(m)
-        cand_k.append(np.minimum.reduceat(np.where(buf >= np.repeat(m, c_len), kbuf, _BIG), c_off))
-
-    best_m = np.full(n_owner, -np.inf)
-    best_k = np.full(n_owner, _BIG, dtype=np.int64)
-    if cand_o:
-        o, m, k = np.concatenate(cand_o), np.concatenate(cand_m), np.concatenate(cand_k)
-        order = np.lexsort((k, -m, o))
-        o, m, k = o[order], m[order], k[order]
-        head = np.r_[True, o[1:] != o[:-1]]
-        best_m[o[head]] = m[head]
-        best_k[o[head]] = k[head]
-    return best_m, best_k
+    Returns (max value, bin of the first maximum) per owner (−inf and `beams.BIG` for owners without elements).
+    The range of bin k is the reference's rounded k·(120 + cτ_H)/1229 with ``sampling``, else k/10. The pulses'
+    sines are NumPy's, at the pairs `beams.peak_bins` chooses; the first maximum (smallest bin) wins ties, as
+    np.argmax over the reference's bin array does."""
+    elem, k, phase = beams.peak_bins(owner, r, coef, C_TAU, sampling, _GRID_STEP)
+    return beams.peak_of_beams(owner, elem, k, np.sin(phase, out=phase), coef, n_owner)
 
 
-def _signal_at(
-    kq: np.ndarray, owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int, sampling: bool
-) -> np.ndarray:
-    """Summed waveform of each owner at its bin kq[owner]."""
+def _signal_at(kq: np.ndarray, owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int) -> np.ndarray:
+    """Summed waveform of each owner at its bin kq[owner], on the k/10 range grid."""
     klo, khi = _windows(r)
     k = kq[owner]
-    val = np.where((k >= klo) & (k <= khi), _pulse(k, r, coef, sampling), 0.0)
+    val = np.where((k >= klo) & (k <= khi), coef * np.sin(np.pi * (k / 10.0 - r) / C_TAU) ** 2, 0.0)
     return np.bincount(owner, weights=val, minlength=n_owner)
 
 
@@ -454,17 +316,8 @@ def simulate(
     act = np.flatnonzero(active)
     beam, d, a, b = _candidates(index, set_id[act], phi[act], r0[act], half)
     beam = act[beam]
-    order = np.lexsort((d, beam))
-    beam, d, a, b = beam[order], d[order], a[order], b[order]
 
-    # occlusion ratios, beams grouped by their number of candidates
-    counts = np.bincount(beam, minlength=nb)
-    first = np.cumsum(counts) - counts
-    q = np.empty(len(beam))
-    for k in np.unique(counts[counts > 0]):
-        bm = np.flatnonzero(counts == k)
-        idx = first[bm][:, None] + np.arange(k)
-        q[idx] = occlusion_ratios(a[idx], b[idx], half)
+    q = beams.occlusion_shares(beam, a, b, half)
     q0 -= np.bincount(beam, weights=q, minlength=nb)
     np.clip(q0, 0.0, 1.0, out=q0)
     seen = q > 0
@@ -493,7 +346,7 @@ def simulate(
     owner = np.concatenate([slot, np.arange(len(hit))])
     r_el = np.concatenate([d, R0])
     c_el = np.concatenate([c_flake, c_hard])
-    order = np.lexsort((r_el, owner))
+    order = beams.merge_targets(slot, d, R0)  # = np.lexsort((r_el, owner)): flakes of a beam come sorted by d
     owner, r_el, c_el = owner[order], r_el[order], c_el[order]
     m, ks = _peak(owner, r_el, c_el, len(hit), sampling)
     ok = m > 0
@@ -501,8 +354,8 @@ def simulate(
     if sampling:
         dmax, imax = ks / 10.0 - C_TAU / 2, m
     else:  # 3-point parabola through the peak bin and its neighbours
-        ym = _signal_at(ks - 1, owner, r_el, c_el, len(hit), False)
-        yp = _signal_at(ks + 1, owner, r_el, c_el, len(hit), False)
+        ym = _signal_at(ks - 1, owner, r_el, c_el, len(hit))
+        yp = _signal_at(ks + 1, owner, r_el, c_el, len(hit))
         den = ym - 2 * m + yp
         with np.errstate(invalid="ignore", divide="ignore"):
             p = np.where(ok & (den < 0), 0.5 * (ym - yp) / den, 0.0)

@@ -423,7 +423,7 @@ def test_pool_is_cached_and_read_only():
     assert pool is particle_pool(0.5, 2.0, 0.1, "gunn_marshall", 4, 42)
     assert pool.n_sets == 4 and np.all(pool.n_particles > 30_000)
     with pytest.raises(ValueError):
-        pool.bands[0].key[0] = 1.0
+        pool.key[0] = 1.0
 
 
 # ---- Robo3D parity on a camera-FOV scan: the HDL-64 focal term (issue 18) ---------------------------
