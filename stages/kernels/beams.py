@@ -264,9 +264,10 @@ def _sin2_bounds(phase, eps):
     a = max(d - eps, 0.0)
     b = d + eps
     ua, ub = a * a, b * b
-    upper = min(1.0, max(1.0 - ua + ua * ua / 3.0, 1.0 - ub + ub * ub / 3.0),
-                max((np.pi / 2 - a) ** 2, (np.pi / 2 - b) ** 2))
-    lower = max(1.0 - ub + ub * ub / 3.0 - 2.0 * ub * ub * ub / 45.0, 0.0)
+    ea, eb = np.pi / 2 - a, np.pi / 2 - b
+    pb = 1.0 - ub + ub * ub * (1.0 / 3.0)  # products, not divisions: the slack covers their rounding
+    upper = min(1.0, max(1.0 - ua + ua * ua * (1.0 / 3.0), pb), max(ea * ea, eb * eb))
+    lower = max(pb - ub * ub * ub * (2.0 / 45.0), 0.0)
     return lower, upper
 
 
