@@ -69,9 +69,11 @@ def _first_at_least_near(keys, lo, hi, v, strict, hint):
 
 
 @numba.njit(cache=True)
-def _grow(a, n):
-    out = np.empty(2 * a.shape[0], a.dtype)
-    out[:n] = a[:n]
+def _resized(a, n, size):
+    """A new array of ``size`` holding a[:n] (loops: numba compiles slice assignment slowly, ≈ 3 s)."""
+    out = np.empty(size, a.dtype)
+    for t in range(n):
+        out[t] = a[t]
     return out
 
 
@@ -94,7 +96,10 @@ def wedge_candidates(keys, dist, half_width, band_lo, band_wmax, band_off, band_
     las = np.empty(cap)
     lbs = np.empty(cap)
     n = 0
-    hint = band_off.reshape(-1, 1) + band_start  # per band and set: where the last search of that set ended
+    hint = np.empty(band_start.shape, np.int64)  # per band and set: where the last search of that set ended
+    for band in range(band_start.shape[0]):
+        for s in range(band_start.shape[1]):
+            hint[band, s] = band_off[band] + band_start[band, s]
     for i in range(phi.shape[0]):
         s = set_id[i]
         p = phi[i]
@@ -137,7 +142,8 @@ def wedge_candidates(keys, dist, half_width, band_lo, band_wmax, band_off, band_
                 if not b > a:
                     continue
                 if n == beam.shape[0]:
-                    beam, ds, las, lbs = _grow(beam, n), _grow(ds, n), _grow(las, n), _grow(lbs, n)
+                    beam, ds = _resized(beam, n, 2 * n), _resized(ds, n, 2 * n)
+                    las, lbs = _resized(las, n, 2 * n), _resized(lbs, n, 2 * n)
                 beam[n] = i
                 ds[n] = d
                 las[n] = a
@@ -150,7 +156,7 @@ def wedge_candidates(keys, dist, half_width, band_lo, band_wmax, band_off, band_
                 ds[v], las[v], lbs[v] = ds[v - 1], las[v - 1], lbs[v - 1]
                 v -= 1
             ds[v], las[v], lbs[v] = d, a, b
-    return beam[:n].copy(), ds[:n].copy(), las[:n].copy(), lbs[:n].copy()
+    return _resized(beam, n, n), _resized(ds, n, n), _resized(las, n, n), _resized(lbs, n, n)
 
 
 @numba.njit(cache=True)
@@ -176,8 +182,9 @@ def occlusion_shares(beam, a, b, half):
         m = 2 * k + 2
         if m > ends.shape[0]:
             ends = np.empty(2 * m)
-        ends[:k] = a[i:j]
-        ends[k:2 * k] = b[i:j]
+        for t in range(k):
+            ends[t] = a[i + t]
+            ends[k + t] = b[i + t]
         ends[2 * k] = -half
         ends[2 * k + 1] = half
         for u in range(1, m):  # insertion sort: a few values
@@ -314,8 +321,9 @@ def peak_bins(owner, r, coef, c_tau, sampling, step):
         span = hi - lo + 1
         if span > upper.shape[0]:
             lower, upper = np.empty(2 * span), np.empty(2 * span)
-        lower[:span] = 0.0
-        upper[:span] = 0.0
+        for t in range(span):
+            lower[t] = 0.0
+            upper[t] = 0.0
         prune = True
         for e in range(e0, e1):
             c = coef[e]
@@ -334,13 +342,13 @@ def peak_bins(owner, r, coef, c_tau, sampling, step):
             for e in range(e0, e1):
                 if klo[e] <= k <= khi[e]:
                     if m == elem.shape[0]:
-                        elem, kk, phase = _grow(elem, m), _grow(kk, m), _grow(phase, m)
+                        elem, kk, phase = _resized(elem, m, 2 * m), _resized(kk, m, 2 * m), _resized(phase, m, 2 * m)
                     elem[m] = e
                     kk[m] = k
                     phase[m] = _phase(k, r[e], c_tau, sampling, step)
                     m += 1
         e0 = e1
-    return elem[:m].copy(), kk[:m].copy(), phase[:m].copy()
+    return _resized(elem, m, m), _resized(kk, m, m), _resized(phase, m, m)
 
 
 @numba.njit(cache=True)

@@ -28,7 +28,7 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    (`bench_build.stages.kernels.beams`): flakes are binned by distance (√2-geometric bands) and sorted by
    azimuth per set, each beam searches only the bands nearer than its R₀ over its wedge, galloping from
    where its set's last search ended (the few very wide flakes right at the sensor are checked against
-   every beam); the occlusion shares are computed for groups of beams with equal candidate counts.
+   every beam); the occlusion shares are then added up per beam, piece by piece.
 4. Received power: each element (flakes, then the hard target) adds
    c_j·sin²(π(R_k − r_j)/cτ_H) to the range bins k ∈ [⌈10 r_j⌉, ⌊10(r_j + cτ_H)⌋] (cτ_H = 2.998 m,
    τ_H = 10 ns), c_j = A_j·q_j·ξ(r_j)/r_j², ξ the fog crossover (0 below 0.9 m, 1 above 1.0 m); flakes
