@@ -197,6 +197,17 @@ class Recipe:
     def frames_per_shard(self) -> int:
         return int(self.options.get("frames_per_shard", SHARD_DEFAULT_FRAMES))
 
+    def canonical_source(self) -> dict[str, Any]:
+        """The part of `canonical` that says how the source is read: ``preprocess`` and ``source_options``, each
+        only where the recipe has one (what a partition's fingerprint needs, without every corruption's
+        parameters: `canonical` converts all of them, ≈ 12 ms for KITTI-C's, once per partition file)."""
+        return {
+            **({"preprocess": {"stage": self.preprocess.stage, "stage_version": self.preprocess.stage_version,
+                               "params": jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
+               if self.preprocess is not None else {}),
+            **({"source_options": dict(sorted(self.source_options.items()))} if self.source_options else {}),
+        }
+
     def canonical(self) -> dict[str, Any]:
         """Everything that determines the output bytes, as plain JSON-able data."""
         return {
@@ -206,10 +217,7 @@ class Recipe:
             "source": self.source,
             "split": self.split,
             "severities": self.severities,
-            **({"preprocess": {"stage": self.preprocess.stage, "stage_version": self.preprocess.stage_version,
-                               "params": jsonable(dataclasses.asdict(self.preprocess.params[0]))}}
-               if self.preprocess is not None else {}),
-            **({"source_options": dict(sorted(self.source_options.items()))} if self.source_options else {}),
+            **self.canonical_source(),
             "corruptions": [
                 {
                     "name": c.name,

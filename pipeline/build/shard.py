@@ -94,8 +94,7 @@ def partition_fingerprint(recipe: Recipe, corruption: str, severity: int, block:
     of the recipe can add), the writer (Parquet options, row-group size, encoding, schema version) and the numeric
     profile's compared fields. Not in it: the version, the other corruptions' parameters, the build fingerprint."""
 
-
-    canonical = recipe.canonical()
+    canonical = recipe.canonical_source()
     payload = {
         "benchmark": recipe.name, "seed": recipe.seed, "source": recipe.source, "split": recipe.split,
         "source_options": canonical.get("source_options"), "preprocess": canonical.get("preprocess"),
