@@ -1,9 +1,11 @@
-"""The per-beam loops of the snowfall simulator (`bench_build.stages.physics.snowfall`), compiled with numba.
+"""The loops of the snowfall simulator (`bench_build.stages.physics.snowfall`), compiled with numba.
 
-`wedge_candidates` finds, for every beam, the snowflakes in its wedge nearer than its target, already sorted by
-distance; `peak_bins` and `peak_of_beams` find the peak of each beam's summed waveform. They compute the same
-bytes as the array code they replaced (a `searchsorted` per distance band, `lexsort`, `bincount`): the same IEEE
-operations in the same order, `np.mod`'s rule for the float remainder, ties resolved the same way. They call no
+`reject_overlaps` applies dart throwing's rule to a batch of flakes; `wedge_candidates` finds, for every beam, the
+snowflakes in its wedge nearer than its target, already sorted by distance; `occlusion_shares` splits each wedge
+among them; `peak_bins` and `peak_of_beams` find the peak of each beam's summed waveform. They compute the same
+bytes as the array code they replaced (a KD-tree's pairs, a `searchsorted` per distance band, `lexsort`, `einsum`,
+`bincount`): the same IEEE operations in the same order, `np.mod`'s rule for the float remainder, ties resolved
+the same way. They call no
 transcendental function: the waveform's sines are evaluated by NumPy between `peak_bins` and `peak_of_beams`,
 so they are NumPy's on every machine (numba's `sin` is glibc's, NumPy's may be a SIMD one).
 """
@@ -15,7 +17,55 @@ import math
 import numba
 import numpy as np
 
+from bench_build.stages.kernels.buckets import counting_sort
+
 BIG = np.iinfo(np.int64).max  # bin of a beam without a peak
+_MIN_CELL = 0.25  # m: grid cell of `reject_overlaps` at least this (≈ 400 k cells over the 80 m disk)
+
+
+@numba.njit(cache=True)
+def reject_overlaps(xy, r, accepted, first):
+    """Dart throwing's rule for disks ``first`` … n − 1 (centres ``xy``, radii ``r``), decided one after another
+    in that order: a disk still ``accepted`` is rejected if it overlaps or touches an accepted disk before it,
+    |c_i − c_j| = √(dx² + dy²) ≤ r_i + r_j (earlier disks are final when a later one is decided, so a disk
+    rejected itself rejects nothing). ``accepted`` is updated in place; disks before ``first`` are not revisited.
+    Neighbours from a uniform grid with cells at least 2·max r wide."""
+    n = xy.shape[0]
+    if n == 0:
+        return
+    cell = _MIN_CELL
+    x0, y0, x1, y1 = xy[0, 0], xy[0, 1], xy[0, 0], xy[0, 1]
+    for i in range(n):
+        cell = max(cell, 2.0 * r[i])
+        x0, x1 = min(x0, xy[i, 0]), max(x1, xy[i, 0])
+        y0, y1 = min(y0, xy[i, 1]), max(y1, xy[i, 1])
+    nx = int((x1 - x0) / cell) + 1
+    ny = int((y1 - y0) / cell) + 1
+    key = np.empty(n, np.int64)
+    src = np.empty(n, np.int64)
+    for i in range(n):
+        key[i] = int((xy[i, 0] - x0) / cell) * ny + int((xy[i, 1] - y0) / cell)
+        src[i] = i
+    start, order = counting_sort(key, nx * ny, src)  # stable: each cell's disks in index order
+    for j in range(first, n):
+        if not accepted[j]:
+            continue
+        cx, cy = key[j] // ny, key[j] % ny
+        for gx in range(max(cx - 1, 0), min(cx + 1, nx - 1) + 1):
+            for gy in range(max(cy - 1, 0), min(cy + 1, ny - 1) + 1):
+                c = gx * ny + gy
+                for t in range(start[c], start[c + 1]):
+                    i = order[t]
+                    if i >= j:
+                        break
+                    dx, dy = xy[i, 0] - xy[j, 0], xy[i, 1] - xy[j, 1]
+                    if accepted[i] and math.sqrt(dx * dx + dy * dy) <= r[i] + r[j]:
+                        accepted[j] = False
+                        break
+                if not accepted[j]:
+                    break
+            if not accepted[j]:
+                break
 
 
 @numba.njit(cache=True)

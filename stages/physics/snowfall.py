@@ -12,8 +12,8 @@ scan plane of its laser channel) may be partly occluded by snowflakes:
    22.9·R_eq^−0.45), redrawn while D > 20 mm. Dart throwing in a disk of 80 m around the sensor: centre
    radius √U(0, 80²), angle U(0, 2π); the sphere is cut by the scan plane at h ~ U(−D/2, D/2), giving a
    disk of radius √(D²/4 − h²); disks containing the origin or overlapping an accepted disk are
-   rejected; stop once Σπr² ≥ ν·π·80². Vectorised: candidates are drawn in batches, overlaps found with a
-   KD-tree, and acceptance resolved greedily in draw order (exactly the sequential rule).
+   rejected; stop once Σπr² ≥ ν·π·80². Candidates are drawn in batches and accepted in draw order, each
+   against the accepted disks before it on a uniform grid (`beams.reject_overlaps`: the sequential rule).
 2. Pool. ``particle_pool`` sets are drawn once per (rate, v_t, ρ_s, distribution, pool, pool_seed) from
    ``SeedSequence([pool_seed, set])`` and cached (functools.lru_cache). Per example the example's
    generator assigns a set to each of the 64 channels (a permutation when pool ≥ channels, like the
@@ -112,8 +112,6 @@ def sample_particle_set(
     rng: np.random.Generator, nu: float, lam: float, radius: float = DISK_RADIUS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One channel's flakes by dart throwing: (distance d, azimuth φ ∈ [0, 2π), disk radius r), m."""
-    from scipy.spatial import cKDTree  # lazy: scipy costs ≈ 0.3 s to import and only this path needs it
-
     target = nu * math.pi * radius**2
     mean_area = expected_particle_area(lam)
     xy = np.zeros((0, 2))
@@ -129,18 +127,9 @@ def sample_particle_set(
         new_xy = np.stack([rho * np.cos(ang), rho * np.sin(ang)], axis=1)
         ok = (rho > r) & (r > 0)  # reject disks containing the origin (and degenerate cuts)
         n_old = len(rr)
-        all_xy = np.concatenate([xy, new_xy])
-        all_r = np.concatenate([rr, r])
-        pairs = cKDTree(all_xy).query_pairs(2 * float(all_r.max()), output_type="ndarray")
-        if len(pairs):
-            i, j = pairs[:, 0], pairs[:, 1]  # i < j
-            hit = (j >= n_old) & (np.linalg.norm(all_xy[i] - all_xy[j], axis=1) <= all_r[i] + all_r[j])
-            i, j = i[hit], j[hit]
-            accepted = np.concatenate([np.ones(n_old, dtype=bool), ok])
-            for a, b in zip(i[np.argsort(j, kind="stable")], np.sort(j), strict=True):  # a handful of pairs
-                if accepted[a]:
-                    accepted[b] = False
-            ok = accepted[n_old:]
+        accepted = np.concatenate([np.ones(n_old, dtype=bool), ok])
+        beams.reject_overlaps(np.concatenate([xy, new_xy]), np.concatenate([rr, r]), accepted, n_old)
+        ok = accepted[n_old:]
         cum = area + np.cumsum(np.where(ok, np.pi * r * r, 0.0))
         stop = int(np.searchsorted(cum, target))  # first index where the accepted area reaches ν·π·R²
         if stop < m:

@@ -199,3 +199,26 @@ def test_merge_targets_is_the_stable_lexsort():
     r0 = rng.choice(np.linspace(1.0, 45.0, 90), 300)  # targets nearer than some of their flakes, and equal ones
     order = beams.merge_targets(slot, d, r0)
     assert np.array_equal(order, np.lexsort((np.concatenate([d, r0]), np.concatenate([slot, np.arange(300)]))))
+
+
+def test_dart_throwing_rejects_as_the_sequential_rule():
+    """Each disk from ``first`` on, in order, is rejected when it overlaps or touches a disk before it that is
+    still accepted; a rejected disk rejects nothing (brute force over every earlier disk)."""
+    rng = np.random.default_rng(12)
+    n, first = 3000, 700
+    xy = rng.uniform(-6.0, 6.0, (n, 2))
+    r = rng.uniform(0.01, 0.15, n)
+    xy[1], r[:2] = xy[0] + [0.75, 0.0], [0.5, 0.25]  # disks 0 and 1 touch: |c0 − c1| = r0 + r1 exactly
+    accepted = rng.uniform(size=n) > 0.1
+    accepted[:2] = True
+    want = accepted.copy()
+    for j in range(first, n):
+        if want[j]:
+            dist = np.linalg.norm(xy[:j] - xy[j], axis=1)
+            want[j] = not np.any(want[:j] & (dist <= r[:j] + r[j]))
+    got = accepted.copy()
+    beams.reject_overlaps(xy, r, got, first)
+    assert np.array_equal(got, want) and not want[first:].all() and want[first:].sum() > 100
+    got = np.ones(2, dtype=bool)
+    beams.reject_overlaps(xy[:2], r[:2], got, 0)
+    assert got.tolist() == [True, False]
