@@ -132,7 +132,7 @@ def wedge_candidates(keys, dist, half_width, band_lo, band_wmax, band_off, band_
                      set_id, phi, r0, half, stride):
     """(beam, d, a, b) of every flake nearer than its beam's R₀ whose interval clipped to the wedge, [a, b] ⊂
     [−half, half] (angles relative to the beam's azimuth), is not empty; sorted by beam, then distance (ties
-    in band order, then azimuth order).
+    in band order, then in azimuth order from the start of the beam's window, which may wrap at 2π).
 
     Flakes come in bands (row ``i`` of ``band_start``/``band_count``, elements from ``band_off[i]``), each sorted
     by ``key = stride·set + φ``; the last row is the band of wide flakes, which every beam of the set checks.

@@ -41,7 +41,8 @@ def _pool(rng, n_sets=5):
 
 def _wedges_plainly(index, set_id, phi, r0, half):
     """Every flake of the beam's set, checked one by one; sorted by distance, equal distances by band, then
-    azimuth key (the order the bands are laid out in)."""
+    azimuth key (the order the bands are laid out in; the kernel orders a tie across the 2π wrap by its place
+    in the wedge, which no tie here is)."""
     key, band_of = index.key, np.searchsorted(index.band_off, np.arange(len(index.key)), side="right") - 1
     sid = np.floor(key / _KEY_STRIDE).astype(np.int64)
     rows = []
