@@ -280,10 +280,22 @@ def merge_targets(slot, d, r0):
 
 @numba.njit(cache=True)
 def _window(r, c_tau):
-    """Bins k ∈ [⌈10 r⌉, ⌊10(r + cτ_H)⌋] (each rounded to 9 decimals first, as ``np.round(…, 9)``)."""
+    """Bins k ∈ [⌈10 r⌉, ⌊10(r + cτ_H)⌋] (each rounded to 9 decimals first, as ``np.round(…, 9)``: 10·20.0 stays
+    bin 200)."""
     lo = math.ceil(np.rint(10.0 * r * 1e9) / 1e9)
     hi = math.floor(np.rint(10.0 * (r + c_tau) * 1e9) / 1e9)
     return lo, hi
+
+
+@numba.njit(cache=True)
+def windows(r, c_tau):
+    """`_window` of every element: its first and last bin (klo, khi)."""
+    n = r.shape[0]
+    klo = np.empty(n, np.int64)
+    khi = np.empty(n, np.int64)
+    for e in range(n):
+        klo[e], khi[e] = _window(r[e], c_tau)
+    return klo, khi
 
 
 @numba.njit(cache=True)
@@ -291,11 +303,9 @@ def _clusters(owner, r, c_tau):
     """Per element: its window (klo, khi) and the first element of its cluster (chained overlapping windows
     of one owner; elements sorted by (owner, r))."""
     n = r.shape[0]
-    klo = np.empty(n, np.int64)
-    khi = np.empty(n, np.int64)
+    klo, khi = windows(r, c_tau)
     head = np.empty(n, np.int64)
     for e in range(n):
-        klo[e], khi[e] = _window(r[e], c_tau)
         if e == 0 or owner[e] != owner[e - 1] or klo[e] > khi[e - 1]:
             head[e] = e
         else:

@@ -237,13 +237,6 @@ def _xi(r: np.ndarray) -> np.ndarray:
     return np.clip((r - XI_R1) / (XI_R2 - XI_R1), 0.0, 1.0)
 
 
-def _windows(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bins k ∈ [⌈10 r⌉, ⌊10(r + cτ_H)⌋] of each element (rounded to 1e-9 so 10·20.0 stays bin 200)."""
-    klo = np.ceil(np.round(10.0 * r, 9)).astype(np.int64)
-    khi = np.floor(np.round(10.0 * (r + C_TAU), 9)).astype(np.int64)
-    return klo, khi
-
-
 def _peak(owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int, sampling: bool):
     """Peak of the summed waveform per owner (beam). Elements are flat arrays sorted by (owner, r).
 
@@ -255,9 +248,11 @@ def _peak(owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int, samp
     return beams.peak_of_beams(owner, elem, k, np.sin(phase, out=phase), coef, n_owner)
 
 
-def _signal_at(kq: np.ndarray, owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int) -> np.ndarray:
-    """Summed waveform of each owner at its bin kq[owner], on the k/10 range grid."""
-    klo, khi = _windows(r)
+def _signal_at(kq: np.ndarray, owner: np.ndarray, r: np.ndarray, coef: np.ndarray, n_owner: int,
+               window: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Summed waveform of each owner at its bin kq[owner], on the k/10 range grid; ``window``: each element's
+    bins k ∈ [⌈10 r⌉, ⌊10(r + cτ_H)⌋] (`beams.windows`)."""
+    klo, khi = window
     k = kq[owner]
     val = np.where((k >= klo) & (k <= khi), coef * np.sin(np.pi * (k / 10.0 - r) / C_TAU) ** 2, 0.0)
     return np.bincount(owner, weights=val, minlength=n_owner)
@@ -343,8 +338,9 @@ def simulate(
     if sampling:
         dmax, imax = ks / 10.0 - C_TAU / 2, m
     else:  # 3-point parabola through the peak bin and its neighbours
-        ym = _signal_at(ks - 1, owner, r_el, c_el, len(hit))
-        yp = _signal_at(ks + 1, owner, r_el, c_el, len(hit))
+        window = beams.windows(r_el, C_TAU)
+        ym = _signal_at(ks - 1, owner, r_el, c_el, len(hit), window)
+        yp = _signal_at(ks + 1, owner, r_el, c_el, len(hit), window)
         den = ym - 2 * m + yp
         with np.errstate(invalid="ignore", divide="ignore"):
             p = np.where(ok & (den < 0), 0.5 * (ym - yp) / den, 0.0)

@@ -223,3 +223,14 @@ def test_dart_throwing_rejects_as_the_sequential_rule():
     got = np.ones(2, dtype=bool)
     beams.reject_overlaps(xy[:2], r[:2], got, 0)
     assert got.tolist() == [True, False]
+
+
+def test_windows_are_numpys_rounded_bins_including_exact_decimal_edges():
+    """Each element's bins [⌈10 r⌉, ⌊10(r + cτ_H)⌋], 10·r rounded to 9 decimals first (10·20.0 is bin 200, not
+    201), equal the NumPy formula the waveform's peak and its neighbours' signal both use."""
+    rng = np.random.default_rng(3)
+    r = np.concatenate([rng.uniform(0.0, 120.0, 5000), [20.0, 0.1 * 3, 7.7, 20.0 - 1e-12, 20.0 + 1e-7, 0.0]])
+    klo, khi = beams.windows(r, C_TAU)
+    assert np.array_equal(klo, np.ceil(np.round(10.0 * r, 9)).astype(np.int64))
+    assert np.array_equal(khi, np.floor(np.round(10.0 * (r + C_TAU), 9)).astype(np.int64))
+    assert klo[5000] == 200
