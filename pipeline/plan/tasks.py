@@ -303,14 +303,16 @@ def task_seconds(shards: Sequence[BlockSpec], cut, costs: CostTable) -> list[flo
 def choose_groups(recipe: Recipe, costs: CostTable, shards: Sequence[BlockSpec], workers: int,
                   max_groups: int | None = None, worker_start_s: float | None = None) -> int:
     """Groups per block that minimise the predicted wall time on ``workers`` (worker start and the per-task CPU
-    inflation at that occupancy included: `Runtime`), up to the cost-sized number (`groups_for`). Splitting is not
-    free — every group rebuilds the per-frame caches its stages use — so a split must shorten the makespan by
-    ≥ 2 % to be preferred to a coarser one: a few workers get one task per block (least CPU), hundreds get
-    thousands of tasks."""
+    inflation at that occupancy included: `Runtime`), up to the cost-sized number (`groups_for`) or as many as
+    give every worker a task, whichever is more (2 demo frames in one block on 2 workers: 2 tasks, not 1 task and
+    an idle worker). Splitting is not free — every group rebuilds the per-frame caches its stages use — so a split
+    must shorten the makespan by ≥ 2 % to be preferred to a coarser one: a few workers get one task per block
+    (least CPU), hundreds get thousands of tasks."""
     runtime = Runtime.of(costs, worker_start_s)
     fps = max(len(s.frame_ids) for s in shards)
+    most = max_groups or max(groups_for(recipe, costs, fps), math.ceil(workers / len(shards)))
     best_s, best_g = float("inf"), 1
-    for g in range(1, (max_groups or groups_for(recipe, costs, fps)) + 1):
+    for g in range(1, most + 1):
         cut = group_partitions(recipe, costs, g)
         if len(cut) < g:  # no finer cut exists
             break

@@ -15,7 +15,15 @@ from bench_build.cli import app
 from bench_build.manifests.recipe import load_recipe
 from bench_build.plan.costs import load_costs
 from bench_build.plan.scale import plan_build
-from bench_build.plan.tasks import Runtime, choose_groups, group_partitions, plan_shards, predict, task_seconds
+from bench_build.plan.tasks import (
+    Runtime,
+    choose_groups,
+    group_partitions,
+    groups_for,
+    plan_shards,
+    predict,
+    task_seconds,
+)
 
 #: plan's predicted wall time against the measured one of the same build: the issue's bar
 TOLERANCE = 0.15
@@ -118,6 +126,21 @@ def test_the_contact_sheet_is_serial_only_where_it_outlasts_the_last_task():
     assert row["groups_per_block"] == 2 and row["sheet_tail_s"] == 0.0
     one = plan_build(recipe, frames, frames_per_shard=4, workers=[16], groups=1, costs=table(3.0))["schedule"][0]
     assert one["sheet_tail_s"] == pytest.approx(3.0) and one["finish_s"] == pytest.approx(3.3)
+
+
+def test_a_block_cheaper_than_a_task_target_is_still_split_to_give_every_worker_a_task():
+    """The README's quickstart (2 demo frames, one block, ≈ 7 CPU-s: under the 8 CPU-s a cost-sized task holds) on
+    2 workers is 2 tasks, not one task and an idle worker (measured: 11.1 / 12.7 s wall against 15.6 / 18.2 s); 16
+    frames in one block on 16 workers, 16 tasks (the cost-sized cap gave 7): the choice goes up to whichever is more,
+    the cost-sized groups or one task per worker. Blocks enough for the workers still keep one group each."""
+    recipe = load_recipe("kitti-c")
+    costs = load_costs(recipe)
+    two = plan_shards(["000000", "000001"], 64)
+    assert groups_for(recipe, costs, 2) == 1
+    assert choose_groups(recipe, costs, two, 2) == 2
+    assert choose_groups(recipe, costs, two, 1) == 1
+    assert choose_groups(recipe, costs, plan_shards([f"{i:06d}" for i in range(16)], 64), 16) == 16
+    assert choose_groups(recipe, costs, plan_shards([f"{i:06d}" for i in range(4)], 2), 2) == 1  # 2 blocks
 
 
 def test_the_cost_tables_runtime_reaches_plan_and_the_group_choice():

@@ -355,7 +355,8 @@ def test_injected_enospc_is_a_shard_failure_and_a_manifest_failure(small_recipe,
         return real_write(self, key, text)
 
     monkeypatch.setattr(LocalStore, "write_text", manifest_full)
-    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", max_frames=1, progress=False)
+    res = run_build(str(small_recipe), source=str(demo_kitti), out=tmp_path / "o", max_frames=1, groups=1,
+                    progress=False)
     assert res.manifest is None and res.shards_built == ["part-00000-of-00001"]
     assert res.failures == {"manifest.json": f"No space left on device: {res.version_dir}/manifest.json"}
     assert res.failure_kinds == {"manifest.json": "resource"}
