@@ -234,14 +234,21 @@ class EarlySheet:
         # matplotlib's import (≈ 0.4 s CPU) while Ray starts: where every task ends at once (as many workers as
         # tasks) the sheet is drawn after the last one, and the import would be serial time. Only with cores to
         # spare: Ray's start keeps ≈ 1.1 cores busy (2.45 CPU-s in 2.15 s on 2 cores), and there the import
-        # slowed it by as much as it saved at the end (finish 1.0 → 0.8 s, Ray start 2.2 → 2.45 s)
+        # slowed it by as much as it saved at the end (finish 1.0 → 0.8 s, Ray start 2.2 → 2.45 s): there `poll`
+        # imports once the first panels are in
         self.importing: threading.Thread | None = None
         if (os.cpu_count() or 1) >= IMPORT_EARLY_CORES:
             self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
             self.importing.start()
 
     def poll(self, panels: dict) -> None:
-        """Start drawing once ``panels`` covers every partition (called by the scheduling loop)."""
+        """Start drawing once ``panels`` covers every partition (called by the scheduling loop). With fewer cores,
+        the drawing libraries are imported when block 0's first task has painted its panels: Ray has started by
+        then, and what is imported while other tasks still run is not imported after the last one (2 demo frames
+        in 2 tasks on 2 workers end together, and the whole drawing followed them)."""
+        if self.importing is None and panels:
+            self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
+            self.importing.start()
         if self.thread is None and self.parts and set(panels) == self.parts:
             # not a daemon: an interrupted run's interpreter waits for it at exit (≤ ≈ 1 s) instead of tearing it
             # down inside matplotlib's native code, which aborts the process (exit 134, not 130)

@@ -677,6 +677,32 @@ print("matplotlib.backends.backend_agg" in sys.modules)
     assert out.stdout.strip() == str(early)
 
 
+def test_on_few_cores_the_drawing_libraries_are_imported_once_block_0s_first_task_is_in():
+    """On 2 cores the import waits for Ray's start, but not for the last task: it starts when the first of block 0's
+    tasks has returned its panels (2 demo frames in 2 tasks on 2 workers end together, and the import and the
+    whole drawing came after both). No drawing starts before every panel is in."""
+    code = """
+import os, sys
+os.cpu_count = lambda: 2
+from bench_build.build.finish import EarlySheet
+from bench_build.manifests.recipe import load_recipe
+from bench_build.plan.tasks import BlockSpec, TaskSpec
+recipe = load_recipe("kitti-c")
+parts = [(c.name, s) for c in recipe.corruptions for s in range(1, recipe.severities + 1)]
+block = BlockSpec(0, 1, ("000000",))
+sheet = EarlySheet(recipe, [TaskSpec(block, 0, 2, tuple(parts[:3])), TaskSpec(block, 1, 2, tuple(parts[3:]))])
+print(sheet.importing is None)
+sheet.poll({})
+print(sheet.importing is None)
+sheet.poll({p: None for p in parts[:3]})
+sheet.wait()
+print(sheet.thread is None, "matplotlib.backends.backend_agg" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "True", "True"], out.stdout
+
+
 def test_box_colours_are_not_point_colours_and_a_long_frame_id_fits_its_title():
     """A box drawn in a point tag's colour vanishes among those points (red car boxes among red synthetic
     points); a 32-character nuScenes token pushed the clean panel's title off its 240-pixel panel."""
