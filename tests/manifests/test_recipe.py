@@ -630,3 +630,26 @@ def test_the_largest_stage_seed_loads_and_one_more_is_refused_in_preprocess_too(
     with pytest.raises(RecipeError, match=r"^my.toml: \[preprocess\]: parameter 'pool_seed' of stage snow \(severity "
                                           r"1\) must be an integer in 0 … 2\*\*63 - 1 .*, got 9223372036854775808$"):
         parse_recipe(pre.format(MAX_SEED + 1), origin=ORIGIN)
+
+
+def test_a_stages_parameter_types_are_resolved_once_per_process(monkeypatch):
+    """`typing.get_type_hints` evaluates every annotation of a stage's parameters on each call, and was over half of
+    parsing a recipe, which a build's driver does ≈ 9 times: it is called once per stage, whatever the parses."""
+    import typing
+
+    from bench_build.manifests import recipe as recipe_module
+
+    if clear := getattr(getattr(recipe_module, "_type_hints", None), "cache_clear", None):
+        clear()  # this process's earlier parses resolved them already
+    calls: list[type] = []
+    real = typing.get_type_hints
+
+    def counted(obj, *a, **k):
+        calls.append(obj)
+        return real(obj, *a, **k)
+
+    monkeypatch.setattr(typing, "get_type_hints", counted)
+    first = parse_recipe(GOOD, origin=ORIGIN)
+    assert len(calls) == len(set(calls)) == 3  # gaussian_rad, beam_del, translation: one each
+    again = parse_recipe(GOOD, origin=ORIGIN)
+    assert len(calls) == 3 and again == first
