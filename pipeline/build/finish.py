@@ -238,8 +238,7 @@ class EarlySheet:
         # imports once the first panels are in
         self.importing: threading.Thread | None = None
         if (os.cpu_count() or 1) >= IMPORT_EARLY_CORES:
-            self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
-            self.importing.start()
+            self._import_drawing()
 
     def poll(self, panels: dict) -> None:
         """Start drawing once ``panels`` covers every partition (called by the scheduling loop). With fewer cores,
@@ -247,14 +246,17 @@ class EarlySheet:
         then, and what is imported while other tasks still run is not imported after the last one (2 demo frames
         in 2 tasks on 2 workers end together, and the whole drawing followed them)."""
         if self.importing is None and panels:
-            self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
-            self.importing.start()
+            self._import_drawing()
         if self.thread is None and self.parts and set(panels) == self.parts:
             # not a daemon: an interrupted run's interpreter waits for it at exit (≤ ≈ 1 s) instead of tearing it
             # down inside matplotlib's native code, which aborts the process (exit 134, not 130)
             self.thread = threading.Thread(target=self._draw, args=(dict(panels),), daemon=False,
                                            name="bench-build-contact-sheet")
             self.thread.start()
+
+    def _import_drawing(self) -> None:
+        self.importing = threading.Thread(target=import_drawing, name="bench-build-import-drawing")
+        self.importing.start()
 
     def _draw(self, panels: dict) -> None:
 
