@@ -89,3 +89,32 @@ def test_killed_driver_leaves_no_ray_process_and_a_normal_run_leaves_no_watcher(
         _kill(tree)
         if second.poll() is None:
             second.kill()
+
+
+def test_the_watcher_lists_descendants_every_poll_while_ray_starts_and_seldom_after(monkeypatch):
+    """Listing a Ray's descendants reads every thread of every Ray process: every `POLL_S` it kept the watcher at
+    ≈ 1 % of a core for as long as Ray ran. It lists them every poll while Ray starts (its agents start then),
+    then every `SCAN_S`, and checks the driver and the roots every poll throughout."""
+    clock = [0.0]
+    listed: list[float] = []
+    polls = 0
+
+    def sleep(s: float) -> None:
+        nonlocal polls
+        polls += 1
+        clock[0] += s
+        if clock[0] >= 30:
+            roots.clear()  # Ray shut down: the watch ends
+
+    roots = [12345]
+    monkeypatch.setattr(reaper.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(reaper.time, "sleep", sleep)
+    monkeypatch.setattr(reaper, "_start_time", lambda pid: 1 if pid in roots else None)
+    monkeypatch.setattr(reaper, "_descendants", lambda alive: listed.append(clock[0]) or set())
+    reaper.watch(os.getppid(), list(roots))
+    assert polls == 30 / reaper.POLL_S  # the driver and the roots: every poll
+    starting = [t for t in listed if t < reaper.STARTING_S]
+    assert starting == [i * reaper.POLL_S for i in range(int(reaper.STARTING_S / reaper.POLL_S))]
+    after = [t for t in listed if t >= reaper.STARTING_S]
+    assert after and all(b - a == reaper.SCAN_S for a, b in zip(after, after[1:], strict=False))
+    assert len(after) == len(range(int(reaper.STARTING_S), 30, int(reaper.SCAN_S)))
