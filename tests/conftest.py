@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import shared_ray
 from tests.turns import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401  (hooks: turns of processes)
 
 # Ray on loopback only, no auth, no dashboard (set before any test imports ray).
@@ -86,6 +87,10 @@ def small_recipe(tmp_path) -> Path:
 #: other had finished
 LONGEST_FIRST = ("tests/pipeline/test_publish.py", "tests/pipeline/test_reliability.py", "tests/test_docs.py",
                  "tests/test_numpy2_line.py")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(shared_ray, "bench-build-shared-ray")  # one local Ray per process (its docstring)
 
 
 def pytest_collection_modifyitems(config, items):

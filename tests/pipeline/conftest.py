@@ -95,9 +95,10 @@ def s3prefix(s3env) -> str:
 
 
 @pytest.fixture(scope="session")
-def mini_build(tmp_path_factory, demo_kitti_master) -> Path:
+def mini_build(tmp_path_factory, demo_kitti_master, shared_ray) -> Path:
     """A finished 4-frame build of the small recipe (4 corruptions × 5 severities + clean = 21 partitions,
-    2 shards): the version directory. Shared by the reader and loader tests; tests must not modify it."""
+    2 shards): the version directory. Shared by the reader and loader tests; tests must not modify it. Built on
+    the shared Ray (tests/shared_ray.py), so every test that uses it shares that Ray."""
     from bench_build.build.run import run_build
     from tests.conftest import SMALL_RECIPE
 
@@ -183,30 +184,3 @@ def small_fs(tmp_path):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _one_ray():
-    from bench_build.runtime.ray import init_ray, stop_ray
-
-    started = init_ray(workers=2, address=None)
-    try:
-        yield
-    finally:
-        if started:
-            stop_ray()
-
-
-@pytest.fixture(scope="module")
-def shared_ray():
-    """One local Ray for a module's in-process builds (run_build then neither starts nor stops one, ≈ 2.5 s saved per
-    build), started as `run_build` starts one: 2 CPUs, the numeric and thread pins in every worker. `bench-build run`
-    subprocesses start their own, as users' runs do, and so do the tests of Ray's start and stop. Workers inherit
-    the environment of the moment it starts: a test that sets variables for its workers (S3 credentials, the test
-    kill hooks) starts its own."""
-    yield from _one_ray()
-
-
-@pytest.fixture
-def ray_per_test():
-    """`shared_ray` for one test's several in-process builds."""
-    yield from _one_ray()

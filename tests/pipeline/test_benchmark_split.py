@@ -19,7 +19,7 @@ def test_robo3d_kitti_c_builds_kitti_val_by_default(demo_kitti):
     assert src.list_frames() == val and len(val) < len(list((demo_kitti / "training" / "velodyne").iterdir()))
 
 
-def test_another_split_is_said_at_once_and_in_the_card(demo_kitti, tmp_path, capfd):
+def test_another_split_is_said_at_once_and_in_the_card(demo_kitti, tmp_path, capfd, shared_ray):
     from bench_build.build.run import run_build
 
     recipe = tmp_path / "val-c.toml"

@@ -251,7 +251,7 @@ def test_build_fingerprint_is_what_the_manifest_records(mini_build, demo_kitti_m
     assert recipe.fingerprint(frames) != manifest["fingerprint"]  # the recipe's alone is not the build's
 
 
-def test_a_re_run_of_a_finished_version_changes_none_of_its_bytes(small_recipe, demo_kitti, tmp_path):
+def test_a_re_run_of_a_finished_version_changes_none_of_its_bytes(small_recipe, demo_kitti, tmp_path, shared_ray):
     """Re-running `run` on a finished (perhaps published) version rewrote its manifest (`created`,
     `build_seconds`), card and contact sheet, so the local copy no longer matched the published one; a recipe copy
     differing only in `notes` (same fingerprint) silently rewrote the card. Now nothing is written, and it says so;

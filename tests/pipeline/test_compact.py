@@ -55,7 +55,7 @@ def test_every_corruption_materialises_byte_identically(recipe):
 
 
 @pytest.fixture(scope="module")
-def compact_build(tmp_path_factory, demo_kitti_master):
+def compact_build(tmp_path_factory, demo_kitti_master, shared_ray):
     from bench_build.build.run import run_build
     from tests.conftest import SMALL_RECIPE
 

@@ -92,7 +92,7 @@ def test_a_value_error_is_not_mistaken_for_the_users_fault():
 @pytest.mark.parametrize(("exc", "code", "traceback"), [(ValueError("a bug in the finish"), 1, True),
                                                         (UsageError("said after writing"), 1, False)])
 def test_an_error_after_run_began_writing_is_never_exit_2(small_recipe, demo_kitti, tmp_path, monkeypatch,
-                                                          exc, code, traceback):
+                                                          exc, code, traceback, shared_ray):
     """`run` turned any ValueError from the whole build into exit 2 ("refused, nothing written"), even one raised
     by the finish with the shards on disk. Once the ledger is written, a domain error exits 1 on one line and
     anything else is a bug with its traceback."""

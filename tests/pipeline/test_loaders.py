@@ -141,7 +141,7 @@ def test_the_cards_how_to_load_block_runs_in_the_version_folder(mini_build, tmp_
     assert sorted(p.relative_to(mini_build) for p in mini_build.rglob("*")) == before  # read only
 
 
-def test_ray_data_read_parquet(mini_build):
+def test_ray_data_read_parquet(mini_build, no_shared_ray):  # a Ray of its own, as the README starts it
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -376,7 +376,7 @@ def test_open_version_expands_the_home_directory(mini_build, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def object_build(tmp_path_factory) -> Path:
+def object_build(tmp_path_factory, shared_ray) -> Path:
     """A modelnet40-e build of the demo objects, one shape per class and split (80 frames, 40 ``train/…`` and 40
     ``test/…``; clean + noise 1…3, whose examples alone carry the per-point ``sigma`` and ``mu``): the version
     directory. Tests must not modify it."""

@@ -146,7 +146,7 @@ def _numba_target() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def pinned_ray():
+def pinned_ray(no_shared_ray):
     """A local Ray started the way `run` starts it (`init_ray`: the pin in its raylet's environment, which the
     workers inherit), from a driver whose own environment lacks the pin (a library caller's): the workers must
     still be pinned, and the caller's environment comes back as it was."""

@@ -60,7 +60,7 @@ def _files(version_dir: Path) -> dict[str, bytes]:
             if "_ledger" not in p.parts}
 
 
-def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch):
+def test_modelnet_c_builds_from_demo_with_no_flags(tmp_path, monkeypatch, shared_ray):
     """The README command: `bench-build run modelnet-c`, then verify, then read back without this package."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))

@@ -283,7 +283,7 @@ def _data_files(version_dir) -> dict[str, bytes]:
 
 
 def test_grouped_build_equals_one_task_per_block_and_resumes_only_its_own_split(small_recipe, demo_kitti, tmp_path,
-                                                                                  ray_per_test):
+                                                                                  shared_ray):
     from bench_build.build.ledger import LedgerMismatch
     from bench_build.build.run import run_build
     from bench_build.manifests.manifest import read_manifest, stable_view

@@ -7,7 +7,8 @@ import time
 import psutil
 
 
-def test_a_local_ray_starts_without_the_monitor_and_the_api_server_and_still_forwards_worker_output(capfd):
+def test_a_local_ray_starts_without_the_monitor_and_the_api_server_and_still_forwards_worker_output(capfd,
+                                                                                                   no_shared_ray):
     """The autoscaler monitor (nothing to scale on one node) and the API server (job and state APIs bench-build
     never calls) were started on every build: ≈ 1.3 CPU-s and ≈ 0.8 s of `ray.init` each time. The log monitor
     stays, so a worker's output still reaches the driver; Ray's own start method is left as it was."""

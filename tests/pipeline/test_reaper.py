@@ -6,6 +6,7 @@ and leaves on its own after a normal run."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -116,5 +117,5 @@ def test_the_watcher_lists_descendants_every_poll_while_ray_starts_and_seldom_af
     starting = [t for t in listed if t < reaper.STARTING_S]
     assert starting == [i * reaper.POLL_S for i in range(int(reaper.STARTING_S / reaper.POLL_S))]
     after = [t for t in listed if t >= reaper.STARTING_S]
-    assert after and all(b - a == reaper.SCAN_S for a, b in zip(after, after[1:], strict=False))
+    assert after and all(b - a == reaper.SCAN_S for a, b in itertools.pairwise(after))
     assert len(after) == len(range(int(reaper.STARTING_S), 30, int(reaper.SCAN_S)))

@@ -274,7 +274,7 @@ def test_changed_source_frame_rebuilds_exactly_its_shard(small_recipe, demo_kitt
             "since it was built (modified; --recheck size compares mtimes)") in capfd.readouterr().err
 
 
-def test_a_failed_build_returns_with_no_contact_sheet_thread_left(small_recipe, demo_kitti, tmp_path):
+def test_a_failed_build_returns_with_no_contact_sheet_thread_left(small_recipe, demo_kitti, tmp_path, shared_ray):
     """The contact sheet is drawn on a thread while the other tasks run; a build with a failed shard never
     uses it, yet must wait for it: a thread still inside matplotlib's native code when the interpreter exits
     aborts the process (the CLI exited 134 instead of 1, once Ray's stop got fast)."""

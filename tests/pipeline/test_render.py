@@ -842,7 +842,7 @@ def test_render_names_the_partitions_a_partial_pull_lacks(partial_pulls, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def seg_build(tmp_path_factory):
+def seg_build(tmp_path_factory, shared_ray):
     """A one-frame robo3d-semantickitti-c build of a coarse SemanticKITTI sequence (per-point labels)."""
     from bench_build.build.run import run_build
     from bench_build.sources.demo.semantickitti import write_semantickitti

@@ -19,6 +19,7 @@ from bench_build.manifests.manifest import read_manifest, verify_version
 from bench_build.publish import publish_version, pull_version, verify_remote
 from bench_build.runtime.faults import TEST_KILL_ENV
 from tests.conftest import SMALL_RECIPE
+from tests.shared_ray import own_ray
 
 runner = CliRunner()
 CHANGED = "gaussian_rad/1"  # the one partition whose parameter the new version changes (0.04 → 0.05)
@@ -56,11 +57,12 @@ def v2(tmp_path_factory, mini_build, demo_kitti_master) -> dict[str, Path]:
     common = dict(source=str(demo_kitti_master), workers=2, max_frames=4, frames_per_shard=2, progress=False)
     fresh = run_build(str(recipe), out=tmp / "fresh", **common)
     assert fresh.ok
-    os.environ[TEST_KILL_ENV] = "before-record:part-00001-of-00002"
-    try:
-        killed = run_build(str(recipe), out=tmp / "reused", reuse=str(mini_build), **common)
-    finally:
-        del os.environ[TEST_KILL_ENV]
+    with own_ray():  # the kill hook reaches the workers of a Ray started with it in the environment
+        os.environ[TEST_KILL_ENV] = "before-record:part-00001-of-00002"
+        try:
+            killed = run_build(str(recipe), out=tmp / "reused", reuse=str(mini_build), **common)
+        finally:
+            del os.environ[TEST_KILL_ENV]
     assert not killed.ok and list(killed.failures) == ["part-00001-of-00002"]
     assert killed.reused is not None and killed.reused["files"] == 40
     assert killed.reused["placed"] == {"linked": 40}  # same filesystem: hard links, no second copy
@@ -295,7 +297,7 @@ def test_diff_of_a_manifest_edited_by_hand_is_one_line(v2, tmp_path, key, value,
 
 
 def test_publish_of_the_new_version_uploads_only_new_files_and_both_stand_alone(v2, s3prefix, s3env, tmp_path,
-                                                                                 demo_kitti_master):
+                                                                                 demo_kitti_master, no_shared_ray):
     first = publish_version(v2["v1"], s3prefix, progress=False)
     assert first.ok and not first.copied
     second = publish_version(v2["reused"], s3prefix, progress=False)

@@ -28,7 +28,7 @@ def _without_snow(tmp_path):
     return path
 
 
-def test_demo_build_verify_resume(tmp_path, monkeypatch):
+def test_demo_build_verify_resume(tmp_path, monkeypatch, shared_ray):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BENCH_BUILD_CACHE", str(tmp_path / "cache"))
     args = ["run", str(_without_snow(tmp_path)), "--max-frames", "1", "--workers", "1", "--no-progress"]

@@ -271,7 +271,7 @@ def test_a_split_folder_is_read_only_as_its_own_split(wo_root, tmp_path):
     assert not out.exists()
 
 
-def test_a_split_folder_read_with_no_split_named_records_the_split_it_is(wo_root, tmp_path):
+def test_a_split_folder_read_with_no_split_named_records_the_split_it_is(wo_root, tmp_path, shared_ray):
     """With no split named, a split folder given as the root is read whatever its name, and `describe()` (the
     manifest's source, the card) said ``split: validation`` even for `--source …/training`. It now records the
     folder's name when that is a Waymo split, else no split and a note that the folder was read as given; the
