@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
+import signal
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from bench_build.format.reader import check_read_keys
 from bench_build.manifests.manifest import MANIFEST_NAME, check_manifest, read_manifest
@@ -252,11 +257,49 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
     focus = None if clean is None else sheet_focus(clean, extent)
     if clean is None and not has_clean:
         say(long)
-    written = []
-    for v in views:
-        if (v.corruption, v.severity) not in parts:
-            continue
-        fig, _ = view_figure(v, frame_id=frame_id, extent=extent, radius=radius, focus=focus, color_by=color_by,
-                             note=None if clean is not None or v.is_object else short)
-        write_png(out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png", save_png(fig), written)
+    written: list[Path] = []
+    jobs = [(v, {"frame_id": frame_id, "extent": extent, "radius": radius, "focus": focus, "color_by": color_by,
+                 "note": None if clean is not None or v.is_object else short})
+            for v in views if (v.corruption, v.severity) in parts]
+    for (v, _), data in zip(jobs, figure_pngs(jobs), strict=True):
+        write_png(out_dir / f"{file_part(frame_id)}_{v.corruption}_{v.severity}.png", data, written)
     return written
+
+
+#: `figure_pngs` starts a process per this many PNGs, up to the cores this process may use
+PNGS_PER_PROCESS = 3
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def figure_png(job: tuple[View, dict[str, Any]]) -> bytes:
+    """PNG bytes of `view_figure` of one view (``job``: the view and the figure's keyword arguments)."""
+    view, kwargs = job
+    return save_png(view_figure(view, **kwargs)[0])
+
+
+def figure_pngs(jobs: list[tuple[View, dict[str, Any]]]) -> Iterator[bytes]:
+    """`figure_png` of each job, in order. A figure costs ≈ 0.35 s of matplotlib (drawing ≈ 0.28 s, PNG encoding
+    ≈ 0.05 s) and they do not depend on each other: with enough of them (`PNGS_PER_PROCESS`) they are drawn by a
+    pool of processes, one per usable core, forked from a server that imported the drawing code once. The bytes
+    are the same as drawn here. Ctrl-C reaches this process only (the pool's processes ignore it); a PNG not yet
+    started when the caller stops (a write failed) is not drawn."""
+    processes = min(len(jobs) // PNGS_PER_PROCESS, usable_cores())
+    if processes < 2:
+        yield from map(figure_png, jobs)
+        return
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload([__name__])
+    pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=context, initializer=signal.signal,
+                                                  initargs=(signal.SIGINT, signal.SIG_IGN))
+    try:
+        yield from pool.map(figure_png, jobs)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -152,6 +152,33 @@ def test_render_cli(built, tmp_path):
     assert not list(tmp_path.glob("*clean*"))  # clean 3 drew clean 0 under the name it was not asked for
 
 
+def test_pngs_drawn_by_a_pool_of_processes_are_the_ones_drawn_one_by_one(built, tmp_path, monkeypatch):
+    """`render --severity S` draws its PNGs (one per corruption) on a pool of processes where there are cores and
+    PNGs enough: the same files, byte for byte, in the same order, as drawn one after the other."""
+    import concurrent.futures
+
+    from bench_build.render import figure
+    from bench_build.render.figure import render_version
+
+    pools: list[int] = []
+
+    class Counted(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, processes, **kwargs):
+            pools.append(processes)
+            super().__init__(processes, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(figure, "usable_cores", lambda: 1)
+    one = render_version(built, tmp_path / "one", severity=2)
+    assert pools == [] and len(one) == 4
+    monkeypatch.setattr(figure, "usable_cores", lambda: 2)
+    monkeypatch.setattr(figure, "PNGS_PER_PROCESS", 1)
+    pooled = render_version(built, tmp_path / "pool", severity=2)
+    assert pools == [2]
+    assert [p.name for p in pooled] == [p.name for p in one]
+    assert [p.read_bytes() for p in pooled] == [p.read_bytes() for p in one]
+
+
 def test_publish_and_pull_carry_the_renders(built, tmp_path):
     from bench_build.publish import publish_version, pull_version
 
