@@ -1,6 +1,6 @@
 """One local Ray per test process, shared by the in-process builds of every test that asks for it (`shared_ray`), across
 modules: a local Ray costs ≈ 3 s and ≈ 5 CPU-s to start and stop, and most in-process builds need nothing of their
-own from it. A plugin of its own (tests/conftest.py imports its hooks), like tests/turns.py.
+own from it. A plugin of its own (tests/conftest.py registers it), so tests/test_shared_ray.py can run it alone.
 
 A test shares when ``shared_ray`` is among its fixtures (its own or those of a fixture it uses, a module's build
 fixture for instance). Before it is set up, this process's shared Ray is started if it is not running: started as
