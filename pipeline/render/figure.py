@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
-import os
 import signal
 import textwrap
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from bench_build.render.read import (
 from bench_build.render.sheet import contact_sheet
 from bench_build.render.views import COLOR_BY, RenderError, View, semantic_classes
 from bench_build.render.zoom import Focus, inset_raster, sheet_focus
+from bench_build.runtime.numeric import usable_cores
 from bench_build.storage import LocalStore, atomic_write_with
 
 SCENE_FIG_IN = (10.0, 7.6)  # a scene's figure (inches): the scene, then the legend in the right 2.8 in
@@ -268,13 +268,6 @@ def render_version(version_dir: str | Path, out: str | Path | None = None, *, fr
 
 #: `figure_pngs` starts a process per this many PNGs, up to the cores this process may use
 PNGS_PER_PROCESS = 3
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def figure_png(job: tuple[View, dict[str, Any]]) -> bytes:

@@ -237,6 +237,14 @@ def expected_simd(env: Mapping[str, str]) -> list[str]:
     return [t for t in m.__cpu_dispatch__ if m.__cpu_features__.get(t) and t not in disabled]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's or `taskset`'s share), else the count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def openblas_cores() -> dict[str, str]:
     """{"numpy": core, "scipy": core}: the kernel set NumPy's OpenBLAS (``@``, ``np.linalg``) and SciPy's (scipy.linalg,
     and numba's ``np.linalg``, which calls SciPy's LAPACK) chose. Both honour ``OPENBLAS_CORETYPE``; other copies

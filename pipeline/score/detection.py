@@ -16,7 +16,6 @@ object-level corruptions are scored against the boxes they moved.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 from bench_build.format.reader import check_calib
 from bench_build.format.schema import decode_boxes, decode_calib
 from bench_build.manifests.manifest import read_manifest
+from bench_build.runtime.numeric import usable_cores
 from bench_build.score.bug_rates import bug_rates
 from bench_build.score.kitti_boxes import (
     KittiFormatError,
@@ -212,8 +212,7 @@ def score_partitions(version_dir: str | Path, pred_root: str | Path, *, severity
     parts = sorted(shards, key=lambda p: (p.corruption != "clean", p.corruption, p.severity))
     if workers is None:
         frames = sum(int(sh.get("rows") or 0) for sh in manifest["shards"])
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = cpus if frames >= PARALLEL_MIN_FRAMES else 1
+        workers = usable_cores() if frames >= PARALLEL_MIN_FRAMES else 1
     workers = max(1, min(workers, len(parts)))
     args = [(version_dir, shards[p], pred_root, p, severity_names, classes, bugs) for p in parts]
     if workers == 1:
